@@ -1,0 +1,113 @@
+// The ProxyModel: everything a backend needs to know about one IP family on one node, derived from
+// Services, EndpointSlices and the Node. Backends see only this, never raw API objects.
+
+export type IPFamily = 'IPv4' | 'IPv6';
+export type Protocol = 'TCP' | 'UDP' | 'SCTP';
+
+/** LocalDetector says how the proxy tells pod (cluster-local) traffic from everything else. */
+export type LocalDetector =
+  | { mode: 'ClusterCIDR'; cidrs: string[] }
+  | { mode: 'NodeCIDR'; cidrs: string[] }
+  | { mode: 'BridgeInterface'; interfaceName: string }
+  | { mode: 'InterfaceNamePrefix'; interfacePrefix: string }
+  | { mode: 'None' };
+
+/** ProxyConfig holds the node-wide settings of KubeProxyConfiguration that change the rules. */
+export interface ProxyConfig {
+  masqueradeAll: boolean;
+  /** Bit of the packet mark used to flag packets for SNAT (kube-proxy default 14). */
+  masqueradeBit: number;
+  localDetector: LocalDetector;
+  /**
+   * nodePortAddresses as given: CIDRs, or the single word 'primary'. Empty means every local
+   * address (iptables and ipvs default); nftables mode treats empty as 'primary'.
+   */
+  nodePortAddresses: string[];
+  /** Accept NodePort connections on 127.0.0.0/8 (iptables mode, IPv4 only). */
+  localhostNodePorts: boolean;
+}
+
+/** Endpoint is one address of an EndpointSlice, resolved to the port of one service port. */
+export interface Endpoint {
+  ip: string;
+  port: number;
+  /** Conditions with kube-proxy's defaults: ready and serving default to true, terminating to false. */
+  ready: boolean;
+  serving: boolean;
+  terminating: boolean;
+  nodeName?: string;
+  zone?: string;
+  /** nodeName equals the proxy's node. */
+  isLocal: boolean;
+  /** hints.forZones[].name and hints.forNodes[].name; undefined when the slice gave no hints. */
+  zoneHints?: string[];
+  nodeHints?: string[];
+  /** The pod behind the endpoint (targetRef), for people reading traces. */
+  podName?: string;
+  podNamespace?: string;
+  /** "ip:port", the key kube-proxy uses for endpoint chains. */
+  key: string;
+}
+
+/** ServicePort is kube-proxy's "service port": one (service, port) pair for one IP family. */
+export interface ServicePort {
+  namespace: string;
+  serviceName: string;
+  /** Port name; empty when the service has a single unnamed port. */
+  portName: string;
+  /** kube-proxy's ServicePortName string: "namespace/name:portName" (":portName" omitted if empty). */
+  key: string;
+  protocol: Protocol;
+  clusterIP: string;
+  port: number;
+  /** 0 when the service has no NodePort. */
+  nodePort: number;
+  externalIPs: string[];
+  /** status.loadBalancer.ingress IPs of this family whose ipMode is VIP (or unset). */
+  loadBalancerIPs: string[];
+  loadBalancerSourceRanges: string[];
+  /** externalTrafficPolicy Local on an externally accessible service. */
+  externalPolicyLocal: boolean;
+  /** internalTrafficPolicy Local. */
+  internalPolicyLocal: boolean;
+  /** 0 when none. */
+  healthCheckNodePort: number;
+  /** Set when sessionAffinity is ClientIP. */
+  sessionAffinity?: { timeoutSeconds: number };
+  /** Every endpoint of this family for this port, in slice order, deduplicated by key. */
+  endpoints: Endpoint[];
+  /**
+   * kube-proxy's CategorizeEndpoints result. clusterEndpoints: used for Cluster policy (ready ones,
+   * topology-filtered; serving+terminating ones if none is ready). localEndpoints: the same choice
+   * among endpoints on this node, used for Local policies. allReachableEndpoints: their union.
+   * Empty arrays when the policy does not use that set.
+   */
+  clusterEndpoints: Endpoint[];
+  localEndpoints: Endpoint[];
+  allReachableEndpoints: Endpoint[];
+  /** Topology hints were applied to clusterEndpoints. */
+  topologyApplied: boolean;
+}
+
+/** Problem is one object (or part of one) that was skipped, and why. */
+export interface Problem {
+  kind: 'Service' | 'EndpointSlice' | 'Node';
+  namespace?: string;
+  name: string;
+  /** JSON path of the offending field, e.g. "spec.ports[1].nodePort". */
+  field: string;
+  /** Full sentence naming object and cause, e.g. "service default/web port http: invalid nodePort 70000". */
+  message: string;
+}
+
+export interface ProxyModel {
+  family: IPFamily;
+  nodeName: string;
+  /** This node's addresses of this family, primary first (Node status InternalIP, then others). */
+  nodeIPs: string[];
+  nodeZone?: string;
+  config: ProxyConfig;
+  /** Sorted by key, then protocol. */
+  servicePorts: ServicePort[];
+  problems: Problem[];
+}
