@@ -31,7 +31,10 @@ export interface ProxyConfig {
 export interface Endpoint {
   ip: string;
   port: number;
-  /** Conditions with kube-proxy's defaults: ready and serving default to true, terminating to false. */
+  /**
+   * Conditions with kube-proxy's defaults (endpointslicecache.go): an unset ready or serving
+   * counts as true, an unset terminating as false.
+   */
   ready: boolean;
   serving: boolean;
   terminating: boolean;
@@ -45,7 +48,10 @@ export interface Endpoint {
   /** The pod behind the endpoint (targetRef), for people reading traces. */
   podName?: string;
   podNamespace?: string;
-  /** "ip:port", the key kube-proxy uses for endpoint chains. */
+  /**
+   * "ip:port" ("[ip]:port" for IPv6, as Go's net.JoinHostPort writes it): the endpoint string
+   * kube-proxy hashes into endpoint chain names.
+   */
   key: string;
 }
 
@@ -74,7 +80,10 @@ export interface ServicePort {
   healthCheckNodePort: number;
   /** Set when sessionAffinity is ClientIP. */
   sessionAffinity?: { timeoutSeconds: number };
-  /** Every endpoint of this family for this port, in slice order, deduplicated by key. */
+  /**
+   * Every endpoint of this family for this port, deduplicated by key and sorted by key as plain
+   * strings (kube-proxy's byEndpoint order, so rule order matches kube-proxy's).
+   */
   endpoints: Endpoint[];
   /**
    * kube-proxy's CategorizeEndpoints result. clusterEndpoints: used for Cluster policy (ready ones,
@@ -87,11 +96,25 @@ export interface ServicePort {
   allReachableEndpoints: Endpoint[];
   /** Topology hints were applied to clusterEndpoints. */
   topologyApplied: boolean;
+  /** Which hints were applied: '' (none), 'PreferSameZone' (forZones) or 'PreferSameNode' (forNodes). */
+  topologyMode: '' | 'PreferSameZone' | 'PreferSameNode';
+  /**
+   * Some endpoint anywhere in the cluster is usable (ready, or serving and terminating). kube-proxy
+   * REJECTs traffic to a service without any, and DROPs it when only the local set is empty.
+   */
+  hasAnyEndpoints: boolean;
+  /** Reachable other than by clusterIP: nodePort, loadBalancerIPs or externalIPs. */
+  externallyAccessible: boolean;
+  /** kube-proxy's UsesClusterEndpoints: internal policy Cluster, or externally accessible. */
+  usesClusterEndpoints: boolean;
+  /** kube-proxy's UsesLocalEndpoints: internal policy Local, or externalPolicyLocal. */
+  usesLocalEndpoints: boolean;
 }
 
 /** Problem is one object (or part of one) that was skipped, and why. */
 export interface Problem {
-  kind: 'Service' | 'EndpointSlice' | 'Node';
+  /** 'Config' names the proxy's own settings (ModelOptions), not an API object. */
+  kind: 'Service' | 'EndpointSlice' | 'Node' | 'Config';
   namespace?: string;
   name: string;
   /** JSON path of the offending field, e.g. "spec.ports[1].nodePort". */

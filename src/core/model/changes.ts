@@ -1,0 +1,62 @@
+// Which service ports changed between two models, for partial syncs.
+import type {ProxyModel, ServicePort} from './types.ts';
+
+/**
+ * servicePortIdentity names a service port across models: its kube-proxy ServicePortName string
+ * plus the protocol, e.g. "default/dns:dns-tcp/TCP" or "default/web/TCP" for an unnamed port.
+ */
+export function servicePortIdentity(port: Pick<ServicePort, 'key' | 'protocol'>): string {
+  return `${port.key}/${port.protocol}`;
+}
+
+/**
+ * changedServicePorts returns the identities (servicePortIdentity) of the service ports added,
+ * removed or changed in any field, endpoints included, from previous to next. Without a previous
+ * model, or when something node-wide changed (family, node name, node IPs, zone, config), every
+ * service port of both models is returned: the caller then needs a full sync anyway.
+ */
+export function changedServicePorts(previous: ProxyModel | undefined, next: ProxyModel): Set<string> {
+  const changed = new Set<string>();
+  const nextPorts = new Map(next.servicePorts.map((port) => [servicePortIdentity(port), port]));
+  if (previous === undefined || nodeWideChange(previous, next)) {
+    for (const port of previous?.servicePorts ?? []) changed.add(servicePortIdentity(port));
+    for (const identity of nextPorts.keys()) changed.add(identity);
+    return changed;
+  }
+  const previousPorts = new Map(previous.servicePorts.map((port) => [servicePortIdentity(port), port]));
+  for (const [identity, port] of previousPorts) {
+    const after = nextPorts.get(identity);
+    if (after === undefined || !deepEqual(port, after)) changed.add(identity);
+  }
+  for (const identity of nextPorts.keys()) if (!previousPorts.has(identity)) changed.add(identity);
+  return changed;
+}
+
+/** nodeWideChange: something outside the service ports changed, so every port's rules may differ. */
+export function nodeWideChange(previous: ProxyModel, next: ProxyModel): boolean {
+  return (
+    previous.family !== next.family ||
+    previous.nodeName !== next.nodeName ||
+    previous.nodeZone !== next.nodeZone ||
+    !deepEqual(previous.nodeIPs, next.nodeIPs) ||
+    !deepEqual(previous.config, next.config)
+  );
+}
+
+/**
+ * deepEqual compares plain JSON-like values structurally; key order does not matter, and a key
+ * holding undefined equals a missing key (a model that went through JSON loses those).
+ */
+function deepEqual(a: unknown, b: unknown): boolean {
+  if (a === b) return true;
+  if (typeof a !== 'object' || typeof b !== 'object' || a === null || b === null) return false;
+  if (Array.isArray(a) !== Array.isArray(b)) return false;
+  if (Array.isArray(a) && Array.isArray(b)) {
+    return a.length === b.length && a.every((item, index) => deepEqual(item, b[index]));
+  }
+  const left = a as Record<string, unknown>;
+  const right = b as Record<string, unknown>;
+  const keys = new Set([...Object.keys(left), ...Object.keys(right)]);
+  for (const key of keys) if (!deepEqual(left[key], right[key])) return false;
+  return true;
+}

@@ -1,0 +1,92 @@
+// Checked reads of untrusted JSON values, and the Problem log that names object and field.
+import type {Problem} from './types.ts';
+
+export type JsonObject = Record<string, unknown>;
+
+/** invalid marks a value that is present but of the wrong type or out of range. */
+export const invalid: unique symbol = Symbol('invalid');
+export type Invalid = typeof invalid;
+
+export function isJsonObject(value: unknown): value is JsonObject {
+  return typeof value === 'object' && value !== null && !Array.isArray(value);
+}
+
+/** optionalString: undefined when absent (or null), invalid when not a string. */
+export function optionalString(value: unknown): string | undefined | Invalid {
+  if (value === undefined || value === null) return undefined;
+  return typeof value === 'string' ? value : invalid;
+}
+
+export function optionalBoolean(value: unknown): boolean | undefined | Invalid {
+  if (value === undefined || value === null) return undefined;
+  return typeof value === 'boolean' ? value : invalid;
+}
+
+/** optionalInteger: a whole number within [min, max]; invalid otherwise. */
+export function optionalInteger(value: unknown, min: number, max: number): number | undefined | Invalid {
+  if (value === undefined || value === null) return undefined;
+  if (typeof value !== 'number' || !Number.isInteger(value) || value < min || value > max) return invalid;
+  return value;
+}
+
+/** optionalArray: undefined when absent, invalid when not an array. */
+export function optionalArray(value: unknown): unknown[] | undefined | Invalid {
+  if (value === undefined || value === null) return undefined;
+  return Array.isArray(value) ? value : invalid;
+}
+
+/** stringMap keeps the string-valued entries of labels or annotations; anything else reads as empty. */
+export function stringMap(value: unknown): Record<string, string> {
+  const out: Record<string, string> = {};
+  if (!isJsonObject(value)) return out;
+  for (const [key, entry] of Object.entries(value)) if (typeof entry === 'string') out[key] = entry;
+  return out;
+}
+
+/** describe quotes a bad value for a message, briefly. */
+export function describe(value: unknown): string {
+  let text: string;
+  try {
+    text = typeof value === 'string' ? JSON.stringify(value) : (JSON.stringify(value) ?? String(value));
+  } catch {
+    text = String(value);
+  }
+  return text.length > 60 ? `${text.slice(0, 57)}...` : text;
+}
+
+/**
+ * ObjectProblems records problems about one object. Messages read
+ * "<subject>: <field>: <cause>; <consequence>", e.g.
+ * "service default/web port http: spec.ports[1].nodePort: 70000 is not in 1-65535; nodePort ignored".
+ */
+export class ObjectProblems {
+  readonly sink: Problem[];
+  readonly kind: Problem['kind'];
+  readonly name: string;
+  readonly namespace: string | undefined;
+
+  constructor(sink: Problem[], kind: Problem['kind'], name: string, namespace?: string) {
+    this.sink = sink;
+    this.kind = kind;
+    this.name = name;
+    this.namespace = namespace;
+  }
+
+  get subject(): string {
+    const kindWord = this.kind === 'Config' ? 'proxy config' : this.kind.toLowerCase();
+    if (this.kind === 'Config') return kindWord;
+    return this.namespace === undefined ? `${kindWord} ${this.name}` : `${kindWord} ${this.namespace}/${this.name}`;
+  }
+
+  add(field: string, cause: string, consequence: string, subjectDetail = ''): void {
+    const where = field === '' ? '' : `${field}: `;
+    const problem: Problem = {
+      kind: this.kind,
+      name: this.name,
+      field,
+      message: `${this.subject}${subjectDetail}: ${where}${cause}; ${consequence}`,
+    };
+    if (this.namespace !== undefined) problem.namespace = this.namespace;
+    this.sink.push(problem);
+  }
+}
