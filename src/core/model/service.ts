@@ -125,8 +125,11 @@ export function readService(raw: unknown, options: ServiceReadOptions, sink: Pro
   const externalIPs = readExternalIPs(spec, options.family, problems);
   const loadBalancerIPs = readLoadBalancerIPs(raw.status, options.family, problems);
 
-  // apiservice.ExternalPolicyLocal: the policy only counts on NodePort and LoadBalancer services.
-  const externalLocalRequested = (type === 'NodePort' || type === 'LoadBalancer') && externalPolicy === 'Local';
+  // apiservice.ExternalPolicyLocal: the policy only counts on NodePort and LoadBalancer services,
+  // and on ClusterIP services that have externalIPs (ExternalIPs counted before family filtering).
+  const hasExternalIPs = Array.isArray(spec.externalIPs) && spec.externalIPs.length > 0;
+  const typeAcceptsExternal = type === 'NodePort' || type === 'LoadBalancer' || (type === 'ClusterIP' && hasExternalIPs);
+  const externalLocalRequested = typeAcceptsExternal && externalPolicy === 'Local';
   const healthCheckNodePort = type === 'LoadBalancer' && externalLocalRequested ? readHealthCheckNodePort(spec, problems) : 0;
 
   const annotations = stringMap(metadata.annotations);

@@ -124,6 +124,15 @@ test('externalTrafficPolicy Local without external access is not externalPolicyL
   const port = only(build({services: [service('web', {externalTrafficPolicy: 'Local'})]}));
   assert.equal(port.externalPolicyLocal, false);
   assert.equal(port.usesLocalEndpoints, false);
+  const otherFamilyOnly = only(build({services: [service('web', {externalTrafficPolicy: 'Local', externalIPs: ['2001:db8::1']})]}));
+  assert.equal(otherFamilyOnly.externalPolicyLocal, false, 'no externalIP of this family: not reachable from outside here');
+});
+
+test('externalTrafficPolicy Local on a ClusterIP service with externalIPs counts', () => {
+  const port = only(build({services: [service('web', {externalTrafficPolicy: 'Local', externalIPs: ['192.0.2.1']})]}));
+  assert.equal(port.externalPolicyLocal, true);
+  assert.equal(port.usesLocalEndpoints, true);
+  assert.equal(port.healthCheckNodePort, 0, 'only LoadBalancers get a health check port');
 });
 
 const skippedQuietly: Array<{name: string; object: ServiceInput; options?: Partial<ModelOptions>}> = [
