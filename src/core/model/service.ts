@@ -4,7 +4,8 @@
 // A bad value drops the smallest part whose loss leaves the rest meaning what it said: a bad
 // externalIP or load-balancer ingress entry drops that entry, a bad port drops that port, and a bad
 // value that shapes every port (clusterIP, policies, session affinity, source ranges) drops the
-// whole service. Source ranges in particular: dropping one would widen the firewall.
+// whole service. Source ranges in particular: dropping bad ones could leave an empty list, which
+// means "allow everyone".
 import {parseCIDR, parseIP} from './ip.ts';
 import {
   describe,
@@ -342,7 +343,7 @@ function readSourceRanges(
   for (const entry of entries) {
     const cidr = typeof entry.text === 'string' ? parseCIDR(entry.text.trim()) : undefined;
     if (!cidr) {
-      problems.add(entry.field, `${describe(entry.text)} is not a CIDR`, 'service skipped (a partial list would widen the firewall)');
+      problems.add(entry.field, `${describe(entry.text)} is not a CIDR`, 'service skipped rather than guess its firewall');
       return invalid;
     }
     if (cidr.family === options.family && !ranges.includes(cidr.text)) ranges.push(cidr.text);
