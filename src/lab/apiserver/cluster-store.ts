@@ -1,0 +1,424 @@
+// The object API behind the HTTP layer: create/get/list/update/patch/delete with kube-apiserver's semantics
+// (uids, generations, optimistic concurrency, defaults, validation, allocation, graceful pod deletion).
+import {randomUUID, randomInt} from 'node:crypto';
+import {ApiError, alreadyExists, badRequest, conflict, forbidden, invalid, notFound, unsupportedMediaType, type FieldError} from './api-error.ts';
+import {defaultEndpointSlice, validateEndpointSlice} from './endpointslice-rules.ts';
+import {ObjectLog, type KubeObject} from './object-log.ts';
+import {applyJsonPatch, applyMergePatch, applyStrategicMergePatch, patchTypes} from './patch.ts';
+import {defaultPod, validatePod, validatePodUpdate} from './pod-rules.ts';
+import {groupVersion, resolveResourceName, type ResourceType} from './resources.ts';
+import {matchesFields, matchesLabels, parseFieldSelector, parseLabelSelector} from './selectors.ts';
+import {allocateServiceAddresses, defaultService, releaseServiceAddresses, validateService, type ServiceNetwork} from './service-rules.ts';
+import {validateObjectMeta, type NameRule} from './name-rules.ts';
+
+export interface WriteOptions {
+  dryRun?: boolean;
+  /** "status" writes only .status; "" (the default) writes everything but .status. */
+  subresource?: '' | 'status';
+  /** Programmatic creates may keep .status (the HTTP API resets it for pods and services, as kube-apiserver does). */
+  keepStatus?: boolean;
+}
+
+export interface DeleteOptions {
+  gracePeriodSeconds?: number;
+  propagationPolicy?: string;
+  preconditions?: {uid?: string; resourceVersion?: string};
+  dryRun?: boolean;
+}
+
+export interface ListOptions {
+  namespace?: string;
+  labelSelector?: string;
+  fieldSelector?: string;
+  limit?: number;
+  continue?: string;
+}
+
+export interface ListResult {
+  items: KubeObject[];
+  resourceVersion: string;
+  continue?: string;
+  remainingItemCount?: number;
+}
+
+type ResourceRef = ResourceType | string;
+
+const nameRules: Record<string, NameRule> = {
+  namespaces: 'dns1123-label',
+  services: 'dns1035-label',
+  configmaps: 'dns1123-subdomain',
+  events: 'any',
+};
+
+const generateNameAlphabet = 'bcdfghjklmnpqrstvwxz2456789';
+
+function nowRfc3339(clock: () => number): string {
+  return new Date(Math.floor(clock() / 1000) * 1000).toISOString().replace('.000Z', 'Z');
+}
+
+function canonicalJson(v: unknown): string {
+  return JSON.stringify(v, (_k, value) => (value && typeof value === 'object' && !Array.isArray(value) ? Object.fromEntries(Object.keys(value).sort().map((k) => [k, value[k]])) : value));
+}
+
+function withoutResourceVersion(obj: KubeObject): string {
+  return canonicalJson({...obj, metadata: {...obj.metadata, resourceVersion: undefined}});
+}
+
+export class ClusterStore {
+  readonly log: ObjectLog;
+  readonly network: ServiceNetwork;
+  private readonly clock: () => number;
+  private readonly podDeletions = new Map<string, NodeJS.Timeout>();
+
+  constructor(log: ObjectLog, network: ServiceNetwork, clock: () => number = Date.now) {
+    this.log = log;
+    this.network = network;
+    this.clock = clock;
+  }
+
+  type(ref: ResourceRef): ResourceType {
+    return typeof ref === 'string' ? resolveResourceName(ref) : ref;
+  }
+
+  get(ref: ResourceRef, namespace: string | undefined, name: string): KubeObject {
+    const type = this.type(ref);
+    const obj = this.log.get(type.storageKey, type.namespaced ? namespace : undefined, name);
+    if (!obj) throw notFound(type.resource, type.group, name);
+    return obj;
+  }
+
+  tryGet(ref: ResourceRef, namespace: string | undefined, name: string): KubeObject | undefined {
+    const type = this.type(ref);
+    return this.log.get(type.storageKey, type.namespaced ? namespace : undefined, name);
+  }
+
+  list(ref: ResourceRef, options: ListOptions = {}): ListResult {
+    const type = this.type(ref);
+    const labels = options.labelSelector ? parseLabelSelector(options.labelSelector) : [];
+    const fields = options.fieldSelector ? parseFieldSelector(options.fieldSelector, type.resource) : [];
+    let revision = this.log.currentRevision;
+    let after: string | undefined;
+    if (options.continue) {
+      try {
+        const token = JSON.parse(Buffer.from(options.continue, 'base64url').toString('utf8'));
+        revision = Number(token.rv);
+        after = String(token.start);
+      } catch {
+        throw badRequest('continue key is not valid: incorrect encoded start resourceVersion (version meta.k8s.io/v1)');
+      }
+    }
+    const all = this.log.list(type.storageKey, type.namespaced ? options.namespace : undefined);
+    const matching: KubeObject[] = [];
+    for (const obj of all) {
+      if (after !== undefined && keyOf(obj) <= after) continue;
+      if (labels.length > 0 && !matchesLabels(labels, obj.metadata.labels)) continue;
+      if (fields.length > 0 && !matchesFields(fields, obj)) continue;
+      matching.push(obj);
+    }
+    const limit = options.limit && options.limit > 0 ? options.limit : undefined;
+    if (limit === undefined || matching.length <= limit) return {items: matching, resourceVersion: String(revision)};
+    const items = matching.slice(0, limit);
+    const token = Buffer.from(JSON.stringify({v: 'meta.k8s.io/v1', rv: revision, start: keyOf(items[items.length - 1])})).toString('base64url');
+    return {items, resourceVersion: String(revision), continue: token, remainingItemCount: matching.length - limit};
+  }
+
+  create(ref: ResourceRef, body: KubeObject, namespace?: string, options: WriteOptions = {}): KubeObject {
+    const type = this.type(ref);
+    if (!body || typeof body !== 'object' || Array.isArray(body)) throw badRequest('the body of the request must be a JSON object');
+    const obj: KubeObject = structuredClone(body);
+    obj.metadata = (obj.metadata && typeof obj.metadata === 'object' ? obj.metadata : {}) as KubeObject['metadata'];
+    this.stampKind(type, obj);
+    const meta = obj.metadata;
+    if (type.namespaced) {
+      const ns = namespace ?? meta.namespace ?? 'default';
+      if (meta.namespace && meta.namespace !== ns) throw badRequest('the namespace of the provided object does not match the namespace sent on the request');
+      meta.namespace = ns;
+      const nsObj = this.log.get('namespaces', undefined, ns);
+      if (!nsObj) throw notFound('namespaces', '', ns);
+      if (nsObj.metadata.deletionTimestamp || nsObj.status?.phase === 'Terminating') {
+        throw forbidden(type.resource, type.group, meta.name ?? '', `unable to create new content in namespace ${ns} because it is being terminated`);
+      }
+    } else delete meta.namespace;
+    if (!meta.name && meta.generateName) {
+      let suffix = '';
+      for (let i = 0; i < 5; i++) suffix += generateNameAlphabet[randomInt(generateNameAlphabet.length)];
+      meta.name = `${meta.generateName}${suffix}`;
+    }
+    meta.uid = randomUUID();
+    meta.creationTimestamp = nowRfc3339(this.clock);
+    delete meta.resourceVersion;
+    delete meta.deletionTimestamp;
+    delete meta.deletionGracePeriodSeconds;
+    if ('spec' in obj || type.resource === 'pods' || type.resource === 'services') meta.generation = 1;
+    else delete meta.generation;
+
+    this.prepareForCreate(type, obj, options);
+    const errors = this.validate(type, obj, undefined);
+    if (errors.length > 0) throw invalid(type.kind, type.group, meta.name ?? '', errors);
+    if (this.log.get(type.storageKey, meta.namespace, meta.name)) throw alreadyExists(type.resource, type.group, meta.name);
+    if (type.resource === 'services') {
+      const failure = allocateServiceAddresses(obj, undefined, this.network);
+      if (failure) throw failure;
+      if (options.dryRun) releaseServiceAddresses(obj, this.network);
+    }
+    if (options.dryRun) return obj;
+    const stored = this.log.write(type.storageKey, 'ADDED', obj);
+    if (type.resource === 'namespaces') this.afterNamespaceCreated(stored);
+    return stored;
+  }
+
+  update(ref: ResourceRef, body: KubeObject, namespace?: string, options: WriteOptions = {}, expectedName?: string): KubeObject {
+    const type = this.type(ref);
+    if (!body || typeof body !== 'object' || Array.isArray(body) || !body.metadata) throw badRequest('the body of the request must be a JSON object with metadata');
+    const name = body.metadata.name;
+    if (expectedName !== undefined && name !== expectedName) {
+      throw badRequest(`the name of the object (${name}) does not match the name on the URL (${expectedName})`);
+    }
+    if (type.namespaced && body.metadata.namespace && namespace && body.metadata.namespace !== namespace) {
+      throw badRequest('the namespace of the provided object does not match the namespace sent on the request');
+    }
+    const ns = type.namespaced ? namespace ?? body.metadata.namespace ?? 'default' : undefined;
+    const old = this.get(type, ns, name);
+    if (body.metadata.resourceVersion && body.metadata.resourceVersion !== old.metadata.resourceVersion) throw conflict(type.resource, type.group, name);
+    return this.replace(type, old, structuredClone(body), options);
+  }
+
+  /** Get, change, update; retried on conflicts. For programmatic users such as the lab and controllers. */
+  mutate(ref: ResourceRef, namespace: string | undefined, name: string, change: (obj: KubeObject) => KubeObject | void, options: WriteOptions = {}): KubeObject {
+    const type = this.type(ref);
+    const old = this.get(type, namespace, name);
+    const copy = structuredClone(old);
+    const changed = change(copy) ?? copy;
+    return this.replace(type, old, changed, options);
+  }
+
+  patch(ref: ResourceRef, namespace: string | undefined, name: string, contentType: string, patch: unknown, options: WriteOptions = {}): KubeObject {
+    const type = this.type(ref);
+    const old = this.get(type, namespace, name);
+    const base = structuredClone(old);
+    let patched: KubeObject;
+    const mediaType = contentType.split(';')[0].trim();
+    if (mediaType === patchTypes.merge) patched = applyMergePatch(base, patch);
+    else if (mediaType === patchTypes.strategic) patched = applyStrategicMergePatch(base, patch, type.kind);
+    else if (mediaType === patchTypes.json) patched = applyJsonPatch(base, patch);
+    else throw unsupportedMediaType(contentType);
+    if (!patched || typeof patched !== 'object' || !patched.metadata) throw badRequest('the patch removed the object\'s metadata');
+    if (patched.metadata.name !== name) throw badRequest(`the name of the object (${patched.metadata.name}) does not match the name on the URL (${name})`);
+    if (patched.metadata.resourceVersion && patched.metadata.resourceVersion !== old.metadata.resourceVersion) throw conflict(type.resource, type.group, name);
+    return this.replace(type, old, patched, options);
+  }
+
+  private replace(type: ResourceType, old: KubeObject, next: KubeObject, options: WriteOptions): KubeObject {
+    this.stampKind(type, next);
+    const meta = next.metadata;
+    meta.name = old.metadata.name;
+    if (type.namespaced) meta.namespace = old.metadata.namespace;
+    else delete meta.namespace;
+    meta.uid = old.metadata.uid;
+    meta.creationTimestamp = old.metadata.creationTimestamp;
+    if (old.metadata.deletionTimestamp) {
+      meta.deletionTimestamp = old.metadata.deletionTimestamp;
+      meta.deletionGracePeriodSeconds = old.metadata.deletionGracePeriodSeconds;
+    } else {
+      delete meta.deletionTimestamp;
+      delete meta.deletionGracePeriodSeconds;
+    }
+    meta.resourceVersion = old.metadata.resourceVersion;
+    if (type.hasStatus) {
+      if (options.subresource === 'status') {
+        // A status write changes .status only (metadata labels/annotations too, as kube-apiserver allows).
+        const status = next.status;
+        const {labels, annotations} = meta;
+        next = {...structuredClone(old), status};
+        next.metadata.labels = labels;
+        next.metadata.annotations = annotations;
+        if (labels === undefined) delete next.metadata.labels;
+        if (annotations === undefined) delete next.metadata.annotations;
+      } else if (old.status !== undefined) next.status = old.status;
+      else delete next.status;
+    }
+    if (old.metadata.generation !== undefined) {
+      next.metadata.generation = canonicalJson(next.spec) !== canonicalJson(old.spec) ? old.metadata.generation + 1 : old.metadata.generation;
+    }
+    if (type.resource === 'services') defaultService(next, old, this.network);
+    if (type.resource === 'pods') defaultPod(next);
+    if (type.storageKey === 'discovery.k8s.io/endpointslices') defaultEndpointSlice(next);
+    const errors = options.subresource === 'status' ? validateObjectMeta(next, 'any') : this.validate(type, next, old);
+    if (errors.length > 0) throw invalid(type.kind, type.group, meta.name, errors);
+
+    if (withoutResourceVersion(next) === withoutResourceVersion(old)) return old; // no-op writes keep the revision
+    if (type.resource === 'services' && options.subresource !== 'status') {
+      const failure = allocateServiceAddresses(next, old, this.network);
+      if (failure) throw failure;
+    }
+    if (options.dryRun) return next;
+    if (next.metadata.deletionTimestamp && !(next.metadata.finalizers?.length) && type.resource !== 'pods') {
+      return this.remove(type, next);
+    }
+    if (type.resource === 'pods' && next.metadata.deletionTimestamp && !(next.metadata.finalizers?.length) && isTerminal(next)) {
+      return this.remove(type, next);
+    }
+    return this.log.write(type.storageKey, 'MODIFIED', next);
+  }
+
+  /** DELETE: pods terminate gracefully, objects with finalizers wait for them, the rest go at once. */
+  delete(ref: ResourceRef, namespace: string | undefined, name: string, options: DeleteOptions = {}): {object: KubeObject; gone: boolean} {
+    const type = this.type(ref);
+    const old = this.get(type, namespace, name);
+    const pre = options.preconditions;
+    if (pre?.uid && pre.uid !== old.metadata.uid) {
+      throw conflict(type.resource, type.group, name, `Precondition failed: UID in precondition: ${pre.uid}, UID in object meta: ${old.metadata.uid}`);
+    }
+    if (pre?.resourceVersion && pre.resourceVersion !== old.metadata.resourceVersion) {
+      throw conflict(type.resource, type.group, name, `Precondition failed: ResourceVersion in precondition: ${pre.resourceVersion}, ResourceVersion in object meta: ${old.metadata.resourceVersion}`);
+    }
+    if (options.gracePeriodSeconds !== undefined && (!Number.isInteger(options.gracePeriodSeconds) || options.gracePeriodSeconds < 0)) {
+      throw invalid('DeleteOptions', 'meta.k8s.io', '', [{type: 'FieldValueInvalid', field: 'gracePeriodSeconds', message: `Invalid value: ${options.gracePeriodSeconds}: must be >= 0`}]);
+    }
+    if (options.dryRun) return {object: old, gone: true};
+
+    if (type.resource === 'pods') {
+      const grace = options.gracePeriodSeconds ?? old.spec?.terminationGracePeriodSeconds ?? 30;
+      const immediate = grace === 0 || !old.spec?.nodeName || isTerminal(old);
+      if (!immediate || old.metadata.finalizers?.length) {
+        const deadline = this.clock() + grace * 1000;
+        const current = old.metadata.deletionTimestamp ? Date.parse(old.metadata.deletionTimestamp) : Infinity;
+        if (deadline >= current && !old.metadata.finalizers?.length) return {object: old, gone: false};
+        const next = structuredClone(old);
+        next.metadata.deletionTimestamp = nowRfc3339(() => deadline);
+        next.metadata.deletionGracePeriodSeconds = grace;
+        const written = this.log.write(type.storageKey, 'MODIFIED', next);
+        if (!old.metadata.finalizers?.length) this.schedulePodRemoval(written, grace === 0 ? 0 : deadline - this.clock());
+        return {object: written, gone: false};
+      }
+    } else if (old.metadata.finalizers?.length) {
+      if (old.metadata.deletionTimestamp) return {object: old, gone: false};
+      const next = structuredClone(old);
+      next.metadata.deletionTimestamp = nowRfc3339(this.clock);
+      next.metadata.deletionGracePeriodSeconds = 0;
+      return {object: this.log.write(type.storageKey, 'MODIFIED', next), gone: false};
+    }
+    if (type.resource === 'namespaces') this.emptyNamespace(old);
+    return {object: this.remove(type, old), gone: true};
+  }
+
+  deleteCollection(ref: ResourceRef, options: ListOptions, deleteOptions: DeleteOptions = {}): KubeObject[] {
+    const type = this.type(ref);
+    const {items} = this.list(type, {...options, limit: undefined, continue: undefined});
+    return items.map((obj) => this.delete(type, obj.metadata.namespace, obj.metadata.name, deleteOptions).object);
+  }
+
+  /** pods/binding: sets spec.nodeName once, as the scheduler does. */
+  bind(namespace: string, name: string, nodeName: string): KubeObject {
+    const old = this.get('pods', namespace, name);
+    if (old.spec?.nodeName) throw conflict('pods', '', name, `pod ${name} is already assigned to node "${old.spec.nodeName}"`);
+    const next = structuredClone(old);
+    next.spec.nodeName = nodeName;
+    return this.log.write('pods', 'MODIFIED', next);
+  }
+
+  /** Cancels pending pod removals. */
+  stop(): void {
+    for (const timer of this.podDeletions.values()) clearTimeout(timer);
+    this.podDeletions.clear();
+  }
+
+  private remove(type: ResourceType, obj: KubeObject): KubeObject {
+    const final: KubeObject = {...obj, metadata: {...obj.metadata}};
+    const key = `${obj.metadata.namespace}/${obj.metadata.name}`;
+    if (type.resource === 'pods') {
+      clearTimeout(this.podDeletions.get(key));
+      this.podDeletions.delete(key);
+    }
+    if (type.resource === 'services') releaseServiceAddresses(obj, this.network);
+    return this.log.write(type.storageKey, 'DELETED', final);
+  }
+
+  private schedulePodRemoval(pod: KubeObject, delayMs: number): void {
+    const key = `${pod.metadata.namespace}/${pod.metadata.name}`;
+    clearTimeout(this.podDeletions.get(key));
+    const uid = pod.metadata.uid;
+    const timer = setTimeout(() => {
+      this.podDeletions.delete(key);
+      const current = this.log.get('pods', pod.metadata.namespace, pod.metadata.name);
+      if (current && current.metadata.uid === uid && !current.metadata.finalizers?.length) this.remove(this.type('pods'), current);
+    }, Math.max(0, delayMs));
+    timer.unref();
+    this.podDeletions.set(key, timer);
+  }
+
+  private emptyNamespace(ns: KubeObject): void {
+    const name = ns.metadata.name;
+    const terminating = structuredClone(ns);
+    terminating.metadata.deletionTimestamp = nowRfc3339(this.clock);
+    terminating.status = {...(terminating.status ?? {}), phase: 'Terminating'};
+    this.log.write('namespaces', 'MODIFIED', terminating);
+    for (const storageKey of namespacedStorageKeys()) {
+      const type = this.type(storageKey);
+      for (const obj of this.log.list(storageKey, name)) this.remove(type, obj);
+    }
+  }
+
+  private afterNamespaceCreated(ns: KubeObject): void {
+    // The service account controller's job: every namespace has a "default" service account.
+    const name = ns.metadata.name;
+    if (!this.log.get('serviceaccounts', name, 'default')) {
+      this.create('serviceaccounts', {apiVersion: 'v1', kind: 'ServiceAccount', metadata: {name: 'default', namespace: name}}, name);
+    }
+  }
+
+  private stampKind(type: ResourceType, obj: KubeObject): void {
+    const {apiVersion: _a, kind: _k, ...rest} = obj;
+    for (const key of Object.keys(obj)) delete obj[key];
+    Object.assign(obj, {apiVersion: groupVersion(type), kind: type.kind}, rest);
+    if (type.storageKey === 'discovery.k8s.io/endpointslices') obj.apiVersion = 'discovery.k8s.io/v1';
+  }
+
+  private prepareForCreate(type: ResourceType, obj: KubeObject, options: WriteOptions): void {
+    switch (type.resource) {
+      case 'pods':
+        defaultPod(obj);
+        if (!options.keepStatus || !obj.status) obj.status = {phase: 'Pending', qosClass: 'BestEffort'};
+        break;
+      case 'services':
+        defaultService(obj, undefined, this.network);
+        if (!options.keepStatus || !obj.status) obj.status = {loadBalancer: {}};
+        break;
+      case 'namespaces':
+        obj.spec ??= {finalizers: ['kubernetes']};
+        obj.status = {phase: 'Active'};
+        obj.metadata.labels = {...(obj.metadata.labels ?? {}), 'kubernetes.io/metadata.name': obj.metadata.name};
+        break;
+      case 'endpointslices':
+        defaultEndpointSlice(obj);
+        break;
+    }
+  }
+
+  private validate(type: ResourceType, obj: KubeObject, old: KubeObject | undefined): FieldError[] {
+    switch (type.storageKey) {
+      case 'services':
+        return validateService(obj, old, this.network);
+      case 'pods':
+        return old ? validatePodUpdate(obj, old) : validatePod(obj);
+      case 'discovery.k8s.io/endpointslices':
+        return validateEndpointSlice(obj);
+      default:
+        return validateObjectMeta(obj, nameRules[type.resource] ?? (type.group.startsWith('rbac') ? 'any' : 'dns1123-subdomain'));
+    }
+  }
+}
+
+function keyOf(obj: KubeObject): string {
+  return obj.metadata.namespace ? `${obj.metadata.namespace}/${obj.metadata.name}` : obj.metadata.name;
+}
+
+function isTerminal(pod: KubeObject): boolean {
+  return pod.status?.phase === 'Succeeded' || pod.status?.phase === 'Failed';
+}
+
+function namespacedStorageKeys(): string[] {
+  return ['pods', 'services', 'endpoints', 'configmaps', 'events', 'serviceaccounts', 'discovery.k8s.io/endpointslices', 'rbac.authorization.k8s.io/roles', 'rbac.authorization.k8s.io/rolebindings'];
+}
+
+export {ApiError};
