@@ -579,7 +579,8 @@ export async function startApiServer(options: ApiServerOptions = {}): Promise<Ap
     return toYaml({
       apiVersion: 'v1',
       kind: 'Config',
-      clusters: [{name: 'proxyctl-lab', cluster: {server: url}}],
+      // client-node refuses plain http unless TLS verification is marked as skipped (there is no TLS to verify).
+      clusters: [{name: 'proxyctl-lab', cluster: {server: url, 'insecure-skip-tls-verify': true}}],
       users: [{name: userName, user: {token}}],
       contexts: [{name: `${userName}@proxyctl-lab`, context: {cluster: 'proxyctl-lab', user: userName, namespace: opts.namespace ?? 'default'}}],
       'current-context': `${userName}@proxyctl-lab`,
