@@ -193,17 +193,17 @@ describe('embedded API server through client-node', () => {
     const headers = {authorization: `Bearer ${server.adminToken}`, 'content-type': 'application/json'};
     const malformed = await fetch(`${server.url}/api/v1/namespaces/default/configmaps`, {method: 'POST', headers, body: '{"metadata": '});
     assert.equal(malformed.status, 400);
-    assert.equal((await malformed.json()).reason, 'BadRequest');
+    assert.equal(((await malformed.json()) as any).reason, 'BadRequest');
     const putCollection = await fetch(`${server.url}/api/v1/namespaces/default/configmaps`, {method: 'PUT', headers, body: '{}'});
     assert.equal(putCollection.status, 405);
-    assert.equal((await putCollection.json()).reason, 'MethodNotAllowed');
+    assert.equal(((await putCollection.json()) as any).reason, 'MethodNotAllowed');
     const unknown = await fetch(`${server.url}/api/v1/namespaces/default/widgets`, {headers});
     assert.equal(unknown.status, 404);
   });
 
   it('lists with label selectors, field selectors and pages', async () => {
     await core.createNamespace({body: {metadata: {name: 'sel'}}});
-    const labels = [{app: 'a', tier: 'web'}, {app: 'b', tier: 'web'}, {app: 'c'}, {app: 'a', tier: 'db'}];
+    const labels: Array<Record<string, string>> = [{app: 'a', tier: 'web'}, {app: 'b', tier: 'web'}, {app: 'c'}, {app: 'a', tier: 'db'}];
     for (const [i, l] of labels.entries()) await core.createNamespacedPod({namespace: 'sel', body: pod(`p${i}`, l, {nodeName: i % 2 === 0 ? 'node-a' : 'node-b'})});
     const names = async (labelSelector?: string, fieldSelector?: string) =>
       (await core.listNamespacedPod({namespace: 'sel', labelSelector, fieldSelector})).items.map((p) => p.metadata?.name);
