@@ -46,6 +46,8 @@ export function objectKey(namespace: string | undefined, name: string): string {
 export class ObjectLog {
   private revision: number;
   private readonly tables = new Map<string, Map<string, KubeObject>>();
+  /** Sorted keys per table, dropped when a key is added or removed (not when an object changes). */
+  private readonly sortedKeys = new Map<string, string[]>();
   private log: StoredEvent[] = [];
   private logStart = 0;
   private compacted: number;
@@ -77,7 +79,11 @@ export class ObjectLog {
   list(storageKey: string, namespace?: string): KubeObject[] {
     const table = this.tables.get(storageKey);
     if (!table) return [];
-    const keys = [...table.keys()].sort();
+    let keys = this.sortedKeys.get(storageKey);
+    if (!keys) {
+      keys = [...table.keys()].sort();
+      this.sortedKeys.set(storageKey, keys);
+    }
     const out: KubeObject[] = [];
     for (const key of keys) {
       const obj = table.get(key)!;
@@ -104,6 +110,7 @@ export class ObjectLog {
     object.metadata.resourceVersion = String(this.revision);
     if (type === 'DELETED') table.delete(key);
     else table.set(key, object);
+    if (type === 'DELETED' || !previous) this.sortedKeys.delete(storageKey);
     const event: StoredEvent = {revision: this.revision, storageKey, type, object, previous, encoded: new Map()};
     this.append(event);
     for (const fn of this.subscribers.get(storageKey) ?? []) fn(event);

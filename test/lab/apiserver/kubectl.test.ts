@@ -5,6 +5,7 @@ import {mkdtemp, rm, writeFile} from 'node:fs/promises';
 import {tmpdir} from 'node:os';
 import {join} from 'node:path';
 import {fileURLToPath} from 'node:url';
+import {connect, createServer, type Server} from 'node:net';
 import {execa} from 'execa';
 import {startApiServer, type ApiServer} from '../../../src/lab/apiserver/server.ts';
 
@@ -198,6 +199,60 @@ describe('Debian kubectl 1.20 against the embedded API server', () => {
     await waitFor(/^watched\s+ClusterIP\s+10\.96\.\d+\.\d+\s+<none>\s+8443\/TCP/m);
     server.store.patch('services', 'default', 'watched', 'application/merge-patch+json', {spec: {type: 'NodePort'}});
     await waitFor(/^watched\s+NodePort\s+\S+\s+<none>\s+8443:3\d{4}\/TCP/m);
+  });
+
+  it('port-forwards to a pod over SPDY, and reports a refused pod port', async (t) => {
+    const echo: Server = createServer((socket) => socket.pipe(socket));
+    await new Promise<void>((r) => echo.listen(0, '127.0.0.1', () => r()));
+    t.after(() => echo.close());
+    const echoPort = (echo.address() as {port: number}).port;
+    const forwarding = await startApiServer({port: 0, resolvePodAddress: (_pod, port) => ({host: '127.0.0.1', port: port === 8080 ? echoPort : 1})});
+    t.after(() => forwarding.stop());
+    const kubeconfig = join(dir, 'forwarding-kubeconfig');
+    await forwarding.writeKubeconfig(kubeconfig);
+    forwarding.store.create(
+      'pods',
+      {metadata: {name: 'echo', namespace: 'default'}, spec: {nodeName: 'node-a', containers: [{name: 'app', image: 'echo:1'}]}, status: {phase: 'Running', podIP: '10.244.0.9'}},
+      'default',
+      {keepStatus: true},
+    );
+    const child = execa(kubectlPath, ['--kubeconfig', kubeconfig, 'port-forward', 'pod/echo', ':8080', ':9999'], {env: {HOME: dir}, reject: false});
+    t.after(() => {
+      child.kill();
+    });
+    let out = '';
+    let err = '';
+    child.stdout!.on('data', (c: Buffer) => (out += c.toString()));
+    child.stderr!.on('data', (c: Buffer) => (err += c.toString()));
+    const deadline = Date.now() + 10000;
+    let ports: number[] = [];
+    while (ports.length < 2) {
+      ports = [...out.matchAll(/Forwarding from 127\.0\.0\.1:(\d+) -> (?:8080|9999)/g)].map((m) => Number(m[1]));
+      if (Date.now() > deadline) assert.fail(`kubectl port-forward did not start: ${out} ${err}`);
+      await new Promise((r) => setTimeout(r, 50));
+    }
+    const exchange = (port: number, payload: Buffer) =>
+      new Promise<Buffer>((resolve, reject) => {
+        const chunks: Buffer[] = [];
+        const socket = connect(port, '127.0.0.1', () => socket.write(payload));
+        socket.on('data', (c) => {
+          chunks.push(c);
+          if (Buffer.concat(chunks).length >= payload.length) socket.end();
+        });
+        socket.on('close', () => resolve(Buffer.concat(chunks)));
+        socket.on('error', reject);
+      });
+    assert.equal((await exchange(ports[0], Buffer.from('hello over spdy\n'))).toString(), 'hello over spdy\n');
+    const big = Buffer.alloc(1024 * 1024, 7);
+    assert.equal(Buffer.compare(await exchange(ports[0], big), big), 0, 'a megabyte comes back intact');
+
+    // Port 9999 of the pod refuses connections: kubectl reports the error the server sent on the error stream.
+    await exchange(ports[1], Buffer.from('x')).catch(() => Buffer.alloc(0));
+    const errDeadline = Date.now() + 5000;
+    while (!/an error occurred forwarding \d+ -> 9999: error forwarding port 9999 to pod/.test(err)) {
+      if (Date.now() > errDeadline) assert.fail(`kubectl did not report the refused port: ${err}`);
+      await new Promise((r) => setTimeout(r, 50));
+    }
   });
 
   it('deletes with kubectl delete -f and waits until the objects are gone', async () => {
