@@ -73,9 +73,14 @@ export function defaultService(svc: KubeObject, old: KubeObject | undefined, net
         if (port && oldSpec.ports?.some((p: any) => p.nodePort === port.nodePort)) delete port.nodePort;
       }
     }
-    if (spec.type === 'LoadBalancer' && spec.externalTrafficPolicy === 'Local' && !spec.healthCheckNodePort && oldSpec.healthCheckNodePort) {
-      spec.healthCheckNodePort = oldSpec.healthCheckNodePort;
+    const needsHealthCheck = spec.type === 'LoadBalancer' && spec.externalTrafficPolicy === 'Local';
+    if (needsHealthCheck && !spec.healthCheckNodePort && oldSpec.healthCheckNodePort) spec.healthCheckNodePort = oldSpec.healthCheckNodePort;
+    // Fields that only a former type needed go with it (kube-apiserver's dropTypeDependentFields).
+    if (!needsHealthCheck && spec.healthCheckNodePort && spec.healthCheckNodePort === oldSpec.healthCheckNodePort) delete spec.healthCheckNodePort;
+    if (spec.type !== 'LoadBalancer' && oldSpec.type === 'LoadBalancer' && spec.allocateLoadBalancerNodePorts === oldSpec.allocateLoadBalancerNodePorts) {
+      delete spec.allocateLoadBalancerNodePorts;
     }
+    if (!isExternal(spec) && isExternal(oldSpec) && spec.externalTrafficPolicy === oldSpec.externalTrafficPolicy) delete spec.externalTrafficPolicy;
   }
 
   if (spec.clusterIP && !spec.clusterIPs) spec.clusterIPs = [spec.clusterIP];
