@@ -1,0 +1,123 @@
+// AgentConfig: the agent's settings after the KubeProxyConfiguration file and the flags are read,
+// checked and merged. Durations are milliseconds.
+
+export type ProxyMode = 'iptables' | 'ipvs' | 'nftables';
+export const proxyModes: readonly ProxyMode[] = ['iptables', 'ipvs', 'nftables'];
+
+export type DetectLocalMode = 'ClusterCIDR' | 'NodeCIDR' | 'BridgeInterface' | 'InterfaceNamePrefix';
+export const detectLocalModes: readonly DetectLocalMode[] = ['ClusterCIDR', 'NodeCIDR', 'BridgeInterface', 'InterfaceNamePrefix'];
+
+/** IPVS schedulers kube-proxy accepts. */
+export const ipvsSchedulers: readonly string[] = ['rr', 'wrr', 'lc', 'wlc', 'lblc', 'lblcr', 'sh', 'dh', 'sed', 'nq', 'mh'];
+
+export interface AgentConfig {
+  mode: ProxyMode;
+  /** The file read with --config, if any. */
+  configFile?: string;
+  /** Path of the kubeconfig; unset means in-cluster service account, then the default kubeconfig. */
+  kubeconfig?: string;
+  /** Node name used instead of the hostname. */
+  hostnameOverride?: string;
+  /** Historic name: the node's primary IP when set (kube-proxy binds nothing to it). */
+  bindAddress: string;
+  /** Pod CIDRs, at most one per IP family. */
+  clusterCIDRs: string[];
+  detectLocalMode: DetectLocalMode;
+  detectLocal: {bridgeInterface: string; interfaceNamePrefix: string};
+  /** CIDRs, or 'primary'; the keywords 'localhost' and 'all' are expanded to CIDRs. Empty: every address. */
+  nodePortAddresses: string[];
+  iptables: {
+    masqueradeAll: boolean;
+    masqueradeBit: number;
+    localhostNodePorts: boolean;
+    syncPeriod: number;
+    minSyncPeriod: number;
+  };
+  ipvs: {
+    scheduler: string;
+    syncPeriod: number;
+    minSyncPeriod: number;
+    excludeCIDRs: string[];
+    strictARP: boolean;
+    tcpTimeout: number;
+    tcpFinTimeout: number;
+    udpTimeout: number;
+  };
+  nftables: {masqueradeAll: boolean; masqueradeBit: number; syncPeriod: number; minSyncPeriod: number};
+  conntrack: {
+    /** 0 leaves nf_conntrack_max as it is. */
+    maxPerCore: number;
+    min: number;
+    /** 0 leaves the kernel's value. */
+    tcpEstablishedTimeout: number;
+    tcpCloseWaitTimeout: number;
+    tcpBeLiberal: boolean;
+    udpTimeout: number;
+    udpStreamTimeout: number;
+  };
+  /** "host:port"; empty turns the server off. */
+  metricsBindAddress: string;
+  healthzBindAddress: string;
+  /** Where the WebSocket API for the plugin listens. */
+  apiBindAddress: string;
+  /** How often the watches relist everything. */
+  configSyncPeriod: number;
+  /** Run every rule command inside this network namespace (`ip netns exec NAME`). */
+  netns?: string;
+  /** Remove the agent's rules and exit. */
+  cleanup: boolean;
+  /** Log detail, as --v: 0 events and errors, 2 each sync, 4 commands, 5 rule text. */
+  verbosity: number;
+  featureGates: Record<string, boolean>;
+}
+
+/** defaultAgentConfig holds kube-proxy's v1alpha1 defaults. */
+export function defaultAgentConfig(): AgentConfig {
+  return {
+    mode: 'iptables',
+    bindAddress: '0.0.0.0',
+    clusterCIDRs: [],
+    detectLocalMode: 'ClusterCIDR',
+    detectLocal: {bridgeInterface: '', interfaceNamePrefix: ''},
+    nodePortAddresses: [],
+    iptables: {masqueradeAll: false, masqueradeBit: 14, localhostNodePorts: true, syncPeriod: 30_000, minSyncPeriod: 1_000},
+    ipvs: {
+      scheduler: '',
+      syncPeriod: 30_000,
+      minSyncPeriod: 0,
+      excludeCIDRs: [],
+      strictARP: false,
+      tcpTimeout: 0,
+      tcpFinTimeout: 0,
+      udpTimeout: 0,
+    },
+    nftables: {masqueradeAll: false, masqueradeBit: 14, syncPeriod: 30_000, minSyncPeriod: 1_000},
+    conntrack: {
+      maxPerCore: 32768,
+      min: 131072,
+      tcpEstablishedTimeout: 24 * 3_600_000,
+      tcpCloseWaitTimeout: 3_600_000,
+      tcpBeLiberal: false,
+      udpTimeout: 0,
+      udpStreamTimeout: 0,
+    },
+    metricsBindAddress: '127.0.0.1:10249',
+    healthzBindAddress: '0.0.0.0:10256',
+    apiBindAddress: '127.0.0.1:10260',
+    configSyncPeriod: 15 * 60_000,
+    cleanup: false,
+    verbosity: 0,
+    featureGates: {},
+  };
+}
+
+/** syncPeriods returns the periods of the configured mode. */
+export function syncPeriods(config: AgentConfig): {syncPeriod: number; minSyncPeriod: number} {
+  const section = config.mode === 'ipvs' ? config.ipvs : config.mode === 'nftables' ? config.nftables : config.iptables;
+  return {syncPeriod: section.syncPeriod, minSyncPeriod: section.minSyncPeriod};
+}
+
+/** ConfigError is a setting refused at start; the message names the field and the cause. */
+export class ConfigError extends Error {
+  override name = 'ConfigError';
+}

@@ -1,0 +1,147 @@
+// loadAgentConfig: defaults, then the --config file, then the flags on top (flags win, as in
+// kube-proxy), then every value checked. A refused setting throws ConfigError naming it.
+import {readFileSync} from 'node:fs';
+import {parseCIDR, parseIP} from '../../core/model/index.ts';
+import {type AgentConfig, ConfigError, defaultAgentConfig, detectLocalModes, ipvsSchedulers, proxyModes} from './agent-config.ts';
+import {formatGoDuration} from './duration.ts';
+import {applyFlags, parseFlags} from './flags.ts';
+import {applyKubeProxyConfiguration, describe} from './kube-proxy-configuration.ts';
+
+export interface LoadedConfig {
+  config: AgentConfig;
+  /** --help was given. */
+  help: boolean;
+}
+
+export function loadAgentConfig(argv: string[], readFile: (path: string) => string = (path) => readFileSync(path, 'utf8')): LoadedConfig {
+  const flags = parseFlags(argv);
+  const config = defaultAgentConfig();
+  const configFlag = flags.values.findLast((entry) => entry.name === 'config');
+  const fileFields = new Set<string>();
+  if (configFlag !== undefined && configFlag.value !== '') {
+    const fileName = String(configFlag.value);
+    let text: string;
+    try {
+      text = readFile(fileName);
+    } catch (error) {
+      const reason = (error as NodeJS.ErrnoException).code ?? (error instanceof Error ? error.message : String(error));
+      throw new ConfigError(`config file ${fileName}: cannot read it: ${reason}`);
+    }
+    for (const path of applyKubeProxyConfiguration(text, fileName, config)) fileFields.add(path);
+  }
+  const flagSources = applyFlags(flags, config);
+  const source = (path: string): string => {
+    const flag = flagSources.get(path);
+    if (flag !== undefined) return `flag ${flag}`;
+    if (fileFields.has(path)) return `config file ${config.configFile}: ${path}`;
+    return path;
+  };
+  validateAgentConfig(config, source);
+  return {config, help: flags.help};
+}
+
+/**
+ * validateAgentConfig checks what the type alone does not, as kube-proxy's validation does; `source`
+ * names where a setting came from (a flag, or a field of the file). Also normalises a few values.
+ */
+export function validateAgentConfig(config: AgentConfig, source: (path: string) => string = (path) => path): void {
+  const refuse = (path: string, value: unknown, why: string): never => {
+    throw new ConfigError(`${source(path)}: ${describe(value)} ${why}`);
+  };
+  if (!proxyModes.includes(config.mode)) refuse('mode', config.mode, `is not one of ${proxyModes.join(', ')}`);
+
+  checkSection('iptables', config.iptables);
+  if (config.mode === 'nftables') checkSection('nftables', config.nftables);
+  if (config.mode === 'ipvs') {
+    checkPeriods('ipvs', config.ipvs);
+    if (config.ipvs.scheduler !== '' && !ipvsSchedulers.includes(config.ipvs.scheduler)) {
+      refuse('ipvs.scheduler', config.ipvs.scheduler, `is not one of ${ipvsSchedulers.join(', ')}`);
+    }
+    config.ipvs.excludeCIDRs.forEach((cidr, index) => {
+      if (!parseCIDR(cidr)) refuse('ipvs.excludeCIDRs', cidr, `(entry ${index}) is not a CIDR`);
+    });
+    for (const field of ['tcpTimeout', 'tcpFinTimeout', 'udpTimeout'] as const) {
+      if (config.ipvs[field] < 0) refuse(`ipvs.${field}`, formatGoDuration(config.ipvs[field]), 'is negative');
+    }
+  }
+
+  for (const field of ['maxPerCore', 'min'] as const) {
+    if (config.conntrack[field] < 0) refuse(`conntrack.${field}`, config.conntrack[field], 'is negative');
+  }
+  for (const field of ['tcpEstablishedTimeout', 'tcpCloseWaitTimeout', 'udpTimeout', 'udpStreamTimeout'] as const) {
+    if (config.conntrack[field] < 0) refuse(`conntrack.${field}`, formatGoDuration(config.conntrack[field]), 'is negative');
+  }
+  if (config.configSyncPeriod <= 0) refuse('configSyncPeriod', formatGoDuration(config.configSyncPeriod), 'is not greater than 0');
+
+  if (!parseIP(config.bindAddress)) refuse('bindAddress', config.bindAddress, 'is not an IP address');
+  for (const field of ['healthzBindAddress', 'metricsBindAddress', 'apiBindAddress'] as const) {
+    if (config[field] !== '' && parseHostPort(config[field]) === undefined) {
+      refuse(field, config[field], 'is not IP:port (like 0.0.0.0:10256 or [::1]:10249)');
+    }
+  }
+
+  const families = new Set<string>();
+  for (const text of config.clusterCIDRs) {
+    const cidr = parseCIDR(text);
+    if (!cidr) refuse('clusterCIDR', text, 'is not a CIDR');
+    else if (families.has(cidr.family)) refuse('clusterCIDR', config.clusterCIDRs.join(','), `has two ${cidr.family} CIDRs (at most one per family)`);
+    else families.add(cidr.family);
+  }
+
+  const expanded: string[] = [];
+  for (const entry of config.nodePortAddresses) {
+    if (entry === 'primary') expanded.push(entry);
+    else if (entry === 'localhost') expanded.push('127.0.0.0/8', '::1/128');
+    else if (entry === 'all') expanded.push('0.0.0.0/0', '::/0');
+    else if (parseCIDR(entry)) expanded.push(entry);
+    else refuse('nodePortAddresses', entry, 'is neither a CIDR nor one of primary, localhost, all');
+  }
+  config.nodePortAddresses = [...new Set(expanded)];
+
+  if (!detectLocalModes.includes(config.detectLocalMode)) {
+    refuse('detectLocalMode', config.detectLocalMode, `is not one of ${detectLocalModes.join(', ')}`);
+  }
+  if (config.detectLocalMode === 'BridgeInterface' && !isInterfaceName(config.detectLocal.bridgeInterface)) {
+    refuse('detectLocal.bridgeInterface', config.detectLocal.bridgeInterface, 'is not an interface name (detectLocalMode BridgeInterface needs one)');
+  }
+  if (config.detectLocalMode === 'InterfaceNamePrefix' && !isInterfaceName(config.detectLocal.interfaceNamePrefix)) {
+    refuse('detectLocal.interfaceNamePrefix', config.detectLocal.interfaceNamePrefix, 'is not an interface name prefix (detectLocalMode InterfaceNamePrefix needs one)');
+  }
+
+  if (config.hostnameOverride !== undefined) {
+    config.hostnameOverride = config.hostnameOverride.trim().toLowerCase();
+    if (!/^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$/.test(config.hostnameOverride) || config.hostnameOverride.length > 253) {
+      refuse('hostnameOverride', config.hostnameOverride, 'is not a node name (lower-case DNS subdomain)');
+    }
+  }
+  if (config.netns !== undefined && (!/^[A-Za-z0-9_.-]{1,64}$/.test(config.netns) || config.netns === '.' || config.netns === '..')) {
+    refuse('netns', config.netns, 'is not a network namespace name');
+  }
+  if (!Number.isInteger(config.verbosity) || config.verbosity < 0) refuse('logging.verbosity', config.verbosity, 'is not 0 or more');
+
+  function checkSection(name: 'iptables' | 'nftables', section: {masqueradeBit: number; syncPeriod: number; minSyncPeriod: number}): void {
+    if (section.masqueradeBit < 0 || section.masqueradeBit > 31) refuse(`${name}.masqueradeBit`, section.masqueradeBit, 'is not in 0-31');
+    checkPeriods(name, section);
+  }
+  function checkPeriods(name: string, section: {syncPeriod: number; minSyncPeriod: number}): void {
+    if (section.syncPeriod <= 0) refuse(`${name}.syncPeriod`, formatGoDuration(section.syncPeriod), 'is not greater than 0');
+    if (section.minSyncPeriod < 0) refuse(`${name}.minSyncPeriod`, formatGoDuration(section.minSyncPeriod), 'is negative');
+    if (section.syncPeriod < section.minSyncPeriod) {
+      refuse(`${name}.syncPeriod`, formatGoDuration(section.syncPeriod), `is shorter than ${name}.minSyncPeriod ${formatGoDuration(section.minSyncPeriod)}`);
+    }
+  }
+}
+
+/** parseHostPort reads "IP:port" or "[IPv6]:port". */
+export function parseHostPort(text: string): {host: string; port: number} | undefined {
+  const match = /^\[([^\]]+)\]:(\d{1,5})$/.exec(text) ?? /^([^:[\]]+):(\d{1,5})$/.exec(text);
+  if (!match) return undefined;
+  const ip = parseIP(match[1]);
+  const port = Number(match[2]);
+  if (!ip || port > 65535) return undefined;
+  return {host: ip.text, port};
+}
+
+function isInterfaceName(name: string): boolean {
+  return /^[^\s/]{1,15}$/.test(name);
+}
