@@ -1,0 +1,136 @@
+// CommandHost: the Host that runs the real commands (through execa), optionally inside a network
+// namespace with `ip netns exec NAME`.
+import {execa} from 'execa';
+import type {IPFamily} from '../../core/model/index.ts';
+import {type ConntrackFilter, type Host, HostCommandError, type IptablesFrontEnd, type IptablesTable, type RestoreOptions} from './host.ts';
+
+export interface CommandResult {
+  exitCode: number | undefined;
+  stdout: string;
+  stderr: string;
+}
+
+/** CommandRunner runs one program and never throws for a non-zero exit. */
+export type CommandRunner = (command: string[], input?: string) => Promise<CommandResult>;
+
+export const execaRunner: CommandRunner = async (command, input) => {
+  const result = await execa(command[0], command.slice(1), {input, reject: false, stripFinalNewline: false, env: {LC_ALL: 'C'}});
+  if (result.failed && result.exitCode === undefined) {
+    return {exitCode: undefined, stdout: '', stderr: String(result.originalMessage ?? result.message)};
+  }
+  return {exitCode: result.exitCode, stdout: String(result.stdout ?? ''), stderr: String(result.stderr ?? '')};
+};
+
+/**
+ * Wait up to 5 s for the xtables lock, polling every 100 ms, as kube-proxy does; the lock is shared
+ * with kubelet, CNI plugins and firewalld.
+ */
+const xtablesWait = ['-w', '5', '-W', '100000'];
+
+export interface CommandHostOptions {
+  netns?: string;
+  runner?: CommandRunner;
+  /** Called with each command line before it runs (for --v=4 logs). */
+  onCommand?: (command: string[]) => void;
+}
+
+export class CommandHost implements Host {
+  readonly netns: string | undefined;
+  readonly #runner: CommandRunner;
+  readonly #onCommand: ((command: string[]) => void) | undefined;
+
+  constructor(options: CommandHostOptions = {}) {
+    this.netns = options.netns;
+    this.#runner = options.runner ?? execaRunner;
+    this.#onCommand = options.onCommand;
+  }
+
+  /** run executes the command (inside the namespace when set); exit codes in `accept` do not throw. */
+  async run(command: string[], options: {input?: string; accept?: number[]} = {}): Promise<CommandResult> {
+    const full = this.netns === undefined ? command : ['ip', 'netns', 'exec', this.netns, ...command];
+    this.#onCommand?.(full);
+    const result = await this.#runner(full, options.input);
+    if (result.exitCode === 0 || (result.exitCode !== undefined && options.accept?.includes(result.exitCode))) return result;
+    throw new HostCommandError(full, result.exitCode, result.stderr || result.stdout);
+  }
+
+  async iptablesRestore(family: IPFamily, rules: string, options: RestoreOptions): Promise<void> {
+    const command = [restoreCommand(family), ...xtablesWait];
+    if (options.noflush) command.push('--noflush');
+    if (options.counters) command.push('--counters');
+    await this.run(command, {input: rules});
+  }
+
+  async iptablesSave(family: IPFamily, table: IptablesTable): Promise<string> {
+    return (await this.run([saveCommand(family), '-t', table])).stdout;
+  }
+
+  async iptablesHasRule(family: IPFamily, table: IptablesTable, chain: string, rule: string[]): Promise<boolean> {
+    // -C exits 1 when the rule is missing, and also when the chain is: both mean "not there".
+    const result = await this.run([iptablesCommand(family), ...xtablesWait, '-t', table, '-C', chain, ...rule], {accept: [1]});
+    return result.exitCode === 0;
+  }
+
+  async iptablesAddRule(family: IPFamily, table: IptablesTable, chain: string, rule: string[], position: 'prepend' | 'append'): Promise<void> {
+    await this.run([iptablesCommand(family), ...xtablesWait, '-t', table, position === 'prepend' ? '-I' : '-A', chain, ...rule]);
+  }
+
+  async iptablesEnsureChain(family: IPFamily, table: IptablesTable, chain: string): Promise<boolean> {
+    const result = await this.run([iptablesCommand(family), ...xtablesWait, '-t', table, '-N', chain], {accept: [1]});
+    if (result.exitCode === 0) return false;
+    if (/exists/i.test(result.stderr)) return true;
+    throw new HostCommandError([iptablesCommand(family), '-t', table, '-N', chain], result.exitCode, result.stderr);
+  }
+
+  async iptablesFrontEnd(family: IPFamily): Promise<IptablesFrontEnd> {
+    const {stdout} = await this.run([iptablesCommand(family), '--version']);
+    return parseIptablesFrontEnd(stdout);
+  }
+
+  async nft(args: string[], input?: string): Promise<string> {
+    return (await this.run(['nft', ...args], {input})).stdout;
+  }
+
+  async ipset(args: string[], input?: string): Promise<string> {
+    return (await this.run(['ipset', ...args], {input})).stdout;
+  }
+
+  async ipvsadm(args: string[]): Promise<string> {
+    return (await this.run(['ipvsadm', ...args])).stdout;
+  }
+
+  async conntrackDelete(filter: ConntrackFilter): Promise<number> {
+    const command = ['conntrack', '-D', '-f', filter.family === 'IPv6' ? 'ipv6' : 'ipv4', '-p', filter.protocol.toLowerCase()];
+    if (filter.origDst !== undefined) command.push('--orig-dst', filter.origDst);
+    if (filter.dport !== undefined) command.push('--dport', String(filter.dport));
+    if (filter.dstNat !== undefined) command.push('--dst-nat', filter.dstNat);
+    // conntrack exits 1 when nothing matched; the count is on stderr either way.
+    const result = await this.run(command, {accept: [1]});
+    const count = /(\d+) flow entries have been deleted/.exec(result.stderr);
+    if (result.exitCode === 1 && !count) throw new HostCommandError(command, 1, result.stderr);
+    return count ? Number(count[1]) : 0;
+  }
+
+  async sysctlRead(name: string): Promise<string> {
+    return (await this.run(['sysctl', '-n', name])).stdout.trim();
+  }
+
+  async sysctlWrite(name: string, value: string): Promise<void> {
+    await this.run(['sysctl', '-q', '-w', `${name}=${value}`]);
+  }
+}
+
+/** parseIptablesFrontEnd reads "iptables v1.8.9 (nf_tables)" or "(legacy)"; older versions say neither and are legacy. */
+export function parseIptablesFrontEnd(versionText: string): IptablesFrontEnd {
+  return /\(nf_tables\)/.test(versionText) ? 'nf_tables' : 'legacy';
+}
+
+function iptablesCommand(family: IPFamily): string {
+  return family === 'IPv6' ? 'ip6tables' : 'iptables';
+}
+function restoreCommand(family: IPFamily): string {
+  return `${iptablesCommand(family)}-restore`;
+}
+function saveCommand(family: IPFamily): string {
+  return `${iptablesCommand(family)}-save`;
+}

@@ -1,0 +1,66 @@
+// Host: every command the agent runs on the node (iptables, nft, ipset, ipvsadm, conntrack, sysctl),
+// behind one interface so that tests can record calls instead of touching a kernel.
+import type {IPFamily, Protocol} from '../../core/model/index.ts';
+
+export type IptablesTable = 'filter' | 'nat' | 'mangle' | 'raw';
+export type IptablesFrontEnd = 'nf_tables' | 'legacy';
+
+export interface RestoreOptions {
+  /** Keep chains the input does not declare (iptables-restore --noflush). */
+  noflush: boolean;
+  /** Take packet counters from the input (--counters). */
+  counters?: boolean;
+}
+
+/**
+ * ConntrackFilter selects entries for `conntrack -D`. origDst/dport match the original direction
+ * (the service address the client used), dstNat the endpoint the entry was DNATed to.
+ */
+export interface ConntrackFilter {
+  family: IPFamily;
+  protocol: Protocol;
+  origDst?: string;
+  dport?: number;
+  dstNat?: string;
+}
+
+export interface Host {
+  /** The network namespace commands run in; undefined for the agent's own. */
+  readonly netns: string | undefined;
+  /** Feeds rules to iptables-restore (ip6tables-restore for IPv6), waiting for the xtables lock. */
+  iptablesRestore(family: IPFamily, rules: string, options: RestoreOptions): Promise<void>;
+  /** iptables-save -t TABLE. */
+  iptablesSave(family: IPFamily, table: IptablesTable): Promise<string>;
+  /** iptables -C: true when the rule is there. */
+  iptablesHasRule(family: IPFamily, table: IptablesTable, chain: string, rule: string[]): Promise<boolean>;
+  /** iptables -I (prepend) or -A (append). */
+  iptablesAddRule(family: IPFamily, table: IptablesTable, chain: string, rule: string[], position: 'prepend' | 'append'): Promise<void>;
+  /** iptables -N, unless the chain exists. Returns true when it existed. */
+  iptablesEnsureChain(family: IPFamily, table: IptablesTable, chain: string): Promise<boolean>;
+  /** Which kernel interface the iptables command drives, from `iptables --version`. */
+  iptablesFrontEnd(family: IPFamily): Promise<IptablesFrontEnd>;
+  /** nft ARGS, with an optional script on stdin (`nft -f -`). */
+  nft(args: string[], input?: string): Promise<string>;
+  ipset(args: string[], input?: string): Promise<string>;
+  ipvsadm(args: string[]): Promise<string>;
+  /** conntrack -D with the filter; returns how many entries were deleted (0 when none matched). */
+  conntrackDelete(filter: ConntrackFilter): Promise<number>;
+  /** sysctl NAME, e.g. "net.ipv4.conf.all.route_localnet". */
+  sysctlRead(name: string): Promise<string>;
+  sysctlWrite(name: string, value: string): Promise<void>;
+}
+
+/** HostCommandError: a node command failed; the message holds the command line and its stderr. */
+export class HostCommandError extends Error {
+  override name = 'HostCommandError';
+  readonly command: string[];
+  readonly exitCode: number | undefined;
+  readonly stderr: string;
+  constructor(command: string[], exitCode: number | undefined, stderr: string) {
+    const detail = stderr.trim().split('\n').slice(0, 5).join(' / ') || 'no error output';
+    super(`${command.join(' ')}: ${exitCode === undefined ? 'could not run' : `exit ${exitCode}`}: ${detail}`);
+    this.command = command;
+    this.exitCode = exitCode;
+    this.stderr = stderr;
+  }
+}
