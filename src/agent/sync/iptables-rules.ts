@@ -1,0 +1,77 @@
+// IptablesRuleSource: what the iptables proxier needs from rule rendering (core/iptables), as an
+// interface so that the proxier can be tested with hand-written rules and so that the renderer's
+// internals stay in core.
+import type {IptablesTable} from '../host/host.ts';
+import type {ProxyModel} from '../../core/model/index.ts';
+
+/** A rule in a built-in chain that sends packets into the proxy's chains (PREROUTING -> KUBE-SERVICES). */
+export interface JumpRule {
+  table: IptablesTable;
+  /** The built-in chain holding the rule, e.g. "PREROUTING". */
+  chain: string;
+  /** The rule's arguments after the chain name, e.g. ["-m","comment","--comment","kubernetes service portals","-j","KUBE-SERVICES"]. */
+  rule: string[];
+  position: 'prepend' | 'append';
+}
+
+export interface RenderOptions {
+  /**
+   * Identities (servicePortIdentity) of the service ports whose chains must be rewritten; the
+   * others' chains are left as they are. Undefined: a full sync, every chain written.
+   */
+  changedServicePorts?: Set<string>;
+  /** The proxy's chains that exist in the kernel now, per table, so that stale ones can be deleted. */
+  existingChains: Map<IptablesTable, Set<string>>;
+}
+
+export interface IptablesRuleSource {
+  /** iptables-restore input (for --noflush) covering the filter and nat tables. */
+  render(model: ProxyModel, options: RenderOptions): string;
+  /** The jump rules from built-in chains; the proxier keeps them in place with iptables -C / -I. */
+  jumpRules(model: ProxyModel): JumpRule[];
+}
+
+/**
+ * loadCoreIptablesRules binds to core/iptables (renderIptables, renderJumpRules). It is loaded at
+ * run time so that the agent's other parts build and test on their own; a missing or changed
+ * module is reported as one clear error.
+ */
+export async function loadCoreIptablesRules(): Promise<IptablesRuleSource> {
+  // Source runs as .ts (type stripping), the build as .js; a computed specifier keeps tsc from
+  // requiring the module at build time.
+  const specifier = `../../core/iptables/index${import.meta.url.endsWith('.ts') ? '.ts' : '.js'}`;
+  let module: Record<string, unknown>;
+  try {
+    module = (await import(specifier)) as Record<string, unknown>;
+  } catch (error) {
+    throw new Error(`iptables mode: cannot load the rule renderer core/iptables: ${error instanceof Error ? error.message : String(error)}`);
+  }
+  const renderIptables = module.renderIptables;
+  const renderJumpRules = module.renderJumpRules;
+  if (typeof renderIptables !== 'function' || typeof renderJumpRules !== 'function') {
+    throw new Error('iptables mode: core/iptables does not export renderIptables and renderJumpRules');
+  }
+  return {
+    render: (model, options) =>
+      String(renderIptables(model, {changedServicePorts: options.changedServicePorts, existingChains: options.existingChains, includeJumps: false})),
+    jumpRules: (model) => readJumpRules(renderJumpRules(model)),
+  };
+}
+
+/** readJumpRules checks what the renderer gave: a list of {table, chain, rule|args, position?}. */
+function readJumpRules(value: unknown): JumpRule[] {
+  if (!Array.isArray(value)) throw new Error('core/iptables renderJumpRules did not return a list');
+  return value.map((entry, index) => {
+    const object = entry as {table?: unknown; chain?: unknown; rule?: unknown; args?: unknown; position?: unknown};
+    const rule = Array.isArray(object.rule) ? object.rule : object.args;
+    if (typeof object.table !== 'string' || typeof object.chain !== 'string' || !Array.isArray(rule) || !rule.every((word) => typeof word === 'string')) {
+      throw new Error(`core/iptables renderJumpRules entry ${index} is not {table, chain, rule}`);
+    }
+    return {
+      table: object.table as IptablesTable,
+      chain: object.chain,
+      rule: rule as string[],
+      position: object.position === 'append' ? 'append' : 'prepend',
+    };
+  });
+}
