@@ -1,0 +1,44 @@
+// A small stand-in for core/iptables: one KUBE-SVC chain per service port that DNATs to its first
+// endpoint, KUBE-SERVICES rewritten on every sync, stale service chains deleted. Valid
+// iptables-restore input, so the kernel test can load it too.
+import {createHash} from 'node:crypto';
+import {servicePortIdentity, type ProxyModel} from '../../../src/core/model/index.ts';
+import type {IptablesRuleSource, JumpRule, RenderOptions} from '../../../src/agent/sync/iptables-rules.ts';
+
+export function serviceChain(identity: string): string {
+  return `KUBE-SVC-${createHash('sha256').update(identity).digest('hex').slice(0, 16).toUpperCase()}`;
+}
+
+export class FakeRules implements IptablesRuleSource {
+  readonly renders: RenderOptions[] = [];
+
+  render(model: ProxyModel, options: RenderOptions): string {
+    this.renders.push(options);
+    const nat = ['*nat', ':KUBE-SERVICES - [0:0]'];
+    const rules: string[] = [];
+    const live = new Set<string>();
+    for (const port of model.servicePorts) {
+      const identity = servicePortIdentity(port);
+      const chain = serviceChain(identity);
+      live.add(chain);
+      const protocol = port.protocol.toLowerCase();
+      rules.push(`-A KUBE-SERVICES -d ${port.clusterIP}/32 -p ${protocol} -m comment --comment "${port.key} cluster IP" -m ${protocol} --dport ${port.port} -j ${chain}`);
+      if (options.changedServicePorts && !options.changedServicePorts.has(identity)) continue;
+      nat.push(`:${chain} - [0:0]`);
+      const endpoint = port.clusterEndpoints[0];
+      if (endpoint) rules.push(`-A ${chain} -p ${protocol} -m comment --comment "${port.key}" -m ${protocol} -j DNAT --to-destination ${endpoint.key}`);
+    }
+    const stale = [...(options.existingChains.get('nat') ?? [])].filter((chain) => chain.startsWith('KUBE-SVC-') && !live.has(chain));
+    for (const chain of stale) nat.push(`:${chain} - [0:0]`);
+    for (const chain of stale) rules.push(`-X ${chain}`);
+    return [...nat, ...rules, 'COMMIT', ''].join('\n');
+  }
+
+  jumpRules(): JumpRule[] {
+    const rule = ['-m', 'comment', '--comment', 'kubernetes service portals', '-j', 'KUBE-SERVICES'];
+    return [
+      {table: 'nat', chain: 'PREROUTING', rule, position: 'prepend'},
+      {table: 'nat', chain: 'OUTPUT', rule, position: 'prepend'},
+    ];
+  }
+}

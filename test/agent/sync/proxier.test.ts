@@ -1,0 +1,276 @@
+// The iptables proxier against a recording host: when it syncs fully or partially, what it writes,
+// how it recovers from failures and repairs drift, and what it tells conntrack, health and metrics.
+import assert from 'node:assert/strict';
+import {test} from 'node:test';
+import {ProxierHealth} from '../../../src/agent/health/proxier-health.ts';
+import {createAgentMetrics} from '../../../src/agent/health/metrics.ts';
+import type {ServiceHealthTarget} from '../../../src/agent/health/service-health.ts';
+import {memoryLogger} from '../../../src/agent/log.ts';
+import {fullSyncPeriod, IptablesProxier} from '../../../src/agent/sync/proxier.ts';
+import {FakeClock} from '../fake-clock.ts';
+import {RecordingHost} from '../recording-host.ts';
+import {MemoryObjects, service, slice} from './cluster.ts';
+import {FakeRules, serviceChain} from './fake-rules.ts';
+
+const periodic = {requested: false, periodic: true, retry: false};
+const requested = {requested: true, periodic: false, retry: false};
+
+function setup(objects = new MemoryObjects({services: [service('web', '10.96.0.10'), service('api', '10.96.0.1')], slices: [slice('web-1', 'web', ['10.244.2.5']), slice('api-1', 'api', ['10.244.2.9'])]})) {
+  const clock = new FakeClock();
+  const host = new RecordingHost();
+  const rules = new FakeRules();
+  const metrics = createAgentMetrics();
+  const health = new ProxierHealth(60_000, clock);
+  const log = memoryLogger(2);
+  const healthTargets: ServiceHealthTarget[][] = [];
+  const proxier = new IptablesProxier({
+    host,
+    rules,
+    objects,
+    families: ['IPv4'],
+    model: {nodeName: 'node-1', clusterCIDRs: ['10.244.0.0/16'], config: {}},
+    syncPeriod: 30_000,
+    minSyncPeriod: 1_000,
+    metrics,
+    health,
+    log,
+    clock,
+    serviceHealth: {sync: async (targets) => void healthTargets.push(targets)},
+  });
+  for (const kind of ['Service', 'EndpointSlice', 'Node'] as const) proxier.markSynced(kind);
+  return {clock, host, rules, metrics, health, log, proxier, objects, healthTargets};
+}
+
+async function metricValue(metrics: ReturnType<typeof createAgentMetrics>, name: string, labels: Record<string, string> = {}): Promise<number> {
+  for (const metric of await metrics.registry.getMetricsAsJSON()) {
+    for (const value of metric.values as Array<{metricName?: string; labels: Record<string, unknown>; value: number}>) {
+      if ((value.metricName ?? metric.name) !== name) continue;
+      if (Object.entries(labels).every(([key, wanted]) => String(value.labels[key]) === wanted)) return Number(value.value);
+    }
+  }
+  return 0;
+}
+
+test('nothing is written before services, endpoint slices and the node are listed', async () => {
+  const host = new RecordingHost();
+  const proxier = new IptablesProxier({
+    host,
+    rules: new FakeRules(),
+    objects: new MemoryObjects(),
+    families: ['IPv4'],
+    model: {nodeName: 'node-1'},
+    syncPeriod: 30_000,
+    minSyncPeriod: 1_000,
+    metrics: createAgentMetrics(),
+    health: new ProxierHealth(60_000),
+    log: memoryLogger(),
+  });
+  proxier.markSynced('Service');
+  proxier.markSynced('EndpointSlice');
+  assert.deepEqual(await proxier.syncRules(requested), []);
+  assert.equal(host.restores.length, 0);
+});
+
+test('the first sync is full: one restore with --noflush, then the jump rules', async () => {
+  const {host, proxier, metrics, rules} = setup();
+  const [result] = await proxier.syncRules(requested);
+  assert.equal(result.kind, 'full');
+  assert.equal(host.restores.length, 1);
+  assert.equal(host.restores[0].options.noflush, true, 'never flush tables that hold other rules');
+  assert.equal(rules.renders[0].changedServicePorts, undefined);
+  const save = await host.iptablesSave('IPv4', 'nat');
+  assert.match(save, /-A PREROUTING -m comment --comment "kubernetes service portals" -j KUBE-SERVICES/);
+  assert.match(save, /-A KUBE-SERVICES -d 10.96.0.10\/32 .* -j KUBE-SVC-/);
+  assert.match(save, /--to-destination 10.244.2.5:8080/);
+  const restoreAt = host.calls.indexOf('iptables-restore IPv4 --noflush');
+  const jumpAt = host.calls.indexOf('iptables -I IPv4 nat PREROUTING');
+  assert.ok(restoreAt >= 0 && jumpAt > restoreAt, 'jumps are added once the chains they lead to are filled');
+  assert.equal(await metricValue(metrics, 'kubeproxy_sync_proxy_rules_iptables_total', {table: 'nat'}), 6, '2 jumps + 2 service rules + 2 DNAT rules');
+  assert.equal(await metricValue(metrics, 'kubeproxy_sync_full_proxy_rules_duration_seconds_count'), 1);
+});
+
+test('an endpoint change is a partial sync of that service port only', async () => {
+  const {host, proxier, objects, rules, metrics} = setup();
+  await proxier.syncRules(requested);
+  objects.slicesByName.set('web-1', slice('web-1', 'web', ['10.244.2.6']));
+  proxier.onChange('EndpointSlice', objects.slicesByName.get('web-1'));
+  const [result] = await proxier.syncRules(requested);
+  assert.equal(result.kind, 'partial');
+  assert.deepEqual([...rules.renders[1].changedServicePorts!], ['default/web:p/TCP']);
+  const input = host.restores[1].rules;
+  assert.ok(input.includes(`:${serviceChain('default/web:p/TCP')} `));
+  assert.ok(!input.includes(`:${serviceChain('default/api:p/TCP')} `), 'the unchanged chain is not rewritten');
+  assert.match(await host.iptablesSave('IPv4', 'nat'), /--to-destination 10.244.2.6:8080/);
+  assert.ok(!host.calls.slice(host.calls.lastIndexOf('iptables-restore IPv4 --noflush')).some((call) => call.startsWith('iptables -C')), 'jump rules are checked on full syncs');
+  assert.equal(await metricValue(metrics, 'kubeproxy_sync_partial_proxy_rules_duration_seconds_count'), 1);
+  assert.equal(await metricValue(metrics, 'kubeproxy_sync_proxy_rules_endpoint_changes_total'), 1);
+  assert.equal(await metricValue(metrics, 'kubeproxy_sync_proxy_rules_endpoint_changes_pending'), 0);
+});
+
+test('a sync with nothing changed writes nothing', async () => {
+  const {host, proxier} = setup();
+  await proxier.syncRules(requested);
+  const [result] = await proxier.syncRules(requested);
+  assert.equal(result.kind, 'unchanged');
+  assert.equal(host.restores.length, 1);
+});
+
+test('a deleted service loses its chain in the next (partial) sync', async () => {
+  const {host, proxier, objects} = setup();
+  await proxier.syncRules(requested);
+  objects.servicesByName.delete('api');
+  proxier.onChange('Service', undefined);
+  const [result] = await proxier.syncRules(requested);
+  assert.equal(result.kind, 'partial');
+  const save = await host.iptablesSave('IPv4', 'nat');
+  assert.ok(!save.includes(serviceChain('default/api:p/TCP')));
+  assert.ok(save.includes(serviceChain('default/web:p/TCP')));
+});
+
+test('a failed restore is counted, reported, and followed by a full sync', async () => {
+  const {host, proxier, objects, metrics} = setup();
+  await proxier.syncRules(requested);
+  objects.slicesByName.set('web-1', slice('web-1', 'web', ['10.244.2.7']));
+  proxier.onChange('EndpointSlice', objects.slicesByName.get('web-1'));
+  host.failRestores.push('iptables-restore: line 3 failed');
+  await assert.rejects(proxier.syncRules(requested), /IPv4 partial sync: iptables-restore -w 5 --noflush: exit 1: iptables-restore: line 3 failed/);
+  assert.equal(await metricValue(metrics, 'kubeproxy_sync_proxy_rules_iptables_restore_failures_total'), 1);
+  assert.equal(await metricValue(metrics, 'kubeproxy_sync_proxy_rules_iptables_partial_restore_failures_total'), 1);
+  const [retry] = await proxier.syncRules({requested: false, periodic: false, retry: true});
+  assert.equal(retry.kind, 'full');
+  assert.match(await host.iptablesSave('IPv4', 'nat'), /--to-destination 10.244.2.7:8080/);
+});
+
+test('health: a queued change that cannot be applied for 2 x syncPeriod makes the proxy unhealthy', async () => {
+  const {host, proxier, objects, health, clock} = setup();
+  await proxier.syncRules(requested);
+  objects.slicesByName.set('web-1', slice('web-1', 'web', ['10.244.2.8']));
+  proxier.onChange('EndpointSlice', objects.slicesByName.get('web-1'));
+  host.failRestores.push('locked', 'locked');
+  await assert.rejects(proxier.syncRules(requested));
+  await clock.advance(61_000);
+  await assert.rejects(proxier.syncRules(requested));
+  assert.equal(health.state().healthy, false);
+  await proxier.syncRules(requested);
+  assert.equal(health.state().healthy, true);
+});
+
+test('drift: a periodic sync finds a deleted jump rule and rewrites everything', async () => {
+  const {host, proxier, metrics, log} = setup();
+  await proxier.syncRules(requested);
+  host.tamper('IPv4', 'nat', '-D PREROUTING -m comment --comment "kubernetes service portals" -j KUBE-SERVICES');
+  const [result] = await proxier.syncRules(periodic);
+  assert.equal(result.drift, true);
+  assert.equal(result.kind, 'full');
+  assert.match(await host.iptablesSave('IPv4', 'nat'), /-A PREROUTING -m comment --comment "kubernetes service portals" -j KUBE-SERVICES/);
+  assert.equal(await metricValue(metrics, 'proxyctl_drift_repairs_total', {ip_family: 'IPv4'}), 1);
+  assert.ok(log.lines.some((line) => line.includes('rules changed behind our back') && line.includes('rule missing: -A PREROUTING')));
+});
+
+test('drift: a rule slipped into KUBE-SERVICES is removed', async () => {
+  const {host, proxier} = setup();
+  await proxier.syncRules(requested);
+  host.tamper('IPv4', 'nat', '-I KUBE-SERVICES -s 10.0.0.0/8 -j ACCEPT');
+  const [result] = await proxier.syncRules(periodic);
+  assert.equal(result.drift, true);
+  assert.ok(!(await host.iptablesSave('IPv4', 'nat')).includes('-s 10.0.0.0/8 -j ACCEPT'));
+});
+
+test('drift: foreign rules do not count, and an untouched node is left alone', async () => {
+  const {host, proxier, metrics} = setup();
+  await proxier.syncRules(requested);
+  host.tamper('IPv4', 'nat', ':DOCKER - [0:0]');
+  host.tamper('IPv4', 'nat', '-A PREROUTING -j DOCKER');
+  const [result] = await proxier.syncRules(periodic);
+  assert.deepEqual(result, {family: 'IPv4', kind: 'unchanged', changedServicePorts: 0, drift: false});
+  assert.equal(host.restores.length, 1);
+  assert.equal(await metricValue(metrics, 'proxyctl_drift_repairs_total', {ip_family: 'IPv4'}), 0);
+});
+
+test('a full sync at least once an hour', async () => {
+  const {proxier, clock} = setup();
+  await proxier.syncRules(requested);
+  await clock.advance(fullSyncPeriod - 1000);
+  assert.equal((await proxier.syncRules(periodic))[0].kind, 'unchanged');
+  await clock.advance(2000);
+  assert.equal((await proxier.syncRules(periodic))[0].kind, 'full');
+});
+
+test('conntrack: UDP endpoint removed and UDP service deleted', async () => {
+  const objects = new MemoryObjects({
+    services: [service('dns', '10.96.0.53', {protocol: 'UDP', port: 53}), service('syslog', '10.96.0.14', {protocol: 'UDP', port: 514})],
+    slices: [slice('dns-1', 'dns', ['10.244.2.3', '10.244.2.4'], {protocol: 'UDP'}), slice('syslog-1', 'syslog', ['10.244.2.20'], {protocol: 'UDP'})],
+  });
+  const {host, proxier} = setup(objects);
+  await proxier.syncRules(requested);
+  assert.deepEqual(host.conntrackDeletes, [], 'nothing to clean on the first sync');
+  objects.slicesByName.set('dns-1', slice('dns-1', 'dns', ['10.244.2.3'], {protocol: 'UDP'}));
+  objects.servicesByName.delete('syslog');
+  await proxier.syncRules(requested);
+  assert.deepEqual(
+    host.conntrackDeletes,
+    [
+      {family: 'IPv4', protocol: 'UDP', origDst: '10.96.0.53', dstNat: '10.244.2.4'},
+      {family: 'IPv4', protocol: 'UDP', origDst: '10.96.0.14', dport: 514},
+    ],
+  );
+});
+
+test('malformed objects never stop a sync; each problem is logged once per change', async () => {
+  const objects = new MemoryObjects({services: [service('web', '10.96.0.10'), service('bad', '10.96.0.99', {type: 'NodePort', nodePort: 70000})], slices: [slice('web-1', 'web', ['10.244.2.5'])]});
+  objects.slicesByName.set('junk', {kind: 'EndpointSlice', metadata: {name: 'junk', namespace: 'default'}, addressType: 'IPv4', endpoints: 'not a list'});
+  const {proxier, log, metrics, host} = setup(objects);
+  await proxier.syncRules(requested);
+  assert.equal(host.restores.length, 1);
+  const skipped = () => log.lines.filter((line) => line.includes('object skipped'));
+  assert.ok(skipped().some((line) => line.includes('object="Service default/bad"') && line.includes('70000')), skipped().join('\n'));
+  assert.ok(skipped().some((line) => line.includes('EndpointSlice default/junk')), skipped().join('\n'));
+  const count = skipped().length;
+  await proxier.syncRules(requested);
+  assert.equal(skipped().length, count, 'the same problem is not logged again');
+  assert.ok((await metricValue(metrics, 'proxyctl_object_problems')) >= 2);
+});
+
+test('route_localnet is turned on for localhost NodePorts', async () => {
+  const {host, proxier} = setup();
+  await proxier.start();
+  await proxier.stop();
+  assert.equal(host.sysctls.get('net.ipv4.conf.all.route_localnet'), '1');
+});
+
+test('the runner coalesces a burst of changes into one sync after minSyncPeriod', async () => {
+  const {host, proxier, objects, clock} = setup();
+  await proxier.start();
+  await clock.advance(0);
+  assert.equal(host.restores.length, 1);
+  for (let i = 0; i < 20; i++) {
+    objects.slicesByName.set('web-1', slice('web-1', 'web', [`10.244.2.${100 + i}`]));
+    proxier.onChange('EndpointSlice', objects.slicesByName.get('web-1'));
+    await clock.advance(10);
+  }
+  await clock.advance(2000);
+  assert.equal(host.restores.length, 2);
+  assert.match(await host.iptablesSave('IPv4', 'nat'), /10.244.2.119:8080/);
+  await proxier.stop();
+});
+
+test('network programming latency is measured from the last-change-trigger-time annotation', async () => {
+  const {proxier, objects, clock, metrics} = setup();
+  await proxier.syncRules(requested);
+  const changed = slice('web-1', 'web', ['10.244.2.50'], {triggerTime: new Date(clock.now() - 2500).toISOString()});
+  objects.slicesByName.set('web-1', changed);
+  proxier.onChange('EndpointSlice', changed);
+  await proxier.syncRules(requested);
+  assert.equal(await metricValue(metrics, 'kubeproxy_network_programming_duration_seconds_sum', {ip_family: 'IPv4'}), 2.5);
+});
+
+test('eTP=Local services get health check targets with their local endpoint count', async () => {
+  const objects = new MemoryObjects({
+    services: [service('lb', '10.96.0.80', {type: 'LoadBalancer', nodePort: 30080, externalTrafficPolicy: 'Local', healthCheckNodePort: 32000})],
+    slices: [slice('lb-1', 'lb', ['10.244.1.7', '10.244.1.8'], {nodeName: 'node-1'}), slice('lb-2', 'lb', ['10.244.2.7'], {nodeName: 'node-2'})],
+  });
+  const {proxier, healthTargets, metrics} = setup(objects);
+  await proxier.syncRules(requested);
+  assert.deepEqual(healthTargets.at(-1), [{namespace: 'default', name: 'lb', healthCheckNodePort: 32000, localEndpoints: 2}]);
+  assert.equal(await metricValue(metrics, 'kubeproxy_sync_proxy_rules_no_local_endpoints_total', {traffic_policy: 'external'}), 0);
+});
