@@ -1,0 +1,92 @@
+// KubernetesClient: the two calls the watches need (list, watch), over @kubernetes/client-node's
+// KubeConfig and Watch. Objects stay raw JSON: the model reads them defensively, and a typed decode
+// would drop fields it does not know.
+import {request as httpRequest} from 'node:http';
+import {request as httpsRequest, type RequestOptions} from 'node:https';
+import {KubeConfig, Watch} from '@kubernetes/client-node';
+
+export interface ListResult {
+  items: unknown[];
+  resourceVersion: string;
+}
+
+export interface WatchHandle {
+  abort(): void;
+}
+
+export interface KubernetesClient {
+  list(path: string, query: Record<string, string>): Promise<ListResult>;
+  /** Streams events until the server ends the watch or an error; onDone is called once either way. */
+  watch(path: string, query: Record<string, string>, onEvent: (type: string, object: unknown) => void, onDone: (error?: unknown) => void): Promise<WatchHandle>;
+}
+
+/** ApiError: the API server answered a request with an error status. */
+export class ApiError extends Error {
+  override name = 'ApiError';
+  readonly statusCode: number;
+  constructor(message: string, statusCode: number) {
+    super(message);
+    this.statusCode = statusCode;
+  }
+}
+
+/** loadKubeConfig: the given file, else in-cluster service account or $KUBECONFIG / ~/.kube/config. */
+export function loadKubeConfig(path?: string): KubeConfig {
+  const config = new KubeConfig();
+  if (path) config.loadFromFile(path);
+  else config.loadFromDefault();
+  if (!config.getCurrentCluster()) throw new Error(`kubeconfig ${path ?? '(default)'}: no current cluster`);
+  return config;
+}
+
+export function createKubernetesClient(config: KubeConfig): KubernetesClient {
+  const watcher = new Watch(config);
+  return {
+    async list(path, query) {
+      const cluster = config.getCurrentCluster()!;
+      const url = new URL(cluster.server.replace(/\/$/, '') + path);
+      for (const [key, value] of Object.entries(query)) url.searchParams.set(key, value);
+      const options: RequestOptions = {method: 'GET', headers: {Accept: 'application/json'}};
+      await config.applyToHTTPSOptions(options);
+      const body = await getJson(url, options);
+      const list = body as {items?: unknown; metadata?: {resourceVersion?: unknown}};
+      if (!Array.isArray(list.items)) throw new Error(`GET ${path}: the answer is not a list`);
+      return {items: list.items, resourceVersion: typeof list.metadata?.resourceVersion === 'string' ? list.metadata.resourceVersion : ''};
+    },
+    async watch(path, query, onEvent, onDone) {
+      const controller = await watcher.watch(path, query, (type, object) => onEvent(type, object), (error) => onDone(error ?? undefined));
+      return {abort: () => controller.abort()};
+    },
+  };
+}
+
+function getJson(url: URL, options: RequestOptions): Promise<unknown> {
+  const send = url.protocol === 'http:' ? httpRequest : httpsRequest;
+  return new Promise((resolve, reject) => {
+    const request = send(url, {...options, timeout: 60_000}, (response) => {
+      const chunks: Buffer[] = [];
+      response.on('data', (chunk: Buffer) => chunks.push(chunk));
+      response.on('error', reject);
+      response.on('end', () => {
+        const text = Buffer.concat(chunks).toString('utf8');
+        let body: unknown;
+        try {
+          body = JSON.parse(text);
+        } catch {
+          body = undefined;
+        }
+        const status = response.statusCode ?? 0;
+        if (status !== 200) {
+          const message = (body as {message?: unknown})?.message;
+          reject(new ApiError(`GET ${url.pathname}: ${status} ${typeof message === 'string' ? message : text.slice(0, 200)}`, status));
+          return;
+        }
+        if (body === undefined) reject(new Error(`GET ${url.pathname}: the answer is not JSON`));
+        else resolve(body);
+      });
+    });
+    request.on('timeout', () => request.destroy(new Error(`GET ${url.pathname}: no answer in 60 s`)));
+    request.on('error', reject);
+    request.end();
+  });
+}

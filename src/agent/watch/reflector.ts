@@ -1,0 +1,237 @@
+// Reflector: keeps one resource in step with the API server. List, then watch from the list's
+// resourceVersion; a watch the server closes resumes from the last resourceVersion seen; on "410
+// Gone" list again; when a request fails, list again after a doubling backoff; when a watch stays silent longer than the watchdog allows, assume it is stuck
+// and list again. Malformed events are dropped, never thrown.
+import type {Logger} from '../log.ts';
+import {type Clock, systemClock} from '../sync/clock.ts';
+import type {KubernetesClient, WatchHandle} from './kubernetes-client.ts';
+
+export type WatchEventType = 'ADDED' | 'MODIFIED' | 'DELETED';
+
+export interface ReflectorOptions {
+  /** For logs: "services", "endpointslices", "node node-1". */
+  name: string;
+  path: string;
+  labelSelector?: string;
+  fieldSelector?: string;
+  client: KubernetesClient;
+  /** A list replaced everything that was known. */
+  onReplace: (items: unknown[]) => void;
+  onEvent: (type: WatchEventType, object: unknown) => void;
+  /** The first list is in. */
+  onSynced?: () => void;
+  log: Logger;
+  clock?: Clock;
+  /** Silence (no event, no bookmark, no reconnect) after which the resource is listed again. */
+  watchdogMs: number;
+  backoffInitialMs?: number;
+  backoffMaxMs?: number;
+  /** How long the server keeps one watch open before ending it (timeoutSeconds). */
+  watchTimeoutSeconds?: number;
+}
+
+export class Reflector {
+  readonly #options: ReflectorOptions;
+  readonly #clock: Clock;
+  #resourceVersion = '';
+  #synced = false;
+  #stopped = false;
+  #backoff = 0;
+  #handle: WatchHandle | undefined;
+  #watchdog: unknown;
+  #wake: (() => void) | undefined;
+  #loop: Promise<void> | undefined;
+  #relists = 0;
+
+  constructor(options: ReflectorOptions) {
+    this.#options = options;
+    this.#clock = options.clock ?? systemClock;
+  }
+
+  start(): void {
+    this.#loop ??= this.#run();
+  }
+
+  async stop(): Promise<void> {
+    this.#stopped = true;
+    this.#handle?.abort();
+    this.#clearWatchdog();
+    this.#wake?.();
+    await this.#loop;
+  }
+
+  /** How many times the resource was listed. */
+  get lists(): number {
+    return this.#relists;
+  }
+
+  get synced(): boolean {
+    return this.#synced;
+  }
+
+  async #run(): Promise<void> {
+    const {log, name} = this.#options;
+    while (!this.#stopped) {
+      try {
+        if (this.#resourceVersion === '') await this.#list();
+        const startedAt = this.#clock.now();
+        const ended = await this.#watchOnce();
+        if (ended === 'expired') {
+          log.info('watch expired (410); listing again', {resource: name});
+          this.#resourceVersion = '';
+        } else if (ended === 'silent') {
+          log.warn('watch silent too long; listing again', {resource: name, seconds: this.#options.watchdogMs / 1000});
+          this.#resourceVersion = '';
+        } else if (this.#clock.now() - startedAt < 1000 && !this.#stopped) {
+          // A server that ends every watch at once would otherwise be asked again in a tight loop.
+          this.#backoff = Math.min(Math.max(this.#backoff * 2, this.#options.backoffInitialMs ?? 1000), this.#options.backoffMaxMs ?? 30_000);
+          await this.#sleep(this.#backoff);
+          continue;
+        }
+        this.#backoff = 0;
+      } catch (error) {
+        if (this.#stopped) break;
+        const statusCode = (error as {statusCode?: unknown}).statusCode ?? (error as {code?: unknown}).code;
+        if (statusCode === 410) {
+          this.#resourceVersion = '';
+          continue;
+        }
+        // As client-go's reflector does, a failed request starts over with a list: the API server
+        // may have lost the history the old resourceVersion pointed into.
+        this.#resourceVersion = '';
+        const initial = this.#options.backoffInitialMs ?? 1000;
+        this.#backoff = this.#backoff === 0 ? initial : Math.min(this.#backoff * 2, this.#options.backoffMaxMs ?? 30_000);
+        log.warn('API server request failed; retrying', {resource: name, reason: error instanceof Error ? error.message : String(error), retryInSeconds: this.#backoff / 1000});
+        await this.#sleep(this.#backoff);
+      }
+    }
+  }
+
+  async #list(): Promise<void> {
+    const query: Record<string, string> = {};
+    if (this.#options.labelSelector) query.labelSelector = this.#options.labelSelector;
+    if (this.#options.fieldSelector) query.fieldSelector = this.#options.fieldSelector;
+    const list = await this.#options.client.list(this.#options.path, query);
+    if (this.#stopped) return;
+    this.#relists++;
+    this.#options.onReplace(list.items.filter(isObjectWithName));
+    this.#resourceVersion = list.resourceVersion;
+    if (!this.#synced) {
+      this.#synced = true;
+      this.#options.onSynced?.();
+    }
+  }
+
+  /** Resolves with how the watch ended: the server closed it, 410, or the watchdog fired. */
+  #watchOnce(): Promise<'closed' | 'expired' | 'silent'> {
+    return new Promise((resolve, reject) => {
+      let outcome: 'closed' | 'expired' | 'silent' = 'closed';
+      let settled = false;
+      const finish = (error?: unknown) => {
+        if (settled) return;
+        settled = true;
+        this.#clearWatchdog();
+        this.#handle = undefined;
+        if (error !== undefined && error !== null && outcome === 'closed' && !this.#stopped && !isTimeout(error)) reject(error);
+        else resolve(outcome);
+      };
+      const query: Record<string, string> = {
+        resourceVersion: this.#resourceVersion,
+        allowWatchBookmarks: 'true',
+        timeoutSeconds: String(this.#options.watchTimeoutSeconds ?? 300 + Math.floor(Math.random() * 300)),
+      };
+      if (this.#options.labelSelector) query.labelSelector = this.#options.labelSelector;
+      if (this.#options.fieldSelector) query.fieldSelector = this.#options.fieldSelector;
+      this.#armWatchdog(() => {
+        outcome = 'silent';
+        this.#handle?.abort();
+        finish();
+      });
+      this.#options.client
+        .watch(
+          this.#options.path,
+          query,
+          (type, object) => {
+            if (settled) return;
+            this.#armWatchdog(() => {
+              outcome = 'silent';
+              this.#handle?.abort();
+              finish();
+            });
+            this.#handleEvent(type, object, () => {
+              outcome = 'expired';
+              this.#handle?.abort();
+              finish();
+            });
+          },
+          (error) => finish(error),
+        )
+        .then(
+          (handle) => {
+            if (settled) handle.abort();
+            else this.#handle = handle;
+          },
+          (error) => finish(error ?? new Error('watch failed')),
+        );
+    });
+  }
+
+  #handleEvent(type: string, object: unknown, expired: () => void): void {
+    const resourceVersion = (object as {metadata?: {resourceVersion?: unknown}} | undefined)?.metadata?.resourceVersion;
+    if (type === 'ERROR') {
+      const code = (object as {code?: unknown} | undefined)?.code;
+      if (code === 410) expired();
+      else this.#options.log.warn('watch error event', {resource: this.#options.name, reason: JSON.stringify(object).slice(0, 200)});
+      return;
+    }
+    if (type === 'BOOKMARK') {
+      if (typeof resourceVersion === 'string') this.#resourceVersion = resourceVersion;
+      return;
+    }
+    if (type !== 'ADDED' && type !== 'MODIFIED' && type !== 'DELETED') return;
+    if (!isObjectWithName(object)) {
+      this.#options.log.warn('watch event without an object name dropped', {resource: this.#options.name, type});
+      return;
+    }
+    if (typeof resourceVersion === 'string') this.#resourceVersion = resourceVersion;
+    try {
+      this.#options.onEvent(type, object);
+    } catch (error) {
+      this.#options.log.error('handling a watch event failed', {resource: this.#options.name, reason: error instanceof Error ? error.message : String(error)});
+    }
+  }
+
+  #armWatchdog(fire: () => void): void {
+    this.#clearWatchdog();
+    this.#watchdog = this.#clock.setTimer(fire, this.#options.watchdogMs);
+  }
+
+  #clearWatchdog(): void {
+    if (this.#watchdog !== undefined) this.#clock.clearTimer(this.#watchdog);
+    this.#watchdog = undefined;
+  }
+
+  #sleep(milliseconds: number): Promise<void> {
+    return new Promise((resolve) => {
+      const timer = this.#clock.setTimer(() => {
+        this.#wake = undefined;
+        resolve();
+      }, milliseconds);
+      this.#wake = () => {
+        this.#clock.clearTimer(timer);
+        this.#wake = undefined;
+        resolve();
+      };
+    });
+  }
+}
+
+function isObjectWithName(object: unknown): boolean {
+  const name = (object as {metadata?: {name?: unknown}} | undefined)?.metadata?.name;
+  return typeof object === 'object' && object !== null && typeof name === 'string' && name !== '';
+}
+
+/** client-node's Watch aborts a stream with no data for 30 s; that is a normal reconnect, not a failure. */
+function isTimeout(error: unknown): boolean {
+  return (error as {name?: unknown})?.name === 'TimeoutError' || (error as {name?: unknown})?.name === 'AbortError';
+}
