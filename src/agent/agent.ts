@@ -1,0 +1,170 @@
+// startAgent: wires one node agent together from an AgentConfig: watches -> object store ->
+// proxier -> host, with the healthz, metrics and service health servers. main.ts runs it as a
+// process; the lab can run it in-process with its own host, rules and client.
+import {hostname} from 'node:os';
+import {type IPFamily, type LocalDetector, parseCIDR, parseIP, type ProxyConfig} from '../core/model/index.ts';
+import {type AgentConfig, syncPeriods} from './config/agent-config.ts';
+import {parseHostPort} from './config/load-config.ts';
+import {startHealthServer} from './health/health-server.ts';
+import type {HttpEndpoint} from './health/http-listen.ts';
+import {type AgentMetrics, createAgentMetrics} from './health/metrics.ts';
+import {startMetricsServer} from './health/metrics-server.ts';
+import {ProxierHealth} from './health/proxier-health.ts';
+import {ServiceHealthServers} from './health/service-health.ts';
+import {CommandHost} from './host/command-host.ts';
+import type {Host} from './host/host.ts';
+import type {Logger} from './log.ts';
+import {type IptablesRuleSource, loadCoreIptablesRules} from './sync/iptables-rules.ts';
+import {IptablesProxier} from './sync/proxier.ts';
+import {ClusterWatch} from './watch/cluster-watch.ts';
+import {createKubernetesClient, type KubernetesClient, loadKubeConfig} from './watch/kubernetes-client.ts';
+
+export interface AgentDependencies {
+  log: Logger;
+  host?: Host;
+  rules?: IptablesRuleSource;
+  client?: KubernetesClient;
+}
+
+export interface RunningAgent {
+  nodeName: string;
+  families: IPFamily[];
+  proxier: IptablesProxier;
+  watch: ClusterWatch;
+  metrics: AgentMetrics;
+  health: ProxierHealth;
+  healthz?: HttpEndpoint;
+  metricsServer?: HttpEndpoint;
+  /** Stops watching, syncing and serving. The rules stay in the kernel, so traffic keeps flowing. */
+  stop(): Promise<void>;
+}
+
+export async function startAgent(config: AgentConfig, dependencies: AgentDependencies): Promise<RunningAgent> {
+  const {log} = dependencies;
+  if (config.mode !== 'iptables') throw new Error(`proxy mode ${config.mode}: not available yet in this agent; use iptables`);
+  const host = dependencies.host ?? new CommandHost({netns: config.netns, onCommand: (command) => log.detail(4, 'run', {command: command.join(' ')})});
+  const rules = dependencies.rules ?? (await loadCoreIptablesRules());
+  const client = dependencies.client ?? createKubernetesClient(loadKubeConfig(config.kubeconfig));
+  const nodeName = config.hostnameOverride ?? hostname().toLowerCase();
+  const families = proxyFamilies(config);
+  const {syncPeriod, minSyncPeriod} = syncPeriods(config);
+
+  const metrics = createAgentMetrics({processMetrics: true});
+  const health = new ProxierHealth(2 * syncPeriod);
+  const serviceHealth = new ServiceHealthServers({
+    hosts: serviceHealthHosts(config.nodePortAddresses),
+    proxyHealthy: () => health.state().healthy,
+    onError: (target, error) => log.error('cannot open health check port', {service: `${target.namespace}/${target.name}`, port: target.healthCheckNodePort, reason: errorText(error)}),
+  });
+  const proxier = new IptablesProxier({
+    host,
+    rules,
+    objects: {services: () => watch.store.services(), endpointSlices: () => watch.store.endpointSlices(), node: () => watch.store.node()},
+    families,
+    model: {
+      nodeName,
+      nodeIPs: bindAddressNodeIPs(config.bindAddress),
+      clusterCIDRs: config.clusterCIDRs,
+      detectLocalMode: config.detectLocalMode === 'NodeCIDR' ? 'NodeCIDR' : config.detectLocalMode === 'ClusterCIDR' ? 'ClusterCIDR' : undefined,
+      config: proxyConfig(config),
+    },
+    syncPeriod,
+    minSyncPeriod,
+    metrics,
+    health,
+    log,
+    serviceHealth,
+  });
+  const watch: ClusterWatch = new ClusterWatch({
+    client,
+    nodeName,
+    log,
+    watchdogMs: config.configSyncPeriod,
+    onSynced: (kind) => {
+      log.detail(1, 'initial list received', {kind});
+      proxier.markSynced(kind);
+    },
+  });
+  watch.store.onChange((kind, type, object) => {
+    const metadata = (object as {metadata?: {namespace?: string; name?: string}}).metadata;
+    log.detail(3, 'object changed', {kind, object: `${metadata?.namespace ? `${metadata.namespace}/` : ''}${metadata?.name}`, change: type});
+    proxier.onChange(kind, type === 'DELETED' && kind === 'Node' ? undefined : object);
+  });
+
+  const running: RunningAgent = {nodeName, families, proxier, watch, metrics, health, stop: async () => {}};
+  running.healthz = await listenOrLog('healthz', config.healthzBindAddress, log, (host, port) => startHealthServer({host, port, health, metrics}));
+  running.metricsServer = await listenOrLog('metrics', config.metricsBindAddress, log, (host, port) =>
+    startMetricsServer({host, port, registry: metrics.registry, mode: config.mode, configz: () => config}),
+  );
+  await proxier.start();
+  watch.start();
+  log.info('agent started', {node: nodeName, mode: config.mode, families: families.join(','), netns: config.netns, syncPeriodSeconds: syncPeriod / 1000});
+
+  running.stop = async () => {
+    await watch.stop();
+    await proxier.stop();
+    await serviceHealth.close();
+    await running.healthz?.close();
+    await running.metricsServer?.close();
+    log.info('agent stopped; rules left in place');
+  };
+  return running;
+}
+
+/** IPv4, plus IPv6 when the cluster CIDRs or the bind address say the cluster has it. */
+export function proxyFamilies(config: AgentConfig): IPFamily[] {
+  const families = new Set<IPFamily>();
+  for (const text of config.clusterCIDRs) {
+    const cidr = parseCIDR(text);
+    if (cidr) families.add(cidr.family);
+  }
+  const bind = parseIP(config.bindAddress);
+  if (bind && !/^(0\.0\.0\.0|::)$/.test(bind.text)) families.add(bind.family);
+  if (families.size === 0) families.add('IPv4');
+  return [...families].sort();
+}
+
+function proxyConfig(config: AgentConfig): Partial<ProxyConfig> {
+  const result: Partial<ProxyConfig> = {
+    masqueradeAll: config.iptables.masqueradeAll,
+    masqueradeBit: config.iptables.masqueradeBit,
+    nodePortAddresses: config.nodePortAddresses,
+    localhostNodePorts: config.iptables.localhostNodePorts,
+  };
+  let detector: LocalDetector | undefined;
+  if (config.detectLocalMode === 'BridgeInterface') detector = {mode: 'BridgeInterface', interfaceName: config.detectLocal.bridgeInterface};
+  if (config.detectLocalMode === 'InterfaceNamePrefix') detector = {mode: 'InterfaceNamePrefix', interfacePrefix: config.detectLocal.interfaceNamePrefix};
+  if (detector) result.localDetector = detector;
+  return result;
+}
+
+function bindAddressNodeIPs(bindAddress: string): string[] | undefined {
+  const ip = parseIP(bindAddress);
+  return ip && !/^(0\.0\.0\.0|::)$/.test(ip.text) ? [ip.text] : undefined;
+}
+
+/** Health check ports listen on every address unless nodePortAddresses limits them (as kube-proxy). */
+function serviceHealthHosts(nodePortAddresses: string[]): string[] | undefined {
+  const cidrs = nodePortAddresses.filter((entry) => entry !== 'primary');
+  if (cidrs.length === 0 || cidrs.some((cidr) => cidr === '0.0.0.0/0' || cidr === '::/0')) return undefined;
+  // Binding to a CIDR is not possible; the loopback CIDRs map to their address, others to all.
+  return cidrs.every((cidr) => cidr.startsWith('127.') || cidr === '::1/128') ? ['127.0.0.1'] : undefined;
+}
+
+async function listenOrLog(name: string, address: string, log: Logger, start: (host: string, port: number) => Promise<HttpEndpoint>): Promise<HttpEndpoint | undefined> {
+  if (address === '') return undefined;
+  const parsed = parseHostPort(address)!;
+  try {
+    const endpoint = await start(parsed.host, parsed.port);
+    log.info(`${name} server listening`, {address: `${endpoint.host}:${endpoint.port}`});
+    return endpoint;
+  } catch (error) {
+    // kube-proxy goes on without the server unless bindAddressHardFail; so do we.
+    log.error(`cannot start ${name} server`, {address, reason: errorText(error)});
+    return undefined;
+  }
+}
+
+function errorText(error: unknown): string {
+  return error instanceof Error ? error.message : String(error);
+}

@@ -1,0 +1,71 @@
+// proxyctl-agent: the node agent's process. Reads flags and --config, then either removes the
+// agent's rules (--cleanup) or runs until SIGTERM, which stops it without touching the rules.
+import {fileURLToPath} from 'node:url';
+import {realpathSync} from 'node:fs';
+import {ConfigError} from './config/agent-config.ts';
+import {flagsHelp} from './config/flags.ts';
+import {loadAgentConfig} from './config/load-config.ts';
+import {startAgent} from './agent.ts';
+import {CommandHost} from './host/command-host.ts';
+import {createLogger} from './log.ts';
+import {cleanupProxyRules} from './sync/cleanup.ts';
+
+/** Exit codes: 0 done, 1 failed while running, 2 refused settings (as flag parsing errors are). */
+export async function main(argv: string[]): Promise<number> {
+  let loaded;
+  try {
+    loaded = loadAgentConfig(argv);
+  } catch (error) {
+    if (error instanceof ConfigError) {
+      process.stderr.write(`proxyctl-agent: ${error.message}\n`);
+      return 2;
+    }
+    throw error;
+  }
+  if (loaded.help) {
+    process.stdout.write(`${flagsHelp()}\n`);
+    return 0;
+  }
+  const {config} = loaded;
+  const log = createLogger({verbosity: config.verbosity});
+
+  if (config.cleanup) {
+    const host = new CommandHost({netns: config.netns, onCommand: (command) => log.detail(4, 'run', {command: command.join(' ')})});
+    const result = await cleanupProxyRules(host, log);
+    log.info('cleanup done', {chains: result.removedChains, jumpRules: result.removedJumpRules, errors: result.errors.length});
+    return result.errors.length === 0 ? 0 : 1;
+  }
+
+  let agent;
+  try {
+    agent = await startAgent(config, {log});
+  } catch (error) {
+    log.error('cannot start', {reason: error instanceof Error ? error.message : String(error)});
+    return 1;
+  }
+  const signal = await new Promise<string>((resolve) => {
+    for (const name of ['SIGTERM', 'SIGINT'] as const) process.once(name, () => resolve(name));
+  });
+  log.info('stopping', {signal});
+  await agent.stop();
+  return 0;
+}
+
+function runAsProcess(): boolean {
+  if (!process.argv[1]) return false;
+  try {
+    return realpathSync(process.argv[1]) === realpathSync(fileURLToPath(import.meta.url));
+  } catch {
+    return false;
+  }
+}
+
+if (runAsProcess()) {
+  main(process.argv.slice(2)).then(
+    (code) => process.exit(code),
+    (error: unknown) => {
+      process.stderr.write(`proxyctl-agent: ${error instanceof Error ? (error.stack ?? error.message) : String(error)}\n`);
+      process.exit(1);
+    },
+  );
+}
