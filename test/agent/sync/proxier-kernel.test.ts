@@ -1,0 +1,124 @@
+// The proxier against a real kernel: a fresh network namespace, the real iptables commands through
+// CommandHost, a small ruleset; checked with iptables-save inside the namespace. Root only.
+import assert from 'node:assert/strict';
+import {test} from 'node:test';
+import {ProxierHealth} from '../../../src/agent/health/proxier-health.ts';
+import {createAgentMetrics} from '../../../src/agent/health/metrics.ts';
+import {CommandHost} from '../../../src/agent/host/command-host.ts';
+import {memoryLogger} from '../../../src/agent/log.ts';
+import {cleanupProxyRules} from '../../../src/agent/sync/cleanup.ts';
+import {IptablesProxier} from '../../../src/agent/sync/proxier.ts';
+import {createNetns, inNetns, isRoot} from '../netns.ts';
+import {MemoryObjects, service, slice} from './cluster.ts';
+import {FakeRules, serviceChain} from './fake-rules.ts';
+
+const requested = {requested: true, periodic: false, retry: false};
+const periodic = {requested: false, periodic: true, retry: false};
+
+function kernelProxier(netns: string, objects: MemoryObjects) {
+  const host = new CommandHost({netns});
+  const metrics = createAgentMetrics();
+  const log = memoryLogger();
+  const proxier = new IptablesProxier({
+    host,
+    rules: new FakeRules(),
+    objects,
+    families: ['IPv4'],
+    model: {nodeName: 'node-1'},
+    syncPeriod: 30_000,
+    minSyncPeriod: 0,
+    metrics,
+    health: new ProxierHealth(60_000),
+    log,
+  });
+  for (const kind of ['Service', 'EndpointSlice', 'Node'] as const) proxier.markSynced(kind);
+  return {host, proxier, metrics, log};
+}
+
+test('rules land in the namespace, change partially, survive tampering, and --cleanup keeps foreign rules', async (t) => {
+  if (!isRoot) {
+    t.skip('needs root: creates a network namespace and runs iptables in it');
+    return;
+  }
+  const netns = createNetns(t);
+  // Someone else's rules that must survive everything the agent does.
+  inNetns(netns, ['iptables', '-t', 'nat', '-N', 'DOCKER']);
+  inNetns(netns, ['iptables', '-t', 'nat', '-A', 'PREROUTING', '-j', 'DOCKER']);
+  inNetns(netns, ['iptables', '-t', 'nat', '-N', 'KUBE-KUBELET-CANARY']);
+
+  const objects = new MemoryObjects({
+    services: [service('web', '10.96.0.10'), service('dns', '10.96.0.53', {protocol: 'UDP', port: 53})],
+    slices: [slice('web-1', 'web', ['10.244.2.5']), slice('dns-1', 'dns', ['10.244.2.3'], {protocol: 'UDP'})],
+  });
+  const {proxier, metrics, log} = kernelProxier(netns, objects);
+  const save = () => inNetns(netns, ['iptables-save', '-t', 'nat']);
+
+  await proxier.syncRules(requested);
+  let rules = save();
+  assert.match(rules, /-A PREROUTING -m comment --comment "kubernetes service portals" -j KUBE-SERVICES/);
+  assert.match(rules, /-A OUTPUT -m comment --comment "kubernetes service portals" -j KUBE-SERVICES/);
+  assert.match(rules, new RegExp(`-A KUBE-SERVICES -d 10.96.0.10/32 -p tcp .*--dport 80 -j ${serviceChain('default/web:p/TCP')}`));
+  assert.match(rules, /-j DNAT --to-destination 10.244.2.5:8080/);
+  assert.match(rules, /-A PREROUTING -j DOCKER/, 'foreign rules stay');
+
+  // A partial sync: only web's chain changes; dns's chain keeps its rule.
+  objects.slicesByName.set('web-1', slice('web-1', 'web', ['10.244.2.6']));
+  const [partial] = await proxier.syncRules(requested);
+  assert.equal(partial.kind, 'partial');
+  rules = save();
+  assert.match(rules, /--to-destination 10.244.2.6:8080/);
+  assert.ok(!rules.includes('10.244.2.5:8080'));
+  assert.match(rules, /--to-destination 10.244.2.3:8080/);
+
+  // Someone flushes KUBE-SERVICES; the next periodic sync puts it back.
+  inNetns(netns, ['iptables', '-t', 'nat', '-F', 'KUBE-SERVICES']);
+  const [repaired] = await proxier.syncRules(periodic);
+  assert.equal(repaired.drift, true);
+  assert.match(save(), /-A KUBE-SERVICES -d 10.96.0.10\/32/);
+  assert.ok(log.lines.some((line) => line.includes('rules changed behind our back')));
+  assert.match(await metrics.registry.metrics(), /proxyctl_drift_repairs_total\{ip_family="IPv4"\} 1/);
+
+  // A deleted service's chain goes.
+  objects.servicesByName.delete('dns');
+  await proxier.syncRules(requested);
+  assert.ok(!save().includes(serviceChain('default/dns:p/UDP')));
+
+  // --cleanup: every KUBE-* chain and jump of ours goes; DOCKER and kubelet's canary stay.
+  const result = await cleanupProxyRules(new CommandHost({netns}), memoryLogger(), ['IPv4']);
+  assert.deepEqual(result.errors, []);
+  rules = save();
+  assert.ok(!/KUBE-SERVICES|KUBE-SVC-/.test(rules), rules);
+  assert.match(rules, /-A PREROUTING -j DOCKER/);
+  assert.match(rules, /:KUBE-KUBELET-CANARY/);
+});
+
+test('a ruleset the kernel refuses leaves the old rules in place', async (t) => {
+  if (!isRoot) {
+    t.skip('needs root: creates a network namespace and runs iptables in it');
+    return;
+  }
+  const netns = createNetns(t);
+  const objects = new MemoryObjects({services: [service('web', '10.96.0.10')], slices: [slice('web-1', 'web', ['10.244.2.5'])]});
+  const {proxier, host, metrics} = kernelProxier(netns, objects);
+  await proxier.syncRules(requested);
+  const before = inNetns(netns, ['iptables-save', '-t', 'nat']).replace(/^#.*\n/gm, '');
+  const broken = {
+    render: () => '*nat\n:KUBE-SERVICES - [0:0]\n-A KUBE-SERVICES -j NO-SUCH-CHAIN\nCOMMIT\n',
+    jumpRules: () => [],
+  };
+  const failing = new IptablesProxier({
+    host,
+    rules: broken,
+    objects,
+    families: ['IPv4'],
+    model: {nodeName: 'node-1'},
+    syncPeriod: 30_000,
+    minSyncPeriod: 0,
+    metrics,
+    health: new ProxierHealth(60_000),
+    log: memoryLogger(),
+  });
+  for (const kind of ['Service', 'EndpointSlice', 'Node'] as const) failing.markSynced(kind);
+  await assert.rejects(failing.syncRules(requested), /IPv4 full sync: ip netns exec pxa-\w+ iptables-restore -w 5 -W 100000 --noflush: exit \d+/);
+  assert.equal(inNetns(netns, ['iptables-save', '-t', 'nat']).replace(/^#.*\n/gm, ''), before, 'iptables-restore is atomic');
+});
