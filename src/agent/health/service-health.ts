@@ -51,8 +51,11 @@ export class ServiceHealthServers {
       }
       const listener: Listener = {target, endpoints: []};
       try {
-        for (const host of this.#options.hosts ?? ['::']) {
-          listener.endpoints.push(await listenHttp(host, target.healthCheckNodePort, (_request, response) => this.#answer(listener, response)));
+        const answer = (_request: unknown, response: import('node:http').ServerResponse) => this.#answer(listener, response);
+        if (this.#options.hosts) {
+          for (const host of this.#options.hosts) listener.endpoints.push(await listenHttp(host, target.healthCheckNodePort, answer));
+        } else {
+          listener.endpoints.push(await listenAnywhere(target.healthCheckNodePort, answer));
         }
         this.#listeners.set(key, listener);
       } catch (error) {
@@ -88,4 +91,15 @@ export class ServiceHealthServers {
 
 function listenerKey(target: ServiceHealthTarget): string {
   return `${target.namespace}/${target.name}:${target.healthCheckNodePort}`;
+}
+
+/** listenAnywhere: one dual-stack listener on "::", or IPv4 only on a node without IPv6. */
+async function listenAnywhere(port: number, handler: (request: unknown, response: import('node:http').ServerResponse) => void): Promise<HttpEndpoint> {
+  try {
+    return await listenHttp('::', port, handler);
+  } catch (error) {
+    const code = (error as NodeJS.ErrnoException).code;
+    if (code !== 'EAFNOSUPPORT' && code !== 'EADDRNOTAVAIL') throw error;
+    return listenHttp('0.0.0.0', port, handler);
+  }
 }
