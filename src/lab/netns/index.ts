@@ -1,0 +1,47 @@
+// The network-namespace layer: namespaces, links, addresses, routes, and whole namespace clusters.
+export {checkNetnsSupport, netnsUnavailableReason, NetnsError, NetnsUnavailableError, runIpBatch, type CommandOutput} from './ip-command.ts';
+export {
+  createNamespace,
+  createNamespaces,
+  deleteNamespace,
+  deleteNamespaces,
+  deleteNamespacesWithPrefix,
+  deleteOrphanedNamespaces,
+  execInNamespace,
+  listNamespaces,
+  namespaceBase,
+  namespacePids,
+  newNamespacePrefix,
+  readSysctl,
+  setSysctls,
+  spawnInNamespace,
+} from './namespace.ts';
+export {
+  addAddress,
+  addBridge,
+  addressCommand,
+  addRoute,
+  addVethPair,
+  attachToBridge,
+  attachToBridgeCommand,
+  bridgeCommands,
+  linkUpCommand,
+  NetworkPlan,
+  routeCommand,
+  setLinkUp,
+  vethCommand,
+  type LinkEnd,
+  type Route,
+} from './links.ts';
+export {
+  buildCluster,
+  clusterAddressing,
+  clusterPods,
+  describeCluster,
+  destroyCluster,
+  type ClusterOptions,
+  type ClusterTopology,
+  type ExternalClientDescription,
+  type NodeDescription,
+  type PodDescription,
+} from './topology.ts';

@@ -1,0 +1,215 @@
+// A cluster made of network namespaces: nodes joined by a bridge (the node network), routed pods
+// behind each node, and external clients outside the cluster CIDR. The returned description is
+// plain JSON, so the lab can keep it in a state file and tear the cluster down later.
+import {checkNetnsSupport} from './ip-command.ts';
+import {addressCommand, attachToBridgeCommand, bridgeCommands, linkUpCommand, NetworkPlan, routeCommand, vethCommand} from './links.ts';
+import {createNamespaces, deleteNamespaces, deleteNamespacesWithPrefix, setSysctls} from './namespace.ts';
+
+/** Addresses of the namespace cluster; they exist only inside its namespaces. */
+export const clusterAddressing = {
+  /** The node network: node i is 10.240.0.(10+i), external client j is 10.240.0.(100+j). */
+  nodeCIDR: '10.240.0.0/24',
+  /** kube-proxy's --cluster-cidr: node i's pods are in 10.244.i.0/24. */
+  clusterCIDR: '10.244.0.0/16',
+  serviceCIDR: '10.96.0.0/12',
+} as const;
+
+export interface ClusterOptions {
+  /** Start of every namespace name, e.g. from newNamespacePrefix(). */
+  prefix: string;
+  nodes: number;
+  podsPerNode: number;
+  /** One external client (true), or externalClients of them. */
+  externalClient?: boolean;
+  externalClients?: number;
+  /**
+   * CIDRs besides the service CIDR that external clients send to the gateway node: load-balancer
+   * IPs and externalIPs, as a router in front of the cluster would.
+   */
+  externalRoutes?: string[];
+  /** The node external clients route service traffic through. Default 0. */
+  gatewayNode?: number;
+}
+
+export interface PodDescription {
+  name: string;
+  namespace: string;
+  ip: string;
+  /** The node's name. */
+  node: string;
+  interface: string;
+  /** The veth end in the node's namespace that leads to this pod. */
+  hostInterface: string;
+}
+
+export interface NodeDescription {
+  /** Also the Kubernetes Node name. */
+  name: string;
+  namespace: string;
+  ip: string;
+  /** Interface on the node network. */
+  interface: string;
+  podCIDR: string;
+  /** The node's address on every pod veth: the pods' default gateway, and the source of traffic it masquerades toward its own pods. */
+  podGateway: string;
+  pods: PodDescription[];
+}
+
+export interface ExternalClientDescription {
+  name: string;
+  namespace: string;
+  ip: string;
+  interface: string;
+  /** Node IP that the service CIDR and externalRoutes go through. */
+  gateway: string;
+  routes: string[];
+}
+
+export interface ClusterTopology {
+  prefix: string;
+  nodeCIDR: string;
+  clusterCIDR: string;
+  serviceCIDR: string;
+  /** The namespace holding the bridge that joins nodes and clients. */
+  network: {namespace: string; bridge: string};
+  nodes: NodeDescription[];
+  externalClients: ExternalClientDescription[];
+  /** Every namespace of the cluster, for cleanup. */
+  namespaces: string[];
+}
+
+const nodeInterface = 'eth0';
+const podInterface = 'eth0';
+const bridgeName = 'br0';
+
+/**
+ * describeCluster computes names and addresses without touching the machine; buildCluster
+ * creates what it describes.
+ */
+export function describeCluster(options: ClusterOptions): ClusterTopology {
+  const {prefix, nodes, podsPerNode} = options;
+  if (!/^[A-Za-z0-9_.-]+$/.test(prefix)) throw new Error(`cluster prefix "${prefix}": use letters, digits, '_', '.' or '-'`);
+  if (!Number.isInteger(nodes) || nodes < 1 || nodes > 80) throw new Error(`cluster ${prefix}: nodes ${nodes} is not in 1-80`);
+  if (!Number.isInteger(podsPerNode) || podsPerNode < 0 || podsPerNode > 240) throw new Error(`cluster ${prefix}: podsPerNode ${podsPerNode} is not in 0-240`);
+  const clientCount = options.externalClients ?? (options.externalClient ? 1 : 0);
+  if (!Number.isInteger(clientCount) || clientCount < 0 || clientCount > 100) throw new Error(`cluster ${prefix}: externalClients ${clientCount} is not in 0-100`);
+  const gatewayNode = options.gatewayNode ?? 0;
+  if (!Number.isInteger(gatewayNode) || gatewayNode < 0 || gatewayNode >= nodes) throw new Error(`cluster ${prefix}: gatewayNode ${gatewayNode} is not one of the ${nodes} nodes`);
+
+  const nodeList: NodeDescription[] = [];
+  for (let n = 0; n < nodes; n++) {
+    const name = `node-${n}`;
+    const pods: PodDescription[] = [];
+    for (let p = 0; p < podsPerNode; p++) {
+      const podName = `pod-${n}-${p}`;
+      pods.push({name: podName, namespace: `${prefix}${podName}`, ip: `10.244.${n}.${10 + p}`, node: name, interface: podInterface, hostInterface: `vp${p}`});
+    }
+    nodeList.push({name, namespace: `${prefix}${name}`, ip: `10.240.0.${10 + n}`, interface: nodeInterface, podCIDR: `10.244.${n}.0/24`, podGateway: `10.244.${n}.1`, pods});
+  }
+  const routes = [clusterAddressing.serviceCIDR, ...(options.externalRoutes ?? [])];
+  const clients: ExternalClientDescription[] = [];
+  for (let c = 0; c < clientCount; c++) {
+    const name = `client-${c}`;
+    clients.push({name, namespace: `${prefix}${name}`, ip: `10.240.0.${100 + c}`, interface: 'eth0', gateway: nodeList[gatewayNode].ip, routes});
+  }
+  const network = {namespace: `${prefix}network`, bridge: bridgeName};
+  return {
+    prefix,
+    ...clusterAddressing,
+    network,
+    nodes: nodeList,
+    externalClients: clients,
+    namespaces: [network.namespace, ...nodeList.map((node) => node.namespace), ...nodeList.flatMap((node) => node.pods.map((pod) => pod.namespace)), ...clients.map((client) => client.namespace)],
+  };
+}
+
+// Nodes forward and do not check where replies come from (the DNATed and masqueraded paths are
+// asymmetric by design); redirects are off because nodes and clients share one segment, and a
+// redirect would teach a client to bypass the node it must go through.
+const nodeSysctls = {
+  'net.ipv4.ip_forward': 1,
+  'net.ipv4.conf.all.rp_filter': 0,
+  'net.ipv4.conf.default.rp_filter': 0,
+  'net.ipv4.conf.all.send_redirects': 0,
+  'net.ipv4.conf.default.send_redirects': 0,
+};
+const clientSysctls = {
+  'net.ipv4.conf.all.accept_redirects': 0,
+  'net.ipv4.conf.default.accept_redirects': 0,
+};
+
+/**
+ * buildCluster creates the namespaces, links, addresses and routes of describeCluster(options).
+ * On failure it deletes whatever it created and rethrows.
+ */
+export async function buildCluster(options: ClusterOptions): Promise<ClusterTopology> {
+  await checkNetnsSupport();
+  const topology = describeCluster(options);
+  try {
+    await createNamespaces(topology.namespaces);
+    await Promise.all([
+      ...topology.nodes.map((node) => setSysctls(node.namespace, nodeSysctls)),
+      ...topology.externalClients.map((client) => setSysctls(client.namespace, clientSysctls)),
+    ]);
+    await planCluster(topology).apply(`build cluster ${topology.prefix}`);
+    return topology;
+  } catch (error) {
+    await deleteNamespacesWithPrefix(topology.prefix).catch(() => undefined);
+    throw error;
+  }
+}
+
+function planCluster(topology: ClusterTopology): NetworkPlan {
+  const plan = new NetworkPlan();
+  const {network} = topology;
+  const prefixLength = topology.nodeCIDR.split('/')[1];
+  plan.in(network.namespace, linkUpCommand('lo'), ...bridgeCommands(network.bridge));
+
+  for (const [index, node] of topology.nodes.entries()) {
+    const uplink = `node${index}`;
+    plan.host(vethCommand({namespace: node.namespace, name: node.interface}, {namespace: network.namespace, name: uplink}));
+    plan.in(network.namespace, attachToBridgeCommand(uplink, network.bridge), linkUpCommand(uplink));
+    plan.in(node.namespace, linkUpCommand('lo'), addressCommand(node.interface, `${node.ip}/${prefixLength}`), linkUpCommand(node.interface));
+    for (const other of topology.nodes) {
+      if (other !== node) plan.in(node.namespace, routeCommand({destination: other.podCIDR, via: other.ip, dev: node.interface}));
+    }
+    for (const pod of node.pods) {
+      // Routed, not bridged: each pod has its own /32 veth into the node, so traffic between two
+      // pods of one node passes the node's IP stack and its iptables without br_netfilter.
+      plan.host(vethCommand({namespace: pod.namespace, name: pod.interface}, {namespace: node.namespace, name: pod.hostInterface}));
+      plan.in(
+        node.namespace,
+        addressCommand(pod.hostInterface, `${node.podGateway}/32`),
+        linkUpCommand(pod.hostInterface),
+        routeCommand({destination: `${pod.ip}/32`, dev: pod.hostInterface, scope: 'link', src: node.podGateway}),
+      );
+      plan.in(
+        pod.namespace,
+        linkUpCommand('lo'),
+        addressCommand(pod.interface, `${pod.ip}/32`),
+        linkUpCommand(pod.interface),
+        routeCommand({destination: 'default', via: node.podGateway, dev: pod.interface, onlink: true}),
+      );
+    }
+  }
+
+  for (const [index, client] of topology.externalClients.entries()) {
+    const uplink = `client${index}`;
+    plan.host(vethCommand({namespace: client.namespace, name: client.interface}, {namespace: network.namespace, name: uplink}));
+    plan.in(network.namespace, attachToBridgeCommand(uplink, network.bridge), linkUpCommand(uplink));
+    plan.in(client.namespace, linkUpCommand('lo'), addressCommand(client.interface, `${client.ip}/${prefixLength}`), linkUpCommand(client.interface));
+    for (const destination of client.routes) plan.in(client.namespace, routeCommand({destination, via: client.gateway, dev: client.interface}));
+  }
+  return plan;
+}
+
+/** destroyCluster deletes every namespace of the cluster (and its processes), also half-built ones. */
+export async function destroyCluster(topology: Pick<ClusterTopology, 'prefix' | 'namespaces'>): Promise<void> {
+  await deleteNamespaces(topology.namespaces);
+  await deleteNamespacesWithPrefix(topology.prefix);
+}
+
+/** clusterPods lists every pod of every node. */
+export function clusterPods(topology: ClusterTopology): PodDescription[] {
+  return topology.nodes.flatMap((node) => node.pods);
+}

@@ -1,0 +1,116 @@
+// Starting the demo server inside pod namespaces and running the demo client from any namespace,
+// each as its own Node process (a process lives in one network namespace).
+import {fileURLToPath} from 'node:url';
+import {execInNamespace, spawnInNamespace} from '../netns/index.ts';
+import type {ProbeResult, ProbeTarget} from './demoapp-client.ts';
+
+// Beside this module, with its extension: .ts when run from source, .js when built into dist/.
+function siblingProgram(name: string): string {
+  const extension = import.meta.url.endsWith('.ts') ? '.ts' : '.js';
+  return fileURLToPath(new URL(`./${name}${extension}`, import.meta.url));
+}
+
+export interface DemoAppSpec {
+  namespace: string;
+  /** The pod name the server reports. */
+  name: string;
+  httpPort: number;
+  udpPort: number;
+}
+
+export interface RunningDemoApp extends DemoAppSpec {
+  pid: number;
+  /** stop ends the process (SIGTERM, then SIGKILL after a second) and waits for it. */
+  stop(): Promise<void>;
+}
+
+/** startDemoApp runs demoapp.ts in the namespace and resolves once it listens. */
+export async function startDemoApp(spec: DemoAppSpec, options: {startTimeoutMs?: number} = {}): Promise<RunningDemoApp> {
+  const command = [process.execPath, siblingProgram('demoapp'), '--name', spec.name, '--http-port', String(spec.httpPort), '--udp-port', String(spec.udpPort)];
+  const child = spawnInNamespace(spec.namespace, command);
+  const pid = child.pid;
+  const what = `demo app ${spec.name} in ${spec.namespace}`;
+  if (pid === undefined) throw new Error(`${what}: could not start ${process.execPath}`);
+  let running = true;
+  const exited = child.then((result) => {
+    running = false;
+    return result;
+  });
+
+  const stop = async () => {
+    if (!running) return;
+    child.kill('SIGTERM');
+    const timer = setTimeout(() => child.kill('SIGKILL'), 1000);
+    await exited;
+    clearTimeout(timer);
+  };
+
+  let stderr = '';
+  child.stderr?.setEncoding('utf8');
+  child.stderr?.on('data', (chunk: string) => (stderr = (stderr + chunk).slice(-2000)));
+  try {
+    await new Promise<void>((resolve, reject) => {
+      let stdout = '';
+      const timer = setTimeout(() => reject(new Error(`${what}: not listening after ${options.startTimeoutMs ?? 10000} ms`)), options.startTimeoutMs ?? 10000);
+      child.stdout?.setEncoding('utf8');
+      child.stdout?.on('data', (chunk: string) => {
+        stdout += chunk;
+        if (stdout.includes('"ready":true')) {
+          clearTimeout(timer);
+          resolve();
+        }
+      });
+      void exited.then((result) => {
+        clearTimeout(timer);
+        reject(new Error(`${what}: exited (${result.exitCode ?? result.signal}) before listening: ${stderr.trim() || 'no error output'}`));
+      });
+    });
+  } catch (error) {
+    await stop();
+    throw error;
+  }
+  return {...spec, pid, stop};
+}
+
+/** DemoAppGroup starts demo servers and stops them all, also from a signal handler. */
+export class DemoAppGroup {
+  readonly apps: RunningDemoApp[] = [];
+
+  async start(specs: DemoAppSpec[]): Promise<RunningDemoApp[]> {
+    const started = await Promise.allSettled(specs.map((spec) => startDemoApp(spec)));
+    for (const result of started) if (result.status === 'fulfilled') this.apps.push(result.value);
+    const failed = started.find((result) => result.status === 'rejected');
+    if (failed) throw failed.reason;
+    return started.map((result) => (result as PromiseFulfilledResult<RunningDemoApp>).value);
+  }
+
+  async stopAll(): Promise<void> {
+    const apps = this.apps.splice(0);
+    await Promise.all(apps.map((app) => app.stop()));
+  }
+
+  /** killAllNow sends SIGKILL to every server at once, for exit and signal handlers that cannot wait. */
+  killAllNow(): void {
+    for (const app of this.apps.splice(0)) {
+      try {
+        process.kill(app.pid, 'SIGKILL');
+      } catch {
+        // already gone
+      }
+    }
+  }
+}
+
+/**
+ * probeFromNamespace runs demoapp-client.ts inside the namespace and returns one ProbeResult per
+ * request, made one after the other.
+ */
+export async function probeFromNamespace(namespace: string, target: ProbeTarget, count = 1): Promise<ProbeResult[]> {
+  const command = [process.execPath, siblingProgram('demoapp-client'), '--protocol', target.protocol, '--host', target.host, '--port', String(target.port), '--count', String(count)];
+  if (target.timeoutMs !== undefined) command.push('--timeout-ms', String(target.timeoutMs));
+  if (target.sourceIP !== undefined) command.push('--source', target.sourceIP);
+  // The client bounds each request by its own timeout; this bound only catches a hung process.
+  const limit = 10000 + count * ((target.timeoutMs ?? 1000) + 200);
+  const {stdout} = await execInNamespace(namespace, command, {timeoutMs: limit});
+  return JSON.parse(stdout) as ProbeResult[];
+}
