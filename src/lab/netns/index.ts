@@ -30,6 +30,7 @@ export {
   routeCommand,
   setLinkUp,
   vethCommand,
+  waitForLinksReady,
   type LinkEnd,
   type Route,
 } from './links.ts';

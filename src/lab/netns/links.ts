@@ -1,6 +1,6 @@
 // Links, addresses and routes inside network namespaces: veth pairs, bridges, IPv4 addresses and
 // routes, each as an `ip` batch line (to build many at once with NetworkPlan) and as a single call.
-import {runIpBatch} from './ip-command.ts';
+import {runCommand, runIpBatch} from './ip-command.ts';
 
 /** LinkEnd names an interface inside a namespace. */
 export interface LinkEnd {
@@ -130,4 +130,34 @@ export async function addAddress(namespace: string, dev: string, cidr: string): 
 
 export async function addRoute(namespace: string, route: Route): Promise<void> {
   await runIpBatch(`route to ${route.destination} in ${namespace}`, [routeCommand(route)], namespace);
+}
+
+/**
+ * waitForLinksReady resolves once every link set up in the namespaces has carrier and a working
+ * queue. The kernel activates a link's queue from its link-watch work, which runs at most once a
+ * second: until then the link silently drops what is sent (ARP requests first), and the first
+ * connection through it stalls for a second.
+ */
+export async function waitForLinksReady(namespaces: string[], timeoutMs = 5000): Promise<void> {
+  const deadline = Date.now() + timeoutMs;
+  let waiting = [...namespaces];
+  let lastNotReady: string[] = [];
+  while (waiting.length > 0) {
+    const states = await Promise.all(waiting.map(async (namespace) => ({namespace, notReady: await linksNotReady(namespace)})));
+    waiting = states.filter((state) => state.notReady.length > 0).map((state) => state.namespace);
+    lastNotReady = states.flatMap((state) => state.notReady.map((link) => `${state.namespace}/${link}`));
+    if (waiting.length === 0) return;
+    if (Date.now() > deadline) throw new Error(`links not ready after ${timeoutMs} ms: ${lastNotReady.slice(0, 10).join(', ')}`);
+    await new Promise((resolve) => setTimeout(resolve, 50));
+  }
+}
+
+async function linksNotReady(namespace: string): Promise<string[]> {
+  const {stdout} = await runCommand(`list links in ${namespace}`, ['ip', '-n', namespace, '-o', 'link', 'show', 'up']);
+  // "2: eth0@if4: <BROADCAST,MULTICAST,UP,LOWER_UP> mtu 1500 qdisc noqueue state UP ..."
+  return stdout
+    .split('\n')
+    .filter((line) => line.trim() !== '')
+    .filter((line) => / qdisc noop /.test(line) || /NO-CARRIER/.test(line) || !/LOWER_UP/.test(line))
+    .map((line) => line.split(':')[1]?.trim().split('@')[0] ?? line);
 }

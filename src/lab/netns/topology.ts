@@ -2,7 +2,7 @@
 // behind each node, and external clients outside the cluster CIDR. The returned description is
 // plain JSON, so the lab can keep it in a state file and tear the cluster down later.
 import {checkNetnsSupport} from './ip-command.ts';
-import {addressCommand, attachToBridgeCommand, bridgeCommands, linkUpCommand, NetworkPlan, routeCommand, vethCommand} from './links.ts';
+import {addressCommand, attachToBridgeCommand, bridgeCommands, linkUpCommand, NetworkPlan, routeCommand, vethCommand, waitForLinksReady} from './links.ts';
 import {createNamespaces, deleteNamespaces, deleteNamespacesWithPrefix, setSysctls} from './namespace.ts';
 
 /** Addresses of the namespace cluster; they exist only inside its namespaces. */
@@ -152,6 +152,7 @@ export async function buildCluster(options: ClusterOptions): Promise<ClusterTopo
       ...topology.externalClients.map((client) => setSysctls(client.namespace, clientSysctls)),
     ]);
     await planCluster(topology).apply(`build cluster ${topology.prefix}`);
+    await waitForLinksReady(topology.namespaces);
     return topology;
   } catch (error) {
     await deleteNamespacesWithPrefix(topology.prefix).catch(() => undefined);
