@@ -61,7 +61,8 @@ describe('describeCluster', () => {
     assert.deepEqual(topology.externalClients, [
       {name: 'client-0', namespace: 'pxt-1-abc-client-0', ip: '10.240.0.100', interface: 'eth0', gateway: '10.240.0.10', routes: ['10.96.0.0/12']},
     ]);
-    assert.equal(topology.namespaces.length, 1 + 2 + 4 + 1);
+    assert.deepEqual(topology.upstream, {namespace: 'pxt-1-abc-upstream', ip: '10.240.0.1', interface: 'eth0'});
+    assert.equal(topology.namespaces.length, 1 + 2 + 4 + 1 + 1);
     assert.ok(topology.namespaces.every((name) => name.startsWith('pxt-1-abc-')));
   });
 
@@ -153,11 +154,18 @@ describe('a namespace cluster', {concurrency: false}, () => {
     assert.equal(toPod.outcome, 'unreachable', JSON.stringify(toPod));
   });
 
-  it('gives pods no way out of the cluster: the node has no default route', async (t) => {
+  it('gives nodes a default route only to the upstream, which refuses every address', async (t) => {
     if (!topology) return t.skip(`needs root: ${unavailable}`);
     for (const node of topology.nodes) {
       const {stdout} = await execInNamespace(node.namespace, ['ip', '-4', 'route', 'show', 'default']);
-      assert.equal(stdout.trim(), '', node.name);
+      assert.equal(stdout.trim(), `default via ${topology.upstream!.ip} dev eth0`, node.name);
+    }
+    const {stdout} = await execInNamespace(topology.upstream!.namespace, ['ip', '-4', 'route', 'show', 'default']);
+    assert.equal(stdout.trim(), '', 'the upstream itself has no way out');
+    const pod = topology.nodes[1].pods[2];
+    for (const protocol of ['tcp', 'udp'] as const) {
+      const [result] = await probeFromNamespace(pod.namespace, {protocol, host: '10.250.0.99', port: 80, timeoutMs: 3000});
+      assert.equal(result.outcome, 'refused', `${protocol}: ${JSON.stringify(result)}`);
     }
   });
 

@@ -45,4 +45,5 @@ export {
   type ExternalClientDescription,
   type NodeDescription,
   type PodDescription,
+  type UpstreamDescription,
 } from './topology.ts';

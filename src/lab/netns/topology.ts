@@ -29,6 +29,14 @@ export interface ClusterOptions {
   externalRoutes?: string[];
   /** The node external clients route service traffic through. Default 0. */
   gatewayNode?: number;
+  /**
+   * Give the nodes a default route to an upstream namespace that refuses everything (default
+   * true). A node without a default route answers "network unreachable" to a packet that no
+   * rule DNATed, before the filter table sees it; with one, such packets pass FORWARD as on a
+   * real node, and one that escapes the proxy's rules is refused by the upstream instead of
+   * vanishing, so a test can tell it from a packet the rules dropped.
+   */
+  upstream?: boolean;
 }
 
 export interface PodDescription {
@@ -65,6 +73,13 @@ export interface ExternalClientDescription {
   routes: string[];
 }
 
+/** UpstreamDescription: the nodes' default gateway, which holds every address and listens on none. */
+export interface UpstreamDescription {
+  namespace: string;
+  ip: string;
+  interface: string;
+}
+
 export interface ClusterTopology {
   prefix: string;
   nodeCIDR: string;
@@ -74,6 +89,7 @@ export interface ClusterTopology {
   network: {namespace: string; bridge: string};
   nodes: NodeDescription[];
   externalClients: ExternalClientDescription[];
+  upstream?: UpstreamDescription;
   /** Every namespace of the cluster, for cleanup. */
   namespaces: string[];
 }
@@ -113,13 +129,21 @@ export function describeCluster(options: ClusterOptions): ClusterTopology {
     clients.push({name, namespace: `${prefix}${name}`, ip: `10.240.0.${100 + c}`, interface: 'eth0', gateway: nodeList[gatewayNode].ip, routes});
   }
   const network = {namespace: `${prefix}network`, bridge: bridgeName};
+  const upstream: UpstreamDescription | undefined = options.upstream === false ? undefined : {namespace: `${prefix}upstream`, ip: '10.240.0.1', interface: 'eth0'};
   return {
     prefix,
     ...clusterAddressing,
     network,
     nodes: nodeList,
     externalClients: clients,
-    namespaces: [network.namespace, ...nodeList.map((node) => node.namespace), ...nodeList.flatMap((node) => node.pods.map((pod) => pod.namespace)), ...clients.map((client) => client.namespace)],
+    ...(upstream ? {upstream} : {}),
+    namespaces: [
+      network.namespace,
+      ...nodeList.map((node) => node.namespace),
+      ...nodeList.flatMap((node) => node.pods.map((pod) => pod.namespace)),
+      ...clients.map((client) => client.namespace),
+      ...(upstream ? [upstream.namespace] : []),
+    ],
   };
 }
 
@@ -200,6 +224,26 @@ function planCluster(topology: ClusterTopology): NetworkPlan {
     plan.in(network.namespace, attachToBridgeCommand(uplink, network.bridge), linkUpCommand(uplink));
     plan.in(client.namespace, linkUpCommand('lo'), addressCommand(client.interface, `${client.ip}/${prefixLength}`), linkUpCommand(client.interface));
     for (const destination of client.routes) plan.in(client.namespace, routeCommand({destination, via: client.gateway, dev: client.interface}));
+  }
+
+  const {upstream} = topology;
+  if (upstream) {
+    plan.host(vethCommand({namespace: upstream.namespace, name: upstream.interface}, {namespace: network.namespace, name: 'upstream'}));
+    plan.in(network.namespace, attachToBridgeCommand('upstream', network.bridge), linkUpCommand('upstream'));
+    plan.in(
+      upstream.namespace,
+      linkUpCommand('lo'),
+      addressCommand(upstream.interface, `${upstream.ip}/${prefixLength}`),
+      linkUpCommand(upstream.interface),
+      // Every address is local here (AnyIP) and nothing listens: TCP gets a reset, UDP a port
+      // unreachable, whatever address a node sent it to.
+      'route add local 0.0.0.0/0 dev lo',
+    );
+    for (const node of topology.nodes) {
+      plan.in(node.namespace, routeCommand({destination: 'default', via: upstream.ip, dev: node.interface}));
+      // So that its refusals find their way back to pods.
+      plan.in(upstream.namespace, routeCommand({destination: node.podCIDR, via: node.ip, dev: upstream.interface}));
+    }
   }
   return plan;
 }
