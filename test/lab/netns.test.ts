@@ -218,6 +218,17 @@ describe('namespace cleanup', () => {
   });
 });
 
+describe('a failed build', () => {
+  it('names the namespace that failed and leaves nothing behind', async (t) => {
+    if (unavailable) return t.skip(`needs root: ${unavailable}`);
+    const clusterPrefix = `${prefix}f-`;
+    // A namespace of the same name already exists: `ip netns add` fails on it.
+    await createNamespaces([`${clusterPrefix}node-1`]);
+    await assert.rejects(buildCluster({prefix: clusterPrefix, nodes: 2, podsPerNode: 1}), /create \d+ network namespaces \(line \d+: "netns add pxt-.*-f-node-1"\): .*File exists/);
+    assert.deepEqual((await listNamespaces()).filter((name) => name.startsWith(clusterPrefix)), []);
+  });
+});
+
 describe('ip batches', () => {
   it('say which line failed', async (t) => {
     if (unavailable) return t.skip(`needs root: ${unavailable}`);

@@ -27,8 +27,9 @@ export async function listNamespaces(): Promise<string[]> {
 
 /** createNamespaces adds every named namespace in one `ip -batch`. */
 export async function createNamespaces(names: string[]): Promise<void> {
+  const what = names.length === 1 ? `create network namespace ${names[0]}` : `create ${names.length} network namespaces`;
   await runIpBatch(
-    `create network namespaces ${names.join(', ')}`,
+    what,
     names.map((name) => `netns add ${name}`),
   );
 }
