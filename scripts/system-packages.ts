@@ -1,0 +1,37 @@
+// Installs the Debian packages proxyctl's tests and lab use, when a command is missing.
+// Run by `npm test` and `npm run lab` so that one command sets up a fresh machine.
+import {execFileSync, spawnSync} from 'node:child_process';
+
+/** Command that must be on PATH -> Debian package that provides it. */
+const needed: Record<string, string> = {
+  ip: 'iproute2',
+  iptables: 'iptables',
+  'iptables-restore': 'iptables',
+  nft: 'nftables',
+  ipset: 'ipset',
+  ipvsadm: 'ipvsadm',
+  conntrack: 'conntrack',
+};
+
+function onPath(command: string): boolean {
+  return spawnSync('sh', ['-c', `command -v ${command}`], {stdio: 'ignore'}).status === 0;
+}
+
+const missing = [...new Set(Object.entries(needed).filter(([cmd]) => !onPath(cmd)).map(([, pkg]) => pkg))];
+if (missing.length === 0) process.exit(0);
+
+if (process.getuid?.() !== 0) {
+  console.error(`proxyctl needs these Debian packages: ${missing.join(' ')}. Install them as root: apt-get install -y ${missing.join(' ')}`);
+  process.exit(0); // root-only tests say they skip; the rest can still run
+}
+
+console.error(`installing Debian packages: ${missing.join(' ')}`);
+const env = {...process.env, DEBIAN_FRONTEND: 'noninteractive'};
+const install = () => spawnSync('apt-get', ['install', '-y', '--no-install-recommends', ...missing], {stdio: 'inherit', env});
+if (install().status !== 0) {
+  execFileSync('apt-get', ['update'], {stdio: 'inherit', env});
+  if (install().status !== 0) {
+    console.error(`apt-get install ${missing.join(' ')} failed`);
+    process.exit(1);
+  }
+}
