@@ -1,0 +1,19 @@
+// npm run bench [-- NAME...]: figures, not tests. Each benchmark states its workload and prints
+// its figures next to the kernel floor they are measured against.
+import {benchIptables} from './iptables.ts';
+
+const benches: Record<string, {about: string; run: () => Promise<void>}> = {
+  iptables: {about: 'render/parse/trace at 1,000 and 10,000 services x 10 endpoints vs iptables-restore/iptables-save', run: () => benchIptables()},
+};
+
+const asked = process.argv.slice(2);
+const unknown = asked.filter((name) => !(name in benches));
+if (unknown.length > 0) {
+  console.error(`unknown benchmark ${unknown.join(', ')}; there are: ${Object.keys(benches).join(', ')}`);
+  process.exit(2);
+}
+console.log(`proxyctl benchmarks on ${process.version}, ${(await import('node:os')).cpus().length} CPUs`);
+for (const name of asked.length > 0 ? asked : Object.keys(benches)) {
+  console.log(`\n# ${name}: ${benches[name].about}`);
+  await benches[name].run();
+}

@@ -1,0 +1,71 @@
+import {Command, Flags} from '@oclif/core';
+import {renderIptables} from '../../core/iptables/index.ts';
+import {formatData} from '../lib/output.ts';
+import {InputError, readOfflineModel} from '../lib/model-input.ts';
+
+// Exit codes: 0 rules printed; 2 bad input (as for bad flags, which oclif reports with 2 too).
+const badInput = 2;
+
+export default class Render extends Command {
+  static override summary = 'Print the rules the proxy would write for the Services and EndpointSlices in a file.';
+  static override description = `Reads Services, EndpointSlices and optionally the Node (YAML with several documents, or JSON: single objects or a v1 List) and prints what the proxy on that node would program, without a cluster. One IP family per run, as kube-proxy runs one proxier per family.
+
+In iptables mode the output is complete iptables-restore input: it loads into an empty network namespace with \`iptables-restore\`. -o json prints the ProxyModel instead: every service port with its endpoints as the proxy categorised them.
+
+Objects that are not valid are skipped and named on stderr with their file and field; the rules for the rest are still printed, and the exit code is 2.`;
+
+  static override examples = [
+    {description: 'The rules node-1 of the bundled example gets', command: '<%= config.bin %> render -f examples/cluster.yaml --cluster-cidr 10.244.0.0/16'},
+    {description: 'Load them into a scratch network namespace', command: 'ip netns add scratch && <%= config.bin %> render -f examples/cluster.yaml | ip netns exec scratch iptables-restore'},
+    {description: 'The model as JSON, for another node and masquerading everything', command: '<%= config.bin %> render -f cluster.yaml --node-name node-2 --node-ip 10.240.0.12 --masquerade-all -o json'},
+  ];
+
+  static override flags = {
+    filename: Flags.string({char: 'f', summary: 'File with Services, EndpointSlices and the Node; "-" reads stdin. Repeat for several files.', multiple: true, required: true}),
+    mode: Flags.option({summary: 'Proxy mode whose rules to print.', options: ['iptables'] as const, default: 'iptables'})(),
+    'ip-family': Flags.option({summary: 'IP family of the rules.', options: ['ipv4', 'ipv6'] as const, default: 'ipv4'})(),
+    'node-name': Flags.string({summary: 'The node the rules are for (its endpoints are local). Default: the Node in the input.'}),
+    'node-ip': Flags.string({summary: "The node's addresses, primary first. Default: the Node's InternalIPs.", multiple: true}),
+    'cluster-cidr': Flags.string({summary: 'Pod CIDR of the cluster (kube-proxy --cluster-cidr); traffic from outside it is masqueraded.', multiple: true, delimiter: ','}),
+    'masquerade-all': Flags.boolean({summary: 'Masquerade all traffic sent to service IPs (kube-proxy --masquerade-all).', default: false}),
+    'masquerade-bit': Flags.integer({summary: 'Bit of the packet mark that flags packets for masquerading.', min: 0, max: 31}),
+    'nodeport-addresses': Flags.string({summary: 'Where NodePorts listen: CIDRs, or "primary" (kube-proxy --nodeport-addresses). Default: every local address.', multiple: true, delimiter: ','}),
+    'detect-local': Flags.option({
+      summary: 'How pod traffic is told from other traffic. Default: cluster-cidr when --cluster-cidr is given, else none.',
+      options: ['cluster-cidr', 'node-cidr', 'bridge-interface', 'interface-name-prefix', 'none'] as const,
+    })(),
+    'pod-bridge-interface': Flags.string({summary: 'Bridge the pods hang off (with --detect-local bridge-interface).'}),
+    'pod-interface-name-prefix': Flags.string({summary: "Prefix of the pods' interfaces (with --detect-local interface-name-prefix)."}),
+    'localhost-nodeports': Flags.option({summary: 'Accept NodePort connections on 127.0.0.1 (iptables mode, IPv4).', options: ['true', 'false'] as const})(),
+    output: Flags.option({char: 'o', summary: 'Output format.', options: ['text', 'json'] as const, default: 'text'})(),
+  };
+
+  async run(): Promise<void> {
+    const {flags} = await this.parse(Render);
+    let offline;
+    try {
+      offline = await readOfflineModel(flags.filename, {
+        family: flags['ip-family'] === 'ipv6' ? 'IPv6' : 'IPv4',
+        nodeName: flags['node-name'],
+        nodeIPs: flags['node-ip'],
+        clusterCIDRs: flags['cluster-cidr'],
+        masqueradeAll: flags['masquerade-all'] || undefined,
+        masqueradeBit: flags['masquerade-bit'],
+        nodePortAddresses: flags['nodeport-addresses'],
+        detectLocal: flags['detect-local'],
+        podBridgeInterface: flags['pod-bridge-interface'],
+        podInterfaceNamePrefix: flags['pod-interface-name-prefix'],
+        localhostNodePorts: flags['localhost-nodeports'] === undefined ? undefined : flags['localhost-nodeports'] === 'true',
+      });
+    } catch (error) {
+      if (error instanceof InputError) this.error(error.message, {exit: badInput});
+      throw error;
+    }
+    const {model, problems} = offline;
+    process.stdout.write(flags.output === 'json' ? formatData(model, 'json') : renderIptables(model, {includeJumps: true}));
+    if (problems.length > 0) {
+      for (const problem of problems) process.stderr.write(`skipped: ${problem}\n`);
+      this.exit(badInput);
+    }
+  }
+}
