@@ -1,9 +1,17 @@
 // npm run bench [-- NAME...]: figures, not tests. Each benchmark states its workload and prints
 // its figures next to the kernel floor they are measured against.
-import {benchIptables} from './iptables.ts';
+import {cpus, totalmem} from 'node:os';
 
+// Loaded on demand so that one benchmark can run while another's backend is being changed.
 const benches: Record<string, {about: string; run: () => Promise<void>}> = {
-  iptables: {about: 'render/parse/trace at 1,000 and 10,000 services x 10 endpoints vs iptables-restore/iptables-save', run: () => benchIptables()},
+  iptables: {
+    about: 'render/parse/trace at 1,000 and 10,000 services x 10 endpoints vs iptables-restore/iptables-save',
+    run: async () => (await import('./iptables.ts')).benchIptables(),
+  },
+  apiserver: {
+    about: 'lab API server watch fan-out: 50 watchers, 10,000 EndpointSlices',
+    run: async () => (await import('./apiserver.ts')).benchApiServerWatch(),
+  },
 };
 
 const asked = process.argv.slice(2);
@@ -12,7 +20,7 @@ if (unknown.length > 0) {
   console.error(`unknown benchmark ${unknown.join(', ')}; there are: ${Object.keys(benches).join(', ')}`);
   process.exit(2);
 }
-console.log(`proxyctl benchmarks on ${process.version}, ${(await import('node:os')).cpus().length} CPUs`);
+console.log(`proxyctl benchmarks: Node ${process.version}, ${cpus().length} CPUs, ${(totalmem() / 2 ** 30).toFixed(0)} GiB`);
 for (const name of asked.length > 0 ? asked : Object.keys(benches)) {
   console.log(`\n# ${name}: ${benches[name].about}`);
   await benches[name].run();
