@@ -1,0 +1,28 @@
+// The iptables backend's public surface.
+export {
+  chainHash,
+  endpointChainName,
+  filterChains,
+  isServiceChainName,
+  kubeletFirewallChain,
+  natChains,
+  perServiceChainPrefixes,
+  portProtoHash,
+  serviceChainPrefixes,
+  serviceExternalChainName,
+  serviceFirewallChainName,
+  serviceLocalChainName,
+  servicePortChainName,
+  type IptablesTable,
+  type ServicePortName,
+} from './chains.ts';
+export {
+  countRules,
+  largeClusterEndpointsThreshold,
+  masqueradeMark,
+  probabilityText,
+  renderIptables,
+  renderJumpRules,
+  type IptablesJumpRule,
+  type RenderIptablesOptions,
+} from './render.ts';
