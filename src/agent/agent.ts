@@ -1,8 +1,14 @@
 // startAgent: wires one node agent together from an AgentConfig: watches -> object store ->
 // proxier -> host, with the healthz, metrics and service health servers. main.ts runs it as a
 // process; the lab can run it in-process with its own host, rules and client.
+import {readFileSync} from 'node:fs';
 import {hostname} from 'node:os';
 import {type IPFamily, type LocalDetector, parseCIDR, parseIP, type ProxyConfig} from '../core/model/index.ts';
+import {type AccessReviewer, kubernetesAccessReviewer} from './api/access.ts';
+import {loadIptablesBackend} from './api/rules-backend.ts';
+import {unwatchedRulesetChanges, watchNftRuleset} from './api/ruleset-changes.ts';
+import {createAgentRuntime} from './api/runtime.ts';
+import {type AgentApi, isLoopbackHost, startAgentApi} from './api/server.ts';
 import {type AgentConfig, syncPeriods} from './config/agent-config.ts';
 import {parseHostPort} from './config/load-config.ts';
 import {startHealthServer} from './health/health-server.ts';
@@ -24,6 +30,8 @@ export interface AgentDependencies {
   host?: Host;
   rules?: IptablesRuleSource;
   client?: KubernetesClient;
+  /** Checks the plugin's tokens when the API listens beyond loopback; default: the cluster's TokenReview/SubjectAccessReview. */
+  accessReviewer?: AccessReviewer;
 }
 
 export interface RunningAgent {
@@ -35,6 +43,8 @@ export interface RunningAgent {
   health: ProxierHealth;
   healthz?: HttpEndpoint;
   metricsServer?: HttpEndpoint;
+  /** The WebSocket API for kubectl proxyctl (--api-bind-address). */
+  api?: AgentApi;
   /** Stops watching, syncing and serving. The rules stay in the kernel, so traffic keeps flowing. */
   stop(): Promise<void>;
 }
@@ -96,11 +106,13 @@ export async function startAgent(config: AgentConfig, dependencies: AgentDepende
   running.metricsServer = await listenOrLog('metrics', config.metricsBindAddress, log, (host, port) =>
     startMetricsServer({host, port, registry: metrics.registry, mode: config.mode, configz: () => config}),
   );
+  running.api = await startApiOrLog(config, {nodeName, families, proxier, host, log, accessReviewer: dependencies.accessReviewer});
   await proxier.start();
   watch.start();
   log.info('agent started', {node: nodeName, mode: config.mode, families: families.join(','), netns: config.netns, syncPeriodSeconds: syncPeriod / 1000});
 
   running.stop = async () => {
+    await running.api?.stop();
     await watch.stop();
     await proxier.stop();
     await serviceHealth.close();
@@ -109,6 +121,55 @@ export async function startAgent(config: AgentConfig, dependencies: AgentDepende
     log.info('agent stopped; rules left in place');
   };
   return running;
+}
+
+/**
+ * The plugin's API on --api-bind-address (off when empty). Beyond loopback every caller needs a
+ * bearer token, checked with TokenReview and SubjectAccessReview (nodes/proxy of this node).
+ */
+async function startApiOrLog(
+  config: AgentConfig,
+  parts: {nodeName: string; families: IPFamily[]; proxier: IptablesProxier; host: Host; log: Logger; accessReviewer?: AccessReviewer},
+): Promise<AgentApi | undefined> {
+  const {log, host} = parts;
+  if (config.apiBindAddress === '') return undefined;
+  const address = parseHostPort(config.apiBindAddress)!;
+  let backend;
+  try {
+    backend = await loadIptablesBackend();
+  } catch (error) {
+    log.error('cannot start the plugin API', {address: config.apiBindAddress, reason: errorText(error)});
+    return undefined;
+  }
+  const frontEnd = await host.iptablesFrontEnd(parts.families[0]).catch(() => undefined);
+  // Legacy iptables changes are invisible to nft monitor: read the kernel for every request then.
+  const changes = frontEnd === 'nf_tables' ? await watchNftRuleset({netns: host.netns, log}) : unwatchedRulesetChanges();
+  const runtime = createAgentRuntime({nodeName: parts.nodeName, version: agentVersion(), families: parts.families, proxier: parts.proxier, host, backend, changes, log});
+  try {
+    const auth = isLoopbackHost(address.host) ? undefined : (parts.accessReviewer ?? kubernetesAccessReviewer(loadKubeConfig(config.kubeconfig)));
+    const api = await startAgentApi({host: address.host, port: address.port, handlers: runtime, auth, nodeName: parts.nodeName, log});
+    return {...api, stop: async () => {
+      await api.stop();
+      runtime.close();
+    }};
+  } catch (error) {
+    runtime.close();
+    log.error('cannot start the plugin API', {address: config.apiBindAddress, reason: errorText(error)});
+    return undefined;
+  }
+}
+
+/** The agent's release: the version in the package.json above this file (source or dist). */
+function agentVersion(): string {
+  for (const up of ['../../package.json', '../../../package.json']) {
+    try {
+      const manifest = JSON.parse(readFileSync(new URL(up, import.meta.url), 'utf8')) as {name?: string; version?: string};
+      if (manifest.name === 'proxyctl' && manifest.version) return manifest.version;
+    } catch {
+      // not there: try one level up
+    }
+  }
+  return 'unknown';
 }
 
 /** IPv4, plus IPv6 when the cluster CIDRs or the bind address say the cluster has it. */

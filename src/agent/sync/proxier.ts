@@ -66,6 +66,19 @@ export interface SyncResult {
   drift: boolean;
 }
 
+/** SyncOutcome: one sync of every family, as told to onSync listeners (the agent API streams it). */
+export interface SyncOutcome {
+  /** Clock time (ms) the sync started and how long it took. */
+  startedAt: number;
+  durationMs: number;
+  ok: boolean;
+  /** Per family; empty when the sync failed. */
+  results: SyncResult[];
+  /** The proxy's rules in the kernel after the sync, per table, all families together. */
+  rules: {filter: number; nat: number};
+  error?: string;
+}
+
 export class IptablesProxier {
   readonly #options: ProxierOptions;
   readonly #clock: Clock;
@@ -78,6 +91,7 @@ export class IptablesProxier {
   #loggedProblems = new Set<string>();
   #lastResults: SyncResult[] = [];
   #lastError: string | undefined;
+  readonly #syncListeners = new Set<(outcome: SyncOutcome) => void>();
 
   constructor(options: ProxierOptions) {
     this.#options = options;
@@ -138,9 +152,16 @@ export class IptablesProxier {
     if (this.#initialized()) this.#queue();
   }
 
-  /** requestSync asks for a sync as soon as minSyncPeriod allows. */
-  requestSync(): void {
+  /** requestSync asks for a sync as soon as minSyncPeriod allows; `full` rewrites every chain. */
+  requestSync(options: {full?: boolean} = {}): void {
+    if (options.full) for (const state of this.#families.values()) state.needFullSync = true;
     this.#queue();
+  }
+
+  /** onSync calls `listener` after every sync that ran (not the ones skipped before the initial lists). */
+  onSync(listener: (outcome: SyncOutcome) => void): () => void {
+    this.#syncListeners.add(listener);
+    return () => this.#syncListeners.delete(listener);
   }
 
   /** The models whose rules are in the kernel now, per family. */
@@ -160,6 +181,37 @@ export class IptablesProxier {
       this.#options.log.detail(2, 'not syncing until services, endpoint slices and the node have been listed');
       return [];
     }
+    const startedAt = this.#clock.now();
+    try {
+      const results = await this.#syncAll(reason);
+      this.#tellListeners({startedAt, durationMs: this.#clock.now() - startedAt, ok: true, results, rules: this.#ruleTotals()});
+      return results;
+    } catch (error) {
+      this.#tellListeners({startedAt, durationMs: this.#clock.now() - startedAt, ok: false, results: [], rules: this.#ruleTotals(), error: errorText(error)});
+      throw error;
+    }
+  }
+
+  #tellListeners(outcome: SyncOutcome): void {
+    for (const listener of this.#syncListeners) {
+      try {
+        listener(outcome);
+      } catch (error) {
+        this.#options.log.error('sync listener failed', {reason: errorText(error)});
+      }
+    }
+  }
+
+  #ruleTotals(): {filter: number; nat: number} {
+    const totals = {filter: 0, nat: 0};
+    for (const state of this.#families.values()) {
+      totals.filter += state.rulesPerTable.get('filter') ?? 0;
+      totals.nat += state.rulesPerTable.get('nat') ?? 0;
+    }
+    return totals;
+  }
+
+  async #syncAll(reason: RunReason): Promise<SyncResult[]> {
     const {metrics, health} = this.#options;
     metrics.serviceChangesPending.set((this.#pendingServiceChanges = 0));
     metrics.endpointChangesPending.set((this.#pendingEndpointChanges = 0));

@@ -1,0 +1,39 @@
+// RulesBackend: the pure parts of a proxy backend that the agent API answers with (render the
+// desired rules, parse what the kernel holds, diff the two, trace a packet), behind one interface so
+// that the runtime does not care which mode wrote the rules.
+import type {ProxyModel} from '../../core/model/index.ts';
+import type {Packet, TraceContext, TraceResult} from '../../core/trace/types.ts';
+import type {DiffGroup, ProxyMode} from '../../protocol/methods.ts';
+
+/** A parsed ruleset; only the backend that made it looks inside. */
+export type ParsedRules = {readonly __parsedRules?: never};
+
+export interface RulesDiff {
+  equal: boolean;
+  groups: DiffGroup[];
+  text: string;
+}
+
+export interface RulesBackend {
+  mode: ProxyMode;
+  /** The complete ruleset the model asks for, in the syntax the kernel tools print. */
+  render(model: ProxyModel): string;
+  parse(text: string): ParsedRules;
+  /** `service`: "namespace/name[:port]" limits the diff to that service. */
+  diff(desired: ParsedRules, applied: ParsedRules, service?: string): RulesDiff;
+  trace(rules: ParsedRules, packet: Packet, context: TraceContext): TraceResult;
+}
+
+/**
+ * loadIptablesBackend binds to core/iptables at run time, as loadCoreIptablesRules does, so that
+ * the agent starts (and its other parts test) without it; the API then reports why it is off.
+ */
+export async function loadIptablesBackend(): Promise<RulesBackend> {
+  const specifier = `./iptables-backend${import.meta.url.endsWith('.ts') ? '.ts' : '.js'}`;
+  try {
+    const module = (await import(specifier)) as typeof import('./iptables-backend.ts');
+    return module.iptablesBackend;
+  } catch (error) {
+    throw new Error(`iptables mode: cannot load core/iptables (parse, diff, trace, render): ${error instanceof Error ? error.message : String(error)}`);
+  }
+}
