@@ -319,17 +319,22 @@ export function renderIptables(model: ProxyModel, options: RenderIptablesOptions
       }
     }
 
+    // Every endpoint chain name is hashed once, though the SVC, SVL and SEP rules all use it.
+    const endpointChains = new Map<string, string>();
+    for (const endpoint of port.allReachableEndpoints) endpointChains.set(endpoint.key, endpointChainName(port, endpoint));
+    const chainOf = (endpoint: Endpoint): string => endpointChains.get(endpoint.key) ?? endpointChainName(port, endpoint);
+
     if (port.clusterEndpoints.length > 0 && port.usesClusterEndpoints) {
       declare(clusterChain);
-      if (written) writeServiceToEndpointRules(rules, port, clusterChain, port.clusterEndpoints);
+      if (written) writeServiceToEndpointRules(rules, port, clusterChain, port.clusterEndpoints, chainOf);
     }
     if (port.localEndpoints.length > 0 && port.usesLocalEndpoints) {
       declare(localChain);
-      if (written) writeServiceToEndpointRules(rules, port, localChain, port.localEndpoints);
+      if (written) writeServiceToEndpointRules(rules, port, localChain, port.localEndpoints, chainOf);
     }
 
     for (const endpoint of port.allReachableEndpoints) {
-      const chain = endpointChainName(port, endpoint);
+      const chain = chainOf(endpoint);
       declare(chain);
       if (!written) continue;
       const head = largeCluster ? `-A ${chain}` : `-A ${chain} -m comment --comment ${name}`;
@@ -375,17 +380,17 @@ export function renderIptables(model: ProxyModel, options: RenderIptablesOptions
     `-A ${filterChains.forward} -m comment --comment "kubernetes forwarding conntrack rule" -m conntrack --ctstate RELATED,ESTABLISHED -j ACCEPT`,
   );
 
-  const out: string[] = [];
+  // Sections are joined one by one: spreading 10^5 lines into one array overflows the stack.
+  const sections: string[] = [];
   const jumps = includeJumps ? renderJumpRules(model) : [];
   for (const table of ['filter', 'nat'] as const) {
-    out.push(`*${table}`);
-    if (includeJumps) for (const chain of builtinChains[table]) out.push(`:${chain} ACCEPT [0:0]`);
-    out.push(...(table === 'filter' ? filterChainLines : natChainLines));
-    if (includeJumps) out.push(...jumpRuleLines(jumps, table));
-    out.push(...(table === 'filter' ? filterRules : natRules), 'COMMIT');
+    const section = [`*${table}`];
+    if (includeJumps) for (const chain of builtinChains[table]) section.push(`:${chain} ACCEPT [0:0]`);
+    sections.push(section.join('\n'), (table === 'filter' ? filterChainLines : natChainLines).join('\n'));
+    if (includeJumps) sections.push(jumpRuleLines(jumps, table).join('\n'));
+    sections.push((table === 'filter' ? filterRules : natRules).join('\n'), 'COMMIT');
   }
-  out.push('');
-  return out.join('\n');
+  return `${sections.filter((section) => section !== '').join('\n')}\n`;
 
   /**
    * writeTopLevelRules writes the port's rules in the fixed chains (always written, even in a
@@ -463,9 +468,9 @@ export function renderIptables(model: ProxyModel, options: RenderIptablesOptions
   }
 
   /** writeServiceToEndpointRules: session-affinity checks first, then the random spread over the endpoints. */
-  function writeServiceToEndpointRules(rules: string[], port: ServicePort, chain: string, endpoints: Endpoint[]): void {
+  function writeServiceToEndpointRules(rules: string[], port: ServicePort, chain: string, endpoints: Endpoint[], chainOf: (endpoint: Endpoint) => string): void {
     const name = port.key;
-    const endpointChains = endpoints.map((endpoint) => endpointChainName(port, endpoint));
+    const endpointChains = endpoints.map(chainOf);
     const head = (endpoint: Endpoint): string => (largeCluster ? `-A ${chain}` : `-A ${chain} -m comment --comment ${quote(`${name} -> ${endpoint.key}`)}`);
     if (port.sessionAffinity) {
       const seconds = port.sessionAffinity.timeoutSeconds;
