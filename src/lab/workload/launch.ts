@@ -4,10 +4,13 @@ import {fileURLToPath} from 'node:url';
 import {execInNamespace, spawnInNamespace} from '../netns/index.ts';
 import type {ProbeResult, ProbeTarget} from './demoapp-client.ts';
 
-// Beside this module, with its extension: .ts when run from source, .js when built into dist/.
-function siblingProgram(name: string): string {
-  const extension = import.meta.url.endsWith('.ts') ? '.ts' : '.js';
-  return fileURLToPath(new URL(`./${name}${extension}`, import.meta.url));
+/**
+ * siblingProgram is the path of a program beside the module at base (this one by default), with
+ * that module's extension: .ts when run from source, .js when built into dist/.
+ */
+export function siblingProgram(name: string, base: string = import.meta.url): string {
+  const extension = base.endsWith('.ts') ? '.ts' : '.js';
+  return fileURLToPath(new URL(`./${name}${extension}`, base));
 }
 
 export interface DemoAppSpec {

@@ -1,0 +1,218 @@
+// A running lab as its user sees it: nodes with their agents, pods, external clients and services,
+// read live from the lab's API server, plus the commands to try. `lab up` prints it once ready,
+// `lab status` on demand.
+import {existsSync} from 'node:fs';
+import {readFile} from 'node:fs/promises';
+import {delimiter, join} from 'node:path';
+import {parse as parseYaml} from 'yaml';
+import type {KubeObject} from './apiserver/object-log.ts';
+import {agentNamespace, demoServices} from './lab-objects.ts';
+import type {LabState} from './lab-state.ts';
+import {siblingProgram} from './workload/launch.ts';
+
+export interface LabStatus {
+  name: string;
+  phase: LabState['phase'];
+  proxyMode: string;
+  supervisorPid: number;
+  startedAt: string;
+  /** Seconds from start to ready. */
+  buildSeconds?: number;
+  apiServer?: string;
+  kubeconfig: string;
+  /** Why the live part is missing, when the API server did not answer. */
+  apiServerError?: string;
+  nodes: Array<{
+    name: string;
+    ip: string;
+    podCIDR: string;
+    netns: string;
+    ready?: boolean;
+    agent?: {pod: string; ready?: boolean; pid?: number; restarts: number; healthz: string; metrics: string; api: string; log: string};
+  }>;
+  pods: Array<{name: string; node: string; ip: string; app: string; ready?: boolean; netns: string}>;
+  externalClients: Array<{name: string; ip: string; netns: string; routes: string[]; gateway: string}>;
+  services: Array<{namespace: string; name: string; type: string; clusterIP: string; ports: string; endpoints: number}>;
+}
+
+async function adminToken(kubeconfig: string): Promise<string | undefined> {
+  try {
+    const config = parseYaml(await readFile(kubeconfig, 'utf8')) as {users?: Array<{user?: {token?: string}}>};
+    return config.users?.[0]?.user?.token;
+  } catch {
+    return undefined;
+  }
+}
+
+async function listObjects(base: string, path: string, token: string | undefined): Promise<KubeObject[]> {
+  const response = await fetch(`${base}${path}`, {headers: token ? {authorization: `Bearer ${token}`} : {}, signal: AbortSignal.timeout(5000)});
+  if (!response.ok) throw new Error(`GET ${path}: HTTP ${response.status}`);
+  return ((await response.json()) as {items: KubeObject[]}).items;
+}
+
+function conditionTrue(object: KubeObject | undefined, type: string): boolean | undefined {
+  if (!object) return undefined;
+  const conditions = (object.status?.conditions ?? []) as Array<{type: string; status: string}>;
+  return conditions.find((condition) => condition.type === type)?.status === 'True';
+}
+
+/** readLabStatus joins state.json with what the lab's API server says now. */
+export async function readLabStatus(state: LabState): Promise<LabStatus> {
+  const topology = state.topology;
+  let nodes: KubeObject[] = [];
+  let pods: KubeObject[] = [];
+  let services: KubeObject[] = [];
+  let slices: KubeObject[] = [];
+  let apiServerError: string | undefined;
+  if (state.apiServer) {
+    const token = await adminToken(state.kubeconfig);
+    try {
+      [nodes, pods, services, slices] = await Promise.all([
+        listObjects(state.apiServer.url, '/api/v1/nodes', token),
+        listObjects(state.apiServer.url, '/api/v1/pods', token),
+        listObjects(state.apiServer.url, '/api/v1/services', token),
+        listObjects(state.apiServer.url, '/apis/discovery.k8s.io/v1/endpointslices', token),
+      ]);
+    } catch (error) {
+      apiServerError = `the API server at ${state.apiServer.url} did not answer: ${error instanceof Error ? error.message : String(error)}`;
+    }
+  } else apiServerError = 'the API server is not started yet';
+
+  const podObject = (namespace: string, name: string) => pods.find((pod) => pod.metadata.namespace === namespace && pod.metadata.name === name);
+  const readyEndpoints = (service: KubeObject) =>
+    slices
+      .filter((slice) => slice.metadata.namespace === service.metadata.namespace && slice.metadata.labels?.['kubernetes.io/service-name'] === service.metadata.name)
+      .flatMap((slice) => (slice.endpoints ?? []) as Array<{conditions?: {ready?: boolean}}>)
+      .filter((endpoint) => endpoint.conditions?.ready !== false).length;
+  const ready = state.readyAt ? (Date.parse(state.readyAt) - Date.parse(state.startedAt)) / 1000 : undefined;
+
+  return {
+    name: state.spec.name,
+    phase: state.phase,
+    proxyMode: state.spec.agents ? state.spec.proxyMode : 'none (started with --no-agents)',
+    supervisorPid: state.supervisorPid,
+    startedAt: state.startedAt,
+    ...(ready !== undefined ? {buildSeconds: ready} : {}),
+    ...(state.apiServer ? {apiServer: state.apiServer.url} : {}),
+    kubeconfig: state.kubeconfig,
+    ...(apiServerError ? {apiServerError} : {}),
+    nodes: (topology?.nodes ?? []).map((node) => {
+      const agent = state.agents.find((candidate) => candidate.node === node.name);
+      const object = nodes.find((candidate) => candidate.metadata.name === node.name);
+      return {
+        name: node.name,
+        ip: node.ip,
+        podCIDR: node.podCIDR,
+        netns: node.namespace,
+        ready: conditionTrue(object, 'Ready'),
+        ...(agent
+          ? {
+              agent: {
+                pod: `${agentNamespace}/${agent.pod}`,
+                ready: conditionTrue(podObject(agentNamespace, agent.pod), 'Ready'),
+                pid: agent.pid,
+                restarts: agent.restarts,
+                healthz: `http://127.0.0.1:${agent.healthzPort}/healthz`,
+                metrics: `http://127.0.0.1:${agent.metricsPort}/metrics`,
+                api: `ws://127.0.0.1:${agent.apiPort}`,
+                log: agent.log,
+              },
+            }
+          : {}),
+      };
+    }),
+    pods: (topology?.nodes ?? []).flatMap((node) =>
+      node.pods.map((pod) => {
+        const object = podObject('default', pod.name);
+        return {name: pod.name, node: node.name, ip: pod.ip, app: String(object?.metadata.labels?.app ?? (object ? '' : '(deleted)')), ready: conditionTrue(object, 'Ready'), netns: pod.namespace};
+      }),
+    ),
+    externalClients: (topology?.externalClients ?? []).map((client) => ({name: client.name, ip: client.ip, netns: client.namespace, routes: client.routes, gateway: client.gateway})),
+    services: services.map((service) => ({
+      namespace: service.metadata.namespace ?? '',
+      name: service.metadata.name,
+      type: String(service.spec?.type ?? ''),
+      clusterIP: String(service.spec?.clusterIP ?? ''),
+      ports: ((service.spec?.ports ?? []) as Array<{port: number; protocol?: string; nodePort?: number}>)
+        .map((port) => `${port.port}${port.nodePort ? `:${port.nodePort}` : ''}/${port.protocol ?? 'TCP'}`)
+        .join(','),
+      endpoints: readyEndpoints(service),
+    })),
+  };
+}
+
+/** columns aligns rows under a header, two spaces apart, as kubectl prints tables. */
+function columns(rows: string[][]): string {
+  const widths = rows[0].map((_, index) => Math.max(...rows.map((row) => (row[index] ?? '').length)));
+  return rows.map((row) => row.map((cell, index) => (index === row.length - 1 ? cell : cell.padEnd(widths[index]))).join('  ')).join('\n');
+}
+
+const yesNo = (value: boolean | undefined) => (value === undefined ? '?' : value ? 'True' : 'False');
+
+function onPath(program: string): boolean {
+  return (process.env.PATH ?? '').split(delimiter).some((dir) => dir && existsSync(join(dir, program)));
+}
+
+/** usageExamples are the commands to try in this lab. */
+export function usageExamples(status: LabStatus): string[] {
+  const nameFlag = status.name === 'proxyctl' ? '' : ` --name ${status.name}`;
+  const [clusterIP, nodePort, udp, empty] = demoServices;
+  const toolbox = status.pods.filter((pod) => pod.app === 'toolbox').at(-1) ?? status.pods.at(-1);
+  const lastNode = status.nodes.at(-1);
+  const client = status.externalClients[0];
+  const demoClient = `${process.execPath} ${siblingProgram('demoapp-client', new URL('./workload/launch.ts', import.meta.url).href)}`;
+  const get = (host: string, port: number) => (onPath('curl') ? `curl -s http://${host}:${port}/` : `${demoClient} --host ${host} --port ${port}`);
+  const lines = [`export KUBECONFIG=${status.kubeconfig}`, 'kubectl get nodes,pods,services,endpointslices -o wide'];
+  if (toolbox) {
+    lines.push(
+      `kubectl proxyctl lab exec${nameFlag} ${toolbox.name} -- ${get(clusterIP.clusterIP, clusterIP.port)}       # ${clusterIP.name}: one of its pods answers`,
+      `kubectl proxyctl lab exec${nameFlag} ${toolbox.name} -- ${demoClient} --protocol udp --host ${udp.clusterIP} --port ${udp.port}`,
+      `kubectl proxyctl lab exec${nameFlag} ${toolbox.name} -- ${get(empty.clusterIP, empty.port)}       # ${empty.name}: refused, no endpoints`,
+    );
+  }
+  if (client && lastNode) lines.push(`kubectl proxyctl lab exec${nameFlag} ${client.name} -- ${get(lastNode.ip, nodePort.nodePort!)}     # NodePort from outside the cluster`);
+  if (toolbox) lines.push(`kubectl proxyctl trace ${clusterIP.name} --from ${toolbox.name} --probe 5`);
+  if (lastNode) lines.push(`kubectl proxyctl lab exec${nameFlag} ${lastNode.name} -- iptables-save -t nat       # the rules on ${lastNode.name}`);
+  lines.push(`kubectl proxyctl lab down${nameFlag}`);
+  return lines;
+}
+
+/** formatLabStatus is the text `lab status` and `lab up` print. */
+export function formatLabStatus(status: LabStatus): string {
+  const out: string[] = [];
+  const built = status.buildSeconds !== undefined ? `, built in ${status.buildSeconds.toFixed(1)} s` : '';
+  out.push(`Lab ${status.name}: ${status.phase}, ${status.nodes.length} nodes, ${status.pods.length} pods, proxy mode ${status.proxyMode} (started ${status.startedAt}${built}, supervisor pid ${status.supervisorPid})`);
+  out.push(`API server  ${status.apiServer ?? '-'}`, `kubeconfig  ${status.kubeconfig}`);
+  if (status.apiServerError) out.push(`warning: ${status.apiServerError}`);
+  out.push('');
+  out.push(
+    columns([
+      ['NODE', 'IP', 'POD CIDR', 'READY', 'AGENT', 'AGENT PORTS (127.0.0.1)'],
+      ...status.nodes.map((node) => [
+        node.name,
+        node.ip,
+        node.podCIDR,
+        yesNo(node.ready),
+        node.agent ? `${node.agent.ready ? 'synced' : node.agent.pid ? 'starting' : 'not running'}${node.agent.restarts ? ` (${node.agent.restarts} restarts)` : ''}` : '-',
+        node.agent ? `healthz ${new URL(node.agent.healthz).port}, metrics ${new URL(node.agent.metrics).port}, api ${new URL(node.agent.api).port}` : '',
+      ]),
+    ]),
+  );
+  if (status.pods.length > 0) {
+    out.push('');
+    out.push(columns([['POD', 'NODE', 'IP', 'APP', 'READY'], ...status.pods.map((pod) => [pod.name, pod.node, pod.ip, pod.app, yesNo(pod.ready)])]));
+  }
+  out.push('');
+  out.push(columns([['EXTERNAL CLIENT', 'IP', 'ROUTES'], ...status.externalClients.map((client) => [client.name, client.ip, `${client.routes.join(', ')} via ${client.gateway}`])]));
+  if (status.services.length > 0) {
+    out.push('');
+    out.push(
+      columns([
+        ['SERVICE', 'TYPE', 'CLUSTER-IP', 'PORT(S)', 'READY ENDPOINTS'],
+        ...status.services.map((service) => [`${service.namespace}/${service.name}`, service.type, service.clusterIP, service.ports, String(service.endpoints)]),
+      ]),
+    );
+  }
+  out.push('', 'Try:', ...usageExamples(status).map((line) => `  ${line}`));
+  return `${out.join('\n')}\n`;
+}

@@ -1,0 +1,264 @@
+// The lab supervisor: the long-lived process behind `lab up`. It builds the namespace cluster, hosts
+// the embedded API server, runs the demo workloads and one agent per node, records everything in
+// state.json, and on SIGTERM (`lab down`) removes all of it. `lab up` starts it detached:
+//   node src/lab/supervisor.ts --spec '{"name":"proxyctl","nodes":2,...}'
+// and hears from it over the IPC channel: progress lines, then "ready" or "failed".
+import {parseArgs} from 'node:util';
+import {join} from 'node:path';
+import {type ApiServer, startApiServer} from './apiserver/server.ts';
+import {AgentProcess, freeLoopbackPorts} from './agent-process.ts';
+import {agentNamespace, agentPodName, agentPodObject, agentPodStatus, demoPodObject, demoPodRoles, demoPorts, demoServiceObjects, nodeObject} from './lab-objects.ts';
+import {type LabSpec, type LabState, labDir, labNamespacePrefix, removeLabDir, writeLabState} from './lab-state.ts';
+import {buildCluster, clusterAddressing, clusterPods, deleteNamespacesWithPrefix, describeCluster, type NodeDescription} from './netns/index.ts';
+import {labPodResolver} from './pod-port-forward.ts';
+import {DemoAppGroup, type RunningDemoApp} from './workload/launch.ts';
+
+/** SupervisorMessage: what the supervisor tells `lab up` over IPC. */
+export type SupervisorMessage = {type: 'progress'; text: string} | {type: 'ready'; state: LabState} | {type: 'failed'; message: string};
+
+const agentSyncTimeoutMs = 30_000;
+
+export class LabSupervisor {
+  readonly state: LabState;
+  readonly #report: (message: SupervisorMessage) => void;
+  readonly #apps = new DemoAppGroup();
+  readonly #appsByPod = new Map<string, RunningDemoApp>();
+  readonly #agents: AgentProcess[] = [];
+  #server: ApiServer | undefined;
+  #started = Date.now();
+  #shutdown: Promise<void> | undefined;
+  #starting: Promise<void> | undefined;
+  #unsubscribe: (() => void) | undefined;
+
+  constructor(spec: LabSpec, report: (message: SupervisorMessage) => void) {
+    this.#report = report;
+    const dir = labDir(spec.name);
+    this.state = {
+      spec,
+      phase: 'starting',
+      supervisorPid: process.pid,
+      startedAt: new Date().toISOString(),
+      prefix: labNamespacePrefix(spec.name),
+      dir,
+      kubeconfig: join(dir, 'kubeconfig'),
+      supervisorLog: join(dir, 'supervisor.log'),
+      agents: [],
+      workloads: {},
+      timings: {},
+    };
+  }
+
+  #step(name: string, text?: string): void {
+    this.state.timings[name] = Date.now() - this.#started;
+    if (text) this.#report({type: 'progress', text});
+  }
+
+  async #save(): Promise<void> {
+    await writeLabState(this.state);
+  }
+
+  get stopRequested(): boolean {
+    return this.#shutdown !== undefined;
+  }
+
+  /** start builds the whole lab and resolves when nodes, pods and agents are ready. */
+  start(): Promise<void> {
+    this.#starting ??= this.#build();
+    return this.#starting;
+  }
+
+  // Between steps: a stop asked for meanwhile ends the build, and shutdown removes what exists.
+  #continue(): void {
+    if (this.#shutdown) throw new Error('lab removed while it was being built');
+  }
+
+  async #build(): Promise<void> {
+    const {spec} = this.state;
+    await this.#save();
+
+    const planned = describeCluster({prefix: this.state.prefix, nodes: spec.nodes, podsPerNode: spec.podsPerNode, externalClient: true});
+    // Recorded before anything exists, so that `lab down` from another shell finds all of it.
+    this.state.topology = planned;
+    await this.#save();
+    const topology = await buildCluster({prefix: this.state.prefix, nodes: spec.nodes, podsPerNode: spec.podsPerNode, externalClient: true});
+    this.state.topology = topology;
+    this.#continue();
+    this.#step('namespaces', `network: ${topology.nodes.length} nodes, ${clusterPods(topology).length} pods, 1 external client (${topology.namespaces.length} namespaces)`);
+
+    const server = await startApiServer({
+      port: 0,
+      serviceCIDR: clusterAddressing.serviceCIDR,
+      resolvePodAddress: labPodResolver({prefix: this.state.prefix, agents: () => this.state.agents}),
+    });
+    this.#server = server;
+    this.state.apiServer = {url: server.url, port: server.port};
+    await server.writeKubeconfig(this.state.kubeconfig);
+    const now = new Date().toISOString();
+    for (const [index, node] of topology.nodes.entries()) server.store.create('nodes', nodeObject(node, index, now), undefined, {keepStatus: true});
+    for (const service of demoServiceObjects()) server.store.create('services', service, 'default');
+    await this.#save();
+    this.#step('apiServer', `API server: ${server.url}`);
+    this.#continue();
+
+    // Agents start while the workloads come up: both take a while, mostly Node's start-up.
+    const agentsReady = spec.agents ? this.#startAgents(topology.nodes) : Promise.resolve();
+    agentsReady.catch(() => undefined);
+    await this.#startWorkloads(topology.nodes);
+    this.#step('pods', `pods: ${clusterPods(topology).length} demo pods ready`);
+    this.#continue();
+    await agentsReady;
+    this.#continue();
+    if (spec.agents) this.#step('agents', `agents: ${this.#agents.length} synced (${spec.proxyMode})`);
+
+    await server.settle();
+    this.state.phase = 'ready';
+    this.state.readyAt = new Date().toISOString();
+    this.#step('ready');
+    await this.#save();
+  }
+
+  async #startWorkloads(nodes: NodeDescription[]): Promise<void> {
+    const server = this.#server!;
+    const roles = demoPodRoles(nodes);
+    const pods = nodes.flatMap((node) => node.pods.map((pod) => ({pod, node})));
+    const apps = await this.#apps.start(pods.map(({pod}) => ({namespace: pod.namespace, name: pod.name, httpPort: demoPorts.http, udpPort: demoPorts.udp})));
+    const now = new Date().toISOString();
+    for (const [index, app] of apps.entries()) {
+      const {pod, node} = pods[index];
+      this.#appsByPod.set(pod.name, app);
+      this.state.workloads[pod.name] = app.pid;
+      server.store.create('pods', demoPodObject(pod, node.ip, roles.get(pod.name) ?? 'toolbox', app.pid, now), 'default', {keepStatus: true});
+    }
+    // A demo pod deleted through the API stops serving once it is gone (after its grace period),
+    // as its container would; while terminating it still answers.
+    this.#unsubscribe = server.store.log.subscribe('pods', (event) => {
+      if (event.type !== 'DELETED' || event.object.metadata.namespace !== 'default') return;
+      const app = this.#appsByPod.get(event.object.metadata.name);
+      if (!app) return;
+      this.#appsByPod.delete(event.object.metadata.name);
+      delete this.state.workloads[event.object.metadata.name];
+      void app.stop().then(() => this.#save().catch(() => undefined));
+    });
+    await this.#save();
+  }
+
+  async #startAgents(nodes: NodeDescription[]): Promise<void> {
+    const server = this.#server!;
+    const {spec} = this.state;
+    const ports = await freeLoopbackPorts(nodes.length * 3);
+    if (this.#shutdown) return;
+    for (const [index, node] of nodes.entries()) {
+      const [healthzPort, metricsPort, apiPort] = ports.slice(index * 3, index * 3 + 3);
+      const agentState = {
+        node: node.name,
+        namespace: node.namespace,
+        pod: agentPodName(node.name),
+        healthzPort,
+        metricsPort,
+        apiPort,
+        log: join(this.state.dir, `agent-${node.name}.log`),
+        restarts: 0,
+      };
+      this.state.agents.push(agentState);
+      server.store.create('pods', agentPodObject(node, `ws://127.0.0.1:${apiPort}`, new Date().toISOString()), agentNamespace, {keepStatus: true});
+      const agent = new AgentProcess({
+        state: agentState,
+        kubeconfig: this.state.kubeconfig,
+        clusterCIDR: clusterAddressing.clusterCIDR,
+        proxyMode: spec.proxyMode,
+        onChange: (changed) => this.#agentChanged(node, changed),
+      });
+      this.#agents.push(agent);
+    }
+    for (const agent of this.#agents) agent.start();
+    await this.#save();
+    await Promise.all(this.#agents.map((agent) => agent.waitSynced(agentSyncTimeoutMs)));
+  }
+
+  #agentChanged(node: NodeDescription, agent: AgentProcess): void {
+    const server = this.#server;
+    if (!server || this.#shutdown) return;
+    const status = agentPodStatus(node, {ready: agent.synced, pid: agent.state.pid, restarts: agent.state.restarts}, new Date().toISOString());
+    try {
+      server.store.mutate('pods', agentNamespace, agent.state.pod, (pod) => void (pod.status = status), {subresource: 'status'});
+    } catch {
+      // The pod was deleted through the API; the agent runs on.
+    }
+    if (this.state.phase === 'ready') void this.#save().catch(() => undefined);
+  }
+
+  /**
+   * shutdown removes everything the lab made: agents (their rules go with the namespaces), demo
+   * apps, the API server, the namespaces and the state directory. Safe to call more than once.
+   */
+  shutdown(): Promise<void> {
+    this.#shutdown ??= this.#teardown();
+    return this.#shutdown;
+  }
+
+  async #teardown(): Promise<void> {
+    // What a step in progress creates must exist before it can be removed.
+    await this.#starting?.catch(() => undefined);
+    if (this.state.phase === 'ready') {
+      this.state.phase = 'stopping';
+      await this.#save().catch(() => undefined);
+    }
+    this.#unsubscribe?.();
+    await Promise.allSettled(this.#agents.map((agent) => agent.stop()));
+    await this.#apps.stopAll().catch(() => this.#apps.killAllNow());
+    await this.#server?.stop().catch(() => undefined);
+    await deleteNamespacesWithPrefix(this.state.prefix).catch(() => undefined);
+    await removeLabDir(this.state.spec.name).catch(() => undefined);
+  }
+
+  /** killNow: for a process exit that cannot wait; `lab down` finishes the job. */
+  killNow(): void {
+    for (const agent of this.#agents) agent.killNow();
+    this.#apps.killAllNow();
+  }
+}
+
+function describeError(error: unknown): string {
+  return error instanceof Error ? error.message : String(error);
+}
+
+async function main(): Promise<void> {
+  const {values} = parseArgs({options: {spec: {type: 'string'}}});
+  if (!values.spec) throw new Error('lab supervisor: --spec is required');
+  const spec = JSON.parse(values.spec) as LabSpec;
+  const send = (message: SupervisorMessage) => {
+    const line = message.type === 'progress' ? message.text : message.type === 'failed' ? `failed: ${message.message}` : 'ready';
+    process.stdout.write(`${new Date().toISOString()} ${line}\n`);
+    if (process.send && process.connected) process.send(message);
+  };
+  const supervisor = new LabSupervisor(spec, send);
+  const stop = (signal: string) => {
+    process.stdout.write(`${new Date().toISOString()} ${signal}: removing the lab\n`);
+    void supervisor.shutdown().finally(() => process.exit(0));
+  };
+  process.once('SIGTERM', () => stop('SIGTERM'));
+  process.once('SIGINT', () => stop('SIGINT'));
+  process.once('SIGHUP', () => stop('SIGHUP'));
+  process.on('exit', () => supervisor.killNow());
+  try {
+    await supervisor.start();
+  } catch (error) {
+    // A signal asked for the stop; its handler removes the lab and exits.
+    if (supervisor.stopRequested) return;
+    const message = describeError(error);
+    supervisor.state.phase = 'failed';
+    supervisor.state.error = message;
+    await supervisor.shutdown();
+    send({type: 'failed', message});
+    process.exit(1);
+  }
+  send({type: 'ready', state: supervisor.state});
+  if (process.connected) process.disconnect();
+}
+
+if (import.meta.main) {
+  main().catch((error: unknown) => {
+    process.stderr.write(`lab supervisor: ${error instanceof Error ? (error.stack ?? error.message) : String(error)}\n`);
+    process.exit(1);
+  });
+}
