@@ -1,0 +1,56 @@
+// Names of the per-service objects in the kube-proxy table, computed as kube-proxy's nftables
+// proxier computes them ("HASH-namespace/name/protocol/port"), so its chains and ours compare.
+import {createHash} from 'node:crypto';
+import type {Endpoint, ServicePort} from '../model/types.ts';
+
+/** nft's limit on object names is 256; kube-proxy keeps 16 for the longest prefix. */
+const nameBaseLengthMax = 256 - 16;
+const base32Alphabet = 'ABCDEFGHIJKLMNOPQRSTUVWXYZ234567';
+
+export const tableName = 'kube-proxy';
+
+/** Chain and set name prefixes of per-service objects (kube-proxy's). */
+export const namePrefixes = {
+  clusterPolicy: 'service-',
+  localPolicy: 'local-',
+  external: 'external-',
+  firewall: 'firewall-',
+  endpoint: 'endpoint-',
+  affinity: 'affinity-',
+} as const;
+
+/** The first 8 characters of the base32 (RFC 4648) text of the name's SHA-256. */
+function hashPrefix(name: string): string {
+  const digest = createHash('sha256').update(name).digest();
+  // 8 base32 characters are 40 bits: the first 5 bytes.
+  let bits = 0n;
+  for (let index = 0; index < 5; index++) bits = (bits << 8n) | BigInt(digest[index]);
+  let text = '';
+  for (let index = 7; index >= 0; index--) text += base32Alphabet[Number((bits >> BigInt(index * 5)) & 31n)];
+  return text;
+}
+
+function hashAndTruncate(name: string): string {
+  const hashed = `${hashPrefix(name)}-${name}`;
+  return hashed.length > nameBaseLengthMax ? `${hashed.slice(0, nameBaseLengthMax - 3)}...` : hashed;
+}
+
+/** servicePortNameBase: "HASH-ns/name/proto/port" for a service port. */
+export function servicePortNameBase(port: Pick<ServicePort, 'namespace' | 'serviceName' | 'portName' | 'protocol'>): string {
+  return hashAndTruncate(`${port.namespace}/${port.serviceName}/${port.protocol.toLowerCase()}/${port.portName}`);
+}
+
+/** endpointNameBase: "HASH-ns/name/proto/port__ip/port" (IPv6 colons become dots). */
+export function endpointNameBase(port: Pick<ServicePort, 'namespace' | 'serviceName' | 'portName' | 'protocol'>, endpoint: Pick<Endpoint, 'ip' | 'port'>): string {
+  const ip = endpoint.ip.replaceAll(':', '.');
+  return hashAndTruncate(`${port.namespace}/${port.serviceName}/${port.protocol.toLowerCase()}/${port.portName}__${ip}/${endpoint.port}`);
+}
+
+/** isServiceChainName: per-service chains always hold a "/", the fixed ones never do. */
+export function isServiceChainName(name: string): boolean {
+  return name.includes('/');
+}
+
+export function isAffinitySetName(name: string): boolean {
+  return name.startsWith(namePrefixes.affinity);
+}

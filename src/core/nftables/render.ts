@@ -1,0 +1,654 @@
+// renderNftables: ProxyModel -> an `nft -f` script for table `ip kube-proxy` / `ip6 kube-proxy`,
+// with kube-proxy's nftables layout (verdict maps for service lookup, per-service chains,
+// no-endpoint and firewall maps, masquerade marking), either whole or as one transaction that
+// touches only the changed service ports.
+//
+// One difference in layout, for speed: kube-proxy picks an endpoint with `numgen random mod N vmap
+// { i : goto endpoint-chain }`, a chain and an anonymous set per endpoint, and nft slows down with
+// every kernel object (10,000 services x 10 endpoints take minutes to load). Here a service port
+// without session affinity picks its endpoint from one shared map, `endpoint-targets`, keyed by
+// `numgen random mod N offset K` (each service port owns the keys K..K+N-1), and hairpin traffic
+// (a pod reaching itself) is recognised after DNAT in `masquerading` by the set
+// `hairpin-endpoints`. Services with session affinity keep kube-proxy's endpoint chains and
+// per-endpoint affinity sets. The packets see the same behaviour either way.
+import {servicePortIdentity} from '../model/changes.ts';
+import {cidrContains, joinHostPort, parseCIDR, parseIP} from '../model/ip.ts';
+import type {Endpoint, ProxyModel, ServicePort} from '../model/types.ts';
+import {endpointNameBase, namePrefixes, servicePortNameBase, tableName} from './names.ts';
+
+export interface NftablesRenderOptions {
+  /**
+   * Service ports (servicePortIdentity) changed since `existing` was applied. With `existing`,
+   * the script is one transaction for these only; without, a full sync.
+   */
+  changedServicePorts?: Set<string>;
+  /** What the last successful sync left in the kernel (from renderNftablesSync). */
+  existing?: NftablesState;
+  /**
+   * The cluster's service CIDRs (ServiceCIDR objects / --service-cluster-ip-range). Traffic to an
+   * address inside them that is no service's ClusterIP is dropped; without them it is left alone,
+   * as kube-proxy does before it has seen a ServiceCIDR.
+   */
+  serviceCIDRs?: string[];
+  /**
+   * The node's local addresses, to match nodePortAddresses CIDRs against. Default: the model's
+   * node IPs.
+   */
+  nodeAddresses?: string[];
+  /**
+   * Full sync only: delete and recreate the table in the same transaction, dropping whatever it
+   * held (another proxy's objects, a failed sync's leftovers). Session-affinity memory is lost.
+   */
+  recreateTable?: boolean;
+  /** Clock for stale-chain bookkeeping, in ms. Default Date.now(). */
+  now?: number;
+}
+
+/** One element of a set or map: key (and value) as nft writes them, "a . b . c". */
+export interface NftElement {
+  container: string;
+  key: string;
+  value?: string;
+  comment?: string;
+}
+
+interface EndpointBlock {
+  chain: string;
+  offset: number;
+  /** "ip . port" per key, in key order. */
+  targets: string[];
+}
+
+/** Footprint: every kernel object and element one service port needs. */
+interface Footprint {
+  chains: Array<{name: string; rules: string[]}>;
+  affinitySets: Array<{name: string; timeoutSeconds: number}>;
+  elements: NftElement[];
+  blocks: EndpointBlock[];
+}
+
+/** NftablesState is what one sync left in the kernel; the next incremental sync starts from it. */
+export interface NftablesState {
+  family: ProxyModel['family'];
+  /** Node-wide settings the fixed part of the table was written for; a change needs a full sync. */
+  setupKey: string;
+  footprints: Map<string, Footprint>;
+  /** container + "\0" + key -> how many service ports hold the element, and its value. */
+  elements: Map<string, {count: number; value?: string; comment?: string}>;
+  /** First free key of endpoint-targets. */
+  nextOffset: number;
+  /** Chains flushed and no longer referenced, with the time they went stale (ms). */
+  staleChains: Map<string, number>;
+}
+
+export interface NftablesSync {
+  script: string;
+  kind: 'full' | 'partial';
+  /** The state after the script is applied successfully. */
+  state: NftablesState;
+}
+
+/** Fixed chains and maps of the table (kube-proxy's names, plus the two of our endpoint choice). */
+export const nftNames = {
+  services: 'services',
+  serviceIPs: 'service-ips',
+  serviceNodePorts: 'service-nodeports',
+  nodePortIPs: 'nodeport-ips',
+  clusterIPs: 'cluster-ips',
+  serviceEndpointsCheck: 'service-endpoints-check',
+  nodePortEndpointsCheck: 'nodeport-endpoints-check',
+  noEndpointServices: 'no-endpoint-services',
+  noEndpointNodePorts: 'no-endpoint-nodeports',
+  reject: 'reject-chain',
+  clusterIPsCheck: 'cluster-ips-check',
+  firewallIPs: 'firewall-ips',
+  firewallCheck: 'firewall-check',
+  markMasq: 'mark-for-masquerade',
+  masquerading: 'masquerading',
+  endpointTargets: 'endpoint-targets',
+  hairpinEndpoints: 'hairpin-endpoints',
+} as const;
+
+/**
+ * Base chains: name, type, hook and numeric priority (dstnat is -100, srcnat 100; older nft takes
+ * the names only in some hooks). Filter chains run before DNAT, to see the service address.
+ */
+export const nftBaseChains: ReadonlyArray<{name: string; type: 'filter' | 'nat'; hook: string; priority: number}> = [
+  {name: 'filter-prerouting', type: 'filter', hook: 'prerouting', priority: -110},
+  {name: 'filter-input', type: 'filter', hook: 'input', priority: -110},
+  {name: 'filter-forward', type: 'filter', hook: 'forward', priority: -110},
+  {name: 'filter-output', type: 'filter', hook: 'output', priority: -110},
+  {name: 'filter-output-post-dnat', type: 'filter', hook: 'output', priority: -90},
+  {name: 'nat-prerouting', type: 'nat', hook: 'prerouting', priority: -100},
+  {name: 'nat-output', type: 'nat', hook: 'output', priority: -100},
+  {name: 'nat-postrouting', type: 'nat', hook: 'postrouting', priority: 100},
+];
+
+const jumpChains: ReadonlyArray<{to: string; from: string; match: string}> = [
+  // reject is only allowed in input, forward and output hooks on older kernels.
+  {to: nftNames.nodePortEndpointsCheck, from: 'filter-input', match: 'ct state new'},
+  {to: nftNames.serviceEndpointsCheck, from: 'filter-input', match: 'ct state new'},
+  {to: nftNames.serviceEndpointsCheck, from: 'filter-forward', match: 'ct state new'},
+  {to: nftNames.serviceEndpointsCheck, from: 'filter-output', match: 'ct state new'},
+  {to: nftNames.firewallCheck, from: 'filter-prerouting', match: 'ct state new'},
+  {to: nftNames.firewallCheck, from: 'filter-output', match: 'ct state new'},
+  {to: nftNames.services, from: 'nat-output', match: ''},
+  {to: nftNames.services, from: 'nat-prerouting', match: ''},
+  {to: nftNames.masquerading, from: 'nat-postrouting', match: ''},
+  {to: nftNames.clusterIPsCheck, from: 'filter-forward', match: 'ct state new'},
+  {to: nftNames.clusterIPsCheck, from: 'filter-output-post-dnat', match: 'ct state new'},
+];
+
+/** Maps and sets emptied and refilled by every full sync. */
+const refilledContainers = [
+  nftNames.clusterIPs,
+  nftNames.serviceIPs,
+  nftNames.firewallIPs,
+  nftNames.noEndpointServices,
+  nftNames.noEndpointNodePorts,
+  nftNames.serviceNodePorts,
+  nftNames.endpointTargets,
+  nftNames.hairpinEndpoints,
+];
+
+/** masqueradeMark: the mark bit as nft lists it, e.g. 0x00004000 for bit 14. */
+export function masqueradeMark(bit: number): string {
+  return `0x${(2 ** bit).toString(16).padStart(8, '0')}`;
+}
+
+interface FamilyWords {
+  /** "ip" or "ip6": table family and payload protocol. */
+  ipX: 'ip' | 'ip6';
+  addrType: 'ipv4_addr' | 'ipv6_addr';
+  loopback: string;
+}
+
+function familyWords(model: ProxyModel): FamilyWords {
+  return model.family === 'IPv6'
+    ? {ipX: 'ip6', addrType: 'ipv6_addr', loopback: '::1'}
+    : {ipX: 'ip', addrType: 'ipv4_addr', loopback: '127.0.0.0/8'};
+}
+
+/** localTrafficMatch: kube-proxy's IfLocalNFT / IfNotLocalNFT for the model's detector. */
+function localTrafficMatch(model: ProxyModel, words: FamilyWords, local: boolean): string | undefined {
+  const detector = model.config.localDetector;
+  const op = local ? '' : '!= ';
+  switch (detector.mode) {
+    case 'ClusterCIDR':
+    case 'NodeCIDR':
+      if (detector.cidrs.length === 0) return undefined;
+      return `${words.ipX} saddr ${op}${detector.cidrs.length === 1 ? detector.cidrs[0] : `{ ${detector.cidrs.join(', ')} }`}`;
+    case 'BridgeInterface':
+      return `iifname ${op}"${detector.interfaceName}"`;
+    case 'InterfaceNamePrefix':
+      return `iifname ${op}"${detector.interfacePrefix}*"`;
+    case 'None':
+      return undefined;
+  }
+}
+
+interface NodePortPlan {
+  /** Every local address accepts NodePorts (a CIDR covering the whole family was given). */
+  matchAll: boolean;
+  addresses: string[];
+}
+
+/**
+ * nodePortPlan: nftables mode takes an empty nodePortAddresses as "primary" (the node's primary
+ * IP only); CIDRs select the node addresses inside them; loopback never accepts NodePorts.
+ */
+export function nodePortPlan(model: ProxyModel, nodeAddresses?: string[]): NodePortPlan {
+  const given = model.config.nodePortAddresses.length === 0 ? ['primary'] : model.config.nodePortAddresses;
+  const cidrs = given.filter((entry) => entry !== 'primary').map((entry) => parseCIDR(entry)).filter((cidr) => cidr !== undefined && cidr.family === model.family);
+  if (cidrs.some((cidr) => cidr!.prefixLength === 0)) return {matchAll: true, addresses: []};
+  const addresses: string[] = [];
+  const add = (address: string) => {
+    const ip = parseIP(address);
+    if (!ip || ip.family !== model.family) return;
+    const loopback = ip.family === 'IPv4' ? ip.bytes[0] === 127 : ip.text === '::1';
+    if (!loopback && !addresses.includes(ip.text)) addresses.push(ip.text);
+  };
+  if (given.includes('primary') && model.nodeIPs.length > 0) add(model.nodeIPs[0]);
+  for (const address of nodeAddresses ?? model.nodeIPs) {
+    const ip = parseIP(address);
+    if (ip && cidrs.some((cidr) => cidrContains(cidr!, ip))) add(address);
+  }
+  return {matchAll: false, addresses};
+}
+
+function setupKey(model: ProxyModel, options: NftablesRenderOptions): string {
+  return JSON.stringify([model.family, model.nodeIPs, model.config, options.serviceCIDRs ?? [], options.nodeAddresses ?? []]);
+}
+
+/** renderSetup writes the fixed part of the table and empties every refilled map and set. */
+function renderSetup(model: ProxyModel, options: NftablesRenderOptions, words: FamilyWords, out: string[]): void {
+  const t = `${words.ipX} ${tableName}`;
+  const mark = masqueradeMark(model.config.masqueradeBit);
+  out.push(`add table ${t} { comment "rules for kube-proxy" ; }`);
+  for (const chain of nftBaseChains) {
+    out.push(`add chain ${t} ${chain.name} { type ${chain.type} hook ${chain.hook} priority ${chain.priority} ; }`);
+    out.push(`flush chain ${t} ${chain.name}`);
+  }
+  const created = new Set<string>();
+  const ensure = (name: string) => {
+    if (created.has(name)) return;
+    created.add(name);
+    out.push(`add chain ${t} ${name}`, `flush chain ${t} ${name}`);
+  };
+  for (const jump of jumpChains) {
+    ensure(jump.to);
+    out.push(`add rule ${t} ${jump.from} ${jump.match ? `${jump.match} ` : ''}jump ${jump.to}`);
+  }
+  for (const name of [nftNames.services, nftNames.clusterIPsCheck, nftNames.masquerading, nftNames.markMasq, nftNames.reject, nftNames.firewallCheck]) ensure(name);
+
+  out.push(`add rule ${t} ${nftNames.markMasq} meta mark set meta mark | ${mark}`);
+  out.push(`add set ${t} ${nftNames.hairpinEndpoints} { type ${words.addrType} . ${words.addrType} ; comment "endpoints masqueraded when they reach themselves through a service" ; }`);
+  out.push(`add rule ${t} ${nftNames.masquerading} ct status dnat ${words.ipX} saddr . ${words.ipX} daddr @${nftNames.hairpinEndpoints} jump ${nftNames.markMasq}`);
+  out.push(`add rule ${t} ${nftNames.masquerading} meta mark & ${mark} == 0x00000000 return`);
+  out.push(`add rule ${t} ${nftNames.masquerading} meta mark set meta mark ^ ${mark}`);
+  out.push(`add rule ${t} ${nftNames.masquerading} masquerade fully-random`);
+
+  out.push(`add set ${t} ${nftNames.clusterIPs} { type ${words.addrType} ; comment "Active ClusterIPs" ; }`);
+  out.push(`add rule ${t} ${nftNames.clusterIPsCheck} ${words.ipX} daddr @${nftNames.clusterIPs} reject comment "Reject traffic to invalid ports of ClusterIPs"`);
+  const serviceCIDRs = (options.serviceCIDRs ?? []).map((text) => parseCIDR(text)).filter((cidr) => cidr !== undefined && cidr.family === model.family).map((cidr) => cidr!.text);
+  if (serviceCIDRs.length > 0) {
+    out.push(`add rule ${t} ${nftNames.clusterIPsCheck} ${words.ipX} daddr { ${serviceCIDRs.join(', ')} } drop comment "Drop traffic to unallocated ClusterIPs"`);
+  }
+
+  const nodePorts = nodePortPlan(model, options.nodeAddresses);
+  out.push(`add set ${t} ${nftNames.nodePortIPs} { type ${words.addrType} ; comment "IPs that accept NodePort traffic" ; }`);
+  if (nodePorts.matchAll) {
+    out.push(`delete set ${t} ${nftNames.nodePortIPs}`);
+  } else {
+    out.push(`flush set ${t} ${nftNames.nodePortIPs}`);
+    if (nodePorts.addresses.length > 0) out.push(`add element ${t} ${nftNames.nodePortIPs} { ${nodePorts.addresses.join(', ')} }`);
+  }
+
+  out.push(`add map ${t} ${nftNames.noEndpointServices} { type ${words.addrType} . inet_proto . inet_service : verdict ; comment "vmap to drop or reject packets to services with no endpoints" ; }`);
+  out.push(`add map ${t} ${nftNames.noEndpointNodePorts} { type inet_proto . inet_service : verdict ; comment "vmap to drop or reject packets to service nodeports with no endpoints" ; }`);
+  out.push(`add rule ${t} ${nftNames.reject} reject`);
+  out.push(`add rule ${t} ${nftNames.serviceEndpointsCheck} ${words.ipX} daddr . meta l4proto . th dport vmap @${nftNames.noEndpointServices}`);
+  out.push(
+    nodePorts.matchAll
+      ? `add rule ${t} ${nftNames.nodePortEndpointsCheck} ${words.ipX} daddr != ${words.loopback} meta l4proto . th dport vmap @${nftNames.noEndpointNodePorts}`
+      : `add rule ${t} ${nftNames.nodePortEndpointsCheck} ${words.ipX} daddr @${nftNames.nodePortIPs} meta l4proto . th dport vmap @${nftNames.noEndpointNodePorts}`,
+  );
+
+  out.push(`add map ${t} ${nftNames.firewallIPs} { type ${words.addrType} . inet_proto . inet_service : verdict ; comment "destinations that are subject to LoadBalancerSourceRanges" ; }`);
+  out.push(`add rule ${t} ${nftNames.firewallCheck} ${words.ipX} daddr . meta l4proto . th dport vmap @${nftNames.firewallIPs}`);
+
+  out.push(`add map ${t} ${nftNames.serviceIPs} { type ${words.addrType} . inet_proto . inet_service : verdict ; comment "ClusterIP, ExternalIP and LoadBalancer IP traffic" ; }`);
+  out.push(`add map ${t} ${nftNames.serviceNodePorts} { type inet_proto . inet_service : verdict ; comment "NodePort traffic" ; }`);
+  out.push(`add rule ${t} ${nftNames.services} ${words.ipX} daddr . meta l4proto . th dport vmap @${nftNames.serviceIPs}`);
+  out.push(
+    nodePorts.matchAll
+      ? `add rule ${t} ${nftNames.services} fib daddr type local ${words.ipX} daddr != ${words.loopback} meta l4proto . th dport vmap @${nftNames.serviceNodePorts}`
+      : `add rule ${t} ${nftNames.services} ${words.ipX} daddr @${nftNames.nodePortIPs} meta l4proto . th dport vmap @${nftNames.serviceNodePorts}`,
+  );
+  out.push(`add map ${t} ${nftNames.endpointTargets} { typeof numgen random mod 1 : ${words.ipX} daddr . th dport ; comment "endpoint choice of service ports without session affinity" ; }`);
+
+  for (const name of refilledContainers) out.push(`flush ${name === nftNames.clusterIPs || name === nftNames.hairpinEndpoints ? 'set' : 'map'} ${t} ${name}`);
+}
+
+interface ServicePortChains {
+  cluster: string;
+  local: string;
+  external: string;
+  firewall: string;
+}
+
+function servicePortChains(port: ServicePort): ServicePortChains {
+  const base = servicePortNameBase(port);
+  return {
+    cluster: namePrefixes.clusterPolicy + base,
+    local: namePrefixes.localPolicy + base,
+    external: namePrefixes.external + base,
+    firewall: namePrefixes.firewall + base,
+  };
+}
+
+/** Allocates endpoint-target keys: reuses a block whose targets did not change. */
+interface BlockAllocator {
+  allocate(chain: string, targets: string[]): EndpointBlock;
+}
+
+/**
+ * footprintOf computes what one service port needs, following kube-proxy's syncProxyRules: which
+ * chains exist, which map elements send its addresses where, and the rules of each chain.
+ */
+function footprintOf(model: ProxyModel, port: ServicePort, words: FamilyWords, blocks: BlockAllocator): Footprint {
+  const footprint: Footprint = {chains: [], affinitySets: [], elements: [], blocks: []};
+  const protocol = port.protocol.toLowerCase();
+  const names = servicePortChains(port);
+  const chainRules = new Map<string, string[]>();
+  const chain = (name: string): string[] => {
+    let rules = chainRules.get(name);
+    if (!rules) {
+      rules = [];
+      chainRules.set(name, rules);
+      footprint.chains.push({name, rules});
+    }
+    return rules;
+  };
+  const element = (container: string, key: string, value?: string, comment?: string) => {
+    footprint.elements.push({container, key, ...(value !== undefined ? {value} : {}), ...(comment !== undefined ? {comment} : {})});
+  };
+  const mark = nftNames.markMasq;
+  const affinity = port.sessionAffinity !== undefined;
+  const hasEndpoints = port.hasAnyEndpoints;
+  const endpointChain = (endpoint: Endpoint) => namePrefixes.endpoint + endpointNameBase(port, endpoint);
+  const affinitySet = (endpoint: Endpoint) => namePrefixes.affinity + endpointNameBase(port, endpoint);
+
+  const usesClusterChain = port.clusterEndpoints.length > 0 && port.usesClusterEndpoints;
+  const usesLocalChain = port.localEndpoints.length > 0 && port.usesLocalEndpoints;
+  // Chain order as kube-proxy creates them: endpoint chains, then the policy chains.
+  if (affinity) for (const endpoint of port.allReachableEndpoints) chain(endpointChain(endpoint));
+  if (usesClusterChain) chain(names.cluster);
+  if (usesLocalChain) chain(names.local);
+
+  const internalChain = port.internalPolicyLocal ? names.local : names.cluster;
+  const hasInternalEndpoints = hasEndpoints && (!port.internalPolicyLocal || port.localEndpoints.length > 0);
+  const externalPolicyChain = port.externalPolicyLocal ? names.local : names.cluster;
+  const hasExternalEndpoints = hasEndpoints && (!port.externalPolicyLocal || port.localEndpoints.length > 0);
+  const usesExternalChain = hasEndpoints && port.externallyAccessible;
+  if (usesExternalChain) chain(names.external);
+  const internalFilterVerdict = !hasEndpoints ? `goto ${nftNames.reject}` : 'drop';
+  const externalFilterVerdict = internalFilterVerdict;
+  const comment = port.key;
+
+  element(nftNames.clusterIPs, port.clusterIP);
+  const vip = (ip: string) => `${ip} . ${protocol} . ${port.port}`;
+  if (hasInternalEndpoints) element(nftNames.serviceIPs, vip(port.clusterIP), `goto ${internalChain}`);
+  else element(nftNames.noEndpointServices, vip(port.clusterIP), internalFilterVerdict, comment);
+
+  for (const ip of port.externalIPs) {
+    if (hasEndpoints) element(nftNames.serviceIPs, vip(ip), `goto ${names.external}`);
+    if (!hasExternalEndpoints) element(nftNames.noEndpointServices, vip(ip), externalFilterVerdict, comment);
+  }
+  const usesFirewall = port.loadBalancerIPs.length > 0 && port.loadBalancerSourceRanges.length > 0;
+  if (usesFirewall) chain(names.firewall);
+  for (const ip of port.loadBalancerIPs) {
+    if (hasEndpoints) element(nftNames.serviceIPs, vip(ip), `goto ${names.external}`);
+    if (usesFirewall) element(nftNames.firewallIPs, vip(ip), `goto ${names.firewall}`);
+  }
+  if (!hasExternalEndpoints) for (const ip of port.loadBalancerIPs) element(nftNames.noEndpointServices, vip(ip), externalFilterVerdict, comment);
+  if (port.nodePort !== 0) {
+    if (hasEndpoints) element(nftNames.serviceNodePorts, `${protocol} . ${port.nodePort}`, `goto ${names.external}`);
+    if (!hasExternalEndpoints) element(nftNames.noEndpointNodePorts, `${protocol} . ${port.nodePort}`, externalFilterVerdict, comment);
+  }
+
+  if (hasInternalEndpoints) {
+    const match = `${words.ipX} daddr ${port.clusterIP} ${protocol} dport ${port.port}`;
+    if (model.config.masqueradeAll) chain(internalChain).push(`${match} jump ${mark}`);
+    else {
+      const notLocal = localTrafficMatch(model, words, false);
+      if (notLocal) chain(internalChain).push(`${match} ${notLocal} jump ${mark}`);
+    }
+  }
+
+  if (usesExternalChain) {
+    const rules = chain(names.external);
+    if (!port.externalPolicyLocal) {
+      rules.push(`jump ${mark}`);
+    } else {
+      const local = localTrafficMatch(model, words, true);
+      if (local) rules.push(`${local} goto ${names.cluster} comment "short-circuit pod traffic"`);
+      rules.push(`fib saddr type local jump ${mark} comment "masquerade local traffic"`);
+      rules.push(`fib saddr type local goto ${names.cluster} comment "short-circuit local traffic"`);
+    }
+    if (hasExternalEndpoints) rules.push(`goto ${externalPolicyChain}`);
+  }
+
+  if (usesFirewall) {
+    const sources = port.loadBalancerSourceRanges.map((text) => parseCIDR(text)!.text);
+    const nodeIP = model.nodeIPs[0] !== undefined ? parseIP(model.nodeIPs[0]) : undefined;
+    const allowFromNode = nodeIP !== undefined && port.loadBalancerSourceRanges.some((text) => cidrContains(parseCIDR(text)!, nodeIP));
+    if (allowFromNode) sources.push(...port.loadBalancerIPs);
+    chain(names.firewall).push(`${words.ipX} saddr != { ${sources.join(', ')} } drop`);
+  }
+
+  if (affinity) {
+    for (const endpoint of port.allReachableEndpoints) footprint.affinitySets.push({name: affinitySet(endpoint), timeoutSeconds: port.sessionAffinity!.timeoutSeconds});
+  }
+
+  const writeEndpointChoice = (policyChain: string, endpoints: Endpoint[]) => {
+    const rules = chain(policyChain);
+    if (affinity) {
+      for (const endpoint of endpoints) rules.push(`${words.ipX} saddr @${affinitySet(endpoint)} goto ${endpointChain(endpoint)}`);
+      rules.push(`numgen random mod ${endpoints.length} vmap { ${endpoints.map((endpoint, index) => `${index} : goto ${endpointChain(endpoint)}`).join(', ')} }`);
+      return;
+    }
+    const block = blocks.allocate(policyChain, endpoints.map((endpoint) => `${endpoint.ip} . ${endpoint.port}`));
+    footprint.blocks.push(block);
+    block.targets.forEach((target, index) => element(nftNames.endpointTargets, String(block.offset + index), target));
+    const offset = block.offset === 0 ? '' : ` offset ${block.offset}`;
+    rules.push(`meta l4proto ${protocol} dnat ${words.ipX} to numgen random mod ${endpoints.length}${offset} map @${nftNames.endpointTargets}`);
+  };
+  if (usesClusterChain) writeEndpointChoice(names.cluster, port.clusterEndpoints);
+  if (usesLocalChain) writeEndpointChoice(names.local, port.localEndpoints);
+
+  for (const endpoint of port.allReachableEndpoints) {
+    element(nftNames.hairpinEndpoints, `${endpoint.ip} . ${endpoint.ip}`);
+    if (!affinity) continue;
+    const rules = chain(endpointChain(endpoint));
+    rules.push(`${words.ipX} saddr ${endpoint.ip} jump ${mark}`);
+    rules.push(`update @${affinitySet(endpoint)} { ${words.ipX} saddr }`);
+    rules.push(`meta l4proto ${protocol} dnat to ${joinHostPort(endpoint.ip, endpoint.port)}`);
+  }
+  return footprint;
+}
+
+function elementId(element: Pick<NftElement, 'container' | 'key'>): string {
+  return `${element.container}\0${element.key}`;
+}
+
+function elementText(element: NftElement): string {
+  const comment = element.comment !== undefined ? ` comment "${element.comment}"` : '';
+  return element.value !== undefined ? `${element.key}${comment} : ${element.value}` : `${element.key}${comment}`;
+}
+
+/** Elements per command: keeps lines readable and nft's parser fast. */
+const elementsPerCommand = 500;
+
+function pushElements(out: string[], verb: 'add' | 'delete', words: FamilyWords, elements: NftElement[]): void {
+  const byContainer = new Map<string, NftElement[]>();
+  for (const element of elements) {
+    let list = byContainer.get(element.container);
+    if (!list) byContainer.set(element.container, (list = []));
+    list.push(element);
+  }
+  for (const [container, list] of byContainer) {
+    for (let start = 0; start < list.length; start += elementsPerCommand) {
+      const chunk = list.slice(start, start + elementsPerCommand);
+      const texts = verb === 'add' ? chunk.map(elementText) : chunk.map((element) => element.key);
+      out.push(`${verb} element ${words.ipX} ${tableName} ${container} { ${texts.join(', ')} }`);
+    }
+  }
+}
+
+function pushFootprintObjects(out: string[], words: FamilyWords, footprint: Footprint): void {
+  const t = `${words.ipX} ${tableName}`;
+  for (const set of footprint.affinitySets) {
+    out.push(`add set ${t} ${set.name} { type ${words.addrType} ; flags dynamic,timeout ; timeout ${set.timeoutSeconds}s ; }`);
+  }
+  for (const {name} of footprint.chains) out.push(`add chain ${t} ${name}`, `flush chain ${t} ${name}`);
+}
+
+function pushFootprintRules(out: string[], words: FamilyWords, footprint: Footprint): void {
+  const t = `${words.ipX} ${tableName}`;
+  for (const {name, rules} of footprint.chains) for (const rule of rules) out.push(`add rule ${t} ${name} ${rule}`);
+}
+
+/**
+ * renderNftablesSync renders a sync and the state it leaves. A full sync (no usable `existing`,
+ * or no changedServicePorts, or node-wide settings changed) rewrites the whole table in one
+ * transaction; a partial one rewrites only the chains and elements of changed service ports.
+ * Chains no longer used are flushed and recorded as stale: deleteStaleChains removes them later,
+ * because older kernels notice only after a moment that a deleted map element no longer
+ * references them.
+ */
+export function renderNftablesSync(model: ProxyModel, options: NftablesRenderOptions = {}): NftablesSync {
+  const words = familyWords(model);
+  const now = options.now ?? Date.now();
+  const key = setupKey(model, options);
+  const previous = options.existing;
+  const partial = previous !== undefined && options.changedServicePorts !== undefined && previous.family === model.family && previous.setupKey === key;
+  const out: string[] = [];
+  const t = `${words.ipX} ${tableName}`;
+
+  if (!partial) {
+    const state: NftablesState = {family: model.family, setupKey: key, footprints: new Map(), elements: new Map(), nextOffset: 0, staleChains: new Map()};
+    if (options.recreateTable) out.push(`add table ${t}`, `delete table ${t}`);
+    renderSetup(model, options, words, out);
+    const allocator: BlockAllocator = {
+      allocate(chain, targets) {
+        const block = {chain, offset: state.nextOffset, targets};
+        state.nextOffset += Math.max(targets.length, 1);
+        return block;
+      },
+    };
+    const elements: NftElement[] = [];
+    for (const port of model.servicePorts) {
+      const footprint = footprintOf(model, port, words, allocator);
+      state.footprints.set(servicePortIdentity(port), footprint);
+      for (const element of footprint.elements) {
+        const id = elementId(element);
+        const held = state.elements.get(id);
+        if (held) held.count++;
+        else {
+          state.elements.set(id, {count: 1, value: element.value, comment: element.comment});
+          elements.push(element);
+        }
+      }
+      pushFootprintObjects(out, words, footprint);
+    }
+    const activeChains = new Set([...state.footprints.values()].flatMap((footprint) => footprint.chains.map((chain) => chain.name)));
+    const activeSets = new Set([...state.footprints.values()].flatMap((footprint) => footprint.affinitySets.map((set) => set.name)));
+    if (previous && !options.recreateTable) {
+      for (const footprint of previous.footprints.values()) {
+        for (const {name} of footprint.chains) if (!activeChains.has(name) && !previous.staleChains.has(name)) {
+          out.push(`flush chain ${t} ${name}`);
+          state.staleChains.set(name, now);
+        }
+        for (const set of footprint.affinitySets) if (!activeSets.has(set.name)) out.push(`delete set ${t} ${set.name}`);
+      }
+      for (const [name, since] of previous.staleChains) if (!activeChains.has(name)) state.staleChains.set(name, since);
+    }
+    pushElements(out, 'add', words, elements);
+    for (const footprint of state.footprints.values()) pushFootprintRules(out, words, footprint);
+    return {script: out.join('\n') + '\n', kind: 'full', state};
+  }
+
+  // Partial: copy the state, then replace the footprints of changed service ports.
+  const state: NftablesState = {
+    family: previous.family,
+    setupKey: previous.setupKey,
+    footprints: new Map(previous.footprints),
+    elements: new Map(previous.elements),
+    nextOffset: previous.nextOffset,
+    staleChains: new Map(previous.staleChains),
+  };
+  const ports = new Map(model.servicePorts.map((port) => [servicePortIdentity(port), port]));
+  const touched = new Map<string, {before?: {count: number; value?: string}; element: NftElement}>();
+  const touch = (element: NftElement) => {
+    const id = elementId(element);
+    if (!touched.has(id)) {
+      const held = state.elements.get(id);
+      touched.set(id, {before: held ? {count: held.count, value: held.value} : undefined, element});
+    }
+    return id;
+  };
+  const oldChains = new Set<string>();
+  const newChains = new Set<string>();
+  const oldSets = new Set<string>();
+  const newSets = new Set<string>();
+  const written: Footprint[] = [];
+  for (const identity of [...options.changedServicePorts!].sort()) {
+    const old = state.footprints.get(identity);
+    const port = ports.get(identity);
+    const oldBlocks = new Map((old?.blocks ?? []).map((block) => [block.chain, block]));
+    const allocator: BlockAllocator = {
+      allocate(chain, targets) {
+        const kept = oldBlocks.get(chain);
+        if (kept && kept.targets.join(',') === targets.join(',')) return kept;
+        const block = {chain, offset: state.nextOffset, targets};
+        state.nextOffset += Math.max(targets.length, 1);
+        return block;
+      },
+    };
+    if (old) {
+      for (const element of old.elements) {
+        const id = touch(element);
+        const held = state.elements.get(id)!;
+        if (held.count <= 1) state.elements.delete(id);
+        else state.elements.set(id, {...held, count: held.count - 1});
+      }
+      for (const {name} of old.chains) oldChains.add(name);
+      for (const set of old.affinitySets) oldSets.add(set.name);
+      state.footprints.delete(identity);
+    }
+    if (!port) continue;
+    const footprint = footprintOf(model, port, words, allocator);
+    state.footprints.set(identity, footprint);
+    for (const element of footprint.elements) {
+      const id = touch(element);
+      const held = state.elements.get(id);
+      if (held) state.elements.set(id, {...held, count: held.count + 1});
+      else {
+        state.elements.set(id, {count: 1, value: element.value, comment: element.comment});
+        touched.get(id)!.element = element;
+      }
+    }
+    for (const {name} of footprint.chains) newChains.add(name);
+    for (const set of footprint.affinitySets) newSets.add(set.name);
+    written.push(footprint);
+  }
+
+  for (const footprint of written) pushFootprintObjects(out, words, footprint);
+  for (const name of oldChains) {
+    if (newChains.has(name)) continue;
+    out.push(`flush chain ${t} ${name}`);
+    state.staleChains.set(name, now);
+  }
+  for (const name of newChains) state.staleChains.delete(name);
+  const deletions: NftElement[] = [];
+  const additions: NftElement[] = [];
+  for (const [id, {before, element}] of touched) {
+    const after = state.elements.get(id);
+    if (before && (!after || after.value !== before.value)) deletions.push(element);
+    if (after && (!before || after.value !== before.value)) additions.push({...element, value: after.value, comment: after.comment});
+  }
+  pushElements(out, 'delete', words, deletions);
+  pushElements(out, 'add', words, additions);
+  for (const footprint of written) pushFootprintRules(out, words, footprint);
+  for (const name of oldSets) if (!newSets.has(name)) out.push(`delete set ${t} ${name}`);
+  return {script: out.length > 0 ? out.join('\n') + '\n' : '', kind: 'partial', state};
+}
+
+/**
+ * renderNftables is the `nft -f` script of a sync: the whole table, or with `existing` and
+ * `changedServicePorts` one transaction for the changed service ports only.
+ */
+export function renderNftables(model: ProxyModel, options: NftablesRenderOptions = {}): string {
+  return renderNftablesSync(model, options).script;
+}
+
+/**
+ * deleteStaleChains: the script deleting chains that went stale at least `minAgeMs` ago, and the
+ * state without them; undefined when none is due. Run it as its own transaction: a failure only
+ * delays the deletion.
+ */
+export function deleteStaleChains(state: NftablesState, now: number, minAgeMs = 1000): {script: string; state: NftablesState} | undefined {
+  const due = [...state.staleChains].filter(([, since]) => now - since >= minAgeMs).map(([name]) => name);
+  if (due.length === 0) return undefined;
+  const ipX = state.family === 'IPv6' ? 'ip6' : 'ip';
+  const staleChains = new Map(state.staleChains);
+  for (const name of due) staleChains.delete(name);
+  return {script: due.map((name) => `delete chain ${ipX} ${tableName} ${name}`).join('\n') + '\n', state: {...state, staleChains}};
+}
+
+/** nftablesCleanupScript deletes the table of the family (as kube-proxy's CleanupLeftovers). */
+export function nftablesCleanupScript(family: ProxyModel['family']): string {
+  const ipX = family === 'IPv6' ? 'ip6' : 'ip';
+  return `add table ${ipX} ${tableName}\ndelete table ${ipX} ${tableName}\n`;
+}
