@@ -252,7 +252,7 @@ function renderSetup(model: ProxyModel, options: NftablesRenderOptions, words: F
   out.push(`add rule ${t} ${nftNames.clusterIPsCheck} ${words.ipX} daddr @${nftNames.clusterIPs} reject comment "Reject traffic to invalid ports of ClusterIPs"`);
   const serviceCIDRs = (options.serviceCIDRs ?? []).map((text) => parseCIDR(text)).filter((cidr) => cidr !== undefined && cidr.family === model.family).map((cidr) => cidr!.text);
   if (serviceCIDRs.length > 0) {
-    out.push(`add rule ${t} ${nftNames.clusterIPsCheck} ${words.ipX} daddr { ${serviceCIDRs.join(', ')} } drop comment "Drop traffic to unallocated ClusterIPs"`);
+    out.push(`add rule ${t} ${nftNames.clusterIPsCheck} ${words.ipX} daddr ${serviceCIDRs.length === 1 ? serviceCIDRs[0] : `{ ${serviceCIDRs.join(', ')} }`} drop comment "Drop traffic to unallocated ClusterIPs"`);
   }
 
   const nodePorts = nodePortPlan(model, options.nodeAddresses);

@@ -1,0 +1,369 @@
+// Parse nftables tables into one shape, whether they come from the kernel (`nft -j list table ip
+// kube-proxy`) or from a script render wrote (`nft -f` input): chains with their rules as nft
+// lists them, and sets and maps with their elements. Trace and diff read only this shape.
+
+export interface NftRule {
+  /** The rule as nft lists it, without its comment, e.g. "ip daddr @cluster-ips reject". */
+  text: string;
+  comment?: string;
+}
+
+export interface NftChain {
+  name: string;
+  /** Base chains only. */
+  type?: string;
+  hook?: string;
+  priority?: number;
+  policy?: string;
+  rules: NftRule[];
+}
+
+export interface NftSetElement {
+  /** Key as nft writes it: "10.96.0.10 . tcp . 80". */
+  key: string;
+  /** Maps only: "goto service-...", "drop", "10.244.0.5 . 8080". */
+  value?: string;
+  comment?: string;
+}
+
+export interface NftSet {
+  name: string;
+  kind: 'set' | 'map';
+  flags: string[];
+  /** Default element timeout in seconds (affinity sets). */
+  timeoutSeconds?: number;
+  elements: NftSetElement[];
+}
+
+export interface NftRuleset {
+  family: string;
+  table: string;
+  chains: Map<string, NftChain>;
+  sets: Map<string, NftSet>;
+}
+
+type Json = unknown;
+
+function isObject(value: Json): value is Record<string, Json> {
+  return typeof value === 'object' && value !== null && !Array.isArray(value);
+}
+
+/** hex32 prints a mark the way nft lists it: 0x00004000. */
+function hex32(value: number): string {
+  return `0x${(value >>> 0).toString(16).padStart(8, '0')}`;
+}
+
+const metaKeysWithoutPrefix = new Set(['iifname', 'oifname', 'iif', 'oif']);
+
+/** exprText writes one JSON expression in nft's list syntax. `markContext` prints numbers as marks. */
+export function exprText(expr: Json, markContext = false): string {
+  if (typeof expr === 'string') return expr.startsWith('@') || /^[\w.:/-]+$/.test(expr) ? expr : JSON.stringify(expr);
+  if (typeof expr === 'number') return markContext ? hex32(expr) : String(expr);
+  if (typeof expr === 'boolean') return String(expr);
+  if (Array.isArray(expr)) return expr.map((item) => exprText(item, markContext)).join(', ');
+  if (!isObject(expr)) return String(expr);
+  const [kind] = Object.keys(expr);
+  const body = expr[kind];
+  switch (kind) {
+    case 'payload': {
+      const payload = body as {protocol: string; field: string};
+      return `${payload.protocol} ${payload.field}`;
+    }
+    case 'meta': {
+      const key = (body as {key: string}).key;
+      return metaKeysWithoutPrefix.has(key) ? key : `meta ${key}`;
+    }
+    case 'ct':
+      return `ct ${(body as {key: string}).key}`;
+    case 'fib': {
+      const fib = body as {result: string; flags?: string | string[]};
+      const flags = Array.isArray(fib.flags) ? fib.flags : fib.flags ? [fib.flags] : [];
+      return `fib ${flags.join(' . ')} ${fib.result}`;
+    }
+    case 'concat':
+      return (body as Json[]).map((item) => exprText(item, markContext)).join(' . ');
+    case 'prefix': {
+      const prefix = body as {addr: string; len: number};
+      return `${prefix.addr}/${prefix.len}`;
+    }
+    case 'range': {
+      const [from, to] = body as [Json, Json];
+      return `${exprText(from)}-${exprText(to)}`;
+    }
+    case 'set': {
+      const items = Array.isArray(body) ? body : [body];
+      return `{ ${items.map((item) => (Array.isArray(item) ? `${exprText(item[0])} : ${verdictOrExprText(item[1])}` : exprText(item, markContext))).join(', ')} }`;
+    }
+    case 'elem': {
+      const elem = body as {val: Json};
+      return exprText(elem.val, markContext);
+    }
+    case '&':
+    case '|':
+    case '^': {
+      const [left, right] = body as [Json, Json];
+      const mark = markContext || (isObject(left) && 'meta' in left && (left.meta as {key: string}).key === 'mark');
+      return `${exprText(left, mark)} ${kind} ${exprText(right, mark)}`;
+    }
+    case 'numgen': {
+      const numgen = body as {mode: string; mod: number; offset?: number};
+      return `numgen ${numgen.mode} mod ${numgen.mod}${numgen.offset ? ` offset ${numgen.offset}` : ''}`;
+    }
+    case 'map': {
+      const map = body as {key: Json; data: Json};
+      return `${exprText(map.key)} map ${verdictOrExprText(map.data)}`;
+    }
+    default:
+      return JSON.stringify(expr);
+  }
+}
+
+const verdictKeys = new Set(['accept', 'drop', 'continue', 'return', 'jump', 'goto', 'queue']);
+
+function verdictOrExprText(expr: Json): string {
+  if (isObject(expr)) {
+    const [kind] = Object.keys(expr);
+    if (verdictKeys.has(kind)) {
+      const target = (expr[kind] as {target?: string} | null)?.target;
+      return target !== undefined ? `${kind} ${target}` : kind;
+    }
+  }
+  return exprText(expr);
+}
+
+/** statementText writes one statement of a rule's "expr" list in nft's list syntax. */
+export function statementText(statement: Json): string {
+  if (!isObject(statement)) return JSON.stringify(statement);
+  const [kind] = Object.keys(statement);
+  const body = statement[kind] as Record<string, Json> | null;
+  if (verdictKeys.has(kind)) return verdictOrExprText(statement);
+  switch (kind) {
+    case 'match': {
+      const {op, left, right} = body as {op: string; left: Json; right: Json};
+      const mark = isObject(left) && ('&' in left || '|' in left || '^' in left || ('meta' in left && (left.meta as {key: string}).key === 'mark'));
+      const rightText = Array.isArray(right) ? right.join(',') : exprText(right, mark);
+      // nft shows "==" only after a bitwise expression ("meta mark & 0x4000 == 0x0").
+      const bitwise = isObject(left) && ('&' in left || '|' in left || '^' in left);
+      const shownOp = (op === '==' && !bitwise) || op === 'in' ? '' : `${op} `;
+      return `${exprText(left)} ${shownOp}${rightText}`;
+    }
+    case 'vmap': {
+      const {key, data} = body as {key: Json; data: Json};
+      return `${exprText(key)} vmap ${verdictOrExprText(data)}`;
+    }
+    case 'mangle': {
+      const {key, value} = body as {key: Json; value: Json};
+      const mark = isObject(key) && 'meta' in key && (key.meta as {key: string}).key === 'mark';
+      return `${exprText(key)} set ${exprText(value, mark)}`;
+    }
+    case 'reject': {
+      // The family's default (ICMP / ICMPv6 port unreachable) is listed but was never written.
+      const type = body?.type;
+      const code = body?.expr;
+      if (!body || code === undefined || (code === 'port-unreachable' && (type === 'icmp' || type === 'icmpv6' || type === 'icmpx'))) return 'reject';
+      return `reject with ${exprText(type ?? '')} ${exprText(code)}`.trim();
+    }
+    case 'masquerade':
+    case 'snat':
+    case 'dnat': {
+      const nat = (body ?? {}) as {family?: string; addr?: Json; port?: Json; flags?: string | string[]};
+      const flags = nat.flags === undefined ? [] : Array.isArray(nat.flags) ? nat.flags : [nat.flags];
+      let text = kind;
+      if (nat.addr !== undefined) {
+        const addr = exprText(nat.addr);
+        const bracketed = nat.port !== undefined && addr.includes(':') && !addr.includes(' ') ? `[${addr}]` : addr;
+        text += `${nat.family ? ` ${nat.family}` : ''} to ${bracketed}${nat.port !== undefined ? `:${exprText(nat.port)}` : ''}`;
+      }
+      return flags.length > 0 ? `${text} ${flags.join(',')}` : text;
+    }
+    case 'set': {
+      const {op, elem, set} = body as {op: string; elem: Json; set: string};
+      return `${op} ${set} { ${exprText(elem)} }`;
+    }
+    case 'counter':
+      return body && typeof body === 'object' && 'packets' in body ? `counter packets ${body.packets} bytes ${body.bytes}` : 'counter';
+    case 'log':
+      return 'log';
+    case 'notrack':
+      return 'notrack';
+    default:
+      return JSON.stringify(statement);
+  }
+}
+
+function elementOf(entry: Json, isMap: boolean): NftSetElement {
+  let keyExpr: Json = isMap && Array.isArray(entry) ? entry[0] : entry;
+  const valueExpr: Json = isMap && Array.isArray(entry) ? entry[1] : undefined;
+  let comment: string | undefined;
+  if (isObject(keyExpr) && 'elem' in keyExpr) {
+    const elem = keyExpr.elem as {val: Json; comment?: string};
+    comment = elem.comment;
+    keyExpr = elem.val;
+  }
+  return {key: exprText(keyExpr), ...(isMap ? {value: verdictOrExprText(valueExpr)} : {}), ...(comment !== undefined ? {comment} : {})};
+}
+
+/**
+ * parseNftablesJson reads `nft -j list table ...` (or `list ruleset`: the first table named
+ * kube-proxy, else the first table). Throws a clear error on text that is not nft's JSON.
+ */
+export function parseNftablesJson(json: string, tableName = 'kube-proxy'): NftRuleset {
+  let document: Json;
+  try {
+    document = JSON.parse(json);
+  } catch (error) {
+    throw new Error(`nft JSON: not JSON (${(error as Error).message})`);
+  }
+  const items = isObject(document) && Array.isArray(document.nftables) ? document.nftables : undefined;
+  if (!items) throw new Error('nft JSON: no "nftables" list; expected the output of `nft -j list table ip kube-proxy`');
+  const tables = items.filter((item) => isObject(item) && isObject(item.table)).map((item) => (item as {table: {family: string; name: string}}).table);
+  const chosen = tables.find((table) => table.name === tableName) ?? tables[0];
+  const ruleset: NftRuleset = {family: chosen?.family ?? 'ip', table: chosen?.name ?? tableName, chains: new Map(), sets: new Map()};
+  const ours = (object: {family?: string; table?: string}) => object.family === ruleset.family && object.table === ruleset.table;
+  for (const item of items) {
+    if (!isObject(item)) continue;
+    if (isObject(item.chain)) {
+      const chain = item.chain as {name: string; table: string; family: string; type?: string; hook?: string; prio?: number; policy?: string};
+      if (!ours(chain)) continue;
+      ruleset.chains.set(chain.name, {
+        name: chain.name,
+        ...(chain.hook !== undefined ? {type: chain.type, hook: chain.hook, priority: chain.prio, policy: chain.policy ?? 'accept'} : {}),
+        rules: [],
+      });
+    } else if (isObject(item.set) || isObject(item.map)) {
+      const isMap = isObject(item.map);
+      const set = (isMap ? item.map : item.set) as {name: string; table: string; family: string; flags?: string[]; timeout?: number; elem?: Json[]};
+      if (!ours(set)) continue;
+      ruleset.sets.set(set.name, {
+        name: set.name,
+        kind: isMap ? 'map' : 'set',
+        flags: set.flags ?? [],
+        ...(set.timeout !== undefined ? {timeoutSeconds: set.timeout} : {}),
+        elements: (set.elem ?? []).map((entry) => elementOf(entry, isMap)),
+      });
+    } else if (isObject(item.rule)) {
+      const rule = item.rule as {chain: string; table: string; family: string; expr: Json[]; comment?: string};
+      if (!ours(rule)) continue;
+      let chain = ruleset.chains.get(rule.chain);
+      if (!chain) ruleset.chains.set(rule.chain, (chain = {name: rule.chain, rules: []}));
+      chain.rules.push({text: rule.expr.map(statementText).join(' '), ...(rule.comment !== undefined ? {comment: rule.comment} : {})});
+    }
+  }
+  return ruleset;
+}
+
+/** splitTopLevel splits on a separator outside braces and quotes. */
+function splitTopLevel(text: string, separator: string): string[] {
+  const parts: string[] = [];
+  let depth = 0;
+  let quoted = false;
+  let start = 0;
+  for (let index = 0; index < text.length; index++) {
+    const char = text[index];
+    if (char === '"') quoted = !quoted;
+    else if (!quoted && char === '{') depth++;
+    else if (!quoted && char === '}') depth--;
+    else if (!quoted && depth === 0 && text.startsWith(separator, index)) {
+      parts.push(text.slice(start, index));
+      start = index + separator.length;
+      index += separator.length - 1;
+    }
+  }
+  parts.push(text.slice(start));
+  return parts.map((part) => part.trim()).filter((part) => part.length > 0);
+}
+
+/** splitComment separates a trailing `comment "..."` from a rule or element. */
+function splitComment(text: string): {text: string; comment?: string} {
+  const match = /^(.*?)\s*comment "((?:[^"\\]|\\.)*)"(.*)$/.exec(text);
+  if (!match) return {text: text.trim()};
+  return {text: `${match[1]}${match[3]}`.trim(), comment: match[2]};
+}
+
+function parseElement(text: string, isMap: boolean): NftSetElement {
+  if (!isMap) {
+    const {text: key, comment} = splitComment(text);
+    return {key, ...(comment !== undefined ? {comment} : {})};
+  }
+  const [left, ...rest] = splitTopLevel(text, ' : ');
+  const {text: key, comment} = splitComment(left);
+  return {key, value: rest.join(' : '), ...(comment !== undefined ? {comment} : {})};
+}
+
+const priorityNames: Record<string, number> = {raw: -300, mangle: -150, dstnat: -100, filter: 0, security: 50, srcnat: 100};
+
+/**
+ * parseNftablesScript replays an `nft -f` script as render writes it (add/flush/delete of tables,
+ * chains, sets, maps, elements and rules) into the table it leaves, starting from `base` if given.
+ * Throws on a command it does not know, naming the line.
+ */
+export function parseNftablesScript(script: string, base?: NftRuleset): NftRuleset {
+  const ruleset: NftRuleset = base
+    ? {family: base.family, table: base.table, chains: new Map([...base.chains].map(([name, chain]) => [name, {...chain, rules: [...chain.rules]}])), sets: new Map([...base.sets].map(([name, set]) => [name, {...set, elements: [...set.elements]}]))}
+    : {family: 'ip', table: 'kube-proxy', chains: new Map(), sets: new Map()};
+  const lines = script.split('\n');
+  for (const [index, raw] of lines.entries()) {
+    const line = raw.trim();
+    if (line === '' || line.startsWith('#')) continue;
+    const match = /^(add|flush|delete|create) (table|chain|rule|set|map|element) (ip6?|inet) (\S+)(?: (\S+))?(?: (.*))?$/.exec(line);
+    if (!match) throw new Error(`nft script line ${index + 1}: cannot read "${line.slice(0, 80)}"`);
+    const [, verb, object, family, table, name, rest = ''] = match;
+    ruleset.family = family;
+    ruleset.table = table;
+    switch (object) {
+      case 'table':
+        if (verb === 'delete') {
+          ruleset.chains.clear();
+          ruleset.sets.clear();
+        }
+        break;
+      case 'chain':
+        if (verb === 'delete') ruleset.chains.delete(name!);
+        else if (verb === 'flush') {
+          const chain = ruleset.chains.get(name!);
+          if (chain) chain.rules = [];
+        } else if (!ruleset.chains.has(name!)) {
+          const base = /type (\w+) hook (\w+) priority ([^;]+?)\s*;/.exec(rest);
+          const priorityText = base?.[3].replace(/\s+/g, '') ?? '';
+          const named = /^([a-z]+)([+-]\d+)?$/.exec(priorityText);
+          const priority = named && named[1] in priorityNames ? priorityNames[named[1]] + Number(named[2] ?? 0) : Number(priorityText);
+          ruleset.chains.set(name!, base ? {name: name!, type: base[1], hook: base[2], priority, policy: 'accept', rules: []} : {name: name!, rules: []});
+        }
+        break;
+      case 'rule': {
+        let chain = ruleset.chains.get(name!);
+        if (!chain) ruleset.chains.set(name!, (chain = {name: name!, rules: []}));
+        const {text, comment} = splitComment(rest);
+        chain.rules.push({text, ...(comment !== undefined ? {comment} : {})});
+        break;
+      }
+      case 'set':
+      case 'map':
+        if (verb === 'delete') ruleset.sets.delete(name!);
+        else if (verb === 'flush') {
+          const set = ruleset.sets.get(name!);
+          if (set) set.elements = [];
+        } else if (!ruleset.sets.has(name!)) {
+          const flags = /flags ([\w,]+)/.exec(rest)?.[1].split(',') ?? [];
+          const timeout = /timeout (\d+)s/.exec(rest);
+          ruleset.sets.set(name!, {name: name!, kind: object, flags, ...(timeout ? {timeoutSeconds: Number(timeout[1])} : {}), elements: []});
+        }
+        break;
+      case 'element': {
+        const set = ruleset.sets.get(name!);
+        if (!set) throw new Error(`nft script line ${index + 1}: element of unknown set ${name}`);
+        const inner = /^\{(.*)\}$/.exec(rest.trim())?.[1] ?? '';
+        const elements = splitTopLevel(inner, ',').map((text) => parseElement(text, set.kind === 'map'));
+        if (verb === 'delete') {
+          const gone = new Set(elements.map((element) => element.key));
+          set.elements = set.elements.filter((element) => !gone.has(element.key));
+        } else {
+          const known = new Set(set.elements.map((element) => element.key));
+          for (const element of elements) if (!known.has(element.key)) set.elements.push(element);
+        }
+        break;
+      }
+    }
+  }
+  return ruleset;
+}
