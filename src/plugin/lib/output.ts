@@ -29,3 +29,36 @@ export function palette(color: boolean) {
   };
 }
 export type Palette = ReturnType<typeof palette>;
+
+/** formatTable lays rows out as kubectl get does: upper-case headers, columns three spaces apart, no borders. */
+export function formatTable(head: string[], rows: string[][]): string {
+  const widths = head.map((title, column) => Math.max(title.length, ...rows.map((row) => visibleLength(row[column] ?? ''))));
+  const line = (cells: string[]) =>
+    cells
+      .map((cell, column) => (column === cells.length - 1 ? cell : cell + ' '.repeat(widths[column] - visibleLength(cell) + 3)))
+      .join('')
+      .trimEnd();
+  return [line(head), ...rows.map(line)].join('\n') + '\n';
+}
+
+function visibleLength(text: string): number {
+  // eslint-disable-next-line no-control-regex
+  return text.replace(/\u001b\[\d+m/g, '').length;
+}
+
+/** formatAge: how long ago, as kubectl's AGE column writes it (45s, 3m12s, 5h, 2d). */
+export function formatAge(ms: number): string {
+  const seconds = Math.max(0, Math.floor(ms / 1000));
+  if (seconds < 120) return `${seconds}s`;
+  const minutes = Math.floor(seconds / 60);
+  if (minutes < 10) return `${minutes}m${seconds % 60 ? `${seconds % 60}s` : ''}`;
+  if (minutes < 180) return `${minutes}m`;
+  const hours = Math.floor(minutes / 60);
+  if (hours < 48) return `${hours}h`;
+  return `${Math.floor(hours / 24)}d`;
+}
+
+/** formatDuration: a sync's or a call's length (850ms, 1.2s). */
+export function formatDuration(ms: number): string {
+  return ms < 1000 ? `${Math.round(ms)}ms` : `${(ms / 1000).toFixed(1)}s`;
+}

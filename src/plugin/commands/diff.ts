@@ -1,0 +1,96 @@
+import {Args, Flags} from '@oclif/core';
+import type {DiffResult, StatusResult} from '../../protocol/methods.ts';
+import {AgentCommand, connectionFlags} from '../lib/agent-command.ts';
+import {forEachNode} from '../lib/agent-locator.ts';
+import {colorDiff} from '../lib/diff-text.ts';
+import {formatAge, formatData, formatTable, palette, useColor} from '../lib/output.ts';
+import {exitCodes} from '../lib/plugin-error.ts';
+
+interface NodeDiff {
+  node: string;
+  status: StatusResult;
+  diff: DiffResult;
+}
+
+export default class Diff extends AgentCommand {
+  static override summary = "Compare the rules an agent means to have with the rules in its node's kernel.";
+  static override description = `Prints a unified diff, grouped by service, of the rules the agent on NODE would write (+) against the rules the kernel holds (-): rules that someone deleted, changed or slipped in show up here. Exit code 0: no difference; 1: they differ; 2 or more: an error, as kubectl diff.
+
+With --all-nodes: one line per node (mode, drifted services, last sync, agent version) instead of the diffs; the exit code is 1 if any node differs, 2 if any node could not be asked.`;
+
+  static override examples = [
+    {description: 'What differs on node-1', command: '<%= config.bin %> diff node-1'},
+    {description: 'Only one service', command: '<%= config.bin %> diff node-1 --service default/web'},
+    {description: 'Every node at once', command: '<%= config.bin %> diff --all-nodes'},
+  ];
+
+  static override args = {node: Args.string({description: 'The node whose rules to compare.'})};
+
+  static override flags = {
+    ...connectionFlags,
+    'all-nodes': Flags.boolean({summary: 'Ask every agent; print a table.', default: false}),
+    service: Flags.string({summary: 'Only the rules of this service: NAMESPACE/NAME or NAMESPACE/NAME:PORT.'}),
+    output: Flags.option({char: 'o', summary: 'Output format.', options: ['text', 'json', 'yaml'] as const, default: 'text'})(),
+    concurrency: Flags.integer({summary: 'Agents asked at once with --all-nodes.', default: 10, min: 1, max: 200}),
+  };
+
+  async run(): Promise<void> {
+    const {args, flags} = await this.parse(Diff);
+    const locator = this.locator(flags);
+    const nodes = await locator.chooseNodes(args.node, flags['all-nodes']);
+    const params = flags.service ? {service: flags.service} : {};
+    const results = await forEachNode(
+      nodes.map((node) => node ?? ''),
+      flags.concurrency,
+      async (node): Promise<NodeDiff> => {
+        const client = await locator.open(node || undefined);
+        try {
+          const [status, diff] = await Promise.all([client.call('status', {}), client.call('diff', params)]);
+          return {node: status.node, status, diff};
+        } finally {
+          client.close();
+        }
+      },
+      (_node, done) => (flags['all-nodes'] ? this.progress(`${done}/${nodes.length} agents answered`) : undefined),
+    );
+    this.endProgress();
+
+    const answered: NodeDiff[] = [];
+    const failed: {node: string; error: string}[] = [];
+    for (const [node, result] of results) {
+      if (result.ok) answered.push(result.value);
+      else failed.push({node, error: result.error});
+    }
+    answered.sort((a, b) => a.node.localeCompare(b.node));
+    for (const failure of failed) process.stderr.write(`error: ${failure.error}\n`);
+
+    const color = useColor(flags.output);
+    if (flags.output === 'json' || flags.output === 'yaml') {
+      const nodesOut = answered.map(({node, diff}) => ({node, ...diff}));
+      process.stdout.write(formatData(flags['all-nodes'] ? {nodes: nodesOut, errors: failed} : (nodesOut[0] ?? {errors: failed}), flags.output));
+    } else if (flags['all-nodes']) {
+      if (answered.length > 0) process.stdout.write(driftTable(answered, color));
+    } else {
+      for (const {diff} of answered) if (!diff.equal) process.stdout.write(`${colorDiff(diff.text.replace(/\n?$/, ''), palette(color))}\n`);
+    }
+    if (failed.length > 0) process.exitCode = exitCodes.error;
+    else if (answered.some(({diff}) => !diff.equal)) process.exitCode = exitCodes.differs;
+  }
+}
+
+function driftTable(nodes: NodeDiff[], color: boolean): string {
+  const c = palette(color);
+  const now = Date.now();
+  const rows = nodes.map(({node, status, diff}) => {
+    const drifted = diff.groups.filter((group) => group.added.length > 0 || group.removed.length > 0).map((group) => group.servicePort || '(no service)');
+    const last = status.lastSync;
+    return [
+      node,
+      status.mode,
+      drifted.length === 0 ? c.green('none') : c.yellow(drifted.join(',')),
+      last ? `${formatAge(now - Date.parse(last.at))} ago${last.ok ? '' : ' (failed)'}` : '-',
+      status.version,
+    ];
+  });
+  return formatTable(['NODE', 'MODE', 'DRIFTED SERVICES', 'LAST SYNC', 'AGENT VERSION'], rows);
+}

@@ -1,0 +1,63 @@
+import {Args, Flags} from '@oclif/core';
+import type {SyncResult} from '../../protocol/methods.ts';
+import {AgentCommand, connectionFlags} from '../lib/agent-command.ts';
+import {forEachNode} from '../lib/agent-locator.ts';
+import {formatData, formatDuration, formatTable} from '../lib/output.ts';
+import {exitCodes} from '../lib/plugin-error.ts';
+
+export default class Sync extends AgentCommand {
+  static override summary = 'Make an agent sync its rules now and wait for the result.';
+  static override description = `Asks the agent on NODE (or every agent) to write its rules now, waits for that sync to finish, and prints how long it took and how many rules the kernel holds afterwards. --full rewrites every chain, which also repairs any drift "kubectl proxyctl diff" shows.`;
+
+  static override examples = [
+    {description: 'Sync node-1', command: '<%= config.bin %> sync node-1'},
+    {description: 'Rewrite every rule on every node', command: '<%= config.bin %> sync --all-nodes --full'},
+  ];
+
+  static override args = {node: Args.string({description: 'The node to sync.'})};
+
+  static override flags = {
+    ...connectionFlags,
+    'all-nodes': Flags.boolean({summary: 'Sync every agent.', default: false}),
+    full: Flags.boolean({summary: 'Rewrite every chain rather than only those of changed services.', default: false}),
+    output: Flags.option({char: 'o', summary: 'Output format.', options: ['text', 'json', 'yaml'] as const, default: 'text'})(),
+    concurrency: Flags.integer({summary: 'Agents synced at once with --all-nodes.', default: 10, min: 1, max: 200}),
+  };
+
+  async run(): Promise<void> {
+    const {args, flags} = await this.parse(Sync);
+    const locator = this.locator(flags);
+    const nodes = await locator.chooseNodes(args.node, flags['all-nodes']);
+    const results = await forEachNode(
+      nodes.map((node) => node ?? ''),
+      flags.concurrency,
+      async (node): Promise<{node: string} & SyncResult> => {
+        const client = await locator.open(node || undefined);
+        try {
+          const name = node || (await client.call('status', {})).node;
+          return {node: name, ...(await client.call('sync', flags.full ? {full: true} : {}))};
+        } finally {
+          client.close();
+        }
+      },
+      (_node, done) => this.progress(`${done}/${nodes.length} agents synced`),
+    );
+    this.endProgress();
+
+    const synced: ({node: string} & SyncResult)[] = [];
+    const failed: {node: string; error: string}[] = [];
+    for (const [node, result] of results) {
+      if (result.ok) synced.push(result.value);
+      else failed.push({node, error: result.error});
+    }
+    synced.sort((a, b) => a.node.localeCompare(b.node));
+    for (const failure of failed) process.stderr.write(`error: ${failure.error}\n`);
+    if (flags.output === 'json' || flags.output === 'yaml') {
+      process.stdout.write(formatData(flags['all-nodes'] ? {nodes: synced, errors: failed} : (synced[0] ?? {errors: failed}), flags.output));
+    } else if (synced.length > 0) {
+      const rows = synced.map((result) => [result.node, result.kind, formatDuration(result.durationMs), String(result.rules.nat), String(result.rules.filter)]);
+      process.stdout.write(formatTable(['NODE', 'SYNC', 'DURATION', 'NAT RULES', 'FILTER RULES'], rows));
+    }
+    if (failed.length > 0) process.exitCode = exitCodes.error;
+  }
+}
