@@ -160,7 +160,7 @@ export function usageExamples(status: LabStatus): string[] {
   const toolbox = status.pods.filter((pod) => pod.app === 'toolbox').at(-1) ?? status.pods.at(-1);
   const lastNode = status.nodes.at(-1);
   const client = status.externalClients[0];
-  const demoClient = `${process.execPath} ${siblingProgram('demoapp-client', new URL('./workload/launch.ts', import.meta.url).href)}`;
+  const demoClient = `${process.execPath} ${siblingProgram('workload/demoapp-client', import.meta.url)}`;
   const get = (host: string, port: number) => (onPath('curl') ? `curl -s http://${host}:${port}/` : `${demoClient} --host ${host} --port ${port}`);
   const lines = [`export KUBECONFIG=${status.kubeconfig}`, 'kubectl get nodes,pods,services,endpointslices -o wide'];
   if (toolbox) {

@@ -236,9 +236,9 @@ async function main(): Promise<void> {
     process.stdout.write(`${new Date().toISOString()} ${signal}: removing the lab\n`);
     void supervisor.shutdown().finally(() => process.exit(0));
   };
-  process.once('SIGTERM', () => stop('SIGTERM'));
-  process.once('SIGINT', () => stop('SIGINT'));
-  process.once('SIGHUP', () => stop('SIGHUP'));
+  // Listeners stay (on, not once): execa's exit hook re-raises a signal nobody else listens to,
+  // which would kill this process in the middle of its teardown.
+  for (const signal of ['SIGTERM', 'SIGINT', 'SIGHUP'] as const) process.on(signal, () => stop(signal));
   process.on('exit', () => supervisor.killNow());
   try {
     await supervisor.start();

@@ -1,0 +1,50 @@
+import {Command, Flags} from '@oclif/core';
+import {labLimits, proxyModes, upLab} from '../../../lab/lab-control.ts';
+import {defaultLabName, LabError} from '../../../lab/lab-state.ts';
+import {formatLabStatus, readLabStatus} from '../../../lab/lab-status.ts';
+
+export default class LabUp extends Command {
+  static override summary = 'Build a small cluster on this machine out of network namespaces, with one proxyctl agent per node.';
+  static override description = `Creates one network namespace per node (joined by a bridge), pods behind each node running a demo HTTP and UDP server, and an external client outside the cluster. An embedded Kubernetes API server holds the nodes, pods and demo Services (ClusterIP, NodePort, UDP, one without endpoints) and hands out a kubeconfig; one proxyctl agent per node writes that node's rules inside its namespace.
+
+Returns once nodes, pods and agents are ready; the lab keeps running in the background until \`lab down\`. Needs root and iproute2. Its state is in /run/proxyctl-lab/NAME.`;
+
+  static override examples = [
+    {description: 'Two nodes with three pods each', command: '<%= config.bin %> lab up'},
+    {description: 'A second, bigger lab beside the first', command: '<%= config.bin %> lab up --name big --nodes 3 --pods-per-node 10'},
+  ];
+
+  static override flags = {
+    nodes: Flags.integer({summary: 'Number of nodes.', default: 2, min: labLimits.nodes.min, max: labLimits.nodes.max}),
+    'pods-per-node': Flags.integer({summary: 'Demo pods on each node.', default: 3, min: labLimits.podsPerNode.min, max: labLimits.podsPerNode.max}),
+    name: Flags.string({summary: 'Name of the lab; several labs can run side by side.', default: defaultLabName}),
+    'proxy-mode': Flags.option({summary: 'Proxy mode of the agents.', options: proxyModes, default: 'iptables'})(),
+    agents: Flags.boolean({summary: 'Start one agent per node; --no-agents builds the cluster without any proxy.', default: true, allowNo: true}),
+  };
+
+  async run(): Promise<void> {
+    const {flags} = await this.parse(LabUp);
+    const abort = new AbortController();
+    const interrupt = () => abort.abort();
+    process.on('SIGINT', interrupt);
+    process.on('SIGTERM', interrupt);
+    try {
+      const state = await upLab({
+        name: flags.name,
+        nodes: flags.nodes,
+        podsPerNode: flags['pods-per-node'],
+        proxyMode: flags['proxy-mode'],
+        agents: flags.agents,
+        signal: abort.signal,
+        onProgress: (text) => process.stderr.write(`${text}\n`),
+      });
+      process.stdout.write(formatLabStatus(await readLabStatus(state)));
+    } catch (error) {
+      if (error instanceof LabError) this.error(error.message, {exit: error.exitCode});
+      throw error;
+    } finally {
+      process.off('SIGINT', interrupt);
+      process.off('SIGTERM', interrupt);
+    }
+  }
+}
