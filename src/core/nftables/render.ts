@@ -6,7 +6,8 @@
 // One difference in layout, for speed: kube-proxy picks an endpoint with `numgen random mod N vmap
 // { i : goto endpoint-chain }`, a chain and an anonymous set per endpoint, and nft slows down with
 // every kernel object (10,000 services x 10 endpoints take minutes to load). Here a service port
-// without session affinity picks its endpoint from one shared map, `endpoint-targets`, keyed by
+// without session affinity picks its endpoint from one shared map per protocol,
+// `endpoint-targets-tcp` (-udp, -sctp: nft types a map's port by protocol), keyed by
 // `numgen random mod N offset K` (each service port owns the keys K..K+N-1), and hairpin traffic
 // (a pod reaching itself) is recognised after DNAT in `masquerading` by the set
 // `hairpin-endpoints`. Services with session affinity keep kube-proxy's endpoint chains and
@@ -105,7 +106,9 @@ export const nftNames = {
   firewallCheck: 'firewall-check',
   markMasq: 'mark-for-masquerade',
   masquerading: 'masquerading',
-  endpointTargets: 'endpoint-targets',
+  endpointTargetsTCP: 'endpoint-targets-tcp',
+  endpointTargetsUDP: 'endpoint-targets-udp',
+  endpointTargetsSCTP: 'endpoint-targets-sctp',
   hairpinEndpoints: 'hairpin-endpoints',
 } as const;
 
@@ -147,9 +150,16 @@ const refilledContainers = [
   nftNames.noEndpointServices,
   nftNames.noEndpointNodePorts,
   nftNames.serviceNodePorts,
-  nftNames.endpointTargets,
+  nftNames.endpointTargetsTCP,
+  nftNames.endpointTargetsUDP,
+  nftNames.endpointTargetsSCTP,
   nftNames.hairpinEndpoints,
 ];
+
+/** endpointTargetsMap: the endpoint-choice map of a protocol ("tcp", "udp", "sctp"). */
+export function endpointTargetsMap(protocol: string): string {
+  return `endpoint-targets-${protocol}`;
+}
 
 /** masqueradeMark: the mark bit as nft lists it, e.g. 0x00004000 for bit 14. */
 export function masqueradeMark(bit: number): string {
@@ -285,7 +295,9 @@ function renderSetup(model: ProxyModel, options: NftablesRenderOptions, words: F
       ? `add rule ${t} ${nftNames.services} fib daddr type local ${words.ipX} daddr != ${words.loopback} meta l4proto . th dport vmap @${nftNames.serviceNodePorts}`
       : `add rule ${t} ${nftNames.services} ${words.ipX} daddr @${nftNames.nodePortIPs} meta l4proto . th dport vmap @${nftNames.serviceNodePorts}`,
   );
-  out.push(`add map ${t} ${nftNames.endpointTargets} { typeof numgen random mod 1 : ${words.ipX} daddr . th dport ; comment "endpoint choice of service ports without session affinity" ; }`);
+  for (const protocol of ['tcp', 'udp', 'sctp']) {
+    out.push(`add map ${t} ${endpointTargetsMap(protocol)} { typeof numgen random mod 1 : ${words.ipX} daddr . ${protocol} dport ; comment "endpoint choice of ${protocol.toUpperCase()} service ports without session affinity" ; }`);
+  }
 
   for (const name of refilledContainers) out.push(`flush ${name === nftNames.clusterIPs || name === nftNames.hairpinEndpoints ? 'set' : 'map'} ${t} ${name}`);
 }
@@ -420,9 +432,9 @@ function footprintOf(model: ProxyModel, port: ServicePort, words: FamilyWords, b
     }
     const block = blocks.allocate(policyChain, endpoints.map((endpoint) => `${endpoint.ip} . ${endpoint.port}`));
     footprint.blocks.push(block);
-    block.targets.forEach((target, index) => element(nftNames.endpointTargets, String(block.offset + index), target));
+    block.targets.forEach((target, index) => element(endpointTargetsMap(protocol), String(block.offset + index), target));
     const offset = block.offset === 0 ? '' : ` offset ${block.offset}`;
-    rules.push(`meta l4proto ${protocol} dnat ${words.ipX} to numgen random mod ${endpoints.length}${offset} map @${nftNames.endpointTargets}`);
+    rules.push(`meta l4proto ${protocol} dnat ${words.ipX} to numgen random mod ${endpoints.length}${offset} map @${endpointTargetsMap(protocol)}`);
   };
   if (usesClusterChain) writeEndpointChoice(names.cluster, port.clusterEndpoints);
   if (usesLocalChain) writeEndpointChoice(names.local, port.localEndpoints);
