@@ -1,0 +1,209 @@
+import {Args, Flags} from '@oclif/core';
+import {readFileSync} from 'node:fs';
+import {isIP} from 'node:net';
+import {parseIptablesSave} from '../../core/iptables/parse.ts';
+import {traceIptables} from '../../core/iptables/trace.ts';
+import type {Packet, TraceResult} from '../../core/trace/types.ts';
+import type {ProbeResult, TraceAnswer} from '../../protocol/methods.ts';
+import {AgentCommand, connectionFlags} from '../lib/agent-command.ts';
+import {forEachNode} from '../lib/agent-locator.ts';
+import {contextNamespace} from '../lib/kube-config.ts';
+import {formatAge, formatData, palette, useColor} from '../lib/output.ts';
+import {errorLine, exitCodes, PluginError} from '../lib/plugin-error.ts';
+import {formatProbeText} from '../lib/probe-text.ts';
+import {endpointWarnings, nodeAddress, resolveService, resolveSource, type PacketSource, type ServiceTarget} from '../lib/service-target.ts';
+import {formatTraceText} from '../lib/trace-text.ts';
+
+const defaultProbeCount = 20;
+
+interface NodeTrace {
+  node: string;
+  trace: TraceAnswer;
+  probe?: ProbeResult & {count: number; from: string};
+}
+
+export default class Trace extends AgentCommand {
+  static override summary = "Follow a Service's packet through the rules a node really holds, hop by hop.";
+  static override description = `Resolves SERVICE and its endpoints, asks the agent on the node to trace the first packet of a connection through the rules in the kernel, and prints every hop (hook, table, chain, rule, target) with a sentence on why it matched and what it does, each endpoint with its probability, pod and node, whether the packet is masqueraded and why, and warnings: no endpoints (REJECT), Local traffic policy without a local endpoint (DROP), rules that differ from what the agent means to write, endpoints not ready or terminating.
+
+The packet comes from --from (a pod: its IP, entering its node; or an address), or else from the node itself. It goes to the service's cluster IP, or with --via to its NodePort on the node, an external IP or a load-balancer IP. --probe N then opens N real connections the same way (from the pod's network namespace in the lab) and shows which endpoints answered next to the predicted odds.
+
+Without a cluster: --rules FILE traces over a saved iptables-save dump (or "kubectl proxyctl render" output) with --src and --dst.`;
+
+  static override examples = [
+    {description: 'From a pod, through the rules of its node, with 20 real connections', command: '<%= config.bin %> trace default/demoapp --from default/client --probe 20'},
+    {description: 'The NodePort as an outside client reaches it on node-2', command: '<%= config.bin %> trace demoapp-nodeport --via node-port --from 192.168.50.2 --node node-2'},
+    {description: 'From node-1 itself, on every node, as JSON', command: '<%= config.bin %> trace demoapp --all-nodes -o json'},
+    {description: 'Offline, over a saved dump', command: '<%= config.bin %> trace --rules node-1.iptables-save --src 10.244.1.5 --dst 10.96.0.10:80/tcp --node-ip 10.240.0.11'},
+  ];
+
+  static override args = {service: Args.string({description: 'The Service: NAME (in the kubeconfig context\'s namespace) or NAMESPACE/NAME.'})};
+
+  static override flags = {
+    ...connectionFlags,
+    port: Flags.string({summary: "The service port, by name or number (needed when the service has several)."}),
+    node: Flags.string({summary: "The node whose rules to trace (default: the --from pod's node)."}),
+    'all-nodes': Flags.boolean({summary: 'Trace on every node that runs an agent.', default: false}),
+    from: Flags.string({summary: 'Where the packet comes from: a pod (NAME or NAMESPACE/NAME) or an IP address. Default: the node itself.'}),
+    'from-netns': Flags.string({summary: 'Network namespace on the node to run --probe from (default: the --from pod\'s, else the node\'s).'}),
+    via: Flags.option({summary: 'Which address of the service the packet is sent to.', options: ['cluster-ip', 'node-port', 'external-ip', 'load-balancer'] as const, default: 'cluster-ip'})(),
+    probe: Flags.integer({summary: `Also open N real connections and show which endpoints answer ("--probe" alone: ${defaultProbeCount}).`, min: 1, max: 1000}),
+    output: Flags.option({char: 'o', summary: 'Output format (wide adds each rule\'s text).', options: ['text', 'wide', 'json', 'yaml'] as const, default: 'text'})(),
+    rules: Flags.string({summary: 'Offline: an iptables-save dump or render output to trace over ("-": stdin).', helpGroup: 'OFFLINE'}),
+    src: Flags.string({summary: 'Offline: source address of the packet.', helpGroup: 'OFFLINE'}),
+    dst: Flags.string({summary: 'Offline: destination as IP:PORT[/PROTO] (PROTO tcp, udp or sctp; default tcp).', helpGroup: 'OFFLINE'}),
+    'node-ip': Flags.string({summary: "Offline: the node's own addresses (for NodePorts and local traffic).", multiple: true, delimiter: ',', helpGroup: 'OFFLINE'}),
+    'in-interface': Flags.string({summary: 'Offline: interface the packet arrives on.', helpGroup: 'OFFLINE'}),
+    origin: Flags.option({summary: 'Offline: arriving (from a pod or outside) or local (sent by the node).', options: ['arriving', 'local'] as const, default: 'arriving', helpGroup: 'OFFLINE'})(),
+  };
+
+  override async init(): Promise<void> {
+    // "--probe" with no number means the default count, which oclif's integer flags cannot say.
+    this.argv = this.argv.flatMap((arg, index, all) => (arg === '--probe' && !/^\d+$/.test(all[index + 1] ?? '') ? ['--probe', String(defaultProbeCount)] : [arg]));
+    await super.init();
+  }
+
+  async run(): Promise<void> {
+    const {args, flags} = await this.parse(Trace);
+    if (flags.rules !== undefined) {
+      if (args.service) throw new PluginError('--rules traces a saved dump without a cluster: give --src and --dst instead of a SERVICE');
+      this.traceOffline(flags);
+      return;
+    }
+    for (const offline of ['src', 'dst', 'node-ip', 'in-interface'] as const) {
+      if (flags[offline] !== undefined) throw new PluginError(`--${offline} is for offline traces: add --rules FILE, or trace a SERVICE`);
+    }
+    if (!args.service) throw new PluginError('name a SERVICE to trace (NAME or NAMESPACE/NAME), or give --rules FILE to trace a saved dump');
+    if (flags.node !== undefined && flags['all-nodes']) throw new PluginError('give --node or --all-nodes, not both');
+
+    const locator = this.locator(flags);
+    const config = locator.kubeConfig();
+    const target = await resolveService(config, args.service, contextNamespace(config), flags.port);
+    const source = flags.from ? await resolveSource(config, flags.from, target.namespace) : undefined;
+    let nodes: (string | undefined)[];
+    if (flags['all-nodes']) nodes = await locator.nodes();
+    else if (flags.node ?? source?.node) nodes = [flags.node ?? source?.node];
+    else if (locator.direct) nodes = [undefined];
+    else if (source) throw new PluginError(`--from ${flags.from} is an address, not a pod: name the node it enters with --node`);
+    else nodes = await locator.chooseNodes(undefined, false);
+
+    const results = await forEachNode(nodes.map((node) => node ?? ''), 5, (node) => this.traceOnNode(locator, node || undefined, target, source, flags), (_node, done) =>
+      nodes.length > 1 ? this.progress(`${done}/${nodes.length} nodes traced`) : undefined,
+    );
+    this.endProgress();
+
+    const traced: NodeTrace[] = [];
+    const failed: {node: string; error: string}[] = [];
+    for (const [node, result] of results) {
+      if (result.ok) traced.push(result.value);
+      else failed.push({node, error: result.error});
+    }
+    for (const failure of failed) process.stderr.write(`error: ${failure.error}\n`);
+
+    if (flags.output === 'json' || flags.output === 'yaml') {
+      const data = traced.map(({node, trace, probe}) => ({node, service: target.servicePort, ...trace, ...(probe ? {probe} : {})}));
+      process.stdout.write(formatData(flags['all-nodes'] ? {nodes: data, errors: failed} : (data[0] ?? {errors: failed}), flags.output));
+    } else {
+      const c = palette(useColor(flags.output));
+      const endpointInfo = new Map([...target.endpoints].map(([key, info]) => [key, info]));
+      const blocks = traced.map(({node, trace, probe}) => {
+        const read = `rules read from the kernel ${formatAge(Date.now() - Date.parse(trace.readAt))} ago`;
+        let text = `${c.bold('Node')}     ${node} (${read})\n`;
+        text += formatTraceText(trace, {palette: c, wide: flags.output === 'wide', endpointInfo});
+        if (probe) text += formatProbeText(trace, probe, probe.count, probe.from, c, endpointInfo);
+        return text;
+      });
+      process.stdout.write(blocks.join('\n'));
+    }
+    if (failed.length > 0) process.exitCode = exitCodes.error;
+  }
+
+  private async traceOnNode(
+    locator: ReturnType<AgentCommand['locator']>,
+    node: string | undefined,
+    target: ServiceTarget,
+    source: PacketSource | undefined,
+    flags: {via: string; probe?: number; 'from-netns'?: string; from?: string},
+  ): Promise<NodeTrace> {
+    const client = await locator.open(node);
+    try {
+      const agentNode = node ?? (await client.call('status', {})).node;
+      const config = locator.kubeConfig();
+      const family = isIP(target.clusterIPs[0]) === 6 ? 6 : 4;
+      let dstIP: string;
+      let dstPort = target.port;
+      if (flags.via === 'node-port') {
+        if (!target.nodePort) throw new PluginError(`service ${target.servicePort} has no NodePort (type ${target.type})`);
+        dstIP = await nodeAddress(config, agentNode, family);
+        dstPort = target.nodePort;
+      } else if (flags.via === 'external-ip') {
+        if (target.externalIPs.length === 0) throw new PluginError(`service ${target.servicePort} has no externalIPs`);
+        dstIP = target.externalIPs[0];
+      } else if (flags.via === 'load-balancer') {
+        if (target.loadBalancerIPs.length === 0) throw new PluginError(`service ${target.servicePort} has no load-balancer IP in its status`);
+        dstIP = target.loadBalancerIPs[0];
+      } else {
+        dstIP = target.clusterIPs[0];
+      }
+      const packet: Packet = source
+        ? {srcIP: source.ip, dstIP, dstPort, protocol: target.protocol, origin: 'arriving'}
+        : {srcIP: await nodeAddress(config, agentNode, family), dstIP, dstPort, protocol: target.protocol, origin: 'local'};
+      const trace = await client.call('trace', {packet, service: target.servicePort});
+      const warnings = [...trace.warnings];
+      for (const warning of endpointWarnings(target)) if (!warnings.includes(warning)) warnings.push(warning);
+      const answer: NodeTrace = {node: agentNode, trace: {...trace, warnings}};
+
+      if (flags.probe !== undefined) {
+        const netns = flags['from-netns'] ?? source?.netns;
+        if (source && !netns) {
+          throw new PluginError(
+            `--probe from ${flags.from}: cannot tell which network namespace to connect from (no lab.proxyctl.dev/netns annotation): leave out --from to probe from the node, or name one with --from-netns`,
+          );
+        }
+        const probe = await client.call('probe', {...(netns ? {from: {netns}} : {}), target: {ip: dstIP, port: dstPort, protocol: target.protocol}, count: flags.probe});
+        const from = source?.pod ? `pod ${source.pod}` : netns ? `network namespace ${netns}` : `node ${agentNode}`;
+        answer.probe = {...probe, count: flags.probe, from};
+      }
+      return answer;
+    } finally {
+      client.close();
+    }
+  }
+
+  private traceOffline(flags: {rules?: string; src?: string; dst?: string; 'node-ip'?: string[]; 'in-interface'?: string; origin: string; output: string}): void {
+    if (!flags.src) throw new PluginError('--rules needs --src IP (the packet\'s source address)');
+    if (!flags.dst) throw new PluginError('--rules needs --dst IP:PORT[/PROTO] (where the packet goes)');
+    if (isIP(flags.src) === 0) throw new PluginError(`--src ${flags.src}: not an IP address`);
+    const destination = parseDestination(flags.dst);
+    for (const ip of flags['node-ip'] ?? []) if (isIP(ip) === 0) throw new PluginError(`--node-ip ${ip}: not an IP address`);
+    const file = flags.rules!;
+    let text: string;
+    try {
+      text = readFileSync(file === '-' ? 0 : file, 'utf8');
+    } catch (error) {
+      throw new PluginError(`--rules ${file}: cannot read it: ${errorLine(error)}`);
+    }
+    let rules;
+    try {
+      rules = parseIptablesSave(text);
+    } catch (error) {
+      throw new PluginError(`--rules ${file}: not an iptables-save dump: ${errorLine(error)}`);
+    }
+    const packet: Packet = {srcIP: flags.src, ...destination, origin: flags.origin === 'local' ? 'local' : 'arriving', ...(flags['in-interface'] ? {inInterface: flags['in-interface']} : {})};
+    const result: TraceResult = traceIptables(rules, packet, {localAddresses: flags['node-ip'] ?? []});
+    if (flags.output === 'json' || flags.output === 'yaml') process.stdout.write(formatData(result, flags.output));
+    else process.stdout.write(formatTraceText(result, {palette: palette(useColor(flags.output === 'wide' ? 'wide' : 'text')), wide: flags.output === 'wide'}));
+  }
+}
+
+/** parseDestination reads IP:PORT[/PROTO], with [IPv6]:PORT. */
+export function parseDestination(text: string): Pick<Packet, 'dstIP' | 'dstPort' | 'protocol'> {
+  const match = /^(?:\[([^\]]+)\]|([^:/\[\]]+)):(\d+)(?:\/([a-zA-Z]+))?$/.exec(text);
+  const ip = match?.[1] ?? match?.[2];
+  const port = Number(match?.[3]);
+  const protocol = (match?.[4] ?? 'tcp').toUpperCase();
+  if (!match || !ip || isIP(ip) === 0 || !Number.isInteger(port) || port < 1 || port > 65535 || !['TCP', 'UDP', 'SCTP'].includes(protocol)) {
+    throw new PluginError(`--dst ${text}: must be IP:PORT[/PROTO] like 10.96.0.10:80/tcp or [fd00::10]:53/udp (PROTO tcp, udp or sctp)`);
+  }
+  return {dstIP: ip, dstPort: port, protocol: protocol as Packet['protocol']};
+}
