@@ -1,0 +1,160 @@
+// The kernel accepts what the renderer writes: each ruleset is loaded with iptables-restore into
+// a fresh network namespace (nf_tables and, when installed, legacy front end), read back, and
+// compared. Partial renders applied with --noflush must leave what a full render leaves.
+// Needs root; namespaces are named rndr-<pid>-<n> and deleted afterwards, on failure too.
+import assert from 'node:assert/strict';
+import {execFileSync, spawnSync} from 'node:child_process';
+import {readFileSync} from 'node:fs';
+import {describe, it, type TestContext} from 'node:test';
+import {buildProxyModel, changedServicePorts, parseManifests, type ModelOptions, type ProxyModel} from '../../../src/core/model/index.ts';
+import {countRules, renderIptables} from '../../../src/core/iptables/index.ts';
+import {node, service, slice} from '../model/cluster-objects.ts';
+
+const isRoot = process.getuid?.() === 0;
+const onPath = (command: string): boolean => spawnSync('sh', ['-c', `command -v ${command}`], {stdio: 'ignore'}).status === 0;
+let namespaceCount = 0;
+
+/** Why the test cannot run here, or undefined when it can. */
+function missing(tools: string[]): string | undefined {
+  if (!isRoot) return 'needs root: loads rules into a new network namespace';
+  const absent = ['ip', ...tools].filter((tool) => !onPath(tool));
+  return absent.length > 0 ? `needs ${absent.join(', ')} (Debian packages iproute2, iptables)` : undefined;
+}
+
+async function inNamespace<T>(body: (namespace: string) => T | Promise<T>): Promise<T> {
+  const namespace = `rndr-${process.pid}-${++namespaceCount}`;
+  execFileSync('ip', ['netns', 'add', namespace]);
+  try {
+    return await body(namespace);
+  } finally {
+    execFileSync('ip', ['netns', 'delete', namespace]);
+  }
+}
+
+function run(namespace: string, command: string, args: string[], input?: string): string {
+  const result = spawnSync('ip', ['netns', 'exec', namespace, command, ...args], {input, encoding: 'utf8'});
+  if (result.status !== 0) throw new Error(`${command} ${args.join(' ')} failed (${result.status}): ${result.stderr}`);
+  return result.stdout;
+}
+
+/** iptables-save text without comments and counters, one table, chains sorted (their order means nothing). */
+function saved(namespace: string, save: string, table: string): string {
+  const lines = run(namespace, save, ['-t', table]).split('\n').filter((line) => line !== '' && !line.startsWith('#'));
+  const chains = lines.filter((line) => line.startsWith(':')).map((line) => line.replace(/\s\[\d+:\d+\]$/, '')).sort();
+  return [...chains, ...lines.filter((line) => !line.startsWith(':'))].join('\n');
+}
+
+function exampleModel(): ProxyModel {
+  const parsed = parseManifests(readFileSync(new URL('../../../examples/cluster.yaml', import.meta.url), 'utf8'), 'cluster.yaml');
+  return buildProxyModel({services: parsed.services, endpointSlices: parsed.endpointSlices, node: parsed.nodes[0]}, {family: 'IPv4', clusterCIDRs: ['10.244.0.0/16']});
+}
+
+type Objects = {services: ReturnType<typeof service>[]; slices: ReturnType<typeof slice>[]};
+
+/** Every rule shape the renderer writes: affinity, Local policies, firewall chain, external IPs, no endpoints. */
+function featureObjects(family: 'IPv4' | 'IPv6'): Objects {
+  const v6 = family === 'IPv6';
+  const ip = (v4: string, v6text: string): string => (v6 ? v6text : v4);
+  const ports = (nodePort: number) => [{name: 'http', protocol: 'TCP', port: 80, targetPort: 8080, nodePort}];
+  const base = (clusterIP: string) => ({clusterIP, clusterIPs: [clusterIP], ipFamilies: [family]});
+  const services = [
+    service('sticky', {...base(ip('10.96.0.11', 'fd00:96::11')), sessionAffinity: 'ClientIP'}),
+    service('itp', {...base(ip('10.96.0.12', 'fd00:96::12')), internalTrafficPolicy: 'Local'}),
+    service('lb', {...base(ip('10.96.0.13', 'fd00:96::13')), type: 'LoadBalancer', externalTrafficPolicy: 'Local', healthCheckNodePort: 32001, externalIPs: [ip('198.51.100.7', '2001:db8:1::7')], loadBalancerSourceRanges: [ip('10.240.0.0/24', 'fd00:10:240::/64'), ip('203.0.113.0/25', '2001:db8:2::/48')], ports: ports(30081)}, {status: {loadBalancer: {ingress: [{ip: ip('192.0.2.10', '2001:db8::10')}]}}}),
+    service('cluster-lb', {...base(ip('10.96.0.14', 'fd00:96::14')), type: 'LoadBalancer', ports: ports(30082)}, {status: {loadBalancer: {ingress: [{ip: ip('192.0.2.11', '2001:db8::11')}]}}}),
+    service('empty', {...base(ip('10.96.0.15', 'fd00:96::15')), type: 'NodePort', externalIPs: [ip('198.51.100.8', '2001:db8:1::8')], ports: ports(30083)}),
+    service('remote-only', {...base(ip('10.96.0.16', 'fd00:96::16')), type: 'NodePort', externalTrafficPolicy: 'Local', ports: ports(30084)}),
+  ];
+  const addressType = family;
+  const here = ip('10.244.1.5', 'fd00:10:244:1::5');
+  const there = ip('10.244.2.5', 'fd00:10:244:2::5');
+  const endpoints = [{ip: here, node: 'node-1'}, {ip: there, node: 'node-2'}];
+  const slices = [
+    slice('sticky-1', 'sticky', endpoints, {addressType}),
+    slice('itp-1', 'itp', endpoints, {addressType}),
+    slice('lb-1', 'lb', endpoints, {addressType}),
+    slice('cluster-lb-1', 'cluster-lb', endpoints, {addressType}),
+    slice('empty-1', 'empty', [], {addressType}),
+    slice('remote-only-1', 'remote-only', [{ip: there, node: 'node-2'}], {addressType}),
+  ];
+  return {services, slices};
+}
+
+function featureModel(family: 'IPv4' | 'IPv6', options: Partial<ModelOptions> = {}, objects = featureObjects(family)): ProxyModel {
+  const m = buildProxyModel(
+    {services: objects.services, endpointSlices: objects.slices, node: node('node-1')},
+    {family, clusterCIDRs: [family === 'IPv6' ? 'fd00:10:244::/56' : '10.244.0.0/16'], ...options},
+  );
+  assert.deepEqual(m.problems, []);
+  return m;
+}
+
+const frontEnds = [
+  {name: 'nf_tables', restore: 'iptables-restore', save: 'iptables-save', restore6: 'ip6tables-restore', save6: 'ip6tables-save'},
+  {name: 'legacy', restore: 'iptables-legacy-restore', save: 'iptables-legacy-save', restore6: 'ip6tables-legacy-restore', save6: 'ip6tables-legacy-save'},
+];
+
+async function loadsWhole(t: TestContext, frontEnd: (typeof frontEnds)[number], model: ProxyModel): Promise<void> {
+  const v6 = model.family === 'IPv6';
+  const [restore, save] = v6 ? [frontEnd.restore6, frontEnd.save6] : [frontEnd.restore, frontEnd.save];
+  const why = missing([restore, save]);
+  if (why) return void t.skip(why);
+  const text = renderIptables(model, {includeJumps: true});
+  await inNamespace((namespace) => {
+    run(namespace, restore, [], text);
+    const back = run(namespace, save, []);
+    assert.deepEqual(countRules(back), countRules(text), 'the kernel holds every rule written');
+    for (const table of ['filter', 'nat']) {
+      const start = text.indexOf(`*${table}`);
+      const written = new Set(text.slice(start, text.indexOf('COMMIT', start)).split('\n').filter((line) => line.startsWith(':')).map((line) => line.slice(1).split(' ')[0]));
+      const kept = saved(namespace, save, table).split('\n').filter((line) => line.startsWith(':')).map((line) => line.slice(1).split(' ')[0]);
+      assert.deepEqual(new Set(kept), written, `${table} chains`);
+    }
+  });
+}
+
+describe('rendered rulesets load into the kernel', () => {
+  for (const frontEnd of frontEnds) {
+    it(`example cluster (${frontEnd.name})`, async (t) => loadsWhole(t, frontEnd, exampleModel()));
+    it(`every feature, IPv4 (${frontEnd.name})`, async (t) => loadsWhole(t, frontEnd, featureModel('IPv4')));
+    it(`every feature, IPv6 (${frontEnd.name})`, async (t) => loadsWhole(t, frontEnd, featureModel('IPv6')));
+    it(`bridge and interface-prefix detectors, masqueradeAll, NodePort addresses (${frontEnd.name})`, async (t) => {
+      await loadsWhole(t, frontEnd, featureModel('IPv4', {config: {localDetector: {mode: 'BridgeInterface', interfaceName: 'cbr0'}, nodePortAddresses: ['10.240.0.0/24', '127.0.0.0/8']}}));
+      await loadsWhole(t, frontEnd, featureModel('IPv4', {config: {localDetector: {mode: 'InterfaceNamePrefix', interfacePrefix: 'veth'}, masqueradeAll: true, localhostNodePorts: false}}));
+    });
+  }
+});
+
+describe('partial renders applied with --noflush', () => {
+  it('leave the tables exactly as a full render of the new model does', async (t) => {
+    const why = missing(['iptables-restore', 'iptables-save']);
+    if (why) return void t.skip(why);
+    const objects = featureObjects('IPv4');
+    const before = featureModel('IPv4', {}, objects);
+    // One endpoint changes, one service goes away, one appears.
+    const after = featureModel('IPv4', {}, {
+      services: [...objects.services.filter((s) => s.metadata?.name !== 'itp'), service('fresh', {clusterIP: '10.96.0.30'})],
+      slices: [
+        ...objects.slices.filter((s) => !['itp-1', 'sticky-1'].includes(String(s.metadata?.name))),
+        slice('sticky-1', 'sticky', [{ip: '10.244.1.5', node: 'node-1'}, {ip: '10.244.2.9', node: 'node-2'}]),
+        slice('fresh-1', 'fresh', [{ip: '10.244.1.30'}]),
+      ],
+    });
+    const changed = changedServicePorts(before, after);
+    assert.equal(changed.size, 3, 'a real partial sync: sticky, itp and fresh');
+
+    const expected = await inNamespace((namespace) => {
+      run(namespace, 'iptables-restore', [], renderIptables(after, {includeJumps: true}));
+      return ['filter', 'nat'].map((table) => saved(namespace, 'iptables-save', table));
+    });
+    await inNamespace((namespace) => {
+      run(namespace, 'iptables-restore', [], renderIptables(before, {includeJumps: true}));
+      const existing = new Map<'filter' | 'nat', Set<string>>();
+      for (const table of ['filter', 'nat'] as const) {
+        existing.set(table, new Set(saved(namespace, 'iptables-save', table).split('\n').filter((line) => line.startsWith(':')).map((line) => line.slice(1).split(' ')[0])));
+      }
+      run(namespace, 'iptables-restore', ['--noflush'], renderIptables(after, {changedServicePorts: changed, existingChains: existing}));
+      assert.deepEqual(['filter', 'nat'].map((table) => saved(namespace, 'iptables-save', table)), expected);
+    });
+  });
+});
