@@ -7,7 +7,7 @@
 import assert from 'node:assert/strict';
 import {after, before, describe, it, type TestContext} from 'node:test';
 import {changedServicePorts, buildProxyModel, type EndpointSliceInput, type ProxyModel, type ServiceInput} from '../../src/core/model/index.ts';
-import {parseNftablesJson} from '../../src/core/nftables/parse.ts';
+import {parseNftablesJson, parseNftablesScript, type NftRuleset} from '../../src/core/nftables/parse.ts';
 import {renderNftablesSync, type NftablesState} from '../../src/core/nftables/render.ts';
 import {traceNftables} from '../../src/core/nftables/trace.ts';
 import {execInNamespace} from '../../src/lab/netns/index.ts';
@@ -61,7 +61,7 @@ interface Target {
 
 let lab: KernelLab | undefined;
 const savedRules = new Map<string, string>();
-const syncStates = new Map<string, {model: ProxyModel; state: NftablesState}>();
+const syncStates = new Map<string, {model: ProxyModel; state: NftablesState; applied: NftRuleset}>();
 const serviceCIDR = '10.96.0.0/16';
 let services: ServiceInput[] = [];
 let slices: EndpointSliceInput[] = [];
@@ -140,6 +140,22 @@ function replies(results: ProbeResult[], what: string): Array<Extract<ProbeResul
   return results as Array<Extract<ProbeResult, {outcome: 'reply'}>>;
 }
 
+
+/**
+ * assertSameTable: the table the kernel lists holds exactly the chains, rules and elements the
+ * scripts wrote (what clients added to affinity sets at run time aside).
+ */
+function assertSameTable(expected: NftRuleset, listed: NftRuleset, what: string): void {
+  const chains = (ruleset: NftRuleset) =>
+    Object.fromEntries([...ruleset.chains.values()].map((chain) => [chain.name, {hook: chain.hook, priority: chain.priority, rules: chain.rules.map((rule) => (rule.comment ? `${rule.text} comment "${rule.comment}"` : rule.text))}]));
+  const sets = (ruleset: NftRuleset) =>
+    Object.fromEntries(
+      [...ruleset.sets.values()].map((set) => [set.name, set.name.startsWith('affinity-') ? [] : set.elements.map((element) => `${element.key}${element.comment ? ` comment ${element.comment}` : ''}${element.value !== undefined ? ` : ${element.value}` : ''}`).sort()]),
+    );
+  assert.deepEqual(chains(listed), chains(expected), `${what}: chains and rules`);
+  assert.deepEqual(sets(listed), sets(expected), `${what}: sets and maps`);
+}
+
 /** loadNftables applies a script to the node's namespace as one `nft -f` transaction. */
 async function loadNftables(entry: NodeDescription, script: string): Promise<void> {
   await execInNamespace(entry.namespace, ['nft', '-f', '-'], {input: script});
@@ -193,13 +209,18 @@ describe('nftables rules in the kernel', {concurrency: false, timeout: 120_000},
       assert.deepEqual(model.problems, [], `model of ${entry.name}`);
       const sync = renderNftablesSync(model, {serviceCIDRs: [serviceCIDR], recreateTable: true});
       await loadNftables(entry, sync.script);
-      syncStates.set(entry.name, {model, state: sync.state});
+      syncStates.set(entry.name, {model, state: sync.state, applied: parseNftablesScript(sync.script)});
       savedRules.set(entry.name, await listNftables(entry));
       localAddresses.set(entry.name, await nodeAddresses(entry));
     }
   });
   after(async () => {
     await lab?.close();
+  });
+
+  it('the kernel lists the table exactly as the script wrote it', (t) => {
+    if (!skipUnlessLab(t)) return;
+    for (const entry of lab!.topology.nodes) assertSameTable(syncStates.get(entry.name)!.applied, parseNftablesJson(savedRules.get(entry.name)!), entry.name);
   });
 
   it('pod -> ClusterIP reaches an endpoint and keeps the pod source IP', async (t) => {
@@ -408,8 +429,10 @@ describe('nftables rules in the kernel', {concurrency: false, timeout: 120_000},
     const during = send(sender, other, 40, 2000);
     await loadNftables(entry, sync.script);
     replies(await during, 'traffic to web during the partial sync');
-    syncStates.set(entry.name, {model, state: sync.state});
+    const applied = parseNftablesScript(sync.script, before.applied);
+    syncStates.set(entry.name, {model, state: sync.state, applied});
     savedRules.set(entry.name, await listNftables(entry));
+    assertSameTable(applied, parseNftablesJson(savedRules.get(entry.name)!), 'after the partial sync');
 
     const target: Target = {protocol: 'tcp', ip: entry.ip, port: nodePorts.cluster};
     const results = replies(await send(client(0), target, 30), 'NodePort after the change');

@@ -179,6 +179,18 @@ function familyWords(model: ProxyModel): FamilyWords {
     : {ipX: 'ip', addrType: 'ipv4_addr', loopback: '127.0.0.0/8'};
 }
 
+/**
+ * valueList writes addresses and CIDRs as nft lists them: a host prefix as the bare address, one
+ * value without braces, several as an anonymous set.
+ */
+function valueList(items: string[]): string {
+  const shown = items.map((item) => {
+    const cidr = parseCIDR(item);
+    return cidr && cidr.prefixLength === (cidr.family === 'IPv4' ? 32 : 128) ? cidr.network.text : (cidr?.text ?? item);
+  });
+  return shown.length === 1 ? shown[0] : `{ ${shown.join(', ')} }`;
+}
+
 /** localTrafficMatch: kube-proxy's IfLocalNFT / IfNotLocalNFT for the model's detector. */
 function localTrafficMatch(model: ProxyModel, words: FamilyWords, local: boolean): string | undefined {
   const detector = model.config.localDetector;
@@ -187,7 +199,7 @@ function localTrafficMatch(model: ProxyModel, words: FamilyWords, local: boolean
     case 'ClusterCIDR':
     case 'NodeCIDR':
       if (detector.cidrs.length === 0) return undefined;
-      return `${words.ipX} saddr ${op}${detector.cidrs.length === 1 ? detector.cidrs[0] : `{ ${detector.cidrs.join(', ')} }`}`;
+      return `${words.ipX} saddr ${op}${valueList(detector.cidrs)}`;
     case 'BridgeInterface':
       return `iifname ${op}"${detector.interfaceName}"`;
     case 'InterfaceNamePrefix':
@@ -262,7 +274,7 @@ function renderSetup(model: ProxyModel, options: NftablesRenderOptions, words: F
   out.push(`add rule ${t} ${nftNames.clusterIPsCheck} ${words.ipX} daddr @${nftNames.clusterIPs} reject comment "Reject traffic to invalid ports of ClusterIPs"`);
   const serviceCIDRs = (options.serviceCIDRs ?? []).map((text) => parseCIDR(text)).filter((cidr) => cidr !== undefined && cidr.family === model.family).map((cidr) => cidr!.text);
   if (serviceCIDRs.length > 0) {
-    out.push(`add rule ${t} ${nftNames.clusterIPsCheck} ${words.ipX} daddr ${serviceCIDRs.length === 1 ? serviceCIDRs[0] : `{ ${serviceCIDRs.join(', ')} }`} drop comment "Drop traffic to unallocated ClusterIPs"`);
+    out.push(`add rule ${t} ${nftNames.clusterIPsCheck} ${words.ipX} daddr ${valueList(serviceCIDRs)} drop comment "Drop traffic to unallocated ClusterIPs"`);
   }
 
   const nodePorts = nodePortPlan(model, options.nodeAddresses);
@@ -412,11 +424,11 @@ function footprintOf(model: ProxyModel, port: ServicePort, words: FamilyWords, b
   }
 
   if (usesFirewall) {
-    const sources = port.loadBalancerSourceRanges.map((text) => parseCIDR(text)!.text);
+    const sources = [...port.loadBalancerSourceRanges];
     const nodeIP = model.nodeIPs[0] !== undefined ? parseIP(model.nodeIPs[0]) : undefined;
     const allowFromNode = nodeIP !== undefined && port.loadBalancerSourceRanges.some((text) => cidrContains(parseCIDR(text)!, nodeIP));
     if (allowFromNode) sources.push(...port.loadBalancerIPs);
-    chain(names.firewall).push(`${words.ipX} saddr != { ${sources.join(', ')} } drop`);
+    chain(names.firewall).push(`${words.ipX} saddr != ${valueList(sources)} drop`);
   }
 
   if (affinity) {
