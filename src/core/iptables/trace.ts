@@ -1,0 +1,429 @@
+// traceIptables: the first packet of a connection walked through an iptables ruleset as the kernel
+// walks it: hook by hook, table by table, following jumps, gotos, RETURNs and policies, forking
+// where `-m statistic` picks an endpoint at random.
+import {joinHostPort, parseIP, type ParsedIP} from '../model/ip.ts';
+import type {Packet, TraceBranch, TraceContext, TraceHop, TraceResult, TraceVerdict} from '../trace/types.ts';
+import {Explainer, explainRule, masqueradeBecause} from './explain.ts';
+import {matchRule, type AddressKind, type PacketState} from './match.ts';
+import {findChain, isHashedProxyChain, isProxyChain, servicePortOfComment, type IptablesChain, type IptablesRule, type IptablesRuleset} from './ruleset.ts';
+
+type Hook = TraceHop['hook'];
+
+/** Walk is one possible path of the packet; walks fork where a rule matches at random. */
+interface Walk {
+  state: PacketState;
+  probability: number;
+  hops: TraceHop[];
+  /** "ip:port" after DNAT. */
+  endpoint?: string;
+  /** Index of the first hop that is this walk's own (where it split from the others). */
+  splitAt?: number;
+  /** Index of the hop that led into the chain that DNATed (the endpoint chain). */
+  endpointAt?: number;
+  /** Why the masquerade mark was set, and by which chain. */
+  markedBy?: {chain: string; because: string};
+  masqueradeReason?: string;
+  /** The walk ended in DROP or REJECT. */
+  outcome?: 'DROP' | 'REJECT';
+  /** Where it ended, for warnings: "filter FORWARD". */
+  endedAt?: string;
+  servicePort?: string;
+}
+
+type Exit = 'return' | 'accept' | 'stop';
+
+interface ChainExit {
+  walk: Walk;
+  exit: Exit;
+}
+
+/** A caller's rule, for explaining why a chain like KUBE-MARK-MASQ was entered. */
+interface Caller {
+  rule: IptablesRule;
+  state: PacketState;
+  hopIndex: number;
+}
+
+const maxDepth = 64;
+const maxWalks = 4096;
+
+class Tracer {
+  ruleset: IptablesRuleset;
+  explainer: Explainer;
+  addresses: AddressKind;
+  warnings: string[] = [];
+  private warned = new Set<string>();
+  private walkCount = 1;
+  hook: Hook = 'PREROUTING';
+
+  constructor(ruleset: IptablesRuleset, addresses: AddressKind) {
+    this.ruleset = ruleset;
+    this.explainer = new Explainer(ruleset);
+    this.addresses = addresses;
+  }
+
+  warn(text: string): void {
+    if (this.warned.has(text)) return;
+    this.warned.add(text);
+    this.warnings.push(text);
+  }
+
+  /** runHook walks the built-in chain of one table at one hook; walks that were dropped or refused stop there. */
+  runHook(hook: Hook, table: string, walk: Walk): Walk[] {
+    const chain = findChain(this.ruleset, table, hook);
+    if (!chain) return [walk];
+    // Packets conntrack does not track skip the nat table.
+    if (table === 'nat' && walk.state.ctState === 'UNTRACKED') return [walk];
+    this.hook = hook;
+    return this.runChain(chain, 0, walk, 0, undefined).map((result) => result.walk);
+  }
+
+  runChain(chain: IptablesChain, start: number, walk: Walk, depth: number, caller: Caller | undefined): ChainExit[] {
+    for (let index = start; index < chain.rules.length; index++) {
+      const rule = chain.rules[index];
+      const result = matchRule(rule, walk.state, this.addresses);
+      if (result.kind === 'no') continue;
+      if (result.kind === 'unknown') {
+        for (const reason of result.reasons) this.warn(`${rule.table} ${rule.chain} (line ${rule.line}): ${reason}; the rule was treated as not matching: ${rule.text}`);
+        continue;
+      }
+      if (result.probability < 1) {
+        if (this.walkCount >= maxWalks) {
+          this.warn(`more than ${maxWalks} paths: later random choices were not followed`);
+          continue;
+        }
+        this.walkCount++;
+        const taken = fork(walk, walk.probability * result.probability);
+        const rest = fork(walk, walk.probability * (1 - result.probability));
+        return [...this.applyTarget(chain, index, rule, taken, depth, caller, result.probability), ...this.runChain(chain, index + 1, rest, depth, caller)];
+      }
+      return this.applyTarget(chain, index, rule, walk, depth, caller, 1);
+    }
+    return this.endOfChain(chain, walk);
+  }
+
+  endOfChain(chain: IptablesChain, walk: Walk): ChainExit[] {
+    if (chain.kind !== 'builtin') return [{walk, exit: 'return'}];
+    const policy = chain.policy ?? 'ACCEPT';
+    if (policy === 'DROP' || chain.table === 'filter') {
+      const explanation =
+        policy === 'DROP'
+          ? `No rule of ${chain.table} ${chain.name} accepted the packet, so the chain's policy DROP drops it.`
+          : `No rule of ${chain.table} ${chain.name} stopped the packet, so the chain's policy ACCEPT lets it through.`;
+      walk.hops.push({hook: this.hook, table: chain.table, chain: chain.name, rule: '', target: policy, explanation});
+    }
+    if (policy === 'DROP') {
+      walk.outcome = 'DROP';
+      walk.endedAt = `${chain.table} ${chain.name} policy`;
+      return [{walk, exit: 'stop'}];
+    }
+    return [{walk, exit: 'accept'}];
+  }
+
+  pushHop(walk: Walk, rule: IptablesRule, before: PacketState, ruleProbability: number): number {
+    const explanation = explainRule(this.explainer, rule, {ruleProbability, branchProbability: walk.probability, before, after: walk.state});
+    walk.hops.push({hook: this.hook, table: rule.table, chain: rule.chain, rule: rule.text, target: rule.target?.name ?? '(none)', explanation});
+    if (!walk.servicePort && isProxyChain(rule.chain)) {
+      walk.servicePort = servicePortOfComment(rule.comment) ?? (isHashedProxyChain(rule.chain) ? this.explainer.serviceOf(rule.table, rule.chain) : undefined);
+    }
+    return walk.hops.length - 1;
+  }
+
+  applyTarget(chain: IptablesChain, index: number, rule: IptablesRule, walk: Walk, depth: number, caller: Caller | undefined, ruleProbability: number): ChainExit[] {
+    const before = walk.state;
+    const target = rule.target;
+    const next = () => this.runChain(chain, index + 1, walk, depth, caller);
+    const stop = (outcome: 'DROP' | 'REJECT'): ChainExit[] => {
+      this.pushHop(walk, rule, before, ruleProbability);
+      walk.outcome = outcome;
+      walk.endedAt = `${rule.table} ${rule.chain}`;
+      this.noteServiceProblem(rule, outcome);
+      return [{walk, exit: 'stop'}];
+    };
+    if (!target) {
+      this.pushHop(walk, rule, before, ruleProbability);
+      return next();
+    }
+    switch (target.name) {
+      case 'ACCEPT':
+        this.pushHop(walk, rule, before, ruleProbability);
+        return [{walk, exit: 'accept'}];
+      case 'DROP':
+        return stop('DROP');
+      case 'REJECT':
+        return stop('REJECT');
+      case 'RETURN':
+        this.pushHop(walk, rule, before, ruleProbability);
+        return chain.kind === 'builtin' ? this.endOfChain(chain, walk) : [{walk, exit: 'return'}];
+      case 'MARK': {
+        const setting = target.options.find((entry) => entry.name === 'set-xmark')?.values[0] ?? '0/0';
+        const [valueText, maskText] = setting.split('/');
+        const value = Number(valueText);
+        const mask = Number(maskText);
+        walk.state = {...before, mark: ((before.mark & ~mask) ^ value) >>> 0};
+        const setBits = (walk.state.mark & ~before.mark) >>> 0;
+        if (setBits) {
+          const because = caller && chain.kind !== 'builtin' && rule.chain.startsWith('KUBE-MARK') ? masqueradeBecause(this.explainer, caller.rule, caller.state) : masqueradeBecause(this.explainer, rule, before);
+          walk.markedBy = {chain: rule.chain, because};
+        }
+        this.pushHop(walk, rule, before, ruleProbability);
+        return next();
+      }
+      case 'DNAT': {
+        const to = target.options.find((entry) => entry.name === 'to-destination')?.values[0];
+        const destination = to ? parseDestination(to, before.dstPort) : undefined;
+        if (!destination) {
+          this.warn(`${rule.table} ${rule.chain} (line ${rule.line}): DNAT destination "${to ?? ''}" cannot be read; the packet was left unchanged`);
+          this.pushHop(walk, rule, before, ruleProbability);
+          return [{walk, exit: 'accept'}];
+        }
+        walk.state = {...before, dst: destination.ip, dstPort: destination.port, dnatDone: true};
+        walk.endpoint = joinHostPort(destination.ip.text, destination.port);
+        const hopIndex = this.pushHop(walk, rule, before, ruleProbability);
+        walk.endpointAt = chain.name.startsWith('KUBE-SEP-') && caller ? caller.hopIndex : hopIndex;
+        this.noteAffinity(rule, walk);
+        return [{walk, exit: 'accept'}];
+      }
+      case 'MASQUERADE':
+      case 'SNAT': {
+        this.pushHop(walk, rule, before, ruleProbability);
+        walk.masqueradeReason = walk.markedBy
+          ? `marked for masquerade by ${walk.markedBy.chain} because ${walk.markedBy.because}`
+          : `${rule.table} ${rule.chain} rewrites the source with ${target.name} because ${masqueradeBecause(this.explainer, rule, before)}`;
+        return [{walk, exit: 'accept'}];
+      }
+      case 'NOTRACK':
+        walk.state = {...before, ctState: 'UNTRACKED'};
+        this.pushHop(walk, rule, before, ruleProbability);
+        return next();
+      case 'CT':
+        if (target.options.some((entry) => entry.name === 'notrack')) walk.state = {...before, ctState: 'UNTRACKED'};
+        this.pushHop(walk, rule, before, ruleProbability);
+        return next();
+      case 'LOG':
+      case 'NFLOG':
+      case 'TRACE':
+      case 'AUDIT':
+      case 'COUNTER':
+        this.pushHop(walk, rule, before, ruleProbability);
+        return next();
+      default:
+        break;
+    }
+    const subchain = findChain(this.ruleset, rule.table, target.name);
+    if (!subchain) {
+      this.warn(`${rule.table} ${rule.chain} (line ${rule.line}): target ${target.name} is not modelled by the trace; the packet was assumed to go on unchanged`);
+      this.pushHop(walk, rule, before, ruleProbability);
+      return next();
+    }
+    const hopIndex = this.pushHop(walk, rule, before, ruleProbability);
+    if (depth >= maxDepth) {
+      this.warn(`${rule.table} ${rule.chain}: chains nest deeper than ${maxDepth}; the walk stopped at ${target.name}`);
+      return [{walk, exit: 'accept'}];
+    }
+    const results = this.runChain(subchain, 0, walk, depth + 1, {rule, state: before, hopIndex});
+    if (target.goto) return results.flatMap((result) => (result.exit === 'return' ? this.endOfGoto(chain, result.walk) : [result]));
+    return results.flatMap((result) => (result.exit === 'return' ? this.runChain(chain, index + 1, result.walk, depth, caller) : [result]));
+  }
+
+  /** After a goto, a RETURN leaves the chain that made the goto. */
+  endOfGoto(chain: IptablesChain, walk: Walk): ChainExit[] {
+    return chain.kind === 'builtin' ? this.endOfChain(chain, walk) : [{walk, exit: 'return'}];
+  }
+
+  noteServiceProblem(rule: IptablesRule, outcome: 'DROP' | 'REJECT'): void {
+    const service = servicePortOfComment(rule.comment);
+    if (!service || !rule.comment) return;
+    if (/has no endpoints$/.test(rule.comment)) this.warn(`${service} has no endpoints: connections to it are refused (${outcome})`);
+    else if (/has no local endpoints$/.test(rule.comment)) {
+      this.warn(`${service} has externalTrafficPolicy Local and no endpoint on this node: traffic to its external addresses is dropped here (${outcome})`);
+    }
+  }
+
+  noteAffinity(rule: IptablesRule, walk: Walk): void {
+    const recent = rule.matches.find((match) => match.module === 'recent' && match.options.some((entry) => entry.name === 'set'));
+    if (!recent) return;
+    const service = walk.servicePort ?? servicePortOfComment(rule.comment) ?? 'this service';
+    this.warn(
+      `${service} has session affinity (ClientIP): this trace shows a client's first connection, chosen at random; the kernel then remembers the client ${walk.state.src.text}, and its later connections go straight to the endpoint this one reached`,
+    );
+  }
+}
+
+function fork(walk: Walk, probability: number): Walk {
+  return {...walk, probability, hops: [...walk.hops], splitAt: walk.splitAt ?? walk.hops.length};
+}
+
+function parseDestination(text: string, currentPort: number): {ip: ParsedIP; port: number} | undefined {
+  // "ip", "ip:port", "ip:port-port", "ip-ip:port", "[v6]:port", "v6".
+  let host = text;
+  let portText: string | undefined;
+  const bracketed = /^\[([^\]]+)\](?::(.+))?$/.exec(text);
+  if (bracketed) {
+    host = bracketed[1];
+    portText = bracketed[2];
+  } else if ((text.match(/:/g) ?? []).length === 1) {
+    [host, portText] = text.split(':');
+  }
+  const ip = parseIP(host.split('-')[0]);
+  if (!ip) return undefined;
+  const port = portText === undefined ? currentPort : Number(portText.split('-')[0]);
+  if (!Number.isInteger(port) || port < 1 || port > 65535) return undefined;
+  return {ip, port};
+}
+
+function hooksOf(origin: Packet['origin'], phase: 'before-routing' | 'local-in' | 'forward' | 'out'): Array<[Hook, string]> {
+  switch (phase) {
+    case 'before-routing':
+      return origin === 'arriving'
+        ? [['PREROUTING', 'raw'], ['PREROUTING', 'mangle'], ['PREROUTING', 'nat']]
+        : [['OUTPUT', 'raw'], ['OUTPUT', 'mangle'], ['OUTPUT', 'nat'], ['OUTPUT', 'filter'], ['OUTPUT', 'security'], ['POSTROUTING', 'mangle'], ['POSTROUTING', 'nat']];
+    case 'local-in':
+      return [['INPUT', 'mangle'], ['INPUT', 'filter'], ['INPUT', 'security'], ['INPUT', 'nat']];
+    case 'forward':
+      return [['FORWARD', 'mangle'], ['FORWARD', 'filter'], ['FORWARD', 'security'], ['POSTROUTING', 'mangle'], ['POSTROUTING', 'nat']];
+    case 'out':
+      return [];
+  }
+}
+
+/**
+ * traceIptables walks the first packet of a connection through the ruleset: PREROUTING (arriving on
+ * an interface) or OUTPUT (sent by the node), the routing decision on the destination after DNAT
+ * (an address of the node: INPUT; else FORWARD), then POSTROUTING. Each matched rule becomes a hop
+ * with a sentence saying why; `-m statistic` splits the walk into branches, one per endpoint.
+ */
+export function traceIptables(ruleset: IptablesRuleset, packet: Packet, context: TraceContext): TraceResult {
+  const src = parseIP(packet.srcIP);
+  const dst = parseIP(packet.dstIP);
+  if (!src) throw new Error(`trace: packet srcIP "${packet.srcIP}" is not an IP address`);
+  if (!dst) throw new Error(`trace: packet dstIP "${packet.dstIP}" is not an IP address`);
+  if (!Number.isInteger(packet.dstPort) || packet.dstPort < 1 || packet.dstPort > 65535) throw new Error(`trace: packet dstPort ${packet.dstPort} is not a port (1-65535)`);
+  const local = new Set<string>();
+  for (const address of context.localAddresses) {
+    const parsed = parseIP(address);
+    if (!parsed) throw new Error(`trace: local address "${address}" is not an IP address`);
+    local.add(parsed.text);
+  }
+  const addresses: AddressKind = {
+    isLocal: (ip) => local.has(ip.text) || (ip.family === 'IPv4' ? ip.bytes[0] === 127 : ip.text === '::1'),
+  };
+  const tracer = new Tracer(ruleset, addresses);
+  if (src.family !== ruleset.family || dst.family !== ruleset.family) {
+    tracer.warn(`the packet is ${dst.family} but the rules are ${ruleset.family}: ${ruleset.family === 'IPv4' ? 'iptables' : 'ip6tables'} rules never see it (trace it through the ${dst.family === 'IPv4' ? 'iptables-save' : 'ip6tables-save'} dump)`);
+  }
+  for (const note of ruleset.notes) tracer.warn(`the dump says "${note}": the trace covers only the rules in this dump`);
+
+  const initial: Walk = {
+    state: {
+      src,
+      dst,
+      dstPort: packet.dstPort,
+      protocol: packet.protocol.toLowerCase(),
+      inInterface: packet.origin === 'local' ? '' : packet.inInterface,
+      outInterface: undefined,
+      mark: 0,
+      ctState: 'NEW',
+      dnatDone: false,
+      originalDst: dst,
+      originalDstPort: packet.dstPort,
+    },
+    probability: 1,
+    hops: [],
+  };
+  if (packet.origin === 'local' && addresses.isLocal(dst)) initial.state.outInterface = 'lo';
+
+  const finished: Walk[] = [];
+  const through = (walks: Walk[], hooks: Array<[Hook, string]>): Walk[] => {
+    let current = walks;
+    for (const [hook, table] of hooks) {
+      const next: Walk[] = [];
+      for (const walk of current) {
+        for (const result of tracer.runHook(hook, table, walk)) {
+          if (result.outcome) finished.push(result);
+          else next.push(result);
+        }
+      }
+      current = next;
+    }
+    return current;
+  };
+
+  const routed = through([initial], hooksOf(packet.origin, 'before-routing'));
+  for (const walk of routed) {
+    const toNode = addresses.isLocal(walk.state.dst);
+    if (packet.origin === 'arriving') {
+      finished.push(...through([{...walk, state: {...walk.state, outInterface: undefined}}], hooksOf('arriving', toNode ? 'local-in' : 'forward')));
+    } else if (toNode) {
+      // The node's packet to one of its own addresses loops back in through INPUT.
+      finished.push(...through([{...walk, state: {...walk.state, inInterface: 'lo'}}], hooksOf('local', 'local-in')));
+    } else {
+      finished.push(walk);
+    }
+  }
+  return summarize(packet, finished, tracer);
+}
+
+function outcomeOf(walk: Walk): TraceVerdict {
+  return walk.outcome ?? (walk.endpoint ? 'DNAT' : 'ACCEPT');
+}
+
+function commonPrefix(walks: Walk[]): number {
+  let length = Math.min(...walks.map((walk) => walk.hops.length));
+  for (const walk of walks.slice(1)) {
+    let same = 0;
+    while (same < length && walk.hops[same] === walks[0].hops[same]) same++;
+    length = same;
+  }
+  return length;
+}
+
+function summarize(packet: Packet, walks: Walk[], tracer: Tracer): TraceResult {
+  const servicePort = walks.find((walk) => walk.servicePort)?.servicePort;
+  const warnings = tracer.warnings;
+  const totals = new Map<TraceVerdict, number>();
+  for (const walk of walks) totals.set(outcomeOf(walk), (totals.get(outcomeOf(walk)) ?? 0) + walk.probability);
+  const verdict: TraceVerdict = totals.has('DNAT') ? 'DNAT' : [...totals.entries()].sort((a, b) => b[1] - a[1])[0][0];
+
+  if (walks.length === 1 && verdict !== 'DNAT') {
+    return {packet, verdict, hops: walks[0].hops, branches: [], ...(servicePort ? {servicePort} : {}), warnings};
+  }
+
+  const shared = Math.min(commonPrefix(walks), ...walks.map((walk) => Math.min(walk.splitAt ?? Infinity, walk.endpointAt ?? Infinity)));
+  const branches: TraceBranch[] = [];
+  const byLabel = new Map<string, TraceBranch>();
+  for (const walk of walks) {
+    const outcome = outcomeOf(walk);
+    const label = outcome === 'DNAT' ? walk.endpoint! : outcome;
+    if (outcome !== 'DNAT' && totals.size > 1) {
+      const where = walk.endedAt ? ` in ${walk.endedAt}` : '';
+      const after = walk.endpoint ? ` after DNAT to ${walk.endpoint}` : '';
+      warnings.push(`${(walk.probability * 100).toFixed(1)}% of connections end in ${outcome}${where}${after}, not at an endpoint`);
+    }
+    const existing = byLabel.get(label);
+    if (existing) {
+      existing.probability += walk.probability;
+      continue;
+    }
+    const masquerade = walk.masqueradeReason !== undefined;
+    const branch: TraceBranch = {
+      endpoint: label,
+      probability: walk.probability,
+      hops: walk.hops.slice(shared),
+      masquerade,
+      masqueradeReason: masquerade ? walk.masqueradeReason! : notMasqueradedReason(walk, packet),
+    };
+    byLabel.set(label, branch);
+    branches.push(branch);
+  }
+  return {packet, verdict, hops: walks[0].hops.slice(0, shared), branches, ...(servicePort ? {servicePort} : {}), warnings};
+}
+
+function notMasqueradedReason(walk: Walk, packet: Packet): string {
+  if (walk.outcome) return `not masqueraded: the packet is ${walk.outcome === 'DROP' ? 'dropped' : 'refused'} before it leaves the node`;
+  const sawPostrouting = walk.hops.some((hop) => hop.chain === 'KUBE-POSTROUTING');
+  if (sawPostrouting) {
+    return `not masqueraded: no rule marked the packet for masquerade, so the endpoint sees the client's own address ${packet.srcIP}`;
+  }
+  return `not masqueraded: no rule rewrote the source, so the endpoint sees ${packet.srcIP}`;
+}
