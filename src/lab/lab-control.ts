@@ -149,7 +149,7 @@ function waitForSupervisor(child: ChildProcess, spec: LabSpec, options: UpOption
       if (error) reject(error);
       else resolve(state!);
     };
-    const onAbort = () => finish(new LabError(`lab up ${spec.name} interrupted: everything it made is being removed`, {exitCode: 130}));
+    const onAbort = () => finish(new LabError(`lab up ${spec.name} interrupted; what it had made is removed`, {exitCode: 130}));
     const timer = setTimeout(() => finish(new LabError(`lab ${spec.name} was not ready after ${timeoutMs / 1000} s; its log ends:\n${lastLines(join(labDir(spec.name), 'supervisor.log'))}`)), timeoutMs);
     options.signal?.addEventListener('abort', onAbort, {once: true});
     if (options.signal?.aborted) onAbort();
