@@ -1,7 +1,11 @@
 // Reflector: keeps one resource in step with the API server. List, then watch from the list's
 // resourceVersion; a watch the server closes resumes from the last resourceVersion seen; on "410
-// Gone" list again; when a request fails, list again after a doubling backoff; when a watch stays silent longer than the watchdog allows, assume it is stuck
-// and list again. Malformed events are dropped, never thrown.
+// Gone" list again; when the API server cannot be reached (refused, connection lost) or asks to slow
+// down (429), watch again from the last resourceVersion after a doubling backoff, as client-go does,
+// so that a restarted API server is not met by every node listing everything at once (a one-item
+// list first checks that the server's history has not been reset behind that version); any other
+// failure lists again after the backoff; when a watch stays silent longer than the watchdog allows,
+// assume it is stuck and list again. Malformed events are dropped, never thrown.
 import type {Logger} from '../log.ts';
 import {type Clock, systemClock} from '../sync/clock.ts';
 import type {KubernetesClient, WatchHandle} from './kubernetes-client.ts';
@@ -42,6 +46,8 @@ export class Reflector {
   #wake: (() => void) | undefined;
   #loop: Promise<void> | undefined;
   #relists = 0;
+  /** The API server was unreachable: before resuming the watch, check its history still covers us. */
+  #checkHistory = false;
 
   constructor(options: ReflectorOptions) {
     this.#options = options;
@@ -72,8 +78,19 @@ export class Reflector {
   async #run(): Promise<void> {
     const {log, name} = this.#options;
     while (!this.#stopped) {
+      let resumable = false;
       try {
+        if (this.#resourceVersion !== '' && this.#checkHistory) {
+          resumable = true;
+          if (!(await this.#historyCovers(this.#resourceVersion))) {
+            log.info('API server history restarts before our resourceVersion; listing again', {resource: name, resourceVersion: this.#resourceVersion});
+            this.#resourceVersion = '';
+          }
+          this.#checkHistory = false;
+        }
+        resumable = false;
         if (this.#resourceVersion === '') await this.#list();
+        resumable = true;
         const startedAt = this.#clock.now();
         const ended = await this.#watchOnce();
         if (ended === 'expired') {
@@ -96,12 +113,20 @@ export class Reflector {
           this.#resourceVersion = '';
           continue;
         }
-        // As client-go's reflector does, a failed request starts over with a list: the API server
-        // may have lost the history the old resourceVersion pointed into.
-        this.#resourceVersion = '';
+        // A watch that could not reach the API server resumes where it was: the history is most
+        // likely still there, and if not the resumed watch gets 410 and lists. Other failures start
+        // over with a list, since the server may have lost what the old resourceVersion pointed into.
+        const resume = resumable && this.#resourceVersion !== '' && (statusCode === 429 || isConnectionFailure(error));
+        if (resume) this.#checkHistory = true;
+        else this.#resourceVersion = '';
         const initial = this.#options.backoffInitialMs ?? 1000;
         this.#backoff = this.#backoff === 0 ? initial : Math.min(this.#backoff * 2, this.#options.backoffMaxMs ?? 30_000);
-        log.warn('API server request failed; retrying', {resource: name, reason: error instanceof Error ? error.message : String(error), retryInSeconds: this.#backoff / 1000});
+        log.warn('API server request failed; retrying', {
+          resource: name,
+          reason: errorChainText(error),
+          retryInSeconds: this.#backoff / 1000,
+          next: resume ? `watch from resourceVersion ${this.#resourceVersion}` : 'list',
+        });
         await this.#sleep(this.#backoff);
       }
     }
@@ -120,6 +145,20 @@ export class Reflector {
       this.#synced = true;
       this.#options.onSynced?.();
     }
+  }
+
+  /**
+   * Whether the API server's history still reaches back to `resourceVersion`: false when its
+   * current version is older (an API server restarted on new or restored storage), where a watch
+   * from ours would wait for changes that never come. Versions that are not numbers: false.
+   */
+  async #historyCovers(resourceVersion: string): Promise<boolean> {
+    const query: Record<string, string> = {limit: '1'};
+    if (this.#options.labelSelector) query.labelSelector = this.#options.labelSelector;
+    if (this.#options.fieldSelector) query.fieldSelector = this.#options.fieldSelector;
+    const current = (await this.#options.client.list(this.#options.path, query)).resourceVersion;
+    if (!/^\d+$/.test(current) || !/^\d+$/.test(resourceVersion)) return false;
+    return BigInt(current) >= BigInt(resourceVersion);
   }
 
   /** Resolves with how the watch ended: the server closed it, 410, or the watchdog fired. */
@@ -229,6 +268,28 @@ export class Reflector {
 function isObjectWithName(object: unknown): boolean {
   const name = (object as {metadata?: {name?: unknown}} | undefined)?.metadata?.name;
   return typeof object === 'object' && object !== null && typeof name === 'string' && name !== '';
+}
+
+const connectionErrorCodes = new Set(['ECONNREFUSED', 'ECONNRESET', 'EPIPE', 'ETIMEDOUT', 'EHOSTUNREACH', 'ENETUNREACH', 'ECONNABORTED', 'UND_ERR_SOCKET', 'UND_ERR_CONNECT_TIMEOUT', 'UND_ERR_CLOSED']);
+
+/** The request never reached the API server, or the connection broke: a fetch failure, its cause, or a socket error code. */
+function isConnectionFailure(error: unknown): boolean {
+  for (let cause = error, depth = 0; cause !== undefined && cause !== null && depth < 5; cause = (cause as {cause?: unknown}).cause, depth++) {
+    const code = (cause as {code?: unknown}).code;
+    if (typeof code === 'string' && connectionErrorCodes.has(code)) return true;
+    const message = (cause as {message?: unknown}).message;
+    if (typeof message === 'string' && /^(fetch failed|terminated|other side closed)$/.test(message)) return true;
+  }
+  return false;
+}
+
+/** "fetch failed: connect ECONNREFUSED 127.0.0.1:6443": undici hides the reason in `cause`. */
+function errorChainText(error: unknown): string {
+  const parts: string[] = [];
+  for (let cause = error, depth = 0; cause !== undefined && cause !== null && depth < 5; cause = (cause as {cause?: unknown}).cause, depth++) {
+    parts.push(cause instanceof Error ? cause.message : String(cause));
+  }
+  return parts.join(': ');
 }
 
 /** client-node's Watch aborts a stream with no data for 30 s; that is a normal reconnect, not a failure. */

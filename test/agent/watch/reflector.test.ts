@@ -187,3 +187,59 @@ test('stop ends the loop and aborts the watch', async () => {
   await reflector.stop();
   assert.equal(client.watches[0].aborted, true);
 });
+
+test('API server gone while watching: the watch resumes from its resourceVersion, and a 410 then lists', async (t) => {
+  const {client, clock, reflector, log} = setup();
+  t.after(() => reflector.stop());
+  client.listResults.push({items: [svc('a', '5')], resourceVersion: '10'});
+  reflector.start();
+  await settle();
+  client.watches[0].send('MODIFIED', svc('a', '12'));
+  // The connection breaks, then the next two watches are refused as undici reports it.
+  const refused = () => Object.assign(new TypeError('fetch failed'), {cause: Object.assign(new Error('connect ECONNREFUSED 127.0.0.1:6443'), {code: 'ECONNREFUSED'})});
+  // Before resuming, a one-item list asks the server how far its history goes: refused twice, then 40.
+  client.listResults.push(refused(), refused(), {items: [svc('b', '40')], resourceVersion: '40'});
+  client.watches[0].end(Object.assign(new TypeError('terminated'), {cause: Object.assign(new Error('other side closed'), {code: 'UND_ERR_SOCKET'})}));
+  await settle();
+  await clock.advance(1000);
+  await clock.advance(2000);
+  await clock.advance(4000);
+  assert.equal(client.lists.length, 4, 'the first list and three one-item checks');
+  for (const check of client.lists.slice(1)) assert.equal(check.limit, '1');
+  assert.equal(client.watches.length, 2);
+  assert.equal(client.watches[1].query.resourceVersion, '12', 'resumed where the broken watch was');
+  assert.ok(log.lines.some((line) => line.includes('ECONNREFUSED') && line.includes('watch from resourceVersion 12')), log.lines.join('\n'));
+
+  client.listResults.push({items: [svc('b', '40')], resourceVersion: '41'});
+  client.watches[1].send('ERROR', {kind: 'Status', code: 410, reason: 'Expired'});
+  await settle();
+  assert.equal(client.lists.length, 5, 'history gone: list again');
+  assert.equal(client.lists[4].limit, undefined);
+  assert.equal(client.watches[2].query.resourceVersion, '41');
+});
+
+test('API server back with a younger history (new or restored storage): lists instead of resuming', async (t) => {
+  const {client, clock, reflector, log} = setup();
+  t.after(() => reflector.stop());
+  client.listResults.push({items: [svc('a', '5')], resourceVersion: '10'}, {items: [], resourceVersion: '3'}, {items: [svc('c', '2')], resourceVersion: '3'});
+  reflector.start();
+  await settle();
+  client.watches[0].end(Object.assign(new TypeError('fetch failed'), {cause: Object.assign(new Error('read ECONNRESET'), {code: 'ECONNRESET'})}));
+  await settle();
+  client.watchFailures.push(Object.assign(new TypeError('fetch failed'), {cause: {code: 'ECONNREFUSED'}}));
+  await clock.advance(1000);
+  await settle();
+  assert.equal(client.lists.length, 3, 'first list, the check, the full list');
+  assert.equal(client.lists[2].limit, undefined);
+  assert.ok(log.lines.some((line) => line.includes('history restarts before our resourceVersion')));
+});
+
+test('a watch refused for another reason lists again', async (t) => {
+  const {client, clock, reflector} = setup();
+  t.after(() => reflector.stop());
+  client.watchFailures.push(Object.assign(new Error('Forbidden'), {statusCode: 403}));
+  reflector.start();
+  await settle();
+  await clock.advance(1000);
+  assert.equal(client.lists.length, 2);
+});
