@@ -1,0 +1,208 @@
+// diffIptables: the proxy's rules as desired against the rules in the kernel, grouped by the
+// service port they belong to. Counters, chain declaration order and other people's chains do not
+// count; rule order inside a chain does (iptables evaluates it).
+import {parseIptablesSave} from './parse.ts';
+import {isBuiltinChain, isHashedProxyChain, isProxyChain, servicePortOfComment, type IptablesRuleset} from './ruleset.ts';
+
+/** IptablesDiffGroup: the differences of one service port ("" for rules of no service). */
+export interface IptablesDiffGroup {
+  servicePort: string;
+  /** Desired but missing from the kernel. */
+  added: string[];
+  /** In the kernel but not desired. */
+  removed: string[];
+}
+
+export interface IptablesDiff {
+  equal: boolean;
+  groups: IptablesDiffGroup[];
+  /** Unified-diff style, "--- desired" / "+++ applied", one "@@ service @@" section per group; empty when equal. */
+  text: string;
+}
+
+export interface DiffIptablesOptions {
+  /** "namespace/name" (every port of the service) or "namespace/name:port". */
+  service?: string;
+}
+
+/** ProxyView: the proxy's part of one table: its chains' rules, and its jump rules in other chains. */
+interface ProxyView {
+  chains: Map<string, string[]>;
+  /** Rule texts with their comments' service port, by rule text (for grouping). */
+  commentService: Map<string, string | undefined>;
+}
+
+interface DiffLine {
+  sign: '-' | '+';
+  text: string;
+  servicePort: string;
+}
+
+const noService = '';
+
+function viewOf(ruleset: IptablesRuleset): Map<string, ProxyView> {
+  const views = new Map<string, ProxyView>();
+  for (const table of ruleset.tables.values()) {
+    const view: ProxyView = {chains: new Map(), commentService: new Map()};
+    for (const chain of table.chains.values()) {
+      const proxy = chain.kind === 'proxy';
+      const rules = proxy ? chain.rules : chain.rules.filter((rule) => rule.target && isProxyChain(rule.target.name) && !isBuiltinChain(table.name, rule.target.name));
+      if (!proxy && rules.length === 0) continue;
+      // Jump rules live in chains that are not ours; only the jumps are compared there.
+      view.chains.set(chain.name, rules.map((rule) => rule.text));
+      for (const rule of rules) view.commentService.set(rule.text, servicePortOfComment(rule.comment));
+    }
+    if (view.chains.size > 0) views.set(table.name, view);
+  }
+  return views;
+}
+
+/** chainServices finds the service port of each hashed chain: from its comments, else from the chain that jumps to it. */
+function chainServices(rulesets: IptablesRuleset[]): Map<string, string> {
+  const services = new Map<string, string>();
+  for (const ruleset of rulesets) {
+    for (const table of ruleset.tables.values()) {
+      for (const chain of table.chains.values()) {
+        if (!isHashedProxyChain(chain.name) || services.has(`${table.name} ${chain.name}`)) continue;
+        for (const rule of chain.rules) {
+          const service = servicePortOfComment(rule.comment);
+          if (service) {
+            services.set(`${table.name} ${chain.name}`, service);
+            break;
+          }
+        }
+      }
+    }
+  }
+  // Large clusters leave comments out of endpoint rules: a chain then belongs to the service whose chain jumps to it.
+  for (let pass = 0; pass < 3; pass++) {
+    for (const ruleset of rulesets) {
+      for (const table of ruleset.tables.values()) {
+        for (const chain of table.chains.values()) {
+          const service = services.get(`${table.name} ${chain.name}`);
+          if (!service) continue;
+          for (const rule of chain.rules) {
+            const target = rule.target?.name;
+            if (target && isHashedProxyChain(target) && !services.has(`${table.name} ${target}`)) services.set(`${table.name} ${target}`, service);
+          }
+        }
+      }
+    }
+  }
+  return services;
+}
+
+/**
+ * sequenceDiff lists what turns `applied` into `desired`: lines only desired ('+' in the groups'
+ * sense: added) and lines only applied (removed), in chain order.
+ */
+function sequenceDiff(desired: string[], applied: string[]): Array<{kind: 'desired' | 'applied'; text: string}> {
+  let start = 0;
+  while (start < desired.length && start < applied.length && desired[start] === applied[start]) start++;
+  let endDesired = desired.length;
+  let endApplied = applied.length;
+  while (endDesired > start && endApplied > start && desired[endDesired - 1] === applied[endApplied - 1]) {
+    endDesired--;
+    endApplied--;
+  }
+  const a = desired.slice(start, endDesired);
+  const b = applied.slice(start, endApplied);
+  const out: Array<{kind: 'desired' | 'applied'; text: string}> = [];
+  if (a.length * b.length <= 4_000_000) {
+    // Longest common subsequence over what differs.
+    const width = b.length + 1;
+    const lengths = new Uint32Array((a.length + 1) * width);
+    for (let i = a.length - 1; i >= 0; i--) {
+      for (let j = b.length - 1; j >= 0; j--) {
+        lengths[i * width + j] = a[i] === b[j] ? lengths[(i + 1) * width + j + 1] + 1 : Math.max(lengths[(i + 1) * width + j], lengths[i * width + j + 1]);
+      }
+    }
+    let i = 0;
+    let j = 0;
+    while (i < a.length || j < b.length) {
+      if (i < a.length && j < b.length && a[i] === b[j]) {
+        i++;
+        j++;
+      } else if (i < a.length && (j === b.length || lengths[(i + 1) * width + j] >= lengths[i * width + j + 1])) {
+        out.push({kind: 'desired', text: a[i++]});
+      } else {
+        out.push({kind: 'applied', text: b[j++]});
+      }
+    }
+    return out;
+  }
+  // Too large to align: compare as multisets; a pure reordering shows every moved rule.
+  const counts = new Map<string, number>();
+  for (const line of b) counts.set(line, (counts.get(line) ?? 0) + 1);
+  const onlyDesired: string[] = [];
+  for (const line of a) {
+    const count = counts.get(line) ?? 0;
+    if (count > 0) counts.set(line, count - 1);
+    else onlyDesired.push(line);
+  }
+  const onlyApplied = [...counts.entries()].flatMap(([line, count]) => Array<string>(count).fill(line));
+  if (onlyDesired.length === 0 && onlyApplied.length === 0) {
+    return [...a.map((text) => ({kind: 'desired' as const, text})), ...b.map((text) => ({kind: 'applied' as const, text}))];
+  }
+  return [...onlyDesired.map((text) => ({kind: 'desired' as const, text})), ...onlyApplied.map((text) => ({kind: 'applied' as const, text}))];
+}
+
+function matchesService(servicePort: string, filter: string | undefined): boolean {
+  if (filter === undefined) return true;
+  return filter.includes(':') ? servicePort === filter : servicePort === filter || servicePort.startsWith(`${filter}:`);
+}
+
+/**
+ * diffIptables compares the proxy's rules: its chains (KUBE-SERVICES, KUBE-SVC-*, ...) and its jump
+ * rules in built-in chains, table by table. Lines carry their table ("-t nat -A ..."); a chain that
+ * exists on one side only also shows as "-t nat -N CHAIN". Hashed chains are grouped under the
+ * service port their comments name.
+ */
+export function diffIptables(desired: string | IptablesRuleset, applied: string | IptablesRuleset, options: DiffIptablesOptions = {}): IptablesDiff {
+  const desiredRules = typeof desired === 'string' ? parseIptablesSave(desired) : desired;
+  const appliedRules = typeof applied === 'string' ? parseIptablesSave(applied, {family: desiredRules.family}) : applied;
+  const desiredViews = viewOf(desiredRules);
+  const appliedViews = viewOf(appliedRules);
+  const services = chainServices([desiredRules, appliedRules]);
+  const lines: DiffLine[] = [];
+
+  const tables = [...new Set([...desiredViews.keys(), ...appliedViews.keys()])].sort();
+  for (const table of tables) {
+    const want = desiredViews.get(table);
+    const have = appliedViews.get(table);
+    const chains = [...new Set([...(want?.chains.keys() ?? []), ...(have?.chains.keys() ?? [])])].sort();
+    for (const chain of chains) {
+      const wantRules = want?.chains.get(chain);
+      const haveRules = have?.chains.get(chain);
+      const chainService = services.get(`${table} ${chain}`);
+      const serviceOf = (text: string) => chainService ?? want?.commentService.get(text) ?? have?.commentService.get(text) ?? noService;
+      const proxyChain = isProxyChain(chain);
+      if (proxyChain && (wantRules === undefined) !== (haveRules === undefined)) {
+        lines.push({sign: wantRules ? '-' : '+', text: `-t ${table} -N ${chain}`, servicePort: chainService ?? noService});
+      }
+      for (const entry of sequenceDiff(wantRules ?? [], haveRules ?? [])) {
+        lines.push({sign: entry.kind === 'desired' ? '-' : '+', text: `-t ${table} ${entry.text}`, servicePort: serviceOf(entry.text)});
+      }
+    }
+  }
+
+  const byService = new Map<string, IptablesDiffGroup>();
+  const textLines = new Map<string, string[]>();
+  for (const line of lines) {
+    if (!matchesService(line.servicePort, options.service)) continue;
+    let group = byService.get(line.servicePort);
+    if (!group) {
+      group = {servicePort: line.servicePort, added: [], removed: []};
+      byService.set(line.servicePort, group);
+      textLines.set(line.servicePort, []);
+    }
+    // '-' lines are desired and missing from the kernel: a sync adds them.
+    (line.sign === '-' ? group.added : group.removed).push(line.text);
+    textLines.get(line.servicePort)!.push(`${line.sign}${line.text}`);
+  }
+  const order = [...byService.keys()].sort((a, b) => (a === noService ? 1 : b === noService ? -1 : a < b ? -1 : a > b ? 1 : 0));
+  const groups = order.map((key) => byService.get(key)!);
+  if (groups.length === 0) return {equal: true, groups: [], text: ''};
+  const text = ['--- desired', '+++ applied', ...order.flatMap((key) => [`@@ ${key === noService ? '(rules of no service)' : key} @@`, ...textLines.get(key)!])].join('\n');
+  return {equal: false, groups, text: `${text}\n`};
+}
