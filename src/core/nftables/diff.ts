@@ -1,0 +1,121 @@
+// diffNftables: desired table (render output) against applied table (the kernel's listing), line
+// by line, grouped by service port. Endpoint-choice keys (numgen offsets) differ between a full
+// render and a history of partial syncs, so rules that pick from an endpoint map are compared by
+// the endpoints they can reach, not by their keys; elements clients add to affinity sets at run
+// time, and emptied chains waiting for deletion, are not differences.
+import type {NftRuleset} from './parse.ts';
+
+/** DiffGroup: the changes of one service port (the protocol's DiffGroup has the same shape). */
+export interface DiffGroup {
+  /** Service port key ("ns/name:port"), or "" for lines that belong to no service. */
+  servicePort: string;
+  /** Lines desired but missing from the kernel. */
+  added: string[];
+  /** Lines in the kernel that are not desired. */
+  removed: string[];
+}
+
+export interface NftablesDiff {
+  equal: boolean;
+  groups: DiffGroup[];
+  text: string;
+}
+
+const perServiceName = /^(?:service|local|external|firewall|endpoint)-[A-Z0-9]{8}-([^/]+)\/([^/]+)\/[a-z]+\/([^_]*?)(?:__.*)?$/;
+
+function servicePortOfChain(name: string): string | undefined {
+  const match = perServiceName.exec(name);
+  return match ? `${match[1]}/${match[2]}${match[3] ? `:${match[3]}` : ''}` : undefined;
+}
+
+const endpointMapRule = /numgen random mod (\d+)(?: offset (\d+))? map @(endpoint-targets-\w+)/;
+
+/** resolveEndpointChoice replaces the keys of an endpoint-map rule with the endpoints behind them. */
+function resolveEndpointChoice(ruleset: NftRuleset, rule: string): string {
+  const match = endpointMapRule.exec(rule);
+  if (!match) return rule;
+  const [, modulus, offset = '0', map] = match;
+  const elements = new Map((ruleset.sets.get(map)?.elements ?? []).map((element) => [element.key, element.value]));
+  const targets = Array.from({length: Number(modulus)}, (_, index) => elements.get(String(Number(offset) + index)) ?? '(missing)');
+  return rule.replace(endpointMapRule, `numgen random mod ${modulus} map { ${targets.join(', ')} }`);
+}
+
+interface Line {
+  servicePort: string;
+  text: string;
+}
+
+function linesOf(ruleset: NftRuleset, other: NftRuleset): Line[] {
+  const lines: Line[] = [];
+  const chainGroup = new Map<string, string>();
+  for (const chain of ruleset.chains.values()) {
+    const servicePort = servicePortOfChain(chain.name);
+    // An emptied per-service chain the other side lacks is stale, waiting for its deletion.
+    if (servicePort !== undefined && chain.rules.length === 0 && !other.chains.has(chain.name)) continue;
+    chainGroup.set(chain.name, servicePort ?? '');
+    const base = chain.hook !== undefined ? ` { type ${chain.type} hook ${chain.hook} priority ${chain.priority} ; policy ${chain.policy ?? 'accept'} ; }` : '';
+    lines.push({servicePort: servicePort ?? '', text: `chain ${chain.name}${base}`});
+    chain.rules.forEach((rule, index) => {
+      const text = resolveEndpointChoice(ruleset, rule.comment !== undefined ? `${rule.text} comment "${rule.comment}"` : rule.text);
+      lines.push({servicePort: servicePort ?? '', text: `rule ${chain.name} #${index + 1}: ${text}`});
+    });
+  }
+  for (const set of ruleset.sets.values()) {
+    if (set.name.startsWith('endpoint-targets-')) continue;
+    const affinity = set.name.startsWith('affinity-');
+    const owner = affinity ? servicePortOfChain(`endpoint${set.name.slice('affinity'.length)}`) ?? '' : '';
+    // nft -j leaves out "dynamic", which the kernel adds to any set a rule updates.
+    const flags = set.flags.filter((flag) => flag !== 'dynamic');
+    lines.push({servicePort: owner, text: `${set.kind} ${set.name}${flags.length > 0 ? ` flags ${flags.join(',')}` : ''}${set.timeoutSeconds !== undefined ? ` timeout ${set.timeoutSeconds}s` : ''}`});
+    if (affinity) continue;
+    for (const element of set.elements) {
+      const target = /^(?:goto|jump) (\S+)$/.exec(element.value ?? '')?.[1];
+      const servicePort = (target !== undefined ? servicePortOfChain(target) : undefined) ?? (element.comment && /^[^/\s]+\/\S+$/.test(element.comment) ? element.comment : '');
+      const comment = element.comment !== undefined ? ` comment "${element.comment}"` : '';
+      lines.push({servicePort, text: `element ${set.name} { ${element.key}${comment}${element.value !== undefined ? ` : ${element.value}` : ''} }`});
+    }
+  }
+  return lines;
+}
+
+function matchesService(servicePort: string, filter: string | undefined): boolean {
+  if (filter === undefined) return true;
+  return servicePort === filter || servicePort.startsWith(`${filter}:`);
+}
+
+/** diffNftables compares two tables; `service` ("ns/name[:port]") keeps only that service's lines. */
+export function diffNftables(desired: NftRuleset, applied: NftRuleset, options: {service?: string} = {}): NftablesDiff {
+  const want = linesOf(desired, applied);
+  const have = linesOf(applied, desired);
+  const count = (lines: Line[]) => {
+    const counts = new Map<string, {line: Line; count: number}>();
+    for (const line of lines) {
+      const key = `${line.servicePort}\0${line.text}`;
+      const entry = counts.get(key);
+      if (entry) entry.count++;
+      else counts.set(key, {line, count: 1});
+    }
+    return counts;
+  };
+  const wanted = count(want);
+  const held = count(have);
+  const groups = new Map<string, DiffGroup>();
+  const group = (servicePort: string) => {
+    let found = groups.get(servicePort);
+    if (!found) groups.set(servicePort, (found = {servicePort, added: [], removed: []}));
+    return found;
+  };
+  for (const [key, {line, count: n}] of wanted) {
+    const missing = n - (held.get(key)?.count ?? 0);
+    for (let index = 0; index < missing; index++) if (matchesService(line.servicePort, options.service)) group(line.servicePort).added.push(line.text);
+  }
+  for (const [key, {line, count: n}] of held) {
+    const extra = n - (wanted.get(key)?.count ?? 0);
+    for (let index = 0; index < extra; index++) if (matchesService(line.servicePort, options.service)) group(line.servicePort).removed.push(line.text);
+  }
+  const sorted = [...groups.values()].sort((a, b) => (a.servicePort < b.servicePort ? -1 : a.servicePort > b.servicePort ? 1 : 0));
+  const text = sorted
+    .map((entry) => [`# ${entry.servicePort || '(not a service)'}`, ...entry.removed.map((line) => `- ${line}`), ...entry.added.map((line) => `+ ${line}`)].join('\n'))
+    .join('\n');
+  return {equal: sorted.length === 0, groups: sorted, text: text === '' ? '' : `${text}\n`};
+}
