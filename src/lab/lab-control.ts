@@ -42,12 +42,12 @@ export function checkLabSpec(options: Pick<UpOptions, 'name' | 'nodes' | 'podsPe
   return {name: options.name, nodes: options.nodes, podsPerNode: options.podsPerNode, proxyMode, agents: options.agents ?? true};
 }
 
-/** needRoot turns "no root / no iproute2" into one LabError. */
-async function needNetns(): Promise<void> {
+/** needNetns turns "no root / no iproute2" into one LabError saying which command needs it. */
+async function needNetns(command: string): Promise<void> {
   try {
     await checkNetnsSupport();
   } catch (error) {
-    if (error instanceof NetnsUnavailableError) throw new LabError(`the lab ${error.message}`);
+    if (error instanceof NetnsUnavailableError) throw new LabError(`${command}: ${error.message}`);
     throw error;
   }
 }
@@ -90,7 +90,7 @@ export async function runningLab(name: string): Promise<LabState | undefined> {
  */
 export async function upLab(options: UpOptions): Promise<LabState> {
   const spec = checkLabSpec(options);
-  await needNetns();
+  await needNetns('lab up');
   if (!(await claimLabDir(spec.name))) {
     const running = await runningLab(spec.name);
     if (running) {
@@ -205,7 +205,7 @@ async function processesMentioning(text: string): Promise<number[]> {
  */
 export async function downLab(name: string): Promise<DownResult> {
   checkLabName(name);
-  await needNetns();
+  await needNetns('lab down');
   const prefix = labNamespacePrefix(name);
   let state: LabState | undefined;
   try {
@@ -296,7 +296,7 @@ export async function requireLab(name: string): Promise<LabState> {
  */
 export async function execInLab(name: string, target: string, command: string[]): Promise<number> {
   if (command.length === 0) throw new LabError('lab exec: give a command after --, e.g. `kubectl proxyctl lab exec pod-0-0 -- ip address`');
-  await needNetns();
+  await needNetns('lab exec');
   const state = await requireLab(name);
   const resolved = resolveExecTarget(state, target);
   const child = spawn('ip', ['netns', 'exec', resolved.namespace, ...command], {stdio: 'inherit'});

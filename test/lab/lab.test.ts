@@ -207,11 +207,11 @@ describe('lab bad input', {skip: built ? undefined : 'needs the build: run `npm 
     // Without iproute2 on PATH.
     const noIp = await execa(node, [run, 'lab', 'up', '--name', name], {reject: false, env: {PATH: '/nonexistent', NO_COLOR: '1'}, extendEnv: false});
     assert.equal(noIp.exitCode, 1);
-    assert.match(String(noIp.stderr), /the ip command \(iproute2\) is not installed/);
+    assert.match(String(noIp.stderr), /lab up: the ip command \(iproute2\) is not installed/);
     // As an unprivileged user.
     const notRoot = await execa('setpriv', ['--reuid=65534', '--regid=65534', '--clear-groups', node, run, 'lab', 'up', '--name', name], {reject: false, env: {NO_COLOR: '1', HOME: '/tmp'}});
     assert.equal(notRoot.exitCode, 1, String(notRoot.stderr));
-    assert.match(String(notRoot.stderr), /need root/);
+    assert.match(String(notRoot.stderr), /lab up: network namespaces need root/);
     assert.equal(existsSync(labDir(name)), false);
     assert.deepEqual(
       (await listNamespaces()).filter((namespace) => namespace.startsWith(prefix)),
