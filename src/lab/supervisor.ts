@@ -57,6 +57,15 @@ export class LabSupervisor {
     await writeLabState(this.state);
   }
 
+  /** The embedded API server, once started; tests running a lab in-process write through its store. */
+  get apiServer(): ApiServer | undefined {
+    return this.#server;
+  }
+
+  get agentProcesses(): readonly AgentProcess[] {
+    return this.#agents;
+  }
+
   get stopRequested(): boolean {
     return this.#shutdown !== undefined;
   }

@@ -125,6 +125,19 @@ describe('lab up / exec / down', {concurrency: false, skip: skipReason}, () => {
     }
   });
 
+  it('the plugin finds the agents by label and reaches them through the port-forward', async () => {
+    const result = await execa(cli, ['status', '--kubeconfig', state.kubeconfig, '-o', 'json'], {reject: false, env: {NO_COLOR: '1'}, timeout: 60_000});
+    assert.equal(result.exitCode, 0, String(result.stderr));
+    const agents = (JSON.parse(String(result.stdout)) as {agents: Array<{node: string; ready: boolean}>}).agents;
+    assert.deepEqual(
+      agents.map((agent) => [agent.node, agent.ready]),
+      [
+        ['node-0', true],
+        ['node-1', true],
+      ],
+    );
+  });
+
   it('the agents proxy ClusterIP, UDP and NodePort services with real packets; no endpoints is refused', async () => {
     const demoPods = new Map([
       ['pod-0-0', '10.244.0.10'],
