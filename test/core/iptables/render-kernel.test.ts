@@ -8,7 +8,7 @@ import {readFileSync} from 'node:fs';
 import {describe, it, type TestContext} from 'node:test';
 import {buildProxyModel, changedServicePorts, parseManifests, type ModelOptions, type ProxyModel} from '../../../src/core/model/index.ts';
 import {countRules, renderIptables} from '../../../src/core/iptables/index.ts';
-import {node, service, slice} from '../model/cluster-objects.ts';
+import {service, slice} from '../model/cluster-objects.ts';
 
 const isRoot = process.getuid?.() === 0;
 const onPath = (command: string): boolean => spawnSync('sh', ['-c', `command -v ${command}`], {stdio: 'ignore'}).status === 0;
@@ -49,45 +49,25 @@ function exampleModel(): ProxyModel {
   return buildProxyModel({services: parsed.services, endpointSlices: parsed.endpointSlices, node: parsed.nodes[0]}, {family: 'IPv4', clusterCIDRs: ['10.244.0.0/16']});
 }
 
-type Objects = {services: ReturnType<typeof service>[]; slices: ReturnType<typeof slice>[]};
+type Objects = {services: unknown[]; slices: unknown[]; node: unknown};
 
-/** Every rule shape the renderer writes: affinity, Local policies, firewall chain, external IPs, no endpoints. */
-function featureObjects(family: 'IPv4' | 'IPv6'): Objects {
-  const v6 = family === 'IPv6';
-  const ip = (v4: string, v6text: string): string => (v6 ? v6text : v4);
-  const ports = (nodePort: number) => [{name: 'http', protocol: 'TCP', port: 80, targetPort: 8080, nodePort}];
-  const base = (clusterIP: string) => ({clusterIP, clusterIPs: [clusterIP], ipFamilies: [family]});
-  const services = [
-    service('sticky', {...base(ip('10.96.0.11', 'fd00:96::11')), sessionAffinity: 'ClientIP'}),
-    service('itp', {...base(ip('10.96.0.12', 'fd00:96::12')), internalTrafficPolicy: 'Local'}),
-    service('lb', {...base(ip('10.96.0.13', 'fd00:96::13')), type: 'LoadBalancer', externalTrafficPolicy: 'Local', healthCheckNodePort: 32001, externalIPs: [ip('198.51.100.7', '2001:db8:1::7')], loadBalancerSourceRanges: [ip('10.240.0.0/24', 'fd00:10:240::/64'), ip('203.0.113.0/25', '2001:db8:2::/48')], ports: ports(30081)}, {status: {loadBalancer: {ingress: [{ip: ip('192.0.2.10', '2001:db8::10')}]}}}),
-    service('cluster-lb', {...base(ip('10.96.0.14', 'fd00:96::14')), type: 'LoadBalancer', ports: ports(30082)}, {status: {loadBalancer: {ingress: [{ip: ip('192.0.2.11', '2001:db8::11')}]}}}),
-    service('empty', {...base(ip('10.96.0.15', 'fd00:96::15')), type: 'NodePort', externalIPs: [ip('198.51.100.8', '2001:db8:1::8')], ports: ports(30083)}),
-    service('remote-only', {...base(ip('10.96.0.16', 'fd00:96::16')), type: 'NodePort', externalTrafficPolicy: 'Local', ports: ports(30084)}),
-  ];
-  const addressType = family;
-  const here = ip('10.244.1.5', 'fd00:10:244:1::5');
-  const there = ip('10.244.2.5', 'fd00:10:244:2::5');
-  const endpoints = [{ip: here, node: 'node-1'}, {ip: there, node: 'node-2'}];
-  const slices = [
-    slice('sticky-1', 'sticky', endpoints, {addressType}),
-    slice('itp-1', 'itp', endpoints, {addressType}),
-    slice('lb-1', 'lb', endpoints, {addressType}),
-    slice('cluster-lb-1', 'cluster-lb', endpoints, {addressType}),
-    slice('empty-1', 'empty', [], {addressType}),
-    slice('remote-only-1', 'remote-only', [{ip: there, node: 'node-2'}], {addressType}),
-  ];
-  return {services, slices};
+/** golden/features.yaml: one service per feature (affinity, Local policies, firewall chain, no endpoints, ...). */
+function featureObjects(): Objects {
+  const parsed = parseManifests(readFileSync(new URL('golden/features.yaml', import.meta.url), 'utf8'), 'features.yaml');
+  assert.deepEqual(parsed.problems, []);
+  return {services: parsed.services, slices: parsed.endpointSlices, node: parsed.nodes[0]};
 }
 
-function featureModel(family: 'IPv4' | 'IPv6', options: Partial<ModelOptions> = {}, objects = featureObjects(family)): ProxyModel {
+function featureModel(family: 'IPv4' | 'IPv6', options: Partial<ModelOptions> = {}, objects = featureObjects()): ProxyModel {
   const m = buildProxyModel(
-    {services: objects.services, endpointSlices: objects.slices, node: node('node-1')},
-    {family, clusterCIDRs: [family === 'IPv6' ? 'fd00:10:244::/56' : '10.244.0.0/16'], ...options},
+    {services: objects.services, endpointSlices: objects.slices, node: objects.node},
+    {family, clusterCIDRs: ['10.244.0.0/16', 'fd00:10:244::/56'], ...options},
   );
   assert.deepEqual(m.problems, []);
   return m;
 }
+
+const nameOf = (object: unknown): string => String((object as {metadata?: {name?: string}}).metadata?.name);
 
 const frontEnds = [
   {name: 'nf_tables', restore: 'iptables-restore', save: 'iptables-save', restore6: 'ip6tables-restore', save6: 'ip6tables-save'},
@@ -129,14 +109,15 @@ describe('partial renders applied with --noflush', () => {
   it('leave the tables exactly as a full render of the new model does', async (t) => {
     const why = missing(['iptables-restore', 'iptables-save']);
     if (why) return void t.skip(why);
-    const objects = featureObjects('IPv4');
+    const objects = featureObjects();
     const before = featureModel('IPv4', {}, objects);
     // One endpoint changes, one service goes away, one appears.
     const after = featureModel('IPv4', {}, {
-      services: [...objects.services.filter((s) => s.metadata?.name !== 'itp'), service('fresh', {clusterIP: '10.96.0.30'})],
+      node: objects.node,
+      services: [...objects.services.filter((object) => nameOf(object) !== 'itp'), service('fresh', {clusterIP: '10.96.0.30'})],
       slices: [
-        ...objects.slices.filter((s) => !['itp-1', 'sticky-1'].includes(String(s.metadata?.name))),
-        slice('sticky-1', 'sticky', [{ip: '10.244.1.5', node: 'node-1'}, {ip: '10.244.2.9', node: 'node-2'}]),
+        ...objects.slices.filter((object) => !['itp-v4', 'sticky-v4'].includes(nameOf(object))),
+        slice('sticky-v4', 'sticky', [{ip: '10.244.1.5', node: 'node-1'}, {ip: '10.244.2.9', node: 'node-2'}], {metadata: {name: 'sticky-v4', namespace: 'shop', labels: {'kubernetes.io/service-name': 'sticky'}}}),
         slice('fresh-1', 'fresh', [{ip: '10.244.1.30'}]),
       ],
     });

@@ -61,6 +61,32 @@ describe('renderIptables on examples/cluster.yaml', () => {
   });
 });
 
+describe('renderIptables on golden/features.yaml (one service per feature, dual-stack)', () => {
+  function featureModel(family: 'IPv4' | 'IPv6'): ProxyModel {
+    const parsed = parseManifests(golden('features.yaml'), 'features.yaml');
+    assert.deepEqual(parsed.problems, []);
+    const model = buildProxyModel(
+      {services: parsed.services, endpointSlices: parsed.endpointSlices, node: parsed.nodes[0]},
+      {family, clusterCIDRs: ['10.244.0.0/16', 'fd00:10:244::/56']},
+    );
+    assert.deepEqual(model.problems, []);
+    return model;
+  }
+
+  it('writes the reviewed IPv4 ruleset', () => {
+    assert.equal(renderIptables(featureModel('IPv4')), golden('features-ipv4.rules'));
+  });
+
+  it('writes the reviewed IPv6 ruleset', () => {
+    assert.equal(renderIptables(featureModel('IPv6')), golden('features-ipv6.rules'));
+  });
+
+  it('names the same chains in both families (the hash does not see addresses of services)', () => {
+    const serviceChains = (text: string): string[] => text.split('\n').filter((line) => /^:KUBE-(SVC|SVL|EXT|FW)-/.test(line));
+    assert.deepEqual(serviceChains(golden('features-ipv6.rules')), serviceChains(golden('features-ipv4.rules')));
+  });
+});
+
 describe('chain names', () => {
   // Names that kube-proxy's own tests expect for these service ports and endpoints.
   it('hashes service ports as kube-proxy does', () => {
