@@ -38,7 +38,7 @@ function live(t: TestContext): LiveCluster | undefined {
 }
 
 function clusterIPOf(name: string): string {
-  return (cluster!.server.store.get('services', 'default', name) as {spec: {clusterIP: string}}).spec.clusterIP;
+  return (cluster!.server.store.get('services', 'default', name) as unknown as {spec: {clusterIP: string}}).spec.clusterIP;
 }
 
 function relabel(pod: string, labels: Record<string, string>): void {
@@ -60,7 +60,7 @@ describe('live agent: traffic through services it programs', {concurrency: false
     const c = live(t);
     if (!c) return;
     const applied = Date.now();
-    const created = c.server.store.create('services', serviceObject('web', {app: 'web'}, {type: 'NodePort'}), 'default') as {spec: {clusterIP: string; ports: Array<{nodePort: number}>}};
+    const created = c.server.store.create('services', serviceObject('web', {app: 'web'}, {type: 'NodePort'}), 'default') as unknown as {spec: {clusterIP: string; ports: Array<{nodePort: number}>}};
     const clusterIP = created.spec.clusterIP;
     const nodePort = created.spec.ports[0].nodePort;
     const http = {protocol: 'tcp' as const, port: 80, host: clusterIP, timeoutMs: 1000};
