@@ -5,7 +5,7 @@ import {readFileSync} from 'node:fs';
 import {hostname} from 'node:os';
 import {type IPFamily, type LocalDetector, parseCIDR, parseIP, type ProxyConfig} from '../core/model/index.ts';
 import {type AccessReviewer, kubernetesAccessReviewer} from './api/access.ts';
-import {loadIptablesBackend} from './api/rules-backend.ts';
+import {loadIptablesBackend, type RulesBackend} from './api/rules-backend.ts';
 import {unwatchedRulesetChanges, watchNftRuleset} from './api/ruleset-changes.ts';
 import {createAgentRuntime} from './api/runtime.ts';
 import {type AgentApi, isLoopbackHost, startAgentApi} from './api/server.ts';
@@ -30,6 +30,8 @@ export interface AgentDependencies {
   host?: Host;
   rules?: IptablesRuleSource;
   client?: KubernetesClient;
+  /** What the plugin API renders, parses, diffs and traces with; default core/iptables. */
+  rulesBackend?: RulesBackend;
   /** Checks the plugin's tokens when the API listens beyond loopback; default: the cluster's TokenReview/SubjectAccessReview. */
   accessReviewer?: AccessReviewer;
 }
@@ -106,7 +108,7 @@ export async function startAgent(config: AgentConfig, dependencies: AgentDepende
   running.metricsServer = await listenOrLog('metrics', config.metricsBindAddress, log, (host, port) =>
     startMetricsServer({host, port, registry: metrics.registry, mode: config.mode, configz: () => config}),
   );
-  running.api = await startApiOrLog(config, {nodeName, families, proxier, host, log, accessReviewer: dependencies.accessReviewer});
+  running.api = await startApiOrLog(config, {nodeName, families, proxier, host, log, accessReviewer: dependencies.accessReviewer, backend: dependencies.rulesBackend});
   await proxier.start();
   watch.start();
   log.info('agent started', {node: nodeName, mode: config.mode, families: families.join(','), netns: config.netns, syncPeriodSeconds: syncPeriod / 1000});
@@ -129,14 +131,14 @@ export async function startAgent(config: AgentConfig, dependencies: AgentDepende
  */
 async function startApiOrLog(
   config: AgentConfig,
-  parts: {nodeName: string; families: IPFamily[]; proxier: IptablesProxier; host: Host; log: Logger; accessReviewer?: AccessReviewer},
+  parts: {nodeName: string; families: IPFamily[]; proxier: IptablesProxier; host: Host; log: Logger; accessReviewer?: AccessReviewer; backend?: RulesBackend},
 ): Promise<AgentApi | undefined> {
   const {log, host} = parts;
   if (config.apiBindAddress === '') return undefined;
   const address = parseHostPort(config.apiBindAddress)!;
-  let backend;
+  let backend = parts.backend;
   try {
-    backend = await loadIptablesBackend();
+    backend ??= await loadIptablesBackend();
   } catch (error) {
     log.error('cannot start the plugin API', {address: config.apiBindAddress, reason: errorText(error)});
     return undefined;

@@ -14,7 +14,7 @@ interface NodeDiff {
 
 export default class Diff extends AgentCommand {
   static override summary = "Compare the rules an agent means to have with the rules in its node's kernel.";
-  static override description = `Prints a unified diff, grouped by service, of the rules the agent on NODE would write (+) against the rules the kernel holds (-): rules that someone deleted, changed or slipped in show up here. Exit code 0: no difference; 1: they differ; 2 or more: an error, as kubectl diff.
+  static override description = `Prints a unified diff, grouped by service, of the rules the agent on NODE means to have ("--- desired") against the rules its kernel holds ("+++ applied"): a "-" line is a rule missing from the kernel, a "+" line one that is there but not wanted. Rules someone deleted, changed or slipped in show up here. Exit code 0: no difference; 1: they differ; 2 or more: an error, as kubectl diff.
 
 With --all-nodes: one line per node (mode, drifted services, last sync, agent version) instead of the diffs; the exit code is 1 if any node differs, 2 if any node could not be asked.`;
 
