@@ -2,7 +2,7 @@
 // service port they belong to. Counters, chain declaration order and other people's chains do not
 // count; rule order inside a chain does (iptables evaluates it).
 import {parseIptablesSave} from './parse.ts';
-import {isBuiltinChain, isHashedProxyChain, isProxyChain, servicePortOfComment, type IptablesRuleset} from './ruleset.ts';
+import {isBuiltinChain, isHashedProxyChain, isProxyChain, servicePortOfComment, type IptablesRule, type IptablesRuleset} from './ruleset.ts';
 
 /** IptablesDiffGroup: the differences of one service port ("" for rules of no service). */
 export interface IptablesDiffGroup {
@@ -26,11 +26,7 @@ export interface DiffIptablesOptions {
 }
 
 /** ProxyView: the proxy's part of one table: its chains' rules, and its jump rules in other chains. */
-interface ProxyView {
-  chains: Map<string, string[]>;
-  /** Rule texts with their comments' service port, by rule text (for grouping). */
-  commentService: Map<string, string | undefined>;
-}
+type ProxyView = Map<string, IptablesRule[]>;
 
 interface DiffLine {
   sign: '-' | '+';
@@ -43,53 +39,77 @@ const noService = '';
 function viewOf(ruleset: IptablesRuleset): Map<string, ProxyView> {
   const views = new Map<string, ProxyView>();
   for (const table of ruleset.tables.values()) {
-    const view: ProxyView = {chains: new Map(), commentService: new Map()};
+    const view: ProxyView = new Map();
     for (const chain of table.chains.values()) {
-      const proxy = chain.kind === 'proxy';
-      const rules = proxy ? chain.rules : chain.rules.filter((rule) => rule.target && isProxyChain(rule.target.name) && !isBuiltinChain(table.name, rule.target.name));
-      if (!proxy && rules.length === 0) continue;
+      if (chain.kind === 'proxy') {
+        view.set(chain.name, chain.rules);
+        continue;
+      }
       // Jump rules live in chains that are not ours; only the jumps are compared there.
-      view.chains.set(chain.name, rules.map((rule) => rule.text));
-      for (const rule of rules) view.commentService.set(rule.text, servicePortOfComment(rule.comment));
+      const jumps = chain.rules.filter((rule) => rule.target && isProxyChain(rule.target.name) && !isBuiltinChain(table.name, rule.target.name));
+      if (jumps.length > 0) view.set(chain.name, jumps);
     }
-    if (view.chains.size > 0) views.set(table.name, view);
+    if (view.size > 0) views.set(table.name, view);
   }
   return views;
 }
 
-/** chainServices finds the service port of each hashed chain: from its comments, else from the chain that jumps to it. */
-function chainServices(rulesets: IptablesRuleset[]): Map<string, string> {
-  const services = new Map<string, string>();
-  for (const ruleset of rulesets) {
-    for (const table of ruleset.tables.values()) {
-      for (const chain of table.chains.values()) {
-        if (!isHashedProxyChain(chain.name) || services.has(`${table.name} ${chain.name}`)) continue;
+function sameTexts(a: IptablesRule[], b: IptablesRule[]): boolean {
+  if (a.length !== b.length) return false;
+  for (let index = 0; index < a.length; index++) if (a[index].text !== b[index].text) return false;
+  return true;
+}
+
+/**
+ * ChainServices finds the service port of a hashed chain when a line of it differs: from its
+ * rules' comments, else (large clusters leave comments out of endpoint rules) from the chain that
+ * jumps to it.
+ */
+class ChainServices {
+  private rulesets: IptablesRuleset[];
+  private known = new Map<string, string | undefined>();
+  private callers = new Map<string, Map<string, string>>();
+
+  constructor(rulesets: IptablesRuleset[]) {
+    this.rulesets = rulesets;
+  }
+
+  of(table: string, chain: string, depth = 0): string | undefined {
+    if (!isHashedProxyChain(chain) || depth > 4) return undefined;
+    const key = `${table} ${chain}`;
+    if (this.known.has(key)) return this.known.get(key);
+    let found: string | undefined;
+    for (const ruleset of this.rulesets) {
+      for (const rule of ruleset.tables.get(table)?.chains.get(chain)?.rules ?? []) {
+        found = servicePortOfComment(rule.comment);
+        if (found) break;
+      }
+      if (found) break;
+    }
+    if (!found) {
+      const caller = this.callersOf(table).get(chain);
+      if (caller) found = this.of(table, caller, depth + 1);
+    }
+    this.known.set(key, found);
+    return found;
+  }
+
+  private callersOf(table: string): Map<string, string> {
+    let callers = this.callers.get(table);
+    if (callers) return callers;
+    callers = new Map();
+    for (const ruleset of this.rulesets) {
+      for (const chain of ruleset.tables.get(table)?.chains.values() ?? []) {
+        if (!isHashedProxyChain(chain.name)) continue;
         for (const rule of chain.rules) {
-          const service = servicePortOfComment(rule.comment);
-          if (service) {
-            services.set(`${table.name} ${chain.name}`, service);
-            break;
-          }
+          const target = rule.target?.name;
+          if (target && isHashedProxyChain(target) && !callers.has(target)) callers.set(target, chain.name);
         }
       }
     }
+    this.callers.set(table, callers);
+    return callers;
   }
-  // Large clusters leave comments out of endpoint rules: a chain then belongs to the service whose chain jumps to it.
-  for (let pass = 0; pass < 3; pass++) {
-    for (const ruleset of rulesets) {
-      for (const table of ruleset.tables.values()) {
-        for (const chain of table.chains.values()) {
-          const service = services.get(`${table.name} ${chain.name}`);
-          if (!service) continue;
-          for (const rule of chain.rules) {
-            const target = rule.target?.name;
-            if (target && isHashedProxyChain(target) && !services.has(`${table.name} ${target}`)) services.set(`${table.name} ${target}`, service);
-          }
-        }
-      }
-    }
-  }
-  return services;
 }
 
 /**
@@ -163,24 +183,27 @@ export function diffIptables(desired: string | IptablesRuleset, applied: string 
   const appliedRules = typeof applied === 'string' ? parseIptablesSave(applied, {family: desiredRules.family}) : applied;
   const desiredViews = viewOf(desiredRules);
   const appliedViews = viewOf(appliedRules);
-  const services = chainServices([desiredRules, appliedRules]);
+  const services = new ChainServices([desiredRules, appliedRules]);
   const lines: DiffLine[] = [];
 
   const tables = [...new Set([...desiredViews.keys(), ...appliedViews.keys()])].sort();
   for (const table of tables) {
     const want = desiredViews.get(table);
     const have = appliedViews.get(table);
-    const chains = [...new Set([...(want?.chains.keys() ?? []), ...(have?.chains.keys() ?? [])])].sort();
+    const chains = [...new Set([...(want?.keys() ?? []), ...(have?.keys() ?? [])])].sort();
     for (const chain of chains) {
-      const wantRules = want?.chains.get(chain);
-      const haveRules = have?.chains.get(chain);
-      const chainService = services.get(`${table} ${chain}`);
-      const serviceOf = (text: string) => chainService ?? want?.commentService.get(text) ?? have?.commentService.get(text) ?? noService;
-      const proxyChain = isProxyChain(chain);
-      if (proxyChain && (wantRules === undefined) !== (haveRules === undefined)) {
+      const wantRules = want?.get(chain);
+      const haveRules = have?.get(chain);
+      if (wantRules && haveRules && sameTexts(wantRules, haveRules)) continue;
+      const chainService = services.of(table, chain);
+      const commentService = new Map<string, string | undefined>();
+      for (const rule of [...(wantRules ?? []), ...(haveRules ?? [])]) commentService.set(rule.text, servicePortOfComment(rule.comment));
+      const serviceOf = (text: string) => chainService ?? commentService.get(text) ?? noService;
+      if (isProxyChain(chain) && (wantRules === undefined) !== (haveRules === undefined)) {
         lines.push({sign: wantRules ? '-' : '+', text: `-t ${table} -N ${chain}`, servicePort: chainService ?? noService});
       }
-      for (const entry of sequenceDiff(wantRules ?? [], haveRules ?? [])) {
+      const texts = (rules: IptablesRule[] | undefined) => (rules ?? []).map((rule) => rule.text);
+      for (const entry of sequenceDiff(texts(wantRules), texts(haveRules))) {
         lines.push({sign: entry.kind === 'desired' ? '-' : '+', text: `-t ${table} ${entry.text}`, servicePort: serviceOf(entry.text)});
       }
     }

@@ -88,7 +88,7 @@ export function parseIptablesSave(text: string, options: ParseOptions = {}): Ipt
     }
     let tokens: Token[];
     try {
-      tokens = tokenizeRule(line.replace(counters, ''));
+      tokens = tokenizeRule(line.charCodeAt(0) === 0x5b ? line.replace(counters, '') : line);
     } catch (error) {
       throw new IptablesParseError(lineNumber, (error as Error).message, raw);
     }
@@ -207,7 +207,7 @@ function declareChain(table: IptablesTable, name: string, policy: string | undef
 
 /** readRules reads one rule line's arguments; an address list ("-s a,b") gives one rule per address, as iptables does. */
 function readRules(chain: IptablesChain, tokens: Token[], family: IPFamily, line: number): IptablesRule[] {
-  const expansions = expandAddressLists(tokens);
+  const expansions = tokens.some((token) => token.text.includes(',')) ? expandAddressLists(tokens) : [tokens];
   return expansions.map((words) => {
     const args = parseRuleArgs(words, family);
     const formatted = formatRuleArgs(args);
@@ -231,10 +231,12 @@ function readRules(chain: IptablesChain, tokens: Token[], family: IPFamily, line
   });
 }
 
+const addressFlags = new Set(['-s', '--source', '--src', '-d', '--destination', '--dst']);
+
 function expandAddressLists(tokens: Token[]): Token[][] {
   for (let index = 0; index < tokens.length - 1; index++) {
     const flag = tokens[index].text;
-    if (tokens[index].quoted || !['-s', '--source', '--src', '-d', '--destination', '--dst'].includes(flag)) continue;
+    if (tokens[index].quoted || !addressFlags.has(flag)) continue;
     const valueIndex = tokens[index + 1].text === '!' ? index + 2 : index + 1;
     const value = tokens[valueIndex];
     if (!value || !value.text.includes(',')) continue;

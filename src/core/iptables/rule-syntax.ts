@@ -19,6 +19,11 @@ export interface Token {
  * and a backslash escaping the next character.
  */
 export function tokenizeRule(line: string): Token[] {
+  if (!line.includes('"') && !line.includes('\\')) {
+    const words: Token[] = [];
+    for (const word of line.split(/[ \t]+/)) if (word !== '') words.push({text: word, quoted: false});
+    return words;
+  }
   const tokens: Token[] = [];
   let current = '';
   let inToken = false;
@@ -120,7 +125,13 @@ function isOptionLike(token: Token): boolean {
   return !token.quoted && (token.text === '!' || /^-[-a-zA-Z]/.test(token.text));
 }
 
+// A dotted quad as iptables-save prints it: no leading zeros.
+const canonicalIPv4 = /^(?:(?:25[0-5]|2[0-4]\d|1\d\d|[1-9]?\d)\.){3}(?:25[0-5]|2[0-4]\d|1\d\d|[1-9]?\d)(\/32)?$/;
+
 function canonicalAddress(text: string, family: IPFamily, flag: string): string {
+  // Host addresses are most of a large ruleset's addresses; they need no network arithmetic.
+  const host = canonicalIPv4.exec(text);
+  if (host) return host[1] ? text : `${text}/32`;
   const slash = text.indexOf('/');
   let cidrText = text;
   if (slash >= 0) {

@@ -79,7 +79,9 @@ class Tracer {
   }
 
   runChain(chain: IptablesChain, start: number, walk: Walk, depth: number, caller: Caller | undefined): ChainExit[] {
-    for (let index = start; index < chain.rules.length; index++) {
+    const candidates = candidateRules(chain, walk.state.dst.text);
+    for (let position = firstAtOrAfter(candidates, start); position < candidates.length; position++) {
+      const index = candidates[position];
       const rule = chain.rules[index];
       const result = matchRule(rule, walk.state, this.addresses);
       if (result.kind === 'no') continue;
@@ -248,6 +250,67 @@ class Tracer {
       `${service} has session affinity (ClientIP): this trace shows a client's first connection, chosen at random; the kernel then remembers the client ${walk.state.src.text}, and its later connections go straight to the endpoint this one reached`,
     );
   }
+}
+
+/**
+ * DestinationIndex lists, for a long chain such as KUBE-SERVICES, the rules that test one host
+ * destination by address, and the rules that could match any destination. Rules are still
+ * evaluated one by one in chain order; the index only skips those whose `-d` cannot match.
+ */
+interface DestinationIndex {
+  byHost: Map<string, number[]>;
+  anyDestination: number[];
+  all: number[];
+}
+
+const indexThreshold = 32;
+const destinationIndexes = new WeakMap<IptablesRule[], DestinationIndex>();
+
+function destinationIndex(rules: IptablesRule[]): DestinationIndex {
+  let index = destinationIndexes.get(rules);
+  if (index) return index;
+  index = {byHost: new Map(), anyDestination: [], all: rules.map((_, position) => position)};
+  for (let position = 0; position < rules.length; position++) {
+    const destination = rules[position].destination;
+    const slash = destination ? destination.cidr.indexOf('/') : -1;
+    const host = destination && !destination.negated && (destination.cidr.endsWith('/32') || destination.cidr.endsWith('/128')) ? destination.cidr.slice(0, slash) : undefined;
+    if (host === undefined) {
+      index.anyDestination.push(position);
+      continue;
+    }
+    const list = index.byHost.get(host);
+    if (list) list.push(position);
+    else index.byHost.set(host, [position]);
+  }
+  destinationIndexes.set(rules, index);
+  return index;
+}
+
+/** candidateRules: positions of the rules that may match a packet to this destination, in chain order. */
+function candidateRules(chain: IptablesChain, destination: string): number[] {
+  if (chain.rules.length < indexThreshold) return destinationIndex(chain.rules).all;
+  const index = destinationIndex(chain.rules);
+  const hosts = index.byHost.get(destination);
+  if (!hosts) return index.anyDestination;
+  const merged: number[] = [];
+  let a = 0;
+  let b = 0;
+  while (a < hosts.length || b < index.anyDestination.length) {
+    if (b >= index.anyDestination.length || (a < hosts.length && hosts[a] < index.anyDestination[b])) merged.push(hosts[a++]);
+    else merged.push(index.anyDestination[b++]);
+  }
+  return merged;
+}
+
+function firstAtOrAfter(positions: number[], start: number): number {
+  let low = 0;
+  let high = positions.length;
+  while (low < high) {
+    const middle = (low + high) >> 1;
+    if (positions[middle] < start) low = middle + 1;
+    else high = middle;
+  }
+  return low;
 }
 
 function fork(walk: Walk, probability: number): Walk {
