@@ -93,6 +93,9 @@ export async function upLab(options: UpOptions): Promise<LabState> {
   await needNetns('lab up');
   if (!(await claimLabDir(spec.name))) {
     const running = await runningLab(spec.name);
+    if (!running && (await startingElsewhere(spec.name))) {
+      throw new LabError(`lab ${spec.name} is being started from another shell; wait for it, or pick another --name`);
+    }
     if (running) {
       throw new LabError(
         `lab ${spec.name} is already running (since ${running.startedAt}, kubeconfig ${running.kubeconfig}): use it, remove it with \`kubectl proxyctl lab down --name ${spec.name}\`, or pick another --name`,
@@ -115,6 +118,7 @@ export async function upLab(options: UpOptions): Promise<LabState> {
       detached: true,
       stdio: ['ignore', log, log, 'ipc'],
       execPath: process.execPath,
+      cwd: '/',
       // Not the caller's flags (a test runner's, say): the supervisor outlives the caller.
       execArgv: [],
     });
@@ -136,6 +140,16 @@ export async function upLab(options: UpOptions): Promise<LabState> {
     await downLab(spec.name).catch(() => undefined);
     throw error;
   }
+}
+
+// Between the directory's creation and the supervisor's first state.json lie a few hundred ms.
+async function startingElsewhere(name: string): Promise<boolean> {
+  if (await readLabState(name).catch(() => undefined)) return false;
+  const created = await stat(labDir(name)).then(
+    (info) => info.ctimeMs,
+    () => 0,
+  );
+  return Date.now() - created < 10_000;
 }
 
 function waitForSupervisor(child: ChildProcess, spec: LabSpec, options: UpOptions): Promise<LabState> {

@@ -89,7 +89,7 @@ export async function readLabStatus(state: LabState): Promise<LabStatus> {
   return {
     name: state.spec.name,
     phase: state.phase,
-    proxyMode: state.spec.agents ? state.spec.proxyMode : 'none (started with --no-agents)',
+    proxyMode: state.spec.agents ? state.spec.proxyMode : 'none',
     supervisorPid: state.supervisorPid,
     startedAt: state.startedAt,
     ...(ready !== undefined ? {buildSeconds: ready} : {}),
@@ -147,6 +147,11 @@ function columns(rows: string[][]): string {
   return rows.map((row) => row.map((cell, index) => (index === row.length - 1 ? cell : cell.padEnd(widths[index]))).join('  ')).join('\n');
 }
 
+/** count: "1 node", "2 nodes". */
+export function count(n: number, noun: string): string {
+  return `${n} ${noun}${n === 1 ? '' : 's'}`;
+}
+
 const yesNo = (value: boolean | undefined) => (value === undefined ? '?' : value ? 'True' : 'False');
 
 function onPath(program: string): boolean {
@@ -181,7 +186,8 @@ export function usageExamples(status: LabStatus): string[] {
 export function formatLabStatus(status: LabStatus): string {
   const out: string[] = [];
   const built = status.buildSeconds !== undefined ? `, built in ${status.buildSeconds.toFixed(1)} s` : '';
-  out.push(`Lab ${status.name}: ${status.phase}, ${status.nodes.length} nodes, ${status.pods.length} pods, proxy mode ${status.proxyMode} (started ${status.startedAt}${built}, supervisor pid ${status.supervisorPid})`);
+  const agents = status.proxyMode === 'none' ? 'no agents' : `agents in ${status.proxyMode} mode`;
+  out.push(`Lab ${status.name}: ${status.phase}, ${count(status.nodes.length, 'node')}, ${count(status.pods.length, 'pod')}, ${agents} (started ${status.startedAt}${built}, supervisor pid ${status.supervisorPid})`);
   out.push(`API server  ${status.apiServer ?? '-'}`, `kubeconfig  ${status.kubeconfig}`);
   if (status.apiServerError) out.push(`warning: ${status.apiServerError}`);
   out.push('');

@@ -10,6 +10,7 @@ import {AgentProcess, freeLoopbackPorts} from './agent-process.ts';
 import {agentNamespace, agentPodName, agentPodObject, agentPodStatus, demoPodObject, demoPodRoles, demoPorts, demoServiceObjects, nodeObject} from './lab-objects.ts';
 import {type LabSpec, type LabState, labDir, labNamespacePrefix, removeLabDir, writeLabState} from './lab-state.ts';
 import {buildCluster, clusterAddressing, clusterPods, deleteNamespacesWithPrefix, describeCluster, type NodeDescription} from './netns/index.ts';
+import {count} from './lab-status.ts';
 import {labPodResolver} from './pod-port-forward.ts';
 import {DemoAppGroup, type RunningDemoApp} from './workload/launch.ts';
 
@@ -92,7 +93,7 @@ export class LabSupervisor {
     const topology = await buildCluster({prefix: this.state.prefix, nodes: spec.nodes, podsPerNode: spec.podsPerNode, externalClient: true});
     this.state.topology = topology;
     this.#continue();
-    this.#step('namespaces', `network: ${topology.nodes.length} nodes, ${clusterPods(topology).length} pods, 1 external client (${topology.namespaces.length} namespaces)`);
+    this.#step('namespaces', `network: ${count(topology.nodes.length, 'node')}, ${count(clusterPods(topology).length, 'pod')}, 1 external client (${topology.namespaces.length} namespaces)`);
 
     const server = await startApiServer({
       port: 0,
@@ -113,11 +114,11 @@ export class LabSupervisor {
     const agentsReady = spec.agents ? this.#startAgents(topology.nodes) : Promise.resolve();
     agentsReady.catch(() => undefined);
     await this.#startWorkloads(topology.nodes);
-    this.#step('pods', `pods: ${clusterPods(topology).length} demo pods ready`);
+    this.#step('pods', `${count(clusterPods(topology).length, 'demo pod')} ready`);
     this.#continue();
     await agentsReady;
     this.#continue();
-    if (spec.agents) this.#step('agents', `agents: ${this.#agents.length} synced (${spec.proxyMode})`);
+    if (spec.agents) this.#step('agents', `${count(this.#agents.length, 'agent')} synced (${spec.proxyMode} mode)`);
 
     await server.settle();
     this.state.phase = 'ready';

@@ -232,3 +232,33 @@ describe('lab bad input', {skip: built ? undefined : 'needs the build: run `npm 
     );
   });
 });
+
+describe('a lab whose supervisor was killed', {concurrency: false, skip: skipReason}, () => {
+  const crashed = `test-${process.pid}-killed`;
+  after(async () => {
+    await proxyctl('lab', 'down', '--name', crashed);
+  });
+
+  it('is reported as not running, and lab down still removes its agents, namespaces and files', async () => {
+    const up = await proxyctl('lab', 'up', '--name', crashed, '--nodes', '1', '--pods-per-node', '1');
+    assert.equal(up.exitCode, 0, up.stderr);
+    const state = JSON.parse(await readFile(join(labDir(crashed), 'state.json'), 'utf8')) as LabState;
+    const agentPid = state.agents[0].pid!;
+    process.kill(state.supervisorPid, 'SIGKILL');
+    while ((await processesMentioning(`"name":"${crashed}"`)).length > 0) await new Promise((resolve) => setTimeout(resolve, 50));
+
+    const status = await proxyctl('lab', 'status', '--name', crashed);
+    assert.equal(status.exitCode, 1);
+    assert.match(status.stderr, new RegExp(`lab ${crashed} is not running`));
+    assert.ok((await processesMentioning(labNamespacePrefix(crashed))).some((line) => line.startsWith(`${agentPid}:`)), 'the agent outlived its supervisor');
+
+    const down = await proxyctl('lab', 'down', '--name', crashed);
+    assert.equal(down.exitCode, 0, down.stderr);
+    assert.deepEqual(await processesMentioning(labNamespacePrefix(crashed)), []);
+    assert.deepEqual(
+      (await listNamespaces()).filter((namespace) => namespace.startsWith(labNamespacePrefix(crashed))),
+      [],
+    );
+    assert.equal(existsSync(labDir(crashed)), false);
+  });
+});
