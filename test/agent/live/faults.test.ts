@@ -1,0 +1,324 @@
+// The agent live under faults and churn: one proxyctl-agent process on node-0 of a namespace
+// cluster (clients sit on node-0, so its rules carry all the test traffic; one agent also keeps
+// the health check ports, which live in the host namespace with --netns, to itself), talking to
+// the embedded API server through a relay the test can cut. kill -9 mid-traffic, rules changed by
+// hand, the API server gone and back with its history moved past the agent, a storm of
+// EndpointSlice updates, and the health and metrics answers.
+import assert from 'node:assert/strict';
+import {after, before, describe, it, type TestContext} from 'node:test';
+import {execInNamespace} from '../../../src/lab/netns/index.ts';
+import type {ProbeResult} from '../../../src/lab/workload/demoapp-client.ts';
+import {
+  dnatDestinations,
+  demoPorts,
+  kernelUnavailable,
+  type LiveCluster,
+  metricValue,
+  probe,
+  repliedPods,
+  savedRules,
+  serviceObject,
+  sleep,
+  startLiveCluster,
+  until,
+} from './live-cluster.ts';
+
+// node-0: pod-0-0 client, pod-0-1 web, pod-0-2 spare; node-1: pod-1-0 client, pod-1-1 web.
+const servers = {
+  'pod-0-1': {app: 'web'},
+  'pod-1-1': {app: 'web'},
+  'pod-0-2': {app: 'spare'},
+};
+const syncPeriodMs = 3000;
+const minSyncPeriodMs = 1000;
+/** Changes kept for resuming watches: small, so an outage with more changes than this ends in 410. */
+const watchWindow = 200;
+
+let cluster: LiveCluster | undefined;
+
+function live(t: TestContext): LiveCluster | undefined {
+  if (!cluster) t.skip(`needs root: ${kernelUnavailable}`);
+  return cluster;
+}
+
+function clusterIPOf(name: string): string {
+  return (cluster!.server.store.get('services', 'default', name) as unknown as {spec: {clusterIP: string}}).spec.clusterIP;
+}
+
+function relabel(pod: string, labels: Record<string, string>): void {
+  cluster!.server.store.mutate('pods', 'default', pod, (object) => {
+    object.metadata.labels = labels;
+  });
+}
+
+async function answers(namespace: string, host: string): Promise<boolean> {
+  return (await probe(namespace, {protocol: 'tcp', host, port: 80, timeoutMs: 1000}))[0].outcome === 'reply';
+}
+
+describe('live agent: faults and churn', {concurrency: false, timeout: 300_000}, () => {
+  before(async () => {
+    if (kernelUnavailable) return;
+    cluster = await startLiveCluster({
+      nodes: 2,
+      podsPerNode: 3,
+      externalClients: 1,
+      servers,
+      agentsOn: [0],
+      relay: true,
+      apiServer: {watchWindow},
+      agent: {syncPeriod: `${syncPeriodMs / 1000}s`, minSyncPeriod: `${minSyncPeriodMs / 1000}s`},
+    });
+    cluster.server.store.create('services', serviceObject('web', {app: 'web'}), 'default');
+    await until('web answers', () => answers(cluster!.pod('pod-0-0').namespace, clusterIPOf('web')), 10_000);
+  });
+  after(async () => {
+    await cluster?.close();
+  });
+
+  it('/healthz, /livez, a healthCheckNodePort and /metrics answer as kube-proxy', async (t) => {
+    const c = live(t);
+    if (!c) return;
+    const agent = c.agents[0];
+    const healthz = await agent.healthz('/healthz');
+    assert.equal(healthz.status, 200);
+    const body = healthz.body as {lastUpdated: string; currentTime: string; nodeEligible: boolean};
+    assert.deepEqual(Object.keys(body).sort(), ['currentTime', 'lastUpdated', 'nodeEligible']);
+    assert.equal(body.nodeEligible, true);
+    assert.ok(Date.parse(body.lastUpdated) <= Date.parse(body.currentTime));
+    assert.ok(Date.now() - Date.parse(body.currentTime) < 5000);
+    const livez = await agent.healthz('/livez');
+    assert.equal(livez.status, 200);
+
+    // externalTrafficPolicy Local: the health check port tells load balancers whether this node has endpoints.
+    const created = c.server.store.create('services', serviceObject('local', {app: 'local'}, {type: 'LoadBalancer', externalTrafficPolicy: 'Local'}), 'default') as unknown as {spec: {healthCheckNodePort: number}};
+    const port = created.spec.healthCheckNodePort;
+    assert.ok(port > 0, 'the API server allocated a healthCheckNodePort');
+    const check = async () => {
+      const response = await fetch(`http://127.0.0.1:${port}/`, {signal: AbortSignal.timeout(2000)});
+      return {status: response.status, body: (await response.json()) as {service: {namespace: string; name: string}; localEndpoints: number; serviceProxyHealthy: boolean}};
+    };
+    await until('the health check port to answer 503 with no endpoint', async () => (await check().catch(() => undefined))?.status === 503, 5000);
+    assert.deepEqual((await check()).body, {service: {namespace: 'default', name: 'local'}, localEndpoints: 0, serviceProxyHealthy: true});
+    relabel('pod-0-2', {app: 'local'});
+    await until('the health check port to answer 200 with one local endpoint', async () => (await check()).status === 200, 5000);
+    assert.equal((await check()).body.localEndpoints, 1);
+    relabel('pod-0-2', {app: 'spare'});
+    await until('503 again', async () => (await check()).status === 503, 5000);
+    c.server.store.delete('services', 'default', 'local');
+    await until('the health check port to close', async () => (await check().catch(() => undefined)) === undefined, 5000);
+
+    const page = await agent.metrics();
+    for (const name of [
+      'kubeproxy_sync_proxy_rules_duration_seconds_count',
+      'kubeproxy_sync_full_proxy_rules_duration_seconds_count',
+      'kubeproxy_sync_partial_proxy_rules_duration_seconds_count',
+      'kubeproxy_network_programming_duration_seconds_count',
+      'kubeproxy_sync_proxy_rules_endpoint_changes_total',
+      'kubeproxy_sync_proxy_rules_service_changes_total',
+    ]) {
+      assert.ok(metricValue(page, name) >= 1, `${name} counts: ${page.split('\n').filter((line) => line.startsWith(name)).join(' ')}`);
+    }
+    assert.ok(metricValue(page, 'kubeproxy_sync_proxy_rules_iptables_total', {table: 'nat'}) > 10, 'nat rules counted');
+    assert.ok(metricValue(page, 'kubeproxy_sync_proxy_rules_iptables_total', {table: 'filter'}) > 0, 'filter rules counted');
+    const lastSync = metricValue(page, 'kubeproxy_sync_proxy_rules_last_timestamp_seconds');
+    assert.ok(Math.abs(Date.now() / 1000 - lastSync) < 2 * syncPeriodMs / 1000 + 5, `last sync ${lastSync} is recent`);
+    assert.ok(metricValue(page, 'kubeproxy_sync_proxy_rules_last_queued_timestamp_seconds') > 0);
+    assert.equal(metricValue(page, 'kubeproxy_sync_proxy_rules_iptables_restore_failures_total'), 0);
+    assert.ok(metricValue(page, 'kubeproxy_proxy_healthz_total', {code: '200'}) >= 1, 'our /healthz calls counted');
+    assert.ok(metricValue(page, 'process_resident_memory_bytes') > 0, 'process metrics');
+
+    // A node about to be removed by the autoscaler: not eligible for load balancer traffic, still alive.
+    c.server.store.mutate('nodes', undefined, 'node-0', (node) => {
+      node.spec = {...node.spec, taints: [{key: 'ToBeDeletedByClusterAutoscaler', effect: 'NoSchedule'}]};
+    });
+    await until('/healthz 503 on a node being deleted', async () => (await agent.healthz('/healthz')).status === 503, 5000);
+    assert.equal(((await agent.healthz('/healthz')).body as {nodeEligible: boolean}).nodeEligible, false);
+    assert.equal((await agent.healthz('/livez')).status, 200);
+    c.server.store.mutate('nodes', undefined, 'node-0', (node) => {
+      node.spec = {...node.spec, taints: []};
+    });
+    await until('/healthz 200 again', async () => (await agent.healthz('/healthz')).status === 200, 5000);
+  });
+
+  it('kill -9 during a stream of requests through a ClusterIP: none fails; restarted, the rules are unchanged', async (t) => {
+    const c = live(t);
+    if (!c) return;
+    const agent = c.agents[0];
+    const client = c.pod('pod-0-0').namespace;
+    const target = {protocol: 'tcp' as const, host: clusterIPOf('web'), port: 80, timeoutMs: 1000};
+    const before = await savedRules(c.node(0));
+
+    const results: ProbeResult[] = [];
+    let streaming = true;
+    const stream = (async () => {
+      while (streaming) results.push(...(await probe(client, target, 25)));
+    })();
+    await until('the stream to flow', () => results.length >= 25, 10_000);
+    await agent.kill('SIGKILL');
+    const killedAt = results.length;
+    await until('requests while the agent is dead', () => results.length >= killedAt + 50, 20_000);
+    const mark = agent.lines.length;
+    agent.start();
+    await agent.waitForLog(/synced rules .*kind=full/, {from: mark, timeoutMs: 20_000});
+    const restartedAt = results.length;
+    await until('requests after the restart', () => results.length >= restartedAt + 50, 20_000);
+    streaming = false;
+    await stream;
+
+    const failed = results.filter((result) => result.outcome !== 'reply');
+    assert.deepEqual(failed, [], `${failed.length} of ${results.length} requests failed`);
+    assert.deepEqual(new Set(repliedPods(results, 'stream')), new Set(['pod-0-1', 'pod-1-1']));
+    const afterRestart = await savedRules(c.node(0));
+    assert.equal(afterRestart, before, 'a restart leaves the rules as they were');
+    assert.equal(agent.logged(/jump rule added/, mark).length, 0, 'the jump rules were still there');
+  });
+
+  it('a deleted service chain and a flushed KUBE-SERVICES are repaired within syncPeriod, and counted', async (t) => {
+    const c = live(t);
+    if (!c) return;
+    const agent = c.agents[0];
+    const node = c.node(0);
+    const client = c.pod('pod-0-0').namespace;
+    const vip = clusterIPOf('web');
+    await sleep(syncPeriodMs); // the agent has written and read back its rules at least once since the restart
+    const before = await savedRules(node);
+    const repairsBefore = await agent.metric('proxyctl_drift_repairs_total', {ip_family: 'IPv4'});
+    const svcChain = (await execInNamespace(node.namespace, ['iptables-save', '-t', 'nat'])).stdout.split('\n').find((line) => line.startsWith('-A KUBE-SVC-') && line.includes('default/web:http'))?.split(' ')[1];
+    assert.ok(svcChain, 'the web service chain exists');
+    const mark = agent.lines.length;
+
+    const broken = Date.now();
+    await execInNamespace(node.namespace, ['iptables', '-w', '5', '-t', 'nat', '-F', 'KUBE-SERVICES']);
+    await execInNamespace(node.namespace, ['iptables', '-w', '5', '-t', 'nat', '-F', svcChain]);
+    await execInNamespace(node.namespace, ['iptables', '-w', '5', '-t', 'nat', '-X', svcChain]);
+    assert.equal((await probe(client, {protocol: 'tcp', host: vip, port: 80, timeoutMs: 1000}))[0].outcome, 'refused', 'without the rules the ClusterIP goes nowhere');
+
+    await until('web to answer again', () => answers(client, vip), syncPeriodMs + 5000);
+    const repairedAfter = Date.now() - broken;
+    // One syncPeriod, plus the sync itself and the probe that saw it.
+    assert.ok(repairedAfter <= syncPeriodMs + 2000, `repaired after ${repairedAfter} ms (syncPeriod ${syncPeriodMs} ms)`);
+    assert.equal(await savedRules(node), before, 'the rules are back as they were');
+    assert.ok((await agent.metric('proxyctl_drift_repairs_total', {ip_family: 'IPv4'})) >= repairsBefore + 1, 'the repair is counted');
+    assert.ok(agent.logged(/warn rules changed behind our back/, mark).length >= 1, 'the drift is logged');
+  });
+
+  it('API server gone (12 s) and back with its history past the agent (410 on resume): the agent converges on what changed meanwhile', async (t) => {
+    // 12 s rather than 30 s to keep the suite short: it spans four failed reconnects of the agent's
+    // backoff (1, 2, 4, 8 s), and more changes than the watch window happen meanwhile, which is
+    // what makes the resumed watches get 410; a longer outage only adds backoff steps.
+    const c = live(t);
+    if (!c) return;
+    const agent = c.agents[0];
+    const client = c.pod('pod-0-0').namespace;
+    c.server.store.create('services', serviceObject('doomed', {app: 'web'}), 'default');
+    const doomedIP = clusterIPOf('doomed');
+    await until('doomed answers', () => answers(client, doomedIP), 5000);
+    const mark = agent.lines.length;
+
+    await c.relay!.down();
+    await agent.waitForLog(/API server request failed/, {from: mark, timeoutMs: 10_000});
+    // While it is away: a new service with an endpoint, a deleted one, and enough other writes to
+    // move the server's history window past every resourceVersion the agent holds.
+    c.server.store.create('services', serviceObject('late', {app: 'late'}), 'default');
+    relabel('pod-0-2', {app: 'late'});
+    c.server.store.delete('services', 'default', 'doomed');
+    for (let i = 0; i < watchWindow + 50; i++) c.server.store.create('configmaps', {apiVersion: 'v1', kind: 'ConfigMap', metadata: {name: `filler-${i}`}, data: {i: String(i)}}, 'default');
+    await c.server.settle();
+    const lateIP = clusterIPOf('late');
+    assert.equal((await probe(client, {protocol: 'tcp', host: lateIP, port: 80, timeoutMs: 1000}))[0].outcome, 'refused', 'the agent has not seen late yet');
+    assert.equal((await probe(client, {protocol: 'tcp', host: doomedIP, port: 80, timeoutMs: 1000}))[0].outcome, 'reply', 'nor the deletion');
+    await sleep(12_000 - 1000);
+
+    await c.relay!.up();
+    const back = Date.now();
+    await until('late to answer', () => answers(client, lateIP), 30_000);
+    await until('doomed to be refused', async () => (await probe(client, {protocol: 'tcp', host: doomedIP, port: 80, timeoutMs: 1000}))[0].outcome === 'refused', 5000);
+    const convergedAfter = Date.now() - back;
+    // The next reconnect attempt comes at most one backoff step (16 s by then) after the server returns.
+    assert.ok(convergedAfter <= 16_000 + 5000, `converged ${convergedAfter} ms after the API server came back`);
+    assert.ok(agent.logged(/watch expired \(410\); listing again resource=services/, mark).length >= 1, `the services watch resumed into 410:\n${agent.logged(/API server|watch|list/, mark).join('\n')}`);
+    assert.ok(agent.logged(/watch expired \(410\); listing again resource=endpointslices/, mark).length >= 1, 'so did the endpointslices watch');
+    repliedPods(await probe(client, {protocol: 'tcp', host: clusterIPOf('web'), port: 80, timeoutMs: 1000}, 5), 'web throughout');
+    relabel('pod-0-2', {app: 'spare'});
+  });
+
+  it('churn (scaled down: 1,000 EndpointSlice updates/s for 10 s): syncs coalesce, rules match the end state within minSyncPeriod, memory comes back', async (t) => {
+    const c = live(t);
+    if (!c) return;
+    const agent = c.agents[0];
+    const services = 20;
+    const ratePerSecond = 1000;
+    const seconds = 10;
+    // Endpoints of churned services are addresses no pod has: only the rules are checked here.
+    const endpointsOf = (step: number) => [0, 1, 2].map((k) => `10.244.${100 + ((step + k) % 100)}.${1 + ((step * 7 + k * 31) % 250)}`);
+    const slice = (index: number, step: number) => ({
+      apiVersion: 'discovery.k8s.io/v1',
+      kind: 'EndpointSlice',
+      metadata: {name: `churn-${index}-1`, namespace: 'default', labels: {'kubernetes.io/service-name': `churn-${index}`}},
+      addressType: 'IPv4',
+      ports: [{name: 'http', protocol: 'TCP', port: demoPorts.http}],
+      endpoints: endpointsOf(step).map((ip) => ({addresses: [ip], conditions: {ready: true}, nodeName: 'node-1'})),
+    });
+    for (let i = 0; i < services; i++) {
+      c.server.store.create('services', serviceObject(`churn-${i}`, undefined), 'default');
+      c.server.store.create('endpointslices', slice(i, i), 'default');
+    }
+    const expected = new Map<number, string[]>();
+    for (let i = 0; i < services; i++) expected.set(i, endpointsOf(i).map((ip) => `${ip}:${demoPorts.http}`).sort());
+    const matches = async () => {
+      for (const [i, destinations] of expected) if ((await dnatDestinations(c.node(0), `default/churn-${i}:http`)).join() !== destinations.join()) return false;
+      return true;
+    };
+    await until('the churn services programmed', matches, 10_000);
+    await sleep(2000);
+    const pageBefore = await agent.metrics();
+    const rssBefore = metricValue(pageBefore, 'process_resident_memory_bytes');
+    const syncsBefore = metricValue(pageBefore, 'kubeproxy_sync_proxy_rules_duration_seconds_count');
+    const changesBefore = metricValue(pageBefore, 'kubeproxy_sync_proxy_rules_endpoint_changes_total');
+    const mark = agent.lines.length;
+
+    // 10 updates every 10 ms, each replacing one slice's endpoints.
+    let step = services;
+    const started = Date.now();
+    while (Date.now() - started < seconds * 1000) {
+      const due = Math.min(ratePerSecond * seconds, Math.floor(((Date.now() - started) / 1000) * ratePerSecond));
+      for (; step - services < due; step++) {
+        const index = step % services;
+        c.server.store.mutate('endpointslices', 'default', `churn-${index}-1`, (object) => {
+          object.endpoints = slice(index, step).endpoints;
+        });
+        expected.set(index, endpointsOf(step).map((ip) => `${ip}:${demoPorts.http}`).sort());
+      }
+      await sleep(10);
+    }
+    const stopped = Date.now();
+    const updates = step - services;
+    assert.ok(updates >= ratePerSecond * seconds * 0.95, `${updates} updates written`);
+
+    await until('the rules to match the final state', matches, 15_000);
+    const convergedAfter = Date.now() - stopped;
+    const pageAfter = await agent.metrics();
+    const syncs = metricValue(pageAfter, 'kubeproxy_sync_proxy_rules_duration_seconds_count') - syncsBefore;
+    const syncSeconds = metricValue(pageAfter, 'kubeproxy_sync_proxy_rules_duration_seconds_sum') / metricValue(pageAfter, 'kubeproxy_sync_proxy_rules_duration_seconds_count');
+    const changes = metricValue(pageAfter, 'kubeproxy_sync_proxy_rules_endpoint_changes_total') - changesBefore;
+    t.diagnostic(`${updates} updates in ${seconds} s -> ${changes} endpoint changes seen, ${syncs} syncs (mean ${(syncSeconds * 1000).toFixed(0)} ms), converged ${convergedAfter} ms after the last write`);
+
+    assert.ok(changes >= updates, `every update reached the agent (${changes} of ${updates})`);
+    // At most one sync per minSyncPeriod of churn (plus the one running when it stopped).
+    const churnMs = stopped - started + convergedAfter;
+    assert.ok(syncs <= Math.ceil(churnMs / minSyncPeriodMs) + 1, `${syncs} syncs in ${churnMs} ms`);
+    assert.ok(syncs >= 2, 'the rules followed the churn while it lasted');
+    // Syncs end at least minSyncPeriod apart (each starts minSyncPeriod after the previous one ended).
+    const ends = agent.logged(/synced rules/, mark).map((line) => Date.parse(line.split(' ')[0]));
+    for (let i = 1; i < ends.length; i++) assert.ok(ends[i] - ends[i - 1] >= minSyncPeriodMs - 5, `syncs ${ends[i] - ends[i - 1]} ms apart`);
+    // The last change waits at most minSyncPeriod for its sync (and at most one running sync before that).
+    assert.ok(convergedAfter <= minSyncPeriodMs + 2 * syncSeconds * 1000 + 1000, `converged ${convergedAfter} ms after the churn stopped`);
+
+    await until(
+      `RSS back near its level before the churn (${(rssBefore / 2 ** 20).toFixed(0)} MiB)`,
+      async () => metricValue(await agent.metrics(), 'process_resident_memory_bytes') <= rssBefore * 1.2 + 16 * 2 ** 20,
+      20_000,
+    );
+    for (let i = 0; i < services; i++) c.server.store.delete('services', 'default', `churn-${i}`);
+  });
+});
