@@ -41,6 +41,8 @@ function viewOf(ruleset: IptablesRuleset): Map<string, ProxyView> {
   for (const table of ruleset.tables.values()) {
     const view: ProxyView = new Map();
     for (const chain of table.chains.values()) {
+      // The canary chain only tells whether someone flushed the table; it holds no rules.
+      if (chain.name === 'KUBE-PROXY-CANARY') continue;
       if (chain.kind === 'proxy') {
         view.set(chain.name, chain.rules);
         continue;
