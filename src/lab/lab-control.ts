@@ -13,7 +13,8 @@ import type {SupervisorMessage} from './supervisor.ts';
 import {siblingProgram} from './workload/launch.ts';
 
 export const proxyModes = ['iptables', 'nftables', 'ipvs'] as const;
-export const labLimits = {nodes: {min: 1, max: 20}, podsPerNode: {min: 0, max: 50}} as const;
+// Each pod is a Node process of about 60 MB: 200 pods take 12 GB.
+export const labLimits = {nodes: {min: 1, max: 20}, podsPerNode: {min: 0, max: 50}, pods: 200} as const;
 
 export interface UpOptions {
   name: string;
@@ -37,6 +38,9 @@ export function checkLabSpec(options: Pick<UpOptions, 'name' | 'nodes' | 'podsPe
   };
   range('nodes', options.nodes, labLimits.nodes);
   range('pods-per-node', options.podsPerNode, labLimits.podsPerNode);
+  if (options.nodes * options.podsPerNode > labLimits.pods) {
+    throw new LabError(`--nodes ${options.nodes} x --pods-per-node ${options.podsPerNode}: at most ${labLimits.pods} pods in all (each runs its own demo server process)`);
+  }
   const proxyMode = options.proxyMode ?? 'iptables';
   if (!proxyModes.includes(proxyMode)) throw new LabError(`--proxy-mode ${proxyMode}: must be one of ${proxyModes.join(', ')}`);
   return {name: options.name, nodes: options.nodes, podsPerNode: options.podsPerNode, proxyMode, agents: options.agents ?? true};
