@@ -70,7 +70,7 @@ function sameTexts(a: IptablesRule[], b: IptablesRule[]): boolean {
 class ChainServices {
   private rulesets: IptablesRuleset[];
   private known = new Map<string, string | undefined>();
-  private callers = new Map<string, Map<string, string>>();
+  private callers = new Map<string, Map<string, IptablesRule>>();
 
   constructor(rulesets: IptablesRuleset[]) {
     this.rulesets = rulesets;
@@ -90,22 +90,22 @@ class ChainServices {
     }
     if (!found) {
       const caller = this.callersOf(table).get(chain);
-      if (caller) found = this.of(table, caller, depth + 1);
+      if (caller) found = servicePortOfComment(caller.comment) ?? this.of(table, caller.chain, depth + 1);
     }
     this.known.set(key, found);
     return found;
   }
 
-  private callersOf(table: string): Map<string, string> {
+  private callersOf(table: string): Map<string, IptablesRule> {
     let callers = this.callers.get(table);
     if (callers) return callers;
     callers = new Map();
     for (const ruleset of this.rulesets) {
       for (const chain of ruleset.tables.get(table)?.chains.values() ?? []) {
-        if (!isHashedProxyChain(chain.name)) continue;
+        if (chain.kind !== 'proxy') continue;
         for (const rule of chain.rules) {
           const target = rule.target?.name;
-          if (target && isHashedProxyChain(target) && !callers.has(target)) callers.set(target, chain.name);
+          if (target && isHashedProxyChain(target) && !callers.has(target)) callers.set(target, rule);
         }
       }
     }
