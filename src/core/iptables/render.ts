@@ -204,8 +204,8 @@ function restoreArgs(words: string[]): string {
 
 /**
  * LineBuffer collects lines as UTF-8 bytes. Each line string dies young instead of living on in
- * an array of 10^5 strings until one final join; at 10,000 services that halves the time spent
- * collecting garbage.
+ * an array of 10^5 strings until one final join; at 10,000 services that saves about a third of
+ * the CPU time, most of it garbage collection.
  */
 class LineBuffer {
   static readonly chunkSize = 1 << 20;
@@ -287,13 +287,9 @@ export function renderIptables(model: ProxyModel, options: RenderIptablesOptions
       writeTopLevelRules(port);
       continue;
     }
-    const hashed = portProtoHash(name, port.protocol);
-    const clusterChain = serviceChainPrefixes.cluster + hashed;
-    const localChain = serviceChainPrefixes.local + hashed;
-    const externalChain = serviceChainPrefixes.external + hashed;
-    const firewallChain = serviceChainPrefixes.firewall + hashed;
-    const chains = writeTopLevelRules(port, {clusterChain, localChain, externalChain, firewallChain});
-
+    const names = chainNamesOf(port);
+    const {clusterChain, localChain, externalChain, firewallChain} = names;
+    const chains = writeTopLevelRules(port, names);
     const rules = natRules;
     // Chains of a port left alone in a partial render are not declared (that would flush them),
     // but they are still in use, so not stale.
