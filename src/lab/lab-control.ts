@@ -281,6 +281,8 @@ export function execTargets(state: LabState): ExecTarget[] {
   return [
     ...topology.nodes.map((node): ExecTarget => ({kind: 'node', name: node.name, namespace: node.namespace})),
     ...topology.nodes.flatMap((node) => node.pods.map((pod): ExecTarget => ({kind: 'pod', name: pod.name, namespace: pod.namespace}))),
+    // An agent's pod is on its node's network (hostNetwork): its namespace is the node's.
+    ...state.agents.map((agent): ExecTarget => ({kind: 'node', name: agent.pod, namespace: agent.namespace})),
     ...topology.externalClients.map((client): ExecTarget => ({kind: 'external client', name: client.name, namespace: client.namespace})),
     ...(topology.upstream ? [{kind: 'upstream', name: 'upstream', namespace: topology.upstream.namespace} as ExecTarget] : []),
     {kind: 'network', name: 'network', namespace: topology.network.namespace},
@@ -290,10 +292,10 @@ export function execTargets(state: LabState): ExecTarget[] {
 /** resolveExecTarget finds a node, pod or client by name ("client" is the first external client; "default/pod-0-0" works too). */
 export function resolveExecTarget(state: LabState, target: string): ExecTarget {
   const targets = execTargets(state);
-  const wanted = target === 'client' ? 'client-0' : target.replace(/^default\//, '');
+  const wanted = target === 'client' ? 'client-0' : target.replace(/^(default|kube-system)\//, '');
   const found = targets.find((candidate) => candidate.name === wanted || candidate.namespace === target);
   if (found) return found;
-  const names = targets.filter((candidate) => candidate.kind !== 'network').map((candidate) => candidate.name);
+  const names = targets.filter((candidate) => candidate.kind !== 'network' && !candidate.name.startsWith('proxyctl-agent-')).map((candidate) => candidate.name);
   const shown = names.length > 12 ? `${names.slice(0, 12).join(', ')}, ... (${names.length} in all)` : names.join(', ');
   throw new LabError(`lab ${state.spec.name} has no node, pod or client named ${JSON.stringify(target)}; try one of: ${shown}`);
 }

@@ -110,13 +110,14 @@ describe('lab port-forward targets', () => {
 });
 
 describe('lab exec targets', () => {
-  const state = {spec: {name: 'demo'}, topology} as LabState;
+  const state = {spec: {name: 'demo'}, topology, agents: [{node: 'node-1', namespace: 'pxl-demo.node-1', pod: 'proxyctl-agent-node-1'}]} as LabState;
 
   it('finds pods, nodes and clients by name', () => {
     assert.equal(resolveExecTarget(state, 'pod-1-2').namespace, 'pxl-demo.pod-1-2');
     assert.equal(resolveExecTarget(state, 'default/pod-0-1').namespace, 'pxl-demo.pod-0-1');
     assert.equal(resolveExecTarget(state, 'node-1').kind, 'node');
     assert.equal(resolveExecTarget(state, 'client').namespace, 'pxl-demo.client-0');
+    assert.equal(resolveExecTarget(state, 'kube-system/proxyctl-agent-node-1').namespace, 'pxl-demo.node-1');
     assert.throws(() => resolveExecTarget(state, 'pod-7-7'), /lab demo has no node, pod or client named "pod-7-7"; try one of: node-0, node-1, pod-0-0/);
   });
 });

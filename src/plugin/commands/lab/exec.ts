@@ -4,7 +4,7 @@ import {defaultLabName, LabError} from '../../../lab/lab-state.ts';
 
 export default class LabExec extends Command {
   static override summary = 'Run a command inside a lab pod, node or external client (its network namespace).';
-  static override description = `TARGET is a pod (pod-0-1), a node (node-0), an external client (client-0, or just "client"), or "upstream". The command runs as root in that namespace with this terminal; its exit code is passed through.`;
+  static override description = `TARGET is a pod (pod-0-1), a node (node-0, or its agent pod proxyctl-agent-node-0), an external client (client-0, or just "client"), or "upstream". The command runs as root in that namespace with this terminal; its exit code is passed through.`;
 
   static override examples = [
     {description: 'A request to the demoapp ClusterIP from a pod', command: '<%= config.bin %> lab exec pod-1-1 -- curl -s http://10.96.0.10/'},
