@@ -208,17 +208,20 @@ function restoreArgs(words: string[]): string {
  * the CPU time, most of it garbage collection.
  */
 class LineBuffer {
-  static readonly chunkSize = 1 << 20;
+  // Chunks start small (a partial sync writes a few lines) and double up to 1 MiB.
+  #chunkSize = 16 * 1024;
   #chunks: Buffer[] = [];
-  #current = Buffer.allocUnsafe(LineBuffer.chunkSize);
+  #current = Buffer.allocUnsafe(0);
   #offset = 0;
 
   push(...lines: string[]): void {
     for (const line of lines) {
       // A UTF-8 character takes at most 3 bytes per UTF-16 unit; +1 for the newline.
-      if (this.#current.length - this.#offset < line.length * 3 + 1) {
-        this.#chunks.push(this.#current.subarray(0, this.#offset));
-        this.#current = Buffer.allocUnsafe(Math.max(LineBuffer.chunkSize, line.length * 3 + 1));
+      const room = line.length * 3 + 1;
+      if (this.#current.length - this.#offset < room) {
+        if (this.#offset > 0) this.#chunks.push(this.#current.subarray(0, this.#offset));
+        this.#current = Buffer.allocUnsafe(Math.max(this.#chunkSize, room));
+        this.#chunkSize = Math.min(this.#chunkSize * 2, 1024 * 1024);
         this.#offset = 0;
       }
       this.#offset += this.#current.write(line, this.#offset, 'utf8');
@@ -407,16 +410,14 @@ export function renderIptables(model: ProxyModel, options: RenderIptablesOptions
 
   const jumps = includeJumps ? renderJumpRules(model) : [];
   const parts: Buffer[] = [];
+  const lines = (...text: string[]): Buffer => Buffer.from(text.map((line) => `${line}\n`).join(''), 'utf8');
   for (const table of ['filter', 'nat'] as const) {
-    const head = new LineBuffer();
-    head.push(`*${table}`);
-    if (includeJumps) for (const chain of builtinChains[table]) head.push(`:${chain} ACCEPT [0:0]`);
+    parts.push(lines(`*${table}`));
+    if (includeJumps) parts.push(lines(...builtinChains[table].map((chain) => `:${chain} ACCEPT [0:0]`)));
     const [chainLines, rules] = table === 'filter' ? [filterChainLines, filterRules] : [natChainLines, natRules];
-    const jumpLines = new LineBuffer();
-    if (includeJumps) jumpLines.push(...jumpRuleLines(jumps, table));
-    const commit = new LineBuffer();
-    commit.push('COMMIT');
-    for (const part of [head, chainLines, jumpLines, rules, commit]) parts.push(...part.buffers());
+    parts.push(...chainLines.buffers());
+    if (includeJumps) parts.push(lines(...jumpRuleLines(jumps, table)));
+    parts.push(...rules.buffers(), lines('COMMIT'));
   }
   return Buffer.concat(parts).toString('utf8');
 
