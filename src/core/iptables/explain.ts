@@ -276,7 +276,7 @@ export function explainRule(explainer: Explainer, rule: IptablesRule, facts: Hop
     case 'SNAT': {
       const marked = rule.chain === 'KUBE-POSTROUTING' ? 'The packet carries the masquerade mark, so its' : because ? `${because}, so its` : 'Its';
       const how = target === 'SNAT' ? `to ${rule.target?.options.find((entry) => entry.name === 'to-source')?.values[0] ?? 'the given address'} (SNAT)` : 'to the node\'s address on the outgoing interface (MASQUERADE)';
-      return sentence(`${marked} source ${before.src.text} is rewritten ${how}, so replies come back through this node`);
+      return sentence(`${marked} source ${before.src.text} is rewritten ${how}: replies come back through this node`);
     }
     case 'RETURN':
       if (rule.chain === 'KUBE-POSTROUTING') return sentence(`The packet does not carry the masquerade mark, so it leaves KUBE-POSTROUTING with its source ${before.src.text} unchanged`);
