@@ -92,6 +92,8 @@ export async function startAgentCluster(t: TestContext): Promise<AgentCluster> {
     ...endpointIPs.map((ip) => ['addr', 'add', `${ip}/24`, 'dev', 'pxpods0']),
     ['link', 'set', 'pxnode0', 'up'],
     ['link', 'set', 'pxpods0', 'up'],
+    // Service addresses need a route before the rules rewrite them; this one stays in the namespace.
+    ['route', 'add', 'default', 'dev', 'pxnode0'],
   ]) {
     execFileSync('ip', ['-n', netns, ...command]);
   }
@@ -167,6 +169,8 @@ export async function startAgentCluster(t: TestContext): Promise<AgentCluster> {
     clusterCIDRs: ['10.244.0.0/16'],
   });
   config.iptables.minSyncPeriod = 100;
+  // No periodic resync during a test: drift must stay until the test asks for a sync.
+  config.iptables.syncPeriod = 600_000;
   const log = memoryLogger(2);
   const agent = await startAgent(config, {log});
   t.after(() => agent.stop());

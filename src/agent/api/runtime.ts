@@ -265,9 +265,11 @@ export function createAgentRuntime(options: AgentRuntimeOptions): AgentRuntime {
       if (!proxier.status().initialized) throw new Error(`node ${nodeName} cannot sync yet: the agent is still waiting for the lists of services, endpoint slices and its node`);
       // A partial sync rewrites only changed services: drifted rules need a full one to be repaired.
       const drifted = (await currentDrift())?.services.length ?? 0;
+      const full = params.full === true || drifted > 0;
+      log.detail(2, 'agent api: sync requested', {full, driftedServices: drifted});
       const requestedAt = now();
       const done = waitForSync(requestedAt);
-      proxier.requestSync({full: params.full === true || drifted > 0});
+      proxier.requestSync({full});
       const outcome = await done;
       if (!outcome.ok) throw new Error(`the sync on node ${nodeName} failed: ${outcome.error}`);
       return {durationMs: outcome.durationMs, kind: syncKind(outcome), rules: outcome.rules};

@@ -95,7 +95,7 @@ export class AgentClient {
       ws.once('unexpected-response', (_req, res) => void refusal(res, label).then(settle));
       ws.on('error', (error) => {
         const text = errorLine(error);
-        if (/ECONNREFUSED/.test(text)) settle(new PluginError(`cannot reach ${label} at ${options.url}: connection refused: is the agent running and listening there (--api-bind-address)?`));
+        if (/ECONNREFUSED/.test(text)) settle(new PluginError(`cannot reach ${label}: connection refused: is the agent running and listening there (--api-bind-address)?`));
         else if (/timed out|ETIMEDOUT/i.test(text)) settle(new PluginError(`${label} did not answer within ${describeTimeout(options.timeoutMs)}: check that it runs, or raise --request-timeout`));
         else settle(new PluginError(`cannot reach ${label}: ${text}`));
       });
