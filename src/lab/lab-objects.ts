@@ -108,6 +108,8 @@ interface PodStatusOptions {
   now: string;
   containerName: string;
   image: string;
+  /** Whether the container's process runs; its pid, when known, becomes the containerID. */
+  running: boolean;
   pid?: number;
   restartCount?: number;
 }
@@ -133,9 +135,10 @@ export function podStatus(options: PodStatusOptions): KubeObject['status'] {
         image: options.image,
         imageID: '',
         ready: options.ready,
-        started: options.pid !== undefined,
+        started: options.running,
         restartCount: options.restartCount ?? 0,
-        ...(options.pid !== undefined ? {containerID: `pid://${options.pid}`, state: {running: {startedAt: options.now}}} : {state: {waiting: {reason: 'ContainerCreating'}}}),
+        ...(options.pid !== undefined ? {containerID: `pid://${options.pid}`} : {}),
+        state: options.running ? {running: {startedAt: options.now}} : {waiting: {reason: 'ContainerCreating'}},
       },
     ],
   };
@@ -144,7 +147,11 @@ export function podStatus(options: PodStatusOptions): KubeObject['status'] {
 const demoImage = 'proxyctl/demoapp:lab';
 const agentImage = 'proxyctl/proxyctl-agent:lab';
 
-export function demoPodObject(pod: PodDescription, hostIP: string, role: 'demoapp' | 'toolbox', pid: number, now: string): KubeObject {
+/**
+ * demoPodObject is a demo pod, Running and Ready. The lab registers it before its server starts, so
+ * that the agents' first sync already has every endpoint; `lab up` returns once the servers listen.
+ */
+export function demoPodObject(pod: PodDescription, hostIP: string, role: 'demoapp' | 'toolbox', now: string): KubeObject {
   return {
     apiVersion: 'v1',
     kind: 'Pod',
@@ -163,7 +170,7 @@ export function demoPodObject(pod: PodDescription, hostIP: string, role: 'demoap
         },
       ],
     },
-    status: podStatus({hostIP, podIP: pod.ip, ready: true, now, containerName: 'demoapp', image: demoImage, pid}),
+    status: podStatus({hostIP, podIP: pod.ip, ready: true, running: true, now, containerName: 'demoapp', image: demoImage}),
   };
 }
 
@@ -193,12 +200,12 @@ export function agentPodObject(node: NodeDescription, agentUrl: string, now: str
         },
       ],
     },
-    status: podStatus({hostIP: node.ip, podIP: node.ip, ready: false, now, containerName: 'proxyctl-agent', image: agentImage}),
+    status: podStatus({hostIP: node.ip, podIP: node.ip, ready: false, running: false, now, containerName: 'proxyctl-agent', image: agentImage}),
   };
 }
 
 export function agentPodStatus(node: NodeDescription, state: {ready: boolean; pid?: number; restarts: number}, now: string): KubeObject['status'] {
-  return podStatus({hostIP: node.ip, podIP: node.ip, ready: state.ready, now, containerName: 'proxyctl-agent', image: agentImage, pid: state.pid, restartCount: state.restarts});
+  return podStatus({hostIP: node.ip, podIP: node.ip, ready: state.ready, running: state.pid !== undefined, now, containerName: 'proxyctl-agent', image: agentImage, pid: state.pid, restartCount: state.restarts});
 }
 
 export function demoServiceObjects(): KubeObject[] {

@@ -103,14 +103,20 @@ export class LabSupervisor {
     this.#server = server;
     this.state.apiServer = {url: server.url, port: server.port};
     await server.writeKubeconfig(this.state.kubeconfig);
+    // Every object first, then the processes: the agents' first sync sees the whole cluster, so
+    // that a ready lab has complete rules, and agents and demo servers start side by side.
     const now = new Date().toISOString();
-    for (const [index, node] of topology.nodes.entries()) server.store.create('nodes', nodeObject(node, index, now), undefined, {keepStatus: true});
+    const roles = demoPodRoles(topology.nodes);
+    for (const [index, node] of topology.nodes.entries()) {
+      server.store.create('nodes', nodeObject(node, index, now), undefined, {keepStatus: true});
+      for (const pod of node.pods) server.store.create('pods', demoPodObject(pod, node.ip, roles.get(pod.name) ?? 'toolbox', now), 'default', {keepStatus: true});
+    }
     for (const service of demoServiceObjects()) server.store.create('services', service, 'default');
+    await server.settle();
     await this.#save();
     this.#step('apiServer', `API server: ${server.url}`);
     this.#continue();
 
-    // Agents start while the workloads come up: both take a while, mostly Node's start-up.
     const agentsReady = spec.agents ? this.#startAgents(topology.nodes) : Promise.resolve();
     agentsReady.catch(() => undefined);
     await this.#startWorkloads(topology.nodes);
@@ -129,15 +135,11 @@ export class LabSupervisor {
 
   async #startWorkloads(nodes: NodeDescription[]): Promise<void> {
     const server = this.#server!;
-    const roles = demoPodRoles(nodes);
-    const pods = nodes.flatMap((node) => node.pods.map((pod) => ({pod, node})));
-    const apps = await this.#apps.start(pods.map(({pod}) => ({namespace: pod.namespace, name: pod.name, httpPort: demoPorts.http, udpPort: demoPorts.udp})));
-    const now = new Date().toISOString();
-    for (const [index, app] of apps.entries()) {
-      const {pod, node} = pods[index];
-      this.#appsByPod.set(pod.name, app);
-      this.state.workloads[pod.name] = app.pid;
-      server.store.create('pods', demoPodObject(pod, node.ip, roles.get(pod.name) ?? 'toolbox', app.pid, now), 'default', {keepStatus: true});
+    const pods = nodes.flatMap((node) => node.pods);
+    const apps = await this.#apps.start(pods.map((pod) => ({namespace: pod.namespace, name: pod.name, httpPort: demoPorts.http, udpPort: demoPorts.udp})));
+    for (const app of apps) {
+      this.#appsByPod.set(app.name, app);
+      this.state.workloads[app.name] = app.pid;
     }
     // A demo pod deleted through the API stops serving once it is gone (after its grace period),
     // as its container would; while terminating it still answers.

@@ -56,7 +56,7 @@ describe('lab objects', () => {
         server.store.create('pods', agentPodObject(node, 'ws://127.0.0.1:1', now), 'kube-system', {keepStatus: true});
       }
       const roles = demoPodRoles(topology.nodes);
-      for (const node of topology.nodes) for (const pod of node.pods) server.store.create('pods', demoPodObject(pod, node.ip, roles.get(pod.name)!, 1000, now), 'default', {keepStatus: true});
+      for (const node of topology.nodes) for (const pod of node.pods) server.store.create('pods', demoPodObject(pod, node.ip, roles.get(pod.name)!, now), 'default', {keepStatus: true});
       for (const service of demoServiceObjects()) server.store.create('services', service, 'default');
       await server.settle();
 
@@ -101,7 +101,7 @@ describe('lab port-forward targets', () => {
   });
 
   it("enters only this lab's namespaces for other pods", async () => {
-    const pod = demoPodObject(topology.nodes[0].pods[0], topology.nodes[0].ip, 'demoapp', 1, now);
+    const pod = demoPodObject(topology.nodes[0].pods[0], topology.nodes[0].ip, 'demoapp', now);
     const target = await resolve(pod, 8080);
     assert.equal(typeof (target as {connect?: unknown}).connect, 'function');
     pod.metadata.annotations = {'lab.proxyctl.dev/netns': 'pxl-other.pod-0-0'};
