@@ -421,7 +421,7 @@ describe('nftables rules in the kernel', {concurrency: false, timeout: 120_000},
     for (const line of objects) {
       const servicePortChain = /(?:chain|rule) ip kube-proxy (\S*\/\S*)/.exec(line)?.[1];
       if (servicePortChain) assert.match(servicePortChain, /-default\/np-cluster\/tcp\/http$/, line);
-      else assert.match(line, /^(add|delete) element ip kube-proxy (endpoint-targets-tcp|hairpin-endpoints) /, line);
+      else assert.match(line, /^(add|delete) element ip kube-proxy (endpoint-targets-tcp-\d+|hairpin-endpoints) /, line);
     }
 
     // Traffic to another service keeps flowing while the transaction is applied.

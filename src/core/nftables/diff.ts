@@ -28,7 +28,7 @@ function servicePortOfChain(name: string): string | undefined {
   return match ? `${match[1]}/${match[2]}${match[3] ? `:${match[3]}` : ''}` : undefined;
 }
 
-const endpointMapRule = /numgen random mod (\d+)(?: offset (\d+))? map @(endpoint-targets-\w+)/;
+const endpointMapRule = /numgen random mod (\d+)(?: offset (\d+))? map @(endpoint-targets-[\w-]+)/;
 
 /** resolveEndpointChoice replaces the keys of an endpoint-map rule with the endpoints behind them. */
 function resolveEndpointChoice(ruleset: NftRuleset, rule: string): string {

@@ -46,6 +46,21 @@ export function endpointNameBase(port: Pick<ServicePort, 'namespace' | 'serviceN
   return hashAndTruncate(`${port.namespace}/${port.serviceName}/${port.protocol.toLowerCase()}/${port.portName}__${ip}/${endpoint.port}`);
 }
 
+/**
+ * How many endpoint-choice maps per protocol. The kernel checks every element of a data map
+ * against every rule bound to it, so one map for all services costs elements x rules (minutes at
+ * 10,000 services); many small maps cost a set each. Spreading service ports over this many maps
+ * keeps both small.
+ */
+export const endpointMapShards = 256;
+
+/** endpointMapShard: the map a per-service chain picks endpoints from, from the hash in its name. */
+export function endpointMapShard(chainName: string): number {
+  const hash = /-([A-Z2-7]{8})-/.exec(chainName)?.[1] ?? 'AAAAAAAA';
+  const value = base32Alphabet.indexOf(hash[0]) * 32 * 32 + base32Alphabet.indexOf(hash[1]) * 32 + base32Alphabet.indexOf(hash[2]);
+  return value % endpointMapShards;
+}
+
 /** isServiceChainName: per-service chains always hold a "/", the fixed ones never do. */
 export function isServiceChainName(name: string): boolean {
   return name.includes('/');

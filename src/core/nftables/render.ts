@@ -6,8 +6,8 @@
 // One difference in layout, for speed: kube-proxy picks an endpoint with `numgen random mod N vmap
 // { i : goto endpoint-chain }`, a chain and an anonymous set per endpoint, and nft slows down with
 // every kernel object (10,000 services x 10 endpoints take minutes to load). Here a service port
-// without session affinity picks its endpoint from one shared map per protocol,
-// `endpoint-targets-tcp` (-udp, -sctp: nft types a map's port by protocol), keyed by
+// without session affinity picks its endpoint from a shared map, `endpoint-targets-tcp-S` (one per
+// protocol, as nft types a map's port by protocol, and per shard S of service ports), keyed by
 // `numgen random mod N offset K` (each service port owns the keys K..K+N-1), and hairpin traffic
 // (a pod reaching itself) is recognised after DNAT in `masquerading` by the set
 // `hairpin-endpoints`. Services with session affinity keep kube-proxy's endpoint chains and
@@ -15,7 +15,7 @@
 import {servicePortIdentity} from '../model/changes.ts';
 import {cidrContains, joinHostPort, parseCIDR, parseIP} from '../model/ip.ts';
 import type {Endpoint, ProxyModel, ServicePort} from '../model/types.ts';
-import {endpointNameBase, namePrefixes, servicePortNameBase, tableName} from './names.ts';
+import {endpointMapShard, endpointNameBase, namePrefixes, servicePortNameBase, tableName} from './names.ts';
 
 export interface NftablesRenderOptions {
   /**
@@ -23,7 +23,10 @@ export interface NftablesRenderOptions {
    * the script is one transaction for these only; without, a full sync.
    */
   changedServicePorts?: Set<string>;
-  /** What the last successful sync left in the kernel (from renderNftablesSync). */
+  /**
+   * What the last successful sync left in the kernel (from renderNftablesSync). A partial render
+   * updates it in place and returns it: after a failed apply, sync fully with recreateTable.
+   */
   existing?: NftablesState;
   /**
    * The cluster's service CIDRs (ServiceCIDR objects / --service-cluster-ip-range). Traffic to an
@@ -55,6 +58,8 @@ export interface NftElement {
 
 interface EndpointBlock {
   chain: string;
+  /** The endpoint-targets map holding the block. */
+  map: string;
   offset: number;
   /** "ip . port" per key, in key order. */
   targets: string[];
@@ -76,8 +81,10 @@ export interface NftablesState {
   footprints: Map<string, Footprint>;
   /** container + "\0" + key -> how many service ports hold the element, and its value. */
   elements: Map<string, {count: number; value?: string; comment?: string}>;
-  /** First free key of endpoint-targets. */
+  /** First free key of the endpoint-targets maps (one key space for all of them). */
   nextOffset: number;
+  /** endpoint-targets maps created so far. */
+  targetMaps: Set<string>;
   /** Chains flushed and no longer referenced, with the time they went stale (ms). */
   staleChains: Map<string, number>;
 }
@@ -106,9 +113,6 @@ export const nftNames = {
   firewallCheck: 'firewall-check',
   markMasq: 'mark-for-masquerade',
   masquerading: 'masquerading',
-  endpointTargetsTCP: 'endpoint-targets-tcp',
-  endpointTargetsUDP: 'endpoint-targets-udp',
-  endpointTargetsSCTP: 'endpoint-targets-sctp',
   hairpinEndpoints: 'hairpin-endpoints',
 } as const;
 
@@ -150,15 +154,17 @@ const refilledContainers = [
   nftNames.noEndpointServices,
   nftNames.noEndpointNodePorts,
   nftNames.serviceNodePorts,
-  nftNames.endpointTargetsTCP,
-  nftNames.endpointTargetsUDP,
-  nftNames.endpointTargetsSCTP,
   nftNames.hairpinEndpoints,
 ];
 
-/** endpointTargetsMap: the endpoint-choice map of a protocol ("tcp", "udp", "sctp"). */
-export function endpointTargetsMap(protocol: string): string {
-  return `endpoint-targets-${protocol}`;
+/** endpointTargetsMap: the endpoint-choice map of a protocol ("tcp", "udp", "sctp") and shard. */
+export function endpointTargetsMap(protocol: string, shard: number): string {
+  return `endpoint-targets-${protocol}-${shard}`;
+}
+
+function endpointTargetsMapDefinition(words: FamilyWords, map: string): string {
+  const protocol = /^endpoint-targets-(\w+)-/.exec(map)![1];
+  return `add map ${words.ipX} ${tableName} ${map} { typeof numgen random mod 1 : ${words.ipX} daddr . ${protocol} dport ; }`;
 }
 
 /** masqueradeMark: the mark bit as nft lists it, e.g. 0x00004000 for bit 14. */
@@ -307,9 +313,6 @@ function renderSetup(model: ProxyModel, options: NftablesRenderOptions, words: F
       ? `add rule ${t} ${nftNames.services} fib daddr type local ${words.ipX} daddr != ${words.loopback} meta l4proto . th dport vmap @${nftNames.serviceNodePorts}`
       : `add rule ${t} ${nftNames.services} ${words.ipX} daddr @${nftNames.nodePortIPs} meta l4proto . th dport vmap @${nftNames.serviceNodePorts}`,
   );
-  for (const protocol of ['tcp', 'udp', 'sctp']) {
-    out.push(`add map ${t} ${endpointTargetsMap(protocol)} { typeof numgen random mod 1 : ${words.ipX} daddr . ${protocol} dport ; comment "endpoint choice of ${protocol.toUpperCase()} service ports without session affinity" ; }`);
-  }
 
   for (const name of refilledContainers) out.push(`flush ${name === nftNames.clusterIPs || name === nftNames.hairpinEndpoints ? 'set' : 'map'} ${t} ${name}`);
 }
@@ -333,7 +336,7 @@ function servicePortChains(port: ServicePort): ServicePortChains {
 
 /** Allocates endpoint-target keys: reuses a block whose targets did not change. */
 interface BlockAllocator {
-  allocate(chain: string, targets: string[]): EndpointBlock;
+  allocate(chain: string, map: string, targets: string[]): EndpointBlock;
 }
 
 /**
@@ -442,11 +445,12 @@ function footprintOf(model: ProxyModel, port: ServicePort, words: FamilyWords, b
       rules.push(`numgen random mod ${endpoints.length} vmap { ${endpoints.map((endpoint, index) => `${index} : goto ${endpointChain(endpoint)}`).join(', ')} }`);
       return;
     }
-    const block = blocks.allocate(policyChain, endpoints.map((endpoint) => `${endpoint.ip} . ${endpoint.port}`));
+    const map = endpointTargetsMap(protocol, endpointMapShard(policyChain));
+    const block = blocks.allocate(policyChain, map, endpoints.map((endpoint) => `${endpoint.ip} . ${endpoint.port}`));
     footprint.blocks.push(block);
-    block.targets.forEach((target, index) => element(endpointTargetsMap(protocol), String(block.offset + index), target));
+    block.targets.forEach((target, index) => element(map, String(block.offset + index), target));
     const offset = block.offset === 0 ? '' : ` offset ${block.offset}`;
-    rules.push(`meta l4proto ${protocol} dnat ${words.ipX} to numgen random mod ${endpoints.length}${offset} map @${endpointTargetsMap(protocol)}`);
+    rules.push(`meta l4proto ${protocol} dnat ${words.ipX} to numgen random mod ${endpoints.length}${offset} map @${map}`);
   };
   if (usesClusterChain) writeEndpointChoice(names.cluster, port.clusterEndpoints);
   if (usesLocalChain) writeEndpointChoice(names.local, port.localEndpoints);
@@ -498,6 +502,15 @@ function pushFootprintObjects(out: string[], words: FamilyWords, footprint: Foot
   for (const {name} of footprint.chains) out.push(`add chain ${t} ${name}`, `flush chain ${t} ${name}`);
 }
 
+/** pushTargetMaps creates the endpoint-targets maps a footprint uses that do not exist yet. */
+function pushTargetMaps(out: string[], words: FamilyWords, footprint: Footprint, created: Set<string>): void {
+  for (const block of footprint.blocks) {
+    if (created.has(block.map)) continue;
+    created.add(block.map);
+    out.push(endpointTargetsMapDefinition(words, block.map));
+  }
+}
+
 function pushFootprintRules(out: string[], words: FamilyWords, footprint: Footprint): void {
   const t = `${words.ipX} ${tableName}`;
   for (const {name, rules} of footprint.chains) for (const rule of rules) out.push(`add rule ${t} ${name} ${rule}`);
@@ -521,12 +534,18 @@ export function renderNftablesSync(model: ProxyModel, options: NftablesRenderOpt
   const t = `${words.ipX} ${tableName}`;
 
   if (!partial) {
-    const state: NftablesState = {family: model.family, setupKey: key, footprints: new Map(), elements: new Map(), nextOffset: 0, staleChains: new Map()};
+    const state: NftablesState = {family: model.family, setupKey: key, footprints: new Map(), elements: new Map(), nextOffset: 0, staleChains: new Map(), targetMaps: new Set()};
     if (options.recreateTable) out.push(`add table ${t}`, `delete table ${t}`);
     renderSetup(model, options, words, out);
+    if (previous && !options.recreateTable && previous.family === model.family) {
+      for (const map of previous.targetMaps) {
+        out.push(`flush map ${t} ${map}`);
+        state.targetMaps.add(map);
+      }
+    }
     const allocator: BlockAllocator = {
-      allocate(chain, targets) {
-        const block = {chain, offset: state.nextOffset, targets};
+      allocate(chain, map, targets) {
+        const block = {chain, map, offset: state.nextOffset, targets};
         state.nextOffset += Math.max(targets.length, 1);
         return block;
       },
@@ -544,6 +563,7 @@ export function renderNftablesSync(model: ProxyModel, options: NftablesRenderOpt
           elements.push(element);
         }
       }
+      pushTargetMaps(out, words, footprint, state.targetMaps);
       pushFootprintObjects(out, words, footprint);
     }
     const activeChains = new Set([...state.footprints.values()].flatMap((footprint) => footprint.chains.map((chain) => chain.name)));
@@ -558,21 +578,19 @@ export function renderNftablesSync(model: ProxyModel, options: NftablesRenderOpt
       }
       for (const [name, since] of previous.staleChains) if (!activeChains.has(name)) state.staleChains.set(name, since);
     }
-    pushElements(out, 'add', words, elements);
     for (const footprint of state.footprints.values()) pushFootprintRules(out, words, footprint);
+    pushElements(out, 'add', words, elements);
     return {script: out.join('\n') + '\n', kind: 'full', state};
   }
 
-  // Partial: copy the state, then replace the footprints of changed service ports.
-  const state: NftablesState = {
-    family: previous.family,
-    setupKey: previous.setupKey,
-    footprints: new Map(previous.footprints),
-    elements: new Map(previous.elements),
-    nextOffset: previous.nextOffset,
-    staleChains: new Map(previous.staleChains),
-  };
-  const ports = new Map(model.servicePorts.map((port) => [servicePortIdentity(port), port]));
+  // Partial: replace the footprints of changed service ports. The state is updated in place, so
+  // that the cost follows the change, not the cluster.
+  const state = previous;
+  const ports = new Map<string, ServicePort>();
+  for (const port of model.servicePorts) {
+    const identity = servicePortIdentity(port);
+    if (options.changedServicePorts!.has(identity)) ports.set(identity, port);
+  }
   const touched = new Map<string, {before?: {count: number; value?: string}; element: NftElement}>();
   const touch = (element: NftElement) => {
     const id = elementId(element);
@@ -592,10 +610,10 @@ export function renderNftablesSync(model: ProxyModel, options: NftablesRenderOpt
     const port = ports.get(identity);
     const oldBlocks = new Map((old?.blocks ?? []).map((block) => [block.chain, block]));
     const allocator: BlockAllocator = {
-      allocate(chain, targets) {
+      allocate(chain, map, targets) {
         const kept = oldBlocks.get(chain);
-        if (kept && kept.targets.join(',') === targets.join(',')) return kept;
-        const block = {chain, offset: state.nextOffset, targets};
+        if (kept && kept.map === map && kept.targets.join(',') === targets.join(',')) return kept;
+        const block = {chain, map, offset: state.nextOffset, targets};
         state.nextOffset += Math.max(targets.length, 1);
         return block;
       },
@@ -628,7 +646,10 @@ export function renderNftablesSync(model: ProxyModel, options: NftablesRenderOpt
     written.push(footprint);
   }
 
-  for (const footprint of written) pushFootprintObjects(out, words, footprint);
+  for (const footprint of written) {
+    pushTargetMaps(out, words, footprint, state.targetMaps);
+    pushFootprintObjects(out, words, footprint);
+  }
   for (const name of oldChains) {
     if (newChains.has(name)) continue;
     out.push(`flush chain ${t} ${name}`);

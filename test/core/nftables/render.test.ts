@@ -2,10 +2,10 @@
 import assert from 'node:assert/strict';
 import {describe, it} from 'node:test';
 import {buildProxyModel, changedServicePorts, type ProxyModel} from '../../../src/core/model/index.ts';
-import {endpointNameBase, servicePortNameBase} from '../../../src/core/nftables/names.ts';
+import {endpointMapShard, endpointNameBase, servicePortNameBase} from '../../../src/core/nftables/names.ts';
 import {diffNftables} from '../../../src/core/nftables/diff.ts';
 import {parseNftablesScript} from '../../../src/core/nftables/parse.ts';
-import {deleteStaleChains, masqueradeMark, renderNftables, renderNftablesSync} from '../../../src/core/nftables/render.ts';
+import {deleteStaleChains, endpointTargetsMap, masqueradeMark, renderNftables, renderNftablesSync} from '../../../src/core/nftables/render.ts';
 import {node, service, slice} from '../model/cluster-objects.ts';
 
 function model(services: unknown[], slices: unknown[], options: Partial<Parameters<typeof buildProxyModel>[1]> = {}): ProxyModel {
@@ -16,6 +16,11 @@ function model(services: unknown[], slices: unknown[], options: Partial<Paramete
 
 const web = service('web', {clusterIP: '10.96.0.10'});
 const webSlice = slice('web-1', 'web', [{ip: '10.244.1.5', node: 'node-1'}, {ip: '10.244.2.5', node: 'node-2'}]);
+
+/** targetsOf: the endpoint-targets map a per-service chain picks from. */
+function targetsOf(chain: string, protocol = 'tcp'): string {
+  return endpointTargetsMap(protocol, endpointMapShard(chain));
+}
 
 function rules(script: string, chainPrefix: string): string[] {
   const table = parseNftablesScript(script);
@@ -75,9 +80,9 @@ describe('renderNftables', () => {
     assert.deepEqual(table.sets.get('cluster-ips')!.elements, [{key: '10.96.0.10'}]);
     assert.deepEqual(table.chains.get(chain)!.rules.map((rule) => rule.text), [
       'ip daddr 10.96.0.10 tcp dport 80 ip saddr != 10.244.0.0/16 jump mark-for-masquerade',
-      'meta l4proto tcp dnat ip to numgen random mod 2 map @endpoint-targets-tcp',
+      `meta l4proto tcp dnat ip to numgen random mod 2 map @${targetsOf(chain)}`,
     ]);
-    assert.deepEqual(table.sets.get('endpoint-targets-tcp')!.elements, [
+    assert.deepEqual(table.sets.get(targetsOf(chain))!.elements, [
       {key: '0', value: '10.244.1.5 . 8080'},
       {key: '1', value: '10.244.2.5 . 8080'},
     ]);
@@ -145,7 +150,8 @@ describe('renderNftables', () => {
     const built = buildProxyModel({services: [v6], endpointSlices: [v6Slice], node: node('node-1')}, {family: 'IPv6'});
     const table = parseNftablesScript(renderNftables(built));
     assert.equal(table.family, 'ip6');
-    assert.deepEqual(table.sets.get('endpoint-targets-tcp')!.elements, [{key: '0', value: 'fd00:10:244:1::5 . 8080'}]);
+    const chain = `service-${servicePortNameBase({namespace: 'default', serviceName: 'web6', portName: 'http', protocol: 'TCP'})}`;
+    assert.deepEqual(table.sets.get(targetsOf(chain))!.elements, [{key: '0', value: 'fd00:10:244:1::5 . 8080'}]);
     assert.deepEqual(table.sets.get('nodeport-ips')!.elements.map((element) => element.key), ['fd00:10:240::11']);
   });
 });
@@ -159,6 +165,7 @@ describe('partial transactions', () => {
     const full = renderNftablesSync(before);
     const after = model([web, other], [slice('web-1', 'web', [{ip: '10.244.1.5', node: 'node-1'}, {ip: '10.244.2.5', node: 'node-2'}, {ip: '10.244.2.8', node: 'node-2'}]), otherSlice]);
     const changed = changedServicePorts(before, after);
+    const fullScript = full.script;
     const partial = renderNftablesSync(after, {existing: full.state, changedServicePorts: changed, now: 1000});
     assert.equal(partial.kind, 'partial');
     const chain = `service-${servicePortNameBase({namespace: 'default', serviceName: 'web', portName: 'http', protocol: 'TCP'})}`;
@@ -168,15 +175,15 @@ describe('partial transactions', () => {
         `add chain ip kube-proxy ${chain}`,
         `flush chain ip kube-proxy ${chain}`,
         // "other" sorts first and holds key 0; web held 1 and 2 and gets a new block at the end.
-        'delete element ip kube-proxy endpoint-targets-tcp { 1, 2 }',
-        'add element ip kube-proxy endpoint-targets-tcp { 3 : 10.244.1.5 . 8080, 4 : 10.244.2.5 . 8080, 5 : 10.244.2.8 . 8080 }',
+        `delete element ip kube-proxy ${targetsOf(chain)} { 1, 2 }`,
+        `add element ip kube-proxy ${targetsOf(chain)} { 3 : 10.244.1.5 . 8080, 4 : 10.244.2.5 . 8080, 5 : 10.244.2.8 . 8080 }`,
         'add element ip kube-proxy hairpin-endpoints { 10.244.2.8 . 10.244.2.8 }',
         `add rule ip kube-proxy ${chain} ip daddr 10.96.0.10 tcp dport 80 ip saddr != 10.244.0.0/16 jump mark-for-masquerade`,
-        `add rule ip kube-proxy ${chain} meta l4proto tcp dnat ip to numgen random mod 3 offset 3 map @endpoint-targets-tcp`,
+        `add rule ip kube-proxy ${chain} meta l4proto tcp dnat ip to numgen random mod 3 offset 3 map @${targetsOf(chain)}`,
         '',
       ].join('\n'),
     );
-    const replayed = parseNftablesScript(partial.script, parseNftablesScript(full.script));
+    const replayed = parseNftablesScript(partial.script, parseNftablesScript(fullScript));
     assert.equal(diffNftables(parseNftablesScript(renderNftables(after)), replayed).text, '');
   });
 
