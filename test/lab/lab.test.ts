@@ -77,6 +77,27 @@ describe('lab up / exec / down', {concurrency: false, skip: skipReason}, () => {
     assert.equal(state.agents.length, 2);
   });
 
+  // Right after up: a ready lab's rules are complete.
+  it('the agents proxy ClusterIP, UDP and NodePort services with real packets; no endpoints is refused', async () => {
+    const demoPods = new Map([
+      ['pod-0-0', '10.244.0.10'],
+      ['pod-0-1', '10.244.0.11'],
+      ['pod-1-0', '10.244.1.10'],
+    ]);
+    // From the toolbox pod on node-1: pod traffic keeps its source address.
+    for (const reply of replies(await probe('pod-1-1', 'tcp', '10.96.0.10', 80, 12))) {
+      assert.equal(demoPods.get(reply.pod), reply.podIP, `${reply.pod} is a demoapp pod`);
+      assert.equal(reply.clientIP, '10.244.1.11');
+    }
+    for (const reply of replies(await probe('pod-1-1', 'udp', '10.96.0.53', 53, 3))) assert.ok(demoPods.has(reply.pod), reply.pod);
+    const [empty] = await probe('pod-1-1', 'tcp', '10.96.0.99', 80);
+    assert.equal(empty.outcome, 'refused', JSON.stringify(empty));
+
+    // From outside the cluster: the NodePort on node-1, and a ClusterIP through the gateway node-0.
+    for (const reply of replies(await probe('client', 'tcp', '10.240.0.11', 30080, 4))) assert.ok(demoPods.has(reply.pod), reply.pod);
+    for (const reply of replies(await probe('client-0', 'tcp', '10.96.0.10', 80, 2))) assert.ok(demoPods.has(reply.pod), reply.pod);
+  });
+
   it('a pod reaches a pod on another node by its IP', async () => {
     const [reply] = replies(await probe('pod-0-0', 'tcp', '10.244.1.11', 8080));
     assert.deepEqual(reply, {pod: 'pod-1-1', podIP: '10.244.1.11', clientIP: '10.244.0.10', protocol: 'tcp'});
@@ -136,26 +157,6 @@ describe('lab up / exec / down', {concurrency: false, skip: skipReason}, () => {
         ['node-1', true],
       ],
     );
-  });
-
-  it('the agents proxy ClusterIP, UDP and NodePort services with real packets; no endpoints is refused', async () => {
-    const demoPods = new Map([
-      ['pod-0-0', '10.244.0.10'],
-      ['pod-0-1', '10.244.0.11'],
-      ['pod-1-0', '10.244.1.10'],
-    ]);
-    // From the toolbox pod on node-1: pod traffic keeps its source address.
-    for (const reply of replies(await probe('pod-1-1', 'tcp', '10.96.0.10', 80, 12))) {
-      assert.equal(demoPods.get(reply.pod), reply.podIP, `${reply.pod} is a demoapp pod`);
-      assert.equal(reply.clientIP, '10.244.1.11');
-    }
-    for (const reply of replies(await probe('pod-1-1', 'udp', '10.96.0.53', 53, 3))) assert.ok(demoPods.has(reply.pod), reply.pod);
-    const [empty] = await probe('pod-1-1', 'tcp', '10.96.0.99', 80);
-    assert.equal(empty.outcome, 'refused', JSON.stringify(empty));
-
-    // From outside the cluster: the NodePort on node-1, and a ClusterIP through the gateway node-0.
-    for (const reply of replies(await probe('client', 'tcp', '10.240.0.11', 30080, 4))) assert.ok(demoPods.has(reply.pod), reply.pod);
-    for (const reply of replies(await probe('client-0', 'tcp', '10.96.0.10', 80, 2))) assert.ok(demoPods.has(reply.pod), reply.pod);
   });
 
   it('lab status shows the running lab; lab exec passes the exit code through', async () => {
