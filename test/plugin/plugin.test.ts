@@ -6,8 +6,14 @@ import {writeFile} from 'node:fs/promises';
 import {createServer} from 'node:http';
 import type {AddressInfo} from 'node:net';
 import {join} from 'node:path';
+import {execFile} from 'node:child_process';
 import {test} from 'node:test';
-import {clientIP, describeRun, endpointIPs, inNetns, isRoot, nodeIP, runPlugin, startAgentCluster, until} from './agent-cluster.ts';
+import {KubeConfig} from '@kubernetes/client-node';
+import {kubernetesAccessReviewer} from '../../src/agent/api/access.ts';
+import type {AgentApiHandlers} from '../../src/agent/api/handlers.ts';
+import {startAgentApi} from '../../src/agent/api/server.ts';
+import {memoryLogger} from '../../src/agent/log.ts';
+import {clientIP, describeRun, endpointIPs, inNetns, isRoot, nodeIP, root, runPlugin, startAgentCluster, until, type PluginRun} from './agent-cluster.ts';
 
 test('kubectl proxyctl against a real agent', async (t) => {
   if (!isRoot) {
@@ -145,6 +151,40 @@ test('kubectl proxyctl against a real agent', async (t) => {
     const bad = await runPlugin(['trace', '--rules', dump, '--src', clientIP, '--dst', '10.96.0.10']);
     assert.equal(bad.code, 2, describeRun(bad));
     assert.match(bad.stderr, /^error: --dst 10\.96\.0\.10: must be IP:PORT\[\/PROTO\]/);
+  });
+
+  await t.test("kubectl finds the plugin on PATH: kubectl proxyctl status", async () => {
+    const run = await new Promise<PluginRun>((resolve) =>
+      execFile('kubectl', ['proxyctl', 'status', '--kubeconfig', cluster.kubeconfig], {env: {...process.env, NO_COLOR: '1', PATH: `${root}bin:${process.env.PATH}`}}, (error, stdout, stderr) =>
+        resolve({code: error ? Number(error.code) : 0, stdout, stderr}),
+      ),
+    );
+    assert.equal(run.code, 0, describeRun(run));
+    assert.match(run.stdout, /^node-1\s+iptables\s+true\s/m);
+  });
+
+  await t.test('an agent that checks tokens: TokenReview and SubjectAccessReview decide, the refusal is one line', async (st) => {
+    const admin = new KubeConfig();
+    admin.loadFromFile(cluster.kubeconfig);
+    const status = {node: 'node-1', mode: 'iptables', version: '0.1.0', ready: true, lastSync: null, services: 0, endpoints: 0, drift: {services: [], checkedAt: null}, syncFailures: 0, rulesReadAt: null} as const;
+    const unused = async () => {
+      throw new Error('not used in this test');
+    };
+    const handlers = {status: async () => status, 'rules.desired': unused, 'rules.applied': unused, diff: unused, trace: unused, probe: unused, sync: unused, onSync: () => () => {}} as unknown as AgentApiHandlers;
+    const api = await startAgentApi({host: '127.0.0.1', port: 0, handlers, auth: kubernetesAccessReviewer(admin), nodeName: 'node-1', log: memoryLogger()});
+    st.after(() => api.stop());
+
+    const anonymous = await runPlugin(['status', '--agent-url', api.url], {KUBECONFIG: '/nonexistent'});
+    assert.equal(anonymous.code, 2, describeRun(anonymous));
+    assert.match(anonymous.stderr, /^error: the agent at .* refused the connection \(HTTP 401\): this proxyctl agent needs a bearer token/);
+
+    const viewer = await runPlugin(['status', '--agent-url', api.url, '--kubeconfig', cluster.viewerKubeconfig]);
+    assert.equal(viewer.code, 2, describeRun(viewer));
+    assert.match(viewer.stderr, /^error: the agent at .* refused the connection \(HTTP 403\): user viewer may not get nodes\/proxy node-1/);
+
+    const allowed = await runPlugin(['status', '--agent-url', api.url, '--token', cluster.server.adminToken]);
+    assert.equal(allowed.code, 0, describeRun(allowed));
+    assert.match(allowed.stdout, /^node-1\s+iptables\s+true/m);
   });
 
   await until('the agent to be still serving', async () => (await runPlugin(['status', '--agent-url', cluster.agentUrl])).code === 0);
