@@ -111,6 +111,8 @@ export class AgentProcess {
     this.#synced = false;
     this.state.pid = child.pid;
     child.once('exit', (code, signal) => this.#exited(child, code, signal));
+    // A process that could not start at all is reported like one that exited at once.
+    child.once('error', () => this.#exited(child, 127, null));
     this.#options.onChange(this);
     this.#pollHealth();
   }

@@ -261,7 +261,10 @@ export async function downLab(name: string): Promise<DownResult> {
 /** labNames lists the labs that have a state directory. */
 export async function labNames(): Promise<string[]> {
   try {
-    return (await readdir(labStateRoot())).sort();
+    return (await readdir(labStateRoot(), {withFileTypes: true}))
+      .filter((entry) => entry.isDirectory())
+      .map((entry) => entry.name)
+      .sort();
   } catch {
     return [];
   }
@@ -307,7 +310,9 @@ export async function requireLab(name: string): Promise<LabState> {
   if (state) return state;
   const stale = await readLabState(name).catch(() => undefined);
   if (stale) throw new LabError(`lab ${name} is not running (its supervisor ${stale.supervisorPid} is gone); clear its remains with \`kubectl proxyctl lab down --name ${name}\``);
-  throw new LabError(`no lab named ${name} is running; start one with \`kubectl proxyctl lab up${name === 'proxyctl' ? '' : ` --name ${name}`}\``);
+  const others = (await labNames()).filter((other) => other !== name);
+  const elsewhere = others.length > 0 ? ` (labs here: ${others.join(', ')}; pick one with --name)` : '';
+  throw new LabError(`no lab named ${name} is running; start one with \`kubectl proxyctl lab up${name === 'proxyctl' ? '' : ` --name ${name}`}\`${elsewhere}`);
 }
 
 /**

@@ -54,8 +54,12 @@ export class LabSupervisor {
     if (text) this.#report({type: 'progress', text});
   }
 
-  async #save(): Promise<void> {
-    await writeLabState(this.state);
+  #saving: Promise<void> = Promise.resolve();
+
+  /** #save writes state.json; writes queue up, so that an older state never lands last. */
+  #save(): Promise<void> {
+    this.#saving = this.#saving.catch(() => undefined).then(() => writeLabState(this.state));
+    return this.#saving;
   }
 
   /** The embedded API server, once started; tests running a lab in-process write through its store. */
