@@ -102,7 +102,7 @@ function option(match: RuleMatch, name: string) {
 }
 
 /** conditions lists, in plain words, what the rule tested and how the packet passed. */
-export function conditions(rule: IptablesRule, state: PacketState): string[] {
+export function conditions(rule: IptablesRule, state: PacketState, options: {skipProtocol?: boolean} = {}): string[] {
   const words: string[] = [];
   const address = (what: string, ip: ParsedIP, cidr: string, negated: boolean) => {
     const {host, text} = hostOrNetwork(cidr);
@@ -124,7 +124,7 @@ export function conditions(rule: IptablesRule, state: PacketState): string[] {
       case 'udp':
       case 'sctp': {
         const dport = option(match, 'dport');
-        if (dport) {
+        if (dport && !options.skipProtocol) {
           words.push(`it is ${match.module.toUpperCase()} to port ${state.dstPort}`);
           portSaid = true;
         }
@@ -169,8 +169,10 @@ export function conditions(rule: IptablesRule, state: PacketState): string[] {
         break;
     }
   }
-  if (rule.protocol && !portSaid && !rule.protocol.negated) words.push(`it is ${rule.protocol.name.toUpperCase()}`);
-  if (rule.protocol?.negated) words.push(`it is not ${rule.protocol.name.toUpperCase()}`);
+  if (rule.protocol && !options.skipProtocol) {
+    if (rule.protocol.negated) words.push(`it is not ${rule.protocol.name.toUpperCase()}`);
+    else if (!portSaid) words.push(`it is ${rule.protocol.name.toUpperCase()}`);
+  }
   return words;
 }
 
@@ -269,7 +271,7 @@ export function explainRule(explainer: Explainer, rule: IptablesRule, facts: Hop
       const sticky = affinity
         ? `; it also records the client ${before.src.text} in the list ${list}, so its next connections${seconds ? ` within ${seconds} s` : ''} go to the same endpoint (session affinity)`
         : '';
-      const tested = conditions({...rule, protocol: undefined}, before);
+      const tested = conditions(rule, before, {skipProtocol: true});
       return sentence(`${tested.length > 0 ? `${joinWords(tested)}, so the` : 'The'} destination is rewritten from ${before.dst.text}:${before.dstPort} to ${to} (DNAT)${service ? `: the endpoint of ${service} the connection now goes to` : ''}${sticky}`);
     }
     case 'MASQUERADE':

@@ -1,8 +1,8 @@
 // parseIptablesSave: iptables-save output (either front end, with or without counters) or
 // iptables-restore input -> IptablesRuleset, with every chain kept and the proxy's marked.
 import type {IPFamily} from '../model/types.ts';
-import {formatRuleArgs, parseRuleArgs, RuleSyntaxError, tokenizeRule, type Token} from './rule-syntax.ts';
-import {builtinChains, chainKind, isBuiltinChain, type IptablesChain, type IptablesRule, type IptablesRuleset, type IptablesTable} from './ruleset.ts';
+import {formatRuleArgs, parseRuleArgs, RuleSyntaxError, tokenizeRule, type ParsedRuleArgs, type Token} from './rule-syntax.ts';
+import {builtinChains, chainKind, isBuiltinChain, type AddressCondition, type IptablesChain, type IptablesRule, type IptablesRuleset, type IptablesTable} from './ruleset.ts';
 
 export type {IptablesChain, IptablesRule, IptablesRuleset, IptablesTable} from './ruleset.ts';
 
@@ -205,29 +205,74 @@ function declareChain(table: IptablesTable, name: string, policy: string | undef
   return chain;
 }
 
+/**
+ * SavedRule keeps what every rule needs (its place and its text) and reads the rest from the text
+ * when first asked: a node with 10,000 services has hundreds of thousands of rules, and the trace
+ * or the diff look into few of them.
+ */
+class SavedRule implements IptablesRule {
+  table: string;
+  chain: string;
+  text: string;
+  line: number;
+  /** Kept from the start: the trace indexes long chains by destination. */
+  destination: AddressCondition | undefined;
+  private family: IPFamily;
+  private parsed: ParsedRuleArgs | undefined;
+
+  constructor(table: string, chain: string, text: string, line: number, family: IPFamily, destination: AddressCondition | undefined) {
+    this.table = table;
+    this.chain = chain;
+    this.text = text;
+    this.line = line;
+    this.family = family;
+    this.destination = destination;
+  }
+
+  private args(): ParsedRuleArgs {
+    // The text is what formatRuleArgs wrote, so it reads back to the same parts.
+    this.parsed ??= parseRuleArgs(tokenizeRule(this.text).slice(2), this.family);
+    return this.parsed;
+  }
+
+  get source() {
+    return this.args().source;
+  }
+  get inInterface() {
+    return this.args().inInterface;
+  }
+  get outInterface() {
+    return this.args().outInterface;
+  }
+  get protocol() {
+    return this.args().protocol;
+  }
+  get fragment() {
+    return this.args().fragment;
+  }
+  get matches() {
+    return this.args().matches;
+  }
+  get target() {
+    return this.args().target;
+  }
+  get comment(): string | undefined {
+    return this.args().matches.find((match) => match.module === 'comment')?.options.find((entry) => entry.name === 'comment')?.values[0];
+  }
+
+  toJSON(): IptablesRule {
+    const {source, destination, inInterface, outInterface, protocol, fragment, matches, target, comment} = this;
+    return {table: this.table, chain: this.chain, text: this.text, line: this.line, source, destination, inInterface, outInterface, protocol, fragment, matches, target, comment};
+  }
+}
+
 /** readRules reads one rule line's arguments; an address list ("-s a,b") gives one rule per address, as iptables does. */
 function readRules(chain: IptablesChain, tokens: Token[], family: IPFamily, line: number): IptablesRule[] {
   const expansions = tokens.some((token) => token.text.includes(',')) ? expandAddressLists(tokens) : [tokens];
   return expansions.map((words) => {
     const args = parseRuleArgs(words, family);
     const formatted = formatRuleArgs(args);
-    const rule: IptablesRule = {
-      table: chain.table,
-      chain: chain.name,
-      text: formatted === '' ? `-A ${chain.name}` : `-A ${chain.name} ${formatted}`,
-      line,
-      matches: args.matches,
-    };
-    if (args.source) rule.source = args.source;
-    if (args.destination) rule.destination = args.destination;
-    if (args.inInterface) rule.inInterface = args.inInterface;
-    if (args.outInterface) rule.outInterface = args.outInterface;
-    if (args.protocol) rule.protocol = args.protocol;
-    if (args.fragment) rule.fragment = args.fragment;
-    if (args.target) rule.target = args.target;
-    const comment = args.matches.find((match) => match.module === 'comment')?.options.find((entry) => entry.name === 'comment');
-    if (comment) rule.comment = comment.values[0];
-    return rule;
+    return new SavedRule(chain.table, chain.name, formatted === '' ? `-A ${chain.name}` : `-A ${chain.name} ${formatted}`, line, family, args.destination);
   });
 }
 
