@@ -227,18 +227,28 @@ export function explainRule(explainer: Explainer, rule: IptablesRule, facts: Hop
     if (/^other traffic to .* will be dropped by /.test(comment) && !target) {
       return sentence(`No allowed source range matched ${before.src.text}, so the packet keeps its load-balancer destination and ${comment.replace(/^.* will be dropped by /, '')} in the filter table will drop it`);
     }
+    if (rule.chain === 'KUBE-NODEPORTS' && target && (target.startsWith('KUBE-EXT-') || target.startsWith('KUBE-SVC-'))) {
+      return sentence(`Port ${before.dstPort}/${before.protocol.toUpperCase()} is the node port of ${service}, so the packet goes to ${explainer.chainRole(rule.table, target)}`);
+    }
     if (/^pod traffic for /.test(comment) && target) {
       return sentence(`The source ${before.src.text} is a pod (${rule.source ? `in ${rule.source.cidr}` : 'local traffic'}), so it is treated like traffic to the cluster IP and goes to ${explainer.chainRole(rule.table, target)}`);
     }
     if (/^route LOCAL traffic for /.test(comment) && target) {
       return sentence(`The node itself sent the packet, so it may use every endpoint of ${service}, not only this node's: it goes to ${explainer.chainRole(rule.table, target)}`);
     }
+    if (rule.chain.startsWith('KUBE-EXT-') && target?.startsWith('KUBE-SVL-')) {
+      return sentence(`Traffic from outside keeps its source address under externalTrafficPolicy Local, so it may only go to endpoints on this node: ${explainer.chainRole(rule.table, target)}`);
+    }
+    if (rule.chain.startsWith('KUBE-EXT-') && target?.startsWith('KUBE-SVC-') && !comment) {
+      return sentence(`All traffic to the external addresses of ${service} goes on to ${explainer.chainRole(rule.table, target)}`);
+    }
     if (target && (target.startsWith('KUBE-SEP-') || (target.startsWith('KUBE-SVC-') && / -> /.test(comment)))) {
       const endpoint = explainer.endpointOf(rule.table, target) ?? comment.replace(/^.* -> /, '');
       if (facts.ruleProbability < 1) {
         return sentence(`The random draw picked endpoint ${endpoint} of ${service} (${percent(facts.ruleProbability)} of the connections reaching this rule, ${percent(facts.branchProbability)} of all), so the packet goes to ${target}`);
       }
-      return sentence(`Every connection that reaches this rule goes to endpoint ${endpoint} of ${service} (${percent(facts.branchProbability)} of all), through ${target}`);
+      const share = facts.branchProbability < 1 ? ` (${percent(facts.branchProbability)} of all)` : '';
+      return sentence(`Every connection that reaches this rule goes to endpoint ${endpoint} of ${service}${share}, through ${target}`);
     }
   }
 
