@@ -7,6 +7,7 @@ import {type IPFamily, type LocalDetector, parseCIDR, parseIP, type ProxyConfig}
 import {type AccessReviewer, kubernetesAccessReviewer} from './api/access.ts';
 import {loadIptablesBackend, type RulesBackend} from './api/rules-backend.ts';
 import {unwatchedRulesetChanges, watchNftRuleset} from './api/ruleset-changes.ts';
+import {readNodeAddresses} from './api/node-addresses.ts';
 import {createAgentRuntime} from './api/runtime.ts';
 import {type AgentApi, isLoopbackHost, startAgentApi} from './api/server.ts';
 import {type AgentConfig, syncPeriods} from './config/agent-config.ts';
@@ -21,6 +22,8 @@ import {CommandHost} from './host/command-host.ts';
 import type {Host} from './host/host.ts';
 import type {Logger} from './log.ts';
 import {type IptablesRuleSource, loadCoreIptablesRules} from './sync/iptables-rules.ts';
+import {nftablesBackend} from './sync/nftables-backend.ts';
+import {NftablesProxier, removeNftablesTables} from './sync/nftables-proxier.ts';
 import {IptablesProxier} from './sync/proxier.ts';
 import {ClusterWatch} from './watch/cluster-watch.ts';
 import {createKubernetesClient, type KubernetesClient, loadKubeConfig} from './watch/kubernetes-client.ts';
@@ -39,7 +42,7 @@ export interface AgentDependencies {
 export interface RunningAgent {
   nodeName: string;
   families: IPFamily[];
-  proxier: IptablesProxier;
+  proxier: IptablesProxier | NftablesProxier;
   watch: ClusterWatch;
   metrics: AgentMetrics;
   health: ProxierHealth;
@@ -53,9 +56,9 @@ export interface RunningAgent {
 
 export async function startAgent(config: AgentConfig, dependencies: AgentDependencies): Promise<RunningAgent> {
   const {log} = dependencies;
-  if (config.mode !== 'iptables') throw new Error(`proxy mode ${config.mode}: not available yet in this agent; use iptables`);
+  if (config.mode === 'ipvs') throw new Error(`proxy mode ${config.mode}: not available yet in this agent; use iptables or nftables`);
   const host = dependencies.host ?? new CommandHost({netns: config.netns, onCommand: (command) => log.detail(4, 'run', {command: command.join(' ')})});
-  const rules = dependencies.rules ?? (await loadCoreIptablesRules());
+  const rules = config.mode === 'iptables' ? (dependencies.rules ?? (await loadCoreIptablesRules())) : undefined;
   const client = dependencies.client ?? createKubernetesClient(loadKubeConfig(config.kubeconfig));
   const nodeName = config.hostnameOverride ?? hostname().toLowerCase();
   const families = proxyFamilies(config);
@@ -68,9 +71,8 @@ export async function startAgent(config: AgentConfig, dependencies: AgentDepende
     proxyHealthy: () => health.state().healthy,
     onError: (target, error) => log.error('cannot open health check port', {service: `${target.namespace}/${target.name}`, port: target.healthCheckNodePort, reason: errorText(error)}),
   });
-  const proxier = new IptablesProxier({
+  const proxierOptions = {
     host,
-    rules,
     objects: {services: () => watch.store.services(), endpointSlices: () => watch.store.endpointSlices(), node: () => watch.store.node()},
     families,
     model: {
@@ -79,14 +81,20 @@ export async function startAgent(config: AgentConfig, dependencies: AgentDepende
       clusterCIDRs: config.clusterCIDRs,
       detectLocalMode: config.detectLocalMode === 'NodeCIDR' ? 'NodeCIDR' : config.detectLocalMode === 'ClusterCIDR' ? 'ClusterCIDR' : undefined,
       config: proxyConfig(config),
-    },
+    } as const,
     syncPeriod,
     minSyncPeriod,
     metrics,
     health,
     log,
     serviceHealth,
-  });
+  };
+  const proxier =
+    rules !== undefined
+      ? new IptablesProxier({...proxierOptions, rules})
+      : new NftablesProxier({...proxierOptions, nodeAddresses: () => readNodeAddresses(host.netns)});
+  // Switching modes: each mode removes the other's rules at start, as kube-proxy does.
+  if (rules !== undefined) await removeNftablesTables(host, families, log);
   const watch: ClusterWatch = new ClusterWatch({
     client,
     nodeName,
@@ -131,19 +139,19 @@ export async function startAgent(config: AgentConfig, dependencies: AgentDepende
  */
 async function startApiOrLog(
   config: AgentConfig,
-  parts: {nodeName: string; families: IPFamily[]; proxier: IptablesProxier; host: Host; log: Logger; accessReviewer?: AccessReviewer; backend?: RulesBackend},
+  parts: {nodeName: string; families: IPFamily[]; proxier: IptablesProxier | NftablesProxier; host: Host; log: Logger; accessReviewer?: AccessReviewer; backend?: RulesBackend},
 ): Promise<AgentApi | undefined> {
   const {log, host} = parts;
   if (config.apiBindAddress === '') return undefined;
   const address = parseHostPort(config.apiBindAddress)!;
   let backend = parts.backend;
   try {
-    backend ??= await loadIptablesBackend();
+    backend ??= config.mode === 'nftables' ? nftablesBackend : await loadIptablesBackend();
   } catch (error) {
     log.error('cannot start the plugin API', {address: config.apiBindAddress, reason: errorText(error)});
     return undefined;
   }
-  const frontEnd = await host.iptablesFrontEnd(parts.families[0]).catch(() => undefined);
+  const frontEnd = config.mode === 'nftables' ? 'nf_tables' : await host.iptablesFrontEnd(parts.families[0]).catch(() => undefined);
   // Legacy iptables changes are invisible to nft monitor: read the kernel for every request then.
   const changes = frontEnd === 'nf_tables' ? await watchNftRuleset({netns: host.netns, log}) : unwatchedRulesetChanges();
   const runtime = createAgentRuntime({nodeName: parts.nodeName, version: agentVersion(), families: parts.families, proxier: parts.proxier, host, backend, changes, log});
@@ -188,11 +196,13 @@ export function proxyFamilies(config: AgentConfig): IPFamily[] {
 }
 
 function proxyConfig(config: AgentConfig): Partial<ProxyConfig> {
+  const nftables = config.mode === 'nftables';
   const result: Partial<ProxyConfig> = {
-    masqueradeAll: config.iptables.masqueradeAll,
-    masqueradeBit: config.iptables.masqueradeBit,
+    masqueradeAll: nftables ? config.nftables.masqueradeAll : config.iptables.masqueradeAll,
+    masqueradeBit: nftables ? config.nftables.masqueradeBit : config.iptables.masqueradeBit,
     nodePortAddresses: config.nodePortAddresses,
-    localhostNodePorts: config.iptables.localhostNodePorts,
+    // nftables mode never accepts NodePorts on 127.0.0.1.
+    localhostNodePorts: nftables ? false : config.iptables.localhostNodePorts,
   };
   let detector: LocalDetector | undefined;
   if (config.detectLocalMode === 'BridgeInterface') detector = {mode: 'BridgeInterface', interfaceName: config.detectLocal.bridgeInterface};

@@ -1,7 +1,8 @@
 // RulesBackend: the pure parts of a proxy backend that the agent API answers with (render the
 // desired rules, parse what the kernel holds, diff the two, trace a packet), behind one interface so
 // that the runtime does not care which mode wrote the rules.
-import type {ProxyModel} from '../../core/model/index.ts';
+import type {IPFamily, ProxyModel} from '../../core/model/index.ts';
+import type {Host} from '../host/host.ts';
 import type {Packet, TraceContext, TraceResult} from '../../core/trace/types.ts';
 import type {DiffGroup, ProxyMode} from '../../protocol/methods.ts';
 
@@ -22,6 +23,8 @@ export interface RulesBackend {
   /** `service`: "namespace/name[:port]" limits the diff to that service. */
   diff(desired: ParsedRules, applied: ParsedRules, service?: string): RulesDiff;
   trace(rules: ParsedRules, packet: Packet, context: TraceContext): TraceResult;
+  /** Reads the applied rules from the kernel; default iptables-save -t filter + -t nat. */
+  readApplied?(host: Host, family: IPFamily): Promise<string>;
 }
 
 /**

@@ -12,7 +12,7 @@ import {AppliedRulesCache, type AppliedRules} from './applied-rules.ts';
 import type {AgentApiHandlers} from './handlers.ts';
 import {readNodeAddresses} from './node-addresses.ts';
 import {probeHere, probeInNetns} from './probe.ts';
-import type {ParsedRules, RulesBackend} from './rules-backend.ts';
+import type {ParsedRules, RulesBackend, RulesDiff} from './rules-backend.ts';
 import type {RulesetChanges} from './ruleset-changes.ts';
 
 /** ProxierView: what the runtime needs of the proxier (IptablesProxier has it). */
@@ -90,7 +90,7 @@ export function createAgentRuntime(options: AgentRuntimeOptions): AgentRuntime {
   const probe = options.probe ?? ((params, netns) => (netns ? probeInNetns(netns, params.target, params.count) : probeHere(params.target, params.count)));
 
   const applied = new AppliedRulesCache({
-    read: async (family) => (await host.iptablesSave(family, 'filter')) + (await host.iptablesSave(family, 'nat')),
+    read: async (family) => (backend.readApplied ? backend.readApplied(host, family) : (await host.iptablesSave(family, 'filter')) + (await host.iptablesSave(family, 'nat'))),
     parse: (text) => backend.parse(text),
     changes,
     now,
@@ -111,7 +111,32 @@ export function createAgentRuntime(options: AgentRuntimeOptions): AgentRuntime {
     else failures++;
     const event = toEvent(outcome);
     for (const listener of listeners) listener(event);
+    if (outcome.ok) warmUp();
   });
+
+  // After a sync, prepare what the next trace or diff needs (desired rules, a fresh reading of the
+  // kernel, the drift check), so that the plugin does not wait seconds for it on a large node.
+  let warming: Promise<void> | undefined;
+  let warmAgain = false;
+  const warmUp = (): void => {
+    if (warming) {
+      warmAgain = true;
+      return;
+    }
+    warming = (async () => {
+      await new Promise((resolve) => setImmediate(resolve));
+      await currentDrift();
+    })()
+      .catch((error: Error) => log.detail(2, 'agent api: preparing rules after a sync failed', {reason: error.message}))
+      .finally(() => {
+        warming = undefined;
+        if (warmAgain && !closed) {
+          warmAgain = false;
+          warmUp();
+        }
+      });
+  };
+  let closed = false;
 
   const models = (): [IPFamily, ProxyModel][] => {
     const byFamily = proxier.appliedModels();
@@ -135,6 +160,17 @@ export function createAgentRuntime(options: AgentRuntimeOptions): AgentRuntime {
       throw new Error(`cannot read the rules on node ${nodeName}: ${error.message}`);
     });
 
+  // At 10,000 services a diff takes seconds, filtered to one service or not: compute the whole
+  // diff once per (reading of the kernel, model) and answer trace's drift question from it.
+  const fullDiffs = new WeakMap<AppliedRules, {model: ProxyModel; result: RulesDiff}>();
+  const fullDiff = (model: ProxyModel, current: AppliedRules): RulesDiff => {
+    const known = fullDiffs.get(current);
+    if (known && known.model === model) return known.result;
+    const result = backend.diff(desiredFor(model).rules, current.rules);
+    fullDiffs.set(current, {model, result});
+    return result;
+  };
+
   const diffAll = async (service?: string): Promise<DiffResult> => {
     const groups: DiffGroup[] = [];
     const texts: {family: IPFamily; text: string}[] = [];
@@ -142,7 +178,7 @@ export function createAgentRuntime(options: AgentRuntimeOptions): AgentRuntime {
     let readAt = Infinity;
     for (const [family, model] of models()) {
       const current = await readApplied(family);
-      const result = backend.diff(desiredFor(model).rules, current.rules, service);
+      const result = service ? backend.diff(desiredFor(model).rules, current.rules, service) : fullDiff(model, current);
       equal &&= result.equal;
       groups.push(...result.groups);
       texts.push({family, text: result.text});
@@ -251,7 +287,9 @@ export function createAgentRuntime(options: AgentRuntimeOptions): AgentRuntime {
       }
       let drifted = false;
       if (service) {
-        drifted = !backend.diff(desiredFor(model).rules, current.rules, service).equal;
+        drifted = fullDiff(model, current).groups.some(
+          (group) => (group.servicePort === service || group.servicePort.startsWith(`${service}:`)) && (group.added.length > 0 || group.removed.length > 0),
+        );
         if (drifted) warnings.push(`the rules applied on node ${nodeName} for ${service} differ from the desired ones: see kubectl proxyctl diff ${nodeName}; kubectl proxyctl sync ${nodeName} rewrites them`);
       }
       return {...result, warnings, readAt: new Date(current.readAt).toISOString(), drifted};
@@ -281,6 +319,7 @@ export function createAgentRuntime(options: AgentRuntimeOptions): AgentRuntime {
     },
 
     close() {
+      closed = true;
       stopWatchingSyncs();
       listeners.clear();
       changes.close();

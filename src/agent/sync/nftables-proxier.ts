@@ -1,0 +1,427 @@
+// NftablesProxier: keeps table `ip kube-proxy` / `ip6 kube-proxy` equal to what the cluster's
+// Services and EndpointSlices ask for, as kube-proxy's nftables mode does. Each sync is one
+// `nft -f` transaction per family: full at start (recreating the table, which also removes what
+// another proxy left in it), after any failure, after drift and at least hourly; otherwise
+// partial, touching only the chains and elements of changed service ports. Chains a sync leaves
+// unused are flushed at once and deleted by a later sync, in a transaction of their own.
+// At start the proxy's iptables chains and jump rules (iptables mode) are removed, as kube-proxy
+// cleans up the other modes when it starts.
+import {buildProxyModel, changedServicePorts, type IPFamily, type ModelOptions, type ProxyModel} from '../../core/model/index.ts';
+import {diffNftables} from '../../core/nftables/diff.ts';
+import {parseNftablesJson, parseNftablesScript} from '../../core/nftables/parse.ts';
+import {deleteStaleChains, nftablesCleanupScript, type NftablesState, renderNftables, renderNftablesSync} from '../../core/nftables/render.ts';
+import type {AgentMetrics} from '../health/metrics.ts';
+import type {ProxierHealth} from '../health/proxier-health.ts';
+import type {ServiceHealthTarget} from '../health/service-health.ts';
+import type {Host, IptablesTable} from '../host/host.ts';
+import type {Logger} from '../log.ts';
+import {type Clock, systemClock} from './clock.ts';
+import {planConntrackCleanup} from './conntrack-cleanup.ts';
+import {cleanupRestoreInput, readOwnedRules} from './owned-rules.ts';
+import {type ClusterObjects, fullSyncPeriod, lastChangeTriggerTimeAnnotation, type ObjectKind, type SyncOutcome, type SyncResult} from './proxier.ts';
+import {BoundedFrequencyRunner, type RunReason} from './runner.ts';
+
+export interface NftablesProxierOptions {
+  host: Host;
+  objects: ClusterObjects;
+  families: IPFamily[];
+  /** Everything buildProxyModel needs except the family. */
+  model: Omit<ModelOptions, 'family'>;
+  /** The cluster's service CIDRs: addresses in them that are no ClusterIP are dropped. */
+  serviceCIDRs?: string[];
+  /** The node's addresses, for nodePortAddresses given as CIDRs (default: the model's node IPs). */
+  nodeAddresses?: () => Promise<string[]>;
+  syncPeriod: number;
+  minSyncPeriod: number;
+  metrics: AgentMetrics;
+  health: ProxierHealth;
+  log: Logger;
+  clock?: Clock;
+  serviceHealth?: {sync(targets: ServiceHealthTarget[]): Promise<void>};
+}
+
+interface FamilyState {
+  applied?: ProxyModel;
+  /** What the last successful sync left in the table; undefined: unknown, recreate it. */
+  nft?: NftablesState;
+  needFullSync: boolean;
+  lastFullSync?: number;
+  rules: number;
+}
+
+/** nftFamily: the nft table family of an IP family. */
+export function nftFamily(family: IPFamily): 'ip' | 'ip6' {
+  return family === 'IPv6' ? 'ip6' : 'ip';
+}
+
+/**
+ * removeNftablesTables deletes nftables mode's tables (iptables mode calls it at start, as
+ * kube-proxy removes the other modes' rules). A missing table is not an error.
+ */
+export async function removeNftablesTables(host: Host, families: IPFamily[], log: Logger): Promise<void> {
+  for (const family of families) {
+    try {
+      await host.nft(['-f', '-'], nftablesCleanupScript(family));
+      log.detail(1, 'removed nftables mode table, if any', {table: `${nftFamily(family)} kube-proxy`});
+    } catch (error) {
+      log.error('cannot remove nftables mode table', {table: `${nftFamily(family)} kube-proxy`, reason: errorText(error)});
+    }
+  }
+}
+
+export class NftablesProxier {
+  readonly #options: NftablesProxierOptions;
+  readonly #clock: Clock;
+  readonly #runner: BoundedFrequencyRunner;
+  readonly #families = new Map<IPFamily, FamilyState>();
+  readonly #synced = new Set<ObjectKind>();
+  readonly #pendingTriggers = new Map<string, {time: number; family: IPFamily | undefined}>();
+  #pendingServiceChanges = 0;
+  #pendingEndpointChanges = 0;
+  #loggedProblems = new Set<string>();
+  #lastResults: SyncResult[] = [];
+  #lastError: string | undefined;
+  readonly #syncListeners = new Set<(outcome: SyncOutcome) => void>();
+
+  constructor(options: NftablesProxierOptions) {
+    this.#options = options;
+    this.#clock = options.clock ?? systemClock;
+    for (const family of options.families) this.#families.set(family, {needFullSync: true, rules: 0});
+    this.#runner = new BoundedFrequencyRunner((reason) => this.syncRules(reason).then(() => undefined), {
+      minInterval: options.minSyncPeriod,
+      maxInterval: Math.max(options.syncPeriod, options.minSyncPeriod),
+      retryInterval: Math.max(options.syncPeriod, options.minSyncPeriod),
+      clock: this.#clock,
+      onError: (error, retryIn) => {
+        this.#lastError = errorText(error);
+        options.log.error('sync failed; full sync next', {reason: this.#lastError, retryInSeconds: retryIn / 1000});
+      },
+    });
+  }
+
+  /** start removes iptables mode's rules and starts the runner; the first sync waits for the initial lists. */
+  async start(): Promise<void> {
+    await this.#cleanupIptablesMode();
+    this.#runner.start();
+    if (this.#initialized()) this.#runner.run();
+  }
+
+  async stop(): Promise<void> {
+    await this.#runner.stop();
+  }
+
+  markSynced(kind: ObjectKind): void {
+    this.#synced.add(kind);
+    if (this.#initialized()) this.#queue();
+  }
+
+  onChange(kind: ObjectKind, object: unknown): void {
+    const metrics = this.#options.metrics;
+    if (kind === 'Service') {
+      this.#pendingServiceChanges++;
+      metrics.serviceChangesTotal.inc();
+      metrics.serviceChangesPending.set(this.#pendingServiceChanges);
+    } else if (kind === 'EndpointSlice') {
+      this.#pendingEndpointChanges++;
+      metrics.endpointChangesTotal.inc();
+      metrics.endpointChangesPending.set(this.#pendingEndpointChanges);
+      this.#noteTriggerTime(object);
+    } else {
+      this.#options.health.syncNode(object);
+    }
+    if (this.#initialized()) this.#queue();
+  }
+
+  requestSync(options: {full?: boolean} = {}): void {
+    if (options.full) for (const state of this.#families.values()) state.needFullSync = true;
+    this.#queue();
+  }
+
+  onSync(listener: (outcome: SyncOutcome) => void): () => void {
+    this.#syncListeners.add(listener);
+    return () => this.#syncListeners.delete(listener);
+  }
+
+  appliedModels(): Map<IPFamily, ProxyModel> {
+    const models = new Map<IPFamily, ProxyModel>();
+    for (const [family, state] of this.#families) if (state.applied) models.set(family, state.applied);
+    return models;
+  }
+
+  status(): {initialized: boolean; lastResults: SyncResult[]; lastError: string | undefined; syncPending: boolean} {
+    return {initialized: this.#initialized(), lastResults: this.#lastResults, lastError: this.#lastError, syncPending: this.#runner.pending};
+  }
+
+  /** syncRules is one sync of every family (the runner's function; tests call it directly). */
+  async syncRules(reason: RunReason = {requested: true, periodic: false, retry: false}): Promise<SyncResult[]> {
+    if (!this.#initialized()) {
+      this.#options.log.detail(2, 'not syncing until services, endpoint slices and the node have been listed');
+      return [];
+    }
+    const startedAt = this.#clock.now();
+    try {
+      const results = await this.#syncAll(reason);
+      this.#tellListeners({startedAt, durationMs: this.#clock.now() - startedAt, ok: true, results, rules: this.#ruleTotals()});
+      return results;
+    } catch (error) {
+      this.#tellListeners({startedAt, durationMs: this.#clock.now() - startedAt, ok: false, results: [], rules: this.#ruleTotals(), error: errorText(error)});
+      throw error;
+    }
+  }
+
+  #tellListeners(outcome: SyncOutcome): void {
+    for (const listener of this.#syncListeners) {
+      try {
+        listener(outcome);
+      } catch (error) {
+        this.#options.log.error('sync listener failed', {reason: errorText(error)});
+      }
+    }
+  }
+
+  /** nftables has no filter/nat split of the proxy's rules: every rule counts under "nat". */
+  #ruleTotals(): {filter: number; nat: number} {
+    let total = 0;
+    for (const state of this.#families.values()) total += state.rules;
+    return {filter: 0, nat: total};
+  }
+
+  async #syncAll(reason: RunReason): Promise<SyncResult[]> {
+    const {metrics, health} = this.#options;
+    metrics.serviceChangesPending.set((this.#pendingServiceChanges = 0));
+    metrics.endpointChangesPending.set((this.#pendingEndpointChanges = 0));
+    const triggers = new Map(this.#pendingTriggers);
+    this.#pendingTriggers.clear();
+    const objects = {services: this.#options.objects.services(), endpointSlices: this.#options.objects.endpointSlices(), node: this.#options.objects.node()};
+    const nodeAddresses = await this.#nodeAddresses();
+
+    const results: SyncResult[] = [];
+    const problems = new Map<string, string>();
+    let failure: unknown;
+    for (const family of this.#families.keys()) {
+      const model = buildProxyModel(objects, {...this.#options.model, family});
+      for (const problem of model.problems) problems.set(problem.message, `${problem.kind} ${problem.namespace ? `${problem.namespace}/` : ''}${problem.name}`);
+      try {
+        results.push(await this.#syncFamily(family, model, reason, nodeAddresses));
+      } catch (error) {
+        failure ??= error;
+      }
+    }
+    this.#reportProblems(problems);
+    if (failure !== undefined) {
+      for (const [key, value] of triggers) if (!this.#pendingTriggers.has(key)) this.#pendingTriggers.set(key, value);
+      health.queuedUpdate();
+      throw failure;
+    }
+
+    const now = this.#clock.now();
+    health.updated();
+    metrics.lastSyncTimestamp.set(now / 1000);
+    for (const {time, family} of triggers.values()) {
+      if (now >= time) metrics.networkProgrammingDuration.observe({ip_family: family ?? 'IPv4'}, (now - time) / 1000);
+    }
+    this.#updateNoLocalEndpoints();
+    this.#lastResults = results;
+    this.#lastError = undefined;
+    await this.#syncServiceHealth();
+    return results;
+  }
+
+  async #syncFamily(family: IPFamily, model: ProxyModel, reason: RunReason, nodeAddresses: string[] | undefined): Promise<SyncResult> {
+    const {host, metrics, log} = this.#options;
+    const state = this.#families.get(family)!;
+    const start = this.#clock.now();
+    let full = state.needFullSync || state.nft === undefined || state.lastFullSync === undefined || start - state.lastFullSync >= fullSyncPeriod;
+    const renderOptions = {serviceCIDRs: this.#options.serviceCIDRs, nodeAddresses};
+
+    let drift = false;
+    if (!full && reason.periodic && state.applied) {
+      const difference = await this.#drift(family, state.applied, renderOptions);
+      if (difference) {
+        drift = true;
+        metrics.driftRepairs.inc({ip_family: family});
+        log.warn('rules changed behind our back; rewriting them', {family, drift: difference});
+        full = true;
+      }
+    }
+
+    const changed = changedServicePorts(state.applied, model);
+    if (!full && changed.size === 0) {
+      log.detail(3, 'rules up to date', {family});
+      await this.#deleteStaleChains(family, state);
+      return {family, kind: 'unchanged', changedServicePorts: 0, drift};
+    }
+
+    if (!full) await this.#deleteStaleChains(family, state);
+    // A full sync after a failure or at start does not know what the table holds: recreate it.
+    const sync = renderNftablesSync(model, {
+      ...renderOptions,
+      ...(full ? {existing: state.nft, recreateTable: state.nft === undefined || drift} : {existing: state.nft, changedServicePorts: changed}),
+      now: this.#clock.now(),
+    });
+    log.detail(5, 'nft transaction', {family, script: sync.script});
+    try {
+      if (sync.script !== '') await host.nft(['-f', '-'], sync.script);
+    } catch (error) {
+      metrics.restoreFailures.inc();
+      if (!full) metrics.partialRestoreFailures.inc();
+      state.needFullSync = true;
+      state.nft = undefined;
+      throw new Error(`${family} ${full ? 'full' : 'partial'} sync: ${errorText(error)}`, {cause: error});
+    }
+    state.nft = sync.state;
+
+    await this.#cleanConntrack(family, state.applied, model);
+    state.applied = model;
+    if (full) {
+      state.needFullSync = false;
+      state.lastFullSync = start;
+    }
+    state.rules = 0;
+    for (const footprint of sync.state.footprints.values()) for (const chain of footprint.chains) state.rules += chain.rules.length;
+
+    const seconds = (this.#clock.now() - start) / 1000;
+    metrics.syncDuration.observe({ip_family: family}, seconds);
+    (full ? metrics.syncFullDuration : metrics.syncPartialDuration).observe({ip_family: family}, seconds);
+    log.detail(2, 'synced rules', {family, kind: full ? 'full' : 'partial', changedServicePorts: changed.size, servicePorts: model.servicePorts.length, seconds});
+    return {family, kind: full ? 'full' : 'partial', changedServicePorts: changed.size, drift};
+  }
+
+  /** #drift compares the table in the kernel with what the applied model asks for; undefined when equal. */
+  async #drift(family: IPFamily, applied: ProxyModel, options: {serviceCIDRs?: string[]; nodeAddresses?: string[]}): Promise<string | undefined> {
+    let listed: string;
+    try {
+      listed = await this.#options.host.nft(['-j', 'list', 'table', nftFamily(family), 'kube-proxy']);
+    } catch (error) {
+      return `cannot list the table: ${errorText(error)}`;
+    }
+    const difference = diffNftables(parseNftablesScript(renderNftables(applied, options)), parseNftablesJson(listed));
+    if (difference.equal) return undefined;
+    const lines = difference.text.trim().split('\n');
+    return lines.slice(0, 6).join('; ') + (lines.length > 6 ? `; ... (${lines.length - 6} more lines)` : '');
+  }
+
+  /** Deletes the chains that went stale a second or more ago; a failure only delays it. */
+  async #deleteStaleChains(family: IPFamily, state: FamilyState): Promise<void> {
+    if (!state.nft) return;
+    const due = deleteStaleChains(state.nft, this.#clock.now());
+    if (!due) return;
+    try {
+      await this.#options.host.nft(['-f', '-'], due.script);
+      state.nft = due.state;
+      this.#options.log.detail(2, 'deleted stale chains', {family, chains: state.nft.staleChains.size});
+    } catch (error) {
+      this.#options.log.error('cannot delete stale chains; will retry', {family, reason: errorText(error)});
+    }
+  }
+
+  async #nodeAddresses(): Promise<string[] | undefined> {
+    const wanted = this.#options.model.config?.nodePortAddresses ?? [];
+    if (!this.#options.nodeAddresses || !wanted.some((entry) => entry !== 'primary')) return undefined;
+    try {
+      return await this.#options.nodeAddresses();
+    } catch (error) {
+      this.#options.log.error('cannot read the node addresses; NodePorts on the node IPs only', {reason: errorText(error)});
+      return undefined;
+    }
+  }
+
+  /** Removes iptables mode's chains and jump rules (nat, filter, mangle), keeping foreign ones. */
+  async #cleanupIptablesMode(): Promise<void> {
+    const {host, log} = this.#options;
+    for (const family of this.#families.keys()) {
+      for (const table of ['nat', 'filter', 'mangle'] as IptablesTable[]) {
+        let input: string;
+        try {
+          input = cleanupRestoreInput(readOwnedRules(table, await host.iptablesSave(family, table)));
+        } catch (error) {
+          log.detail(1, 'cannot read iptables table; nothing to clean there', {family, table, reason: errorText(error)});
+          continue;
+        }
+        if (input === '') continue;
+        try {
+          await host.iptablesRestore(family, input, {noflush: true});
+          log.info('removed iptables mode rules', {family, table});
+        } catch (error) {
+          log.error('cannot remove iptables mode rules', {family, table, reason: errorText(error)});
+        }
+      }
+    }
+  }
+
+  async #cleanConntrack(family: IPFamily, previous: ProxyModel | undefined, next: ProxyModel): Promise<void> {
+    const {host, metrics, log} = this.#options;
+    for (const filter of planConntrackCleanup(previous, next)) {
+      try {
+        const deleted = await host.conntrackDelete(filter);
+        metrics.conntrackDeletedEntries.inc({ip_family: family}, deleted);
+        log.detail(deleted > 0 ? 1 : 4, 'conntrack entries deleted', {...filter, deleted});
+      } catch (error) {
+        log.error('conntrack cleanup failed', {family, reason: errorText(error)});
+      }
+    }
+  }
+
+  #reportProblems(problems: Map<string, string>): void {
+    const {log, metrics} = this.#options;
+    for (const [message, object] of problems) {
+      if (!this.#loggedProblems.has(message)) log.warn('object skipped', {object, reason: message});
+    }
+    this.#loggedProblems = new Set(problems.keys());
+    metrics.modelProblems.set(problems.size);
+  }
+
+  #updateNoLocalEndpoints(): void {
+    let internal = 0;
+    let external = 0;
+    for (const model of this.appliedModels().values()) {
+      for (const port of model.servicePorts) {
+        if (port.localEndpoints.length > 0) continue;
+        if (port.internalPolicyLocal) internal++;
+        if (port.externalPolicyLocal) external++;
+      }
+    }
+    this.#options.metrics.noLocalEndpoints.set({traffic_policy: 'internal'}, internal);
+    this.#options.metrics.noLocalEndpoints.set({traffic_policy: 'external'}, external);
+  }
+
+  async #syncServiceHealth(): Promise<void> {
+    if (!this.#options.serviceHealth) return;
+    const targets = new Map<string, ServiceHealthTarget & {ips: Set<string>}>();
+    for (const model of this.appliedModels().values()) {
+      for (const port of model.servicePorts) {
+        if (port.healthCheckNodePort === 0) continue;
+        const key = `${port.namespace}/${port.serviceName}`;
+        const target = targets.get(key) ?? {namespace: port.namespace, name: port.serviceName, healthCheckNodePort: port.healthCheckNodePort, localEndpoints: 0, ips: new Set<string>()};
+        for (const endpoint of port.endpoints) if (endpoint.isLocal && endpoint.ready) target.ips.add(endpoint.ip);
+        targets.set(key, target);
+      }
+    }
+    await this.#options.serviceHealth.sync([...targets.values()].map(({ips, ...target}) => ({...target, localEndpoints: ips.size})));
+  }
+
+  #noteTriggerTime(object: unknown): void {
+    const slice = object as {metadata?: {namespace?: string; name?: string; annotations?: Record<string, unknown>}; addressType?: unknown};
+    const text = slice?.metadata?.annotations?.[lastChangeTriggerTimeAnnotation];
+    const time = typeof text === 'string' ? Date.parse(text) : NaN;
+    if (Number.isNaN(time)) return;
+    const key = `${slice.metadata?.namespace}/${slice.metadata?.name}`;
+    const family = slice.addressType === 'IPv4' || slice.addressType === 'IPv6' ? slice.addressType : undefined;
+    const known = this.#pendingTriggers.get(key);
+    if (!known || time < known.time) this.#pendingTriggers.set(key, {time, family});
+  }
+
+  #queue(): void {
+    this.#options.health.queuedUpdate();
+    this.#options.metrics.lastQueuedTimestamp.set(this.#clock.now() / 1000);
+    this.#runner.run();
+  }
+
+  #initialized(): boolean {
+    return this.#synced.has('Service') && this.#synced.has('EndpointSlice') && this.#synced.has('Node');
+  }
+}
+
+function errorText(error: unknown): string {
+  return error instanceof Error ? error.message : String(error);
+}
