@@ -150,7 +150,12 @@ Without a cluster: --rules FILE traces over a saved iptables-save dump (or "kube
         : {srcIP: await nodeAddress(config, agentNode, family), dstIP, dstPort, protocol: target.protocol, origin: 'local'};
       const trace = await client.call('trace', {packet, service: target.servicePort});
       const warnings = [...trace.warnings];
-      for (const warning of endpointWarnings(target)) if (!warnings.includes(warning)) warnings.push(warning);
+      // The tracer already names a service without endpoints; the API server adds why and which pods.
+      const tracerSaysNoEndpoints = warnings.some((warning) => warning.includes('has no endpoints'));
+      for (const warning of endpointWarnings(target)) {
+        if (tracerSaysNoEndpoints && warning.includes('has no endpoints')) continue;
+        if (!warnings.includes(warning)) warnings.push(warning);
+      }
       const answer: NodeTrace = {node: agentNode, trace: {...trace, warnings}};
 
       if (flags.probe !== undefined) {
