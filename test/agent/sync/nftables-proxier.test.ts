@@ -1,0 +1,94 @@
+// The nftables proxier against a real kernel: a fresh network namespace, nft through CommandHost;
+// checked with `nft -j list table` inside the namespace. Root only.
+import assert from 'node:assert/strict';
+import {test} from 'node:test';
+import {ProxierHealth} from '../../../src/agent/health/proxier-health.ts';
+import {createAgentMetrics} from '../../../src/agent/health/metrics.ts';
+import {CommandHost} from '../../../src/agent/host/command-host.ts';
+import {memoryLogger} from '../../../src/agent/log.ts';
+import {NftablesProxier} from '../../../src/agent/sync/nftables-proxier.ts';
+import {parseNftablesJson} from '../../../src/core/nftables/parse.ts';
+import {createNetns, inNetns, isRoot} from '../netns.ts';
+import {MemoryObjects, service, slice} from './cluster.ts';
+
+const requested = {requested: true, periodic: false, retry: false};
+const periodic = {requested: false, periodic: true, retry: false};
+
+function endpointsOf(netns: string): string[] {
+  const table = parseNftablesJson(inNetns(netns, ['nft', '-j', 'list', 'table', 'ip', 'kube-proxy']));
+  return [...table.sets.values()].filter((set) => set.name.startsWith('endpoint-targets-')).flatMap((set) => set.elements.map((element) => element.value!)).sort();
+}
+
+test('nftables proxier: full then partial syncs, stale chains deleted later, drift and failures repaired, iptables mode cleaned up', async (t) => {
+  if (!isRoot) {
+    t.skip('needs root: creates a network namespace and runs nft in it');
+    return;
+  }
+  const netns = createNetns(t);
+  // Leftovers of iptables mode, and a foreign chain that must stay.
+  inNetns(netns, ['iptables', '-t', 'nat', '-N', 'KUBE-SERVICES']);
+  inNetns(netns, ['iptables', '-t', 'nat', '-A', 'PREROUTING', '-m', 'comment', '--comment', 'kubernetes service portals', '-j', 'KUBE-SERVICES']);
+  inNetns(netns, ['iptables', '-t', 'nat', '-N', 'DOCKER']);
+
+  const objects = new MemoryObjects({
+    services: [service('web', '10.96.0.10'), service('dns', '10.96.0.53', {protocol: 'UDP', port: 53})],
+    slices: [slice('web-1', 'web', ['10.244.2.5']), slice('dns-1', 'dns', ['10.244.2.3'], {protocol: 'UDP'})],
+  });
+  let now = 1_000_000;
+  const host = new CommandHost({netns});
+  const metrics = createAgentMetrics();
+  const log = memoryLogger();
+  const proxier = new NftablesProxier({
+    host,
+    objects,
+    families: ['IPv4'],
+    model: {nodeName: 'node-1'},
+    syncPeriod: 30_000,
+    minSyncPeriod: 0,
+    metrics,
+    health: new ProxierHealth(60_000),
+    log,
+    clock: {now: () => now, setTimer: (callback: () => void, ms: number) => setTimeout(callback, ms), clearTimer: (timer: unknown) => clearTimeout(timer as NodeJS.Timeout)},
+  });
+  for (const kind of ['Service', 'EndpointSlice', 'Node'] as const) proxier.markSynced(kind);
+  await proxier.start();
+  t.after(() => proxier.stop());
+
+  const nat = inNetns(netns, ['iptables-save', '-t', 'nat']);
+  assert.ok(!nat.includes('KUBE-SERVICES'), 'iptables mode rules removed at start');
+  assert.match(nat, /:DOCKER/, 'foreign chains stay');
+
+  const [first] = await proxier.syncRules(requested);
+  assert.equal(first.kind, 'full');
+  assert.deepEqual(endpointsOf(netns), ['10.244.2.3 . 8080', '10.244.2.5 . 8080']);
+
+  objects.slicesByName.set('web-1', slice('web-1', 'web', ['10.244.2.6']));
+  const [partial] = await proxier.syncRules(requested);
+  assert.deepEqual([partial.kind, partial.changedServicePorts], ['partial', 1]);
+  assert.deepEqual(endpointsOf(netns), ['10.244.2.3 . 8080', '10.244.2.6 . 8080']);
+
+  // dns goes away: its chain is flushed now and deleted by a sync a second later.
+  objects.servicesByName.delete('dns');
+  await proxier.syncRules(requested);
+  const dnsChain = () => inNetns(netns, ['nft', 'list', 'chains', 'ip']).split('\n').find((line) => line.includes('default/dns/'));
+  assert.ok(dnsChain(), 'flushed, still there');
+  now += 2_000;
+  const [unchanged] = await proxier.syncRules(requested);
+  assert.equal(unchanged.kind, 'unchanged');
+  assert.equal(dnsChain(), undefined, 'deleted once stale for a second');
+
+  // Someone deletes the service map's elements; the next periodic sync sees it and rewrites.
+  inNetns(netns, ['nft', 'flush', 'map', 'ip', 'kube-proxy', 'service-ips']);
+  const [repaired] = await proxier.syncRules(periodic);
+  assert.deepEqual([repaired.kind, repaired.drift], ['full', true]);
+  assert.match(inNetns(netns, ['nft', 'list', 'map', 'ip', 'kube-proxy', 'service-ips']), /10\.96\.0\.10 \. tcp \. 80 : goto service-/);
+  assert.match(await metrics.registry.metrics(), /proxyctl_drift_repairs_total\{ip_family="IPv4"\} 1/);
+
+  // A failed transaction (the table vanished under a partial sync) is followed by a full one.
+  inNetns(netns, ['nft', 'delete', 'table', 'ip', 'kube-proxy']);
+  objects.slicesByName.set('web-1', slice('web-1', 'web', ['10.244.2.7']));
+  await assert.rejects(proxier.syncRules(requested), /IPv4 partial sync/);
+  const [recovered] = await proxier.syncRules(requested);
+  assert.equal(recovered.kind, 'full');
+  assert.deepEqual(endpointsOf(netns), ['10.244.2.7 . 8080']);
+});
