@@ -56,6 +56,14 @@ function viewOf(ruleset: IptablesRuleset): Map<string, ProxyView> {
   return views;
 }
 
+/** targetInText reads the target of a rule in iptables-save order (matches first, then -j / -g) without parsing it. */
+function targetInText(text: string): string | undefined {
+  const at = Math.max(text.lastIndexOf(' -j '), text.lastIndexOf(' -g '));
+  if (at < 0) return undefined;
+  const end = text.indexOf(' ', at + 4);
+  return text.slice(at + 4, end < 0 ? undefined : end);
+}
+
 function sameTexts(a: IptablesRule[], b: IptablesRule[]): boolean {
   if (a.length !== b.length) return false;
   for (let index = 0; index < a.length; index++) if (a[index].text !== b[index].text) return false;
@@ -104,7 +112,7 @@ class ChainServices {
       for (const chain of ruleset.tables.get(table)?.chains.values() ?? []) {
         if (chain.kind !== 'proxy') continue;
         for (const rule of chain.rules) {
-          const target = rule.target?.name;
+          const target = targetInText(rule.text);
           if (target && isHashedProxyChain(target) && !callers.has(target)) callers.set(target, rule);
         }
       }

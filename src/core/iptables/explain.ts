@@ -191,6 +191,8 @@ export interface HopFacts {
   before: PacketState;
   /** The state after the rule's target. */
   after: PacketState;
+  /** The chain that jumped to the rule's chain, when it was a jump. */
+  callerChain?: string;
 }
 
 /** explainRule writes one sentence: why the rule matched and what it does. */
@@ -277,7 +279,7 @@ export function explainRule(explainer: Explainer, rule: IptablesRule, facts: Hop
       const to = endpointText(after.dst, after.dstPort);
       const affinity = rule.matches.find((match) => match.module === 'recent' && match.options.some((entry) => entry.name === 'set'));
       const list = affinity && option(affinity, 'name')?.values[0];
-      const seconds = findAffinitySeconds(explainer, list);
+      const seconds = findAffinitySeconds(explainer, rule.table, list, facts.callerChain);
       const sticky = affinity
         ? `; it also records the client ${before.src.text} in the list ${list}, so its next connections${seconds ? ` within ${seconds} s` : ''} go to the same endpoint (session affinity)`
         : '';
@@ -320,21 +322,19 @@ function countBits(value: number): number {
   return count;
 }
 
-function findAffinitySeconds(explainer: Explainer, list: string | undefined): string | undefined {
+function findAffinitySeconds(explainer: Explainer, table: string, list: string | undefined, callerChain: string | undefined): string | undefined {
   if (!list) return undefined;
-  // The matching rcheck rule in the service chain says how long the client sticks.
-  for (const table of explainer.ruleset.tables.values()) {
-    for (const chain of table.chains.values()) {
-      if (!chain.name.startsWith('KUBE-SVC-') && !chain.name.startsWith('KUBE-SVL-')) continue;
-      for (const rule of chain.rules) {
-        if (rule.target?.name !== list) continue;
-        const recent = rule.matches.find((match) => match.module === 'recent');
-        const seconds = recent && option(recent, 'seconds')?.values[0];
-        if (seconds) return seconds;
-      }
+  // The service chain's rcheck rule for this list says how long the client sticks; it is in the
+  // chain that jumped here, else anywhere in the table (read as text: a large dump has many rules).
+  const chains = callerChain ? [findChain(explainer.ruleset, table, callerChain)] : [...(explainer.ruleset.tables.get(table)?.chains.values() ?? [])];
+  for (const chain of chains) {
+    for (const rule of chain?.rules ?? []) {
+      if (!rule.text.includes(' --rcheck ') || !rule.text.includes(` --name ${list} `)) continue;
+      const seconds = / --seconds (\d+)/.exec(rule.text);
+      if (seconds) return seconds[1];
     }
   }
-  return undefined;
+  return callerChain ? findAffinitySeconds(explainer, table, list, undefined) : undefined;
 }
 
 /**

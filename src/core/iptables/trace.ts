@@ -122,8 +122,8 @@ class Tracer {
     return [{walk, exit: 'accept'}];
   }
 
-  pushHop(walk: Walk, rule: IptablesRule, before: PacketState, ruleProbability: number): number {
-    const explanation = explainRule(this.explainer, rule, {ruleProbability, branchProbability: walk.probability, before, after: walk.state});
+  pushHop(walk: Walk, rule: IptablesRule, before: PacketState, ruleProbability: number, caller?: Caller): number {
+    const explanation = explainRule(this.explainer, rule, {ruleProbability, branchProbability: walk.probability, before, after: walk.state, callerChain: caller?.rule.chain});
     walk.hops.push({hook: this.hook, table: rule.table, chain: rule.chain, rule: rule.text, target: rule.target?.name ?? '(none)', explanation});
     if (!walk.servicePort && isProxyChain(rule.chain)) {
       walk.servicePort = servicePortOfComment(rule.comment) ?? (isHashedProxyChain(rule.chain) ? this.explainer.serviceOf(rule.table, rule.chain) : undefined);
@@ -181,7 +181,7 @@ class Tracer {
         }
         walk.state = {...before, dst: destination.ip, dstPort: destination.port, dnatDone: true};
         walk.endpoint = joinHostPort(destination.ip.text, destination.port);
-        const hopIndex = this.pushHop(walk, rule, before, ruleProbability);
+        const hopIndex = this.pushHop(walk, rule, before, ruleProbability, caller);
         walk.endpointAt = chain.name.startsWith('KUBE-SEP-') && caller ? caller.hopIndex : hopIndex;
         this.noteAffinity(rule, walk);
         return [{walk, exit: 'accept'}];
@@ -457,8 +457,10 @@ function summarize(packet: Packet, walks: Walk[], tracer: Tracer): TraceResult {
   const byLabel = new Map<string, TraceBranch>();
   for (const walk of walks) {
     const outcome = outcomeOf(walk);
-    const label = outcome === 'DNAT' ? walk.endpoint! : outcome;
-    if (outcome !== 'DNAT' && totals.size > 1) {
+    // When every path ends the same way, branches keep their endpoints, so a DNAT that is then
+    // dropped still shows where it was headed; mixed outcomes are told apart by outcome.
+    const label = outcome === 'DNAT' || totals.size === 1 ? (walk.endpoint ?? outcome) : outcome;
+    if (outcome !== 'DNAT' && (totals.size > 1 || walk.endpoint)) {
       const where = walk.endedAt ? ` in ${walk.endedAt}` : '';
       const after = walk.endpoint ? ` after DNAT to ${walk.endpoint}` : '';
       warnings.push(`${(walk.probability * 100).toFixed(1)}% of connections end in ${outcome}${where}${after}, not at an endpoint`);

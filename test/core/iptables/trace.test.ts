@@ -304,3 +304,19 @@ test('notes of the dump (legacy tables beside nf_tables ones) reach the trace\'s
   const result = trace({...pod, dstIP: '93.184.216.34', dstPort: 443}, nodeA.nft);
   assert.ok(result.warnings.includes('the dump says "Warning: iptables-legacy tables present, use iptables-legacy-save to see them": the trace covers only the rules in this dump'), result.warnings.join('\n'));
 });
+
+test('DNATed and then dropped by a FORWARD policy: DROP, and the branches still show where they were headed', () => {
+  // Docker's FORWARD policy DROP without flannel's accept rules: unmarked pod traffic cannot be forwarded.
+  const ruleset = parseIptablesSave(dump('node-a.legacy.txt').replace(/^.*flanneld forward.*\n/gm, ''));
+  const result = trace({...pod, dstIP: '10.96.0.10', dstPort: 80}, ruleset);
+  assert.equal(result.verdict, 'DROP');
+  assert.deepEqual(result.branches.map((branch) => branch.endpoint), ['10.244.1.5:8080', '10.244.1.6:8080', '10.244.2.5:8080']);
+  for (const branch of result.branches) {
+    const last = branch.hops[branch.hops.length - 1];
+    assert.deepEqual([last.table, last.chain, last.rule, last.target], ['filter', 'FORWARD', '', 'DROP']);
+    assert.equal(branch.masquerade, false);
+  }
+  assert.ok(result.warnings.includes('33.3% of connections end in DROP in filter FORWARD policy after DNAT to 10.244.1.5:8080, not at an endpoint'), result.warnings.join('\n'));
+  // A client outside the cluster CIDR is marked for masquerade, which KUBE-FORWARD accepts.
+  assert.equal(trace({...outsider, dstIP: '10.96.0.10', dstPort: 80}, ruleset).verdict, 'DNAT');
+});
