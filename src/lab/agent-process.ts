@@ -194,6 +194,15 @@ export class AgentProcess {
     clearTimeout(timer);
   }
 
+  /** restart stops the agent, runs between (e.g. replacing its Pod), and starts it as new: no restarts counted. */
+  async restart(between: () => void = () => undefined): Promise<void> {
+    await this.stop();
+    between();
+    this.#stopping = false;
+    this.state.restarts = 0;
+    this.start();
+  }
+
   /** killNow sends SIGKILL, for exit paths that cannot wait. */
   killNow(): void {
     this.#stopping = true;

@@ -30,6 +30,9 @@ export class LabSupervisor {
   #shutdown: Promise<void> | undefined;
   #starting: Promise<void> | undefined;
   #unsubscribe: (() => void) | undefined;
+  #unsubscribeAgents: (() => void) | undefined;
+  /** Agent pods being replaced after a delete through the API. */
+  readonly #replacing = new Set<string>();
 
   constructor(spec: LabSpec, report: (message: SupervisorMessage) => void) {
     this.#report = report;
@@ -187,8 +190,38 @@ export class LabSupervisor {
       this.#agents.push(agent);
     }
     for (const agent of this.#agents) agent.start();
+    this.#unsubscribeAgents = server.store.log.subscribe('pods', (event) => {
+      const {namespace, name, deletionTimestamp} = event.object.metadata;
+      if (namespace !== agentNamespace || this.#shutdown || this.#replacing.has(name)) return;
+      const index = this.#agents.findIndex((agent) => agent.state.pod === name);
+      if (index < 0 || !(event.type === 'DELETED' || deletionTimestamp)) return;
+      void this.#replaceAgent(this.#agents[index], nodes[index]);
+    });
     await this.#save();
     await Promise.all(this.#agents.map((agent) => agent.waitSynced(agentSyncTimeoutMs)));
+  }
+
+  /**
+   * An agent Pod deleted through the API is replaced as its DaemonSet would: the kubelet stops the
+   * agent (SIGTERM: the rules stay), the Pod goes, a new one is made and the agent starts again.
+   */
+  async #replaceAgent(agent: AgentProcess, node: NodeDescription): Promise<void> {
+    const server = this.#server!;
+    const name = agent.state.pod;
+    this.#replacing.add(name);
+    try {
+      await agent.restart(() => {
+        try {
+          server.store.delete('pods', agentNamespace, name, {gracePeriodSeconds: 0});
+        } catch {
+          // already gone
+        }
+        server.store.create('pods', agentPodObject(node, `ws://127.0.0.1:${agent.state.apiPort}`, new Date().toISOString()), agentNamespace, {keepStatus: true});
+      });
+    } finally {
+      this.#replacing.delete(name);
+    }
+    await this.#save().catch(() => undefined);
   }
 
   #agentChanged(node: NodeDescription, agent: AgentProcess): void {
@@ -220,6 +253,7 @@ export class LabSupervisor {
       await this.#save().catch(() => undefined);
     }
     this.#unsubscribe?.();
+    this.#unsubscribeAgents?.();
     await Promise.allSettled(this.#agents.map((agent) => agent.stop()));
     await this.#apps.stopAll().catch(() => this.#apps.killAllNow());
     await this.#server?.stop().catch(() => undefined);

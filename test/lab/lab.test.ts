@@ -159,6 +159,24 @@ describe('lab up / exec / down', {concurrency: false, skip: skipReason}, () => {
     );
   });
 
+  it('an agent Pod deleted through the API comes back, as its DaemonSet would make it, and proxies again', async () => {
+    const kubectl = (...args: string[]) => execa(kubectlPath, ['--kubeconfig', state.kubeconfig, '-n', 'kube-system', ...args], {reject: false, env: {HOME: labDir(name)}, timeout: 30_000});
+    const pod = 'proxyctl-agent-node-1';
+    const before = String((await kubectl('get', 'pod', pod, '-o', 'jsonpath={.metadata.uid}')).stdout);
+    const deleted = await kubectl('delete', 'pod', pod);
+    assert.equal(deleted.exitCode, 0, String(deleted.stderr));
+    const deadline = Date.now() + 20_000;
+    let now = '';
+    while (Date.now() < deadline) {
+      now = String((await kubectl('get', 'pod', pod, '-o', 'jsonpath={.metadata.uid} {.status.containerStatuses[0].ready}')).stdout);
+      if (now.endsWith(' true') && !now.startsWith(before)) break;
+      await new Promise((resolve) => setTimeout(resolve, 200));
+    }
+    assert.match(now, / true$/, 'the new agent pod is ready');
+    assert.notEqual(now.split(' ')[0], before, 'a new pod');
+    for (const reply of replies(await probe('pod-1-1', 'tcp', '10.96.0.10', 80, 3))) assert.match(reply.pod, /^pod-(0-0|0-1|1-0)$/);
+  });
+
   it('lab status shows the running lab; lab exec passes the exit code through', async () => {
     const status = await proxyctl('lab', 'status', '--name', name, '-o', 'json');
     assert.equal(status.exitCode, 0, status.stderr);
