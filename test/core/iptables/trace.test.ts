@@ -320,3 +320,36 @@ test('DNATed and then dropped by a FORWARD policy: DROP, and the branches still 
   // A client outside the cluster CIDR is marked for masquerade, which KUBE-FORWARD accepts.
   assert.equal(trace({...outsider, dstIP: '10.96.0.10', dstPort: 80}, ruleset).verdict, 'DNAT');
 });
+
+test('a Calico node: foreign chains are walked, ipset and rpfilter matches are reported, routing splits local and forwarded endpoints', () => {
+  const ruleset = parseIptablesSave(dump('calico-node.nft.txt'));
+  // The API server endpoints: 172.18.0.2 is this node, 172.18.0.3 another one.
+  const result = traceIptables(
+    ruleset,
+    {srcIP: '192.168.1.10', dstIP: '10.96.0.1', dstPort: 443, protocol: 'TCP', origin: 'arriving', inInterface: 'cali1234567890a'},
+    {localAddresses: ['172.18.0.2']},
+  );
+  assert.equal(result.verdict, 'DNAT');
+  assert.equal(result.servicePort, 'default/kubernetes:https');
+  assert.deepEqual(endpoints(result), {'172.18.0.2:6443': 0.5, '172.18.0.3:6443': 0.5});
+  assert.deepEqual(path(result.hops).slice(0, 3), ['raw PREROUTING -> cali-PREROUTING', 'raw cali-PREROUTING -> MARK', 'raw cali-PREROUTING -> MARK']);
+  const [toThisNode, forwarded] = result.branches;
+  // Delivered to the node itself: INPUT, and no POSTROUTING to masquerade in.
+  assert.ok(toThisNode.hops.some((hop) => hop.hook === 'INPUT'));
+  assert.ok(!toThisNode.hops.some((hop) => hop.hook === 'FORWARD' || hop.hook === 'POSTROUTING'));
+  // Forwarded: Calico's workload chain (reached by goto) marks it accepted, its RETURN goes back past the dispatch chain.
+  assert.ok(path(forwarded.hops).includes('filter cali-from-wl-dispatch -> cali-fw-cali1234567890a'));
+  assert.ok(path(forwarded.hops).includes('filter cali-FORWARD -> cali-to-hep-forward'));
+  const accepted = forwarded.hops.find((hop) => hop.chain === 'FORWARD' && hop.target === 'ACCEPT')!;
+  assert.match(accepted.rule, /Policy explicitly accepted packet/);
+  assert.equal(forwarded.masquerade, false);
+  assert.deepEqual(
+    result.warnings.map((warning) => warning.replace(/;.*$/, '')),
+    [
+      'raw cali-PREROUTING (line 32): unknown match -m rpfilter',
+      'filter cali-fw-cali1234567890a (line 80): unknown match -m set',
+      "filter cali-FORWARD (line 72): the packet's output interface is not known (rule tests -o cali+)",
+      'nat cali-nat-outgoing (line 128): unknown match -m set',
+    ],
+  );
+});
