@@ -1,0 +1,157 @@
+// kubectl proxyctl in the lab (`lab up`: a namespace cluster with one real agent per node): trace on
+// each demo service from a pod, from a node and from the external client, where the endpoints the
+// trace predicts are the ones --probe reaches; REJECT and DROP shown as such; a tampered rule on
+// one node found by diff there only, repaired by sync. Root only; the lab is torn down on failure too.
+import assert from 'node:assert/strict';
+import {existsSync} from 'node:fs';
+import {readFile} from 'node:fs/promises';
+import {join} from 'node:path';
+import {after, before, describe, it} from 'node:test';
+import {CoreV1Api, KubeConfig} from '@kubernetes/client-node';
+import {labDir, type LabState} from '../../src/lab/lab-state.ts';
+import {netnsUnavailableReason} from '../../src/lab/netns/index.ts';
+import {describeRun, root, runPlugin, type PluginRun} from './agent-cluster.ts';
+
+const name = `pxapi-${process.pid}`;
+const unavailable = await netnsUnavailableReason();
+const built = existsSync(join(root, 'dist/src/plugin/commands/lab/up.js'));
+const skip = unavailable ? `needs root: ${unavailable}` : built ? undefined : 'needs the build: run `npm run build` first (the lab runs bin/kubectl-proxyctl)';
+
+interface TraceJson {
+  node: string;
+  verdict: string;
+  branches: {endpoint: string; probability: number}[];
+  warnings: string[];
+  drifted: boolean;
+  probe?: {answers: {endpoint: string; count: number}[]; failures: {reason: string; count: number}[]; count: number};
+}
+
+function branchIPs(trace: TraceJson): string[] {
+  return trace.branches.map((branch) => branch.endpoint.replace(/:\d+$/, '')).sort();
+}
+
+function answeredIPs(trace: TraceJson): string[] {
+  return (trace.probe?.answers ?? []).map((answer) => answer.endpoint).sort();
+}
+
+describe('kubectl proxyctl in the lab', {concurrency: false, skip}, () => {
+  let state: LabState;
+  let env: Record<string, string>;
+  let pods: {name: string; node: string; ip: string; app: string}[];
+  const plugin = (...args: string[]): Promise<PluginRun> => runPlugin(args, env);
+  const traceJson = async (...args: string[]): Promise<TraceJson> => {
+    const run = await plugin('trace', ...args, '-o', 'json');
+    assert.equal(run.code, 0, describeRun(run));
+    return JSON.parse(run.stdout) as TraceJson;
+  };
+
+  before(async () => {
+    const up = await runPlugin(['lab', 'up', '--name', name, '--nodes', '2', '--pods-per-node', '2']);
+    assert.equal(up.code, 0, describeRun(up));
+    state = JSON.parse(await readFile(join(labDir(name), 'state.json'), 'utf8')) as LabState;
+    env = {KUBECONFIG: state.kubeconfig};
+    const config = new KubeConfig();
+    config.loadFromFile(state.kubeconfig);
+    const list = await config.makeApiClient(CoreV1Api).listNamespacedPod({namespace: 'default'});
+    pods = list.items.map((pod) => ({name: pod.metadata!.name!, node: pod.spec!.nodeName!, ip: pod.status!.podIP!, app: pod.metadata!.labels!.app}));
+  });
+  after(async () => {
+    await runPlugin(['lab', 'down', '--name', name]);
+  });
+
+  it('status lists every node ready', async () => {
+    const run = await plugin('status');
+    assert.equal(run.code, 0, describeRun(run));
+    assert.match(run.stdout, /^node-0\s+iptables\s+true\s/m);
+    assert.match(run.stdout, /^node-1\s+iptables\s+true\s/m);
+  });
+
+  it('from a pod, on each demo service: the probe reaches exactly the predicted endpoints', async () => {
+    const client = pods.find((pod) => pod.app === 'toolbox') ?? pods[0];
+    const demo = pods.filter((pod) => pod.app === 'demoapp').map((pod) => pod.ip).sort();
+    for (const service of ['demoapp', 'demoapp-nodeport', 'demoapp-udp']) {
+      const trace = await traceJson(service, '--from', client.name, '--probe', '30');
+      assert.equal(trace.node, client.node, `${service}: traced on the pod's node`);
+      assert.equal(trace.verdict, 'DNAT', service);
+      assert.deepEqual(branchIPs(trace), demo, `${service}: every demo pod is an endpoint`);
+      assert.deepEqual(trace.probe!.failures, [], service);
+      assert.deepEqual(answeredIPs(trace), branchIPs(trace), `${service}: the endpoints that answered are the predicted ones`);
+    }
+  });
+
+  it('from a node itself', async () => {
+    const trace = await traceJson('demoapp', '--node', 'node-1', '--probe', '30');
+    assert.equal(trace.verdict, 'DNAT');
+    assert.deepEqual(trace.probe!.failures, []);
+    assert.deepEqual(answeredIPs(trace), branchIPs(trace));
+  });
+
+  it('from the external client through a NodePort', async () => {
+    const external = state.topology!.externalClients[0];
+    assert.ok(external, 'the lab has an external client');
+    const trace = await traceJson('demoapp-nodeport', '--via', 'node-port', '--from', external.ip, '--node', 'node-0', '--from-netns', external.namespace, '--probe', '30');
+    assert.equal(trace.verdict, 'DNAT');
+    assert.deepEqual(trace.probe!.failures, []);
+    assert.deepEqual(answeredIPs(trace), branchIPs(trace));
+  });
+
+  it('REJECT for a service without endpoints, DROP for Local policy without a local endpoint', async () => {
+    const empty = await traceJson('empty', '--from', pods[0].name, '--probe', '5');
+    assert.equal(empty.verdict, 'REJECT');
+    assert.deepEqual(empty.probe!.failures, [{reason: 'connection refused', count: 5}]);
+
+    // A NodePort with externalTrafficPolicy Local whose only endpoint is on node-1.
+    const config = new KubeConfig();
+    config.loadFromFile(state.kubeconfig);
+    const only = pods.find((pod) => pod.node === 'node-1')!;
+    await config.makeApiClient(CoreV1Api).patchNamespacedPod({namespace: 'default', name: only.name, body: [{op: 'add', path: '/metadata/labels/local', value: 'yes'}]});
+    await config.makeApiClient(CoreV1Api).createNamespacedService({
+      namespace: 'default',
+      body: {metadata: {name: 'local-only'}, spec: {type: 'NodePort', externalTrafficPolicy: 'Local', selector: {local: 'yes'}, ports: [{port: 80, targetPort: 8080}]}},
+    });
+    const external = state.topology!.externalClients[0];
+    let trace: TraceJson | undefined;
+    for (let attempt = 0; attempt < 50 && trace?.verdict !== 'DROP'; attempt++) {
+      if (attempt > 0) await new Promise((resolve) => setTimeout(resolve, 200));
+      const run = await plugin('trace', 'local-only', '--via', 'node-port', '--from', external.ip, '--node', 'node-0', '--from-netns', external.namespace, '--probe', '3', '-o', 'json');
+      if (run.code === 0) trace = JSON.parse(run.stdout) as TraceJson;
+    }
+    assert.equal(trace?.verdict, 'DROP', JSON.stringify(trace));
+    assert.deepEqual(trace!.probe!.failures, [{reason: 'timed out', count: 3}]);
+  });
+
+  it('a tampered rule on one node: diff there exits 1 with that change, the other node 0; sync repairs it', async () => {
+    const agent = state.agents.find((entry) => entry.node === 'node-1')!;
+    const netns = state.topology!.nodes.find((node) => node.name === 'node-1')!.namespace;
+    const {execFileSync} = await import('node:child_process');
+    const nat = () => execFileSync('ip', ['netns', 'exec', netns, 'iptables-save', '-t', 'nat'], {encoding: 'utf8'});
+    const rule = nat().split('\n').find((line) => line.startsWith('-A KUBE-SERVICES') && line.includes('default/demoapp:') && line.includes('cluster IP'));
+    assert.ok(rule, `the demoapp rule on node-1 (agent ${JSON.stringify(agent)})`);
+    const args = [...rule.replace(/^-A /, '').matchAll(/"((?:[^"\\]|\\.)*)"|(\S+)/g)].map((m) => m[1] ?? m[2]);
+    execFileSync('ip', ['netns', 'exec', netns, 'iptables', '-t', 'nat', '-D', ...args]);
+
+    const drifted = await plugin('diff', 'node-1');
+    assert.equal(drifted.code, 1, describeRun(drifted));
+    assert.deepEqual(drifted.stdout.split('\n').filter((line) => /^[-+]-t /.test(line)), [`--t nat ${rule}`]);
+    const other = await plugin('diff', 'node-0');
+    assert.equal(other.code, 0, describeRun(other));
+
+    const sync = await plugin('sync', 'node-1');
+    assert.equal(sync.code, 0, describeRun(sync));
+    const repaired = await plugin('diff', 'node-1');
+    assert.equal(repaired.code, 0, describeRun(repaired));
+  });
+
+  it('--agent-url reaches an agent straight, without the API server', async () => {
+    const agent = state.agents.find((entry) => entry.node === 'node-0')!;
+    const url = (agent as unknown as {apiUrl?: string; api?: {url?: string}}).apiUrl;
+    const config = new KubeConfig();
+    config.loadFromFile(state.kubeconfig);
+    const pod = (await config.makeApiClient(CoreV1Api).listNamespacedPod({namespace: 'kube-system', labelSelector: 'app.kubernetes.io/name=proxyctl-agent'})).items.find((item) => item.spec?.nodeName === 'node-0')!;
+    const agentUrl = pod.metadata?.annotations?.['lab.proxyctl.dev/agent-url'] ?? url;
+    assert.ok(agentUrl, 'the agent pod names its URL');
+    const run = await runPlugin(['status', '--agent-url', agentUrl], {KUBECONFIG: '/nonexistent'});
+    assert.equal(run.code, 0, describeRun(run));
+    assert.match(run.stdout, /^node-0\s+iptables\s+true/m);
+  });
+});
