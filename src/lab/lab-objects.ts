@@ -108,14 +108,15 @@ interface PodStatusOptions {
   now: string;
   containerName: string;
   image: string;
-  /** Whether the container's process runs; its pid, when known, becomes the containerID. */
-  running: boolean;
+  /** Whether the container's process runs (default: when pid is given); a pid becomes the containerID. */
+  running?: boolean;
   pid?: number;
   restartCount?: number;
 }
 
 export function podStatus(options: PodStatusOptions): KubeObject['status'] {
   const ready = options.ready ? 'True' : 'False';
+  const running = options.running ?? options.pid !== undefined;
   return {
     phase: 'Running',
     hostIP: options.hostIP,
@@ -135,10 +136,10 @@ export function podStatus(options: PodStatusOptions): KubeObject['status'] {
         image: options.image,
         imageID: '',
         ready: options.ready,
-        started: options.running,
+        started: running,
         restartCount: options.restartCount ?? 0,
         ...(options.pid !== undefined ? {containerID: `pid://${options.pid}`} : {}),
-        state: options.running ? {running: {startedAt: options.now}} : {waiting: {reason: 'ContainerCreating'}},
+        state: running ? {running: {startedAt: options.now}} : {waiting: {reason: 'ContainerCreating'}},
       },
     ],
   };
