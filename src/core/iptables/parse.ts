@@ -2,7 +2,7 @@
 // iptables-restore input -> IptablesRuleset, with every chain kept and the proxy's marked.
 import type {IPFamily} from '../model/types.ts';
 import {formatRuleArgs, parseRuleArgs, RuleSyntaxError, tokenizeRule, type ParsedRuleArgs, type Token} from './rule-syntax.ts';
-import {builtinChains, chainKind, isBuiltinChain, type AddressCondition, type IptablesChain, type IptablesRule, type IptablesRuleset, type IptablesTable} from './ruleset.ts';
+import {builtinChains, chainKind, evaluatedMatches, isBuiltinChain, type AddressCondition, type IptablesChain, type IptablesRule, type IptablesRuleset, type IptablesTable} from './ruleset.ts';
 
 export type {IptablesChain, IptablesRule, IptablesRuleset, IptablesTable} from './ruleset.ts';
 
@@ -38,7 +38,7 @@ function guessFamily(text: string): IPFamily {
  */
 export function parseIptablesSave(text: string, options: ParseOptions = {}): IptablesRuleset {
   const family = options.family ?? guessFamily(text);
-  const ruleset: IptablesRuleset = {family, frontEnd: 'unknown', tables: new Map(), notes: []};
+  const ruleset: IptablesRuleset = {family, frontEnd: 'unknown', tables: new Map(), notes: [], unknownMatches: []};
   let table: IptablesTable | undefined;
   let tableLine = 0;
   const lines = text.split('\n');
@@ -99,7 +99,7 @@ export function parseIptablesSave(text: string, options: ParseOptions = {}): Ipt
         case '-A':
         case '--append': {
           const chain = chainOf(lineNumber, chainName, raw);
-          chain.rules.push(...readRules(chain, tokens.slice(2), family, lineNumber));
+          chain.rules.push(...readRules(ruleset, chain, tokens.slice(2), lineNumber));
           break;
         }
         case '-I':
@@ -112,7 +112,7 @@ export function parseIptablesSave(text: string, options: ParseOptions = {}): Ipt
             rest = rest.slice(1);
           }
           if (position < 1 || position > chain.rules.length + 1) throw new RuleSyntaxError(`no position ${position} in chain ${chain.name} (it has ${chain.rules.length} rules)`);
-          chain.rules.splice(position - 1, 0, ...readRules(chain, rest, family, lineNumber));
+          chain.rules.splice(position - 1, 0, ...readRules(ruleset, chain, rest, lineNumber));
           break;
         }
         case '-D':
@@ -125,7 +125,7 @@ export function parseIptablesSave(text: string, options: ParseOptions = {}): Ipt
             chain.rules.splice(position - 1, 1);
             break;
           }
-          for (const rule of readRules(chain, rest, family, lineNumber)) {
+          for (const rule of readRules(ruleset, chain, rest, lineNumber)) {
             const found = chain.rules.findIndex((candidate) => candidate.text === rule.text);
             if (found < 0) throw new RuleSyntaxError(`no such rule in chain ${chain.name}`);
             chain.rules.splice(found, 1);
@@ -186,8 +186,9 @@ function readComment(ruleset: IptablesRuleset, line: string): void {
     ruleset.frontEnd = /nf_tables/.test(generated[2]) || /-nft-/.test(generated[1]) ? 'nf_tables' : 'legacy';
     return;
   }
-  // iptables-nft-save's "# Warning: iptables-legacy tables present, use iptables-legacy-save to see them".
-  if (/^# Warning:/.test(line)) {
+  // iptables-nft-save's "# Warning: iptables-legacy tables present, use iptables-legacy-save to see them",
+  // and its "# Table `nat' is incompatible, use 'nft' tool." for tables it cannot show.
+  if (/^# Warning:/.test(line) || /incompatible|use 'nft' tool/.test(line)) {
     const note = line.replace(/^# /, '');
     if (!ruleset.notes.includes(note)) ruleset.notes.push(note);
   }
@@ -267,10 +268,14 @@ class SavedRule implements IptablesRule {
 }
 
 /** readRules reads one rule line's arguments; an address list ("-s a,b") gives one rule per address, as iptables does. */
-function readRules(chain: IptablesChain, tokens: Token[], family: IPFamily, line: number): IptablesRule[] {
+function readRules(ruleset: IptablesRuleset, chain: IptablesChain, tokens: Token[], line: number): IptablesRule[] {
+  const family = ruleset.family;
   const expansions = tokens.some((token) => token.text.includes(',')) ? expandAddressLists(tokens) : [tokens];
   return expansions.map((words) => {
     const args = parseRuleArgs(words, family);
+    for (const match of args.matches) {
+      if (!evaluatedMatches.has(match.module)) ruleset.unknownMatches.push({table: chain.table, chain: chain.name, line, module: match.module});
+    }
     const formatted = formatRuleArgs(args);
     return new SavedRule(chain.table, chain.name, formatted === '' ? `-A ${chain.name}` : `-A ${chain.name} ${formatted}`, line, family, args.destination);
   });

@@ -272,6 +272,16 @@ export function parseRuleArgs(tokens: Token[], family: IPFamily): ParsedRuleArgs
         break;
       default: {
         const name = optionName(token);
+        const last = parsed.target ?? parsed.matches[parsed.matches.length - 1];
+        // iptables-nft-save marks what it cannot show, e.g. "[unsupported revision]"; keep the words with the option before them.
+        if (name === undefined && word.startsWith('[') && last) {
+          const words = [word];
+          while (!words[words.length - 1].endsWith(']') && index < tokens.length) words.push(tokens[index++].text);
+          const lastOption = last.options[last.options.length - 1];
+          if (lastOption) lastOption.values.push(...words);
+          else last.options.push({name: '', negated: false, values: words});
+          break;
+        }
         if (name === undefined) throw new RuleSyntaxError(`unexpected word "${word}"`);
         const owner = ownerOf(name);
         if (!owner) throw new RuleSyntaxError(`option ${word} belongs to no match or target (is a "-m MODULE" missing?)`);
@@ -462,7 +472,7 @@ function formatOptions(options: RuleOption[]): string[] {
   const words: string[] = [];
   for (const entry of options) {
     if (entry.negated) words.push('!');
-    words.push(`--${entry.name}`);
+    if (entry.name !== '') words.push(`--${entry.name}`);
     for (const value of entry.values) words.push(formatValue(entry.name, value));
   }
   return words;

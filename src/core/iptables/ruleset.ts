@@ -81,6 +81,17 @@ export interface IptablesTable {
   chains: Map<string, IptablesChain>;
 }
 
+/** Match modules the tracer evaluates; rules with others are kept, and reported where the trace meets them. */
+export const evaluatedMatches: ReadonlySet<string> = new Set(['comment', 'tcp', 'udp', 'sctp', 'udplite', 'multiport', 'addrtype', 'mark', 'conntrack', 'state', 'statistic', 'recent', 'pkttype', 'iprange', 'icmp', 'icmp6']);
+
+/** UnknownMatch: a rule that uses a match module the tracer does not evaluate. */
+export interface UnknownMatch {
+  table: string;
+  chain: string;
+  line: number;
+  module: string;
+}
+
 export interface IptablesRuleset {
   /** Address family of the dump (iptables-save or ip6tables-save), from its addresses; IPv4 if none say. */
   family: IPFamily;
@@ -89,6 +100,8 @@ export interface IptablesRuleset {
   tables: Map<string, IptablesTable>;
   /** Notes about the dump itself, e.g. the nf_tables front end's "iptables-legacy tables present". */
   notes: string[];
+  /** Rules with matches the tracer does not evaluate ("unknown match"), in dump order. */
+  unknownMatches: UnknownMatch[];
 }
 
 /** Built-in chains of each table, in the order iptables-save lists them. */
