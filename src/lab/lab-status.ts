@@ -158,7 +158,7 @@ function onPath(program: string): boolean {
   return (process.env.PATH ?? '').split(delimiter).some((dir) => dir && existsSync(join(dir, program)));
 }
 
-/** usageExamples are the commands to try in this lab. */
+/** usageExamples are the commands to try in this lab, each with what it shows when that is not plain. */
 export function usageExamples(status: LabStatus): string[] {
   const nameFlag = status.name === 'proxyctl' ? '' : ` --name ${status.name}`;
   const [clusterIP, nodePort, udp, empty] = demoServices;
@@ -167,19 +167,27 @@ export function usageExamples(status: LabStatus): string[] {
   const client = status.externalClients[0];
   const demoClient = `${process.execPath} ${siblingProgram('workload/demoapp-client', import.meta.url)}`;
   const get = (host: string, port: number) => (onPath('curl') ? `curl -s http://${host}:${port}/` : `${demoClient} --host ${host} --port ${port}`);
-  const lines = [`export KUBECONFIG=${status.kubeconfig}`, 'kubectl get nodes,pods,services,endpointslices -o wide'];
+  const exec = (target: string, command: string) => `kubectl proxyctl lab exec${nameFlag} ${target} -- ${command}`;
+  const examples: Array<[string, string?]> = [[`export KUBECONFIG=${status.kubeconfig}`], ['kubectl get nodes,pods,services,endpointslices -o wide']];
   if (toolbox) {
-    lines.push(
-      `kubectl proxyctl lab exec${nameFlag} ${toolbox.name} -- ${get(clusterIP.clusterIP, clusterIP.port)}       # ${clusterIP.name}: one of its pods answers`,
-      `kubectl proxyctl lab exec${nameFlag} ${toolbox.name} -- ${demoClient} --protocol udp --host ${udp.clusterIP} --port ${udp.port}`,
-      `kubectl proxyctl lab exec${nameFlag} ${toolbox.name} -- ${get(empty.clusterIP, empty.port)}       # ${empty.name}: refused, no endpoints`,
+    examples.push(
+      [exec(toolbox.name, get(clusterIP.clusterIP, clusterIP.port)), `${clusterIP.name}: one of its pods answers`],
+      [exec(toolbox.name, get(empty.clusterIP, empty.port)), `${empty.name}: refused, no endpoints`],
     );
   }
-  if (client && lastNode) lines.push(`kubectl proxyctl lab exec${nameFlag} ${client.name} -- ${get(lastNode.ip, nodePort.nodePort!)}     # NodePort from outside the cluster`);
-  if (toolbox) lines.push(`kubectl proxyctl trace ${clusterIP.name} --from ${toolbox.name} --probe 5`);
-  if (lastNode) lines.push(`kubectl proxyctl lab exec${nameFlag} ${lastNode.name} -- iptables-save -t nat       # the rules on ${lastNode.name}`);
-  lines.push(`kubectl proxyctl lab down${nameFlag}`);
-  return lines;
+  if (client && lastNode) examples.push([exec(client.name, get(lastNode.ip, nodePort.nodePort!)), `${nodePort.name} from outside the cluster`]);
+  if (lastNode) examples.push([exec(lastNode.name, 'iptables-save -t nat'), `the rules on ${lastNode.name}`]);
+  if (toolbox) {
+    examples.push([`kubectl proxyctl trace ${clusterIP.name} --from ${toolbox.name} --probe 5`, 'the path through the rules, then 5 real requests']);
+    examples.push([exec(toolbox.name, `${demoClient} --protocol udp --host ${udp.clusterIP} --port ${udp.port}`), `${udp.name}: the UDP echo`]);
+  }
+  examples.push([`kubectl proxyctl lab down${nameFlag}`]);
+  // Comments line up after the commands that fit on a line; longer commands carry theirs above.
+  const width = Math.max(...examples.filter(([command, comment]) => comment && command.length <= 100).map(([command]) => command.length));
+  return examples.flatMap(([command, comment]) => {
+    if (!comment) return [command];
+    return command.length <= width ? [`${command.padEnd(width)}   # ${comment}`] : [`# ${comment}`, command];
+  });
 }
 
 /** formatLabStatus is the text `lab status` and `lab up` print. */
