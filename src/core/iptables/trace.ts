@@ -78,12 +78,18 @@ class Tracer {
     return this.runChain(chain, 0, walk, 0, undefined).map((result) => result.walk);
   }
 
+  /**
+   * runChain walks the chain from rule `start`. A rule whose target lets the packet go on (MARK,
+   * LOG, a jump that returns) continues the loop, so long chains do not deepen the stack; only a
+   * random fork recurses, once per branch.
+   */
   runChain(chain: IptablesChain, start: number, walk: Walk, depth: number, caller: Caller | undefined): ChainExit[] {
     const candidates = candidateRules(chain, walk.state.dst.text);
+    let current = walk;
     for (let position = firstAtOrAfter(candidates, start); position < candidates.length; position++) {
       const index = candidates[position];
       const rule = chain.rules[index];
-      const result = matchRule(rule, walk.state, this.addresses);
+      const result = matchRule(rule, current.state, this.addresses);
       if (result.kind === 'no') continue;
       if (result.kind === 'unknown') {
         for (const reason of result.reasons) this.warn(`${rule.table} ${rule.chain} (line ${rule.line}): ${reason}; the rule was treated as not matching: ${rule.text}`);
@@ -95,13 +101,17 @@ class Tracer {
           continue;
         }
         this.walkCount++;
-        const taken = fork(walk, walk.probability * result.probability);
-        const rest = fork(walk, walk.probability * (1 - result.probability));
-        return [...this.applyTarget(chain, index, rule, taken, depth, caller, result.probability), ...this.runChain(chain, index + 1, rest, depth, caller)];
+        const taken = fork(current, current.probability * result.probability);
+        const rest = fork(current, current.probability * (1 - result.probability));
+        const takenOutcome = this.applyTarget(chain, index, rule, taken, depth, caller, result.probability);
+        const takenExits = Array.isArray(takenOutcome) ? takenOutcome : this.runChain(chain, index + 1, takenOutcome, depth, caller);
+        return [...takenExits, ...this.runChain(chain, index + 1, rest, depth, caller)];
       }
-      return this.applyTarget(chain, index, rule, walk, depth, caller, 1);
+      const outcome = this.applyTarget(chain, index, rule, current, depth, caller, 1);
+      if (Array.isArray(outcome)) return outcome;
+      current = outcome;
     }
-    return this.endOfChain(chain, walk);
+    return this.endOfChain(chain, current);
   }
 
   endOfChain(chain: IptablesChain, walk: Walk): ChainExit[] {
@@ -131,10 +141,11 @@ class Tracer {
     return walk.hops.length - 1;
   }
 
-  applyTarget(chain: IptablesChain, index: number, rule: IptablesRule, walk: Walk, depth: number, caller: Caller | undefined, ruleProbability: number): ChainExit[] {
+  /** applyTarget does what the matched rule's target says: ends the chain (exits), or returns the walk to go on with the next rule. */
+  applyTarget(chain: IptablesChain, index: number, rule: IptablesRule, walk: Walk, depth: number, caller: Caller | undefined, ruleProbability: number): ChainExit[] | Walk {
     const before = walk.state;
     const target = rule.target;
-    const next = () => this.runChain(chain, index + 1, walk, depth, caller);
+    const next = () => walk;
     const stop = (outcome: 'DROP' | 'REJECT'): ChainExit[] => {
       this.pushHop(walk, rule, before, ruleProbability);
       walk.outcome = outcome;
@@ -225,6 +236,7 @@ class Tracer {
     }
     const results = this.runChain(subchain, 0, walk, depth + 1, {rule, state: before, hopIndex});
     if (target.goto) return results.flatMap((result) => (result.exit === 'return' ? this.endOfGoto(chain, result.walk) : [result]));
+    if (results.length === 1 && results[0].exit === 'return') return results[0].walk;
     return results.flatMap((result) => (result.exit === 'return' ? this.runChain(chain, index + 1, result.walk, depth, caller) : [result]));
   }
 

@@ -353,3 +353,13 @@ test('a Calico node: foreign chains are walked, ipset and rpfilter matches are r
     ],
   );
 });
+
+test('a chain of many matching rules that let the packet go on is walked without running out of stack', () => {
+  const lines = ['*filter', ':COUNT - [0:0]', '-A FORWARD -j COUNT', '-A FORWARD -j ACCEPT'];
+  for (let index = 0; index < 20_000; index++) lines.push(index % 2 ? '-A COUNT -j LOG --log-prefix "seen "' : '-A COUNT -m comment --comment "counted"');
+  lines.push('COMMIT');
+  const result = traceIptables(parseIptablesSave(lines.join('\n')), {srcIP: '10.0.0.1', dstIP: '10.0.0.2', dstPort: 80, protocol: 'TCP', origin: 'arriving'}, {localAddresses: []});
+  assert.equal(result.verdict, 'ACCEPT');
+  assert.equal(result.hops.length, 20_002);
+  assert.deepEqual(path(result.hops.slice(-2)), ['filter COUNT -> LOG', 'filter FORWARD -> ACCEPT']);
+});
