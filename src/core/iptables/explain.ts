@@ -221,7 +221,9 @@ export function explainRule(explainer: Explainer, rule: IptablesRule, facts: Hop
       return sentence(`${service} has no endpoints, so ${target === 'REJECT' ? `the connection to ${port} is refused at once (REJECT with ${rule.target?.options[0]?.values[0] ?? 'an ICMP error'})` : `the packet to ${port} goes to ${target}`}`);
     }
     if (/has no local endpoints$/.test(comment)) {
-      return sentence(`${service} has externalTrafficPolicy Local and no endpoint on this node, so the packet to ${port} is ${target === 'DROP' ? 'dropped' : `sent to ${target}`}`);
+      // kube-proxy writes the cluster IP's rule (internal policy) into KUBE-SERVICES, the others into KUBE-EXTERNAL-SERVICES.
+      const policy = rule.chain === 'KUBE-SERVICES' ? 'internalTrafficPolicy' : 'externalTrafficPolicy';
+      return sentence(`${service} has ${policy} Local and no endpoint on this node, so the packet to ${port} is ${target === 'DROP' ? 'dropped' : `sent to ${target}`}`);
     }
     if (/traffic not accepted by /.test(comment) && target === 'DROP') {
       return sentence(`The packet is still addressed to the load-balancer IP ${port}: ${comment.replace(/^.* traffic not accepted by /, '')} did not let its source ${before.src.text} through (it is not in loadBalancerSourceRanges), so it is dropped`);
@@ -351,7 +353,8 @@ export function masqueradeBecause(explainer: Explainer, rule: IptablesRule, stat
     return `the packet came to an external address of ${service ?? 'the service'} (node port, external IP or load-balancer IP) and externalTrafficPolicy is Cluster`;
   }
   if (/^masquerade LOCAL traffic for /.test(comment)) return `the node itself sent the packet to an external address of ${service ?? 'the service'}`;
-  if (rule.chain.startsWith('KUBE-SVC-') || rule.chain.startsWith('KUBE-SVL-')) {
+  // Older kube-proxy versions wrote the cluster IP's masquerade rule into KUBE-SERVICES itself.
+  if (rule.chain.startsWith('KUBE-SVC-') || rule.chain.startsWith('KUBE-SVL-') || / cluster IP$/.test(comment)) {
     if (rule.source?.negated) return `the source ${state.src.text} is outside the cluster CIDR ${rule.source.cidr}`;
     if (rule.inInterface?.negated) {
       return state.inInterface === ''

@@ -135,8 +135,9 @@ class Tracer {
   pushHop(walk: Walk, rule: IptablesRule, before: PacketState, ruleProbability: number, caller?: Caller): number {
     const explanation = explainRule(this.explainer, rule, {ruleProbability, branchProbability: walk.probability, before, after: walk.state, callerChain: caller?.rule.chain});
     walk.hops.push({hook: this.hook, table: rule.table, chain: rule.chain, rule: rule.text, target: rule.target?.name ?? '(none)', explanation});
-    if (!walk.servicePort && isProxyChain(rule.chain)) {
-      walk.servicePort = servicePortOfComment(rule.comment) ?? (isHashedProxyChain(rule.chain) ? this.explainer.serviceOf(rule.table, rule.chain) : undefined);
+    if (isProxyChain(rule.chain)) {
+      walk.servicePort ??= servicePortOfComment(rule.comment) ?? (isHashedProxyChain(rule.chain) ? this.explainer.serviceOf(rule.table, rule.chain) : undefined);
+      this.noteServiceProblem(rule);
     }
     return walk.hops.length - 1;
   }
@@ -150,7 +151,6 @@ class Tracer {
       this.pushHop(walk, rule, before, ruleProbability);
       walk.outcome = outcome;
       walk.endedAt = `${rule.table} ${rule.chain}`;
-      this.noteServiceProblem(rule, outcome);
       return [{walk, exit: 'stop'}];
     };
     if (!target) {
@@ -245,13 +245,14 @@ class Tracer {
     return chain.kind === 'builtin' ? this.endOfChain(chain, walk) : [{walk, exit: 'return'}];
   }
 
-  noteServiceProblem(rule: IptablesRule, outcome: 'DROP' | 'REJECT'): void {
-    const service = servicePortOfComment(rule.comment);
-    if (!service || !rule.comment) return;
-    if (/has no endpoints$/.test(rule.comment)) this.warn(`${service} has no endpoints: connections to it are refused (${outcome})`);
-    else if (/has no local endpoints$/.test(rule.comment)) {
-      this.warn(`${service} has externalTrafficPolicy Local and no endpoint on this node: traffic to its external addresses is dropped here (${outcome})`);
-    }
+  /** noteServiceProblem turns the proxy's "has no endpoints" rules the packet met into warnings (REJECT, or older kube-proxy's KUBE-MARK-DROP). */
+  noteServiceProblem(rule: IptablesRule): void {
+    const comment = rule.comment;
+    if (!comment || !comment.endsWith('endpoints')) return;
+    const service = servicePortOfComment(comment);
+    if (!service) return;
+    if (/has no endpoints$/.test(comment)) this.warn(`${service} has no endpoints: connections to it are refused`);
+    else if (/has no local endpoints$/.test(comment)) this.warn(`${service} has a Local traffic policy and no endpoint on this node: the traffic that policy covers is dropped here`);
   }
 
   noteAffinity(rule: IptablesRule, walk: Walk): void {

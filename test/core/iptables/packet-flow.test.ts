@@ -107,7 +107,7 @@ const flows: Flow[] = [
     slices: [webSlice(remote('10.244.2.10'))],
     packet: {...fromOutside, dstIP: nodeIP, dstPort: 30082},
     verdict: 'DROP',
-    warning: /default\/web:http has externalTrafficPolicy Local and no endpoint on this node/,
+    warning: /default\/web:http has a Local traffic policy and no endpoint on this node/,
   },
   {
     name: 'NodePort, no endpoints at all: refused',

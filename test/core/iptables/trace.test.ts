@@ -111,7 +111,7 @@ test('externalTrafficPolicy Local without a local endpoint: dropped, with a warn
   const last = result.hops[result.hops.length - 1];
   assert.deepEqual([last.hook, last.table, last.chain, last.target], ['INPUT', 'filter', 'KUBE-EXTERNAL-SERVICES', 'DROP']);
   assert.match(last.explanation, /^default\/np-nolocal:http has externalTrafficPolicy Local and no endpoint on this node, so the packet to 10\.0\.0\.11:30082\/TCP is dropped\.$/);
-  assert.deepEqual(result.warnings, ['default/np-nolocal:http has externalTrafficPolicy Local and no endpoint on this node: traffic to its external addresses is dropped here (DROP)']);
+  assert.deepEqual(result.warnings, ['default/np-nolocal:http has a Local traffic policy and no endpoint on this node: the traffic that policy covers is dropped here']);
 });
 
 test('a service without endpoints: refused at once, with a warning', () => {
@@ -120,7 +120,7 @@ test('a service without endpoints: refused at once, with a warning', () => {
   assert.equal(result.servicePort, 'default/empty:http');
   assert.deepEqual(path(result.hops), ['nat PREROUTING -> KUBE-SERVICES', 'filter FORWARD -> KUBE-PROXY-FIREWALL', 'filter FORWARD -> KUBE-FORWARD', 'filter FORWARD -> KUBE-SERVICES', 'filter KUBE-SERVICES -> REJECT']);
   assert.match(result.hops[4].explanation, /^default\/empty:http has no endpoints, so the connection to 10\.96\.0\.12:80\/TCP is refused at once \(REJECT with icmp-port-unreachable\)\.$/);
-  assert.deepEqual(result.warnings, ['default/empty:http has no endpoints: connections to it are refused (REJECT)']);
+  assert.deepEqual(result.warnings, ['default/empty:http has no endpoints: connections to it are refused']);
 });
 
 test('externalIPs: traffic from outside reaches the endpoint, masqueraded', () => {
@@ -362,4 +362,29 @@ test('a chain of many matching rules that let the packet go on is walked without
   assert.equal(result.verdict, 'ACCEPT');
   assert.equal(result.hops.length, 20_002);
   assert.deepEqual(path(result.hops.slice(-2)), ['filter COUNT -> LOG', 'filter FORWARD -> ACCEPT']);
+});
+
+test('an older kube-proxy\'s rules: masquerade rule in KUBE-SERVICES, KUBE-XLB, KUBE-MARK-DROP and kubelet\'s KUBE-FIREWALL', () => {
+  const ruleset = parseIptablesSave(dump('kube-proxy-1.20.legacy.txt'));
+  const old = (packet: Partial<Packet> & Pick<Packet, 'dstIP' | 'dstPort'>) => traceIptables(ruleset, {srcIP: outsider.srcIP, inInterface: 'eth0', protocol: 'TCP', origin: 'arriving', ...packet}, {localAddresses});
+  const clusterIP = old({dstIP: '10.96.0.10', dstPort: 80});
+  assert.equal(clusterIP.verdict, 'DNAT');
+  assert.equal(clusterIP.servicePort, 'default/web:http');
+  assert.deepEqual(endpoints(clusterIP), {'10.244.1.5:8080': 0.5, '10.244.2.5:8080': 0.5});
+  for (const branch of clusterIP.branches) assert.equal(branch.masqueradeReason, 'marked for masquerade by KUBE-MARK-MASQ because the source 198.51.100.7 is outside the cluster CIDR 10.244.0.0/16');
+  assert.match(clusterIP.branches[0].hops[0].explanation, /endpoint 10\.244\.1\.5:8080 of default\/web:http/);
+
+  // No local endpoint: KUBE-XLB marks the packet with 0x8000, and kubelet's firewall drops it in INPUT.
+  const nodePort = old({dstIP: '10.0.0.11', dstPort: 30081});
+  assert.equal(nodePort.verdict, 'DROP');
+  assert.deepEqual(path(nodePort.hops).slice(-5), [
+    'nat KUBE-XLB-EYQ3GTHA5KKORZZK -> KUBE-MARK-DROP',
+    'nat KUBE-MARK-DROP -> MARK',
+    'filter INPUT -> KUBE-EXTERNAL-SERVICES',
+    'filter INPUT -> KUBE-FIREWALL',
+    'filter KUBE-FIREWALL -> DROP',
+  ]);
+  assert.deepEqual(nodePort.warnings, ['default/local:http has a Local traffic policy and no endpoint on this node: the traffic that policy covers is dropped here']);
+  // A pod using the node port is sent to the cluster-wide service chain instead.
+  assert.deepEqual(endpoints(old({...pod, dstIP: '10.0.0.11', dstPort: 30081})), {'10.244.2.9:8080': 1});
 });
