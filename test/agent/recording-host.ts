@@ -146,6 +146,8 @@ function cloneTable(table: Table): Table {
 }
 
 function applyLine(table: Table, line: string): void {
+  // Zeroing every counter of the table: nothing to record.
+  if (line === '-Z') return;
   if (line.startsWith(':')) {
     const chain = line.slice(1).split(/\s+/)[0];
     table.set(chain, []);

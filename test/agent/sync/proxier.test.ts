@@ -89,6 +89,19 @@ test('the first sync is full: one restore with --noflush, then the jump rules', 
   assert.equal(await metricValue(metrics, 'kubeproxy_sync_full_proxy_rules_duration_seconds_count'), 1);
 });
 
+test('on iptables-nft a full sync makes iptables read the whole nat table (a chain-less -Z first); a partial one does not', async () => {
+  const {host, proxier, objects} = setup();
+  await proxier.start();
+  await proxier.syncRules(requested);
+  assert.match(host.restores[0].rules, /^\*nat\n-Z\n:KUBE-SERVICES /m);
+  assert.equal(host.restores[0].rules.match(/^-Z$/gm)?.length, 1, 'only in nat, once');
+  objects.slicesByName.set('web-1', slice('web-1', 'web', ['10.244.2.6']));
+  proxier.onChange('EndpointSlice', objects.slicesByName.get('web-1'));
+  await proxier.syncRules(requested);
+  assert.doesNotMatch(host.restores[1].rules, /^-Z$/m);
+  await proxier.stop();
+});
+
 test('an endpoint change is a partial sync of that service port only', async () => {
   const {host, proxier, objects, rules, metrics} = setup();
   await proxier.syncRules(requested);
