@@ -274,6 +274,7 @@ export function explainRule(explainer: Explainer, rule: IptablesRule, facts: Hop
               ? `clears mark bit${countBits(clearedBits) > 1 ? 's' : ''} 0x${clearedBits.toString(16)}`
               : `changes the packet mark to 0x${after.mark.toString(16)}`;
       if (rule.chain === 'KUBE-MARK-MASQ') return sentence(`This rule ${what}: KUBE-POSTROUTING masquerades packets that carry it when they leave the node`);
+      if (rule.chain === 'KUBE-MARK-DROP') return sentence(`This rule ${what}: kubelet's KUBE-FIREWALL drops packets that carry it`);
       if (rule.chain === 'KUBE-POSTROUTING') return sentence(`The packet carries the masquerade mark, so this rule ${what} before it is masqueraded (a packet that comes back through the rules is not masqueraded twice)`);
       return sentence(`${because ? `${because}, so this rule` : 'This rule'} ${what}`);
     }

@@ -174,10 +174,10 @@ class Tracer {
         const value = Number(valueText);
         const mask = Number(maskText);
         walk.state = {...before, mark: ((before.mark & ~mask) ^ value) >>> 0};
+        // The reason to remember is the rule that sent the packet to KUBE-MARK-MASQ.
         const setBits = (walk.state.mark & ~before.mark) >>> 0;
-        if (setBits) {
-          const because = caller && chain.kind !== 'builtin' && rule.chain.startsWith('KUBE-MARK') ? masqueradeBecause(this.explainer, caller.rule, caller.state) : masqueradeBecause(this.explainer, rule, before);
-          walk.markedBy = {chain: rule.chain, because};
+        if (setBits && rule.chain === 'KUBE-MARK-MASQ') {
+          walk.markedBy = {chain: rule.chain, because: masqueradeBecause(this.explainer, caller?.rule ?? rule, caller?.state ?? before)};
         }
         this.pushHop(walk, rule, before, ruleProbability);
         return next();
@@ -200,7 +200,7 @@ class Tracer {
       case 'MASQUERADE':
       case 'SNAT': {
         this.pushHop(walk, rule, before, ruleProbability);
-        walk.masqueradeReason = walk.markedBy
+        walk.masqueradeReason = walk.markedBy && rule.chain === 'KUBE-POSTROUTING'
           ? `marked for masquerade by ${walk.markedBy.chain} because ${walk.markedBy.because}`
           : `${rule.table} ${rule.chain} rewrites the source with ${target.name} because ${masqueradeBecause(this.explainer, rule, before)}`;
         return [{walk, exit: 'accept'}];
