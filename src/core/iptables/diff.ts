@@ -1,8 +1,9 @@
 // diffIptables: the proxy's rules as desired against the rules in the kernel, grouped by the
 // service port they belong to. Counters, chain declaration order and other people's chains do not
 // count; rule order inside a chain does (iptables evaluates it).
+import {isServiceChainName} from './chains.ts';
 import {parseIptablesSave} from './parse.ts';
-import {isBuiltinChain, isHashedProxyChain, isProxyChain, servicePortOfComment, type IptablesRule, type IptablesRuleset} from './ruleset.ts';
+import {isBuiltinChain, isProxyChain, servicePortOfComment, type IptablesRule, type IptablesRuleset} from './ruleset.ts';
 
 /** IptablesDiffGroup: the differences of one service port ("" for rules of no service). */
 export interface IptablesDiffGroup {
@@ -85,7 +86,7 @@ class ChainServices {
   }
 
   of(table: string, chain: string, depth = 0): string | undefined {
-    if (!isHashedProxyChain(chain) || depth > 4) return undefined;
+    if (!isServiceChainName(chain) || depth > 4) return undefined;
     const key = `${table} ${chain}`;
     if (this.known.has(key)) return this.known.get(key);
     let found: string | undefined;
@@ -113,7 +114,7 @@ class ChainServices {
         if (chain.kind !== 'proxy') continue;
         for (const rule of chain.rules) {
           const target = targetInText(rule.text);
-          if (target && isHashedProxyChain(target) && !callers.has(target)) callers.set(target, rule);
+          if (target && isServiceChainName(target) && !callers.has(target)) callers.set(target, rule);
         }
       }
     }

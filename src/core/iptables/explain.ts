@@ -300,7 +300,7 @@ export function explainRule(explainer: Explainer, rule: IptablesRule, facts: Hop
       return sentence(`${because || 'Every packet reaches this rule'}, so the packet returns from ${rule.chain} to the chain that called it`);
     case 'ACCEPT':
       if (rule.chain === 'KUBE-FORWARD') return sentence(`${because || 'The packet matched'}, so KUBE-FORWARD accepts it for forwarding`);
-      return sentence(`${because || 'Every packet reaches this rule'}, so the packet is accepted (${rule.table} ${hookOrChain(rule)} lets it through)`);
+      return sentence(`${because || 'Every packet reaches this rule'}, so the packet is accepted (${rule.table} ${rule.chain} lets it through)`);
     case 'DROP':
       return sentence(`${because || 'Every packet reaches this rule'}, so the packet is dropped silently (the client times out)`);
     case 'REJECT':
@@ -313,10 +313,6 @@ export function explainRule(explainer: Explainer, rule: IptablesRule, facts: Hop
       return sentence(`${because || 'Every packet reaches this rule'}; target ${target} is applied and the packet goes on`);
     }
   }
-}
-
-function hookOrChain(rule: IptablesRule): string {
-  return rule.chain;
 }
 
 function countBits(value: number): number {

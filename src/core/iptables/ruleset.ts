@@ -1,5 +1,6 @@
 // The parsed form of an iptables-save dump (IptablesRuleset) and which of its chains are the proxy's.
 import type {IPFamily} from '../model/types.ts';
+import {filterChains, isServiceChainName, natChains} from './chains.ts';
 
 /** RuleOption is one option of a match or target, e.g. `! --dport 80` or `--tcp-flags FIN,SYN SYN`. */
 export interface RuleOption {
@@ -117,29 +118,13 @@ export function isBuiltinChain(table: string, chain: string): boolean {
   return builtinChains[table]?.includes(chain) ?? false;
 }
 
-// The proxy's fixed chain names (kube-proxy's, iptables mode). kubelet's KUBE-FIREWALL,
-// KUBE-KUBELET-CANARY, KUBE-MARK-DROP and KUBE-IPTABLES-HINT are not among them: they belong to kubelet.
-const proxyChainNames = new Set([
-  'KUBE-SERVICES',
-  'KUBE-NODEPORTS',
-  'KUBE-POSTROUTING',
-  'KUBE-MARK-MASQ',
-  'KUBE-EXTERNAL-SERVICES',
-  'KUBE-FORWARD',
-  'KUBE-PROXY-FIREWALL',
-  'KUBE-PROXY-CANARY',
-]);
-
-/** Prefixes of the per-service and per-endpoint chains, whose names are hashes. */
-export const hashedChainPrefixes: readonly string[] = ['KUBE-SVC-', 'KUBE-SVL-', 'KUBE-SEP-', 'KUBE-EXT-', 'KUBE-FW-', 'KUBE-XLB-'];
-
-export function isHashedProxyChain(chain: string): boolean {
-  return hashedChainPrefixes.some((prefix) => chain.startsWith(prefix));
-}
+// The proxy's fixed chain names (kube-proxy's, iptables mode), and its canary. kubelet's
+// KUBE-FIREWALL, KUBE-KUBELET-CANARY, KUBE-MARK-DROP and KUBE-IPTABLES-HINT are not among them.
+const proxyChainNames: ReadonlySet<string> = new Set([...Object.values(filterChains), ...Object.values(natChains), 'KUBE-PROXY-CANARY']);
 
 /** isProxyChain: the chain is one the service proxy writes (fixed name or hashed per-service chain). */
 export function isProxyChain(chain: string): boolean {
-  return proxyChainNames.has(chain) || isHashedProxyChain(chain);
+  return proxyChainNames.has(chain) || isServiceChainName(chain);
 }
 
 export function chainKind(table: string, chain: string): ChainKind {

@@ -3,9 +3,10 @@
 // where `-m statistic` picks an endpoint at random.
 import {joinHostPort, parseIP, type ParsedIP} from '../model/ip.ts';
 import type {Packet, TraceBranch, TraceContext, TraceHop, TraceResult, TraceVerdict} from '../trace/types.ts';
+import {isServiceChainName} from './chains.ts';
 import {Explainer, explainRule, masqueradeBecause} from './explain.ts';
 import {matchRule, type AddressKind, type PacketState} from './match.ts';
-import {findChain, isHashedProxyChain, isProxyChain, servicePortOfComment, type IptablesChain, type IptablesRule, type IptablesRuleset} from './ruleset.ts';
+import {findChain, isProxyChain, servicePortOfComment, type IptablesChain, type IptablesRule, type IptablesRuleset} from './ruleset.ts';
 
 type Hook = TraceHop['hook'];
 
@@ -136,7 +137,7 @@ class Tracer {
     const explanation = explainRule(this.explainer, rule, {ruleProbability, branchProbability: walk.probability, before, after: walk.state, callerChain: caller?.rule.chain});
     walk.hops.push({hook: this.hook, table: rule.table, chain: rule.chain, rule: rule.text, target: rule.target?.name ?? '(none)', explanation});
     if (isProxyChain(rule.chain)) {
-      walk.servicePort ??= servicePortOfComment(rule.comment) ?? (isHashedProxyChain(rule.chain) ? this.explainer.serviceOf(rule.table, rule.chain) : undefined);
+      walk.servicePort ??= servicePortOfComment(rule.comment) ?? (isServiceChainName(rule.chain) ? this.explainer.serviceOf(rule.table, rule.chain) : undefined);
       this.noteServiceProblem(rule);
     }
     return walk.hops.length - 1;
