@@ -31,6 +31,11 @@ interface Walk {
   servicePort?: string;
 }
 
+/**
+ * How a walk leaves a chain: 'return' to the chain that called it (RETURN, or the end of a user
+ * chain); 'accept' ends this table's say at this hook (ACCEPT, a NAT target, an ACCEPT policy);
+ * 'stop' ends the packet (DROP, REJECT, a DROP policy).
+ */
 type Exit = 'return' | 'accept' | 'stop';
 
 interface ChainExit {
