@@ -234,6 +234,9 @@ export function explainRule(explainer: Explainer, rule: IptablesRule, facts: Hop
     if (rule.chain === 'KUBE-NODEPORTS' && target && (target.startsWith('KUBE-EXT-') || target.startsWith('KUBE-SVC-'))) {
       return sentence(`Port ${before.dstPort}/${before.protocol.toUpperCase()} is the node port of ${service}, so the packet goes to ${explainer.chainRole(rule.table, target)}`);
     }
+    if (/ health check node port$/.test(comment) && target === 'ACCEPT') {
+      return sentence(`Port ${before.dstPort}/${before.protocol.toUpperCase()} is the health check node port of ${service}, so the load balancer's probe is let in`);
+    }
     if (/^pod traffic for /.test(comment) && target) {
       return sentence(`The source ${before.src.text} is a pod (${rule.source ? `in ${rule.source.cidr}` : 'local traffic'}), so it is treated like traffic to the cluster IP and goes to ${explainer.chainRole(rule.table, target)}`);
     }

@@ -34,6 +34,8 @@ interface Flow {
   servicePort?: string;
   /** A warning that must be there. */
   warning?: RegExp;
+  /** A hop that must be on the path: "table chain -> target". */
+  hop?: string;
 }
 
 const web = (spec: Parameters<typeof service>[1] = {}, extra: Partial<ServiceInput> = {}) => service('web', {clusterIP: '10.96.0.10', ports: [http], ...spec}, extra);
@@ -205,6 +207,14 @@ const flows: Flow[] = [
     verdict: 'DROP',
   },
   {name: 'sent by the node itself: through OUTPUT, masqueraded', services: [web()], slices: [threeEndpoints], packet: {srcIP: nodeIP, dstIP: '10.96.0.10', dstPort: 80, origin: 'local'}, verdict: 'DNAT', endpoints: third, masquerade: true},
+  {
+    name: 'health check node port of a Local load balancer: the probe is let in',
+    services: [web({type: 'LoadBalancer', ports: [{...http, nodePort: 30084}], externalTrafficPolicy: 'Local', healthCheckNodePort: 32000}, lbStatus('203.0.113.30'))],
+    slices: [webSlice(local('10.244.1.12'))],
+    packet: {...fromOutside, dstIP: nodeIP, dstPort: 32000},
+    verdict: 'ACCEPT',
+    hop: 'filter KUBE-NODEPORTS -> ACCEPT',
+  },
   {name: 'an address of no service: left alone', services: [web()], slices: [threeEndpoints], packet: {...fromPod, dstIP: '93.184.216.34', dstPort: 443}, verdict: 'ACCEPT'},
 ];
 
@@ -229,6 +239,7 @@ for (const flow of flows) {
     if (flow.masquerade !== undefined) for (const branch of result.branches) assert.equal(branch.masquerade, flow.masquerade, `${branch.endpoint}: ${branch.masqueradeReason}`);
     if (flow.servicePort) assert.equal(result.servicePort, flow.servicePort);
     if (flow.warning) assert.ok(result.warnings.some((warning) => flow.warning!.test(warning)), result.warnings.join('\n'));
+    if (flow.hop) assert.ok([...result.hops, ...result.branches.flatMap((branch) => branch.hops)].some((hop) => `${hop.table} ${hop.chain} -> ${hop.target}` === flow.hop), describe);
     // Rules written by the renderer are all ones the tracer understands.
     assert.deepEqual(result.warnings.filter((warning) => /treated as not matching|not modelled/.test(warning)), []);
     for (const hop of [...result.hops, ...result.branches.flatMap((branch) => branch.hops)]) assert.match(hop.explanation, /^[A-Za-z0-9].*\.$/);
