@@ -9,10 +9,10 @@ import type {Logger} from '../log.ts';
 export interface RulesetChanges {
   /** Grows with every change seen; compare two readings to know whether anything changed between them. */
   generation(): number;
-  /** False when changes cannot be seen (no nft, legacy iptables, the monitor died): never trust a cache then. */
+  /** False when changes cannot be seen (no nft, legacy iptables, the monitor died or lags): never trust a cache then. */
   watching(): boolean;
-  /** Counts a change the agent knows of itself (its own writes). */
-  bump(): void;
+  /** Counts a change the agent made itself: a write that started at `startedAt` (ms since the epoch). */
+  bump(startedAt: number): void;
   close(): void;
 }
 
@@ -32,6 +32,10 @@ export async function watchNftRuleset(options: {netns?: string; log: Logger}): P
   let generation = 0;
   let alive = false;
   let closed = false;
+  // nft monitor can lag far behind the kernel (on a large ruleset it rebuilds its cache for each
+  // event): trust its silence only once it has reported a change since the agent's last write.
+  let heardSinceOwnWrite = false;
+  let lastLineAt = 0;
   let child: ChildProcess;
   try {
     child = spawn(command[0], command.slice(1), {stdio: ['ignore', 'pipe', 'pipe']});
@@ -41,7 +45,11 @@ export async function watchNftRuleset(options: {netns?: string; log: Logger}): P
   }
   let stderr = '';
   child.stderr!.setEncoding('utf8').on('data', (chunk: string) => (stderr = (stderr + chunk).slice(-500)));
-  createInterface({input: child.stdout!}).on('line', () => generation++);
+  createInterface({input: child.stdout!}).on('line', () => {
+    generation++;
+    heardSinceOwnWrite = true;
+    lastLineAt = Date.now();
+  });
   const started = await new Promise<boolean>((resolve) => {
     child.once('spawn', () => resolve(true));
     child.once('error', () => resolve(false));
@@ -56,10 +64,14 @@ export async function watchNftRuleset(options: {netns?: string; log: Logger}): P
     if (!closed) log.warn('agent api: nft monitor ended; applied rules are read for every request from now on', {code: code ?? undefined, signal: signal ?? undefined, stderr: stderr.trim() || undefined});
   });
   return {
-    // Once the monitor is gone, every reading is new, as with no signal at all.
-    generation: () => (alive ? generation : ++generation),
-    watching: () => alive,
-    bump: () => void generation++,
+    // While the monitor is gone or behind, every reading is new, as with no signal at all.
+    generation: () => (alive && heardSinceOwnWrite ? generation : ++generation),
+    watching: () => alive && heardSinceOwnWrite,
+    bump: (startedAt) => {
+      generation++;
+      // The monitor may have reported the write before the agent finished it.
+      heardSinceOwnWrite = lastLineAt >= startedAt;
+    },
     close: () => {
       closed = true;
       if (alive) child.kill('SIGTERM');

@@ -105,7 +105,7 @@ export function createAgentRuntime(options: AgentRuntimeOptions): AgentRuntime {
 
   const stopWatchingSyncs = proxier.onSync((outcome) => {
     // The agent's own write changed the ruleset, whether or not a monitor saw it yet.
-    changes.bump();
+    if (!outcome.ok || outcome.results.some((result) => result.kind !== 'unchanged')) changes.bump(outcome.startedAt);
     lastOutcome = outcome;
     if (outcome.ok) everSynced = true;
     else failures++;
