@@ -115,7 +115,12 @@ export function interfaceMatches(pattern: string, name: string): boolean {
 function interfaceCheck(condition: NamedCondition, direction: 'input' | 'output', pick: (state: PacketState) => string | undefined): Check {
   return (state) => {
     const name = pick(state);
-    if (name === undefined) return `the packet's ${direction} interface is not known (rule tests ${condition.negated ? '! ' : ''}${direction === 'input' ? '-i' : '-o'} ${condition.name})`;
+    if (name === undefined) {
+      const tested = `${condition.negated ? '! ' : ''}${direction === 'input' ? '-i' : '-o'} ${condition.name}`;
+      return direction === 'input'
+        ? `the packet's input interface is not known (rule tests ${tested}; name the interface the packet arrives on)`
+        : `the packet's output interface is not known (rule tests ${tested})`;
+    }
     return interfaceMatches(condition.name, name) !== condition.negated;
   };
 }
