@@ -292,6 +292,8 @@ export function explainRule(explainer: Explainer, rule: IptablesRule, facts: Hop
       const tested = conditions(rule, before, {skipProtocol: true});
       return sentence(`${tested.length > 0 ? `${joinWords(tested)}, so the` : 'The'} destination is rewritten from ${before.dst.text}:${before.dstPort} to ${to} (DNAT)${service ? `: the endpoint of ${service} the connection now goes to` : ''}${sticky}`);
     }
+    case 'REDIRECT':
+      return sentence(`${because || 'Every packet reaches this rule'}, so the packet is redirected to ${endpointText(after.dst, after.dstPort)} on this node (REDIRECT)`);
     case 'MASQUERADE':
     case 'SNAT': {
       const marked = rule.chain === 'KUBE-POSTROUTING' ? 'The packet carries the masquerade mark, so its' : because ? `${because}, so its` : 'Its';

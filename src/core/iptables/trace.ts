@@ -62,10 +62,18 @@ class Tracer {
   private walkCount = 1;
   hook: Hook = 'PREROUTING';
 
-  constructor(ruleset: IptablesRuleset, addresses: AddressKind) {
+  /** The node's own addresses, in the order the caller gave them. */
+  localAddresses: ParsedIP[];
+
+  constructor(ruleset: IptablesRuleset, addresses: AddressKind, localAddresses: ParsedIP[]) {
     this.ruleset = ruleset;
     this.explainer = new Explainer(ruleset);
     this.addresses = addresses;
+    this.localAddresses = localAddresses;
+  }
+
+  nodeAddress(family: ParsedIP['family']): string | undefined {
+    return this.localAddresses.find((address) => address.family === family)?.text;
   }
 
   warn(text: string): void {
@@ -201,6 +209,23 @@ class Tracer {
         const hopIndex = this.pushHop(walk, rule, before, ruleProbability, caller);
         walk.endpointAt = chain.name.startsWith('KUBE-SEP-') && caller ? caller.hopIndex : hopIndex;
         this.noteAffinity(rule, walk);
+        return [{walk, exit: 'accept'}];
+      }
+      case 'REDIRECT': {
+        // The kernel rewrites the destination to the node itself: loopback for the node's own
+        // packets, else an address of the node (the incoming interface's, which the trace does not know).
+        const toPorts = target.options.find((entry) => entry.name === 'to-ports')?.values[0];
+        const port = toPorts ? Number(toPorts.split(/[-:]/)[0]) : before.dstPort;
+        const address = before.inInterface === '' ? (before.dst.family === 'IPv4' ? '127.0.0.1' : '::1') : this.nodeAddress(before.dst.family);
+        const ip = address === undefined ? undefined : parseIP(address);
+        if (!ip || !Number.isInteger(port)) {
+          this.warn(`${rule.table} ${rule.chain} (line ${rule.line}): REDIRECT needs an address of the node; none of this family was given`);
+          this.pushHop(walk, rule, before, ruleProbability);
+          return [{walk, exit: 'accept'}];
+        }
+        walk.state = {...before, dst: ip, dstPort: port, dnatDone: true};
+        walk.endpoint = joinHostPort(ip.text, port);
+        walk.endpointAt = this.pushHop(walk, rule, before, ruleProbability, caller);
         return [{walk, exit: 'accept'}];
       }
       case 'MASQUERADE':
@@ -382,15 +407,17 @@ export function traceIptables(ruleset: IptablesRuleset, packet: Packet, context:
   if (!dst) throw new Error(`trace: packet dstIP "${packet.dstIP}" is not an IP address`);
   if (!Number.isInteger(packet.dstPort) || packet.dstPort < 1 || packet.dstPort > 65535) throw new Error(`trace: packet dstPort ${packet.dstPort} is not a port (1-65535)`);
   const local = new Set<string>();
+  const localAddresses: ParsedIP[] = [];
   for (const address of context.localAddresses) {
     const parsed = parseIP(address);
     if (!parsed) throw new Error(`trace: local address "${address}" is not an IP address`);
     local.add(parsed.text);
+    localAddresses.push(parsed);
   }
   const addresses: AddressKind = {
     isLocal: (ip) => local.has(ip.text) || (ip.family === 'IPv4' ? ip.bytes[0] === 127 : ip.text === '::1'),
   };
-  const tracer = new Tracer(ruleset, addresses);
+  const tracer = new Tracer(ruleset, addresses, localAddresses);
   if (src.family !== ruleset.family || dst.family !== ruleset.family) {
     tracer.warn(`the packet is ${dst.family} but the rules are ${ruleset.family}: ${ruleset.family === 'IPv4' ? 'iptables' : 'ip6tables'} rules never see it (trace it through the ${dst.family === 'IPv4' ? 'iptables-save' : 'ip6tables-save'} dump)`);
   }

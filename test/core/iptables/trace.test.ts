@@ -388,3 +388,15 @@ test('an older kube-proxy\'s rules: masquerade rule in KUBE-SERVICES, KUBE-XLB, 
   // A pod using the node port is sent to the cluster-wide service chain instead.
   assert.deepEqual(endpoints(old({...pod, dstIP: '10.0.0.11', dstPort: 30081})), {'10.244.2.9:8080': 1});
 });
+
+test('REDIRECT sends the connection to the node itself (a sidecar proxy\'s port)', () => {
+  const ruleset = parseIptablesSave(
+    ['*nat', ':MESH-REDIRECT - [0:0]', '-A PREROUTING -p tcp -j MESH-REDIRECT', '-A MESH-REDIRECT -p tcp -j REDIRECT --to-ports 15001', 'COMMIT', '*filter', ':INPUT DROP [0:0]', '-A INPUT -p tcp --dport 15001 -j ACCEPT', 'COMMIT'].join('\n'),
+  );
+  const arriving = traceIptables(ruleset, {srcIP: '10.244.1.20', dstIP: '10.96.0.10', dstPort: 80, protocol: 'TCP', origin: 'arriving', inInterface: 'eth0'}, {localAddresses: ['10.0.0.11']});
+  assert.equal(arriving.verdict, 'DNAT');
+  assert.deepEqual(endpoints(arriving), {'10.0.0.11:15001': 1});
+  assert.deepEqual(path(arriving.branches[0].hops), ['nat MESH-REDIRECT -> REDIRECT', 'filter INPUT -> ACCEPT']);
+  assert.equal(arriving.branches[0].hops[1].hook, 'INPUT');
+  assert.match(arriving.branches[0].hops[0].explanation, /redirected to 10\.0\.0\.11:15001 on this node \(REDIRECT\)/);
+});
