@@ -290,7 +290,7 @@ export function explainRule(explainer: Explainer, rule: IptablesRule, facts: Hop
         ? `; it also records the client ${before.src.text} in the list ${list}, so its next connections${seconds ? ` within ${seconds} s` : ''} go to the same endpoint (session affinity)`
         : '';
       const tested = conditions(rule, before, {skipProtocol: true});
-      return sentence(`${tested.length > 0 ? `${joinWords(tested)}, so the` : 'The'} destination is rewritten from ${before.dst.text}:${before.dstPort} to ${to} (DNAT)${service ? `: the endpoint of ${service} the connection now goes to` : ''}${sticky}`);
+      return sentence(`${tested.length > 0 ? `${joinWords(tested)}, so the` : 'The'} destination is rewritten from ${before.dst.text}:${before.dstPort} to ${to} (DNAT)${service ? `: the connection now goes to this endpoint of ${service}` : ''}${sticky}`);
     }
     case 'REDIRECT':
       return sentence(`${because || 'Every packet reaches this rule'}, so the packet is redirected to ${endpointText(after.dst, after.dstPort)} on this node (REDIRECT)`);
