@@ -8,6 +8,10 @@ const benches: Record<string, {about: string; run: () => Promise<void>}> = {
     about: 'render/parse/trace at 1,000 and 10,000 services x 10 endpoints vs iptables-restore/iptables-save',
     run: async () => (await import('./iptables.ts')).benchIptables(),
   },
+  agent: {
+    about: 'proxyctl-agent process at 1,000 and 10,000 services x 10 endpoints: start to first sync, one endpoint change, RSS, vs iptables-restore',
+    run: async () => (await import('./agent.ts')).benchAgent(),
+  },
   apiserver: {
     about: 'lab API server watch fan-out: 50 watchers, 10,000 EndpointSlices',
     run: async () => (await import('./apiserver.ts')).benchApiServerWatch(),

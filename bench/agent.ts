@@ -1,0 +1,295 @@
+// The live agent's figures at 1,000 and 10,000 services x 10 endpoints, each next to the kernel
+// floor of the same work: a proxyctl-agent process writes into a scratch network namespace, fed by
+// the embedded API server in this process.
+// - start -> first full sync (the agent's log line), next to one full `iptables-restore` of the
+//   same rules into an empty namespace;
+// - one endpoint change, from the API write to its rules in the kernel (seen by `nft monitor` in
+//   the namespace), next to a one-service `iptables-restore --noflush` into the same full table;
+// - the agent's RSS after its first sync and at its peak.
+import {type ChildProcess, spawn} from 'node:child_process';
+import {mkdtemp, readFile, rm} from 'node:fs/promises';
+import {tmpdir} from 'node:os';
+import {join} from 'node:path';
+import {fileURLToPath} from 'node:url';
+import {buildProxyModel, changedServicePorts, type ProxyModel} from '../src/core/model/index.ts';
+import {renderIptables} from '../src/core/iptables/render.ts';
+import {loadCoreIptablesRules} from '../src/agent/sync/iptables-rules.ts';
+import {proxyTables, readOwnedRules} from '../src/agent/sync/owned-rules.ts';
+import type {IptablesTable} from '../src/agent/host/host.ts';
+import {freeLoopbackPorts} from '../src/lab/agent-process.ts';
+import {startApiServer} from '../src/lab/apiserver/server.ts';
+import type {KubeObject} from '../src/lab/apiserver/object-log.ts';
+import {deleteNamespace, isRoot, runIn, scratchNamespace} from './netns.ts';
+import {figure, heading, mib, percentile, skipped, timed} from './report.ts';
+import {benchClusterCIDR, benchNodeName, endpointSliceFor, makeWorkload, type Workload} from './workload.ts';
+
+const agentMain = fileURLToPath(new URL('../src/agent/main.ts', import.meta.url));
+/** Endpoint changes per size; the median is printed. */
+const changeRounds = 5;
+
+export async function benchAgent(sizes = [1000, 10000], endpointsPerService = 10): Promise<void> {
+  if (!isRoot) {
+    heading('agent: start, endpoint change, memory', 'a proxyctl-agent process writing into a scratch network namespace');
+    skipped('every figure', 'needs root (scratch network namespaces, iptables inside them)');
+    return;
+  }
+  const overheads: Array<{size: number; ms: number}> = [];
+  for (const size of sizes) overheads.push({size, ms: await benchSize(size, endpointsPerService)});
+  if (overheads.length > 1) {
+    const [first, last] = [overheads[0], overheads.at(-1)!];
+    heading('agent: what the agent adds to one endpoint change, by cluster size', 'median change latency minus the one-service restore floor');
+    for (const entry of overheads) figure({name: `${entry.size.toLocaleString('en-US')} services`, value: entry.ms, unit: 'ms'});
+    figure({
+      name: `${last.size.toLocaleString('en-US')} vs ${first.size.toLocaleString('en-US')} services`,
+      value: last.ms,
+      unit: 'ms',
+      floor: {name: `the ${first.size.toLocaleString('en-US')}-service figure`, value: Math.max(first.ms, 1)},
+      note: 'goal: flat',
+    });
+  }
+}
+
+async function benchSize(serviceCount: number, endpointsPerService: number): Promise<number> {
+  const workload = makeWorkload(serviceCount, endpointsPerService);
+  heading('agent: start, endpoint change, memory', `${workload.label}, one TCP port each, ClusterIP; agent process with --netns, embedded API server`);
+  const modelOptions = {family: 'IPv4' as const, nodeName: benchNodeName, clusterCIDRs: [benchClusterCIDR]};
+  const model = buildProxyModel({services: workload.services, endpointSlices: workload.endpointSlices, node: workload.node}, modelOptions);
+  const fullRules = renderIptables(model, {includeJumps: true});
+
+  // Floor 1: the same rules, restored in one go into an empty namespace.
+  const floorNamespace = scratchNamespace(`agent-floor-${serviceCount}`);
+  let fullRestoreFloor: number;
+  try {
+    fullRestoreFloor = (await timed(() => runIn(floorNamespace, ['iptables-restore', '-w', '5'], fullRules))).ms;
+  } finally {
+    deleteNamespace(floorNamespace);
+  }
+
+  const namespace = scratchNamespace(`agent-${serviceCount}`);
+  const dir = await mkdtemp(join(tmpdir(), 'pxbench-agent-'));
+  const server = await startApiServer({port: 0});
+  let agent: AgentRun | undefined;
+  try {
+    loadWorkload(server.store, workload);
+    const kubeconfig = join(dir, 'kubeconfig');
+    await server.writeKubeconfig(kubeconfig);
+
+    agent = await startAgentRun(namespace, kubeconfig);
+    const firstSync = await agent.waitForLine(/synced rules .*kind=full/, 600_000);
+    const startMs = firstSync.at - agent.startedAt;
+    const syncSeconds = Number(/ seconds=([\d.]+)/.exec(firstSync.line)?.[1] ?? NaN);
+    figure({
+      name: `start -> first full sync (${fullRules.split('\n').length.toLocaleString('en-US')} lines)`,
+      value: startMs,
+      unit: 'ms',
+      floor: {name: 'full iptables-restore', value: fullRestoreFloor, goal: 1.2},
+      note: `the sync itself ${(syncSeconds * 1000).toFixed(0)} ms (restore, jump rules, read-back)`,
+    });
+    const rssAfterStart = await agent.rss();
+    const heapAfterStart = await agent.heapUsed();
+
+    // Endpoint changes: service s gets endpoint 0 replaced; its rules show up in nft monitor.
+    const latencies: number[] = [];
+    let current: ProxyModel = model;
+    const slices = workload.endpointSlices.slice();
+    for (let round = 1; round <= changeRounds; round++) {
+      const s = Math.floor((serviceCount * round) / (changeRounds + 1));
+      const slice = endpointSliceFor(s, endpointsPerService, round);
+      const newIP = (slice.endpoints as Array<{addresses: string[]}>)[0].addresses[0];
+      // A lone change: the previous sync ended more than minSyncPeriod (1 s) ago, so nothing holds this one back.
+      await new Promise((resolve) => setTimeout(resolve, 1200));
+      const monitor = watchRules(namespace, newIP);
+      await monitor.ready;
+      const mark = agent.lines.length;
+      const written = performance.now();
+      server.store.update('endpointslices', slice as unknown as KubeObject, 'bench');
+      const seen = await monitor.seen(60_000).catch((error: Error) => {
+        throw new Error(`${error.message}; the agent's log ends:\n${agent!.lines.slice(-8).join('\n')}`);
+      });
+      latencies.push(seen - written);
+      // Let the sync finish (read-back included) and the next one be allowed, so rounds do not overlap.
+      await agent.waitForLine(/synced rules .*kind=partial/, 120_000, mark);
+      slices[s] = slice;
+      current = buildProxyModel({services: workload.services, endpointSlices: slices, node: workload.node}, modelOptions);
+    }
+    latencies.sort((a, b) => a - b);
+    const changeMs = percentile(latencies, 50);
+
+    // Floor 2: one service's chains rewritten with --noflush into the same full table, as the agent's partial sync does.
+    const s = Math.floor(serviceCount / 2) + 1;
+    const nextSlices = slices.slice();
+    nextSlices[s] = endpointSliceFor(s, endpointsPerService, changeRounds + 1);
+    const next = buildProxyModel({services: workload.services, endpointSlices: nextSlices, node: workload.node}, modelOptions);
+    const rules = await loadCoreIptablesRules();
+    const existingChains = new Map<IptablesTable, Set<string>>();
+    for (const table of proxyTables) existingChains.set(table, new Set(readOwnedRules(table, runIn(namespace, ['iptables-save', '-t', table])).chains));
+    const partial = rules.render(next, {changedServicePorts: changedServicePorts(current, next), existingChains});
+    await agent.stop();
+    const partialFloor = (await timed(() => runIn(namespace, ['iptables-restore', '-w', '5', '--noflush'], partial))).ms;
+
+    figure({
+      name: `one endpoint change: API write -> kernel (p50 of ${changeRounds})`,
+      value: changeMs,
+      unit: 'ms',
+      floor: {name: 'one-service iptables-restore --noflush', value: partialFloor, goal: 1.2},
+      note: `min ${latencies[0].toFixed(0)} ms, max ${latencies.at(-1)!.toFixed(0)} ms`,
+    });
+    figure({name: 'agent RSS after the first sync', value: mib(rssAfterStart.rss), unit: 'MiB', note: `peak ${mib(rssAfterStart.peak).toFixed(0)} MiB, JS heap in use ${mib(heapAfterStart).toFixed(0)} MiB; goal < 200 MiB`});
+    const end = agent.finalRss;
+    if (end) figure({name: 'agent RSS after the endpoint changes', value: mib(end.rss), unit: 'MiB', note: `peak ${mib(end.peak).toFixed(0)} MiB, JS heap in use ${mib(agent.finalHeap ?? NaN).toFixed(0)} MiB; goal < 200 MiB`});
+    return changeMs - partialFloor;
+  } finally {
+    await agent?.stop();
+    await server.stop();
+    deleteNamespace(namespace);
+    await rm(dir, {recursive: true, force: true});
+  }
+}
+
+/** Puts the workload into the API server's storage as etcd would hold it (the objects are already complete and valid). */
+function loadWorkload(store: Awaited<ReturnType<typeof startApiServer>>['store'], workload: Workload): void {
+  store.create('namespaces', {apiVersion: 'v1', kind: 'Namespace', metadata: {name: 'bench'}});
+  store.create('nodes', workload.node as unknown as KubeObject);
+  const now = new Date().toISOString();
+  const stamp = (object: unknown, index: number, kind: string) => {
+    const copy = structuredClone(object) as KubeObject;
+    copy.metadata.uid = `${kind}-${index}`;
+    copy.metadata.creationTimestamp = now;
+    return copy;
+  };
+  workload.services.forEach((service, index) => store.log.write('services', 'ADDED', stamp(service, index, 'svc')));
+  workload.endpointSlices.forEach((slice, index) => store.log.write('discovery.k8s.io/endpointslices', 'ADDED', stamp(slice, index, 'eps')));
+}
+
+interface AgentRun {
+  startedAt: number;
+  lines: string[];
+  waitForLine(pattern: RegExp, timeoutMs: number, from?: number): Promise<{line: string; at: number}>;
+  rss(): Promise<{rss: number; peak: number}>;
+  /** nodejs_heap_size_used_bytes from the agent's /metrics. */
+  heapUsed(): Promise<number>;
+  finalRss: {rss: number; peak: number} | undefined;
+  finalHeap: number | undefined;
+  stop(): Promise<void>;
+}
+
+async function startAgentRun(namespace: string, kubeconfig: string): Promise<AgentRun> {
+  const [healthzPort, metricsPort] = await freeLoopbackPorts(2);
+  const args = [
+    agentMain,
+    '--netns',
+    namespace,
+    '--kubeconfig',
+    kubeconfig,
+    '--hostname-override',
+    benchNodeName,
+    '--cluster-cidr',
+    benchClusterCIDR,
+    `--healthz-bind-address=127.0.0.1:${healthzPort}`,
+    `--metrics-bind-address=127.0.0.1:${metricsPort}`,
+    '--api-bind-address=',
+    '--v',
+    '2',
+  ];
+  const startedAt = performance.now();
+  const child: ChildProcess = spawn(process.execPath, args, {stdio: ['ignore', 'ignore', 'pipe']});
+  const lines: string[] = [];
+  const arrivals: number[] = [];
+  let partial = '';
+  let exited = false;
+  const exit = new Promise<void>((resolve) => child.once('exit', () => ((exited = true), resolve())));
+  child.stderr!.setEncoding('utf8').on('data', (chunk: string) => {
+    const parts = (partial + chunk).split('\n');
+    partial = parts.pop()!;
+    for (const line of parts) {
+      lines.push(line);
+      arrivals.push(performance.now());
+    }
+  });
+  const readRss = async () => {
+    const status = await readFile(`/proc/${child.pid}/status`, 'utf8');
+    const kib = (field: string) => Number(new RegExp(`^${field}:\\s+(\\d+) kB`, 'm').exec(status)?.[1] ?? NaN) * 1024;
+    return {rss: kib('VmRSS'), peak: kib('VmHWM')};
+  };
+  const heapUsed = async () => {
+    const page = await (await fetch(`http://127.0.0.1:${metricsPort}/metrics`)).text();
+    return Number(/^nodejs_heap_size_used_bytes (\S+)/m.exec(page)?.[1] ?? NaN);
+  };
+  const run: AgentRun = {
+    startedAt,
+    lines,
+    finalRss: undefined,
+    finalHeap: undefined,
+    heapUsed,
+    async waitForLine(pattern, timeoutMs, from = 0) {
+      const deadline = performance.now() + timeoutMs;
+      for (;;) {
+        const index = lines.findIndex((line, i) => i >= from && pattern.test(line));
+        if (index >= 0) return {line: lines[index], at: arrivals[index]};
+        if (exited) throw new Error(`agent ended before logging ${pattern}:\n${lines.slice(-10).join('\n')}`);
+        if (performance.now() > deadline) throw new Error(`agent did not log ${pattern} within ${timeoutMs / 1000} s:\n${lines.slice(-10).join('\n')}`);
+        await new Promise((resolve) => setTimeout(resolve, 5));
+      }
+    },
+    rss: readRss,
+    async stop() {
+      if (exited) return;
+      run.finalRss = await readRss().catch(() => undefined);
+      run.finalHeap = await heapUsed().catch(() => undefined);
+      child.kill('SIGTERM');
+      const timer = setTimeout(() => child.kill('SIGKILL'), 5000);
+      await exit;
+      clearTimeout(timer);
+    },
+  };
+  return run;
+}
+
+/**
+ * watchRules runs `nft monitor` in the namespace and tells when a rule naming `text` is added. It is
+ * ready once it has seen a marker table come and go, so no change before the write is missed;
+ * stdbuf makes nft print each event as it comes rather than a pipe-sized buffer at a time.
+ */
+function watchRules(namespace: string, text: string): {ready: Promise<void>; seen(timeoutMs: number): Promise<number>} {
+  const monitor = spawn('ip', ['netns', 'exec', namespace, 'stdbuf', '-oL', 'nft', 'monitor'], {stdio: ['ignore', 'pipe', 'pipe']});
+  let errors = '';
+  monitor.stderr!.setEncoding('utf8').on('data', (chunk: string) => (errors = (errors + chunk).slice(-500)));
+  const marker = `pxbench_ready_${process.pid}`;
+  let seenAt: number | undefined;
+  let markerSeen = false;
+  let buffer = '';
+  monitor.stdout!.setEncoding('utf8').on('data', (chunk: string) => {
+    buffer += chunk;
+    if (!markerSeen && buffer.includes(marker)) markerSeen = true;
+    if (seenAt === undefined && (buffer.includes(`${text} `) || buffer.includes(`${text}:`))) seenAt = performance.now();
+    buffer = buffer.slice(-200);
+  });
+  const stop = () => monitor.kill('SIGKILL');
+  const ready = (async () => {
+    const deadline = performance.now() + 10_000;
+    while (!markerSeen) {
+      if (performance.now() > deadline) {
+        stop();
+        throw new Error(`nft monitor in ${namespace} did not start within 10 s${errors ? `: ${errors.trim()}` : ''}`);
+      }
+      runIn(namespace, ['nft', 'add', 'table', 'ip', marker]);
+      runIn(namespace, ['nft', 'delete', 'table', 'ip', marker]);
+      await new Promise((resolve) => setTimeout(resolve, 50));
+    }
+  })();
+  return {
+    ready,
+    async seen(timeoutMs) {
+      const deadline = performance.now() + timeoutMs;
+      try {
+        while (seenAt === undefined) {
+          if (performance.now() > deadline) throw new Error(`no rule with ${text} appeared in ${namespace} within ${timeoutMs / 1000} s`);
+          await new Promise((resolve) => setTimeout(resolve, 2));
+        }
+        return seenAt;
+      } finally {
+        stop();
+      }
+    },
+  };
+}
