@@ -40,7 +40,8 @@ export interface IptablesRule {
   /**
    * The rule as iptables-save lists it, counters dropped: "-A CHAIN -s ... -j TARGET", with options
    * in iptables-save's order and values in its spelling (so input written for iptables-restore and
-   * a dump read back from the kernel give the same text).
+   * a dump read back from the kernel give the same text). Lines of a dump iptables-save wrote are
+   * kept as printed (see ParseOptions.keepSavedText).
    */
   text: string;
   /** 1-based line of the dump the rule came from. */
