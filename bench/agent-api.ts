@@ -19,7 +19,7 @@ import {benchClusterCIDR, benchNodeIP, benchNodeName, makeWorkload} from './work
 const quiet = createLogger({write: () => {}});
 
 export async function benchAgentApi(): Promise<void> {
-  await benchTrace(10_000, 10);
+  for (const size of [1_000, 10_000]) await benchTrace(size, 10);
   await benchDiffAllNodes(200);
 }
 
@@ -33,9 +33,17 @@ async function benchTrace(serviceCount: number, endpointsPerService: number): Pr
   const model: ProxyModel = buildProxyModel({services: workload.services, endpointSlices: workload.endpointSlices, node: workload.node}, {family: 'IPv4', nodeName: benchNodeName, clusterCIDRs: [benchClusterCIDR]});
   const netns = scratchNamespace('agent-api');
   try {
-    runIn(netns, ['iptables-restore'], iptablesBackend.render(model));
-    const host = new CommandHost({netns});
+    // As in the agent: the monitor runs before the rules are written, and is trusted once it has reported them.
     const changes = await watchNftRuleset({netns, log: quiet}).catch(() => unwatchedRulesetChanges());
+    const load = await timed(() => runIn(netns, ['iptables-restore'], iptablesBackend.render(model)));
+    changes.bump(Date.now() - load.ms);
+    const caughtUp = await timed(async () => {
+      const deadline = Date.now() + 60_000;
+      while (!changes.watching() && Date.now() < deadline) await new Promise((resolve) => setTimeout(resolve, 100));
+      return changes.watching();
+    });
+    figure({name: 'nft monitor reports the restore', value: caughtUp.ms, unit: 'ms', note: caughtUp.result ? 'caught up' : 'not within 60 s: the cache is not trusted'});
+    const host = new CommandHost({netns});
     const proxier = {
       appliedModels: () => new Map([['IPv4' as const, model]]),
       status: () => ({initialized: true}),
@@ -52,10 +60,12 @@ async function benchTrace(serviceCount: number, endpointsPerService: number): Pr
       const service = `${last.namespace}/${last.serviceName}`;
       const cold = await timed(() => client.call('trace', {packet, service}));
       figure({name: 'first trace (reads, parses, diffs the kernel)', value: cold.ms, unit: 'ms', floor: {name: 'iptables-save', value: save.ms}});
+      // While nft monitor has not caught up (on a ruleset this large it may never), every trace reads the kernel again.
+      const cached = changes.watching();
       const warm: number[] = [];
-      for (let i = 0; i < 20; i++) warm.push((await timed(() => client.call('trace', {packet, service}))).ms);
+      for (let i = 0; i < (cached ? 20 : 3); i++) warm.push((await timed(() => client.call('trace', {packet, service}))).ms);
       warm.sort((a, b) => a - b);
-      figure({name: 'trace, rules unchanged: p50', value: percentile(warm, 50), unit: 'ms', note: 'goal < 200 ms'});
+      figure({name: 'trace, rules unchanged: p50', value: percentile(warm, 50), unit: 'ms', note: `goal < 200 ms; ${cached ? 'answered from the cached rules' : 'nft monitor has not reported a change yet, so each trace reads the kernel'}`});
       figure({name: 'trace, rules unchanged: p95', value: percentile(warm, 95), unit: 'ms', note: `rules read at ${(cold.result as {readAt: string}).readAt}`});
       figure({name: 'agent heap after the cache is full', value: mib(process.memoryUsage().heapUsed), unit: 'MiB'});
       runIn(netns, ['iptables', '-t', 'nat', '-I', 'KUBE-SERVICES', '1', '-j', 'RETURN']);

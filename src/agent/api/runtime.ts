@@ -239,7 +239,10 @@ export function createAgentRuntime(options: AgentRuntimeOptions): AgentRuntime {
           for (const endpoint of port.endpoints) endpoints.add(endpoint.key);
         }
       }
-      const check = byFamily.size > 0 ? await currentDrift() : undefined;
+      // status answers at once with the last drift check (checkedAt says when); a stale one is
+      // redone in the background, since on a large node a check reads the kernel for seconds.
+      const check = drift;
+      if (byFamily.size > 0 && !(drift && changes.watching() && drift.key === driftKey())) warmUp();
       const readings = families.map((family) => applied.last(family)?.readAt).filter((at): at is number => at !== undefined);
       return {
         node: nodeName,
@@ -285,13 +288,14 @@ export function createAgentRuntime(options: AgentRuntimeOptions): AgentRuntime {
       if (params.service && result.servicePort && !`${result.servicePort}:`.startsWith(`${params.service}:`) && result.servicePort !== params.service) {
         warnings.push(`the rules on node ${nodeName} send this packet to ${result.servicePort}, not to ${params.service}`);
       }
-      let drifted = false;
-      if (service) {
-        drifted = fullDiff(model, current).groups.some(
-          (group) => (group.servicePort === service || group.servicePort.startsWith(`${service}:`)) && (group.added.length > 0 || group.removed.length > 0),
-        );
-        if (drifted) warnings.push(`the rules applied on node ${nodeName} for ${service} differ from the desired ones: see kubectl proxyctl diff ${nodeName}; kubectl proxyctl sync ${nodeName} rewrites them`);
-      }
+      const changed = fullDiff(model, current).groups.filter((group) => group.added.length > 0 || group.removed.length > 0);
+      const repair = `see kubectl proxyctl diff ${nodeName}; kubectl proxyctl sync ${nodeName} rewrites them`;
+      const ownDrift = service !== undefined && changed.some((group) => group.servicePort === service || group.servicePort.startsWith(`${service}:`));
+      if (ownDrift) warnings.push(`the rules applied on node ${nodeName} for ${service} differ from the desired ones: ${repair}`);
+      // Rules of no single service (KUBE-SERVICES' last rules, jumps from built-in chains, masquerading) can change any packet's path.
+      const sharedDrift = changed.some((group) => group.servicePort === '');
+      if (sharedDrift) warnings.push(`rules on node ${nodeName} that belong to no single service differ from the desired ones, so this path may not be what the agent meant: ${repair}`);
+      const drifted = ownDrift || sharedDrift;
       return {...result, warnings, readAt: new Date(current.readAt).toISOString(), drifted};
     },
 
