@@ -16,6 +16,10 @@ const benches: Record<string, {about: string; run: () => Promise<void>}> = {
     about: 'lab API server watch fan-out: 50 watchers, 10,000 EndpointSlices',
     run: async () => (await import('./apiserver.ts')).benchApiServerWatch(),
   },
+  'agent-api': {
+    about: 'trace over the applied rules at 1,000 and 10,000 services x 10 endpoints, diff --all-nodes across 200 agents',
+    run: async () => (await import('./agent-api.ts')).benchAgentApi(),
+  },
 };
 
 const asked = process.argv.slice(2);
