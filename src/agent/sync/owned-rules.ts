@@ -67,9 +67,65 @@ export function readOwnedRules(table: IptablesTable, saveText: string): OwnedRul
   return {table, chains, rules, jumpRules};
 }
 
-/** sameOwnedRules: both views have the same chains and the same rules in the same order. */
+/** The rules of each chain, in order, keyed by the chain they sit in. */
+export function rulesByChain(owned: OwnedRules): Map<string, string[]> {
+  const chains = new Map<string, string[]>();
+  for (const rule of owned.rules) {
+    const chain = /^-A\s+(\S+)/.exec(rule)![1];
+    const list = chains.get(chain);
+    if (list) list.push(rule);
+    else chains.set(chain, [rule]);
+  }
+  return chains;
+}
+
+/**
+ * sameOwnedRules: both views have the same chains, and each chain the same rules in the same
+ * order. The order of the chains themselves does not matter: iptables-save lists them in the order
+ * the kernel keeps them, which a rewrite can change.
+ */
 export function sameOwnedRules(a: OwnedRules, b: OwnedRules): boolean {
-  return a.chains.join('\n') === b.chains.join('\n') && a.rules.join('\n') === b.rules.join('\n');
+  if (a.chains.length !== b.chains.length || a.rules.length !== b.rules.length) return false;
+  const bChains = new Set(b.chains);
+  if (!a.chains.every((chain) => bChains.has(chain))) return false;
+  const aRules = rulesByChain(a);
+  const bRules = rulesByChain(b);
+  if (aRules.size !== bRules.size) return false;
+  for (const [chain, rules] of aRules) if (rules.join('\n') !== bRules.get(chain)?.join('\n')) return false;
+  return true;
+}
+
+/**
+ * afterPartialWrite is what the proxy's part of a table should be after a write that replaced only
+ * the `written` chains: those as the kernel holds them now, every other owned chain and every jump
+ * rule as they were after the previous write. Taking the whole table from the kernel instead would
+ * adopt whatever someone changed meanwhile in chains the write did not touch, and that drift would
+ * never be repaired while partial syncs keep coming.
+ */
+export function afterPartialWrite(previous: OwnedRules, now: OwnedRules, written: ReadonlySet<string>): OwnedRules {
+  const previousRules = rulesByChain(previous);
+  const nowRules = rulesByChain(now);
+  const nowChains = new Set(now.chains);
+  const chains = [...previous.chains.filter((chain) => !written.has(chain)), ...now.chains.filter((chain) => written.has(chain))];
+  const rules = [...previous.jumpRules];
+  for (const chain of chains) rules.push(...((written.has(chain) ? nowRules : previousRules).get(chain) ?? []));
+  // A written chain the kernel no longer has was deleted by the write (a stale chain): gone from both.
+  return {table: now.table, chains: chains.filter((chain) => !written.has(chain) || nowChains.has(chain)), rules, jumpRules: [...previous.jumpRules]};
+}
+
+/** The chains an iptables-restore input declares (and so replaces), per table. */
+export function declaredChains(input: string): Map<IptablesTable, Set<string>> {
+  const declared = new Map<IptablesTable, Set<string>>();
+  let current: Set<string> | undefined;
+  for (const line of input.split('\n')) {
+    if (line.startsWith('*')) {
+      current = new Set();
+      declared.set(line.slice(1).trim() as IptablesTable, current);
+    } else if (line.startsWith(':') && current) {
+      current.add(line.slice(1).split(/\s+/)[0]);
+    }
+  }
+  return declared;
 }
 
 /** describeDrift names a few differences between what was written and what is there now, for the log. */

@@ -14,7 +14,7 @@ import type {Logger} from '../log.ts';
 import {type Clock, systemClock} from './clock.ts';
 import {planConntrackCleanup} from './conntrack-cleanup.ts';
 import type {IptablesRuleSource} from './iptables-rules.ts';
-import {describeDrift, type OwnedRules, proxyTables, readOwnedRules, sameOwnedRules} from './owned-rules.ts';
+import {afterPartialWrite, declaredChains, describeDrift, type OwnedRules, proxyTables, readOwnedRules, sameOwnedRules} from './owned-rules.ts';
 import {BoundedFrequencyRunner, type RunReason} from './runner.ts';
 
 /** kube-proxy's FullSyncPeriod: the longest run of partial syncs. */
@@ -58,6 +58,8 @@ interface FamilyState {
   written?: Map<IptablesTable, OwnedRules>;
   needFullSync: boolean;
   lastFullSync?: number;
+  /** When the rules were last compared with what was written (or freshly written in full). */
+  lastDriftCheck?: number;
   rulesPerTable: Map<IptablesTable, number>;
 }
 
@@ -266,8 +268,11 @@ export class IptablesProxier {
     const start = this.#clock.now();
     let full = state.needFullSync || state.lastFullSync === undefined || start - state.lastFullSync >= fullSyncPeriod;
 
+    // Checked at least once per syncPeriod, also when changes keep every sync from being periodic.
     let drift = false;
-    if (!full && reason.periodic && state.written) {
+    const driftCheckDue = reason.periodic || state.lastDriftCheck === undefined || start - state.lastDriftCheck >= this.#options.syncPeriod;
+    if (!full && driftCheckDue && state.written) {
+      state.lastDriftCheck = start;
       const current = await this.#readOwned(family);
       for (const table of proxyTables) {
         const written = state.written.get(table)!;
@@ -297,7 +302,15 @@ export class IptablesProxier {
     try {
       await host.iptablesRestore(family, text, {noflush: true});
       if (full) await this.#ensureJumpRules(family, model);
-      state.written = await this.#readOwned(family);
+      const now = await this.#readOwned(family);
+      if (full || !state.written) {
+        state.written = now;
+        state.lastDriftCheck = start;
+      } else {
+        const declared = declaredChains(text);
+        const previous = state.written;
+        state.written = new Map(proxyTables.map((table) => [table, afterPartialWrite(previous.get(table)!, now.get(table)!, declared.get(table) ?? new Set())]));
+      }
     } catch (error) {
       metrics.restoreFailures.inc();
       if (!full) metrics.partialRestoreFailures.inc();

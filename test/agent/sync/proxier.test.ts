@@ -180,6 +180,23 @@ test('drift: a periodic sync finds a deleted jump rule and rewrites everything',
   assert.ok(log.lines.some((line) => line.includes('rules changed behind our back') && line.includes('rule missing: -A PREROUTING')));
 });
 
+test('drift under steady churn: partial syncs do not adopt a tampered chain, and the check runs once per syncPeriod anyway', async () => {
+  const {host, proxier, objects, clock, metrics} = setup();
+  await proxier.syncRules(requested);
+  const webChain = serviceChain('default/web:p/TCP');
+  host.tamper('IPv4', 'nat', `-F ${webChain}`);
+  // api's endpoints change every few seconds: every sync is a requested partial one, none periodic.
+  for (let step = 1; step <= 12; step++) {
+    await clock.advance(3000);
+    objects.slicesByName.set('api-1', slice('api-1', 'api', [`10.244.3.${step}`]));
+    proxier.onChange('EndpointSlice', objects.slicesByName.get('api-1'));
+    const [result] = await proxier.syncRules(requested);
+    if (result.drift) break;
+  }
+  assert.equal(await metricValue(metrics, 'proxyctl_drift_repairs_total', {ip_family: 'IPv4'}), 1, 'found within syncPeriod (30 s) of churn');
+  assert.match(await host.iptablesSave('IPv4', 'nat'), new RegExp(`-A ${webChain} .*--to-destination 10.244.2.5:8080`), 'and repaired');
+});
+
 test('drift: a rule slipped into KUBE-SERVICES is removed', async () => {
   const {host, proxier} = setup();
   await proxier.syncRules(requested);
