@@ -165,6 +165,7 @@ describe('live agent: faults and churn', {concurrency: false, timeout: 300_000},
     streaming = false;
     await stream;
 
+    t.diagnostic(`${results.length} requests: ${killedAt} before the kill, ${restartedAt - killedAt} while the agent was dead or starting, ${results.length - restartedAt} after its first sync`);
     const failed = results.filter((result) => result.outcome !== 'reply');
     assert.deepEqual(failed, [], `${failed.length} of ${results.length} requests failed`);
     assert.deepEqual(new Set(repliedPods(results, 'stream')), new Set(['pod-0-1', 'pod-1-1']));
@@ -195,11 +196,50 @@ describe('live agent: faults and churn', {concurrency: false, timeout: 300_000},
 
     await until('web to answer again', () => answers(client, vip), syncPeriodMs + 5000);
     const repairedAfter = Date.now() - broken;
+    t.diagnostic(`repaired ${repairedAfter} ms after the rules were broken`);
     // One syncPeriod, plus the sync itself and the probe that saw it.
     assert.ok(repairedAfter <= syncPeriodMs + 2000, `repaired after ${repairedAfter} ms (syncPeriod ${syncPeriodMs} ms)`);
     assert.equal(await savedRules(node), before, 'the rules are back as they were');
     assert.ok((await agent.metric('proxyctl_drift_repairs_total', {ip_family: 'IPv4'})) >= repairsBefore + 1, 'the repair is counted');
     assert.ok(agent.logged(/warn rules changed behind our back/, mark).length >= 1, 'the drift is logged');
+  });
+
+  it('a flushed service chain is repaired within syncPeriod while other services keep changing', async (t) => {
+    const c = live(t);
+    if (!c) return;
+    const agent = c.agents[0];
+    const node = c.node(0);
+    const client = c.pod('pod-0-0').namespace;
+    const vip = clusterIPOf('web');
+    // Another service's endpoints change every 400 ms: every sync is a partial one asked for by a change.
+    c.server.store.create('services', serviceObject('ticker', undefined), 'default');
+    const tickerSlice = (step: number) => ({
+      apiVersion: 'discovery.k8s.io/v1',
+      kind: 'EndpointSlice',
+      metadata: {name: 'ticker-1', namespace: 'default', labels: {'kubernetes.io/service-name': 'ticker'}},
+      addressType: 'IPv4',
+      ports: [{name: 'http', protocol: 'TCP', port: demoPorts.http}],
+      endpoints: [{addresses: [`10.244.99.${1 + (step % 250)}`], conditions: {ready: true}, nodeName: 'node-1'}],
+    });
+    c.server.store.create('endpointslices', tickerSlice(0), 'default');
+    let step = 0;
+    const ticker = setInterval(() => c.server.store.update('endpointslices', tickerSlice(++step) as never, 'default'), 400);
+    t.after(() => clearInterval(ticker));
+    await sleep(2000);
+    const repairsBefore = await agent.metric('proxyctl_drift_repairs_total', {ip_family: 'IPv4'});
+    const svcChain = (await execInNamespace(node.namespace, ['iptables-save', '-t', 'nat'])).stdout.split('\n').find((line) => line.startsWith('-A KUBE-SVC-') && line.includes('default/web:http'))?.split(' ')[1];
+    assert.ok(svcChain, 'the web service chain exists');
+
+    const broken = Date.now();
+    await execInNamespace(node.namespace, ['iptables', '-w', '5', '-t', 'nat', '-F', svcChain]);
+    assert.equal((await probe(client, {protocol: 'tcp', host: vip, port: 80, timeoutMs: 1000}))[0].outcome, 'refused', 'an empty service chain sends the ClusterIP nowhere');
+    await until('web to answer again', () => answers(client, vip), syncPeriodMs + 5000);
+    const repairedAfter = Date.now() - broken;
+    clearInterval(ticker);
+    t.diagnostic(`repaired ${repairedAfter} ms after the flush, ${step} ticker updates meanwhile`);
+    assert.ok(repairedAfter <= syncPeriodMs + 2000, `repaired after ${repairedAfter} ms (syncPeriod ${syncPeriodMs} ms)`);
+    assert.ok((await agent.metric('proxyctl_drift_repairs_total', {ip_family: 'IPv4'})) >= repairsBefore + 1, 'the repair is counted');
+    c.server.store.delete('services', 'default', 'ticker');
   });
 
   it('API server gone (12 s) and back with its history past the agent (410 on resume): the agent converges on what changed meanwhile', async (t) => {
@@ -234,6 +274,7 @@ describe('live agent: faults and churn', {concurrency: false, timeout: 300_000},
     await until('late to answer', () => answers(client, lateIP), 30_000);
     await until('doomed to be refused', async () => (await probe(client, {protocol: 'tcp', host: doomedIP, port: 80, timeoutMs: 1000}))[0].outcome === 'refused', 5000);
     const convergedAfter = Date.now() - back;
+    t.diagnostic(`converged ${convergedAfter} ms after the API server came back`);
     // The next reconnect attempt comes at most one backoff step (16 s by then) after the server returns.
     assert.ok(convergedAfter <= 16_000 + 5000, `converged ${convergedAfter} ms after the API server came back`);
     assert.ok(agent.logged(/watch expired \(410\); listing again resource=services/, mark).length >= 1, `the services watch resumed into 410:\n${agent.logged(/API server|watch|list/, mark).join('\n')}`);
