@@ -299,24 +299,41 @@ export class IptablesProxier {
     const rendered = rules.render(model, {changedServicePorts: full ? undefined : changed, existingChains});
     const text = full && state.frontEnd === 'nf_tables' ? withWholeTableCache(rendered) : rendered;
     log.detail(5, 'iptables-restore input', {family, rules: text});
+    let now: Map<IptablesTable, OwnedRules>;
     try {
       await host.iptablesRestore(family, text, {noflush: true});
       if (full) await this.#ensureJumpRules(family, model);
-      const now = await this.#readOwned(family);
-      if (full || !state.written) {
-        state.written = now;
-        state.lastDriftCheck = start;
-      } else {
-        const declared = declaredChains(text);
-        const previous = state.written;
-        state.written = new Map(proxyTables.map((table) => [table, afterPartialWrite(previous.get(table)!, now.get(table)!, declared.get(table) ?? new Set())]));
-      }
+      now = await this.#readOwned(family);
     } catch (error) {
       metrics.restoreFailures.inc();
       if (!full) metrics.partialRestoreFailures.inc();
       state.needFullSync = true;
       throw new Error(`${family} ${full ? 'full' : 'partial'} sync: ${errorText(error)}`, {cause: error});
     }
+
+    if (full || !state.written) {
+      state.written = now;
+    } else {
+      // The read-back after a partial write is also a drift check, free of charge: the chains the
+      // write did not replace must be as they were after the previous write.
+      const declared = declaredChains(text);
+      const previous = state.written;
+      const expected = new Map(proxyTables.map((table) => [table, afterPartialWrite(previous.get(table)!, now.get(table)!, declared.get(table) ?? new Set())]));
+      let changedBehindUs = false;
+      for (const table of proxyTables) {
+        if (sameOwnedRules(expected.get(table)!, now.get(table)!)) continue;
+        changedBehindUs = true;
+        log.warn('rules changed behind our back; rewriting them', {family, drift: describeDrift(expected.get(table)!, now.get(table)!)});
+      }
+      state.written = expected;
+      if (changedBehindUs) {
+        drift = true;
+        metrics.driftRepairs.inc({ip_family: family});
+        state.needFullSync = true;
+        this.#runner.run();
+      }
+    }
+    state.lastDriftCheck = start;
 
     await this.#cleanConntrack(family, state.applied, model);
     state.applied = model;

@@ -345,6 +345,7 @@ describe('live agent: faults and churn', {concurrency: false, timeout: 300_000},
     t.diagnostic(`${updates} updates in ${seconds} s -> ${changes} endpoint changes seen, ${syncs} syncs (mean ${(syncSeconds * 1000).toFixed(0)} ms), converged ${convergedAfter} ms after the last write`);
 
     assert.ok(changes >= updates, `every update reached the agent (${changes} of ${updates})`);
+    assert.deepEqual(agent.logged(/rules changed behind our back|sync failed/, mark), [], 'no false drift, no failed sync under churn');
     // At most one sync per minSyncPeriod of churn (plus the one running when it stopped).
     const churnMs = stopped - started + convergedAfter;
     assert.ok(syncs <= Math.ceil(churnMs / minSyncPeriodMs) + 1, `${syncs} syncs in ${churnMs} ms`);

@@ -213,4 +213,14 @@ describe('live agent: traffic through services it programs', {concurrency: false
     assert.ok(c.agents[0].logged(new RegExp(`conntrack entries deleted .*${endpointIP.replace(/\./g, '\\.')}`)).length > 0, 'the deletion is logged');
     relabel(endpoint, {app: 'web', dns: 'yes'});
   });
+
+  it('all along, with nobody touching the rules: no drift reported, no sync failed', async (t) => {
+    const c = live(t);
+    if (!c) return;
+    for (const agent of c.agents) {
+      assert.deepEqual(agent.logged(/rules changed behind our back|sync failed/), [], `agent on ${agent.node.name}`);
+      assert.equal(await agent.metric('proxyctl_drift_repairs_total', {ip_family: 'IPv4'}), 0);
+      assert.ok((await agent.metric('kubeproxy_sync_partial_proxy_rules_duration_seconds_count')) >= 5, 'the changes went through partial syncs');
+    }
+  });
 });

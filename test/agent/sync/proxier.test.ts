@@ -180,7 +180,7 @@ test('drift: a periodic sync finds a deleted jump rule and rewrites everything',
   assert.ok(log.lines.some((line) => line.includes('rules changed behind our back') && line.includes('rule missing: -A PREROUTING')));
 });
 
-test('drift under steady churn: partial syncs do not adopt a tampered chain, and the check runs once per syncPeriod anyway', async () => {
+test('drift under steady churn: the next partial write sees a tampered chain it did not touch, and a full sync repairs it', async () => {
   const {host, proxier, objects, clock, metrics} = setup();
   await proxier.syncRules(requested);
   const webChain = serviceChain('default/web:p/TCP');
@@ -194,7 +194,22 @@ test('drift under steady churn: partial syncs do not adopt a tampered chain, and
     if (result.drift) break;
   }
   assert.equal(await metricValue(metrics, 'proxyctl_drift_repairs_total', {ip_family: 'IPv4'}), 1, 'found within syncPeriod (30 s) of churn');
+  const [repair] = await proxier.syncRules(requested);
+  assert.equal(repair.kind, 'full');
   assert.match(await host.iptablesSave('IPv4', 'nat'), new RegExp(`-A ${webChain} .*--to-destination 10.244.2.5:8080`), 'and repaired');
+});
+
+test('drift: changes that alter no rule still get a drift check once per syncPeriod', async () => {
+  const {host, proxier, clock, metrics} = setup();
+  await proxier.syncRules(requested);
+  host.tamper('IPv4', 'nat', `-F ${serviceChain('default/web:p/TCP')}`);
+  await clock.advance(10_000);
+  assert.equal((await proxier.syncRules(requested))[0].drift, false, 'not due yet, and nothing to write');
+  await clock.advance(25_000);
+  const [result] = await proxier.syncRules(requested);
+  assert.equal(result.drift, true);
+  assert.equal(result.kind, 'full');
+  assert.equal(await metricValue(metrics, 'proxyctl_drift_repairs_total', {ip_family: 'IPv4'}), 1);
 });
 
 test('drift: a rule slipped into KUBE-SERVICES is removed', async () => {
