@@ -18,6 +18,8 @@ export interface NftablesBenchOptions {
   syncServices?: number;
   /** Skip loading the kube-proxy-shaped table (it takes more than a minute at 10,000 x 10). */
   skipKubeProxyFloor?: boolean;
+  skipLatency?: boolean;
+  skipSync?: boolean;
   log?: (line: string) => void;
 }
 
@@ -179,7 +181,8 @@ async function benchLatency(options: NftablesBenchOptions, log: (line: string) =
         });
       }
       for (const mode of modes) {
-        await mode.load();
+        const loaded = await timed(() => mode.load());
+        log(`  (${mode.mode}: ${count.toLocaleString('en-US')} services loaded in ${seconds(loaded.ms)})`);
         try {
           // Warm up once so the route and neighbour entries exist before timing.
           await execInNamespace(client.namespace, [process.execPath, new URL('./nftables-connect.ts', import.meta.url).pathname, target, '80', '20']);
@@ -213,11 +216,23 @@ export async function runNftablesBench(options: NftablesBenchOptions = {}): Prom
     log(`nftables bench skipped: ${unavailable}`);
     return;
   }
-  await benchLatency(options, log);
-  await benchSync(options, log);
+  if (!options.skipLatency) await benchLatency(options, log);
+  if (!options.skipSync) await benchSync(options, log);
 }
 
+/** Run alone: node bench/nftables.ts [--services 1000,10000,30000] [--connections N] [--sync-services N] [--no-floor] [--no-latency] [--no-sync] */
 if (import.meta.url === `file://${process.argv[1]}`) {
-  const quick = process.argv.includes('--quick');
-  await runNftablesBench(quick ? {latencyServiceCounts: [1_000, 10_000], connections: 300, syncServices: 2_000} : {skipKubeProxyFloor: process.argv.includes('--no-floor')});
+  const value = (name: string) => {
+    const index = process.argv.indexOf(name);
+    return index > 0 ? process.argv[index + 1] : undefined;
+  };
+  const options: NftablesBenchOptions = {
+    ...(value('--services') ? {latencyServiceCounts: value('--services')!.split(',').map(Number)} : {}),
+    ...(value('--connections') ? {connections: Number(value('--connections'))} : {}),
+    ...(value('--sync-services') ? {syncServices: Number(value('--sync-services'))} : {}),
+    skipKubeProxyFloor: process.argv.includes('--no-floor'),
+    skipLatency: process.argv.includes('--no-latency'),
+    skipSync: process.argv.includes('--no-sync'),
+  };
+  await runNftablesBench(options);
 }

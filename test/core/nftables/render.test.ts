@@ -213,3 +213,12 @@ describe('partial transactions', () => {
     assert.equal(renderNftablesSync(after, {existing: full.state, changedServicePorts: new Set()}).kind, 'full');
   });
 });
+
+describe('local traffic detection', () => {
+  it('puts several cluster CIDRs in one named set instead of a set per rule', () => {
+    const table = parseNftablesScript(renderNftables(model([web], [webSlice], {clusterCIDRs: ['10.244.0.0/16', '10.245.0.0/16']})));
+    assert.deepEqual(table.sets.get('local-cidrs')!.elements.map((element) => element.key), ['10.244.0.0/16', '10.245.0.0/16']);
+    const chain = `service-${servicePortNameBase({namespace: 'default', serviceName: 'web', portName: 'http', protocol: 'TCP'})}`;
+    assert.equal(table.chains.get(chain)!.rules[0].text, 'ip daddr 10.96.0.10 tcp dport 80 ip saddr != @local-cidrs jump mark-for-masquerade');
+  });
+});
