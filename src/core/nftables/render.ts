@@ -198,6 +198,13 @@ function valueList(items: string[]): string {
   return shown.length === 1 ? shown[0] : `{ ${shown.join(', ')} }`;
 }
 
+/** outermostCIDRs drops CIDRs inside another of the list (an interval set refuses overlaps). */
+function outermostCIDRs(texts: string[]): string[] {
+  const cidrs = texts.map((text) => parseCIDR(text)).filter((cidr) => cidr !== undefined);
+  const kept = cidrs.filter((cidr, index) => !cidrs.some((other, otherIndex) => otherIndex !== index && other.prefixLength <= cidr.prefixLength && cidrContains(other, cidr.network) && (other.prefixLength < cidr.prefixLength || otherIndex < index)));
+  return [...new Set(kept.map((cidr) => cidr.text))];
+}
+
 /** localTrafficMatch: kube-proxy's IfLocalNFT / IfNotLocalNFT for the model's detector. */
 function localTrafficMatch(model: ProxyModel, words: FamilyWords, local: boolean): string | undefined {
   const detector = model.config.localDetector;
@@ -208,8 +215,9 @@ function localTrafficMatch(model: ProxyModel, words: FamilyWords, local: boolean
       if (detector.cidrs.length === 0) return undefined;
       // Several CIDRs go in one named set: an anonymous set in every service chain is a kernel
       // object each, and nft slows down with every one (minutes at 30,000 services).
-      if (detector.cidrs.length > 1) return `${words.ipX} saddr ${op}@${nftNames.localCIDRs}`;
-      return `${words.ipX} saddr ${op}${valueList(detector.cidrs)}`;
+      const cidrs = outermostCIDRs(detector.cidrs);
+      if (cidrs.length > 1) return `${words.ipX} saddr ${op}@${nftNames.localCIDRs}`;
+      return `${words.ipX} saddr ${op}${valueList(cidrs)}`;
     case 'BridgeInterface':
       return `iifname ${op}"${detector.interfaceName}"`;
     case 'InterfaceNamePrefix':
@@ -275,10 +283,10 @@ function renderSetup(model: ProxyModel, options: NftablesRenderOptions, words: F
 
   out.push(`add rule ${t} ${nftNames.markMasq} meta mark set meta mark | ${mark}`);
   const detector = model.config.localDetector;
-  if ((detector.mode === 'ClusterCIDR' || detector.mode === 'NodeCIDR') && detector.cidrs.length > 1) {
+  if ((detector.mode === 'ClusterCIDR' || detector.mode === 'NodeCIDR') && outermostCIDRs(detector.cidrs).length > 1) {
     out.push(`add set ${t} ${nftNames.localCIDRs} { type ${words.addrType} ; flags interval ; comment "sources of pod traffic (local traffic detection)" ; }`);
     out.push(`flush set ${t} ${nftNames.localCIDRs}`);
-    out.push(`add element ${t} ${nftNames.localCIDRs} { ${detector.cidrs.map((cidr) => parseCIDR(cidr)?.text ?? cidr).join(', ')} }`);
+    out.push(`add element ${t} ${nftNames.localCIDRs} { ${outermostCIDRs(detector.cidrs).join(', ')} }`);
   }
   out.push(`add set ${t} ${nftNames.hairpinEndpoints} { type ${words.addrType} . ${words.addrType} ; comment "endpoints masqueraded when they reach themselves through a service" ; }`);
   out.push(`add rule ${t} ${nftNames.masquerading} ct status dnat ${words.ipX} saddr . ${words.ipX} daddr @${nftNames.hairpinEndpoints} jump ${nftNames.markMasq}`);

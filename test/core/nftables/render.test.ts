@@ -222,3 +222,12 @@ describe('local traffic detection', () => {
     assert.equal(table.chains.get(chain)!.rules[0].text, 'ip daddr 10.96.0.10 tcp dport 80 ip saddr != @local-cidrs jump mark-for-masquerade');
   });
 });
+
+describe('local traffic detection with nested CIDRs', () => {
+  it('keeps only the outermost CIDR, which the kernel can hold without overlap', () => {
+    const table = parseNftablesScript(renderNftables(model([web], [webSlice], {clusterCIDRs: ['10.128.0.0/9', '10.244.0.0/16', '10.128.0.0/9']})));
+    assert.equal(table.sets.has('local-cidrs'), false);
+    const chain = `service-${servicePortNameBase({namespace: 'default', serviceName: 'web', portName: 'http', protocol: 'TCP'})}`;
+    assert.equal(table.chains.get(chain)!.rules[0].text, 'ip daddr 10.96.0.10 tcp dport 80 ip saddr != 10.128.0.0/9 jump mark-for-masquerade');
+  });
+});
