@@ -1,0 +1,19 @@
+// ipvs mode: render the ProxyModel to virtual servers, ipsets, kube-ipvs0 addresses and the small
+// iptables layer; read that state back; diff and trace it.
+export {renderIpvs, ipsetName, ipsetNames, nodePortAddresses, ipvsIptablesChains, ipvsJumpRules, type RenderIpvsOptions} from './render.ts';
+export {
+  dummyDevice,
+  formatIpsetRestore,
+  formatIpvsadmRestore,
+  parseBoundAddresses,
+  parseIpsetSave,
+  parseIpvsadmSave,
+  virtualServerKey,
+  IpvsParseError,
+  type Ipset,
+  type IpvsRealServer,
+  type IpvsState,
+  type IpvsVirtualServer,
+} from './state.ts';
+export {diffIpvs, withJumpRules, type IpvsDiff, type IpvsDiffGroup} from './diff.ts';
+export {traceIpvs} from './trace.ts';

@@ -1,0 +1,177 @@
+// The state ipvs mode keeps in the kernel: virtual and real servers, ipsets, addresses bound to
+// kube-ipvs0 and the small iptables layer; how it is written for ipvsadm-restore / ipset restore and
+// read back from `ipvsadm -Sn`, `ipset save` and `ip -j addr show kube-ipvs0`.
+import type {IPFamily, Protocol} from '../model/types.ts';
+import {joinHostPort, parseIP} from '../model/ip.ts';
+
+/** The dummy device every service address is bound to, so the node accepts packets for it. */
+export const dummyDevice = 'kube-ipvs0';
+
+export interface IpvsRealServer {
+  address: string;
+  port: number;
+  /** 0 while a removed endpoint's connections drain. */
+  weight: number;
+}
+
+export interface IpvsVirtualServer {
+  address: string;
+  port: number;
+  protocol: Protocol;
+  scheduler: string;
+  /** Persistence timeout in seconds (sessionAffinity ClientIP); undefined without affinity. */
+  persistenceTimeout?: number;
+  realServers: IpvsRealServer[];
+  /** "ns/name:port" of the service port the server belongs to; '' when read from the kernel. */
+  servicePort: string;
+}
+
+export interface Ipset {
+  name: string;
+  /** hash:ip,port, hash:ip,port,ip, hash:ip,port,net, bitmap:port, hash:ip. */
+  type: string;
+  /** Sorted entries in `ipset save` spelling, e.g. "10.96.0.10,tcp:53". */
+  entries: string[];
+}
+
+export interface IpvsState {
+  family: IPFamily;
+  /** Sorted by key (virtualServerKey). */
+  virtualServers: IpvsVirtualServer[];
+  /** Sorted by name. */
+  sets: Ipset[];
+  /** Sorted addresses bound to kube-ipvs0. */
+  boundAddresses: string[];
+  /** The iptables layer, iptables-restore text (nat and filter tables). */
+  iptables: string;
+}
+
+const protocolFlags: Record<Protocol, string> = {TCP: '-t', UDP: '-u', SCTP: '--sctp-service'};
+
+/** virtualServerKey names a virtual server the way ipvsadm lists it: "TCP 10.96.0.10:80". */
+export function virtualServerKey(server: Pick<IpvsVirtualServer, 'protocol' | 'address' | 'port'>): string {
+  return `${server.protocol} ${joinHostPort(server.address, server.port)}`;
+}
+
+/** formatIpvsadmRestore writes the virtual and real servers as `ipvsadm-restore` reads them (and `ipvsadm -Sn` prints them). */
+export function formatIpvsadmRestore(servers: IpvsVirtualServer[]): string {
+  const lines: string[] = [];
+  for (const server of servers) {
+    const service = `${protocolFlags[server.protocol]} ${joinHostPort(server.address, server.port)}`;
+    lines.push(`-A ${service} -s ${server.scheduler}${server.persistenceTimeout !== undefined ? ` -p ${server.persistenceTimeout}` : ''}`);
+    for (const real of server.realServers) {
+      lines.push(`-a ${service} -r ${joinHostPort(real.address, real.port)} -m -w ${real.weight}`);
+    }
+  }
+  return lines.length ? `${lines.join('\n')}\n` : '';
+}
+
+/** formatIpsetRestore writes the sets as `ipset restore` reads them: create (if missing), flush, add. */
+export function formatIpsetRestore(sets: Ipset[], family: IPFamily): string {
+  const inet = family === 'IPv6' ? 'inet6' : 'inet';
+  const lines: string[] = [];
+  for (const set of sets) {
+    const options = set.type === 'bitmap:port' ? 'range 0-65535' : `family ${inet} hashsize 1024 maxelem 65536`;
+    lines.push(`create ${set.name} ${set.type} ${options} -exist`);
+    lines.push(`flush ${set.name}`);
+    for (const entry of set.entries) lines.push(`add ${set.name} ${entry} -exist`);
+  }
+  return lines.length ? `${lines.join('\n')}\n` : '';
+}
+
+export class IpvsParseError extends Error {}
+
+function splitHostPort(text: string, line: string): {address: string; port: number} {
+  const match = /^\[?([^\]]*?)\]?:(\d+)$/.exec(text);
+  if (!match || !parseIP(match[1])) throw new IpvsParseError(`ipvsadm: cannot read address "${text}" in line: ${line}`);
+  return {address: match[1], port: Number(match[2])};
+}
+
+/** parseIpvsadmSave reads `ipvsadm -Sn` output (or ipvsadm-restore input) into virtual servers, sorted by key. */
+export function parseIpvsadmSave(text: string): IpvsVirtualServer[] {
+  const servers = new Map<string, IpvsVirtualServer>();
+  for (const raw of text.split('\n')) {
+    const line = raw.trim();
+    if (!line || line.startsWith('#')) continue;
+    const words = line.split(/\s+/);
+    const op = words[0];
+    const protocol: Protocol | undefined = words[1] === '-t' ? 'TCP' : words[1] === '-u' ? 'UDP' : words[1] === '--sctp-service' ? 'SCTP' : undefined;
+    if ((op !== '-A' && op !== '-a') || !protocol || words.length < 3) throw new IpvsParseError(`ipvsadm: cannot read line: ${line}`);
+    const {address, port} = splitHostPort(words[2], line);
+    const option = (flag: string) => {
+      const at = words.indexOf(flag, 3);
+      return at >= 0 ? words[at + 1] : undefined;
+    };
+    const key = virtualServerKey({protocol, address, port});
+    if (op === '-A') {
+      const persistence = option('-p');
+      servers.set(key, {
+        address,
+        port,
+        protocol,
+        scheduler: option('-s') ?? 'wlc',
+        ...(persistence !== undefined ? {persistenceTimeout: Number(persistence)} : {}),
+        realServers: [],
+        servicePort: '',
+      });
+    } else {
+      const server = servers.get(key);
+      if (!server) throw new IpvsParseError(`ipvsadm: real server before its virtual server ${key}: ${line}`);
+      const real = option('-r');
+      if (!real) throw new IpvsParseError(`ipvsadm: real server without -r: ${line}`);
+      server.realServers.push({...splitHostPort(real, line), weight: Number(option('-w') ?? '1')});
+    }
+  }
+  return sortServers([...servers.values()]);
+}
+
+export function sortServers(servers: IpvsVirtualServer[]): IpvsVirtualServer[] {
+  for (const server of servers) server.realServers.sort((a, b) => compare(joinHostPort(a.address, a.port), joinHostPort(b.address, b.port)));
+  return servers.sort((a, b) => compare(virtualServerKey(a), virtualServerKey(b)));
+}
+
+export function compare(a: string, b: string): number {
+  return a < b ? -1 : a > b ? 1 : 0;
+}
+
+/**
+ * parseIpsetSave reads `ipset save` output into sets, sorted by name with sorted entries. Only
+ * sets whose name starts with `prefix` are kept (the node may hold other programs' sets).
+ */
+export function parseIpsetSave(text: string, prefix = 'KUBE-'): Ipset[] {
+  const sets = new Map<string, Ipset>();
+  for (const raw of text.split('\n')) {
+    const line = raw.trim();
+    if (!line) continue;
+    const words = line.split(/\s+/);
+    if (words[0] === 'create' && words.length >= 3) {
+      if (words[1].startsWith(prefix)) sets.set(words[1], {name: words[1], type: words[2], entries: []});
+    } else if (words[0] === 'add' && words.length >= 3) {
+      if (!words[1].startsWith(prefix)) continue;
+      const set = sets.get(words[1]);
+      if (!set) throw new IpvsParseError(`ipset: entry for set ${words[1]} before its create line: ${line}`);
+      set.entries.push(words[2]);
+    } else {
+      throw new IpvsParseError(`ipset: cannot read line: ${line}`);
+    }
+  }
+  for (const set of sets.values()) set.entries.sort(compare);
+  return [...sets.values()].sort((a, b) => compare(a.name, b.name));
+}
+
+/** parseBoundAddresses reads `ip -j addr show dev kube-ipvs0` into sorted addresses ([] when the device is missing). */
+export function parseBoundAddresses(json: string): string[] {
+  if (!json.trim()) return [];
+  let links: unknown;
+  try {
+    links = JSON.parse(json);
+  } catch (error) {
+    throw new IpvsParseError(`ip -j addr: not JSON: ${(error as Error).message}`);
+  }
+  if (!Array.isArray(links)) throw new IpvsParseError('ip -j addr: expected a JSON array of links');
+  const addresses: string[] = [];
+  for (const link of links as Array<{addr_info?: Array<{local?: string}>}>) {
+    for (const info of link.addr_info ?? []) if (info.local) addresses.push(info.local);
+  }
+  return addresses.sort(compare);
+}
