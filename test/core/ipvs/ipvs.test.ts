@@ -1,0 +1,242 @@
+// ipvs mode without a kernel: what renderIpvs writes for kube-proxy's service shapes, the restore
+// formats round-tripping through the parsers, diffs, and packets traced through the state.
+import assert from 'node:assert/strict';
+import {describe, it} from 'node:test';
+import {
+  diffIpvs,
+  formatIpsetRestore,
+  formatIpvsadmRestore,
+  parseBoundAddresses,
+  parseIpsetSave,
+  parseIpvsadmSave,
+  renderIpvs,
+  traceIpvs,
+  withJumpRules,
+  type IpvsState,
+} from '../../../src/core/ipvs/index.ts';
+import {buildProxyModel, type EndpointSliceInput, type ServiceInput} from '../../../src/core/model/index.ts';
+import type {Packet} from '../../../src/core/trace/types.ts';
+
+const nodeIP = '192.168.0.10';
+const clusterCIDR = '10.244.0.0/16';
+
+function service(name: string, spec: NonNullable<ServiceInput['spec']>, status?: ServiceInput['status']): ServiceInput {
+  return {
+    apiVersion: 'v1',
+    kind: 'Service',
+    metadata: {name, namespace: 'default'},
+    spec: {type: 'ClusterIP', ports: [{name: 'http', protocol: 'TCP', port: 80, targetPort: 8080}], ...spec, clusterIPs: [spec.clusterIP!]},
+    ...(status ? {status} : {}),
+  };
+}
+
+function slice(serviceName: string, endpoints: Array<{ip: string; node: string}>): EndpointSliceInput {
+  return {
+    apiVersion: 'discovery.k8s.io/v1',
+    kind: 'EndpointSlice',
+    metadata: {name: `${serviceName}-1`, namespace: 'default', labels: {'kubernetes.io/service-name': serviceName}},
+    addressType: 'IPv4',
+    ports: [{name: 'http', protocol: 'TCP', port: 8080}],
+    endpoints: endpoints.map((endpoint) => ({addresses: [endpoint.ip], nodeName: endpoint.node, conditions: {ready: true}})),
+  };
+}
+
+function render(services: ServiceInput[], slices: EndpointSliceInput[], scheduler?: string): IpvsState {
+  const model = buildProxyModel(
+    {services, endpointSlices: slices, node: {apiVersion: 'v1', kind: 'Node', metadata: {name: 'node-a'}, status: {addresses: [{type: 'InternalIP', address: nodeIP}]}}},
+    {family: 'IPv4', clusterCIDRs: [clusterCIDR], nodeName: 'node-a'},
+  );
+  assert.deepEqual(model.problems, []);
+  return renderIpvs(model, scheduler ? {scheduler} : {});
+}
+
+const cluster = () =>
+  render(
+    [
+      service('web', {clusterIP: '10.96.0.10'}),
+      service('sticky', {clusterIP: '10.96.0.11', sessionAffinity: 'ClientIP', sessionAffinityConfig: {clientIP: {timeoutSeconds: 600}}}),
+      service('empty', {clusterIP: '10.96.0.12'}),
+      service('np', {type: 'NodePort', clusterIP: '10.96.0.13', ports: [{name: 'http', protocol: 'TCP', port: 80, targetPort: 8080, nodePort: 30080}], externalTrafficPolicy: 'Local'}),
+      service(
+        'lb',
+        {type: 'LoadBalancer', clusterIP: '10.96.0.14', ports: [{name: 'http', protocol: 'TCP', port: 80, targetPort: 8080, nodePort: 30081}], loadBalancerSourceRanges: ['203.0.113.0/24'], externalIPs: ['198.51.100.7']},
+        {loadBalancer: {ingress: [{ip: '198.51.100.30'}]}},
+      ),
+    ],
+    [
+      slice('web', [{ip: '10.244.1.2', node: 'node-a'}, {ip: '10.244.2.2', node: 'node-b'}]),
+      slice('sticky', [{ip: '10.244.1.3', node: 'node-a'}]),
+      slice('np', [{ip: '10.244.2.4', node: 'node-b'}]),
+      slice('lb', [{ip: '10.244.1.5', node: 'node-a'}]),
+    ],
+  );
+
+function packet(srcIP: string, dstIP: string, dstPort: number): Packet {
+  return {srcIP, dstIP, dstPort, protocol: 'TCP', origin: 'arriving'};
+}
+
+describe('renderIpvs', () => {
+  it('writes one virtual server per service address and port, one masqueraded real server per endpoint', () => {
+    const restore = formatIpvsadmRestore(cluster().virtualServers);
+    assert.match(restore, /^-A -t 10\.96\.0\.10:80 -s rr$/m);
+    assert.match(restore, /^-a -t 10\.96\.0\.10:80 -r 10\.244\.1\.2:8080 -m -w 1$/m);
+    assert.match(restore, /^-a -t 10\.96\.0\.10:80 -r 10\.244\.2\.2:8080 -m -w 1$/m);
+    assert.match(restore, /^-A -t 10\.96\.0\.11:80 -s rr -p 600$/m, 'ClientIP affinity is persistence with its timeout');
+    assert.match(restore, /^-A -t 10\.96\.0\.12:80 -s rr$/m, 'a service without endpoints keeps its virtual server');
+    assert.doesNotMatch(restore, /-a -t 10\.96\.0\.12:80/);
+    assert.match(restore, /^-A -t 192\.168\.0\.10:30080 -s rr$/m, 'NodePorts listen on the node address');
+    assert.doesNotMatch(restore, /-a -t 192\.168\.0\.10:30080/, 'eTP Local with no local endpoint: no real server on the NodePort');
+    assert.match(restore, /^-a -t 10\.96\.0\.13:80 -r 10\.244\.2\.4:8080 -m -w 1$/m, 'the ClusterIP of an eTP Local service uses every endpoint');
+    assert.match(restore, /^-A -t 198\.51\.100\.30:80 -s rr$/m);
+    assert.match(restore, /^-A -t 198\.51\.100\.7:80 -s rr$/m);
+  });
+
+  it('takes the scheduler from the options', () => {
+    assert.match(formatIpvsadmRestore(render([service('web', {clusterIP: '10.96.0.10'})], [], 'lc').virtualServers), /-s lc/);
+  });
+
+  it('binds service addresses to kube-ipvs0, never node addresses', () => {
+    assert.deepEqual(cluster().boundAddresses, ['10.96.0.10', '10.96.0.11', '10.96.0.12', '10.96.0.13', '10.96.0.14', '198.51.100.30', '198.51.100.7']);
+  });
+
+  it('fills kube-proxy\'s ipsets', () => {
+    const sets = new Map(cluster().sets.map((set) => [set.name, set]));
+    assert.deepEqual(sets.get('KUBE-CLUSTER-IP')?.entries, ['10.96.0.10,tcp:80', '10.96.0.11,tcp:80', '10.96.0.12,tcp:80', '10.96.0.13,tcp:80', '10.96.0.14,tcp:80']);
+    assert.equal(sets.get('KUBE-CLUSTER-IP')?.type, 'hash:ip,port');
+    assert.deepEqual(sets.get('KUBE-NODE-PORT-TCP')?.entries, ['30080', '30081']);
+    assert.deepEqual(sets.get('KUBE-NODE-PORT-LOCAL-TCP')?.entries, ['30080']);
+    assert.deepEqual(sets.get('KUBE-LOAD-BALANCER')?.entries, ['198.51.100.30,tcp:80']);
+    assert.deepEqual(sets.get('KUBE-LOAD-BALANCER-FW')?.entries, ['198.51.100.30,tcp:80']);
+    assert.deepEqual(sets.get('KUBE-LOAD-BALANCER-SOURCE-CIDR')?.entries, ['198.51.100.30,tcp:80,203.0.113.0/24']);
+    assert.deepEqual(sets.get('KUBE-EXTERNAL-IP')?.entries, ['198.51.100.7,tcp:80']);
+    assert.ok(sets.get('KUBE-LOOP-BACK')?.entries.includes('10.244.1.2,tcp:8080,10.244.1.2'));
+    assert.equal(sets.get('KUBE-IPVS-IPS')?.entries.length, 7);
+  });
+
+  it('writes the iptables layer that matches the sets', () => {
+    const rules = cluster().iptables;
+    assert.match(rules, /^-A KUBE-SERVICES -m set --match-set KUBE-CLUSTER-IP dst,dst ! -s 10\.244\.0\.0\/16 -j KUBE-MARK-MASQ$/m);
+    assert.match(rules, /^-A KUBE-POSTROUTING -m set --match-set KUBE-LOOP-BACK dst,dst,src -j MASQUERADE$/m);
+    assert.match(rules, /^-A KUBE-NODE-PORT -p tcp -m set --match-set KUBE-NODE-PORT-LOCAL-TCP dst -j RETURN$/m);
+    assert.match(rules, /^-A KUBE-SOURCE-RANGES-FIREWALL -m set --match-set KUBE-LOAD-BALANCER-SOURCE-CIDR dst,dst,src -j RETURN$/m);
+    assert.match(rules, /^-A KUBE-MARK-MASQ -j MARK --or-mark 0x4000$/m);
+    assert.ok(rules.indexOf('KUBE-NODE-PORT-LOCAL-TCP') < rules.indexOf('--match-set KUBE-NODE-PORT-TCP'), 'the Local set RETURNs before the masquerade set');
+    assert.doesNotMatch(rules, /KUBE-NODE-PORT-UDP/, 'rules for empty sets are left out');
+  });
+
+  it('is deterministic', () => {
+    assert.deepEqual(cluster(), cluster());
+  });
+});
+
+describe('ipvs state formats', () => {
+  it('ipvsadm -Sn output parses back to the rendered servers', () => {
+    const state = cluster();
+    const parsed = parseIpvsadmSave(formatIpvsadmRestore(state.virtualServers));
+    assert.deepEqual(parsed, state.virtualServers.map((server) => ({...server, servicePort: ''})));
+  });
+
+  it('reads ipset save output of the kernel, keeping only KUBE- sets', () => {
+    const text = [
+      'create KUBE-CLUSTER-IP hash:ip,port family inet hashsize 1024 maxelem 65536 bucketsize 12 initval 0x1a2b3c4d',
+      'add KUBE-CLUSTER-IP 10.96.0.12,tcp:80',
+      'add KUBE-CLUSTER-IP 10.96.0.10,tcp:80',
+      'create other-set hash:ip family inet',
+      'add other-set 1.2.3.4',
+      'create KUBE-NODE-PORT-TCP bitmap:port range 0-65535',
+    ].join('\n');
+    assert.deepEqual(parseIpsetSave(text), [
+      {name: 'KUBE-CLUSTER-IP', type: 'hash:ip,port', entries: ['10.96.0.10,tcp:80', '10.96.0.12,tcp:80']},
+      {name: 'KUBE-NODE-PORT-TCP', type: 'bitmap:port', entries: []},
+    ]);
+  });
+
+  it('ipset restore text parses back to the rendered sets', () => {
+    const state = cluster();
+    const restore = formatIpsetRestore(state.sets, 'IPv4').replace(/ -exist/g, '').replace(/^flush .*\n/gm, '');
+    assert.deepEqual(parseIpsetSave(restore), state.sets);
+  });
+
+  it('reads addresses from ip -j addr, and none when the device is missing', () => {
+    const json = JSON.stringify([{ifname: 'kube-ipvs0', addr_info: [{family: 'inet', local: '10.96.0.12', prefixlen: 32}, {family: 'inet', local: '10.96.0.10', prefixlen: 32}]}]);
+    assert.deepEqual(parseBoundAddresses(json), ['10.96.0.10', '10.96.0.12']);
+    assert.deepEqual(parseBoundAddresses(''), []);
+  });
+
+  it('names the line it cannot read', () => {
+    assert.throws(() => parseIpvsadmSave('-A -x 1.2.3.4:80'), /cannot read line: -A -x 1\.2\.3\.4:80/);
+    assert.throws(() => parseIpsetSave('destroy X'), /ipset: cannot read line: destroy X/);
+  });
+});
+
+describe('diffIpvs', () => {
+  it('is equal for the same state and groups changes by service port', () => {
+    const desired = cluster();
+    const applied: IpvsState = {...desired, iptables: withJumpRules(desired.iptables), virtualServers: parseIpvsadmSave(formatIpvsadmRestore(desired.virtualServers))};
+    assert.equal(diffIpvs(desired, applied).equal, true, diffIpvs(desired, applied).text);
+
+    const drifted: IpvsState = {
+      ...applied,
+      virtualServers: applied.virtualServers.map((server) =>
+        server.address === '10.96.0.10' ? {...server, realServers: server.realServers.filter((real) => real.address !== '10.244.2.2')} : server,
+      ),
+      boundAddresses: [...applied.boundAddresses, '10.96.9.9'],
+    };
+    const diff = diffIpvs(desired, drifted);
+    assert.equal(diff.equal, false);
+    const web = diff.groups.find((group) => group.servicePort === 'default/web:http');
+    assert.deepEqual(web, {servicePort: 'default/web:http', added: ['-a -t 10.96.0.10:80 -r 10.244.2.2:8080 -m -w 1'], removed: []});
+    assert.deepEqual(diff.groups.find((group) => group.servicePort === '')?.removed, ['address 10.96.9.9 dev kube-ipvs0']);
+    assert.match(diff.text, /^\+-a -t 10\.96\.0\.10:80 -r 10\.244\.2\.2:8080 -m -w 1$/m);
+  });
+});
+
+describe('traceIpvs', () => {
+  const context = {localAddresses: [nodeIP, '127.0.0.1']};
+
+  it('a pod reaching a ClusterIP keeps its source; the endpoints share the traffic by weight', () => {
+    const result = traceIpvs(cluster(), packet('10.244.1.9', '10.96.0.10', 80), context);
+    assert.equal(result.verdict, 'DNAT');
+    assert.equal(result.servicePort, 'default/web:http');
+    assert.deepEqual(result.branches.map((branch) => [branch.endpoint, branch.probability, branch.masquerade]), [
+      ['10.244.1.2:8080', 0.5, false],
+      ['10.244.2.2:8080', 0.5, false],
+    ]);
+  });
+
+  it('a client outside the cluster CIDR is masqueraded', () => {
+    const result = traceIpvs(cluster(), packet('192.168.0.50', '10.96.0.10', 80), context);
+    assert.ok(result.branches.every((branch) => branch.masquerade));
+    assert.ok(result.hops.some((hop) => hop.target === 'KUBE-MARK-MASQ'));
+  });
+
+  it('hairpin traffic is masqueraded through KUBE-LOOP-BACK', () => {
+    const result = traceIpvs(cluster(), packet('10.244.1.2', '10.96.0.10', 80), context);
+    const self = result.branches.find((branch) => branch.endpoint === '10.244.1.2:8080');
+    assert.equal(self?.masquerade, true);
+    assert.match(self!.masqueradeReason, /KUBE-LOOP-BACK/);
+  });
+
+  it('a service without endpoints is refused; eTP Local NodePort without local endpoints too', () => {
+    assert.equal(traceIpvs(cluster(), packet('10.244.1.9', '10.96.0.12', 80), context).verdict, 'REJECT');
+    assert.equal(traceIpvs(cluster(), packet('192.168.0.50', nodeIP, 30080), context).verdict, 'REJECT');
+  });
+
+  it('load balancer source ranges drop other clients', () => {
+    assert.equal(traceIpvs(cluster(), packet('192.168.0.50', '198.51.100.30', 80), context).verdict, 'DROP');
+    const allowed = traceIpvs(cluster(), packet('203.0.113.9', '198.51.100.30', 80), context);
+    assert.equal(allowed.verdict, 'DNAT');
+    assert.ok(allowed.branches.every((branch) => branch.masquerade), 'eTP Cluster load balancer traffic is masqueraded');
+  });
+
+  it('packets to no virtual server pass untouched', () => {
+    const result = traceIpvs(cluster(), packet('10.244.1.9', '10.96.7.7', 80), context);
+    assert.equal(result.verdict, 'ACCEPT');
+    assert.match(result.warnings[0], /no virtual server/);
+  });
+
+  it('persistence is explained', () => {
+    const result = traceIpvs(cluster(), packet('10.244.1.9', '10.96.0.11', 80), context);
+    assert.match(result.hops.at(-1)!.explanation, /600 s \(persistence\)/);
+  });
+});
