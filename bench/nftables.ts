@@ -98,19 +98,21 @@ async function benchSync(options: NftablesBenchOptions, log: (line: string) => v
 
     let state = rendered.value.state;
     let model = built.value;
-    const rounds: Array<{model: number; render: number; apply: number; lines: number}> = [];
+    const rounds: Array<{model: number; changes: number; render: number; apply: number; lines: number}> = [];
     for (let round = 1; round <= 5; round++) {
       const changedWorkload = withOneEndpointChanged(workload, Math.floor(count / 2), round);
       const next = await timed(() => modelOf(changedWorkload));
-      const partial = await timed(() => renderNftablesSync(next.value, {existing: state, changedServicePorts: changedServicePorts(model, next.value)}));
+      const changed = await timed(() => changedServicePorts(model, next.value));
+      const partial = await timed(() => renderNftablesSync(next.value, {existing: state, changedServicePorts: changed.value}));
       const applied = await timed(() => nftLoad(ours, partial.value.script));
-      rounds.push({model: next.ms, render: partial.ms, apply: applied.ms, lines: partial.value.script.trim().split('\n').length});
+      rounds.push({model: next.ms, changes: changed.ms, render: partial.ms, apply: applied.ms, lines: partial.value.script.trim().split('\n').length});
       state = partial.value.state;
       model = next.value;
     }
     const median = (pick: (round: (typeof rounds)[number]) => number) => percentile(rounds.map(pick), 0.5);
     log(
-      `  proxyctl one endpoint change (median of ${rounds.length}): model rebuild ${millis(median((r) => r.model))} + render ${millis(median((r) => r.render))} + nft -f ${millis(median((r) => r.apply))} = ${millis(median((r) => r.model + r.render + r.apply))} (${median((r) => r.lines)}-line transaction)`,
+      `  proxyctl one endpoint change (median of ${rounds.length}): render ${millis(median((r) => r.render))} + nft -f ${millis(median((r) => r.apply))} = ${millis(median((r) => r.render + r.apply))} (${median((r) => r.lines)}-line transaction);` +
+        ` before it, core/model's full rebuild ${millis(median((r) => r.model))} and change detection ${millis(median((r) => r.changes))}`,
     );
 
     if (options.skipKubeProxyFloor) {
