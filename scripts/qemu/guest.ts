@@ -194,6 +194,10 @@ port() { for p in /sys/class/virtio-ports/*; do if [ "$(cat $p/name)" = "$1" ]; 
 out=$(port stdout); err=$(port stderr)
 [ -n "$out" ] && [ -n "$err" ] || fail "no virtio ports"
 hostname proxyctl-guest
+# The kernel loads modules on demand (veth, ip_vs schedulers, ipset types) through the modprobe of the shared root.
+printf '#!/bin/sh\nexec /bin/chroot /root /sbin/modprobe "$@"\n' > /bin/root-modprobe
+chmod 755 /bin/root-modprobe
+echo /bin/root-modprobe > /proc/sys/kernel/modprobe
 chroot /root /bin/sh -c 'ip link set lo up; exec /bin/sh /run/proxyctl-command.sh' > "$out" 2> "$err" < /dev/null
 code=$?
 sync
