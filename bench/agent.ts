@@ -6,6 +6,8 @@
 // - one endpoint change, from the API write to its rules in the kernel (the service chain polled
 //   with `iptables -S`), next to a one-service `iptables-restore --noflush` into the same full table;
 // - the agent's RSS after its first sync and at its peak.
+// PXBENCH_AGENT_NODE_OPTIONS sets NODE_OPTIONS for the agent process alone, e.g.
+// --max-old-space-size=256 to see how much of its RSS is garbage V8 has not collected yet.
 import {type ChildProcess, execFile, spawn} from 'node:child_process';
 import {promisify} from 'node:util';
 import {mkdtemp, readFile, rm} from 'node:fs/promises';
@@ -197,7 +199,9 @@ async function startAgentRun(namespace: string, kubeconfig: string): Promise<Age
     '2',
   ];
   const startedAt = performance.now();
-  const child: ChildProcess = spawn(process.execPath, args, {stdio: ['ignore', 'ignore', 'pipe']});
+  const nodeOptions = process.env.PXBENCH_AGENT_NODE_OPTIONS;
+  const env = nodeOptions === undefined ? process.env : {...process.env, NODE_OPTIONS: nodeOptions};
+  const child: ChildProcess = spawn(process.execPath, args, {stdio: ['ignore', 'ignore', 'pipe'], env});
   const lines: string[] = [];
   const arrivals: number[] = [];
   let partial = '';
