@@ -189,6 +189,7 @@ describe('ipvs mode in a kernel with IP_VS', {concurrency: false, timeout: 900_0
 
   before(async () => {
     if (!runHere) return;
+    assert.ok(hostHasIpvs(), 'modprobe ip_vs failed in a kernel that should have it');
     lab = await startKernelLab({nodes: 2, podsPerNode: 4, externalClients: 2, externalRoutes: [`${externalIP}/32`, `${loadBalancerIP}/32`]}, servers);
     const at = (name: string) => {
       const found = findPod(lab!.topology, name);
