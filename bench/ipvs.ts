@@ -1,0 +1,83 @@
+// ipvs backend figures: full sync and one-endpoint change at 1,000 and 10,000 services x 10
+// endpoints, next to the floor of loading the same state with `ipset restore` + `ipvsadm-restore`
+// into an empty network namespace. The kernel needs IP_VS; on a host without it the whole
+// benchmark runs inside the qemu guest (scripts/qemu/guest.ts), so both sides share one CPU model.
+import {buildProxyModel} from '../src/core/model/index.ts';
+import {diffIpvs, formatIpsetRestore, formatIpvsadmRestore, parseIpsetSave, parseIpvsadmSave, renderIpvs, traceIpvs, type IpvsState} from '../src/core/ipvs/index.ts';
+import {guestUnavailableReason, hostHasIpvs, runInGuest} from '../scripts/qemu/guest.ts';
+import {deleteNamespace, isRoot, runIn, scratchNamespace} from './netns.ts';
+import {figure, heading, percentile, skipped, timed} from './report.ts';
+import {benchClusterCIDR, benchNodeIP, benchNodeName, endpointSliceFor, makeWorkload, serviceIP} from './workload.ts';
+
+export async function benchIpvs(sizes = [1000, 10000], endpointsPerService = 10): Promise<void> {
+  if (process.env.PROXYCTL_IN_GUEST !== '1' && !(isRoot && hostHasIpvs())) {
+    const unavailable = isRoot ? guestUnavailableReason() : 'needs root';
+    if (unavailable) {
+      skipped('ipvs benchmark', `this kernel has no IP_VS and no qemu guest: ${unavailable}`);
+      return;
+    }
+    console.log('   (this kernel has no IP_VS: running in a qemu guest with Debian\'s kernel, software-emulated CPU)');
+    const program = `import('./bench/ipvs.ts').then((m) => m.benchIpvs(${JSON.stringify(sizes)}, ${endpointsPerService}))`;
+    const result = await runInGuest([process.execPath, '--input-type=module', '-e', program], {
+      memoryMiB: 3072,
+      timeoutMs: 1_800_000,
+      onStdout: (chunk) => process.stdout.write(chunk),
+      onStderr: (chunk) => process.stderr.write(chunk),
+    });
+    if (result.exitCode !== 0) console.log(`   guest run failed (exit ${result.exitCode ?? 'none'}${result.timedOut ? ', timed out' : ''})`);
+    return;
+  }
+  for (const size of sizes) await benchSize(size, endpointsPerService);
+}
+
+async function benchSize(serviceCount: number, endpointsPerService: number): Promise<void> {
+  const workload = makeWorkload(serviceCount, endpointsPerService);
+  heading('ipvs: full sync and one-endpoint change', `${workload.label}, one TCP port each, ClusterIP`);
+  const options = {family: 'IPv4' as const, nodeName: benchNodeName, clusterCIDRs: [benchClusterCIDR]};
+  const empty: IpvsState = {family: 'IPv4', virtualServers: [], sets: [], boundAddresses: [], iptables: ''};
+
+  // Full sync as the proxy computes it: model, render, the restore texts, the diff against an empty node.
+  const full = await timed(() => {
+    const state = renderIpvs(buildProxyModel({services: workload.services, endpointSlices: workload.endpointSlices, node: workload.node}, options));
+    const texts = {ipvs: formatIpvsadmRestore(state.virtualServers), sets: formatIpsetRestore(state.sets, 'IPv4')};
+    return {state, texts, diff: diffIpvs(state, empty)};
+  });
+  const servers = full.result.state.virtualServers.length;
+
+  // One endpoint of the last service replaced: what differs, as ipvsadm lines.
+  const changedSlices = [...workload.endpointSlices];
+  changedSlices[serviceCount - 1] = endpointSliceFor(serviceCount - 1, endpointsPerService, 1);
+  const change = await timed(() => {
+    const state = renderIpvs(buildProxyModel({services: workload.services, endpointSlices: changedSlices, node: workload.node}, options));
+    return diffIpvs(state, full.result.state);
+  });
+  const changedLines = change.result.groups.reduce((sum, group) => sum + group.added.length + group.removed.length, 0);
+
+  const namespace = scratchNamespace('ipvs');
+  let setsFloor: number;
+  let ipvsFloor: number;
+  let readBack: {ipvs: string; sets: string};
+  try {
+    // IPVS refuses masquerading real servers while loopback is down (it cannot classify their addresses).
+    runIn(namespace, ['ip', 'link', 'set', 'lo', 'up']);
+    setsFloor = (await timed(() => runIn(namespace, ['ipset', 'restore'], full.result.texts.sets))).ms;
+    ipvsFloor = (await timed(() => runIn(namespace, ['ipvsadm-restore'], full.result.texts.ipvs))).ms;
+    readBack = {ipvs: runIn(namespace, ['ipvsadm', '-Sn']), sets: runIn(namespace, ['ipset', 'save'])};
+  } finally {
+    deleteNamespace(namespace);
+  }
+  const floor = setsFloor + ipvsFloor;
+
+  figure({name: `full sync compute (${servers.toLocaleString('en-US')} virtual servers)`, value: full.ms, unit: 'ms', floor: {name: 'ipset restore + ipvsadm-restore', value: floor}});
+  figure({name: '  of which ipset restore', value: setsFloor, unit: 'ms'});
+  figure({name: '  of which ipvsadm-restore', value: ipvsFloor, unit: 'ms'});
+  figure({name: `one-endpoint change (${changedLines} lines differ)`, value: change.ms, unit: 'ms', floor: {name: 'ipset restore + ipvsadm-restore', value: floor}});
+  const parse = await timed(() => ({virtualServers: parseIpvsadmSave(readBack.ipvs), sets: parseIpsetSave(readBack.sets)}));
+  figure({name: 'parse ipvsadm -Sn + ipset save', value: parse.ms, unit: 'ms'});
+  const applied: IpvsState = {...full.result.state, ...parse.result};
+  const packet = {srcIP: '10.128.0.1', dstIP: serviceIP(serviceCount - 1), dstPort: 80, protocol: 'TCP' as const, origin: 'arriving' as const};
+  const times: number[] = [];
+  for (let i = 0; i < 21; i++) times.push((await timed(() => traceIpvs(applied, packet, {localAddresses: [benchNodeIP]}))).ms);
+  times.sort((a, b) => a - b);
+  figure({name: 'trace one packet to the last service (p50)', value: percentile(times, 50), unit: 'ms'});
+}
