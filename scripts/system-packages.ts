@@ -17,6 +17,14 @@ function onPath(command: string): boolean {
   return spawnSync('sh', ['-c', `command -v ${command}`], {stdio: 'ignore'}).status === 0;
 }
 
+/** Optional: the qemu guest that runs the ipvs kernel tests (they say so when they skip); a failed install is no error. */
+const optional: Record<string, string> = {'qemu-system-x86_64': 'qemu-system-x86', busybox: 'busybox-static', cpio: 'cpio'};
+const missingOptional = [...new Set(Object.entries(optional).filter(([cmd]) => !onPath(cmd)).map(([, pkg]) => pkg))];
+if (missingOptional.length > 0 && process.getuid?.() === 0) {
+  console.error(`installing optional Debian packages: ${missingOptional.join(' ')}`);
+  spawnSync('apt-get', ['install', '-y', '--no-install-recommends', ...missingOptional], {stdio: 'inherit', env: {...process.env, DEBIAN_FRONTEND: 'noninteractive'}});
+}
+
 const missing = [...new Set(Object.entries(needed).filter(([cmd]) => !onPath(cmd)).map(([, pkg]) => pkg))];
 if (missing.length === 0) process.exit(0);
 
