@@ -17,3 +17,4 @@ export {
 } from './state.ts';
 export {diffIpvs, withJumpRules, type IpvsDiff, type IpvsDiffGroup} from './diff.ts';
 export {traceIpvs} from './trace.ts';
+export {planIpvsSync, realServerKey, type IpvsSyncOptions, type IpvsSyncPlan} from './sync.ts';

@@ -9,6 +9,7 @@ import {
   parseBoundAddresses,
   parseIpsetSave,
   parseIpvsadmSave,
+  planIpvsSync,
   renderIpvs,
   traceIpvs,
   withJumpRules,
@@ -238,5 +239,54 @@ describe('traceIpvs', () => {
   it('persistence is explained', () => {
     const result = traceIpvs(cluster(), packet('10.244.1.9', '10.96.0.11', 80), context);
     assert.match(result.hops.at(-1)!.explanation, /600 s \(persistence\)/);
+  });
+});
+
+describe('planIpvsSync', () => {
+  const web = (ips: string[]) =>
+    render([service('web', {clusterIP: '10.96.0.10'}), service('gone', {clusterIP: '10.96.0.20'})], [slice('web', ips.map((ip) => ({ip, node: 'node-a'})))]);
+
+  it('plans nothing when the kernel holds the desired state', () => {
+    const state = web(['10.244.1.2']);
+    assert.equal(planIpvsSync(state, state).changes, 0);
+  });
+
+  it('loads everything into an empty node', () => {
+    const state = web(['10.244.1.2']);
+    const plan = planIpvsSync(state, {family: 'IPv4', virtualServers: [], sets: [], boundAddresses: [], iptables: ''});
+    assert.equal(plan.ipvsadm, formatIpvsadmRestore(state.virtualServers));
+    assert.deepEqual(plan.bind, ['10.96.0.10', '10.96.0.20']);
+    assert.match(plan.ipset, /^create KUBE-CLUSTER-IP hash:ip,port family inet hashsize 1024 maxelem 65536 -exist$/m);
+    assert.match(plan.ipset, /^add KUBE-CLUSTER-IP 10\.96\.0\.10,tcp:80 -exist$/m);
+  });
+
+  it('changes only the real servers and set entries of the changed endpoint, draining the removed one', () => {
+    const before = web(['10.244.1.2', '10.244.1.3']);
+    const after = web(['10.244.1.2', '10.244.1.4']);
+    const plan = planIpvsSync(after, before);
+    assert.deepEqual(plan.ipvsadm.trim().split('\n'), ['-a -t 10.96.0.10:80 -r 10.244.1.4:8080 -m -w 1', '-e -t 10.96.0.10:80 -r 10.244.1.3:8080 -m -w 0']);
+    assert.deepEqual(plan.draining, ['TCP 10.96.0.10:80 -> 10.244.1.3:8080']);
+    assert.deepEqual(plan.ipset.trim().split('\n'), ['add KUBE-LOOP-BACK 10.244.1.4,tcp:8080,10.244.1.4 -exist', 'del KUBE-LOOP-BACK 10.244.1.3,tcp:8080,10.244.1.3 -exist']);
+    assert.deepEqual([plan.bind, plan.unbind], [[], []]);
+  });
+
+  it('deletes a drained real server once the caller says its connections are gone', () => {
+    const after = web(['10.244.1.2']);
+    const draining: IpvsState = {
+      ...after,
+      virtualServers: after.virtualServers.map((server) => (server.address === '10.96.0.10' ? {...server, realServers: [...server.realServers, {address: '10.244.1.3', port: 8080, weight: 0}]} : server)),
+    };
+    assert.equal(planIpvsSync(after, draining).ipvsadm, '', 'still draining: nothing to do');
+    assert.equal(planIpvsSync(after, draining, {drained: new Set(['TCP 10.96.0.10:80 -> 10.244.1.3:8080'])}).ipvsadm, '-d -t 10.96.0.10:80 -r 10.244.1.3:8080\n');
+    assert.equal(planIpvsSync(web([]), web(['10.244.1.2']), {gracefulTermination: false}).ipvsadm, '-d -t 10.96.0.10:80 -r 10.244.1.2:8080\n');
+  });
+
+  it('deletes virtual servers and unbinds addresses of removed services', () => {
+    const before = web(['10.244.1.2']);
+    const after = render([service('web', {clusterIP: '10.96.0.10'})], [slice('web', [{ip: '10.244.1.2', node: 'node-a'}])]);
+    const plan = planIpvsSync(after, before);
+    assert.equal(plan.ipvsadm, '-D -t 10.96.0.20:80\n');
+    assert.deepEqual(plan.unbind, ['10.96.0.20']);
+    assert.match(plan.ipset, /^del KUBE-CLUSTER-IP 10\.96\.0\.20,tcp:80 -exist$/m);
   });
 });
