@@ -16,6 +16,7 @@ import {
   parseBoundAddresses,
   parseIpsetSave,
   parseIpvsadmSave,
+  planIpvsSync,
   renderIpvs,
   traceIpvs,
   withJumpRules,
@@ -77,6 +78,15 @@ let lab: KernelLab | undefined;
 const desiredStates = new Map<string, IpvsState>();
 const appliedStates = new Map<string, IpvsState>();
 const localAddresses = new Map<string, string[]>();
+let clusterServices: ServiceInput[] = [];
+let clusterSlices: EndpointSliceInput[] = [];
+
+/** desiredFor renders what the proxy on `entry` wants for these objects. */
+function desiredFor(entry: NodeDescription, slices: EndpointSliceInput[]): IpvsState {
+  const model = buildProxyModel({services: clusterServices, endpointSlices: slices, node: nodeObject(entry)}, {family: 'IPv4', clusterCIDRs: [lab!.topology.clusterCIDR]});
+  assert.deepEqual(model.problems, [], `model of ${entry.name}`);
+  return renderIpvs(model);
+}
 
 function skipUnlessLab(t: TestContext): KernelLab | undefined {
   if (!lab) t.skip(kernelUnavailable ? `needs root: ${kernelUnavailable}` : 'runs in the qemu guest (see the guest case)');
@@ -219,10 +229,10 @@ describe('ipvs mode in a kernel with IP_VS', {concurrency: false, timeout: 900_0
       slice('np-local', [at('pod-0-1')]),
       slice('lb', [at('pod-0-1'), at('pod-1-0')]),
     ];
+    clusterServices = services;
+    clusterSlices = slices;
     for (const entry of lab.topology.nodes) {
-      const model = buildProxyModel({services, endpointSlices: slices, node: nodeObject(entry)}, {family: 'IPv4', clusterCIDRs: [lab.topology.clusterCIDR]});
-      assert.deepEqual(model.problems, [], `model of ${entry.name}`);
-      const desired = renderIpvs(model);
+      const desired = desiredFor(entry, slices);
       await applyIpvsState(entry, desired);
       desiredStates.set(entry.name, desired);
       appliedStates.set(entry.name, await readIpvsState(entry));
@@ -380,5 +390,35 @@ describe('ipvs mode in a kernel with IP_VS', {concurrency: false, timeout: 900_0
       assert.ok(['pod-0-1', 'pod-0-2', 'pod-1-0'].includes(result.reply.pod), result.reply.pod);
     }
     assertTraceAgrees(trace(node(1), sender, target), results, sender, target);
+  });
+  // Last: it changes the state the cases above rely on.
+  it('an incremental sync swaps one endpoint; the removed one drains at weight 0 and gets no new connections', async (t) => {
+    if (!skipUnlessLab(t)) return;
+    const entry = node(0);
+    const at = (name: string) => ({ip: findPod(lab!.topology, name).ip, node: findPod(lab!.topology, name).node});
+    const slices = clusterSlices.map((candidate) => (candidate.metadata?.name === 'web-1' ? slice('web', [at('pod-0-1'), at('pod-0-2')], true) : candidate));
+    const desired = desiredFor(entry, slices);
+    const plan = planIpvsSync(desired, await readIpvsState(entry));
+    const removed = `TCP ${clusterIPs.web}:80 -> ${at('pod-1-0').ip}:${demoPorts.http}`;
+    assert.ok(plan.draining.includes(removed), `draining ${plan.draining.join(', ')}`);
+    assert.deepEqual([plan.bind, plan.unbind], [[], []]);
+    assert.ok(plan.ipvsadm.trim().split('\n').length <= 2 && plan.ipvsadm.includes('-w 0'), `only the changed real servers:\n${plan.ipvsadm}`);
+    // ipvsadm -R adds to the table; ipvsadm-restore would clear it first.
+    await execInNamespace(entry.namespace, ['ipvsadm', '-R'], {input: plan.ipvsadm});
+    if (plan.ipset) await execInNamespace(entry.namespace, ['ipset', 'restore'], {input: plan.ipset});
+
+    const after = await readIpvsState(entry);
+    const web = after.virtualServers.find((server) => server.address === clusterIPs.web && server.port === 80)!;
+    assert.deepEqual(web.realServers.map((real) => `${real.address}:${real.weight}`).sort(), [`${at('pod-0-1').ip}:1`, `${at('pod-0-2').ip}:1`, `${at('pod-1-0').ip}:0`].sort());
+    assert.equal(planIpvsSync(desired, after).changes, 0, 'nothing left to change while the endpoint drains');
+    const sender = pod('pod-0-0');
+    const results = replies(await send(sender, {protocol: 'tcp', ip: clusterIPs.web, port: 80}, 10), 'after the incremental sync');
+    assert.deepEqual([...new Set(results.map((result) => result.reply.pod))].sort(), ['pod-0-1', 'pod-0-2']);
+
+    // Both of the service's ports (TCP 80 and UDP 53) drained pod-1-0.
+    const drop = planIpvsSync(desired, after, {drained: new Set(plan.draining)});
+    await execInNamespace(entry.namespace, ['ipvsadm', '-R'], {input: drop.ipvsadm});
+    const diff = diffIpvs(desired, await readIpvsState(entry));
+    assert.ok(diff.equal, `once drained, the kernel holds exactly the desired state:\n${diff.text}`);
   });
 });

@@ -53,7 +53,10 @@ export function virtualServerKey(server: Pick<IpvsVirtualServer, 'protocol' | 'a
   return `${server.protocol} ${joinHostPort(server.address, server.port)}`;
 }
 
-/** formatIpvsadmRestore writes the virtual and real servers as `ipvsadm-restore` reads them (and `ipvsadm -Sn` prints them). */
+/**
+ * formatIpvsadmRestore writes the virtual and real servers as `ipvsadm -R` reads them (and
+ * `ipvsadm -Sn` prints them). Debian's ipvsadm-restore runs `ipvsadm -C` first: a full load.
+ */
 export function formatIpvsadmRestore(servers: IpvsVirtualServer[]): string {
   const lines: string[] = [];
   for (const server of servers) {

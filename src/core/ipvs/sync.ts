@@ -1,5 +1,5 @@
 // planIpvsSync: the smallest change that turns the applied ipvs state into the desired one, as
-// input for `ipvsadm-restore` and `ipset restore` plus addresses to bind and unbind. Real servers
+// input for `ipvsadm -R` (not ipvsadm-restore, which clears the table first) and `ipset restore` plus addresses to bind and unbind. Real servers
 // that go away drain first (weight 0, so IPVS sends them no new connections while existing ones
 // finish) and are deleted by a later sync once the caller sees they have no connections left, as
 // kube-proxy's graceful termination does.
@@ -17,7 +17,7 @@ export interface IpvsSyncOptions {
 }
 
 export interface IpvsSyncPlan {
-  /** `ipvsadm-restore` input: -A/-E/-D for virtual servers, -a/-e/-d for real servers. */
+  /** `ipvsadm -R` input: -A/-E/-D for virtual servers, -a/-e/-d for real servers. */
   ipvsadm: string;
   /** `ipset restore` input: create -exist, add -exist, del -exist. */
   ipset: string;
