@@ -56,8 +56,17 @@ export interface RunningAgent {
 
 export async function startAgent(config: AgentConfig, dependencies: AgentDependencies): Promise<RunningAgent> {
   const {log} = dependencies;
-  if (config.mode === 'ipvs') throw new Error(`proxy mode ${config.mode}: not available yet in this agent; use iptables or nftables`);
   const host = dependencies.host ?? new CommandHost({netns: config.netns, onCommand: (command) => log.detail(4, 'run', {command: command.join(' ')})});
+  if (config.mode === 'ipvs') {
+    // As kube-proxy does: without IP_VS in the kernel, ipvs mode falls back to iptables mode.
+    const reason = await host.ipvsadm(['-Ln']).then(
+      () => undefined,
+      (error: unknown) => errorText(error),
+    );
+    if (reason === undefined) throw new Error('proxy mode ipvs: the kernel has IP_VS, but this agent cannot run the ipvs proxier yet; use iptables or nftables');
+    log.warn("can't use the IPVS proxier, falling back to iptables mode", {reason});
+    config = {...config, mode: 'iptables'};
+  }
   const rules = config.mode === 'iptables' ? (dependencies.rules ?? (await loadCoreIptablesRules())) : undefined;
   const client = dependencies.client ?? createKubernetesClient(loadKubeConfig(config.kubeconfig));
   const nodeName = config.hostnameOverride ?? hostname().toLowerCase();
