@@ -290,3 +290,33 @@ describe('planIpvsSync', () => {
     assert.match(plan.ipset, /^del KUBE-CLUSTER-IP 10\.96\.0\.20,tcp:80 -exist$/m);
   });
 });
+
+describe('renderIpvs for IPv6', () => {
+  it('names sets KUBE-6-*, creates them as inet6 and brackets addresses for ipvsadm', () => {
+    const model = buildProxyModel(
+      {
+        services: [{apiVersion: 'v1', kind: 'Service', metadata: {name: 'web', namespace: 'default'}, spec: {type: 'ClusterIP', clusterIP: 'fd00::10', clusterIPs: ['fd00::10'], ipFamilies: ['IPv6'], ports: [{name: 'http', protocol: 'TCP', port: 80, targetPort: 8080}]}}],
+        endpointSlices: [
+          {
+            apiVersion: 'discovery.k8s.io/v1',
+            kind: 'EndpointSlice',
+            metadata: {name: 'web-1', namespace: 'default', labels: {'kubernetes.io/service-name': 'web'}},
+            addressType: 'IPv6',
+            ports: [{name: 'http', protocol: 'TCP', port: 8080}],
+            endpoints: [{addresses: ['fd01::2'], nodeName: 'node-a', conditions: {ready: true}}],
+          },
+        ],
+        node: {apiVersion: 'v1', kind: 'Node', metadata: {name: 'node-a'}, status: {addresses: [{type: 'InternalIP', address: 'fd02::10'}]}},
+      },
+      {family: 'IPv6', clusterCIDRs: ['fd01::/64'], nodeName: 'node-a'},
+    );
+    assert.deepEqual(model.problems, []);
+    const state = renderIpvs(model);
+    assert.equal(formatIpvsadmRestore(state.virtualServers), '-A -t [fd00::10]:80 -s rr\n-a -t [fd00::10]:80 -r [fd01::2]:8080 -m -w 1\n');
+    assert.deepEqual(parseIpvsadmSave(formatIpvsadmRestore(state.virtualServers))[0].realServers, [{address: 'fd01::2', port: 8080, weight: 1}]);
+    assert.deepEqual(state.sets.find((set) => set.name === 'KUBE-6-CLUSTER-IP')?.entries, ['fd00::10,tcp:80']);
+    assert.match(formatIpsetRestore(state.sets, 'IPv6'), /^create KUBE-6-CLUSTER-IP hash:ip,port family inet6 /m);
+    assert.match(state.iptables, /^-A KUBE-SERVICES -s ::1\/128 -j RETURN$/m);
+    assert.match(state.iptables, /--match-set KUBE-6-CLUSTER-IP dst,dst ! -s fd01::\/64 -j KUBE-MARK-MASQ/);
+  });
+});
