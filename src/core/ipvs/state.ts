@@ -69,13 +69,25 @@ export function formatIpvsadmRestore(servers: IpvsVirtualServer[]): string {
   return lines.length ? `${lines.join('\n')}\n` : '';
 }
 
+/**
+ * A hash set's element limit. kube-proxy's 65,536 overflows KUBE-LOOP-BACK (one entry per
+ * endpoint) at 10,000 services x 10 endpoints ("Hash is full"). The kernel grows a hash set's
+ * buckets with its entries, so a high limit costs nothing until it is used; and a set's limit
+ * cannot change once created, so it must fit the largest cluster from the start.
+ */
+export const ipsetMaxElements = 1 << 22;
+
+/** ipsetCreateLine is the `create` command for one set, `-exist` so that it can run on every sync. */
+export function ipsetCreateLine(set: Pick<Ipset, 'name' | 'type'>, family: IPFamily): string {
+  const options = set.type === 'bitmap:port' ? 'range 0-65535' : `family ${family === 'IPv6' ? 'inet6' : 'inet'} hashsize 1024 maxelem ${ipsetMaxElements}`;
+  return `create ${set.name} ${set.type} ${options} -exist`;
+}
+
 /** formatIpsetRestore writes the sets as `ipset restore` reads them: create (if missing), flush, add. */
 export function formatIpsetRestore(sets: Ipset[], family: IPFamily): string {
-  const inet = family === 'IPv6' ? 'inet6' : 'inet';
   const lines: string[] = [];
   for (const set of sets) {
-    const options = set.type === 'bitmap:port' ? 'range 0-65535' : `family ${inet} hashsize 1024 maxelem 65536`;
-    lines.push(`create ${set.name} ${set.type} ${options} -exist`);
+    lines.push(ipsetCreateLine(set, family));
     lines.push(`flush ${set.name}`);
     for (const entry of set.entries) lines.push(`add ${set.name} ${entry} -exist`);
   }

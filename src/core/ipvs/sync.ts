@@ -4,7 +4,7 @@
 // finish) and are deleted by a later sync once the caller sees they have no connections left, as
 // kube-proxy's graceful termination does.
 import {joinHostPort} from '../model/ip.ts';
-import {formatIpvsadmRestore, virtualServerKey, type IpvsRealServer, type IpvsState, type IpvsVirtualServer} from './state.ts';
+import {formatIpvsadmRestore, ipsetCreateLine, virtualServerKey, type IpvsRealServer, type IpvsState, type IpvsVirtualServer} from './state.ts';
 
 export interface IpvsSyncOptions {
   /** Drain removed real servers (weight 0) instead of deleting them at once (default true). */
@@ -84,12 +84,11 @@ export function planIpvsSync(desired: IpvsState, applied: IpvsState, options: Ip
   }
   for (const [key, server] of appliedServers) if (!desiredKeys.has(key)) ipvsadm.push(`-D ${serviceFlag(server)}`);
 
-  const inet = desired.family === 'IPv6' ? 'inet6' : 'inet';
   const ipset: string[] = [];
   const appliedSets = new Map(applied.sets.map((set) => [set.name, set]));
   for (const set of desired.sets) {
     const current = appliedSets.get(set.name);
-    if (!current) ipset.push(`create ${set.name} ${set.type} ${set.type === 'bitmap:port' ? 'range 0-65535' : `family ${inet} hashsize 1024 maxelem 65536`} -exist`);
+    if (!current) ipset.push(ipsetCreateLine(set, desired.family));
     const have = new Set(current?.entries ?? []);
     const want = new Set(set.entries);
     for (const entry of set.entries) if (!have.has(entry)) ipset.push(`add ${set.name} ${entry} -exist`);

@@ -55,49 +55,140 @@ export interface ModelOptions {
 }
 
 export function buildProxyModel(objects: ModelObjects, options: ModelOptions): ProxyModel {
-  const problems: Problem[] = [];
-  const configProblems = new ObjectProblems(problems, 'Config', 'proxy');
-  let family: IPFamily = options.family;
-  if (family !== 'IPv4' && family !== 'IPv6') {
-    configProblems.add('family', `${describe(family)} is not IPv4 or IPv6`, 'IPv4 used');
-    family = 'IPv4';
+  return new ProxyModelBuilder(options).build(objects);
+}
+
+/** What one object read to: its definition (undefined when skipped) and the problems found in it. */
+interface ObjectRead<T> {
+  value: T | undefined;
+  problems: Problem[];
+}
+
+/** The service ports of one service as last computed, and the inputs they were computed from. */
+interface ServicePortsEntry {
+  service: ServiceDefinition;
+  slices: SliceDefinition[];
+  ports: ServicePort[];
+}
+
+/**
+ * ProxyModelBuilder builds what buildProxyModel builds, over and over as the objects change, for
+ * a proxy that needs the model at every sync. An object is read once and its reading kept while
+ * the caller passes that same object (by identity: objects must be replaced, never changed in
+ * place), and a service whose Service and EndpointSlices are the same readings as at the previous
+ * build keeps its ServicePort objects. A build then costs a lookup per object plus the work for
+ * what changed, and changedServicePorts on two consecutive models compares only what was redone.
+ */
+export class ProxyModelBuilder {
+  readonly #options: ModelOptions;
+  readonly #serviceReads = new WeakMap<object, ObjectRead<ServiceDefinition>>();
+  readonly #sliceReads = new WeakMap<object, ObjectRead<SliceDefinition>>();
+  #ports = new Map<string, ServicePortsEntry>();
+  /** What the service ports were computed against: node name and zone. */
+  #portsContext = '';
+  #previous: {servicePorts: ServicePort[]; services: number} | undefined;
+
+  constructor(options: ModelOptions) {
+    this.#options = options;
   }
 
-  let node: NodeDefinition | undefined = objects.node === undefined || objects.node === null ? undefined : readNode(objects.node, family, problems);
-  if (node && options.nodeName !== undefined && options.nodeName !== node.name) {
-    new ObjectProblems(problems, 'Node', node.name).add(
-      'metadata.name',
-      `not this proxy's node ${describe(options.nodeName)}`,
-      'its addresses, zone and pod CIDRs ignored',
+  build(objects: ModelObjects): ProxyModel {
+    const options = this.#options;
+    const problems: Problem[] = [];
+    const configProblems = new ObjectProblems(problems, 'Config', 'proxy');
+    let family: IPFamily = options.family;
+    if (family !== 'IPv4' && family !== 'IPv6') {
+      configProblems.add('family', `${describe(family)} is not IPv4 or IPv6`, 'IPv4 used');
+      family = 'IPv4';
+    }
+
+    let node: NodeDefinition | undefined = objects.node === undefined || objects.node === null ? undefined : readNode(objects.node, family, problems);
+    if (node && options.nodeName !== undefined && options.nodeName !== node.name) {
+      new ObjectProblems(problems, 'Node', node.name).add(
+        'metadata.name',
+        `not this proxy's node ${describe(options.nodeName)}`,
+        'its addresses, zone and pod CIDRs ignored',
+      );
+      node = undefined;
+    }
+    const nodeName = options.nodeName ?? node?.name ?? '';
+    const nodeIPs = resolveNodeIPs(options.nodeIPs, node, family, configProblems);
+    const config = resolveProxyConfig(
+      {family, config: options.config, clusterCIDRs: options.clusterCIDRs, detectLocalMode: options.detectLocalMode},
+      node,
+      problems,
     );
-    node = undefined;
+    const zone = node?.zone ?? '';
+    const context = `${family}\n${nodeName}\n${zone}`;
+    if (context !== this.#portsContext) {
+      this.#ports = new Map();
+      this.#previous = undefined;
+      this.#portsContext = context;
+    }
+
+    const readOneService = (object: unknown, sink: Problem[]) =>
+      readService(object, {family, serviceProxyName: options.serviceProxyName, sourceRangesFromAnnotation: options.sourceRangesFromAnnotation ?? false}, sink);
+    const services = uniqueByName(listOf(objects.services, 'services', configProblems), 'Service', this.#serviceReads, readOneService, problems);
+    const slices = uniqueByName(listOf(objects.endpointSlices, 'endpointSlices', configProblems), 'EndpointSlice', this.#sliceReads, (object, sink) => readEndpointSlice(object, family, sink), problems);
+    const slicesByService = new Map<string, SliceDefinition[]>();
+    for (const slice of slices) {
+      const serviceId = `${slice.namespace}/${slice.serviceName}`;
+      const group = slicesByService.get(serviceId);
+      if (group) group.push(slice);
+      else slicesByService.set(serviceId, [slice]);
+    }
+    for (const group of slicesByService.values()) if (group.length > 1) group.sort((a, b) => compareStrings(a.name, b.name));
+
+    const ports = new Map<string, ServicePortsEntry>();
+    // The previous model's order still holds when every service kept the same service ports.
+    let samePorts = this.#previous !== undefined && this.#previous.services === services.length;
+    const replaced = new Map<ServicePort, ServicePort>();
+    for (const service of services) {
+      const id = `${service.namespace}/${service.name}`;
+      const serviceSlices = slicesByService.get(id) ?? [];
+      const known = this.#ports.get(id);
+      if (known && known.service === service && sameItems(known.slices, serviceSlices)) {
+        ports.set(id, known);
+        continue;
+      }
+      const entry: ServicePortsEntry = {service, slices: serviceSlices, ports: this.#servicePorts(service, serviceSlices, nodeName, zone)};
+      ports.set(id, entry);
+      if (samePorts && known && known.ports.length === entry.ports.length && known.ports.every((port, index) => port.key === entry.ports[index].key && port.protocol === entry.ports[index].protocol)) {
+        known.ports.forEach((port, index) => replaced.set(port, entry.ports[index]));
+      } else {
+        samePorts = false;
+      }
+    }
+    this.#ports = ports;
+
+    let servicePorts: ServicePort[];
+    if (samePorts) {
+      servicePorts = this.#previous!.servicePorts.map((port) => replaced.get(port) ?? port);
+    } else {
+      servicePorts = [];
+      for (const entry of ports.values()) servicePorts.push(...entry.ports);
+      servicePorts.sort((a, b) => compareStrings(a.key, b.key) || compareStrings(a.protocol, b.protocol));
+    }
+    this.#previous = {servicePorts, services: services.length};
+
+    const model: ProxyModel = {family, nodeName, nodeIPs, config, servicePorts: [...servicePorts], problems: sortProblems(problems)};
+    if (node?.zone) model.nodeZone = node.zone;
+    return model;
   }
-  const nodeName = options.nodeName ?? node?.name ?? '';
-  const nodeIPs = resolveNodeIPs(options.nodeIPs, node, family, configProblems);
-  const config = resolveProxyConfig(
-    {family, config: options.config, clusterCIDRs: options.clusterCIDRs, detectLocalMode: options.detectLocalMode},
-    node,
-    problems,
-  );
 
-  const services = readServices(listOf(objects.services, 'services', configProblems), family, options, problems);
-  const slicesByService = readSlices(listOf(objects.endpointSlices, 'endpointSlices', configProblems), family, problems);
-
-  const servicePorts: ServicePort[] = [];
-  for (const service of services) {
-    const slices = slicesByService.get(`${service.namespace}/${service.name}`) ?? [];
-    const topologyAllowed = !options.topologyNeedsServiceOptIn || service.topologyOptIn;
-    for (const definition of service.ports) {
+  #servicePorts(service: ServiceDefinition, slices: SliceDefinition[], nodeName: string, zone: string): ServicePort[] {
+    const topologyAllowed = !this.#options.topologyNeedsServiceOptIn || service.topologyOptIn;
+    return service.ports.map((definition) => {
       const endpoints = endpointsForPort(definition, slices, nodeName);
       const categorized = categorizeEndpoints({
         endpoints,
         usesClusterEndpoints: definition.usesClusterEndpoints,
         usesLocalEndpoints: definition.usesLocalEndpoints,
         nodeName,
-        zone: node?.zone ?? '',
+        zone,
         topologyAllowed,
       });
-      servicePorts.push({
+      return {
         ...definition,
         endpoints,
         clusterEndpoints: categorized.clusterEndpoints,
@@ -106,14 +197,48 @@ export function buildProxyModel(objects: ModelObjects, options: ModelOptions): P
         topologyApplied: categorized.topologyMode !== '',
         topologyMode: categorized.topologyMode,
         hasAnyEndpoints: categorized.hasAnyEndpoints,
-      });
-    }
+      };
+    });
   }
-  servicePorts.sort((a, b) => compareStrings(a.key, b.key) || compareStrings(a.protocol, b.protocol));
+}
 
-  const model: ProxyModel = {family, nodeName, nodeIPs, config, servicePorts, problems: sortProblems(problems)};
-  if (node?.zone) model.nodeZone = node.zone;
-  return model;
+/**
+ * uniqueByName reads each object (or takes its earlier reading), adds its problems to `sink`, and
+ * keeps the first of several objects with the same namespace and name.
+ */
+function uniqueByName<T extends {namespace: string; name: string}>(
+  raw: unknown[],
+  kind: 'Service' | 'EndpointSlice',
+  reads: WeakMap<object, ObjectRead<T>>,
+  read: (object: unknown, sink: Problem[]) => T | undefined,
+  sink: Problem[],
+): T[] {
+  const seen = new Set<string>();
+  const values: T[] = [];
+  for (const object of raw) {
+    const cacheable = typeof object === 'object' && object !== null;
+    let reading = cacheable ? reads.get(object) : undefined;
+    if (!reading) {
+      const problems: Problem[] = [];
+      reading = {value: read(object, problems), problems};
+      if (cacheable) reads.set(object, reading);
+    }
+    for (const problem of reading.problems) sink.push(problem);
+    const value = reading.value;
+    if (!value) continue;
+    const id = `${value.namespace}/${value.name}`;
+    if (seen.has(id)) {
+      new ObjectProblems(sink, kind, value.name, value.namespace).add('metadata.name', 'given twice', 'second copy skipped');
+      continue;
+    }
+    seen.add(id);
+    values.push(value);
+  }
+  return values;
+}
+
+function sameItems<T>(a: readonly T[], b: readonly T[]): boolean {
+  return a.length === b.length && a.every((item, index) => item === b[index]);
 }
 
 function listOf(value: unknown, field: string, problems: ObjectProblems): unknown[] {
@@ -132,49 +257,6 @@ function resolveNodeIPs(override: string[] | undefined, node: NodeDefinition | u
     else if (ip.family === family) ips.push(ip.text);
   }
   return unique(ips);
-}
-
-function readServices(raw: unknown[], family: IPFamily, options: ModelOptions, problems: Problem[]): ServiceDefinition[] {
-  const seen = new Set<string>();
-  const services: ServiceDefinition[] = [];
-  for (const object of raw) {
-    const service = readService(
-      object,
-      {family, serviceProxyName: options.serviceProxyName, sourceRangesFromAnnotation: options.sourceRangesFromAnnotation ?? false},
-      problems,
-    );
-    if (!service) continue;
-    const id = `${service.namespace}/${service.name}`;
-    if (seen.has(id)) {
-      new ObjectProblems(problems, 'Service', service.name, service.namespace).add('metadata.name', 'given twice', 'second copy skipped');
-      continue;
-    }
-    seen.add(id);
-    services.push(service);
-  }
-  return services;
-}
-
-/** readSlices groups usable slices by "namespace/serviceName", each group sorted by slice name. */
-function readSlices(raw: unknown[], family: IPFamily, problems: Problem[]): Map<string, SliceDefinition[]> {
-  const seen = new Set<string>();
-  const byService = new Map<string, SliceDefinition[]>();
-  for (const object of raw) {
-    const slice = readEndpointSlice(object, family, problems);
-    if (!slice) continue;
-    const id = `${slice.namespace}/${slice.name}`;
-    if (seen.has(id)) {
-      new ObjectProblems(problems, 'EndpointSlice', slice.name, slice.namespace).add('metadata.name', 'given twice', 'second copy skipped');
-      continue;
-    }
-    seen.add(id);
-    const serviceId = `${slice.namespace}/${slice.serviceName}`;
-    const group = byService.get(serviceId) ?? [];
-    group.push(slice);
-    byService.set(serviceId, group);
-  }
-  for (const group of byService.values()) group.sort((a, b) => compareStrings(a.name, b.name));
-  return byService;
 }
 
 /**

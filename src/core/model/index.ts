@@ -1,6 +1,6 @@
 // The model's public surface: read manifests, build a ProxyModel per IP family, find what changed.
 export type * from './types.ts';
-export {buildProxyModel, type ModelObjects, type ModelOptions} from './build.ts';
+export {buildProxyModel, ProxyModelBuilder, type ModelObjects, type ModelOptions} from './build.ts';
 export {defaultProxyConfig} from './config.ts';
 export {changedServicePorts, nodeWideChange, servicePortIdentity} from './changes.ts';
 export {parseManifests, type ManifestProblem, type ParsedManifests} from './manifests.ts';

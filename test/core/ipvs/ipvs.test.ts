@@ -256,7 +256,7 @@ describe('planIpvsSync', () => {
     const plan = planIpvsSync(state, {family: 'IPv4', virtualServers: [], sets: [], boundAddresses: [], iptables: ''});
     assert.equal(plan.ipvsadm, formatIpvsadmRestore(state.virtualServers));
     assert.deepEqual(plan.bind, ['10.96.0.10', '10.96.0.20']);
-    assert.match(plan.ipset, /^create KUBE-CLUSTER-IP hash:ip,port family inet hashsize 1024 maxelem 65536 -exist$/m);
+    assert.match(plan.ipset, /^create KUBE-CLUSTER-IP hash:ip,port family inet hashsize 1024 maxelem 4194304 -exist$/m);
     assert.match(plan.ipset, /^add KUBE-CLUSTER-IP 10\.96\.0\.10,tcp:80 -exist$/m);
   });
 

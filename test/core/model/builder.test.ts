@@ -1,0 +1,69 @@
+// ProxyModelBuilder: the model it builds as objects change equals buildProxyModel's for the same
+// objects, and service ports of services that did not change keep their objects.
+import assert from 'node:assert/strict';
+import {test} from 'node:test';
+import {buildProxyModel, ProxyModelBuilder, type ModelObjects, type ModelOptions} from '../../../src/core/model/build.ts';
+import {changedServicePorts} from '../../../src/core/model/changes.ts';
+import {node, service, slice} from './cluster-objects.ts';
+
+const options: ModelOptions = {family: 'IPv4', nodeName: 'node-1', clusterCIDRs: ['10.244.0.0/16']};
+
+function start(): ModelObjects {
+  return {
+    services: [
+      service('web', {clusterIP: '10.96.0.10'}),
+      service('dns', {clusterIP: '10.96.0.53', ports: [{name: 'dns', protocol: 'UDP', port: 53}, {name: 'dns-tcp', protocol: 'TCP', port: 53}]}),
+      service('api', {clusterIP: '10.96.0.1'}),
+      service('bad', {clusterIP: 'not-an-ip'}),
+    ],
+    endpointSlices: [
+      slice('web-1', 'web', [{ip: '10.244.1.5', node: 'node-1'}, {ip: '10.244.2.5', node: 'node-2'}]),
+      slice('dns-1', 'dns', [{ip: '10.244.1.3'}], {ports: [{name: 'dns', protocol: 'UDP', port: 53}, {name: 'dns-tcp', protocol: 'TCP', port: 53}]}),
+    ],
+    node: node(),
+  };
+}
+
+// reread: objects replaced by new ones, so their service ports are computed again (equal, not the same objects).
+const steps: Array<{name: string; change: (objects: ModelObjects) => void; changed: string[]; reread?: boolean}> = [
+  {name: 'nothing', change: () => {}, changed: []},
+  {name: 'an endpoint added', change: (o) => void (o.endpointSlices[0] = slice('web-1', 'web', [{ip: '10.244.1.5', node: 'node-1'}, {ip: '10.244.2.5', node: 'node-2'}, {ip: '10.244.3.5'}])), changed: ['default/web:http/TCP']},
+  {name: 'a second slice for a service', change: (o) => void o.endpointSlices.push(slice('web-0', 'web', [{ip: '10.244.4.5'}])), changed: ['default/web:http/TCP']},
+  {name: 'a service replaced by an equal copy', change: (o) => void (o.services[2] = service('api', {clusterIP: '10.96.0.1'})), changed: [], reread: true},
+  {name: 'a service removed', change: (o) => void o.services.splice(2, 1), changed: ['default/api:http/TCP']},
+  {name: 'a service added', change: (o) => void o.services.push(service('zeta', {clusterIP: '10.96.0.99'})), changed: ['default/zeta:http/TCP']},
+  {name: 'a port added to a service', change: (o) => void (o.services[0] = service('web', {clusterIP: '10.96.0.10', ports: [{name: 'http', protocol: 'TCP', port: 80}, {name: 'https', protocol: 'TCP', port: 443}]})), changed: ['default/web:https/TCP'], reread: true},
+  {name: 'a slice deleted', change: (o) => void o.endpointSlices.splice(1, 1), changed: ['default/dns:dns-tcp/TCP', 'default/dns:dns/UDP']},
+  {name: 'the node changes zone', change: (o) => void (o.node = node('node-1', {zone: 'zone-b'})), changed: ['default/dns:dns-tcp/TCP', 'default/dns:dns/UDP', 'default/web:http/TCP', 'default/web:https/TCP', 'default/zeta:http/TCP'], reread: true},
+  {name: 'objects in another order', change: (o) => void (o.services.reverse(), o.endpointSlices.reverse()), changed: []},
+  {name: 'the same service given twice', change: (o) => void o.services.push(service('web', {clusterIP: '10.96.0.77'})), changed: []},
+];
+
+test('each build equals buildProxyModel of the same objects; unchanged service ports keep their objects', () => {
+  const builder = new ProxyModelBuilder(options);
+  const objects = start();
+  let previous = builder.build(objects);
+  assert.deepEqual(previous, buildProxyModel(objects, options));
+  for (const step of steps) {
+    step.change(objects);
+    const model = builder.build({...objects, services: [...objects.services], endpointSlices: [...objects.endpointSlices]});
+    assert.deepEqual(model, buildProxyModel(objects, options), step.name);
+    assert.deepEqual([...changedServicePorts(previous, model)].sort(), step.changed, step.name);
+    const before = new Map(previous.servicePorts.map((port) => [`${port.key}/${port.protocol}`, port]));
+    for (const port of model.servicePorts) {
+      const identity = `${port.key}/${port.protocol}`;
+      if (!step.changed.includes(identity) && before.has(identity) && !step.reread) assert.equal(port, before.get(identity), `${step.name}: ${identity} kept`);
+    }
+    previous = model;
+  }
+});
+
+test('a model handed out is not changed by later builds', () => {
+  const builder = new ProxyModelBuilder(options);
+  const objects = start();
+  const first = builder.build(objects);
+  const copy = structuredClone(first);
+  objects.endpointSlices[0] = slice('web-1', 'web', [{ip: '10.244.9.9'}]);
+  builder.build(objects);
+  assert.deepEqual(first, copy);
+});
