@@ -25,6 +25,8 @@ import {type IptablesRuleSource, loadCoreIptablesRules} from './sync/iptables-ru
 import {nftablesBackend} from './sync/nftables-backend.ts';
 import {NftablesProxier, removeNftablesTables} from './sync/nftables-proxier.ts';
 import {IptablesProxier} from './sync/proxier.ts';
+import {IpvsProxier} from './sync/ipvs-proxier.ts';
+import {ipvsRulesBackend} from './api/ipvs-backend.ts';
 import {ClusterWatch} from './watch/cluster-watch.ts';
 import {createKubernetesClient, type KubernetesClient, loadKubeConfig} from './watch/kubernetes-client.ts';
 
@@ -39,10 +41,13 @@ export interface AgentDependencies {
   accessReviewer?: AccessReviewer;
 }
 
+/** The proxier of the configured mode. */
+export type AgentProxier = IptablesProxier | NftablesProxier | IpvsProxier;
+
 export interface RunningAgent {
   nodeName: string;
   families: IPFamily[];
-  proxier: IptablesProxier | NftablesProxier;
+  proxier: AgentProxier;
   watch: ClusterWatch;
   metrics: AgentMetrics;
   health: ProxierHealth;
@@ -63,9 +68,10 @@ export async function startAgent(config: AgentConfig, dependencies: AgentDepende
       () => undefined,
       (error: unknown) => errorText(error),
     );
-    if (reason === undefined) throw new Error('proxy mode ipvs: the kernel has IP_VS, but this agent cannot run the ipvs proxier yet; use iptables or nftables');
-    log.warn("can't use the IPVS proxier, falling back to iptables mode", {reason});
-    config = {...config, mode: 'iptables'};
+    if (reason !== undefined) {
+      log.warn("can't use the IPVS proxier, falling back to iptables mode", {reason});
+      config = {...config, mode: 'iptables'};
+    }
   }
   const rules = config.mode === 'iptables' ? (dependencies.rules ?? (await loadCoreIptablesRules())) : undefined;
   const client = dependencies.client ?? createKubernetesClient(loadKubeConfig(config.kubeconfig));
@@ -77,6 +83,7 @@ export async function startAgent(config: AgentConfig, dependencies: AgentDepende
   const health = new ProxierHealth(2 * syncPeriod);
   const serviceHealth = new ServiceHealthServers({
     hosts: serviceHealthHosts(config.nodePortAddresses),
+    netns: config.netns,
     proxyHealthy: () => health.state().healthy,
     onError: (target, error) => log.error('cannot open health check port', {service: `${target.namespace}/${target.name}`, port: target.healthCheckNodePort, reason: errorText(error)}),
   });
@@ -101,7 +108,9 @@ export async function startAgent(config: AgentConfig, dependencies: AgentDepende
   const proxier =
     rules !== undefined
       ? new IptablesProxier({...proxierOptions, rules})
-      : new NftablesProxier({...proxierOptions, nodeAddresses: () => readNodeAddresses(host.netns)});
+      : config.mode === 'ipvs'
+        ? new IpvsProxier({...proxierOptions, ipvs: config.ipvs})
+        : new NftablesProxier({...proxierOptions, nodeAddresses: () => readNodeAddresses(host.netns)});
   // Switching modes: each mode removes the other's rules at start, as kube-proxy does.
   if (rules !== undefined) await removeNftablesTables(host, families, log);
   const watch: ClusterWatch = new ClusterWatch({
@@ -148,21 +157,22 @@ export async function startAgent(config: AgentConfig, dependencies: AgentDepende
  */
 async function startApiOrLog(
   config: AgentConfig,
-  parts: {nodeName: string; families: IPFamily[]; proxier: IptablesProxier | NftablesProxier; host: Host; log: Logger; accessReviewer?: AccessReviewer; backend?: RulesBackend},
+  parts: {nodeName: string; families: IPFamily[]; proxier: AgentProxier; host: Host; log: Logger; accessReviewer?: AccessReviewer; backend?: RulesBackend},
 ): Promise<AgentApi | undefined> {
   const {log, host} = parts;
   if (config.apiBindAddress === '') return undefined;
   const address = parseHostPort(config.apiBindAddress)!;
   let backend = parts.backend;
   try {
-    backend ??= config.mode === 'nftables' ? nftablesBackend : await loadIptablesBackend();
+    backend ??= config.mode === 'nftables' ? nftablesBackend : config.mode === 'ipvs' ? ipvsRulesBackend({scheduler: config.ipvs.scheduler}) : await loadIptablesBackend();
   } catch (error) {
     log.error('cannot start the plugin API', {address: config.apiBindAddress, reason: errorText(error)});
     return undefined;
   }
   const frontEnd = config.mode === 'nftables' ? 'nf_tables' : await host.iptablesFrontEnd(parts.families[0]).catch(() => undefined);
   // Legacy iptables changes are invisible to nft monitor: read the kernel for every request then.
-  const changes = frontEnd === 'nf_tables' ? await watchNftRuleset({netns: host.netns, log}) : unwatchedRulesetChanges();
+  // ipvs mode's virtual servers, sets and addresses change unseen by nft monitor: read them for every request.
+  const changes = frontEnd === 'nf_tables' && config.mode !== 'ipvs' ? await watchNftRuleset({netns: host.netns, log}) : unwatchedRulesetChanges();
   const runtime = createAgentRuntime({nodeName: parts.nodeName, version: agentVersion(), families: parts.families, proxier: parts.proxier, host, backend, changes, log});
   try {
     const auth = isLoopbackHost(address.host) ? undefined : (parts.accessReviewer ?? kubernetesAccessReviewer(loadKubeConfig(config.kubeconfig)));

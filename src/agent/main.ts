@@ -31,7 +31,7 @@ export async function main(argv: string[]): Promise<number> {
 
   if (config.cleanup) {
     const host = new CommandHost({netns: config.netns, onCommand: (command) => log.detail(4, 'run', {command: command.join(' ')})});
-    const result = await cleanupProxyRules(host, log);
+    const result = await cleanupProxyRules(host, log, undefined, {excludeCIDRs: config.ipvs.excludeCIDRs});
     log.info('cleanup done', {chains: result.removedChains, jumpRules: result.removedJumpRules, errors: result.errors.length});
     return result.errors.length === 0 ? 0 : 1;
   }
@@ -43,8 +43,19 @@ export async function main(argv: string[]): Promise<number> {
     log.error('cannot start', {reason: error instanceof Error ? error.message : String(error)});
     return 1;
   }
+  // The handlers stay until the process exits: with none, a second SIGTERM or Ctrl-C during the
+  // stop would kill the process halfway through closing its servers.
   const signal = await new Promise<string>((resolve) => {
-    for (const name of ['SIGTERM', 'SIGINT'] as const) process.once(name, () => resolve(name));
+    let received: string | undefined;
+    const onSignal = (name: string) => {
+      if (received) {
+        log.info('already stopping', {signal: name});
+        return;
+      }
+      received = name;
+      resolve(name);
+    };
+    for (const name of ['SIGTERM', 'SIGINT'] as const) process.on(name, onSignal);
   });
   log.info('stopping', {signal});
   await agent.stop();

@@ -1,12 +1,23 @@
-// The Kubernetes manifests: the ConfigMap's settings load, and the DaemonSet has what a kube-proxy
-// replacement needs (host network, capabilities, xtables lock, probes on the healthz port).
+// The Kubernetes manifests: applied with Debian's kubectl to the lab API server, what the RBAC
+// objects grant the agent and the plugin's users (asked with SubjectAccessReviews, as the API server
+// decides); the ConfigMap's settings load, and the DaemonSet has what a kube-proxy replacement needs
+// (host network, capabilities, xtables lock, probes on the healthz port).
 import assert from 'node:assert/strict';
 import {readFileSync} from 'node:fs';
-import {test} from 'node:test';
+import {mkdtemp, rm} from 'node:fs/promises';
+import {tmpdir} from 'node:os';
+import {join} from 'node:path';
+import {after, before, describe, test} from 'node:test';
+import {fileURLToPath} from 'node:url';
+import {execa} from 'execa';
 import {parseAllDocuments} from 'yaml';
 import {loadAgentConfig} from '../../src/agent/config/load-config.ts';
+import {type ApiServer, startApiServer} from '../../src/lab/apiserver/server.ts';
 
-const documents = (file: string): any[] => parseAllDocuments(readFileSync(new URL(`../../manifests/${file}`, import.meta.url), 'utf8')).map((document) => document.toJS());
+const repo = fileURLToPath(new URL('../../', import.meta.url));
+const manifest = (file: string) => join(repo, 'manifests', file);
+
+const documents = (file: string): any[] => parseAllDocuments(readFileSync(manifest(file), 'utf8')).map((document) => document.toJS());
 
 test("the ConfigMap's config.conf is a KubeProxyConfiguration the agent accepts", () => {
   const [configMap] = documents('configmap.yaml');
@@ -31,6 +42,10 @@ test('DaemonSet: host network, node-critical, capabilities, lock file, modules, 
   const [daemonSet] = documents('daemonset.yaml');
   const pod = daemonSet.spec.template.spec;
   const container = pod.containers[0];
+  const [account] = documents('rbac.yaml');
+  const [configMap] = documents('configmap.yaml');
+  assert.equal(pod.serviceAccountName, account.metadata.name, 'runs as the ServiceAccount rbac.yaml grants');
+  assert.equal(pod.volumes.find((volume: any) => volume.name === 'config')?.configMap?.name, configMap.metadata.name, 'mounts the ConfigMap');
   assert.equal(daemonSet.metadata.namespace, 'kube-system');
   assert.equal(daemonSet.spec.template.metadata.labels['app.kubernetes.io/name'], 'proxyctl-agent');
   assert.equal(daemonSet.spec.updateStrategy.type, 'RollingUpdate');
@@ -52,4 +67,114 @@ test('the image has the netfilter tools on Node 24 (Debian)', () => {
   const dockerfile = readFileSync(new URL('../../manifests/Dockerfile', import.meta.url), 'utf8');
   assert.match(dockerfile, /^FROM node:24-bookworm/m);
   for (const pkg of ['iptables', 'nftables', 'ipset', 'ipvsadm', 'conntrack']) assert.match(dockerfile, new RegExp(`\\b${pkg}\\b`));
+});
+
+interface Access {
+  verb: string;
+  resource: string;
+  subresource?: string;
+  group?: string;
+  namespace?: string;
+  name?: string;
+}
+
+describe('the RBAC manifests applied with kubectl to the lab API server', () => {
+  let server: ApiServer;
+  let dir: string;
+  let kubectlPath: string;
+  const kubectl = async (...args: string[]) => {
+    const result = await execa(kubectlPath, ['--kubeconfig', join(dir, 'kubeconfig'), ...args], {env: {HOME: dir, NO_COLOR: '1'}, reject: false, timeout: 30_000});
+    assert.equal(result.exitCode, 0, `kubectl ${args.join(' ')}: ${String(result.stderr)}`);
+    return String(result.stdout);
+  };
+  /** Whether the API server lets `user` (in `groups`) do it, asked through kubectl as a SubjectAccessReview. */
+  const allowed = async (user: string, groups: string[], access: Access): Promise<boolean> => {
+    const review = {
+      apiVersion: 'authorization.k8s.io/v1',
+      kind: 'SubjectAccessReview',
+      spec: {user, groups, resourceAttributes: {verb: access.verb, resource: access.resource, subresource: access.subresource, group: access.group ?? '', namespace: access.namespace, name: access.name}},
+    };
+    const result = await execa(kubectlPath, ['--kubeconfig', join(dir, 'kubeconfig'), 'create', '-f', '-', '-o', 'json'], {input: JSON.stringify(review), env: {HOME: dir}, reject: false, timeout: 30_000});
+    assert.equal(result.exitCode, 0, String(result.stderr));
+    return (JSON.parse(String(result.stdout)) as {status: {allowed: boolean}}).status.allowed;
+  };
+  const describeAccess = (access: Access) => `${access.verb} ${access.group ? `${access.group}/` : ''}${access.resource}${access.subresource ? `/${access.subresource}` : ''}${access.namespace ? ` in ${access.namespace}` : ''}`;
+
+  before(async () => {
+    const script = await execa(join(repo, 'scripts/debian-kubectl.sh'), [], {reject: true});
+    kubectlPath = String(script.stdout).trim().split('\n').pop()!;
+    dir = await mkdtemp(join(tmpdir(), 'proxyctl-manifests-'));
+    server = await startApiServer({port: 0});
+    await server.writeKubeconfig(join(dir, 'kubeconfig'));
+  });
+  after(async () => {
+    await server?.stop();
+    if (dir) await rm(dir, {recursive: true, force: true});
+  });
+
+  test('kubectl apply creates the agent\'s and the plugin users\' RBAC objects and the ConfigMap', async () => {
+    const applied = (await kubectl('apply', '-f', manifest('rbac.yaml'), '-f', manifest('configmap.yaml'), '-f', manifest('plugin-rbac.yaml'))).trim().split('\n');
+    assert.deepEqual(applied, [
+      'serviceaccount/proxyctl-agent created',
+      'clusterrole.rbac.authorization.k8s.io/proxyctl-agent created',
+      'clusterrolebinding.rbac.authorization.k8s.io/proxyctl-agent created',
+      'configmap/proxyctl-agent created',
+      'role.rbac.authorization.k8s.io/proxyctl-user created',
+      'rolebinding.rbac.authorization.k8s.io/proxyctl-users created',
+      'clusterrole.rbac.authorization.k8s.io/proxyctl-user created',
+      'clusterrolebinding.rbac.authorization.k8s.io/proxyctl-users created',
+    ]);
+    const stored = JSON.parse(await kubectl('get', 'configmap', '-n', 'kube-system', 'proxyctl-agent', '-o', 'json')) as {data: Record<string, string>};
+    const {config} = loadAgentConfig(['--config', 'config.conf'], () => stored.data['config.conf']);
+    assert.equal(config.mode, 'iptables', 'the stored ConfigMap loads as the agent\'s settings');
+  });
+
+  test("the agent's ServiceAccount may do what the agent does, and no more", async () => {
+    const agent = 'system:serviceaccount:kube-system:proxyctl-agent';
+    const groups = ['system:serviceaccounts', 'system:serviceaccounts:kube-system', 'system:authenticated'];
+    const granted: Access[] = [
+      {verb: 'list', resource: 'services'},
+      {verb: 'watch', resource: 'services', namespace: 'default'},
+      {verb: 'list', resource: 'endpointslices', group: 'discovery.k8s.io'},
+      {verb: 'watch', resource: 'endpointslices', group: 'discovery.k8s.io'},
+      {verb: 'get', resource: 'nodes', name: 'node-1'},
+      {verb: 'list', resource: 'nodes'},
+      {verb: 'watch', resource: 'nodes'},
+      {verb: 'create', resource: 'events', namespace: 'default'},
+      {verb: 'patch', resource: 'events', namespace: 'kube-system'},
+    ];
+    const refused: Access[] = [
+      {verb: 'update', resource: 'services', namespace: 'default'},
+      {verb: 'delete', resource: 'endpointslices', group: 'discovery.k8s.io', namespace: 'default'},
+      {verb: 'update', resource: 'nodes', name: 'node-1'},
+      {verb: 'list', resource: 'pods'},
+      {verb: 'get', resource: 'secrets', namespace: 'kube-system'},
+      {verb: 'create', resource: 'pods', subresource: 'portforward', namespace: 'kube-system'},
+    ];
+    for (const access of granted) assert.equal(await allowed(agent, groups, access), true, `the agent may ${describeAccess(access)}`);
+    for (const access of refused) assert.equal(await allowed(agent, groups, access), false, `the agent may not ${describeAccess(access)}`);
+  });
+
+  test('a member of proxyctl-users may find the agents and port-forward to them; others may not', async () => {
+    const user = 'alice';
+    const member = ['proxyctl-users', 'system:authenticated'];
+    const plugin: Access[] = [
+      {verb: 'list', resource: 'pods', namespace: 'kube-system'},
+      {verb: 'create', resource: 'pods', subresource: 'portforward', namespace: 'kube-system', name: 'proxyctl-agent-x7k2p'},
+      {verb: 'get', resource: 'services', namespace: 'default', name: 'web'},
+      {verb: 'list', resource: 'endpointslices', group: 'discovery.k8s.io', namespace: 'default'},
+      {verb: 'get', resource: 'pods', namespace: 'default', name: 'client'},
+      {verb: 'get', resource: 'nodes', name: 'node-1'},
+    ];
+    for (const access of plugin) assert.equal(await allowed(user, member, access), true, `proxyctl-users may ${describeAccess(access)}`);
+    for (const access of [
+      {verb: 'create', resource: 'pods', subresource: 'portforward', namespace: 'default'},
+      {verb: 'create', resource: 'pods', subresource: 'exec', namespace: 'kube-system'},
+      {verb: 'delete', resource: 'pods', namespace: 'kube-system'},
+      {verb: 'update', resource: 'services', namespace: 'default'},
+    ]) {
+      assert.equal(await allowed(user, member, access), false, `proxyctl-users may not ${describeAccess(access)}`);
+    }
+    assert.equal(await allowed('mallory', ['system:authenticated'], plugin[1]), false, 'someone outside the group may not port-forward to an agent');
+  });
 });

@@ -118,6 +118,11 @@ export class RecordingHost implements Host {
     return '';
   }
 
+  async ip(args: string[]): Promise<string> {
+    this.calls.push(`ip ${args.join(' ')}`);
+    return '';
+  }
+
   async conntrackDelete(filter: ConntrackFilter): Promise<number> {
     this.calls.push('conntrack -D');
     this.conntrackDeletes.push(filter);

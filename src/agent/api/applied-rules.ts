@@ -1,63 +1,165 @@
-// AppliedRulesCache: the rules read back from the kernel, parsed, per IP family, kept until the
-// kernel's ruleset changes (RulesetChanges) so that trace and diff need not read them every time.
+// AppliedRulesCache: the rules in the kernel, parsed, per IP family, kept current without reading
+// the kernel again (iptables-save takes seconds at 10,000 services): the agent's own writes are
+// applied to the cached rules as the proxier reports them (the chains a partial sync wrote, or the
+// rules a full sync read back), and a change by anyone else (RulesetChanges) makes the next request
+// read the kernel.
 import type {IPFamily} from '../../core/model/index.ts';
+import type {ChainsWritten, WrittenRules} from '../sync/proxier.ts';
 import type {ParsedRules} from './rules-backend.ts';
 import type {RulesetChanges} from './ruleset-changes.ts';
 
 export interface AppliedRules {
   family: IPFamily;
-  text: string;
+  /** The rules as the kernel tools print them. */
+  readonly text: string;
   rules: ParsedRules;
-  /** When the kernel was read (ms). */
+  /** When the rules were last taken from the kernel, or from one of the agent's own writes (ms). */
   readAt: number;
-  /** The ruleset generation the reading belongs to. */
-  generation: number;
 }
 
 export interface AppliedRulesOptions {
   /** The proxy's tables as the kernel tools print them (iptables-save -t filter + -t nat). */
   read(family: IPFamily): Promise<string>;
   parse(text: string): ParsedRules;
+  /** Replaces the written chains in parsed rules (a new value; the old one stays as it was); without it, writes of chains make the next request read the kernel. */
+  patch?(rules: ParsedRules, tables: ChainsWritten[]): ParsedRules;
+  /** The text of patched rules. */
+  format?(rules: ParsedRules): string;
   changes: RulesetChanges;
   now(): number;
+  /** Longest wait for the change monitor to report what the kernel committed (default 5 s); past it, the kernel is read. */
+  settleWaitMs?: number;
+  /** Longest wait for a write in progress to be reported (default 60 s); past it, the kernel is read. */
+  writeWaitMs?: number;
+}
+
+interface Entry extends AppliedRules {
+  /** Changes reported after this time may be missing from the rules. */
+  basisAt: number;
+  /** The family's write count the rules include. */
+  writes: number;
+}
+
+interface FamilyWrites {
+  /** Writes started. */
+  count: number;
+  /** Set while a write runs: resolves when it is reported. */
+  running?: {done: Promise<void>; finish(): void};
 }
 
 export class AppliedRulesCache {
   readonly #options: AppliedRulesOptions;
-  readonly #current = new Map<IPFamily, AppliedRules>();
-  readonly #reading = new Map<IPFamily, {generation: number; promise: Promise<AppliedRules>}>();
+  readonly #current = new Map<IPFamily, Entry>();
+  readonly #writes = new Map<IPFamily, FamilyWrites>();
+  readonly #reading = new Map<IPFamily, {writes: number; startedAt: number; promise: Promise<AppliedRules>}>();
 
   constructor(options: AppliedRulesOptions) {
     this.#options = options;
   }
 
-  /** The rules as the kernel holds them now: cached when nothing changed since they were read. */
+  /** The rules as the kernel holds them now: cached when only the agent's own writes changed them since they were read. */
   async get(family: IPFamily): Promise<AppliedRules> {
     const {changes} = this.#options;
-    const generation = changes.generation();
+    const running = this.#familyWrites(family).running;
+    if (running) await Promise.race([running.done, new Promise((resolve) => setTimeout(resolve, this.#options.writeWaitMs ?? 60_000).unref())]);
+    const settled = changes.watching() && (await changes.settled(this.#options.settleWaitMs ?? 5000));
+    const writes = this.#familyWrites(family);
+    const foreignAt = changes.lastForeignChangeAt();
     const cached = this.#current.get(family);
-    if (cached && changes.watching() && cached.generation === generation) return cached;
-    // Requests that arrive while a reading of the same generation runs share it.
+    if (settled && !writes.running && cached && cached.writes === writes.count && cached.basisAt > foreignAt) return this.#materialize(cached);
+    // Requests that arrive together share a reading that began after everything they must see.
     const reading = this.#reading.get(family);
-    if (reading && reading.generation === generation) return reading.promise;
-    const promise = this.#read(family, generation).finally(() => {
+    if (settled && !writes.running && reading && reading.writes === writes.count && reading.startedAt > foreignAt) return reading.promise;
+    const startedAt = this.#options.now();
+    const promise = this.#read(family, writes.count, startedAt).finally(() => {
       if (this.#reading.get(family)?.promise === promise) this.#reading.delete(family);
     });
-    this.#reading.set(family, {generation, promise});
+    this.#reading.set(family, {writes: writes.count, startedAt, promise});
     return promise;
   }
 
-  /** The last reading, however old, without touching the kernel. */
+  /**
+   * The cached rules when nothing reported so far makes them stale (no write running, no foreign
+   * change seen since they were read), without waiting for the change monitor; else undefined.
+   */
+  current(family: IPFamily): AppliedRules | undefined {
+    const cached = this.#current.get(family);
+    const writes = this.#familyWrites(family);
+    const {changes} = this.#options;
+    return changes.watching() && cached && !writes.running && cached.writes === writes.count && cached.basisAt > changes.lastForeignChangeAt() ? cached : undefined;
+  }
+
+  /** The last rules known, however old, without touching the kernel. */
   last(family: IPFamily): AppliedRules | undefined {
     return this.#current.get(family);
   }
 
-  async #read(family: IPFamily, generation: number): Promise<AppliedRules> {
-    const readAt = this.#options.now();
+  /** One of the agent's writes begins: until it is reported, the cached rules are not current. */
+  writeStarted(family: IPFamily): void {
+    const writes = this.#familyWrites(family);
+    writes.count++;
+    if (!writes.running) {
+      let finish = (): void => {};
+      const done = new Promise<void>((resolve) => (finish = resolve));
+      writes.running = {done, finish};
+    }
+  }
+
+  /** The write ended: `written` is what it left, undefined when that is not known (it failed). */
+  writeEnded(family: IPFamily, written: WrittenRules | undefined): void {
+    const writes = this.#familyWrites(family);
+    const previous = this.#current.get(family);
+    this.#current.delete(family);
+    if (written?.kind === 'read') {
+      const parse = this.#options.parse;
+      let rules: ParsedRules | undefined;
+      // Parsed when first asked for: at 10,000 services parsing takes seconds the sync need not wait.
+      this.#current.set(family, {
+        family,
+        text: written.text,
+        get rules() {
+          return (rules ??= parse(written.text));
+        },
+        readAt: written.readStartedAt,
+        basisAt: written.readStartedAt,
+        writes: writes.count,
+      });
+    } else if (written?.kind === 'chains' && previous && previous.writes === writes.count - 1 && this.#options.patch) {
+      const rules = this.#options.patch(previous.rules, written.tables);
+      const format = this.#options.format;
+      let text: string | undefined;
+      this.#current.set(family, {
+        family,
+        get text() {
+          return (text ??= format ? format(rules) : '');
+        },
+        rules,
+        readAt: written.writtenAt,
+        basisAt: previous.basisAt,
+        writes: writes.count,
+      });
+    }
+    writes.running?.finish();
+    writes.running = undefined;
+  }
+
+  #familyWrites(family: IPFamily): FamilyWrites {
+    let writes = this.#writes.get(family);
+    if (!writes) this.#writes.set(family, (writes = {count: 0}));
+    return writes;
+  }
+
+  #materialize(entry: Entry): AppliedRules {
+    void entry.rules;
+    return entry;
+  }
+
+  async #read(family: IPFamily, writes: number, startedAt: number): Promise<AppliedRules> {
     const text = await this.#options.read(family);
-    const applied: AppliedRules = {family, text, rules: this.#options.parse(text), readAt, generation};
+    const entry: Entry = {family, text, rules: this.#options.parse(text), readAt: startedAt, basisAt: startedAt, writes};
     const known = this.#current.get(family);
-    if (!known || known.readAt <= readAt) this.#current.set(family, applied);
-    return applied;
+    // A write that started meanwhile may be missing from this reading: the caller gets it, the cache does not keep it.
+    if (writes === this.#familyWrites(family).count && (!known || known.writes < writes || known.basisAt <= startedAt)) this.#current.set(family, entry);
+    return entry;
   }
 }

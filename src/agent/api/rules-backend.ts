@@ -5,6 +5,7 @@ import type {IPFamily, ProxyModel} from '../../core/model/index.ts';
 import type {Host} from '../host/host.ts';
 import type {Packet, TraceContext, TraceResult} from '../../core/trace/types.ts';
 import type {DiffGroup, ProxyMode} from '../../protocol/methods.ts';
+import type {ChainsWritten} from '../sync/proxier.ts';
 
 /** A parsed ruleset; only the backend that made it looks inside. */
 export type ParsedRules = {readonly __parsedRules?: never};
@@ -23,6 +24,14 @@ export interface RulesBackend {
   /** `service`: "namespace/name[:port]" limits the diff to that service. */
   diff(desired: ParsedRules, applied: ParsedRules, service?: string): RulesDiff;
   trace(rules: ParsedRules, packet: Packet, context: TraceContext): TraceResult;
+  /**
+   * The rules with the chains a partial write replaced taken from `tables` (a new value; `rules`
+   * stays as it was): what the agent wrote, without reading the kernel again. Without it, such a
+   * write makes the next request read the kernel.
+   */
+  patch?(rules: ParsedRules, tables: ChainsWritten[]): ParsedRules;
+  /** The text of parsed rules, as the kernel tools print them (for patched rules). */
+  format?(rules: ParsedRules): string;
   /** Reads the applied rules from the kernel; default iptables-save -t filter + -t nat. */
   readApplied?(host: Host, family: IPFamily): Promise<string>;
 }

@@ -1,26 +1,80 @@
-// RulesetChanges: tells the agent API when the kernel's ruleset may have changed, so that the
-// applied rules (slow to read at scale: iptables-save takes seconds at 10,000 services) are read
-// again only then. The signal is `nft monitor`, which prints a line for every nf_tables change,
-// whoever makes it (the agent, kubelet, an operator with iptables-nft).
+// RulesetChanges: tells the agent API when someone other than the agent changed the kernel's
+// ruleset, so that the applied rules (slow to read at scale: iptables-save takes seconds at 10,000
+// services) are read again only then. The signal is `nft monitor`, which ends every nf_tables
+// transaction with "# new generation N by process PID (NAME)", whoever made it (the agent, kubelet,
+// an operator with iptables-nft). The agent's own writes are known to it already (the proxier says
+// what it wrote); any other generation makes the cached rules stale.
 import {spawn, type ChildProcess} from 'node:child_process';
+import {readFileSync, readdirSync, readlinkSync} from 'node:fs';
 import {createInterface} from 'node:readline';
 import type {Logger} from '../log.ts';
 
 export interface RulesetChanges {
-  /** Grows with every change seen; compare two readings to know whether anything changed between them. */
-  generation(): number;
-  /** False when changes cannot be seen (no nft, legacy iptables, the monitor died or lags): never trust a cache then. */
+  /** False when changes cannot be seen (no nft, legacy iptables, the monitor died): never trust a cache then. */
   watching(): boolean;
-  /** Counts a change the agent made itself: a write that started at `startedAt` (ms since the epoch). */
-  bump(startedAt: number): void;
+  /**
+   * When (ms since the epoch) the last change by a process other than the agent's own writers was
+   * reported, or when watching began if that is later: a reading that started after it is current.
+   */
+  lastForeignChangeAt(): number;
+  /**
+   * Marks `pid` as one of the agent's own writers: the changes it makes are not foreign. Call the
+   * function returned once the process has ended (process ids are reused).
+   */
+  ownWriter(pid: number): () => void;
+  /**
+   * Resolves true once every change the kernel committed before the call has been reported (the
+   * monitor has nothing left to read), false when that cannot be told within `maxWaitMs`.
+   */
+  settled(maxWaitMs: number): Promise<boolean>;
   close(): void;
 }
 
-/** No signal: every reading is a new generation, so a cache never serves an old answer. */
+/** No signal: nothing is ever known to be current, so a cache never serves an old answer. */
 export function unwatchedRulesetChanges(): RulesetChanges {
-  let generation = 0;
-  return {generation: () => ++generation, watching: () => false, bump: () => void generation++, close: () => {}};
+  return {watching: () => false, lastForeignChangeAt: () => Date.now(), ownWriter: () => () => {}, settled: async () => false, close: () => {}};
 }
+
+/** A generation line of nft monitor: "# new generation 42 by process 1234 (iptables-restor)". */
+export function parseGenerationLine(line: string): {generation: number; pid?: number; process?: string} | undefined {
+  const match = /^# new generation (\d+)(?: by process (\d+)(?: \((.*)\))?)?/.exec(line);
+  if (!match) return undefined;
+  return {generation: Number(match[1]), pid: match[2] === undefined ? undefined : Number(match[2]), process: match[3]};
+}
+
+/**
+ * monitorIdle: the monitor waits for the kernel with nothing unread, so every change committed
+ * before this check is already on its stdout. nft monitor can lag far behind the kernel (on a
+ * large ruleset it looks every rule event up in its cache), so its silence alone means nothing.
+ * Read from /proc: the process sleeps, not in a pipe write, and its subscribed netlink socket has
+ * no bytes queued (/proc/PID/net/netlink is the table of the monitor's own namespace).
+ */
+export function monitorIdle(pid: number): boolean {
+  try {
+    const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
+    const state = stat.slice(stat.lastIndexOf(')') + 2, stat.lastIndexOf(')') + 3);
+    if (state !== 'S') return false;
+    if (readFileSync(`/proc/${pid}/wchan`, 'utf8').includes('pipe')) return false;
+    const inodes = new Set<string>();
+    for (const fd of readdirSync(`/proc/${pid}/fd`)) {
+      const target = /^socket:\[(\d+)\]$/.exec(readlinkSync(`/proc/${pid}/fd/${fd}`));
+      if (target) inodes.add(target[1]);
+    }
+    let subscribed = false;
+    for (const row of readFileSync(`/proc/${pid}/net/netlink`, 'utf8').split('\n').slice(1)) {
+      // sk Eth Pid Groups Rmem Wmem Dump Locks Drops Inode
+      const columns = row.trim().split(/\s+/);
+      if (columns.length < 10 || !inodes.has(columns[9])) continue;
+      if (columns[4] !== '0') return false;
+      if (Number.parseInt(columns[3], 16) !== 0) subscribed = true;
+    }
+    return subscribed;
+  } catch {
+    return false;
+  }
+}
+
+const turn = (): Promise<void> => new Promise((resolve) => setImmediate(resolve));
 
 /**
  * watchNftRuleset runs `nft monitor` (inside `ip netns exec NETNS` when given) until close().
@@ -28,14 +82,15 @@ export function unwatchedRulesetChanges(): RulesetChanges {
  */
 export async function watchNftRuleset(options: {netns?: string; log: Logger}): Promise<RulesetChanges> {
   const {netns, log} = options;
+  // ip netns exec execs nft in place: the process id is the monitor's own.
   const command = netns ? ['ip', 'netns', 'exec', netns, 'nft', 'monitor'] : ['nft', 'monitor'];
-  let generation = 0;
   let alive = false;
   let closed = false;
-  // nft monitor can lag far behind the kernel (on a large ruleset it rebuilds its cache for each
-  // event): trust its silence only once it has reported a change since the agent's last write.
-  let heardSinceOwnWrite = false;
-  let lastLineAt = 0;
+  // Until the monitor is seen subscribed, changes may pass unreported.
+  let watchingSince: number | undefined;
+  let lastForeignAt = 0;
+  // The agent's writers, with when they ended: once the monitor is idle after that, all their changes were reported.
+  const own = new Map<number, number | undefined>();
   let child: ChildProcess;
   try {
     child = spawn(command[0], command.slice(1), {stdio: ['ignore', 'pipe', 'pipe']});
@@ -45,10 +100,12 @@ export async function watchNftRuleset(options: {netns?: string; log: Logger}): P
   }
   let stderr = '';
   child.stderr!.setEncoding('utf8').on('data', (chunk: string) => (stderr = (stderr + chunk).slice(-500)));
-  createInterface({input: child.stdout!}).on('line', () => {
-    generation++;
-    heardSinceOwnWrite = true;
-    lastLineAt = Date.now();
+  createInterface({input: child.stdout!}).on('line', (line) => {
+    const generation = parseGenerationLine(line);
+    if (!generation) return;
+    if (generation.pid !== undefined && own.has(generation.pid)) return;
+    lastForeignAt = Date.now();
+    log.detail(3, 'agent api: ruleset changed by another process', {generation: generation.generation, pid: generation.pid, process: generation.process});
   });
   const started = await new Promise<boolean>((resolve) => {
     child.once('spawn', () => resolve(true));
@@ -63,15 +120,40 @@ export async function watchNftRuleset(options: {netns?: string; log: Logger}): P
     alive = false;
     if (!closed) log.warn('agent api: nft monitor ended; applied rules are read for every request from now on', {code: code ?? undefined, signal: signal ?? undefined, stderr: stderr.trim() || undefined});
   });
+
+  const settled = async (maxWaitMs: number): Promise<boolean> => {
+    const deadline = Date.now() + maxWaitMs;
+    for (;;) {
+      if (!alive) return false;
+      const checkedAt = Date.now();
+      if (monitorIdle(child.pid!)) {
+        // What the monitor wrote before it went idle is in the pipe: let the event loop read it.
+        await turn();
+        await turn();
+        for (const [pid, endedAt] of own) if (endedAt !== undefined && endedAt < checkedAt) own.delete(pid);
+        // A reading that starts once this resolves must start after the last change reported, on a clock in whole ms.
+        while (Date.now() <= lastForeignAt) await new Promise((resolve) => setTimeout(resolve, 1));
+        watchingSince ??= Date.now();
+        return alive;
+      }
+      if (Date.now() >= deadline) return false;
+      await new Promise((resolve) => setTimeout(resolve, 5));
+    }
+  };
+  // Learn early that the monitor listens, so that readings taken from now on can be trusted.
+  void settled(10_000);
+
   return {
-    // While the monitor is gone or behind, every reading is new, as with no signal at all.
-    generation: () => (alive && heardSinceOwnWrite ? generation : ++generation),
-    watching: () => alive && heardSinceOwnWrite,
-    bump: (startedAt) => {
-      generation++;
-      // The monitor may have reported the write before the agent finished it.
-      heardSinceOwnWrite = lastLineAt >= startedAt;
+    watching: () => alive && watchingSince !== undefined,
+    lastForeignChangeAt: () => (alive && watchingSince !== undefined ? Math.max(lastForeignAt, watchingSince) : Date.now()),
+    ownWriter: (pid) => {
+      own.set(pid, undefined);
+      if (own.size > 256) own.delete(own.keys().next().value!);
+      return () => {
+        if (own.has(pid)) own.set(pid, Date.now());
+      };
     },
+    settled,
     close: () => {
       closed = true;
       if (alive) child.kill('SIGTERM');

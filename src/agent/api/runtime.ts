@@ -7,7 +7,7 @@ import type {IPFamily, ProxyModel} from '../../core/model/index.ts';
 import type {DiffGroup, DiffResult, ProbeParams, ProbeResult, RulesResult, StatusResult, SyncEvent, SyncKind, SyncResult as SyncAnswer, TraceAnswer} from '../../protocol/methods.ts';
 import type {Host} from '../host/host.ts';
 import type {Logger} from '../log.ts';
-import type {SyncOutcome} from '../sync/proxier.ts';
+import type {RulesWriteListener, SyncOutcome} from '../sync/proxier.ts';
 import {AppliedRulesCache, type AppliedRules} from './applied-rules.ts';
 import type {AgentApiHandlers} from './handlers.ts';
 import {readNodeAddresses} from './node-addresses.ts';
@@ -21,6 +21,8 @@ export interface ProxierView {
   status(): {initialized: boolean};
   requestSync(options?: {full?: boolean}): void;
   onSync(listener: (outcome: SyncOutcome) => void): () => void;
+  /** Tells of each write of rules and what it left (the iptables proxier does): the cached rules then follow the agent's own writes without reading the kernel. */
+  onWrite?(listener: RulesWriteListener): () => void;
 }
 
 export interface AgentRuntimeOptions {
@@ -55,6 +57,8 @@ interface Desired {
 
 interface DriftCheck {
   key: string;
+  /** The applied rules the check compared, per family. */
+  readings: AppliedRules[];
   services: string[];
   checkedAt: string;
 }
@@ -92,8 +96,32 @@ export function createAgentRuntime(options: AgentRuntimeOptions): AgentRuntime {
   const applied = new AppliedRulesCache({
     read: async (family) => (backend.readApplied ? backend.readApplied(host, family) : (await host.iptablesSave(family, 'filter')) + (await host.iptablesSave(family, 'nat'))),
     parse: (text) => backend.parse(text),
+    patch: backend.patch && ((rules, tables) => backend.patch!(rules, tables)),
+    format: backend.format && ((rules) => backend.format!(rules)),
     changes,
     now,
+  });
+
+  // The agent's own writes reach the cache from the proxier; the generations nft monitor reports
+  // for them are not someone else's change. Only a proxier that says what it wrote can vouch for them.
+  let writesRunning = 0;
+  let ownWritersEnded: (() => void)[] = [];
+  const stopWatchingSpawns = proxier.onWrite
+    ? host.onSpawn?.((pid, command) => {
+        if (writesRunning > 0 && command.some((word) => /(?:^|\/)ip6?tables-restore$/.test(word))) ownWritersEnded.push(changes.ownWriter(pid));
+      })
+    : undefined;
+  const stopWatchingWrites = proxier.onWrite?.({
+    started: (family) => {
+      writesRunning++;
+      applied.writeStarted(family);
+    },
+    ended: (family, written) => {
+      writesRunning--;
+      for (const ended of ownWritersEnded) ended();
+      ownWritersEnded = [];
+      applied.writeEnded(family, written);
+    },
   });
   const desiredByModel = new WeakMap<ProxyModel, Desired>();
   let lastOutcome: SyncOutcome | undefined;
@@ -104,8 +132,6 @@ export function createAgentRuntime(options: AgentRuntimeOptions): AgentRuntime {
   const listeners = new Set<(event: SyncEvent) => void>();
 
   const stopWatchingSyncs = proxier.onSync((outcome) => {
-    // The agent's own write changed the ruleset, whether or not a monitor saw it yet.
-    if (!outcome.ok || outcome.results.some((result) => result.kind !== 'unchanged')) changes.bump(outcome.startedAt);
     lastOutcome = outcome;
     if (outcome.ok) everSynced = true;
     else failures++;
@@ -176,8 +202,10 @@ export function createAgentRuntime(options: AgentRuntimeOptions): AgentRuntime {
     const texts: {family: IPFamily; text: string}[] = [];
     let equal = true;
     let readAt = Infinity;
+    const readings: AppliedRules[] = [];
     for (const [family, model] of models()) {
       const current = await readApplied(family);
+      readings.push(current);
       const result = service ? backend.diff(desiredFor(model).rules, current.rules, service) : fullDiff(model, current);
       equal &&= result.equal;
       groups.push(...result.groups);
@@ -188,16 +216,22 @@ export function createAgentRuntime(options: AgentRuntimeOptions): AgentRuntime {
     if (!service) {
       const services = driftedServices(groups);
       if (services.length > 0 && (drift?.services.join() ?? '') !== services.join()) log.warn('agent api: applied rules differ from the desired ones', {services: services.slice(0, 5).join(',')});
-      drift = {key: driftKey(), services, checkedAt: answer.readAt};
+      drift = {key: driftKey(), readings, services, checkedAt: answer.readAt};
     }
     return answer;
   };
 
-  // A drift check stays valid while neither the kernel's rules nor the desired ones change.
-  const driftKey = (): string => `${changes.watching() ? changes.generation() : 'unwatched'}:${proxier.appliedModels().size}:${lastOutcome?.startedAt ?? 0}`;
+  // A drift check stays valid while neither the kernel's rules (the cache's readings) nor the desired ones change.
+  const driftKey = (): string => `${proxier.appliedModels().size}:${lastOutcome?.startedAt ?? 0}`;
+  const driftCurrent = (check: DriftCheck | undefined): check is DriftCheck =>
+    check !== undefined && check.key === driftKey() && check.readings.every((reading) => applied.current(reading.family) === reading);
 
   const currentDrift = async (): Promise<DriftCheck | undefined> => {
-    if (drift && changes.watching() && drift.key === driftKey()) return drift;
+    if (driftCurrent(drift)) {
+      // Confirms the readings (waits for the change monitor) before trusting the check.
+      for (const reading of drift.readings) await readApplied(reading.family);
+      if (driftCurrent(drift)) return drift;
+    }
     try {
       await diffAll();
     } catch (error) {
@@ -242,7 +276,7 @@ export function createAgentRuntime(options: AgentRuntimeOptions): AgentRuntime {
       // status answers at once with the last drift check (checkedAt says when); a stale one is
       // redone in the background, since on a large node a check reads the kernel for seconds.
       const check = drift;
-      if (byFamily.size > 0 && !(drift && changes.watching() && drift.key === driftKey())) warmUp();
+      if (byFamily.size > 0 && !driftCurrent(drift)) warmUp();
       const readings = families.map((family) => applied.last(family)?.readAt).filter((at): at is number => at !== undefined);
       return {
         node: nodeName,
@@ -326,6 +360,8 @@ export function createAgentRuntime(options: AgentRuntimeOptions): AgentRuntime {
       closed = true;
       stopWatchingSyncs();
       listeners.clear();
+      stopWatchingWrites?.();
+      stopWatchingSpawns?.();
       changes.close();
     },
   };

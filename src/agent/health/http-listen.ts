@@ -1,6 +1,7 @@
 // listenHttp: start an HTTP server on "IP:port" and learn the port it got (for port 0).
 import {createServer, type RequestListener, type Server} from 'node:http';
 import type {AddressInfo} from 'node:net';
+import {bindInNetns} from './netns-bind.ts';
 
 export interface HttpEndpoint {
   server: Server;
@@ -11,13 +12,19 @@ export interface HttpEndpoint {
   close(): Promise<void>;
 }
 
-export async function listenHttp(host: string, port: number, handler: RequestListener): Promise<HttpEndpoint> {
+export interface ListenOptions {
+  /** Listen inside this network namespace (the socket is bound there; the server runs here). */
+  netns?: string;
+}
+
+export async function listenHttp(host: string, port: number, handler: RequestListener, options: ListenOptions = {}): Promise<HttpEndpoint> {
   const server = createServer(handler);
   // Probes and scrapes are short; do not let idle keep-alive sockets hold shutdown.
   server.keepAliveTimeout = 5000;
+  const socket = options.netns ? await bindInNetns(options.netns, host, port) : {host, port};
   await new Promise<void>((resolve, reject) => {
     server.once('error', reject);
-    server.listen({host, port}, () => {
+    server.listen(socket, () => {
       server.off('error', reject);
       resolve();
     });

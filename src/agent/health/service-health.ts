@@ -1,8 +1,7 @@
 // Service health servers: one listener per healthCheckNodePort of a Service with
 // externalTrafficPolicy Local, answering cloud load balancers whether this node has a ready
 // endpoint of that service (kube-proxy's pkg/proxy/healthcheck/service_health.go).
-import type {HttpEndpoint} from './http-listen.ts';
-import {listenHttp} from './http-listen.ts';
+import {type HttpEndpoint, type ListenOptions, listenHttp} from './http-listen.ts';
 
 export interface ServiceHealthTarget {
   namespace: string;
@@ -15,6 +14,8 @@ export interface ServiceHealthTarget {
 export interface ServiceHealthOptions {
   /** Addresses to listen on; default one dual-stack listener on every address. */
   hosts?: string[];
+  /** The node's network namespace when the agent runs outside it (--netns): the listeners are opened there. */
+  netns?: string;
   /** serviceProxyHealthy in answers: the proxy's own health (a 503 when false). */
   proxyHealthy: () => boolean;
   /** Told when a port cannot be opened; the other services go on. */
@@ -52,10 +53,11 @@ export class ServiceHealthServers {
       const listener: Listener = {target, endpoints: []};
       try {
         const answer = (_request: unknown, response: import('node:http').ServerResponse) => this.#answer(listener, response);
+        const where = {netns: this.#options.netns};
         if (this.#options.hosts) {
-          for (const host of this.#options.hosts) listener.endpoints.push(await listenHttp(host, target.healthCheckNodePort, answer));
+          for (const host of this.#options.hosts) listener.endpoints.push(await listenHttp(host, target.healthCheckNodePort, answer, where));
         } else {
-          listener.endpoints.push(await listenAnywhere(target.healthCheckNodePort, answer));
+          listener.endpoints.push(await listenAnywhere(target.healthCheckNodePort, answer, where));
         }
         this.#listeners.set(key, listener);
       } catch (error) {
@@ -94,12 +96,12 @@ function listenerKey(target: ServiceHealthTarget): string {
 }
 
 /** listenAnywhere: one dual-stack listener on "::", or IPv4 only on a node without IPv6. */
-async function listenAnywhere(port: number, handler: (request: unknown, response: import('node:http').ServerResponse) => void): Promise<HttpEndpoint> {
+async function listenAnywhere(port: number, handler: (request: unknown, response: import('node:http').ServerResponse) => void, options: ListenOptions): Promise<HttpEndpoint> {
   try {
-    return await listenHttp('::', port, handler);
+    return await listenHttp('::', port, handler, options);
   } catch (error) {
     const code = (error as NodeJS.ErrnoException).code;
     if (code !== 'EAFNOSUPPORT' && code !== 'EADDRNOTAVAIL') throw error;
-    return listenHttp('0.0.0.0', port, handler);
+    return listenHttp('0.0.0.0', port, handler, options);
   }
 }

@@ -10,11 +10,13 @@ export interface CommandResult {
   stderr: string;
 }
 
-/** CommandRunner runs one program and never throws for a non-zero exit. */
-export type CommandRunner = (command: string[], input?: string) => Promise<CommandResult>;
+/** CommandRunner runs one program and never throws for a non-zero exit; `started` gets its process id. */
+export type CommandRunner = (command: string[], input?: string, started?: (pid: number) => void) => Promise<CommandResult>;
 
-export const execaRunner: CommandRunner = async (command, input) => {
-  const result = await execa(command[0], command.slice(1), {input, reject: false, stripFinalNewline: false, env: {LC_ALL: 'C'}});
+export const execaRunner: CommandRunner = async (command, input, started) => {
+  const subprocess = execa(command[0], command.slice(1), {input, reject: false, stripFinalNewline: false, env: {LC_ALL: 'C'}});
+  if (subprocess.pid !== undefined) started?.(subprocess.pid);
+  const result = await subprocess;
   if (result.failed && result.exitCode === undefined) {
     return {exitCode: undefined, stdout: '', stderr: String(result.originalMessage ?? result.message)};
   }
@@ -38,6 +40,7 @@ export class CommandHost implements Host {
   readonly netns: string | undefined;
   readonly #runner: CommandRunner;
   readonly #onCommand: ((command: string[]) => void) | undefined;
+  readonly #spawnListeners = new Set<(pid: number, command: string[]) => void>();
 
   constructor(options: CommandHostOptions = {}) {
     this.netns = options.netns;
@@ -49,9 +52,16 @@ export class CommandHost implements Host {
   async run(command: string[], options: {input?: string; accept?: number[]} = {}): Promise<CommandResult> {
     const full = this.netns === undefined ? command : ['ip', 'netns', 'exec', this.netns, ...command];
     this.#onCommand?.(full);
-    const result = await this.#runner(full, options.input);
+    // `ip netns exec` execs the command in place: the process id is the command's own.
+    const started = this.#spawnListeners.size > 0 ? (pid: number) => this.#spawnListeners.forEach((listener) => listener(pid, full)) : undefined;
+    const result = await this.#runner(full, options.input, started);
     if (result.exitCode === 0 || (result.exitCode !== undefined && options.accept?.includes(result.exitCode))) return result;
     throw new HostCommandError(full, result.exitCode, result.stderr || result.stdout);
+  }
+
+  onSpawn(listener: (pid: number, command: string[]) => void): () => void {
+    this.#spawnListeners.add(listener);
+    return () => this.#spawnListeners.delete(listener);
   }
 
   async iptablesRestore(family: IPFamily, rules: string, options: RestoreOptions): Promise<void> {
@@ -95,8 +105,12 @@ export class CommandHost implements Host {
     return (await this.run(['ipset', ...args], {input})).stdout;
   }
 
-  async ipvsadm(args: string[]): Promise<string> {
-    return (await this.run(['ipvsadm', ...args])).stdout;
+  async ipvsadm(args: string[], input?: string): Promise<string> {
+    return (await this.run(['ipvsadm', ...args], {input})).stdout;
+  }
+
+  async ip(args: string[], input?: string): Promise<string> {
+    return (await this.run(['ip', ...args], {input})).stdout;
   }
 
   async conntrackDelete(filter: ConntrackFilter): Promise<number> {

@@ -42,12 +42,20 @@ export interface Host {
   /** nft ARGS, with an optional script on stdin (`nft -f -`). */
   nft(args: string[], input?: string): Promise<string>;
   ipset(args: string[], input?: string): Promise<string>;
-  ipvsadm(args: string[]): Promise<string>;
+  /** ipvsadm ARGS, with an optional input on stdin (`ipvsadm -R`). */
+  ipvsadm(args: string[], input?: string): Promise<string>;
+  /** ip ARGS (iproute2), e.g. link add kube-ipvs0 type dummy, addr add, -j addr show. */
+  ip(args: string[], input?: string): Promise<string>;
   /** conntrack -D with the filter; returns how many entries were deleted (0 when none matched). */
   conntrackDelete(filter: ConntrackFilter): Promise<number>;
   /** sysctl NAME, e.g. "net.ipv4.conf.all.route_localnet". */
   sysctlRead(name: string): Promise<string>;
   sysctlWrite(name: string, value: string): Promise<void>;
+  /**
+   * Calls `listener` with the process id of every command as it starts (nft monitor names the
+   * process behind each ruleset change: the agent API tells its own writes from others' by it).
+   */
+  onSpawn?(listener: (pid: number, command: string[]) => void): () => void;
 }
 
 /** HostCommandError: a node command failed; the message holds the command line and its stderr. */

@@ -1,8 +1,10 @@
 // cleanupProxyRules (--cleanup): removes the proxy's iptables chains and jump rules from every
-// table and family, and the nftables tables of nftables mode, keeping everything foreign.
+// table and family, the nftables tables of nftables mode, and ipvs mode's chains, virtual
+// servers, KUBE- sets and kube-ipvs0, keeping everything foreign.
 import type {IPFamily} from '../../core/model/index.ts';
 import type {Host, IptablesTable} from '../host/host.ts';
 import type {Logger} from '../log.ts';
+import {cleanupIpvsMode} from './ipvs-host.ts';
 import {cleanupRestoreInput, readOwnedRules} from './owned-rules.ts';
 
 const cleanedTables: readonly IptablesTable[] = ['nat', 'filter', 'mangle'];
@@ -14,7 +16,7 @@ export interface CleanupResult {
   errors: string[];
 }
 
-export async function cleanupProxyRules(host: Host, log: Logger, families: IPFamily[] = ['IPv4', 'IPv6']): Promise<CleanupResult> {
+export async function cleanupProxyRules(host: Host, log: Logger, families: IPFamily[] = ['IPv4', 'IPv6'], options: {excludeCIDRs?: string[]} = {}): Promise<CleanupResult> {
   const result: CleanupResult = {removedChains: 0, removedJumpRules: 0, errors: []};
   for (const family of families) {
     for (const table of cleanedTables) {
@@ -53,6 +55,9 @@ export async function cleanupProxyRules(host: Host, log: Logger, families: IPFam
       result.errors.push(`nft ${nftFamily} kube-proxy: ${errorText(error)}`);
     }
   }
+  // After the iptables rules: a set cannot be destroyed while a rule matches it.
+  const ipvs = await cleanupIpvsMode(host, log, families, options.excludeCIDRs);
+  result.errors.push(...ipvs.errors);
   return result;
 }
 

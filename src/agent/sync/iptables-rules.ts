@@ -2,7 +2,8 @@
 // interface so that the proxier can be tested with hand-written rules and so that the renderer's
 // internals stay in core.
 import type {IptablesTable} from '../host/host.ts';
-import type {ProxyModel} from '../../core/model/index.ts';
+import {ownedChainPrefixes, type SpellRules} from './owned-rules.ts';
+import type {IPFamily, ProxyModel, ServicePort} from '../../core/model/index.ts';
 
 /** A rule in a built-in chain that sends packets into the proxy's chains (PREROUTING -> KUBE-SERVICES). */
 export interface JumpRule {
@@ -20,15 +21,27 @@ export interface RenderOptions {
    * others' chains are left as they are. Undefined: a full sync, every chain written.
    */
   changedServicePorts?: Set<string>;
-  /** The proxy's chains that exist in the kernel now, per table, so that stale ones can be deleted. */
-  existingChains: Map<IptablesTable, Set<string>>;
+  /**
+   * The proxy's chains that exist in the kernel now, per table, so that stale ones can be deleted.
+   * Finding those means naming every chain the model uses (a hash per endpoint): without it,
+   * nothing is deleted, and the caller deletes what it knows to be stale (see serviceChains).
+   */
+  existingChains?: Map<IptablesTable, Set<string>>;
 }
 
 export interface IptablesRuleSource {
   /** iptables-restore input (for --noflush) covering the filter and nat tables. */
   render(model: ProxyModel, options: RenderOptions): string;
-  /** The jump rules from built-in chains; the proxier keeps them in place with iptables -C / -I. */
+  /** The jump rules from built-in chains; the proxier keeps them in place. */
   jumpRules(model: ProxyModel): JumpRule[];
+  /**
+   * The nat chains of one service port of the model (its KUBE-SVC/SVL/EXT/FW/SEP chains), so that
+   * a partial sync can delete those a changed port no longer uses without naming every chain of
+   * the model. Without it, partial syncs pass existingChains.
+   */
+  serviceChains?(model: ProxyModel, port: ServicePort): string[];
+  /** iptables-save's spelling of the rules of an input (see SpellRules), so that a partial write need not be read back. */
+  spellRules?(family: IPFamily, input: string): ReturnType<SpellRules>;
 }
 
 /**
@@ -48,13 +61,29 @@ export async function loadCoreIptablesRules(): Promise<IptablesRuleSource> {
   }
   const renderIptables = module.renderIptables;
   const renderJumpRules = module.renderJumpRules;
+  const parseIptablesSave = module.parseIptablesSave;
   if (typeof renderIptables !== 'function' || typeof renderJumpRules !== 'function') {
     throw new Error('iptables mode: core/iptables does not export renderIptables and renderJumpRules');
   }
+  const render = (model: ProxyModel, options: RenderOptions) =>
+    String(renderIptables(model, {changedServicePorts: options.changedServicePorts, existingChains: options.existingChains, includeJumps: false}));
   return {
-    render: (model, options) =>
-      String(renderIptables(model, {changedServicePorts: options.changedServicePorts, existingChains: options.existingChains, includeJumps: false})),
+    render,
     jumpRules: (model) => readJumpRules(renderJumpRules(model)),
+    spellRules: typeof parseIptablesSave === 'function' ? (family, input) => spellRules(parseIptablesSave as (text: string, options: object) => unknown, family, input) : undefined,
+    // The chains a model of this port alone declares: the renderer stays the one place that knows them.
+    serviceChains: (model, port) => {
+      const chains: string[] = [];
+      let nat = false;
+      for (const line of render({...model, servicePorts: [port], problems: []}, {}).split('\n')) {
+        if (line.startsWith('*')) nat = line === '*nat';
+        else if (nat && line.startsWith(':')) {
+          const chain = line.slice(1).split(' ')[0];
+          if (ownedChainPrefixes.some((prefix) => chain.startsWith(prefix))) chains.push(chain);
+        }
+      }
+      return chains;
+    },
   };
 }
 
@@ -74,4 +103,19 @@ function readJumpRules(value: unknown): JumpRule[] {
       position: object.position === 'append' ? 'append' : 'prepend',
     };
   });
+}
+
+/** spellRules re-reads restore input with core/iptables' parser, which writes each rule in iptables-save's spelling. */
+function spellRules(parse: (text: string, options: object) => unknown, family: IPFamily, input: string): ReturnType<SpellRules> {
+  let ruleset: {tables: Map<string, {chains: Map<string, {rules: Array<{text: string}>}>}>};
+  try {
+    ruleset = parse(input, {family, keepSavedText: false}) as typeof ruleset;
+  } catch {
+    return undefined;
+  }
+  const tables = new Map<IptablesTable, Map<string, string[]>>();
+  for (const [name, table] of ruleset.tables) {
+    tables.set(name as IptablesTable, new Map([...table.chains].map(([chain, {rules}]) => [chain, rules.map((rule) => rule.text)])));
+  }
+  return tables;
 }

@@ -18,8 +18,9 @@ import type {Logger} from '../log.ts';
 import {type Clock, systemClock} from './clock.ts';
 import {planConntrackCleanup} from './conntrack-cleanup.ts';
 import {cleanupRestoreInput, readOwnedRules} from './owned-rules.ts';
-import {type ClusterObjects, fullSyncPeriod, lastChangeTriggerTimeAnnotation, type ObjectKind, type SyncOutcome, type SyncResult} from './proxier.ts';
-import {BoundedFrequencyRunner, type RunReason} from './runner.ts';
+import {type ClusterObjects, fullSyncPeriod, type ObjectKind, type SyncOutcome, type SyncResult} from './proxier.ts';
+import type {BoundedFrequencyRunner, RunReason} from './runner.ts';
+import {createSyncRunner, deleteConntrackEntries, SyncBookkeeping} from './sync-bookkeeping.ts';
 
 export interface NftablesProxierOptions {
   host: Host;
@@ -74,36 +75,29 @@ export class NftablesProxier {
   readonly #clock: Clock;
   readonly #runner: BoundedFrequencyRunner;
   readonly #families = new Map<IPFamily, FamilyState>();
-  readonly #synced = new Set<ObjectKind>();
-  readonly #pendingTriggers = new Map<string, {time: number; family: IPFamily | undefined}>();
-  #pendingServiceChanges = 0;
-  #pendingEndpointChanges = 0;
-  #loggedProblems = new Set<string>();
+  readonly #book: SyncBookkeeping;
   #lastResults: SyncResult[] = [];
   #lastError: string | undefined;
-  readonly #syncListeners = new Set<(outcome: SyncOutcome) => void>();
 
   constructor(options: NftablesProxierOptions) {
     this.#options = options;
     this.#clock = options.clock ?? systemClock;
     for (const family of options.families) this.#families.set(family, {needFullSync: true, rules: 0});
-    this.#runner = new BoundedFrequencyRunner((reason) => this.syncRules(reason).then(() => undefined), {
-      minInterval: options.minSyncPeriod,
-      maxInterval: Math.max(options.syncPeriod, options.minSyncPeriod),
-      retryInterval: Math.max(options.syncPeriod, options.minSyncPeriod),
+    this.#runner = createSyncRunner((reason) => this.syncRules(reason), {
+      minSyncPeriod: options.minSyncPeriod,
+      syncPeriod: options.syncPeriod,
       clock: this.#clock,
-      onError: (error, retryIn) => {
-        this.#lastError = errorText(error);
-        options.log.error('sync failed; full sync next', {reason: this.#lastError, retryInSeconds: retryIn / 1000});
-      },
+      log: options.log,
+      onError: (reason) => (this.#lastError = reason),
     });
+    this.#book = new SyncBookkeeping({metrics: options.metrics, health: options.health, log: options.log, clock: this.#clock, run: () => this.#runner.run(), serviceHealth: options.serviceHealth});
   }
 
   /** start removes iptables mode's rules and starts the runner; the first sync waits for the initial lists. */
   async start(): Promise<void> {
     await this.#cleanupIptablesMode();
     this.#runner.start();
-    if (this.#initialized()) this.#runner.run();
+    if (this.#book.initialized()) this.#runner.run();
   }
 
   async stop(): Promise<void> {
@@ -111,35 +105,20 @@ export class NftablesProxier {
   }
 
   markSynced(kind: ObjectKind): void {
-    this.#synced.add(kind);
-    if (this.#initialized()) this.#queue();
+    this.#book.markSynced(kind);
   }
 
   onChange(kind: ObjectKind, object: unknown): void {
-    const metrics = this.#options.metrics;
-    if (kind === 'Service') {
-      this.#pendingServiceChanges++;
-      metrics.serviceChangesTotal.inc();
-      metrics.serviceChangesPending.set(this.#pendingServiceChanges);
-    } else if (kind === 'EndpointSlice') {
-      this.#pendingEndpointChanges++;
-      metrics.endpointChangesTotal.inc();
-      metrics.endpointChangesPending.set(this.#pendingEndpointChanges);
-      this.#noteTriggerTime(object);
-    } else {
-      this.#options.health.syncNode(object);
-    }
-    if (this.#initialized()) this.#queue();
+    this.#book.onChange(kind, object);
   }
 
   requestSync(options: {full?: boolean} = {}): void {
     if (options.full) for (const state of this.#families.values()) state.needFullSync = true;
-    this.#queue();
+    this.#book.queue();
   }
 
   onSync(listener: (outcome: SyncOutcome) => void): () => void {
-    this.#syncListeners.add(listener);
-    return () => this.#syncListeners.delete(listener);
+    return this.#book.onSync(listener);
   }
 
   appliedModels(): Map<IPFamily, ProxyModel> {
@@ -149,34 +128,12 @@ export class NftablesProxier {
   }
 
   status(): {initialized: boolean; lastResults: SyncResult[]; lastError: string | undefined; syncPending: boolean} {
-    return {initialized: this.#initialized(), lastResults: this.#lastResults, lastError: this.#lastError, syncPending: this.#runner.pending};
+    return {initialized: this.#book.initialized(), lastResults: this.#lastResults, lastError: this.#lastError, syncPending: this.#runner.pending};
   }
 
   /** syncRules is one sync of every family (the runner's function; tests call it directly). */
   async syncRules(reason: RunReason = {requested: true, periodic: false, retry: false}): Promise<SyncResult[]> {
-    if (!this.#initialized()) {
-      this.#options.log.detail(2, 'not syncing until services, endpoint slices and the node have been listed');
-      return [];
-    }
-    const startedAt = this.#clock.now();
-    try {
-      const results = await this.#syncAll(reason);
-      this.#tellListeners({startedAt, durationMs: this.#clock.now() - startedAt, ok: true, results, rules: this.#ruleTotals()});
-      return results;
-    } catch (error) {
-      this.#tellListeners({startedAt, durationMs: this.#clock.now() - startedAt, ok: false, results: [], rules: this.#ruleTotals(), error: errorText(error)});
-      throw error;
-    }
-  }
-
-  #tellListeners(outcome: SyncOutcome): void {
-    for (const listener of this.#syncListeners) {
-      try {
-        listener(outcome);
-      } catch (error) {
-        this.#options.log.error('sync listener failed', {reason: errorText(error)});
-      }
-    }
+    return this.#book.runSync(() => this.#syncAll(reason), () => this.#ruleTotals());
   }
 
   /** nftables has no filter/nat split of the proxy's rules: every rule counts under "nat". */
@@ -187,43 +144,30 @@ export class NftablesProxier {
   }
 
   async #syncAll(reason: RunReason): Promise<SyncResult[]> {
-    const {metrics, health} = this.#options;
-    metrics.serviceChangesPending.set((this.#pendingServiceChanges = 0));
-    metrics.endpointChangesPending.set((this.#pendingEndpointChanges = 0));
-    const triggers = new Map(this.#pendingTriggers);
-    this.#pendingTriggers.clear();
+    const triggers = this.#book.beginSync();
     const objects = {services: this.#options.objects.services(), endpointSlices: this.#options.objects.endpointSlices(), node: this.#options.objects.node()};
     const nodeAddresses = await this.#nodeAddresses();
 
     const results: SyncResult[] = [];
-    const problems = new Map<string, string>();
+    const models: ProxyModel[] = [];
     let failure: unknown;
     for (const family of this.#families.keys()) {
       const model = buildProxyModel(objects, {...this.#options.model, family});
-      for (const problem of model.problems) problems.set(problem.message, `${problem.kind} ${problem.namespace ? `${problem.namespace}/` : ''}${problem.name}`);
+      models.push(model);
       try {
         results.push(await this.#syncFamily(family, model, reason, nodeAddresses));
       } catch (error) {
         failure ??= error;
       }
     }
-    this.#reportProblems(problems);
+    this.#book.reportProblems(models);
     if (failure !== undefined) {
-      for (const [key, value] of triggers) if (!this.#pendingTriggers.has(key)) this.#pendingTriggers.set(key, value);
-      health.queuedUpdate();
+      this.#book.syncFailed(triggers);
       throw failure;
     }
-
-    const now = this.#clock.now();
-    health.updated();
-    metrics.lastSyncTimestamp.set(now / 1000);
-    for (const {time, family} of triggers.values()) {
-      if (now >= time) metrics.networkProgrammingDuration.observe({ip_family: family ?? 'IPv4'}, (now - time) / 1000);
-    }
-    this.#updateNoLocalEndpoints();
     this.#lastResults = results;
     this.#lastError = undefined;
-    await this.#syncServiceHealth();
+    await this.#book.syncSucceeded(triggers, this.appliedModels().values());
     return results;
   }
 
@@ -350,75 +294,7 @@ export class NftablesProxier {
   }
 
   async #cleanConntrack(family: IPFamily, previous: ProxyModel | undefined, next: ProxyModel): Promise<void> {
-    const {host, metrics, log} = this.#options;
-    for (const filter of planConntrackCleanup(previous, next)) {
-      try {
-        const deleted = await host.conntrackDelete(filter);
-        metrics.conntrackDeletedEntries.inc({ip_family: family}, deleted);
-        log.detail(deleted > 0 ? 1 : 4, 'conntrack entries deleted', {...filter, deleted});
-      } catch (error) {
-        log.error('conntrack cleanup failed', {family, reason: errorText(error)});
-      }
-    }
-  }
-
-  #reportProblems(problems: Map<string, string>): void {
-    const {log, metrics} = this.#options;
-    for (const [message, object] of problems) {
-      if (!this.#loggedProblems.has(message)) log.warn('object skipped', {object, reason: message});
-    }
-    this.#loggedProblems = new Set(problems.keys());
-    metrics.modelProblems.set(problems.size);
-  }
-
-  #updateNoLocalEndpoints(): void {
-    let internal = 0;
-    let external = 0;
-    for (const model of this.appliedModels().values()) {
-      for (const port of model.servicePorts) {
-        if (port.localEndpoints.length > 0) continue;
-        if (port.internalPolicyLocal) internal++;
-        if (port.externalPolicyLocal) external++;
-      }
-    }
-    this.#options.metrics.noLocalEndpoints.set({traffic_policy: 'internal'}, internal);
-    this.#options.metrics.noLocalEndpoints.set({traffic_policy: 'external'}, external);
-  }
-
-  async #syncServiceHealth(): Promise<void> {
-    if (!this.#options.serviceHealth) return;
-    const targets = new Map<string, ServiceHealthTarget & {ips: Set<string>}>();
-    for (const model of this.appliedModels().values()) {
-      for (const port of model.servicePorts) {
-        if (port.healthCheckNodePort === 0) continue;
-        const key = `${port.namespace}/${port.serviceName}`;
-        const target = targets.get(key) ?? {namespace: port.namespace, name: port.serviceName, healthCheckNodePort: port.healthCheckNodePort, localEndpoints: 0, ips: new Set<string>()};
-        for (const endpoint of port.endpoints) if (endpoint.isLocal && endpoint.ready) target.ips.add(endpoint.ip);
-        targets.set(key, target);
-      }
-    }
-    await this.#options.serviceHealth.sync([...targets.values()].map(({ips, ...target}) => ({...target, localEndpoints: ips.size})));
-  }
-
-  #noteTriggerTime(object: unknown): void {
-    const slice = object as {metadata?: {namespace?: string; name?: string; annotations?: Record<string, unknown>}; addressType?: unknown};
-    const text = slice?.metadata?.annotations?.[lastChangeTriggerTimeAnnotation];
-    const time = typeof text === 'string' ? Date.parse(text) : NaN;
-    if (Number.isNaN(time)) return;
-    const key = `${slice.metadata?.namespace}/${slice.metadata?.name}`;
-    const family = slice.addressType === 'IPv4' || slice.addressType === 'IPv6' ? slice.addressType : undefined;
-    const known = this.#pendingTriggers.get(key);
-    if (!known || time < known.time) this.#pendingTriggers.set(key, {time, family});
-  }
-
-  #queue(): void {
-    this.#options.health.queuedUpdate();
-    this.#options.metrics.lastQueuedTimestamp.set(this.#clock.now() / 1000);
-    this.#runner.run();
-  }
-
-  #initialized(): boolean {
-    return this.#synced.has('Service') && this.#synced.has('EndpointSlice') && this.#synced.has('Node');
+    await deleteConntrackEntries(this.#options, family, planConntrackCleanup(previous, next));
   }
 }
 

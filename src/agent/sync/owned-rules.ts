@@ -30,6 +30,11 @@ export interface OwnedRules {
   rules: string[];
   /** The subset of rules that sit in foreign (mostly built-in) chains: the jump rules. */
   jumpRules: string[];
+  /**
+   * Rules in foreign chains that jump to any KUBE- chain, kubelet's KUBE-FIREWALL included: which
+   * of the jump rules the proxy keeps in place are there already.
+   */
+  kubeJumps?: string[];
 }
 
 /** readOwnedRules picks the proxy's part of one table out of `iptables-save -t TABLE` output. */
@@ -37,9 +42,16 @@ export function readOwnedRules(table: IptablesTable, saveText: string): OwnedRul
   const chains: string[] = [];
   const rules: string[] = [];
   const jumpRules: string[] = [];
+  const kubeJumps: string[] = [];
   let inTable = false;
-  for (const raw of saveText.split('\n')) {
-    const line = raw.trim();
+  // Line by line without splitting: at 10,000 services the dump has 430,000 lines, and an array of
+  // them all would be garbage the size of the dump again.
+  for (let start = 0; start < saveText.length; ) {
+    let end = saveText.indexOf('\n', start);
+    if (end < 0) end = saveText.length;
+    const raw = saveText.slice(start, end);
+    start = end + 1;
+    const line = raw.charCodeAt(0) === 0x2d && raw.charCodeAt(raw.length - 1) > 0x20 ? raw : raw.trim();
     if (line.startsWith('*')) {
       inTable = line === `*${table}`;
       continue;
@@ -50,21 +62,22 @@ export function readOwnedRules(table: IptablesTable, saveText: string): OwnedRul
       if (isOwnedChain(table, chain)) chains.push(chain);
       continue;
     }
-    const rule = /^-A\s+(\S+)/.exec(line);
-    if (!rule) continue;
     // Packet counters ("[12:3456] -A ...", iptables-save -c) never mean a rule changed.
-    const text = line.replace(/^\[\d+:\d+\]\s+/, '');
+    const text = line.charCodeAt(0) === 0x5b ? line.replace(/^\[\d+:\d+\]\s+/, '') : line;
+    const rule = /^-A\s+(\S+)/.exec(text);
+    if (!rule) continue;
     if (isOwnedChain(table, rule[1])) {
       rules.push(text);
       continue;
     }
     const target = /\s-[jg]\s+(\S+)/.exec(text);
+    if (target?.[1].startsWith('KUBE-')) kubeJumps.push(text);
     if (target && isOwnedChain(table, target[1])) {
       rules.push(text);
       jumpRules.push(text);
     }
   }
-  return {table, chains, rules, jumpRules};
+  return {table, chains, rules, jumpRules, kubeJumps};
 }
 
 /** The rules of each chain, in order, keyed by the chain they sit in. */
@@ -158,4 +171,106 @@ export function cleanupRestoreInput(owned: OwnedRules): string {
   for (const chain of owned.chains) lines.push(`-X ${chain}`);
   lines.push('COMMIT', '');
   return lines.join('\n');
+}
+
+/**
+ * SpellRules reads iptables-restore input and gives each chain's rules as iptables-save would
+ * print them once loaded, per table; undefined when it cannot (the caller then reads the kernel).
+ */
+export type SpellRules = (input: string) => Map<IptablesTable, Map<string, string[]>> | undefined;
+
+/**
+ * InputSpelling tells what a partial write left in the chains it declared, in iptables-save's
+ * spelling, without reading the kernel back (iptables-save takes seconds at 10,000 services).
+ * Spellings are kept per input line from one write to the next: a partial sync rewrites
+ * KUBE-SERVICES whole, but few of its lines change.
+ */
+export class InputSpelling {
+  readonly #spell: SpellRules;
+  #known = new Map<string, string>();
+
+  constructor(spell: SpellRules) {
+    this.#spell = spell;
+  }
+
+  /** The proxy's part of each table in the chains `input` declares, or undefined for input it does not follow (jumps into built-in chains). */
+  ownedAfter(input: string): Map<IptablesTable, OwnedRules> | undefined {
+    const chains = new Map<IptablesTable, string[]>();
+    const deleted = new Set<string>();
+    const lines: Array<{table: IptablesTable; chain: string; line: string}> = [];
+    let table: IptablesTable | undefined;
+    for (const line of input.split('\n')) {
+      if (line === '' || line === 'COMMIT' || line === '-Z' || line.startsWith('#')) continue;
+      if (line.startsWith('*')) {
+        table = line.slice(1) as IptablesTable;
+        if (!chains.has(table)) chains.set(table, []);
+      } else if (!table) {
+        return undefined;
+      } else if (line.startsWith(':')) {
+        const chain = line.slice(1).split(' ')[0];
+        if (isOwnedChain(table, chain)) chains.get(table)!.push(chain);
+      } else if (line.startsWith('-X ')) {
+        deleted.add(`${table} ${line.slice(3).trim()}`);
+      } else if (line.startsWith('-A ')) {
+        const chain = line.slice(3, line.indexOf(' ', 3));
+        if (isOwnedChain(table, chain)) {
+          lines.push({table, chain, line});
+          continue;
+        }
+        // Other chains (kubelet's KUBE-FIREWALL) are not part of the proxy's view unless they jump into it.
+        const target = /\s-[jg]\s+(\S+)/.exec(line)?.[1];
+        if (target !== undefined && isOwnedChain(table, target)) return undefined;
+      } else {
+        return undefined;
+      }
+    }
+
+    const fresh = this.#spellNew(lines.filter((entry) => !this.#known.has(entry.line)));
+    if (!fresh) return undefined;
+    const known = new Map<string, string>();
+    const rules = new Map<IptablesTable, string[]>();
+    for (const {table: name, line} of lines) {
+      const text = this.#known.get(line) ?? fresh.get(line)!;
+      known.set(line, text);
+      const list = rules.get(name);
+      if (list) list.push(text);
+      else rules.set(name, [text]);
+    }
+    this.#known = known;
+    const owned = new Map<IptablesTable, OwnedRules>();
+    for (const name of proxyTables) {
+      owned.set(name, {table: name, chains: (chains.get(name) ?? []).filter((chain) => !deleted.has(`${name} ${chain}`)), rules: rules.get(name) ?? [], jumpRules: []});
+    }
+    return owned;
+  }
+
+  #spellNew(lines: Array<{table: IptablesTable; chain: string; line: string}>): Map<string, string> | undefined {
+    const spelled = new Map<string, string>();
+    if (lines.length === 0) return spelled;
+    const byTable = new Map<IptablesTable, Map<string, string[]>>();
+    for (const {table, chain, line} of lines) {
+      const chains = byTable.get(table) ?? new Map<string, string[]>();
+      byTable.set(table, chains);
+      const list = chains.get(chain);
+      if (list) list.push(line);
+      else chains.set(chain, [line]);
+    }
+    const dump: string[] = [];
+    for (const [table, chains] of byTable) {
+      dump.push(`*${table}`, ...[...chains.keys()].map((chain) => `:${chain} - [0:0]`));
+      for (const list of chains.values()) dump.push(...list);
+      dump.push('COMMIT');
+    }
+    const result = this.#spell(`${dump.join('\n')}\n`);
+    if (!result) return undefined;
+    for (const [table, chains] of byTable) {
+      for (const [chain, list] of chains) {
+        const texts = result.get(table)?.get(chain);
+        // One input line, one rule: anything else (a list of addresses expanded) is not followed.
+        if (!texts || texts.length !== list.length) return undefined;
+        list.forEach((line, index) => spelled.set(line, texts[index]));
+      }
+    }
+    return spelled;
+  }
 }

@@ -1,10 +1,11 @@
 // ClusterWatch: the three watches the agent runs, as kube-proxy's informers: Services and
 // EndpointSlices (skipping those another proxy owns and headless ones, by label), and the agent's
-// own Node (by field selector). They fill one ObjectStore.
+// own Node (by field selector). They fill one ObjectStore with compact records (compact-object.ts).
 import type {Logger} from '../log.ts';
 import type {Clock} from '../sync/clock.ts';
 import type {ObjectKind} from '../sync/proxier.ts';
 import type {KubernetesClient} from './kubernetes-client.ts';
+import {compactObject} from './compact-object.ts';
 import {ObjectStore} from './object-store.ts';
 import {Reflector} from './reflector.ts';
 
@@ -36,8 +37,8 @@ export class ClusterWatch {
         ...selectors,
         name,
         path,
-        onReplace: (items) => this.store.replace(kind, items),
-        onEvent: (type, object) => this.store.apply(kind, type, object),
+        onReplace: (items) => this.store.replace(kind, items.map((item) => compactObject(kind, item))),
+        onEvent: (type, object) => this.store.apply(kind, type, compactObject(kind, object)),
         onSynced: () => options.onSynced?.(kind),
       });
     this.reflectors = [

@@ -1,5 +1,5 @@
-// Health and metrics endpoints over real HTTP on 127.0.0.1: what a kubelet probe, a cloud load
-// balancer and Prometheus see.
+// Health and metrics endpoints over real HTTP on 127.0.0.1 (and, for health check ports with
+// --netns, inside network namespaces): what a kubelet probe, a cloud load balancer and Prometheus see.
 import assert from 'node:assert/strict';
 import {test} from 'node:test';
 import {startHealthServer} from '../../../src/agent/health/health-server.ts';
@@ -8,6 +8,9 @@ import {startMetricsServer} from '../../../src/agent/health/metrics-server.ts';
 import {ProxierHealth} from '../../../src/agent/health/proxier-health.ts';
 import {ServiceHealthServers} from '../../../src/agent/health/service-health.ts';
 import {FakeClock} from '../fake-clock.ts';
+import {createNetns, inNetns, isRoot} from '../netns.ts';
+import {fetchJsonInNetns} from './fetch-in-netns.ts';
+
 
 async function get(url: string): Promise<{status: number; json: any; text: string; headers: Headers}> {
   const response = await fetch(url);
@@ -164,3 +167,33 @@ async function freePort(): Promise<number> {
   await probe.close();
   return probe.port;
 }
+
+test('service health with --netns: the listener is in the node namespace, so two nodes share a port and answer for themselves', {skip: isRoot ? undefined : 'needs root: creates network namespaces'}, async (t) => {
+  const nodes = [createNetns(t), createNetns(t)];
+  for (const node of nodes) inNetns(node, ['ip', 'link', 'set', 'lo', 'up']);
+  const port = await freePort();
+  const servers = nodes.map((netns) => new ServiceHealthServers({netns, proxyHealthy: () => true}));
+  t.after(() => Promise.all(servers.map((server) => server.close())));
+  await servers[0].sync([{namespace: 'default', name: 'web', healthCheckNodePort: port, localEndpoints: 2}]);
+  await servers[1].sync([{namespace: 'default', name: 'web', healthCheckNodePort: port, localEndpoints: 0}]);
+  assert.deepEqual([...servers[0].ports()], [['default/web', port]]);
+  assert.deepEqual([...servers[1].ports()], [['default/web', port]], 'the same port opens in the second namespace');
+
+  assert.deepEqual(await fetchJsonInNetns(nodes[0], `http://127.0.0.1:${port}/`), {status: 200, json: {service: {namespace: 'default', name: 'web'}, localEndpoints: 2, serviceProxyHealthy: true}});
+  assert.deepEqual(await fetchJsonInNetns(nodes[1], `http://[::1]:${port}/`), {status: 503, json: {service: {namespace: 'default', name: 'web'}, localEndpoints: 0, serviceProxyHealthy: true}});
+  await assert.rejects(fetch(`http://127.0.0.1:${port}/`, {signal: AbortSignal.timeout(2000)}), 'nothing listens on the host');
+
+  // Counts change in place; closing the port closes it in its namespace.
+  await servers[1].sync([{namespace: 'default', name: 'web', healthCheckNodePort: port, localEndpoints: 1}]);
+  assert.equal((await fetchJsonInNetns(nodes[1], `http://127.0.0.1:${port}/`)).status, 200);
+  await servers[0].sync([]);
+  assert.deepEqual(await fetchJsonInNetns(nodes[0], `http://127.0.0.1:${port}/`), {error: 'ECONNREFUSED'});
+
+  // A port taken inside the namespace is reported with its cause and the namespace.
+  const errors: string[] = [];
+  const blocked = new ServiceHealthServers({netns: nodes[1], proxyHealthy: () => true, onError: (target, error) => errors.push(`${target.name}: ${(error as NodeJS.ErrnoException).code} ${(error as Error).message}`)});
+  t.after(() => blocked.close());
+  await blocked.sync([{namespace: 'default', name: 'other', healthCheckNodePort: port, localEndpoints: 1}]);
+  assert.equal(errors.length, 1);
+  assert.match(errors[0], new RegExp(`^other: EADDRINUSE listen on \\[::\\]:${port} in network namespace ${nodes[1]}: `));
+});

@@ -1,15 +1,15 @@
 // The agent live under faults and churn: one proxyctl-agent process on node-0 of a namespace
-// cluster (clients sit on node-0, so its rules carry all the test traffic; one agent also keeps
-// the health check ports, which live in the host namespace with --netns, to itself), talking to
-// the embedded API server through a relay the test can cut. kill -9 mid-traffic, rules changed by
-// hand, the API server gone and back with its history moved past the agent, a storm of
-// EndpointSlice updates, and the health and metrics answers.
+// cluster (clients sit on node-0, so its rules carry all the test traffic), talking to the
+// embedded API server through a relay the test can cut. kill -9 mid-traffic, rules changed by
+// hand, the API server gone for 30 s and back with its history moved past the agent, 60 s of
+// 1,000 EndpointSlice updates a second, the health and metrics answers, and SIGTERMs in a row.
 import assert from 'node:assert/strict';
 import {after, before, describe, it, type TestContext} from 'node:test';
 import {execInNamespace} from '../../../src/lab/netns/index.ts';
+import {fetchJsonInNetns} from '../health/fetch-in-netns.ts';
 import type {ProbeResult} from '../../../src/lab/workload/demoapp-client.ts';
 import {
-  dnatDestinations,
+  dnatDestinationsByServicePort,
   demoPorts,
   kernelUnavailable,
   type LiveCluster,
@@ -55,7 +55,7 @@ async function answers(namespace: string, host: string): Promise<boolean> {
   return (await probe(namespace, {protocol: 'tcp', host, port: 80, timeoutMs: 1000}))[0].outcome === 'reply';
 }
 
-describe('live agent: faults and churn', {concurrency: false, timeout: 300_000}, () => {
+describe('live agent: faults and churn', {concurrency: false, timeout: 420_000}, () => {
   before(async () => {
     if (kernelUnavailable) return;
     cluster = await startLiveCluster({
@@ -93,19 +93,17 @@ describe('live agent: faults and churn', {concurrency: false, timeout: 300_000},
     const created = c.server.store.create('services', serviceObject('local', {app: 'local'}, {type: 'LoadBalancer', externalTrafficPolicy: 'Local'}), 'default') as unknown as {spec: {healthCheckNodePort: number}};
     const port = created.spec.healthCheckNodePort;
     assert.ok(port > 0, 'the API server allocated a healthCheckNodePort');
-    const check = async () => {
-      const response = await fetch(`http://127.0.0.1:${port}/`, {signal: AbortSignal.timeout(2000)});
-      return {status: response.status, body: (await response.json()) as {service: {namespace: string; name: string}; localEndpoints: number; serviceProxyHealthy: boolean}};
-    };
-    await until('the health check port to answer 503 with no endpoint', async () => (await check().catch(() => undefined))?.status === 503, 5000);
-    assert.deepEqual((await check()).body, {service: {namespace: 'default', name: 'local'}, localEndpoints: 0, serviceProxyHealthy: true});
+    // Asked as a cloud load balancer asks: from outside the cluster, at the node's address.
+    const check = () => fetchJsonInNetns(c.lab.topology.externalClients[0].namespace, `http://${c.node(0).ip}:${port}/`);
+    await until('the health check port to answer 503 with no endpoint', async () => (await check()).status !== undefined, 5000);
+    assert.deepEqual(await check(), {status: 503, json: {service: {namespace: 'default', name: 'local'}, localEndpoints: 0, serviceProxyHealthy: true}});
     relabel('pod-0-2', {app: 'local'});
     await until('the health check port to answer 200 with one local endpoint', async () => (await check()).status === 200, 5000);
-    assert.equal((await check()).body.localEndpoints, 1);
+    assert.equal((await check()).json.localEndpoints, 1);
     relabel('pod-0-2', {app: 'spare'});
     await until('503 again', async () => (await check()).status === 503, 5000);
     c.server.store.delete('services', 'default', 'local');
-    await until('the health check port to close', async () => (await check().catch(() => undefined)) === undefined, 5000);
+    await until('the health check port to close', async () => (await check()).error === 'ECONNREFUSED', 5000);
 
     const page = await agent.metrics();
     for (const name of [
@@ -242,10 +240,10 @@ describe('live agent: faults and churn', {concurrency: false, timeout: 300_000},
     c.server.store.delete('services', 'default', 'ticker');
   });
 
-  it('API server gone (12 s) and back with its history past the agent (410 on resume): the agent converges on what changed meanwhile', async (t) => {
-    // 12 s rather than 30 s to keep the suite short: it spans four failed reconnects of the agent's
-    // backoff (1, 2, 4, 8 s), and more changes than the watch window happen meanwhile, which is
-    // what makes the resumed watches get 410; a longer outage only adds backoff steps.
+  it('API server stopped for 30 s and back with its history past the agent (410 on resume): the agent converges on what changed meanwhile', async (t) => {
+    // 30 s spans five failed reconnects of the agent's backoff (1, 2, 4, 8, 16 s), and more changes
+    // than the watch window happen meanwhile, which is what makes the resumed watches get 410.
+    const outageMs = 30_000;
     const c = live(t);
     if (!c) return;
     const agent = c.agents[0];
@@ -256,6 +254,7 @@ describe('live agent: faults and churn', {concurrency: false, timeout: 300_000},
     const mark = agent.lines.length;
 
     await c.relay!.down();
+    const stopped = Date.now();
     await agent.waitForLog(/API server request failed/, {from: mark, timeoutMs: 10_000});
     // While it is away: a new service with an endpoint, a deleted one, and enough other writes to
     // move the server's history window past every resourceVersion the agent holds.
@@ -267,29 +266,35 @@ describe('live agent: faults and churn', {concurrency: false, timeout: 300_000},
     const lateIP = clusterIPOf('late');
     assert.equal((await probe(client, {protocol: 'tcp', host: lateIP, port: 80, timeoutMs: 1000}))[0].outcome, 'refused', 'the agent has not seen late yet');
     assert.equal((await probe(client, {protocol: 'tcp', host: doomedIP, port: 80, timeoutMs: 1000}))[0].outcome, 'reply', 'nor the deletion');
-    await sleep(12_000 - 1000);
+    await sleep(outageMs - (Date.now() - stopped));
 
     await c.relay!.up();
+    t.diagnostic(`the API server was away for ${Date.now() - stopped} ms`);
+    assert.ok(Date.now() - stopped >= outageMs, 'the outage lasted 30 s');
+    // The services watch failed at 0, 1, 3, 7 and 15 s, backing off up to 16 s before its next try.
+    const servicesFailures = agent.logged(/API server request failed.* resource=services /, mark);
+    assert.ok(servicesFailures.length >= 5, `the agent kept trying meanwhile:\n${servicesFailures.join('\n')}`);
+    assert.ok(servicesFailures.some((line) => / retryInSeconds=16\b/.test(line)), `its backoff grew to 16 s:\n${servicesFailures.join('\n')}`);
     const back = Date.now();
-    await until('late to answer', () => answers(client, lateIP), 30_000);
+    await until('late to answer', () => answers(client, lateIP), 40_000);
     await until('doomed to be refused', async () => (await probe(client, {protocol: 'tcp', host: doomedIP, port: 80, timeoutMs: 1000}))[0].outcome === 'refused', 5000);
     const convergedAfter = Date.now() - back;
     t.diagnostic(`converged ${convergedAfter} ms after the API server came back`);
-    // The next reconnect attempt comes at most one backoff step (16 s by then) after the server returns.
-    assert.ok(convergedAfter <= 16_000 + 5000, `converged ${convergedAfter} ms after the API server came back`);
+    // The next reconnect attempt comes at most one backoff step (at most the 30 s cap) after the server returns.
+    assert.ok(convergedAfter <= 30_000 + 5000, `converged ${convergedAfter} ms after the API server came back`);
     assert.ok(agent.logged(/watch expired \(410\); listing again resource=services/, mark).length >= 1, `the services watch resumed into 410:\n${agent.logged(/API server|watch|list/, mark).join('\n')}`);
     assert.ok(agent.logged(/watch expired \(410\); listing again resource=endpointslices/, mark).length >= 1, 'so did the endpointslices watch');
     repliedPods(await probe(client, {protocol: 'tcp', host: clusterIPOf('web'), port: 80, timeoutMs: 1000}, 5), 'web throughout');
     relabel('pod-0-2', {app: 'spare'});
   });
 
-  it('churn (scaled down: 1,000 EndpointSlice updates/s for 10 s): syncs coalesce, rules match the end state within minSyncPeriod, memory comes back', async (t) => {
+  it('churn (1,000 EndpointSlice updates/s for 60 s): syncs coalesce, rules match the end state within minSyncPeriod, memory comes back', async (t) => {
     const c = live(t);
     if (!c) return;
     const agent = c.agents[0];
     const services = 20;
     const ratePerSecond = 1000;
-    const seconds = 10;
+    const seconds = 60;
     // Endpoints of churned services are addresses no pod has: only the rules are checked here.
     const endpointsOf = (step: number) => [0, 1, 2].map((k) => `10.244.${100 + ((step + k) % 100)}.${1 + ((step * 7 + k * 31) % 250)}`);
     const slice = (index: number, step: number) => ({
@@ -306,8 +311,10 @@ describe('live agent: faults and churn', {concurrency: false, timeout: 300_000},
     }
     const expected = new Map<number, string[]>();
     for (let i = 0; i < services; i++) expected.set(i, endpointsOf(i).map((ip) => `${ip}:${demoPorts.http}`).sort());
+    // One read of the nat table per check, so that the check itself adds little to the time measured.
     const matches = async () => {
-      for (const [i, destinations] of expected) if ((await dnatDestinations(c.node(0), `default/churn-${i}:http`)).join() !== destinations.join()) return false;
+      const applied = await dnatDestinationsByServicePort(c.node(0));
+      for (const [i, destinations] of expected) if ((applied.get(`default/churn-${i}:http`) ?? []).join() !== destinations.join()) return false;
       return true;
     };
     await until('the churn services programmed', matches, 10_000);
@@ -318,7 +325,7 @@ describe('live agent: faults and churn', {concurrency: false, timeout: 300_000},
     const changesBefore = metricValue(pageBefore, 'kubeproxy_sync_proxy_rules_endpoint_changes_total');
     const mark = agent.lines.length;
 
-    // 10 updates every 10 ms, each replacing one slice's endpoints.
+    // About 10 updates every 10 ms, each replacing one slice's endpoints.
     let step = services;
     const started = Date.now();
     while (Date.now() - started < seconds * 1000) {
@@ -342,7 +349,9 @@ describe('live agent: faults and churn', {concurrency: false, timeout: 300_000},
     const syncs = metricValue(pageAfter, 'kubeproxy_sync_proxy_rules_duration_seconds_count') - syncsBefore;
     const syncSeconds = metricValue(pageAfter, 'kubeproxy_sync_proxy_rules_duration_seconds_sum') / metricValue(pageAfter, 'kubeproxy_sync_proxy_rules_duration_seconds_count');
     const changes = metricValue(pageAfter, 'kubeproxy_sync_proxy_rules_endpoint_changes_total') - changesBefore;
-    t.diagnostic(`${updates} updates in ${seconds} s -> ${changes} endpoint changes seen, ${syncs} syncs (mean ${(syncSeconds * 1000).toFixed(0)} ms), converged ${convergedAfter} ms after the last write`);
+    const syncLines = agent.logged(/synced rules/, mark);
+    const longestSyncMs = Math.max(...syncLines.map((line) => Number(/ seconds=([\d.]+)/.exec(line)?.[1] ?? 0) * 1000));
+    t.diagnostic(`${updates} updates in ${((stopped - started) / 1000).toFixed(1)} s -> ${changes} endpoint changes seen, ${syncs} syncs (mean ${(syncSeconds * 1000).toFixed(0)} ms, longest ${longestSyncMs.toFixed(0)} ms), converged ${convergedAfter} ms after the last write`);
 
     assert.ok(changes >= updates, `every update reached the agent (${changes} of ${updates})`);
     assert.deepEqual(agent.logged(/rules changed behind our back|sync failed/, mark), [], 'no false drift, no failed sync under churn');
@@ -351,16 +360,101 @@ describe('live agent: faults and churn', {concurrency: false, timeout: 300_000},
     assert.ok(syncs <= Math.ceil(churnMs / minSyncPeriodMs) + 1, `${syncs} syncs in ${churnMs} ms`);
     assert.ok(syncs >= 2, 'the rules followed the churn while it lasted');
     // Syncs end at least minSyncPeriod apart (each starts minSyncPeriod after the previous one ended).
-    const ends = agent.logged(/synced rules/, mark).map((line) => Date.parse(line.split(' ')[0]));
+    const ends = syncLines.map((line) => Date.parse(line.split(' ')[0]));
     for (let i = 1; i < ends.length; i++) assert.ok(ends[i] - ends[i - 1] >= minSyncPeriodMs - 5, `syncs ${ends[i] - ends[i - 1]} ms apart`);
-    // The last change waits at most minSyncPeriod for its sync (and at most one running sync before that).
-    assert.ok(convergedAfter <= minSyncPeriodMs + 2 * syncSeconds * 1000 + 1000, `converged ${convergedAfter} ms after the churn stopped`);
+    // The last change waits at most minSyncPeriod for its sync, which then takes its own time; the
+    // check that sees it reads the nat table every 50 ms.
+    assert.ok(convergedAfter <= minSyncPeriodMs + longestSyncMs + 300, `converged ${convergedAfter} ms after the churn stopped (minSyncPeriod ${minSyncPeriodMs} ms, longest sync ${longestSyncMs.toFixed(0)} ms)`);
 
-    await until(
-      `RSS back near its level before the churn (${(rssBefore / 2 ** 20).toFixed(0)} MiB)`,
-      async () => metricValue(await agent.metrics(), 'process_resident_memory_bytes') <= rssBefore * 1.2 + 16 * 2 ** 20,
-      20_000,
-    );
+    // Memory: the JavaScript heap in use (what the agent holds) and the process's RSS back near
+    // their levels before the churn. V8 gives its grown heap back at a major GC, which comes when
+    // the heap has grown again: about 40 s after this churn stops, hence the long wait.
+    const samples: string[] = [];
+    const mib = (bytes: number) => (bytes / 2 ** 20).toFixed(0);
+    const heapBefore = metricValue(pageBefore, 'nodejs_heap_size_used_bytes');
+    const memoryBack = async () => {
+      const page = await agent.metrics();
+      const rss = metricValue(page, 'process_resident_memory_bytes');
+      const heap = metricValue(page, 'nodejs_heap_size_used_bytes');
+      samples.push(`${((Date.now() - stopped) / 1000).toFixed(0)} s: rss ${mib(rss)} MiB, heap used ${mib(heap)} MiB, heap total ${mib(metricValue(page, 'nodejs_heap_size_total_bytes'))} MiB`);
+      if (heap <= heapBefore * 1.2 + 8 * 2 ** 20 && rss <= rssBefore * 1.2 + 16 * 2 ** 20) return true;
+      await sleep(1000);
+      return false;
+    };
+    const memoryBefore = `rss ${mib(rssBefore)} MiB, heap used ${mib(heapBefore)} MiB`;
+    let back = false;
+    try {
+      await until(`memory back near its level before the churn (${memoryBefore})`, memoryBack, 90_000);
+      back = true;
+    } finally {
+      const shown = back ? [samples[0], samples.at(-1)] : samples;
+      t.diagnostic(`memory before the churn: ${memoryBefore}; after: ${shown.join('; ')}`);
+    }
     for (let i = 0; i < services; i++) c.server.store.delete('services', 'default', `churn-${i}`);
+  });
+
+  it('SIGTERM during a sync, then more SIGTERMs and Ctrl-Cs while it stops: the agent stops once, cleanly, and leaves its rules', async (t) => {
+    const c = live(t);
+    if (!c) return;
+    const agent = c.agents[0];
+    // A stop waits for the sync in progress (an iptables-restore, tens of ms); signals sent then
+    // arrive mid-shutdown. An endpoint changing every 100 ms keeps a sync coming every minSyncPeriod.
+    c.server.store.create('services', serviceObject('signals', undefined), 'default');
+    const slice = (step: number) => ({
+      apiVersion: 'discovery.k8s.io/v1',
+      kind: 'EndpointSlice',
+      metadata: {name: 'signals-1', namespace: 'default', labels: {'kubernetes.io/service-name': 'signals'}},
+      addressType: 'IPv4',
+      ports: [{name: 'http', protocol: 'TCP', port: demoPorts.http}],
+      endpoints: [{addresses: [`10.244.98.${1 + (step % 250)}`], conditions: {ready: true}, nodeName: 'node-1'}],
+    });
+    c.server.store.create('endpointslices', slice(0), 'default');
+    let step = 0;
+    const ticker = setInterval(() => c.server.store.update('endpointslices', slice(++step) as never, 'default'), 100);
+    t.after(() => clearInterval(ticker));
+
+    // The stop must begin inside a sync: the agent runs again at --v 4, which logs each command as
+    // it starts, and the first signal goes out when a sync's iptables-restore starts (it lasts tens
+    // of ms, and the stop waits for it). A signal sent then may still be read only after that short
+    // stop (a loaded machine delays either process): the agent is started again and the signals
+    // sent again, at most three times.
+    let attempts = 0;
+    let during = 0;
+    while (during === 0 && attempts < 3) {
+      attempts++;
+      await agent.kill('SIGTERM');
+      const restarted = agent.lines.length;
+      agent.start({verbosity: 4});
+      await agent.waitForLog(/synced rules .*kind=full/, {from: restarted, timeoutMs: 20_000});
+      const mark = agent.lines.length;
+      await agent.nextLine(/ run command=.*iptables-restore/, 5000);
+      let ended = false;
+      const exited = agent.exited().then(() => {
+        ended = true;
+      });
+      agent.signal('SIGTERM');
+      // Each signal a different one from the last, so that none is merged into a pending one.
+      let signals = 1;
+      while (!ended) {
+        agent.signal(signals % 2 === 1 ? 'SIGINT' : 'SIGTERM');
+        signals++;
+        await sleep(2);
+      }
+      await exited;
+      const log = agent.lines.slice(mark);
+      during = agent.logged(/already stopping/, mark).length;
+      t.diagnostic(`attempt ${attempts}: ${signals} signals sent before the agent ended, ${during} of them during its stop`);
+      assert.equal(log.at(-1), '(agent process ended: exit 0)', `the agent exited on its own, not killed by a later signal:\n${log.join('\n')}`);
+      // SIGINT and SIGTERM pending together are delivered lowest number first: either may start the stop.
+      assert.equal(agent.logged(/ info stopping signal=SIG(TERM|INT)/, mark).length, 1, `one stop, for the first signal:\n${log.join('\n')}`);
+      assert.equal(agent.logged(/agent stopped; rules left in place/, mark).length, 1);
+      // The sync that was running when the stop began finished before the agent ended.
+      const stopAt = log.findIndex((line) => / info stopping signal=/.test(line));
+      assert.ok(log.slice(stopAt).some((line) => /synced rules/.test(line)), `the sync in progress ended before the agent did:\n${log.join('\n')}`);
+    }
+    clearInterval(ticker);
+    assert.ok(during >= 1, `in ${attempts} attempts, no signal arrived while the agent was stopping`);
+    // Stopped, the agent left its rules: the last endpoint it wrote is still the service's.
+    assert.equal((await dnatDestinationsByServicePort(c.node(0))).get('default/signals:http')?.length, 1, 'the rules stay');
   });
 });

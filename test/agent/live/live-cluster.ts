@@ -111,6 +111,7 @@ export class AgentChild {
   #child: ChildProcess | undefined;
   #exited: Promise<void> = Promise.resolve();
   #partial = '';
+  readonly #lineWaiters = new Set<{pattern: RegExp; resolve: (line: string) => void}>();
 
   constructor(node: NodeDescription, kubeconfig: string, ports: [number, number], options: AgentOptions) {
     this.node = node;
@@ -124,8 +125,9 @@ export class AgentChild {
     return this.#child?.pid;
   }
 
-  commandLine(): string[] {
-    const options = this.#options;
+  /** `overrides` change the options for this command line only (a restart with --v 4, say). */
+  commandLine(overrides: AgentOptions = {}): string[] {
+    const options = {...this.#options, ...overrides};
     return [
       process.execPath,
       agentMain,
@@ -151,9 +153,9 @@ export class AgentChild {
     ];
   }
 
-  start(): void {
+  start(overrides: AgentOptions = {}): void {
     assert.equal(this.#child, undefined, `agent on ${this.node.name} is already running`);
-    const [program, ...args] = this.commandLine();
+    const [program, ...args] = this.commandLine(overrides);
     const child = spawn(program, args, {stdio: ['ignore', 'pipe', 'pipe']});
     this.#child = child;
     const take = (chunk: string) => {
@@ -161,6 +163,12 @@ export class AgentChild {
       const lines = text.split('\n');
       this.#partial = lines.pop()!;
       this.lines.push(...lines);
+      for (const waiter of this.#lineWaiters) {
+        const line = lines.find((candidate) => waiter.pattern.test(candidate));
+        if (line === undefined) continue;
+        this.#lineWaiters.delete(waiter);
+        waiter.resolve(line);
+      }
     };
     child.stdout!.setEncoding('utf8').on('data', take);
     child.stderr!.setEncoding('utf8').on('data', take);
@@ -173,12 +181,43 @@ export class AgentChild {
     );
   }
 
+  /** signal sends a signal and returns at once (kill waits for the end). */
+  signal(signal: NodeJS.Signals): void {
+    this.#child?.kill(signal);
+  }
+
+  /** Resolves when the process has ended (at once when none runs). */
+  exited(): Promise<void> {
+    return this.#exited;
+  }
+
   /** kill sends the signal and waits for the process to end. */
   async kill(signal: NodeJS.Signals = 'SIGKILL'): Promise<void> {
     const child = this.#child;
     if (!child) return;
     child.kill(signal);
     await this.#exited;
+  }
+
+  /**
+   * nextLine resolves with the next log line that matches, as soon as its chunk arrives (waitForLog
+   * polls, which is too late for acting inside a sync that lasts tens of ms).
+   */
+  nextLine(pattern: RegExp, timeoutMs = 15_000): Promise<string> {
+    return new Promise((resolve, reject) => {
+      const waiter = {
+        pattern,
+        resolve: (line: string) => {
+          clearTimeout(timer);
+          resolve(line);
+        },
+      };
+      const timer = setTimeout(() => {
+        this.#lineWaiters.delete(waiter);
+        reject(new Error(`agent on ${this.node.name} logged no line matching ${pattern} in ${timeoutMs} ms; its log ends:\n${this.lines.slice(-15).join('\n')}`));
+      }, timeoutMs);
+      this.#lineWaiters.add(waiter);
+    });
   }
 
   /** The log lines from index `from` on that match. */
@@ -377,12 +416,20 @@ export async function savedRules(node: NodeDescription): Promise<string> {
 
 /** The DNAT destinations of a service port in the node's nat table ("default/web:http" -> ["10.244.0.11:8080"]). */
 export async function dnatDestinations(node: NodeDescription, servicePort: string): Promise<string[]> {
+  return (await dnatDestinationsByServicePort(node)).get(servicePort) ?? [];
+}
+
+/** Every service port's DNAT destinations, sorted, from one read of the node's nat table. */
+export async function dnatDestinationsByServicePort(node: NodeDescription): Promise<Map<string, string[]>> {
   const {stdout} = await execInNamespace(node.namespace, ['iptables-save', '-t', 'nat']);
-  const found = new Set<string>();
+  const found = new Map<string, Set<string>>();
   for (const line of stdout.split('\n')) {
-    if (!line.startsWith('-A KUBE-SEP-') || !line.includes(`"${servicePort}"`) && !line.includes(` ${servicePort} `)) continue;
+    if (!line.startsWith('-A KUBE-SEP-')) continue;
+    const servicePort = /--comment (?:"([^"]+)"|(\S+))/.exec(line);
     const destination = /--to-destination (\S+)/.exec(line)?.[1];
-    if (destination) found.add(destination);
+    if (!servicePort || !destination) continue;
+    const name = servicePort[1] ?? servicePort[2];
+    found.set(name, (found.get(name) ?? new Set()).add(destination));
   }
-  return [...found].sort();
+  return new Map([...found].map(([name, destinations]) => [name, [...destinations].sort()]));
 }

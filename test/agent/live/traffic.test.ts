@@ -1,12 +1,14 @@
 // The agent live, with real packets: two namespace nodes each running proxyctl-agent (a child
 // process writing into its node's namespace), the embedded API server and its EndpointSlice
 // controller turning Pods into slices, and demo servers answering in pod namespaces. Services are
-// applied, scaled, have pods deleted, carry malformed neighbours and a long-lived UDP flow; every
-// check is a request from a pod, another node or the external client.
+// applied, scaled, have pods deleted, carry malformed neighbours and a long-lived UDP flow, or ask
+// for health checks (externalTrafficPolicy Local); every check is a request from a pod, another
+// node or the external client.
 import assert from 'node:assert/strict';
 import {fileURLToPath} from 'node:url';
 import {after, before, describe, it, type TestContext} from 'node:test';
 import {execInNamespace, spawnInNamespace} from '../../../src/lab/netns/index.ts';
+import {fetchJsonInNetns} from '../health/fetch-in-netns.ts';
 import {
   dnatDestinations,
   demoPorts,
@@ -212,6 +214,40 @@ describe('live agent: traffic through services it programs', {concurrency: false
     assert.ok(deletedAfter > deletedBefore, `conntrack deletions counted (${deletedBefore} -> ${deletedAfter})`);
     assert.ok(c.agents[0].logged(new RegExp(`conntrack entries deleted .*${endpointIP.replace(/\./g, '\\.')}`)).length > 0, 'the deletion is logged');
     relabel(endpoint, {app: 'web', dns: 'yes'});
+  });
+
+  it('externalTrafficPolicy Local: each node answers its healthCheckNodePort on its own IP with its own local endpoint count', async (t) => {
+    const c = live(t);
+    if (!c) return;
+    // Only pod-0-1 (on node-0) is selected at first.
+    relabel('pod-0-1', {app: 'web', dns: 'yes', lb: 'local'});
+    const created = c.server.store.create('services', serviceObject('lb-local', {lb: 'local'}, {type: 'LoadBalancer', externalTrafficPolicy: 'Local'}), 'default') as unknown as {spec: {healthCheckNodePort: number}};
+    const port = created.spec.healthCheckNodePort;
+    assert.ok(port >= 30000 && port <= 32767, `a healthCheckNodePort from the NodePort range: ${port}`);
+    // As a cloud load balancer probes: from outside the cluster, each node at its own address.
+    const balancer = c.lab.topology.externalClients[0].namespace;
+    const check = (node: number) => fetchJsonInNetns(balancer, `http://${c.node(node).ip}:${port}/`);
+    const body = (localEndpoints: number) => ({service: {namespace: 'default', name: 'lb-local'}, localEndpoints, serviceProxyHealthy: true});
+    await until('node-0 to answer 200', async () => (await check(0)).status === 200, programmingBudgetMs);
+    await until('node-1 to answer 503', async () => (await check(1)).status === 503, programmingBudgetMs);
+    assert.deepEqual(await check(0), {status: 200, json: body(1)});
+    assert.deepEqual(await check(1), {status: 503, json: body(0)});
+
+    // An endpoint on node-1 too: each node counts its own.
+    relabel('pod-1-1', {app: 'web', dns: 'yes', lb: 'local'});
+    await until('node-1 to answer 200', async () => (await check(1)).status === 200, programmingBudgetMs);
+    assert.deepEqual(await check(1), {status: 200, json: body(1)});
+    assert.deepEqual(await check(0), {status: 200, json: body(1)});
+
+    // Gone from node-0: it is taken out of the load balancer, node-1 stays in.
+    relabel('pod-0-1', {app: 'web', dns: 'yes'});
+    await until('node-0 to answer 503', async () => (await check(0)).status === 503, programmingBudgetMs);
+    assert.deepEqual(await check(1), {status: 200, json: body(1)});
+    for (const [index, agent] of c.agents.entries()) assert.deepEqual(agent.logged(/cannot open health check port/), [], `agent on node-${index} opened its port`);
+
+    c.server.store.delete('services', 'default', 'lb-local');
+    relabel('pod-1-1', {app: 'web', dns: 'yes'});
+    for (const node of [0, 1]) await until(`node-${node}'s health check port to close`, async () => (await check(node)).error === 'ECONNREFUSED', programmingBudgetMs);
   });
 
   it('all along, with nobody touching the rules: no drift reported, no sync failed', async (t) => {

@@ -2,7 +2,8 @@
 // endpoint, KUBE-SERVICES rewritten on every sync, stale service chains deleted. Valid
 // iptables-restore input, so the kernel test can load it too.
 import {createHash} from 'node:crypto';
-import {servicePortIdentity, type ProxyModel} from '../../../src/core/model/index.ts';
+import {type IPFamily, servicePortIdentity, type ProxyModel, type ServicePort} from '../../../src/core/model/index.ts';
+import type {IptablesTable} from '../../../src/agent/host/host.ts';
 import type {IptablesRuleSource, JumpRule, RenderOptions} from '../../../src/agent/sync/iptables-rules.ts';
 
 export function serviceChain(identity: string): string {
@@ -28,10 +29,26 @@ export class FakeRules implements IptablesRuleSource {
       const endpoint = port.clusterEndpoints[0];
       if (endpoint) rules.push(`-A ${chain} -p ${protocol} -m comment --comment "${port.key}" -m ${protocol} -j DNAT --to-destination ${endpoint.key}`);
     }
-    const stale = [...(options.existingChains.get('nat') ?? [])].filter((chain) => chain.startsWith('KUBE-SVC-') && !live.has(chain));
+    const stale = [...(options.existingChains?.get('nat') ?? [])].filter((chain) => chain.startsWith('KUBE-SVC-') && !live.has(chain));
     for (const chain of stale) nat.push(`:${chain} - [0:0]`);
     for (const chain of stale) rules.push(`-X ${chain}`);
     return [...nat, ...rules, 'COMMIT', ''].join('\n');
+  }
+
+  serviceChains(_model: ProxyModel, port: ServicePort): string[] {
+    return port.clusterEndpoints.length > 0 ? [serviceChain(servicePortIdentity(port))] : [];
+  }
+
+  /** The rules above are written as iptables-save prints them already. */
+  spellRules(_family: IPFamily, input: string): Map<IptablesTable, Map<string, string[]>> {
+    const tables = new Map<IptablesTable, Map<string, string[]>>();
+    let chains = new Map<string, string[]>();
+    for (const line of input.split('\n')) {
+      if (line.startsWith('*')) tables.set(line.slice(1) as IptablesTable, (chains = new Map()));
+      else if (line.startsWith(':')) chains.set(line.slice(1).split(' ')[0], []);
+      else if (line.startsWith('-A ')) chains.get(line.split(' ')[1])!.push(line);
+    }
+    return tables;
   }
 
   jumpRules(): JumpRule[] {

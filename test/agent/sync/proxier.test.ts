@@ -71,7 +71,7 @@ test('nothing is written before services, endpoint slices and the node are liste
   assert.equal(host.restores.length, 0);
 });
 
-test('the first sync is full: one restore with --noflush, then the jump rules', async () => {
+test('the first sync is full: one restore with --noflush that also adds the jump rules', async () => {
   const {host, proxier, metrics, rules} = setup();
   const [result] = await proxier.syncRules(requested);
   assert.equal(result.kind, 'full');
@@ -82,11 +82,16 @@ test('the first sync is full: one restore with --noflush, then the jump rules', 
   assert.match(save, /-A PREROUTING -m comment --comment "kubernetes service portals" -j KUBE-SERVICES/);
   assert.match(save, /-A KUBE-SERVICES -d 10.96.0.10\/32 .* -j KUBE-SVC-/);
   assert.match(save, /--to-destination 10.244.2.5:8080/);
-  const restoreAt = host.calls.indexOf('iptables-restore IPv4 --noflush');
-  const jumpAt = host.calls.indexOf('iptables -I IPv4 nat PREROUTING');
-  assert.ok(restoreAt >= 0 && jumpAt > restoreAt, 'jumps are added once the chains they lead to are filled');
+  const input = host.restores[0].rules;
+  const jumpAt = input.indexOf('-I PREROUTING -m comment --comment "kubernetes service portals" -j KUBE-SERVICES');
+  assert.ok(jumpAt > input.indexOf('-A KUBE-SERVICES'), 'jumps are added in the same write, once the chains they lead to are filled');
+  assert.ok(!host.calls.some((call) => call.startsWith('iptables -')), 'no command per jump rule');
   assert.equal(await metricValue(metrics, 'kubeproxy_sync_proxy_rules_iptables_total', {table: 'nat'}), 6, '2 jumps + 2 service rules + 2 DNAT rules');
   assert.equal(await metricValue(metrics, 'kubeproxy_sync_full_proxy_rules_duration_seconds_count'), 1);
+  proxier.requestSync({full: true});
+  await proxier.syncRules(requested);
+  assert.doesNotMatch(host.restores.at(-1)!.rules, /-I PREROUTING/, 'a jump rule in place is not added again');
+  assert.equal((await host.iptablesSave('IPv4', 'nat')).match(/-A PREROUTING .*-j KUBE-SERVICES/g)?.length, 1);
 });
 
 test('on iptables-nft a full sync makes iptables read the whole nat table (a chain-less -Z first); a partial one does not', async () => {
@@ -110,6 +115,7 @@ test('an endpoint change is a partial sync of that service port only', async () 
   const [result] = await proxier.syncRules(requested);
   assert.equal(result.kind, 'partial');
   assert.deepEqual([...rules.renders[1].changedServicePorts!], ['default/web:p/TCP']);
+  assert.ok(!host.calls.slice(host.calls.lastIndexOf('iptables-restore IPv4 --noflush')).some((call) => call.startsWith('iptables-save')), 'what a partial write left is known from its input, not read back');
   const input = host.restores[1].rules;
   assert.ok(input.includes(`:${serviceChain('default/web:p/TCP')} `));
   assert.ok(!input.includes(`:${serviceChain('default/api:p/TCP')} `), 'the unchanged chain is not rewritten');

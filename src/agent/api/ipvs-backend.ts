@@ -1,0 +1,101 @@
+// ipvs mode's RulesBackend for the agent API: the desired and applied state as one text in four
+// sections (virtual and real servers in ipvsadm spelling, KUBE- sets in ipset spelling, the
+// addresses on kube-ipvs0, the iptables layer), read back into an IpvsState for diffIpvs and
+// traceIpvs. The applied text is what `ipvsadm -Sn`, `ipset save`, `ip -j addr show kube-ipvs0` and
+// iptables-save report in the node's namespace.
+import {
+  diffIpvs,
+  dummyDevice,
+  formatIpvsadmRestore,
+  type IpvsDiffGroup,
+  type IpvsState,
+  parseIpsetSave,
+  parseIpvsadmSave,
+  renderIpvs,
+  traceIpvs,
+  virtualServerKey,
+} from '../../core/ipvs/index.ts';
+import type {IPFamily} from '../../core/model/index.ts';
+import type {Host} from '../host/host.ts';
+import {readIpvsKernelState} from '../sync/ipvs-host.ts';
+import type {ParsedRules, RulesBackend} from './rules-backend.ts';
+
+const sections = {
+  ipvsadm: '#### virtual and real servers (ipvsadm)',
+  ipset: '#### sets (ipset)',
+  addresses: `#### addresses on ${dummyDevice}`,
+  iptables: '#### iptables layer (iptables-save)',
+} as const;
+
+/** formatIpvsState writes the state as the API shows it; parseIpvsStateText reads it back. */
+export function formatIpvsState(state: IpvsState): string {
+  const servers = state.virtualServers.map((server) => (server.servicePort ? `# service ${server.servicePort}\n` : '') + formatIpvsadmRestore([server])).join('');
+  const sets = state.sets.map((set) => [`create ${set.name} ${set.type}`, ...set.entries.map((entry) => `add ${set.name} ${entry}`)].join('\n') + '\n').join('');
+  const addresses = state.boundAddresses.map((address) => `${address}\n`).join('');
+  return [`#### ipvs mode, ${state.family}`, sections.ipvsadm, servers + sections.ipset, sets + sections.addresses, addresses + sections.iptables, state.iptables].join('\n');
+}
+
+export function parseIpvsStateText(text: string): IpvsState {
+  const family: IPFamily = /^#### ipvs mode, IPv6/.test(text) ? 'IPv6' : 'IPv4';
+  const parts = new Map<string, string[]>();
+  let current: string[] | undefined;
+  for (const line of text.split('\n')) {
+    const section = Object.entries(sections).find(([, header]) => line === header)?.[0];
+    if (section) parts.set(section, (current = []));
+    else if (current && !line.startsWith('#### ')) current.push(line);
+  }
+  const part = (name: keyof typeof sections) => (parts.get(name) ?? []).join('\n');
+  // "# service ns/name:port" names the service port of the virtual server after it.
+  const owners = new Map<string, string>();
+  let owner: string | undefined;
+  for (const line of part('ipvsadm').split('\n')) {
+    const comment = /^# service (\S+)/.exec(line);
+    if (comment) owner = comment[1];
+    else if (line.startsWith('-A ') && owner !== undefined) {
+      const [server] = parseIpvsadmSave(line);
+      owners.set(virtualServerKey(server), owner);
+      owner = undefined;
+    }
+  }
+  const virtualServers = parseIpvsadmSave(part('ipvsadm')).map((server) => ({...server, servicePort: owners.get(virtualServerKey(server)) ?? ''}));
+  return {
+    family,
+    virtualServers,
+    sets: parseIpsetSave(part('ipset')),
+    boundAddresses: part('addresses').split('\n').map((line) => line.trim()).filter((line) => line !== ''),
+    iptables: part('iptables'),
+  };
+}
+
+function inService(group: IpvsDiffGroup, service: string): boolean {
+  return group.servicePort === service || group.servicePort.startsWith(`${service}:`);
+}
+
+/** ipvsRulesBackend renders with the agent's scheduler, so the desired state is the one it writes. */
+export function ipvsRulesBackend(options: {scheduler?: string} = {}): RulesBackend {
+  // The kernel does not know which service a virtual server belongs to; the last desired state does.
+  const owners = new Map<IPFamily, Map<string, string>>();
+  return {
+    mode: 'ipvs',
+    render: (model) => {
+      const state = renderIpvs(model, {scheduler: options.scheduler});
+      owners.set(state.family, new Map(state.virtualServers.map((server) => [virtualServerKey(server), server.servicePort])));
+      return formatIpvsState(state);
+    },
+    parse: (text) => {
+      const state = parseIpvsStateText(text);
+      const known = owners.get(state.family);
+      for (const server of state.virtualServers) server.servicePort ||= known?.get(virtualServerKey(server)) ?? '';
+      return state as ParsedRules;
+    },
+    diff: (desired, applied, service) => {
+      const result = diffIpvs(desired as IpvsState, applied as IpvsState);
+      if (!service) return {equal: result.equal, groups: result.groups, text: result.text};
+      const groups = result.groups.filter((group) => inService(group, service));
+      const body = groups.map((g) => [`@@ ${g.servicePort || '(no service)'} @@`, ...g.added.map((line) => `+${line}`), ...g.removed.map((line) => `-${line}`)].join('\n')).join('\n');
+      return {equal: groups.length === 0, groups, text: body ? `--- applied\n+++ desired\n${body}\n` : ''};
+    },
+    trace: (rules, packet, context) => traceIpvs(rules as IpvsState, packet, context),
+    readApplied: async (host: Host, family: IPFamily) => formatIpvsState(await readIpvsKernelState(host, family)),
+  };
+}

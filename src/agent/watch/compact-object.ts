@@ -1,0 +1,67 @@
+// compactObject: the part of a watched object the agent reads, so that the store holds a small
+// record per Service and EndpointSlice instead of the API server's whole object (managedFields,
+// unrelated labels and annotations, endpoint hostnames and targetRef uids). Values are copied as
+// they came, good or bad, so that the model still finds and names every malformed field it
+// checks. The Node is kept whole: there is one, and health reads more of it than the model.
+import {
+  headlessLabel,
+  loadBalancerSourceRangesAnnotation,
+  serviceNameLabel,
+  serviceProxyNameLabel,
+  topologyAwareHintsAnnotation,
+  topologyModeAnnotation,
+} from '../../core/model/objects.ts';
+import {lastChangeTriggerTimeAnnotation, type ObjectKind} from '../sync/proxier.ts';
+
+const serviceLabels = [serviceProxyNameLabel, headlessLabel];
+const serviceAnnotations = [topologyModeAnnotation, topologyAwareHintsAnnotation, loadBalancerSourceRangesAnnotation];
+const sliceLabels = [serviceNameLabel, serviceProxyNameLabel, headlessLabel];
+const sliceAnnotations = [lastChangeTriggerTimeAnnotation];
+const endpointFields = ['addresses', 'conditions', 'nodeName', 'zone', 'hints'];
+
+type Json = Record<string, unknown>;
+
+function isObject(value: unknown): value is Json {
+  return typeof value === 'object' && value !== null && !Array.isArray(value);
+}
+
+/** pick copies the named fields that are present. */
+function pick(object: Json, fields: readonly string[]): Json {
+  const out: Json = {};
+  for (const field of fields) if (object[field] !== undefined) out[field] = object[field];
+  return out;
+}
+
+function compactMetadata(metadata: unknown, labels: readonly string[], annotations: readonly string[]): unknown {
+  if (!isObject(metadata)) return metadata;
+  const out = pick(metadata, ['name', 'namespace', 'resourceVersion', 'deletionTimestamp']);
+  if (metadata.labels !== undefined) out.labels = isObject(metadata.labels) ? pick(metadata.labels, labels) : metadata.labels;
+  if (metadata.annotations !== undefined) out.annotations = isObject(metadata.annotations) ? pick(metadata.annotations, annotations) : metadata.annotations;
+  return out;
+}
+
+function compactEndpoint(endpoint: unknown): unknown {
+  if (!isObject(endpoint)) return endpoint;
+  const out = pick(endpoint, endpointFields);
+  if (endpoint.targetRef !== undefined) out.targetRef = isObject(endpoint.targetRef) ? pick(endpoint.targetRef, ['kind', 'name', 'namespace']) : endpoint.targetRef;
+  return out;
+}
+
+export function compactObject(kind: ObjectKind, object: unknown): unknown {
+  if (!isObject(object) || kind === 'Node') return object;
+  if (kind === 'Service') {
+    const out: Json = {metadata: compactMetadata(object.metadata, serviceLabels, serviceAnnotations)};
+    if (isObject(object.spec)) {
+      // The selector is the endpoint controller's business; the proxy reads the slices.
+      const {selector: _selector, ...spec} = object.spec;
+      out.spec = spec;
+    } else if (object.spec !== undefined) {
+      out.spec = object.spec;
+    }
+    if (object.status !== undefined) out.status = isObject(object.status) ? pick(object.status, ['loadBalancer']) : object.status;
+    return out;
+  }
+  const out: Json = {metadata: compactMetadata(object.metadata, sliceLabels, sliceAnnotations), ...pick(object, ['addressType', 'ports'])};
+  if (object.endpoints !== undefined) out.endpoints = Array.isArray(object.endpoints) ? object.endpoints.map(compactEndpoint) : object.endpoints;
+  return out;
+}
