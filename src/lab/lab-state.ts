@@ -28,6 +28,15 @@ export function labNamespacePrefix(name: string): string {
   return `pxl-${checkLabName(name)}.`;
 }
 
+/** The kubeconfig's cluster name of lab NAME; its context and user are admin@ that. One per lab, so kubeconfigs merge. */
+export function labClusterName(name: string): string {
+  return `proxyctl-lab-${checkLabName(name)}`;
+}
+
+export function labContextName(name: string): string {
+  return `admin@${labClusterName(name)}`;
+}
+
 export function labDir(name: string): string {
   return join(labStateRoot(), checkLabName(name));
 }

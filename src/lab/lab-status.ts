@@ -7,19 +7,27 @@ import {delimiter, join} from 'node:path';
 import {parse as parseYaml} from 'yaml';
 import type {KubeObject} from './apiserver/object-log.ts';
 import {agentNamespace, demoServices} from './lab-objects.ts';
-import type {LabState} from './lab-state.ts';
+import {labContextName, type LabState} from './lab-state.ts';
 import {siblingProgram} from './workload/launch.ts';
 
 export interface LabStatus {
   name: string;
   phase: LabState['phase'];
+  /** The mode the lab was asked for ('none' without agents). */
   proxyMode: string;
+  /**
+   * The mode the agents report running (their /proxyMode), when it differs from proxyMode: ipvs
+   * mode falls back to iptables on a kernel without IP_VS, as kube-proxy does.
+   */
+  runningMode?: string;
   supervisorPid: number;
   startedAt: string;
   /** Seconds from start to ready. */
   buildSeconds?: number;
   apiServer?: string;
   kubeconfig: string;
+  /** The kubeconfig's context, named after the lab, for `kubectl --context` once merged with others. */
+  context: string;
   /** Why the live part is missing, when the API server did not answer. */
   apiServerError?: string;
   nodes: Array<{
@@ -56,6 +64,16 @@ function conditionTrue(object: KubeObject | undefined, type: string): boolean | 
   return conditions.find((condition) => condition.type === type)?.status === 'True';
 }
 
+/** agentProxyMode asks an agent's metrics server which mode it runs, as kube-proxy's /proxyMode answers. */
+async function agentProxyMode(metricsPort: number): Promise<string | undefined> {
+  try {
+    const response = await fetch(`http://127.0.0.1:${metricsPort}/proxyMode`, {signal: AbortSignal.timeout(2000)});
+    return response.ok ? (await response.text()).trim() : undefined;
+  } catch {
+    return undefined;
+  }
+}
+
 /** readLabStatus joins state.json with what the lab's API server says now. */
 export async function readLabStatus(state: LabState): Promise<LabStatus> {
   const topology = state.topology;
@@ -85,16 +103,20 @@ export async function readLabStatus(state: LabState): Promise<LabStatus> {
       .flatMap((slice) => (slice.endpoints ?? []) as Array<{conditions?: {ready?: boolean}}>)
       .filter((endpoint) => endpoint.conditions?.ready !== false).length;
   const ready = state.readyAt ? (Date.parse(state.readyAt) - Date.parse(state.startedAt)) / 1000 : undefined;
+  const runningModes = new Set((await Promise.all(state.agents.map((agent) => agentProxyMode(agent.metricsPort)))).filter((mode) => mode !== undefined));
+  const runningMode = runningModes.size === 1 ? [...runningModes][0] : undefined;
 
   return {
     name: state.spec.name,
     phase: state.phase,
     proxyMode: state.spec.agents ? state.spec.proxyMode : 'none',
+    ...(state.spec.agents && runningMode && runningMode !== state.spec.proxyMode ? {runningMode} : {}),
     supervisorPid: state.supervisorPid,
     startedAt: state.startedAt,
     ...(ready !== undefined ? {buildSeconds: ready} : {}),
     ...(state.apiServer ? {apiServer: state.apiServer.url} : {}),
     kubeconfig: state.kubeconfig,
+    context: labContextName(state.spec.name),
     ...(apiServerError ? {apiServerError} : {}),
     nodes: (topology?.nodes ?? []).map((node) => {
       const agent = state.agents.find((candidate) => candidate.node === node.name);
@@ -168,7 +190,11 @@ export function usageExamples(status: LabStatus): string[] {
   const demoClient = `${process.execPath} ${siblingProgram('workload/demoapp-client', import.meta.url)}`;
   const get = (host: string, port: number) => (onPath('curl') ? `curl -s http://${host}:${port}/` : `${demoClient} --host ${host} --port ${port}`);
   const exec = (target: string, command: string) => `kubectl proxyctl lab exec${nameFlag} ${target} -- ${command}`;
-  const examples: Array<[string, string?]> = [[`export KUBECONFIG=${status.kubeconfig}`], ['kubectl get nodes,pods,services,endpointslices -o wide']];
+  const examples: Array<[string, string?]> = [
+    [`export KUBECONFIG=${status.kubeconfig}`],
+    ['kubectl get nodes,pods,services,endpointslices -o wide'],
+    [`KUBECONFIG=$HOME/.kube/config:${status.kubeconfig} kubectl --context ${status.context} get nodes`, 'beside your other clusters (the names are this lab\'s own)'],
+  ];
   if (toolbox) {
     examples.push(
       [exec(toolbox.name, get(clusterIP.clusterIP, clusterIP.port)), `${clusterIP.name}: one of its pods answers`],
@@ -176,7 +202,10 @@ export function usageExamples(status: LabStatus): string[] {
     );
   }
   if (client && lastNode) examples.push([exec(client.name, get(lastNode.ip, nodePort.nodePort!)), `${nodePort.name} from outside the cluster`]);
-  if (lastNode) examples.push([exec(lastNode.name, 'iptables-save -t nat'), `the rules on ${lastNode.name}`]);
+  // What an operator would run on the node to see the rules of the lab's mode.
+  const rulesCommand: Record<string, string> = {iptables: 'iptables-save -t nat', nftables: 'nft list table ip kube-proxy', ipvs: 'ipvsadm -Ln'};
+  const showRules = rulesCommand[status.runningMode ?? status.proxyMode];
+  if (lastNode && showRules) examples.push([exec(lastNode.name, showRules), `the rules on ${lastNode.name}`]);
   if (toolbox) {
     examples.push([`kubectl proxyctl trace ${clusterIP.name} --from ${toolbox.name} --probe 5`, 'the path through the rules, then 5 real requests']);
     examples.push([exec(toolbox.name, `${demoClient} --protocol udp --host ${udp.clusterIP} --port ${udp.port}`), `${udp.name}: the UDP echo`]);
@@ -194,9 +223,14 @@ export function usageExamples(status: LabStatus): string[] {
 export function formatLabStatus(status: LabStatus): string {
   const out: string[] = [];
   const built = status.buildSeconds !== undefined ? `, built in ${status.buildSeconds.toFixed(1)} s` : '';
-  const agents = status.proxyMode === 'none' ? 'no agents' : `agents in ${status.proxyMode} mode`;
+  const agents =
+    status.proxyMode === 'none'
+      ? 'no agents'
+      : status.runningMode
+        ? `agents in ${status.runningMode} mode (asked for ${status.proxyMode}; see the agents' logs for why)`
+        : `agents in ${status.proxyMode} mode`;
   out.push(`Lab ${status.name}: ${status.phase}, ${count(status.nodes.length, 'node')}, ${count(status.pods.length, 'pod')}, ${agents} (started ${status.startedAt}${built}, supervisor pid ${status.supervisorPid})`);
-  out.push(`API server  ${status.apiServer ?? '-'}`, `kubeconfig  ${status.kubeconfig}`);
+  out.push(`API server  ${status.apiServer ?? '-'}`, `kubeconfig  ${status.kubeconfig} (context ${status.context})`);
   if (status.apiServerError) out.push(`warning: ${status.apiServerError}`);
   out.push('');
   out.push(

@@ -8,7 +8,7 @@ import {join} from 'node:path';
 import {type ApiServer, startApiServer} from './apiserver/server.ts';
 import {AgentProcess, freeLoopbackPorts} from './agent-process.ts';
 import {agentNamespace, agentPodName, agentPodObject, agentPodStatus, demoPodObject, demoPodRoles, demoPorts, demoServiceObjects, nodeObject} from './lab-objects.ts';
-import {type LabSpec, type LabState, labDir, labNamespacePrefix, removeLabDir, writeLabState} from './lab-state.ts';
+import {type LabSpec, type LabState, labClusterName, labDir, labNamespacePrefix, removeLabDir, writeLabState} from './lab-state.ts';
 import {buildCluster, clusterAddressing, clusterPods, deleteNamespacesWithPrefix, describeCluster, type NodeDescription} from './netns/index.ts';
 import {count} from './lab-status.ts';
 import {labPodResolver} from './pod-port-forward.ts';
@@ -105,6 +105,7 @@ export class LabSupervisor {
     const server = await startApiServer({
       port: 0,
       serviceCIDR: clusterAddressing.serviceCIDR,
+      clusterName: labClusterName(spec.name),
       resolvePodAddress: labPodResolver({prefix: this.state.prefix, agents: () => this.state.agents}),
     });
     this.#server = server;

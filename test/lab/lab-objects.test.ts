@@ -7,6 +7,7 @@ import {startApiServer} from '../../src/lab/apiserver/server.ts';
 import {checkLabSpec, resolveExecTarget} from '../../src/lab/lab-control.ts';
 import {agentPodObject, demoPodObject, demoPodRoles, demoServiceObjects, nodeObject} from '../../src/lab/lab-objects.ts';
 import {checkLabName, LabError, labNamespacePrefix, type AgentState, type LabState} from '../../src/lab/lab-state.ts';
+import {formatLabStatus, type LabStatus, usageExamples} from '../../src/lab/lab-status.ts';
 import {describeCluster} from '../../src/lab/netns/index.ts';
 import {labPodResolver} from '../../src/lab/pod-port-forward.ts';
 
@@ -119,5 +120,36 @@ describe('lab exec targets', () => {
     assert.equal(resolveExecTarget(state, 'client').namespace, 'pxl-demo.client-0');
     assert.equal(resolveExecTarget(state, 'kube-system/proxyctl-agent-node-1').namespace, 'pxl-demo.node-1');
     assert.throws(() => resolveExecTarget(state, 'pod-7-7'), /lab demo has no node, pod or client named "pod-7-7"; try one of: node-0, node-1, pod-0-0/);
+  });
+});
+
+describe('lab status usage examples', () => {
+  const status = (proxyMode: string): LabStatus => ({
+    name: 'demo',
+    phase: 'ready',
+    proxyMode,
+    supervisorPid: 1,
+    startedAt: '2026-01-01T00:00:00Z',
+    kubeconfig: '/run/proxyctl-lab/demo/kubeconfig',
+    context: 'admin@proxyctl-lab-demo',
+    nodes: [{name: 'node-0', ip: '10.240.0.10', podCIDR: '10.244.0.0/24', netns: 'pxl-demo.node-0'}],
+    pods: [],
+    externalClients: [],
+    services: [],
+  });
+
+  it("shows the node's rules with the tool of the lab's proxy mode", () => {
+    for (const [mode, command] of [['iptables', 'iptables-save -t nat'], ['nftables', 'nft list table ip kube-proxy'], ['ipvs', 'ipvsadm -Ln']]) {
+      const rules = usageExamples(status(mode)).filter((line) => line.includes('the rules on node-0'));
+      assert.equal(rules.length, 1, mode);
+      assert.ok(rules[0].includes(` node-0 -- ${command} `), `${mode}: ${rules[0]}`);
+    }
+    assert.ok(!usageExamples(status('none')).some((line) => line.includes('the rules on')), 'a lab without agents has no rules to show');
+  });
+
+  it('says so when the agents run another mode than asked (ipvs falls back to iptables without IP_VS)', () => {
+    const fellBack = {...status('ipvs'), runningMode: 'iptables'};
+    assert.match(formatLabStatus(fellBack), /agents in iptables mode \(asked for ipvs; see the agents' logs for why\)/);
+    assert.ok(usageExamples(fellBack).some((line) => line.includes(' node-0 -- iptables-save -t nat ')));
   });
 });

@@ -11,6 +11,7 @@ import {execa} from 'execa';
 import {labDir, labNamespacePrefix, type LabState} from '../../src/lab/lab-state.ts';
 import {listNamespaces, netnsUnavailableReason} from '../../src/lab/netns/index.ts';
 import type {ProbeResult} from '../../src/lab/workload/demoapp-client.ts';
+import {fetchJsonInNetns} from '../agent/health/fetch-in-netns.ts';
 
 const repo = fileURLToPath(new URL('../..', import.meta.url));
 const cli = join(repo, 'bin/kubectl-proxyctl');
@@ -71,6 +72,9 @@ describe('lab up / exec / down', {concurrency: false, skip: skipReason}, () => {
   it('prints the kubeconfig and how to use the lab', () => {
     assert.match(up.stdout, new RegExp(`export KUBECONFIG=${join(labDir(name), 'kubeconfig')}`));
     assert.match(up.stdout, /kubectl get nodes/);
+    // Named after the lab, so that two labs' kubeconfigs can be merged.
+    assert.match(up.stdout, new RegExp(`kubeconfig +\\S+ \\(context admin@proxyctl-lab-${name}\\)`));
+    assert.match(up.stdout, new RegExp(`kubectl --context admin@proxyctl-lab-${name} get nodes`));
     assert.match(up.stdout, new RegExp(`kubectl proxyctl lab exec --name ${name} pod-1-1 -- `));
     assert.match(up.stdout, /node-0 +10\.240\.0\.10 +10\.244\.0\.0\/24 +True +synced/);
     assert.equal(state.phase, 'ready');
@@ -110,6 +114,7 @@ describe('lab up / exec / down', {concurrency: false, skip: skipReason}, () => {
       return String(result.stdout);
     };
     assert.match(await kubectl('get', 'nodes'), /node-0\s+Ready[\s\S]*node-1\s+Ready/);
+    assert.equal((await kubectl('config', 'current-context')).trim(), `admin@proxyctl-lab-${name}`);
     const pods = await kubectl('get', 'pods', '-A', '-o', 'wide');
     for (const pod of ['pod-0-0', 'pod-0-1', 'pod-1-0', 'pod-1-1']) assert.match(pods, new RegExp(`default\\s+${pod}\\s+1/1\\s+Running`));
     assert.match(pods, /kube-system\s+proxyctl-agent-node-1\s+1\/1\s+Running\s+0\s+\S+\s+10\.240\.0\.11\s+node-1/);
@@ -159,6 +164,46 @@ describe('lab up / exec / down', {concurrency: false, skip: skipReason}, () => {
     );
   });
 
+  it('externalTrafficPolicy Local: each lab agent answers the healthCheckNodePort on its node IP with its own local endpoint count', async () => {
+    const kubectl = async (args: string[], input?: string) => {
+      const result = await execa(kubectlPath, ['--kubeconfig', state.kubeconfig, ...args], {input, reject: false, env: {HOME: labDir(name)}, timeout: 30_000});
+      assert.equal(result.exitCode, 0, `kubectl ${args.join(' ')}: ${String(result.stderr)}`);
+      return String(result.stdout);
+    };
+    const service = {
+      apiVersion: 'v1',
+      kind: 'Service',
+      metadata: {name: 'lb-local', namespace: 'default'},
+      spec: {type: 'LoadBalancer', externalTrafficPolicy: 'Local', selector: {lb: 'local'}, ports: [{name: 'http', port: 80, targetPort: 8080}]},
+    };
+    await kubectl(['apply', '-f', '-'], JSON.stringify(service));
+    await kubectl(['label', 'pod', 'pod-0-0', 'lb=local']);
+    const port = Number(await kubectl(['get', 'service', 'lb-local', '-o', 'jsonpath={.spec.healthCheckNodePort}']));
+    assert.ok(port >= 30000 && port <= 32767, `the API server allocated a healthCheckNodePort: ${port}`);
+    // From the external client, as a cloud load balancer probes each node.
+    const client = state.topology!.externalClients[0].namespace;
+    const check = (nodeIP: string) => fetchJsonInNetns(client, `http://${nodeIP}:${port}/`);
+    const body = (localEndpoints: number) => ({service: {namespace: 'default', name: 'lb-local'}, localEndpoints, serviceProxyHealthy: true});
+    const eventually = async (what: string, nodeIP: string, expected: unknown) => {
+      const deadline = Date.now() + 10_000;
+      let seen: unknown;
+      while (Date.now() < deadline) {
+        seen = await check(nodeIP);
+        if (JSON.stringify(seen) === JSON.stringify(expected)) return;
+        await new Promise((resolve) => setTimeout(resolve, 200));
+      }
+      assert.deepEqual(seen, expected, what);
+    };
+    await eventually('node-0 has the endpoint', '10.240.0.10', {status: 200, json: body(1)});
+    await eventually('node-1 has none', '10.240.0.11', {status: 503, json: body(0)});
+    await kubectl(['label', 'pod', 'pod-1-0', 'lb=local']);
+    await eventually('node-1 counts its own', '10.240.0.11', {status: 200, json: body(1)});
+    await eventually('node-0 still one', '10.240.0.10', {status: 200, json: body(1)});
+    await kubectl(['delete', 'service', 'lb-local']);
+    await kubectl(['label', 'pod', 'pod-0-0', 'pod-1-0', 'lb-']);
+    await eventually('the port closed on node-0', '10.240.0.10', {error: 'ECONNREFUSED'});
+  });
+
   it('an agent Pod deleted through the API comes back, as its DaemonSet would make it, and proxies again', async () => {
     const kubectl = (...args: string[]) => execa(kubectlPath, ['--kubeconfig', state.kubeconfig, '-n', 'kube-system', ...args], {reject: false, env: {HOME: labDir(name)}, timeout: 30_000});
     const pod = 'proxyctl-agent-node-1';
@@ -196,10 +241,18 @@ describe('lab up / exec / down', {concurrency: false, skip: skipReason}, () => {
     assert.match(unknown.stderr, /has no node, pod or client named "pod-9-9"/);
   });
 
-  it('a second lab up with the same name is refused and the first lab keeps running', async () => {
+  it('a second lab up with the same name is refused, makes nothing, and the first lab keeps running', async () => {
+    const namespacesBefore = (await listNamespaces()).filter((namespace) => namespace.startsWith(prefix)).sort();
+    const readState = async () => JSON.parse(await readFile(join(labDir(name), 'state.json'), 'utf8')) as LabState;
+    const stateBefore = await readState();
     const second = await proxyctl('lab', 'up', '--name', name);
     assert.equal(second.exitCode, 1);
     assert.match(second.stderr, new RegExp(`lab ${name} is already running`));
+    assert.match(second.stderr, new RegExp(`kubectl proxyctl lab down --name ${name}`), 'says how to remove it');
+    assert.deepEqual((await listNamespaces()).filter((namespace) => namespace.startsWith(prefix)).sort(), namespacesBefore, 'no namespace made or removed');
+    const stateAfter = await readState();
+    assert.equal(stateAfter.supervisorPid, stateBefore.supervisorPid, 'the same supervisor runs the lab');
+    assert.deepEqual(stateAfter.agents.map((agent) => agent.pid), stateBefore.agents.map((agent) => agent.pid), 'and the same agents');
     const [reply] = replies(await probe('pod-0-0', 'tcp', '10.244.1.10', 8080));
     assert.equal(reply.pod, 'pod-1-0');
   });

@@ -1,9 +1,10 @@
 // Kubernetes Status errors and field errors, worded the way kube-apiserver words them.
 
+/** reason and field are left out when empty, as Go's omitempty does. */
 export interface StatusCause {
-  reason: string;
+  reason?: string;
   message: string;
-  field: string;
+  field?: string;
 }
 
 export interface StatusObject {
@@ -74,6 +75,11 @@ export function pathNotFound(): ApiError {
 
 export function gone(message: string): ApiError {
   return new ApiError(410, 'Expired', message);
+}
+
+/** kube-apiserver's errors.NewInternalError: 500, the cause in the message and as the one cause. */
+export function internalError(cause: string): ApiError {
+  return new ApiError(500, 'InternalError', `Internal error occurred: ${cause}`, {causes: [{message: cause}]});
 }
 
 export function unauthorized(): ApiError {

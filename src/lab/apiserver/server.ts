@@ -50,6 +50,11 @@ export interface ApiServerOptions {
   unauthenticated?: 'admin' | 'anonymous';
   /** The address the `kubernetes` service's EndpointSlice names; defaults to host. */
   advertiseAddress?: string;
+  /**
+   * The kubeconfig's cluster name, and the suffix of its user and context names ("admin@NAME");
+   * distinct per server so that kubeconfigs of several servers can be merged. Default "proxyctl-lab".
+   */
+  clusterName?: string;
 }
 
 export interface KubeconfigOptions {
@@ -572,18 +577,21 @@ export async function startApiServer(options: ApiServerOptions = {}): Promise<Ap
   createKubernetesService(store, options.advertiseAddress ?? host, port);
   controller.start();
 
+  const clusterName = options.clusterName ?? 'proxyctl-lab';
   const kubeconfig = (opts: KubeconfigOptions = {}) => {
     const userName = opts.user ?? 'admin';
     const token = opts.token ?? access.userByName(userName)?.token;
     if (!token) throw new Error(`kubeconfig for user ${userName}: no token known; pass one`);
+    // Merging kubeconfigs keeps the first entry of each name: users are named per server too.
+    const entryName = `${userName}@${clusterName}`;
     return toYaml({
       apiVersion: 'v1',
       kind: 'Config',
       // client-node refuses plain http unless TLS verification is marked as skipped (there is no TLS to verify).
-      clusters: [{name: 'proxyctl-lab', cluster: {server: url, 'insecure-skip-tls-verify': true}}],
-      users: [{name: userName, user: {token}}],
-      contexts: [{name: `${userName}@proxyctl-lab`, context: {cluster: 'proxyctl-lab', user: userName, namespace: opts.namespace ?? 'default'}}],
-      'current-context': `${userName}@proxyctl-lab`,
+      clusters: [{name: clusterName, cluster: {server: url, 'insecure-skip-tls-verify': true}}],
+      users: [{name: entryName, user: {token}}],
+      contexts: [{name: entryName, context: {cluster: clusterName, user: entryName, namespace: opts.namespace ?? 'default'}}],
+      'current-context': entryName,
       preferences: {},
     });
   };

@@ -1,6 +1,6 @@
 // Services: defaulting, validation and ClusterIP / NodePort allocation as kube-apiserver does them.
 import {isIP} from 'node:net';
-import {fieldError, invalid, type ApiError, type FieldError} from './api-error.ts';
+import {fieldError, internalError, invalid, type ApiError, type FieldError} from './api-error.ts';
 import {ClusterIPAllocator, ipFamilyOf, NodePortAllocator, type IPFamily} from './ip-allocator.ts';
 import type {KubeObject} from './object-log.ts';
 import {dns1123LabelErrors, dns1123SubdomainErrors, portNameErrors, portNumberErrors, validateLabels, validateObjectMeta} from './name-rules.ts';
@@ -20,6 +20,11 @@ const trafficDistributions = ['PreferClose', 'PreferSameNode', 'PreferSameZone']
 
 function isExternal(spec: Record<string, any>): boolean {
   return spec.type === 'NodePort' || spec.type === 'LoadBalancer' || (spec.type === 'ClusterIP' && Array.isArray(spec.externalIPs) && spec.externalIPs.length > 0);
+}
+
+/** A LoadBalancer with externalTrafficPolicy Local gets a healthCheckNodePort (kube-apiserver's NeedsHealthCheck). */
+function needsHealthCheck(spec: Record<string, any> | undefined): boolean {
+  return spec?.type === 'LoadBalancer' && spec.externalTrafficPolicy === 'Local';
 }
 
 function needsNodePorts(spec: Record<string, any>): boolean {
@@ -73,10 +78,10 @@ export function defaultService(svc: KubeObject, old: KubeObject | undefined, net
         if (port && oldSpec.ports?.some((p: any) => p.nodePort === port.nodePort)) delete port.nodePort;
       }
     }
-    const needsHealthCheck = spec.type === 'LoadBalancer' && spec.externalTrafficPolicy === 'Local';
-    if (needsHealthCheck && !spec.healthCheckNodePort && oldSpec.healthCheckNodePort) spec.healthCheckNodePort = oldSpec.healthCheckNodePort;
+    const healthCheck = needsHealthCheck(spec);
+    if (healthCheck && !spec.healthCheckNodePort && oldSpec.healthCheckNodePort) spec.healthCheckNodePort = oldSpec.healthCheckNodePort;
     // Fields that only a former type needed go with it (kube-apiserver's dropTypeDependentFields).
-    if (!needsHealthCheck && spec.healthCheckNodePort && spec.healthCheckNodePort === oldSpec.healthCheckNodePort) delete spec.healthCheckNodePort;
+    if (!healthCheck && spec.healthCheckNodePort && spec.healthCheckNodePort === oldSpec.healthCheckNodePort) delete spec.healthCheckNodePort;
     if (spec.type !== 'LoadBalancer' && oldSpec.type === 'LoadBalancer' && spec.allocateLoadBalancerNodePorts === oldSpec.allocateLoadBalancerNodePorts) {
       delete spec.allocateLoadBalancerNodePorts;
     }
@@ -193,7 +198,7 @@ export function validateService(svc: KubeObject, old: KubeObject | undefined, ne
   if (spec.type !== 'ExternalName' && spec.internalTrafficPolicy !== undefined && !trafficPolicies.includes(spec.internalTrafficPolicy)) {
     add(fieldError.notSupported('spec.internalTrafficPolicy', spec.internalTrafficPolicy, trafficPolicies));
   }
-  if (spec.healthCheckNodePort && !(spec.type === 'LoadBalancer' && spec.externalTrafficPolicy === 'Local')) {
+  if (spec.healthCheckNodePort && !needsHealthCheck(spec)) {
     add(fieldError.invalid('spec.healthCheckNodePort', spec.healthCheckNodePort, "may only be set when `type` is 'LoadBalancer' and `externalTrafficPolicy` is 'Local'"));
   }
   if (spec.loadBalancerSourceRanges?.length && spec.type !== 'LoadBalancer') {
@@ -305,22 +310,30 @@ export function allocateServiceAddresses(svc: KubeObject, old: KubeObject | unde
         }
       }
     });
-    if (spec.type === 'LoadBalancer' && spec.externalTrafficPolicy === 'Local') {
-      if (spec.healthCheckNodePort) {
-        if (!before.nodePorts.includes(spec.healthCheckNodePort)) {
-          const failure = network.nodePorts.allocate(spec.healthCheckNodePort);
-          if (failure) errors.push(fieldError.invalid('spec.healthCheckNodePort', spec.healthCheckNodePort, failure));
-          else {
-            const p = spec.healthCheckNodePort;
-            taken.push(() => network.nodePorts.release(p));
+    if (errors.length === 0 && needsHealthCheck(spec)) {
+      // kube-apiserver's allocHealthCheckNodePort and updateHealthCheckNodePort, with their answers:
+      // a port that cannot be had is an internal error (500), a changed one is refused (422).
+      const oldPort = old?.spec?.healthCheckNodePort;
+      if (needsHealthCheck(old?.spec) && spec.healthCheckNodePort !== oldPort) {
+        errors.push(fieldError.invalid('spec.healthCheckNodePort', spec.healthCheckNodePort ?? 0, 'cannot change healthCheckNodePort on loadBalancer service with externalTraffic=Local during update'));
+      } else if (spec.healthCheckNodePort) {
+        const p = spec.healthCheckNodePort;
+        if (!before.nodePorts.includes(p)) {
+          const failure = network.nodePorts.allocate(p);
+          if (failure) {
+            rollback();
+            return internalError(`failed to allocate requested HealthCheck NodePort ${p}: ${failure}`);
           }
+          taken.push(() => network.nodePorts.release(p));
         }
       } else {
         const next = network.nodePorts.allocateNext();
-        if (next !== undefined) {
-          taken.push(() => network.nodePorts.release(next));
-          spec.healthCheckNodePort = next;
+        if (next === undefined) {
+          rollback();
+          return internalError('failed to allocate a HealthCheck NodePort 0: range is full');
         }
+        taken.push(() => network.nodePorts.release(next));
+        spec.healthCheckNodePort = next;
       }
     } else if (spec.healthCheckNodePort && old?.spec?.healthCheckNodePort === spec.healthCheckNodePort) {
       delete spec.healthCheckNodePort;

@@ -79,8 +79,8 @@ export async function startDemoApp(spec: DemoAppSpec, options: {startTimeoutMs?:
 export class DemoAppGroup {
   readonly apps: RunningDemoApp[] = [];
 
-  async start(specs: DemoAppSpec[]): Promise<RunningDemoApp[]> {
-    const started = await Promise.allSettled(specs.map((spec) => startDemoApp(spec)));
+  async start(specs: DemoAppSpec[], options: {startTimeoutMs?: number} = {}): Promise<RunningDemoApp[]> {
+    const started = await Promise.allSettled(specs.map((spec) => startDemoApp(spec, options)));
     for (const result of started) if (result.status === 'fulfilled') this.apps.push(result.value);
     const failed = started.find((result) => result.status === 'rejected');
     if (failed) throw failed.reason;

@@ -265,4 +265,22 @@ describe('Debian kubectl 1.20 against the embedded API server', () => {
     await ok('delete', 'service', 'watched');
     assert.equal(server.store.tryGet('services', 'default', 'watched'), undefined);
   });
+
+  it("merges with another server's kubeconfig: each context reaches its own server", async () => {
+    const other = await startApiServer({port: 0, clusterName: 'proxyctl-lab-other'});
+    try {
+      await other.writeKubeconfig(join(dir, 'other-kubeconfig'));
+      other.store.create('configmaps', {metadata: {name: 'only-in-other', namespace: 'default'}, data: {}}, 'default');
+      const merged = async (...args: string[]) => {
+        const result = await execa(kubectlPath, args, {env: {HOME: dir, KUBECONFIG: `${join(dir, 'kubeconfig')}:${join(dir, 'other-kubeconfig')}`}, extendEnv: false, reject: false, timeout: 30000});
+        assert.equal(result.exitCode, 0, `kubectl ${args.join(' ')}: ${String(result.stderr)}`);
+        return String(result.stdout);
+      };
+      assert.deepEqual((await merged('config', 'get-contexts', '-o', 'name')).trim().split('\n').sort(), ['admin@proxyctl-lab', 'admin@proxyctl-lab-other']);
+      assert.match(await merged('--context', 'admin@proxyctl-lab-other', 'get', 'configmaps', '-o', 'name'), /configmap\/only-in-other/);
+      assert.doesNotMatch(await merged('--context', 'admin@proxyctl-lab', 'get', 'configmaps', '-o', 'name'), /only-in-other/);
+    } finally {
+      await other.stop();
+    }
+  });
 });

@@ -76,3 +76,76 @@ describe('service rules', () => {
     );
   });
 });
+
+describe('healthCheckNodePort, as kube-apiserver allocates and checks it', () => {
+  let hc: ApiServer;
+  const createIn = (name: string, spec: Record<string, unknown>) => hc.store.create('services', {metadata: {name, namespace: 'default'}, spec}, 'default');
+  const failure = (fn: () => unknown): {code: number; reason: string; message: string} => {
+    try {
+      fn();
+    } catch (err) {
+      assert.ok(err instanceof ApiError);
+      return {code: err.code, reason: err.reason, message: err.message};
+    }
+    assert.fail('expected a rejection');
+  };
+  const patchSpec = (name: string, spec: Record<string, unknown>) => hc.store.patch('services', 'default', name, 'application/merge-patch+json', {spec});
+  before(async () => {
+    hc = await startApiServer({port: 0, nodePortRange: '30000-30004'});
+  });
+  after(async () => {
+    await hc.stop();
+  });
+
+  it('is allocated from the NodePort range for a LoadBalancer with externalTrafficPolicy Local only', () => {
+    const local = createIn('local', {type: 'LoadBalancer', externalTrafficPolicy: 'Local', ports: [{port: 80}]});
+    assert.equal(local.spec.ports[0].nodePort, 30000);
+    assert.equal(local.spec.healthCheckNodePort, 30001, 'the next free node port');
+    const nodePortLocal = createIn('np-local', {type: 'NodePort', externalTrafficPolicy: 'Local', ports: [{port: 80}]});
+    assert.equal(nodePortLocal.spec.healthCheckNodePort, undefined, 'a NodePort service has no load balancer to answer');
+    const cluster = createIn('lb-cluster', {type: 'LoadBalancer', ports: [{port: 80}], allocateLoadBalancerNodePorts: false});
+    assert.equal(cluster.spec.healthCheckNodePort, undefined);
+    assert.deepEqual(
+      failure(() => createIn('np-hc', {type: 'NodePort', externalTrafficPolicy: 'Local', healthCheckNodePort: 30004, ports: [{port: 80}]})),
+      {code: 422, reason: 'Invalid', message: "Service \"np-hc\" is invalid: spec.healthCheckNodePort: Invalid value: 30004: may only be set when `type` is 'LoadBalancer' and `externalTrafficPolicy` is 'Local'"},
+    );
+  });
+
+  it('takes a requested port; one taken or out of range is an internal error, as kube-apiserver answers', () => {
+    assert.deepEqual(
+      failure(() => createIn('taken', {type: 'LoadBalancer', externalTrafficPolicy: 'Local', healthCheckNodePort: 30001, allocateLoadBalancerNodePorts: false, ports: [{port: 80}]})),
+      {code: 500, reason: 'InternalError', message: 'Internal error occurred: failed to allocate requested HealthCheck NodePort 30001: provided port is already allocated'},
+    );
+    assert.deepEqual(
+      failure(() => createIn('outside', {type: 'LoadBalancer', externalTrafficPolicy: 'Local', healthCheckNodePort: 32000, allocateLoadBalancerNodePorts: false, ports: [{port: 80}]})),
+      {code: 500, reason: 'InternalError', message: 'Internal error occurred: failed to allocate requested HealthCheck NodePort 32000: provided port is not in the valid range. The range of valid ports is 30000-30004'},
+    );
+    assert.equal(hc.store.tryGet('services', 'default', 'outside'), undefined, 'nothing stored');
+    const chosen = createIn('chosen', {type: 'LoadBalancer', externalTrafficPolicy: 'Local', healthCheckNodePort: 30004, allocateLoadBalancerNodePorts: false, ports: [{port: 80}]});
+    assert.equal(chosen.spec.healthCheckNodePort, 30004);
+  });
+
+  it('cannot be changed while needed; is released when the policy goes back to Cluster, and allocated again when it returns', () => {
+    assert.deepEqual(
+      failure(() => patchSpec('chosen', {healthCheckNodePort: 30003})),
+      {code: 422, reason: 'Invalid', message: 'Service "chosen" is invalid: spec.healthCheckNodePort: Invalid value: 30003: cannot change healthCheckNodePort on loadBalancer service with externalTraffic=Local during update'},
+    );
+    assert.equal(patchSpec('chosen', {ports: [{port: 81}]}).spec.healthCheckNodePort, 30004, 'kept by an update that leaves it out');
+    const toCluster = patchSpec('chosen', {externalTrafficPolicy: 'Cluster'});
+    assert.equal(toCluster.spec.healthCheckNodePort, undefined);
+    const reused = createIn('reuse', {type: 'LoadBalancer', externalTrafficPolicy: 'Local', healthCheckNodePort: 30004, allocateLoadBalancerNodePorts: false, ports: [{port: 80}]});
+    assert.equal(reused.spec.healthCheckNodePort, 30004, 'released with the policy change');
+    const back = patchSpec('chosen', {externalTrafficPolicy: 'Local'});
+    assert.equal(back.spec.healthCheckNodePort, 30003, 'the next free node port');
+  });
+
+  it('a full range is an internal error and leaves nothing allocated', () => {
+    // 30000-30004 are all taken now (local: 2, np-local: 1, reuse: 1, chosen: 1).
+    assert.deepEqual(
+      failure(() => createIn('full', {type: 'LoadBalancer', externalTrafficPolicy: 'Local', allocateLoadBalancerNodePorts: false, ports: [{port: 80}]})),
+      {code: 500, reason: 'InternalError', message: 'Internal error occurred: failed to allocate a HealthCheck NodePort 0: range is full'},
+    );
+    hc.store.delete('services', 'default', 'reuse');
+    assert.equal(createIn('fits', {type: 'LoadBalancer', externalTrafficPolicy: 'Local', allocateLoadBalancerNodePorts: false, ports: [{port: 80}]}).spec.healthCheckNodePort, 30004, 'released on delete');
+  });
+});
