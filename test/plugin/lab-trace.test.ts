@@ -1,7 +1,8 @@
-// kubectl proxyctl in the lab (`lab up`: a namespace cluster with one real agent per node): trace on
-// each demo service from a pod, from a node and from the external client, where the endpoints the
-// trace predicts are the ones --probe reaches; REJECT and DROP shown as such; a tampered rule on
-// one node found by diff there only, repaired by sync. Root only; the lab is torn down on failure too.
+// kubectl proxyctl in the lab (`lab up`: a namespace cluster with one real agent per node), once per
+// proxy mode (iptables, nftables), the same promises in each: trace on each demo service from a
+// pod, from a node and from the external client, where the endpoints the trace predicts are the
+// ones --probe reaches; REJECT and DROP shown as such; one object of the rules tampered with on one
+// node found by diff there only, repaired by sync. Root only; each lab is torn down on failure too.
 import assert from 'node:assert/strict';
 import {existsSync} from 'node:fs';
 import {readFile} from 'node:fs/promises';
@@ -12,7 +13,8 @@ import {labDir, type LabState} from '../../src/lab/lab-state.ts';
 import {netnsUnavailableReason} from '../../src/lab/netns/index.ts';
 import {describeRun, root, runPlugin, type PluginRun} from './agent-cluster.ts';
 
-const name = `pxapi-${process.pid}`;
+const labModes = ['iptables', 'nftables'] as const;
+type LabMode = (typeof labModes)[number];
 const unavailable = await netnsUnavailableReason();
 const built = existsSync(join(root, 'dist/src/plugin/commands/lab/up.js'));
 const skip = unavailable ? `needs root: ${unavailable}` : built ? undefined : 'needs the build: run `npm run build` first (the lab runs bin/kubectl-proxyctl)';
@@ -34,7 +36,33 @@ function answeredIPs(trace: TraceJson): string[] {
   return (trace.probe?.answers ?? []).map((answer) => answer.endpoint).sort();
 }
 
-describe('kubectl proxyctl in the lab', {concurrency: false, skip}, () => {
+/**
+ * tamperOneObject removes the demoapp ClusterIP's entry from node-1's rules, the way a person or
+ * another program might, and returns the diff line that must report it: in iptables mode its
+ * KUBE-SERVICES rule, in nftables mode its element of the service-ips map.
+ */
+async function tamperOneObject(mode: LabMode, netns: string): Promise<string> {
+  const {execFileSync} = await import('node:child_process');
+  const inNode = (...command: string[]) => execFileSync('ip', ['netns', 'exec', netns, ...command], {encoding: 'utf8'});
+  if (mode === 'iptables') {
+    const rule = inNode('iptables-save', '-t', 'nat').split('\n').find((line) => line.startsWith('-A KUBE-SERVICES') && line.includes('default/demoapp:') && line.includes('cluster IP'));
+    assert.ok(rule, 'the demoapp rule on node-1');
+    const args = [...rule.replace(/^-A /, '').matchAll(/"((?:[^"\\]|\\.)*)"|(\S+)/g)].map((m) => m[1] ?? m[2]);
+    inNode('iptables', '-t', 'nat', '-D', ...args);
+    return `--t nat ${rule}`;
+  }
+  const element = inNode('nft', 'list', 'map', 'ip', 'kube-proxy', 'service-ips')
+    .split(/[{,}]/)
+    .map((text) => text.trim())
+    .find((text) => text.includes(' : goto ') && text.includes('-default/demoapp/tcp/'));
+  assert.ok(element, 'the demoapp element of service-ips on node-1');
+  const key = element.slice(0, element.indexOf(' : '));
+  inNode('nft', 'delete', 'element', 'ip', 'kube-proxy', 'service-ips', `{ ${key} }`);
+  return `+ element service-ips { ${element} }`;
+}
+
+for (const mode of labModes) describe(`kubectl proxyctl in the lab, ${mode} mode`, {concurrency: false, skip}, () => {
+  const name = `pxapi-${process.pid}-${mode.slice(0, 3)}`;
   let state: LabState;
   let env: Record<string, string>;
   let pods: {name: string; node: string; ip: string; app: string}[];
@@ -46,7 +74,7 @@ describe('kubectl proxyctl in the lab', {concurrency: false, skip}, () => {
   };
 
   before(async () => {
-    const up = await runPlugin(['lab', 'up', '--name', name, '--nodes', '2', '--pods-per-node', '2']);
+    const up = await runPlugin(['lab', 'up', '--name', name, '--nodes', '2', '--pods-per-node', '2', '--proxy-mode', mode]);
     assert.equal(up.code, 0, describeRun(up));
     state = JSON.parse(await readFile(join(labDir(name), 'state.json'), 'utf8')) as LabState;
     env = {KUBECONFIG: state.kubeconfig};
@@ -62,8 +90,8 @@ describe('kubectl proxyctl in the lab', {concurrency: false, skip}, () => {
   it('status lists every node ready', async () => {
     const run = await plugin('status');
     assert.equal(run.code, 0, describeRun(run));
-    assert.match(run.stdout, /^node-0\s+iptables\s+true\s/m);
-    assert.match(run.stdout, /^node-1\s+iptables\s+true\s/m);
+    assert.match(run.stdout, new RegExp(`^node-0\\s+${mode}\\s+true\\s`, 'm'));
+    assert.match(run.stdout, new RegExp(`^node-1\\s+${mode}\\s+true\\s`, 'm'));
   });
 
   it('from a pod, on each demo service: the probe reaches exactly the predicted endpoints', async () => {
@@ -120,21 +148,21 @@ describe('kubectl proxyctl in the lab', {concurrency: false, skip}, () => {
     assert.deepEqual(trace!.probe!.failures, [{reason: 'timed out', count: 3}]);
   });
 
-  it('a tampered rule on one node: diff there exits 1 with that change, the other node 0; sync repairs it', async () => {
-    const agent = state.agents.find((entry) => entry.node === 'node-1')!;
+  it('a tampered object on one node: diff there exits 1 with that change, the other node 0; sync repairs it', async () => {
     const netns = state.topology!.nodes.find((node) => node.name === 'node-1')!.namespace;
-    const {execFileSync} = await import('node:child_process');
-    const nat = () => execFileSync('ip', ['netns', 'exec', netns, 'iptables-save', '-t', 'nat'], {encoding: 'utf8'});
-    const rule = nat().split('\n').find((line) => line.startsWith('-A KUBE-SERVICES') && line.includes('default/demoapp:') && line.includes('cluster IP'));
-    assert.ok(rule, `the demoapp rule on node-1 (agent ${JSON.stringify(agent)})`);
-    const args = [...rule.replace(/^-A /, '').matchAll(/"((?:[^"\\]|\\.)*)"|(\S+)/g)].map((m) => m[1] ?? m[2]);
-    execFileSync('ip', ['netns', 'exec', netns, 'iptables', '-t', 'nat', '-D', ...args]);
+    const clean = await plugin('diff', 'node-1');
+    assert.equal(clean.code, 0, describeRun(clean));
+    const change = await tamperOneObject(mode, netns);
 
     const drifted = await plugin('diff', 'node-1');
     assert.equal(drifted.code, 1, describeRun(drifted));
-    assert.deepEqual(drifted.stdout.split('\n').filter((line) => /^[-+]-t /.test(line)), [`--t nat ${rule}`]);
+    const changeLine = mode === 'iptables' ? /^[-+]-t / : /^[-+] /;
+    assert.deepEqual(drifted.stdout.split('\n').filter((line) => changeLine.test(line)), [change], describeRun(drifted));
     const other = await plugin('diff', 'node-0');
     assert.equal(other.code, 0, describeRun(other));
+    const traced = await traceJson('demoapp', '--node', 'node-1');
+    assert.equal(traced.drifted, true, 'trace warns that the applied rules differ for this service');
+    assert.ok(traced.warnings.some((warning) => /differ/.test(warning)), JSON.stringify(traced.warnings));
 
     const sync = await plugin('sync', 'node-1');
     assert.equal(sync.code, 0, describeRun(sync));
@@ -152,6 +180,6 @@ describe('kubectl proxyctl in the lab', {concurrency: false, skip}, () => {
     assert.ok(agentUrl, 'the agent pod names its URL');
     const run = await runPlugin(['status', '--agent-url', agentUrl], {KUBECONFIG: '/nonexistent'});
     assert.equal(run.code, 0, describeRun(run));
-    assert.match(run.stdout, /^node-0\s+iptables\s+true/m);
+    assert.match(run.stdout, new RegExp(`^node-0\\s+${mode}\\s+true`, 'm'));
   });
 });

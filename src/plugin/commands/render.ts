@@ -1,7 +1,7 @@
 import {Command, Flags} from '@oclif/core';
-import {renderIptables} from '../../core/iptables/index.ts';
 import {formatData} from '../lib/output.ts';
 import {InputError, readOfflineModel} from '../lib/model-input.ts';
+import {ipvsParts, renderModes, renderRules} from '../lib/render-rules.ts';
 
 // Exit codes: 0 rules printed; 2 bad input (as for bad flags, which oclif reports with 2 too).
 const badInput = 2;
@@ -10,19 +10,33 @@ export default class Render extends Command {
   static override summary = 'Print the rules the proxy would write for the Services and EndpointSlices in a file.';
   static override description = `Reads Services, EndpointSlices and optionally the Node (YAML with several documents, or JSON: single objects or a v1 List) and prints what the proxy on that node would program, without a cluster. One IP family per run, as kube-proxy runs one proxier per family.
 
-In iptables mode the output is complete iptables-restore input: it loads into an empty network namespace with \`iptables-restore\`. -o json prints the ProxyModel instead: every service port with its endpoints as the proxy categorised them.
+What is printed depends on --mode, and each text loads into an empty network namespace as it is. iptables: iptables-restore input for the nat and filter tables. nftables: an \`nft -f\` script for the table ip kube-proxy (ip6 kube-proxy with --ip-family ipv6).
+
+ipvs mode's state has four parts, each in the input format of the tool that loads it: the ipsets (\`ipset restore\`), the iptables layer that matches them (\`iptables-restore\`, after the sets exist), the service addresses on the kube-ipvs0 dummy device (\`ip -batch -\`) and the virtual and real servers (\`ipvsadm-restore\`). Without --part all four are printed in that order, each after a heading line starting with "#", to read; --part prints one part alone, to pipe into its tool.
+
+-o json prints the ProxyModel instead: every service port with its endpoints as the proxy categorised them.
 
 Objects that are not valid are skipped and named on stderr with their file and field; the rules for the rest are still printed, and the exit code is 2.`;
 
   static override examples = [
     {description: 'The rules node-1 of the bundled example gets', command: '<%= config.bin %> render -f examples/cluster.yaml --cluster-cidr 10.244.0.0/16'},
     {description: 'Load them into a scratch network namespace', command: 'ip netns add scratch && <%= config.bin %> render -f examples/cluster.yaml | ip netns exec scratch iptables-restore'},
+    {description: 'The nftables table for node-1, loaded into a scratch namespace', command: '<%= config.bin %> render -f examples/cluster.yaml --mode nftables | ip netns exec scratch nft -f -'},
+    {description: 'ipvs mode: every part, to read', command: '<%= config.bin %> render -f examples/cluster.yaml --mode ipvs'},
+    // Load order matters: the iptables layer matches the sets by name.
+    ...([
+      ['ipset', 'ipset restore', 'ipvs mode, loaded part by part: 1. the ipsets'],
+      ['iptables', 'iptables-restore', '2. the iptables layer that matches them'],
+      ['addresses', 'ip -batch -', '3. the service addresses on kube-ipvs0'],
+      ['ipvsadm', 'ipvsadm-restore', '4. the virtual and real servers'],
+    ] as const).map(([part, tool, description]) => ({description, command: `<%= config.bin %> render -f examples/cluster.yaml --mode ipvs --part ${part} | ip netns exec scratch ${tool}`})),
     {description: 'The model as JSON, for another node and masquerading everything', command: '<%= config.bin %> render -f cluster.yaml --node-name node-2 --node-ip 10.240.0.12 --masquerade-all -o json'},
   ];
 
   static override flags = {
     filename: Flags.string({char: 'f', summary: 'File with Services, EndpointSlices and the Node; "-" reads stdin. Repeat for several files.', multiple: true, required: true}),
-    mode: Flags.option({summary: 'Proxy mode whose rules to print.', options: ['iptables'] as const, default: 'iptables'})(),
+    mode: Flags.option({summary: 'Proxy mode whose rules to print.', options: renderModes, default: 'iptables'})(),
+    part: Flags.option({summary: 'With --mode ipvs: print only this part, in the input format of the tool that loads it.', options: ipvsParts})(),
     'ip-family': Flags.option({summary: 'IP family of the rules.', options: ['ipv4', 'ipv6'] as const, default: 'ipv4'})(),
     'node-name': Flags.string({summary: 'The node the rules are for (its endpoints are local). Default: the Node in the input.'}),
     'node-ip': Flags.string({summary: "The node's addresses, primary first. Default: the Node's InternalIPs.", multiple: true}),
@@ -42,6 +56,7 @@ Objects that are not valid are skipped and named on stderr with their file and f
 
   async run(): Promise<void> {
     const {flags} = await this.parse(Render);
+    if (flags.part !== undefined && flags.mode !== 'ipvs') this.error(`--part ${flags.part}: only ipvs mode has parts; --mode ${flags.mode} prints one text`, {exit: badInput});
     let offline;
     try {
       offline = await readOfflineModel(flags.filename, {
@@ -62,7 +77,7 @@ Objects that are not valid are skipped and named on stderr with their file and f
       throw error;
     }
     const {model, problems} = offline;
-    process.stdout.write(flags.output === 'json' ? formatData(model, 'json') : renderIptables(model, {includeJumps: true}));
+    process.stdout.write(flags.output === 'json' ? formatData(model, 'json') : renderRules(model, flags.mode, flags.part));
     if (problems.length > 0) {
       for (const problem of problems) process.stderr.write(`skipped: ${problem}\n`);
       this.exit(badInput);

@@ -1,8 +1,7 @@
 import {Args, Flags} from '@oclif/core';
 import {readFileSync} from 'node:fs';
 import {isIP} from 'node:net';
-import {parseIptablesSave} from '../../core/iptables/parse.ts';
-import {traceIptables} from '../../core/iptables/trace.ts';
+import {parseIptablesSave, traceIptables} from '../../core/iptables/index.ts';
 import type {Packet, TraceResult} from '../../core/trace/types.ts';
 import type {ProbeResult, TraceAnswer} from '../../protocol/methods.ts';
 import {AgentCommand, connectionFlags} from '../lib/agent-command.ts';

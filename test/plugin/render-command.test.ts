@@ -1,0 +1,158 @@
+// kubectl proxyctl render as a user runs it: the built CLI on the bundled example, its output loaded
+// by the tool each mode names into a fresh network namespace. Exit codes: 0 printed, 2 bad input
+// or bad flags. The loading tests need root (network namespaces); the rest do not.
+import assert from 'node:assert/strict';
+import {execFileSync} from 'node:child_process';
+import {mkdtemp, rm, writeFile} from 'node:fs/promises';
+import {tmpdir} from 'node:os';
+import {join} from 'node:path';
+import {after, before, describe, it} from 'node:test';
+import {parseIpsetSave, parseIpvsadmSave} from '../../src/core/ipvs/index.ts';
+import type {ProxyModel} from '../../src/core/model/index.ts';
+import {describeRun, isRoot, root, runPlugin} from './agent-cluster.ts';
+
+const example = join(root, 'examples/cluster.yaml');
+const exampleServices = ['default/demoapp', 'default/empty', 'default/nginx', 'kube-system/dns'];
+const exampleClusterIPs = ['10.96.0.10', '10.96.0.53', '10.96.0.80', '10.96.0.99'];
+/** default/empty has no endpoints: its ClusterIP is rejected instead of DNATed. */
+const emptyClusterIP = '10.96.0.99';
+const withEndpoints = exampleClusterIPs.filter((ip) => ip !== emptyClusterIP);
+const escaped = (text: string) => text.replaceAll('.', '\\.');
+const needsRoot = isRoot ? false : 'needs root: loads the rules into a fresh network namespace';
+
+async function render(args: string[]): Promise<string> {
+  const run = await runPlugin(['render', '-f', example, ...args]);
+  assert.equal(run.code, 0, describeRun(run));
+  assert.equal(run.stderr, '', describeRun(run));
+  return run.stdout;
+}
+
+/** load feeds `input` to a command run inside the namespace and fails with its stderr. */
+function load(netns: string, command: string[], input: string): string {
+  return execFileSync('ip', ['netns', 'exec', netns, ...command], {input, encoding: 'utf8', stdio: ['pipe', 'pipe', 'pipe']});
+}
+
+describe('kubectl proxyctl render', () => {
+  const netnsPrefix = `pxrender-${process.pid}-`;
+  let serial = 0;
+  const made: string[] = [];
+  const freshNetns = () => {
+    const name = `${netnsPrefix}${serial++}`;
+    execFileSync('ip', ['netns', 'add', name]);
+    made.push(name);
+    return name;
+  };
+  let scratch: string;
+  before(async () => {
+    scratch = await mkdtemp(join(tmpdir(), 'pxrender-'));
+  });
+  after(async () => {
+    for (const name of made) execFileSync('ip', ['netns', 'del', name]);
+    await rm(scratch, {recursive: true, force: true});
+  });
+
+  it('iptables mode: the output loads with iptables-restore into a fresh namespace', {skip: needsRoot}, async () => {
+    const rules = await render(['--mode', 'iptables', '--cluster-cidr', '10.244.0.0/16']);
+    const netns = freshNetns();
+    load(netns, ['iptables-restore'], rules);
+    const nat = load(netns, ['iptables-save', '-t', 'nat'], '');
+    for (const ip of withEndpoints) assert.match(nat, new RegExp(`-A KUBE-SERVICES -d ${escaped(ip)}/32 .*-j KUBE-SVC-`), `a KUBE-SERVICES rule for ${ip}`);
+    assert.match(nat, /-A PREROUTING .*-j KUBE-SERVICES/);
+    const filter = load(netns, ['iptables-save', '-t', 'filter'], '');
+    assert.match(filter, new RegExp(`-A KUBE-SERVICES -d ${escaped(emptyClusterIP)}/32 .*has no endpoints.* -j REJECT`));
+  });
+
+  it('nftables mode: the output loads with nft -f into a fresh namespace', {skip: needsRoot}, async () => {
+    const script = await render(['--mode', 'nftables', '--cluster-cidr', '10.244.0.0/16']);
+    const netns = freshNetns();
+    load(netns, ['nft', '-f', '-'], script);
+    const serviceIPs = load(netns, ['nft', 'list', 'map', 'ip', 'kube-proxy', 'service-ips'], '');
+    for (const ip of withEndpoints) assert.match(serviceIPs, new RegExp(`${escaped(ip)} \\. (tcp|udp) \\. \\d+ : goto service-`), `a service-ips element for ${ip}`);
+    const noEndpoints = load(netns, ['nft', 'list', 'map', 'ip', 'kube-proxy', 'no-endpoint-services'], '');
+    assert.match(noEndpoints, new RegExp(`${escaped(emptyClusterIP)} \\. tcp \\. 80 comment "default/empty:http" : goto reject-chain`));
+  });
+
+  it('ipvs mode: each part loads with its own tool; the ipvsadm part reads back as the servers', {skip: needsRoot}, async () => {
+    const all = await render(['--mode', 'ipvs', '--cluster-cidr', '10.244.0.0/16']);
+    const headings = all.split('\n').filter((line) => line.startsWith('# ===='));
+    assert.deepEqual(headings.map((line) => /--part (\w+)/.exec(line)?.[1]), ['ipset', 'iptables', 'addresses', 'ipvsadm'], 'one section per part, in load order');
+
+    const sets = await render(['--mode', 'ipvs', '--part', 'ipset', '--cluster-cidr', '10.244.0.0/16']);
+    assert.ok(all.includes(sets), 'the ipset part is printed whole in the full output');
+    const netns = freshNetns();
+    load(netns, ['ipset', 'restore'], sets);
+    const saved = parseIpsetSave(load(netns, ['ipset', 'save'], ''));
+    const clusterIPSet = saved.find((set) => set.name === 'KUBE-CLUSTER-IP');
+    assert.deepEqual(clusterIPSet?.entries, ['10.96.0.10,tcp:80', '10.96.0.53,tcp:53', '10.96.0.53,udp:53', '10.96.0.80,tcp:80', '10.96.0.99,tcp:80']);
+    // The iptables layer matches those sets by name: it loads only once they exist.
+    load(netns, ['iptables-restore'], await render(['--mode', 'ipvs', '--part', 'iptables', '--cluster-cidr', '10.244.0.0/16']));
+    assert.match(load(netns, ['iptables-save', '-t', 'nat'], ''), /-A KUBE-SERVICES .*--match-set KUBE-CLUSTER-IP dst,dst -j ACCEPT/);
+
+    // This kernel has no IP_VS, so ipvsadm cannot load the servers: read them back as ipvsadm would print them.
+    const servers = parseIpvsadmSave(await render(['--mode', 'ipvs', '--part', 'ipvsadm', '--cluster-cidr', '10.244.0.0/16']));
+    const demoapp = servers.find((server) => server.address === '10.96.0.10' && server.port === 80);
+    assert.equal(demoapp?.protocol, 'TCP');
+    assert.equal(demoapp?.scheduler, 'rr');
+    assert.deepEqual(demoapp?.realServers.map((real) => `${real.address}:${real.port}`), ['10.244.1.10:8080', '10.244.2.10:8080', '10.244.2.11:8080']);
+    const empty = servers.find((server) => server.address === '10.96.0.99');
+    assert.deepEqual(empty?.realServers, [], 'a service without endpoints keeps its virtual server, with no real servers');
+    assert.ok(servers.some((server) => server.port === 30080), 'the NodePort has virtual servers on the node address');
+
+    const addresses = await render(['--mode', 'ipvs', '--part', 'addresses']);
+    assert.deepEqual(addresses.trim().split('\n'), ['link add kube-ipvs0 type dummy', ...exampleClusterIPs.map((ip) => `addr add ${ip}/32 dev kube-ipvs0`)]);
+  });
+
+  it('-o json prints the ProxyModel with every service', async () => {
+    const model = JSON.parse(await render(['-o', 'json'])) as ProxyModel;
+    assert.equal(model.family, 'IPv4');
+    const services = new Set(model.servicePorts.map((port) => port.key.replace(/:[^:]*$/, '')));
+    assert.deepEqual([...services].sort(), exampleServices);
+  });
+
+  it('a bad object: exit 2 naming the file, the object and the field; the rest is still rendered', async () => {
+    const file = join(scratch, 'bad.yaml');
+    await writeFile(
+      file,
+      [
+        'apiVersion: v1',
+        'kind: Service',
+        'metadata: {name: web, namespace: shop}',
+        'spec: {type: ClusterIP, clusterIP: 10.96.1.1, ports: [{name: http, protocol: TCP, port: 70000, targetPort: 8080}]}',
+        '---',
+        'apiVersion: v1',
+        'kind: Service',
+        'metadata: {name: ok, namespace: shop}',
+        'spec: {type: ClusterIP, clusterIP: 10.96.1.2, ports: [{name: http, protocol: TCP, port: 80, targetPort: 8080}]}',
+      ].join('\n'),
+    );
+    for (const mode of ['iptables', 'nftables', 'ipvs']) {
+      const run = await runPlugin(['render', '-f', file, '--mode', mode]);
+      assert.equal(run.code, 2, describeRun(run));
+      assert.match(run.stderr, new RegExp(`${escaped(file)}: .*shop/web.*field spec\\.ports\\[0\\]\\.port`), describeRun(run));
+      assert.ok(run.stdout.includes('10.96.1.2'), `${mode}: the valid service is still rendered`);
+      assert.ok(!run.stdout.includes('10.96.1.1'), `${mode}: the bad one is not`);
+    }
+  });
+
+  it('an unreadable file: exit 2 naming it', async () => {
+    const run = await runPlugin(['render', '-f', join(scratch, 'missing.yaml')]);
+    assert.equal(run.code, 2, describeRun(run));
+    assert.match(run.stderr, /cannot read .*missing\.yaml: no such file/);
+  });
+
+  it('bad flags: exit 2 with a message naming the flag and what it takes', async () => {
+    const mode = await runPlugin(['render', '-f', example, '--mode', 'userspace']);
+    assert.equal(mode.code, 2, describeRun(mode));
+    assert.match(mode.stderr, /--mode=userspace to be one of: iptables, nftables, ipvs/);
+    assert.equal(mode.stdout, '');
+
+    const part = await runPlugin(['render', '-f', example, '--mode', 'nftables', '--part', 'ipset']);
+    assert.equal(part.code, 2, describeRun(part));
+    assert.match(part.stderr, /--part ipset: only ipvs mode has parts/);
+    assert.equal(part.stdout, '');
+
+    const unknownPart = await runPlugin(['render', '-f', example, '--mode', 'ipvs', '--part', 'routes']);
+    assert.equal(unknownPart.code, 2, describeRun(unknownPart));
+    assert.match(unknownPart.stderr.replace(/\s*\n\s*›\s*/g, ' '), /--part=routes to be one of: ipvsadm, ipset, iptables, addresses/);
+  });
+});
