@@ -380,6 +380,26 @@ function follow(path: string, consumer: ((chunk: string) => void) | undefined): 
   };
 }
 
+/** The result of a test file's run in the guest, and the run before it when that one never started. */
+export interface GuestTestRun extends GuestRunResult {
+  /** Output of a first run whose Node process ended before any test started; it was run again. */
+  crashedFirstRun?: GuestRunResult;
+}
+
+/**
+ * runTestFileInGuest runs one test file with node's test runner in the guest. Under software
+ * emulation the guest's Node has now and then crashed while loading, before any test started (a V8
+ * fatal check on start-up, not a test's outcome); such a run is repeated once and kept in
+ * `crashedFirstRun` so that callers report it. A run in which any test started is never repeated.
+ */
+export async function runTestFileInGuest(file: string, options: GuestRunOptions = {}): Promise<GuestTestRun> {
+  const command = [process.execPath, '--test', '--test-reporter=spec', file];
+  const first = await runInGuest(command, options);
+  const started = (result: GuestRunResult) => /^\s*(▶|✔) /m.test(result.stdout);
+  if (first.exitCode === 0 || first.exitCode === undefined || started(first)) return first;
+  return {...(await runInGuest(command, options)), crashedFirstRun: first};
+}
+
 /** hostHasIpvs tells whether this machine's own kernel offers IP_VS (built in, loaded or loadable). */
 export function hostHasIpvs(): boolean {
   if (existsSync('/proc/net/ip_vs')) return true;

@@ -59,6 +59,9 @@ export async function startKernelLab(options: Omit<ClusterOptions, 'prefix'>, se
         if (!pod) throw new Error(`kernel lab: no pod ${name} in the topology`);
         return {namespace: pod.namespace, name: pod.name, httpPort: demoPorts.http, udpPort: demoPorts.udp};
       }),
+      // In the qemu guest every Node start is emulated, several at once on two virtual CPUs, and
+      // slower still while the host is busy.
+      {startTimeoutMs: process.env.PROXYCTL_IN_GUEST === '1' ? 60_000 : 10_000},
     );
     return {
       topology,
@@ -102,21 +105,22 @@ export async function nodeAddresses(node: NodeDescription): Promise<string[]> {
   return [...new Set(addresses)];
 }
 
+/** Which iptables binaries to use: the ones on PATH, or a chosen kernel interface. */
+export type IptablesFrontEnd = 'path' | 'nft' | 'legacy';
+
+function iptablesCommand(tool: 'iptables-restore' | 'iptables-save', frontEnd: IptablesFrontEnd): string {
+  return frontEnd === 'path' ? tool : tool.replace('iptables-', `iptables-${frontEnd}-`);
+}
+
 /**
- * restoreIptables loads a whole ruleset into the node's namespace. The iptables on PATH decides
- * the kernel interface (nf_tables or legacy); either way the namespace starts empty.
+ * restoreIptables loads a whole ruleset into the node's namespace. The front end decides the
+ * kernel interface (nf_tables or legacy); either way the namespace starts empty.
  */
-export async function restoreIptables(node: NodeDescription, rules: string): Promise<void> {
-  await execInNamespace(node.namespace, ['iptables-restore', '-w', '5'], {input: rules});
+export async function restoreIptables(node: NodeDescription, rules: string, frontEnd: IptablesFrontEnd = 'path'): Promise<void> {
+  await execInNamespace(node.namespace, [iptablesCommand('iptables-restore', frontEnd), '-w', '5'], {input: rules});
 }
 
 /** saveIptables reads back every table the node's namespace holds. */
-export async function saveIptables(node: NodeDescription): Promise<string> {
-  return (await execInNamespace(node.namespace, ['iptables-save'])).stdout;
-}
-
-/** iptablesFrontEnd says which kernel interface the iptables on PATH drives. */
-export function iptablesFrontEnd(): string {
-  const version = spawnSync('iptables', ['--version'], {encoding: 'utf8'}).stdout ?? '';
-  return /nf_tables/.test(version) ? 'nf_tables' : /legacy/.test(version) ? 'legacy' : `unknown (${version.trim()})`;
+export async function saveIptables(node: NodeDescription, frontEnd: IptablesFrontEnd = 'path'): Promise<string> {
+  return (await execInNamespace(node.namespace, [iptablesCommand('iptables-save', frontEnd)])).stdout;
 }
