@@ -87,7 +87,7 @@ async function benchSize(serviceCount: number, endpointsPerService: number): Pro
       value: startMs,
       unit: 'ms',
       floor: {name: 'full iptables-restore', value: fullRestoreFloor, goal: 1.2},
-      note: `the sync itself ${(syncSeconds * 1000).toFixed(0)} ms (restore, jump rules, read-back)`,
+      note: `the sync itself ${(syncSeconds * 1000).toFixed(0)} ms (read before, restore with the jump rules, read-back)`,
     });
     const rssAfterStart = await agent.rss();
     const heapAfterStart = await agent.heapUsed();

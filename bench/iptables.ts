@@ -2,9 +2,7 @@
 // each next to what the kernel tools need for the same ruleset (iptables-restore into an empty
 // network namespace, iptables-save out of it).
 import {buildProxyModel} from '../src/core/model/index.ts';
-import {renderIptables} from '../src/core/iptables/render.ts';
-import {parseIptablesSave} from '../src/core/iptables/parse.ts';
-import {traceIptables} from '../src/core/iptables/trace.ts';
+import {parseIptablesSave, renderIptables, traceIptables} from '../src/core/iptables/index.ts';
 import {deleteNamespace, isRoot, runIn, scratchNamespace} from './netns.ts';
 import {figure, heading, mib, percentile, skipped, timed} from './report.ts';
 import {benchClusterCIDR, benchNodeIP, benchNodeName, makeWorkload, serviceIP} from './workload.ts';

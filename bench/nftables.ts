@@ -1,25 +1,18 @@
-// nftables mode figures (root only): first-packet latency through a ClusterIP against the number
-// of services, iptables mode beside nftables mode, and sync times at 10,000 services x 10
+// nftables mode sync figures (root only): full sync and one endpoint change at 10,000 services x 10
 // endpoints beside a kube-proxy-shaped table (a chain per endpoint) loaded by the same `nft`.
+// First-packet latency, iptables beside nftables, is bench/latency.ts.
 import {performance} from 'node:perf_hooks';
-import {buildProxyModel, changedServicePorts, type EndpointSliceInput, type ProxyModel, type ServiceInput} from '../src/core/model/index.ts';
+import {buildProxyModel, changedServicePorts, type EndpointSliceInput, type ProxyModel} from '../src/core/model/index.ts';
 import {endpointNameBase, servicePortNameBase} from '../src/core/nftables/names.ts';
-import {renderNftables, renderNftablesSync} from '../src/core/nftables/render.ts';
-import {buildCluster, createNamespace, deleteNamespace, deleteNamespacesWithPrefix, destroyCluster, execInNamespace, netnsUnavailableReason, newNamespacePrefix} from '../src/lab/netns/index.ts';
-import {DemoAppGroup} from '../src/lab/workload/launch.ts';
-import {benchClusterCIDR, benchNodeIP, benchNodeName, endpointSliceFor, makeWorkload, serviceIP, type Workload} from './workload.ts';
+import {renderNftablesSync} from '../src/core/nftables/render.ts';
+import {createNamespace, deleteNamespace, deleteNamespacesWithPrefix, execInNamespace, netnsUnavailableReason, newNamespacePrefix} from '../src/lab/netns/index.ts';
+import {benchClusterCIDR, benchNodeName, makeWorkload, type Workload} from './workload.ts';
 
 export interface NftablesBenchOptions {
-  /** Service counts for first-packet latency. Default 1,000 / 10,000 / 30,000. */
-  latencyServiceCounts?: number[];
-  /** Connections timed per mode and size. Default 1,000. */
-  connections?: number;
   /** Services (x 10 endpoints) for the sync figures. Default 10,000. */
   syncServices?: number;
   /** Skip loading the kube-proxy-shaped table (it takes more than a minute at 10,000 x 10). */
   skipKubeProxyFloor?: boolean;
-  skipLatency?: boolean;
-  skipSync?: boolean;
   log?: (line: string) => void;
 }
 
@@ -135,81 +128,6 @@ async function benchSync(options: NftablesBenchOptions, log: (line: string) => v
   }
 }
 
-/** latencyWorkload: N ClusterIP services of one endpoint each; the measured one sorts last. */
-function latencyWorkload(count: number, serverIP: string): Workload {
-  const base = makeWorkload(count - 1, 1);
-  const target: ServiceInput = {
-    apiVersion: 'v1',
-    kind: 'Service',
-    metadata: {name: 'zz-target', namespace: 'bench'},
-    spec: {type: 'ClusterIP', clusterIP: serviceIP(count), clusterIPs: [serviceIP(count)], ports: [{name: 'http', protocol: 'TCP', port: 80, targetPort: 8080}]},
-  };
-  const slice = endpointSliceFor(0, 1);
-  const targetSlice: EndpointSliceInput = {
-    ...slice,
-    metadata: {name: 'zz-target-1', namespace: 'bench', labels: {'kubernetes.io/service-name': 'zz-target'}},
-    endpoints: [{addresses: [serverIP], nodeName: benchNodeName, conditions: {ready: true}}],
-  };
-  return {...base, services: [...base.services, target], endpointSlices: [...base.endpointSlices, targetSlice]};
-}
-
-async function benchLatency(options: NftablesBenchOptions, log: (line: string) => void): Promise<void> {
-  const counts = options.latencyServiceCounts ?? [1_000, 10_000, 30_000];
-  const connections = options.connections ?? 1_000;
-  const iptables = (await import('../src/core/iptables/index.ts' as string).catch(() => undefined)) as {renderIptables?: (model: ProxyModel, options?: {includeJumps?: boolean}) => string} | undefined;
-  log(`\nfirst-packet latency: TCP connect from a pod to a ClusterIP through its node, ${connections} connections per figure;`);
-  log('  N ClusterIP services of one endpoint each, the measured one last in rule order');
-  const prefix = newNamespacePrefix();
-  const apps = new DemoAppGroup();
-  const topology = await buildCluster({prefix, nodes: 1, podsPerNode: 2, upstream: false});
-  try {
-    const [client, server] = topology.nodes[0].pods;
-    const nodeNamespace = topology.nodes[0].namespace;
-    await apps.start([{namespace: server.namespace, name: server.name, httpPort: 8080, udpPort: 5353}]);
-    const results: Array<{count: number; mode: string; p50: number; p99: number}> = [];
-    for (const count of counts) {
-      const workload = latencyWorkload(count, server.ip);
-      const model = buildProxyModel({services: workload.services, endpointSlices: workload.endpointSlices, node: {...workload.node, status: {addresses: [{type: 'InternalIP', address: topology.nodes[0].ip}]}}}, {family: 'IPv4', clusterCIDRs: [benchClusterCIDR, topology.clusterCIDR], nodeName: benchNodeName});
-      const target = serviceIP(count);
-      const modes: Array<{mode: string; load: () => Promise<void>; clear: () => Promise<void>}> = [
-        {mode: 'nftables', load: () => nftLoad(nodeNamespace, renderNftables(model)), clear: () => nftLoad(nodeNamespace, 'delete table ip kube-proxy\n')},
-      ];
-      if (iptables?.renderIptables) {
-        const render = iptables.renderIptables;
-        modes.unshift({
-          mode: 'iptables',
-          load: async () => void (await execInNamespace(nodeNamespace, ['iptables-restore', '-w', '5'], {input: render(model, {includeJumps: true}), timeoutMs: 600_000})),
-          clear: async () => void (await execInNamespace(nodeNamespace, ['sh', '-c', 'for t in nat filter; do iptables -t $t -F; iptables -t $t -X; done'])),
-        });
-      }
-      for (const mode of modes) {
-        const loaded = await timed(() => mode.load());
-        log(`  (${mode.mode}: ${count.toLocaleString('en-US')} services loaded in ${seconds(loaded.ms)})`);
-        try {
-          // Warm up once so the route and neighbour entries exist before timing.
-          await execInNamespace(client.namespace, [process.execPath, new URL('./nftables-connect.ts', import.meta.url).pathname, target, '80', '20']);
-          const {stdout} = await execInNamespace(client.namespace, [process.execPath, new URL('./nftables-connect.ts', import.meta.url).pathname, target, '80', String(connections)], {timeoutMs: 600_000});
-          const times = JSON.parse(stdout) as number[];
-          const figure = {count, mode: mode.mode, p50: percentile(times, 0.5), p99: percentile(times, 0.99)};
-          results.push(figure);
-          log(`  ${count.toLocaleString('en-US').padStart(6)} services  ${mode.mode.padEnd(8)}  p50 ${millis(figure.p50).padStart(8)}  p99 ${millis(figure.p99).padStart(8)}`);
-        } finally {
-          await mode.clear();
-        }
-      }
-    }
-    if (!iptables?.renderIptables) log('  iptables mode: src/core/iptables is not in this tree; only nftables measured');
-    const nft = results.filter((result) => result.mode === 'nftables');
-    if (nft.length > 1) log(`  nftables p99 at ${nft[nft.length - 1].count.toLocaleString('en-US')} / at ${nft[0].count.toLocaleString('en-US')} services: ${(nft[nft.length - 1].p99 / nft[0].p99).toFixed(2)}x (goal <= 1.2x)`);
-    const ipt = results.filter((result) => result.mode === 'iptables');
-    if (ipt.length > 1) log(`  iptables p99 at ${ipt[ipt.length - 1].count.toLocaleString('en-US')} / at ${ipt[0].count.toLocaleString('en-US')} services: ${(ipt[ipt.length - 1].p99 / ipt[0].p99).toFixed(2)}x`);
-  } finally {
-    await apps.stopAll();
-    await destroyCluster(topology).catch(() => undefined);
-    await deleteNamespacesWithPrefix(prefix);
-  }
-}
-
 /** runNftablesBench prints the nftables figures; without root it says why and returns. */
 export async function runNftablesBench(options: NftablesBenchOptions = {}): Promise<void> {
   const log = options.log ?? ((line: string) => console.log(line));
@@ -218,23 +136,18 @@ export async function runNftablesBench(options: NftablesBenchOptions = {}): Prom
     log(`nftables bench skipped: ${unavailable}`);
     return;
   }
-  if (!options.skipLatency) await benchLatency(options, log);
-  if (!options.skipSync) await benchSync(options, log);
+  await benchSync(options, log);
 }
 
-/** Run alone: node bench/nftables.ts [--services 1000,10000,30000] [--connections N] [--sync-services N] [--no-floor] [--no-latency] [--no-sync] */
+/** Run alone: node bench/nftables.ts [--sync-services N] [--no-floor] */
 if (import.meta.url === `file://${process.argv[1]}`) {
   const value = (name: string) => {
     const index = process.argv.indexOf(name);
     return index > 0 ? process.argv[index + 1] : undefined;
   };
   const options: NftablesBenchOptions = {
-    ...(value('--services') ? {latencyServiceCounts: value('--services')!.split(',').map(Number)} : {}),
-    ...(value('--connections') ? {connections: Number(value('--connections'))} : {}),
     ...(value('--sync-services') ? {syncServices: Number(value('--sync-services'))} : {}),
     skipKubeProxyFloor: process.argv.includes('--no-floor'),
-    skipLatency: process.argv.includes('--no-latency'),
-    skipSync: process.argv.includes('--no-sync'),
   };
   await runNftablesBench(options);
 }

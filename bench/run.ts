@@ -20,6 +20,29 @@ const benches: Record<string, {about: string; run: () => Promise<void>}> = {
     about: 'trace over the applied rules at 1,000 and 10,000 services x 10 endpoints, diff --all-nodes across 200 agents',
     run: async () => (await import('./agent-api.ts')).benchAgentApi(),
   },
+  nftables: {
+    about: 'nftables sync at 10,000 services x 10 endpoints (full, one endpoint change) next to a kube-proxy-shaped table; first-packet latency is `latency`',
+    run: async () => (await import('./nftables.ts')).runNftablesBench(),
+  },
+  ipvs: {
+    about: 'ipvs full sync and one endpoint change at 1,000 and 10,000 services x 10 endpoints vs ipset restore + ipvsadm-restore (in the qemu guest when this kernel has no IP_VS)',
+    run: async () => (await import('./ipvs.ts')).benchIpvs(),
+  },
+  lab: {
+    about: 'lab up with 3 nodes x 10 pods, from the call to every agent synced (goal < 10 s), and lab down',
+    run: async () => {
+      const {timeLabUp} = await import('../src/lab/lab-bench.ts');
+      const timing = await timeLabUp({nodes: 3, podsPerNode: 10});
+      const goalMs = 10_000;
+      console.log(`   lab up, ${timing.nodes} nodes x ${timing.podsPerNode} pods: ${(timing.upMs / 1000).toFixed(2)} s (goal < ${goalMs / 1000} s ${timing.upMs < goalMs ? 'met' : 'NOT met'})`);
+      console.log(`   supervisor steps, seconds from its start: ${Object.entries(timing.steps).map(([step, ms]) => `${step} ${(ms / 1000).toFixed(2)}`).join(', ')}`);
+      console.log(`   lab down: ${(timing.downMs / 1000).toFixed(2)} s`);
+    },
+  },
+  latency: {
+    about: 'first-packet latency (TCP connect through a ClusterIP), p50/p99 at 1,000 / 10,000 / 30,000 services, iptables vs nftables mode (goal: nftables p99 at 30,000 within 1.2x of 1,000)',
+    run: async () => (await import('./latency.ts')).runLatencyBench(),
+  },
 };
 
 const asked = process.argv.slice(2);

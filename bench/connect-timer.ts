@@ -1,5 +1,5 @@
 // Times TCP connection set-up, run inside a namespace:
-//   node bench/nftables-connect.ts HOST PORT COUNT
+//   node bench/connect-timer.ts HOST PORT COUNT
 // Opens COUNT connections one after the other, each closed once established, and prints a JSON
 // array of connect times in milliseconds (the first packet's trip through the proxy rules).
 import {connect} from 'node:net';
