@@ -1,11 +1,14 @@
 // The live agent's figures at 1,000 and 10,000 services x 10 endpoints, each next to the kernel
 // floor of the same work: a proxyctl-agent process writes into a scratch network namespace, fed by
-// the embedded API server in this process.
+// the embedded API server in this process. In iptables mode (`agent`):
 // - start -> first full sync (the agent's log line), next to one full `iptables-restore` of the
 //   same rules into an empty namespace;
 // - one endpoint change, from the API write to its rules in the kernel (the service chain polled
 //   with `iptables -S`), next to a one-service `iptables-restore --noflush` into the same full table;
 // - the agent's RSS after its first sync and at its peak.
+// In nftables mode (`agent-nftables`) the same, next to `nft -f` of the same table into an empty
+// namespace and the smallest transaction on the full table (one map element replaced); the change
+// is seen by polling the service's endpoint map (`nft list map` reads only that map).
 // PXBENCH_AGENT_NODE_OPTIONS sets NODE_OPTIONS for the agent process alone, e.g.
 // --max-old-space-size=256 to see how much of its RSS is garbage V8 has not collected yet.
 import {type ChildProcess, execFile, spawn} from 'node:child_process';
@@ -16,6 +19,8 @@ import {join} from 'node:path';
 import {fileURLToPath} from 'node:url';
 import {buildProxyModel, changedServicePorts, type ProxyModel} from '../src/core/model/index.ts';
 import {renderIptables} from '../src/core/iptables/render.ts';
+import {endpointMapShard, namePrefixes, servicePortNameBase} from '../src/core/nftables/names.ts';
+import {endpointTargetsMap, renderNftablesSync} from '../src/core/nftables/render.ts';
 import {loadCoreIptablesRules} from '../src/agent/sync/iptables-rules.ts';
 import {proxyTables, readOwnedRules} from '../src/agent/sync/owned-rules.ts';
 import type {IptablesTable} from '../src/agent/host/host.ts';
@@ -31,17 +36,18 @@ const agentMain = fileURLToPath(new URL('../src/agent/main.ts', import.meta.url)
 /** Endpoint changes per size; the median is printed. */
 const changeRounds = 5;
 
-export async function benchAgent(sizes = [1000, 10000], endpointsPerService = 10): Promise<void> {
+export async function benchAgent(sizes = [1000, 10000], endpointsPerService = 10, modeName: 'iptables' | 'nftables' = 'iptables'): Promise<void> {
+  const mode = modeName === 'nftables' ? nftablesMode : iptablesMode;
   if (!isRoot) {
-    heading('agent: start, endpoint change, memory', 'a proxyctl-agent process writing into a scratch network namespace');
-    skipped('every figure', 'needs root (scratch network namespaces, iptables inside them)');
+    heading(`agent (${mode.name} mode): start, endpoint change, memory`, 'a proxyctl-agent process writing into a scratch network namespace');
+    skipped('every figure', `needs root (scratch network namespaces, ${mode.name} inside them)`);
     return;
   }
   const overheads: Array<{size: number; ms: number}> = [];
-  for (const size of sizes) overheads.push({size, ms: await benchSize(size, endpointsPerService)});
+  for (const size of sizes) overheads.push({size, ms: await benchSize(size, endpointsPerService, mode)});
   if (overheads.length > 1) {
     const [first, last] = [overheads[0], overheads.at(-1)!];
-    heading('agent: what the agent adds to one endpoint change, by cluster size', 'median change latency minus the one-service restore floor');
+    heading(`agent (${mode.name} mode): what the agent adds to one endpoint change, by cluster size`, `median change latency minus the ${mode.changeFloorName} floor`);
     for (const entry of overheads) figure({name: `${entry.size.toLocaleString('en-US')} services`, value: entry.ms, unit: 'ms'});
     figure({
       name: `${last.size.toLocaleString('en-US')} vs ${first.size.toLocaleString('en-US')} services`,
@@ -53,18 +59,17 @@ export async function benchAgent(sizes = [1000, 10000], endpointsPerService = 10
   }
 }
 
-async function benchSize(serviceCount: number, endpointsPerService: number): Promise<number> {
+async function benchSize(serviceCount: number, endpointsPerService: number, mode: AgentBenchMode): Promise<number> {
   const workload = makeWorkload(serviceCount, endpointsPerService);
-  heading('agent: start, endpoint change, memory', `${workload.label}, one TCP port each, ClusterIP; agent process with --netns, embedded API server`);
+  heading(`agent (${mode.name} mode): start, endpoint change, memory`, `${workload.label}, one TCP port each, ClusterIP; agent process with --netns, embedded API server`);
   const modelOptions = {family: 'IPv4' as const, nodeName: benchNodeName, clusterCIDRs: [benchClusterCIDR]};
   const model = buildProxyModel({services: workload.services, endpointSlices: workload.endpointSlices, node: workload.node}, modelOptions);
-  const fullRules = renderIptables(model, {includeJumps: true});
 
-  // Floor 1: the same rules, restored in one go into an empty namespace.
+  // Floor 1: the same rules, loaded in one go into an empty namespace.
   const floorNamespace = scratchNamespace(`agent-floor-${serviceCount}`);
-  let fullRestoreFloor: number;
+  let fullFloor: {ms: number; size: string};
   try {
-    fullRestoreFloor = (await timed(() => runIn(floorNamespace, ['iptables-restore', '-w', '5'], fullRules))).ms;
+    fullFloor = await mode.fullLoadFloor(floorNamespace, model);
   } finally {
     deleteNamespace(floorNamespace);
   }
@@ -78,22 +83,21 @@ async function benchSize(serviceCount: number, endpointsPerService: number): Pro
     const kubeconfig = join(dir, 'kubeconfig');
     await server.writeKubeconfig(kubeconfig);
 
-    agent = await startAgentRun(namespace, kubeconfig);
+    agent = await startAgentRun(namespace, kubeconfig, mode.name);
     const firstSync = await agent.waitForLine(/synced rules .*kind=full/, 600_000);
     const startMs = firstSync.at - agent.startedAt;
     const syncSeconds = Number(/ seconds=([\d.]+)/.exec(firstSync.line)?.[1] ?? NaN);
     figure({
-      name: `start -> first full sync (${fullRules.split('\n').length.toLocaleString('en-US')} lines)`,
+      name: `start -> first full sync (${fullFloor.size})`,
       value: startMs,
       unit: 'ms',
-      floor: {name: 'full iptables-restore', value: fullRestoreFloor, goal: 1.2},
-      note: `the sync itself ${(syncSeconds * 1000).toFixed(0)} ms (read before, restore with the jump rules, read-back)`,
+      floor: {name: mode.fullFloorName, value: fullFloor.ms, goal: mode.fullFloorGoal},
+      note: `the sync itself ${(syncSeconds * 1000).toFixed(0)} ms${mode.fullSyncGoalMs !== undefined ? `; goal <= ${mode.fullSyncGoalMs / 1000} s ${startMs <= mode.fullSyncGoalMs ? 'met' : 'NOT met'}` : ''}`,
     });
     const rssAfterStart = await agent.rss();
     const heapAfterStart = await agent.heapUsed();
 
-    // Endpoint changes: service s gets endpoint 0 replaced; its chain changes in the kernel.
-    const chains = serviceChains(runIn(namespace, ['iptables-save', '-t', 'nat']));
+    // Endpoint changes: service s gets endpoint 0 replaced by an address no endpoint had before.
     const latencies: number[] = [];
     const pollTimes: number[] = [];
     let current: ProxyModel = model;
@@ -101,20 +105,18 @@ async function benchSize(serviceCount: number, endpointsPerService: number): Pro
     for (let round = 1; round <= changeRounds; round++) {
       const s = Math.floor((serviceCount * round) / (changeRounds + 1));
       const slice = endpointSliceFor(s, endpointsPerService, round);
-      const chain = chains.get(`bench/svc-${s}:http`);
-      if (!chain) throw new Error(`no KUBE-SVC chain for bench/svc-${s}:http in the agent's rules`);
-      const before = (await execFileAsync('ip', ['netns', 'exec', namespace, 'iptables', '-w', '5', '-t', 'nat', '-S', chain])).stdout;
+      const watch = await mode.changeWatch(namespace, current, s, slice.endpoints![0].addresses![0]);
       // A lone change: the previous sync ended more than minSyncPeriod (1 s) ago, so nothing holds this one back.
       await new Promise((resolve) => setTimeout(resolve, 1200));
       const mark = agent.lines.length;
       const written = performance.now();
       server.store.update('endpointslices', slice as unknown as KubeObject, 'bench');
-      const seen = await watchChain(namespace, chain, before, 60_000).catch((error: Error) => {
+      const seen = await watch(60_000).catch((error: Error) => {
         throw new Error(`${error.message}; the agent's log ends:\n${agent!.lines.slice(-8).join('\n')}`);
       });
       latencies.push(seen.at - written);
       pollTimes.push(seen.pollMs);
-      // Let the sync finish (read-back included) and the next one be allowed, so rounds do not overlap.
+      // Let the sync finish and the next one be allowed, so rounds do not overlap.
       await agent.waitForLine(/synced rules .*kind=partial/, 120_000, mark);
       slices[s] = slice;
       current = buildProxyModel({services: workload.services, endpointSlices: slices, node: workload.node}, modelOptions);
@@ -122,29 +124,26 @@ async function benchSize(serviceCount: number, endpointsPerService: number): Pro
     latencies.sort((a, b) => a - b);
     const changeMs = percentile(latencies, 50);
 
-    // Floor 2: one service's chains rewritten with --noflush into the same full table, as the agent's partial sync does.
+    await agent.stop();
     const s = Math.floor(serviceCount / 2) + 1;
     const nextSlices = slices.slice();
     nextSlices[s] = endpointSliceFor(s, endpointsPerService, changeRounds + 1);
     const next = buildProxyModel({services: workload.services, endpointSlices: nextSlices, node: workload.node}, modelOptions);
-    const rules = await loadCoreIptablesRules();
-    const existingChains = new Map<IptablesTable, Set<string>>();
-    for (const table of proxyTables) existingChains.set(table, new Set(readOwnedRules(table, runIn(namespace, ['iptables-save', '-t', table])).chains));
-    const partial = rules.render(next, {changedServicePorts: changedServicePorts(current, next), existingChains});
-    await agent.stop();
-    const partialFloor = (await timed(() => runIn(namespace, ['iptables-restore', '-w', '5', '--noflush'], partial))).ms;
+    const changeFloor = await mode.changeFloor(namespace, current, next);
 
     figure({
       name: `one endpoint change: API write -> kernel (p50 of ${changeRounds})`,
       value: changeMs,
       unit: 'ms',
-      floor: {name: 'one-service iptables-restore --noflush', value: partialFloor, goal: 1.2},
-      note: `min ${latencies[0].toFixed(0)} ms, max ${latencies.at(-1)!.toFixed(0)} ms, seen within one poll of iptables -S (${(pollTimes.reduce((a, b) => a + b, 0) / pollTimes.length).toFixed(0)} ms)`,
+      floor: {name: mode.changeFloorName, value: changeFloor, goal: mode.changeFloorGoal},
+      note:
+        `min ${latencies[0].toFixed(0)} ms, max ${latencies.at(-1)!.toFixed(0)} ms, seen within one poll of ${mode.pollName} (${(pollTimes.reduce((a, b) => a + b, 0) / pollTimes.length).toFixed(0)} ms)` +
+        (mode.changeGoalMs !== undefined ? `; goal <= ${mode.changeGoalMs} ms ${changeMs <= mode.changeGoalMs ? 'met' : 'NOT met'}` : ''),
     });
     figure({name: 'agent RSS after the first sync', value: mib(rssAfterStart.rss), unit: 'MiB', note: `peak ${mib(rssAfterStart.peak).toFixed(0)} MiB, JS heap in use ${mib(heapAfterStart).toFixed(0)} MiB; goal < 200 MiB`});
     const end = agent.finalRss;
     if (end) figure({name: 'agent RSS after the endpoint changes', value: mib(end.rss), unit: 'MiB', note: `peak ${mib(end.peak).toFixed(0)} MiB, JS heap in use ${mib(agent.finalHeap ?? NaN).toFixed(0)} MiB; goal < 200 MiB`});
-    return changeMs - partialFloor;
+    return changeMs - changeFloor;
   } finally {
     await agent?.stop();
     await server.stop();
@@ -152,6 +151,86 @@ async function benchSize(serviceCount: number, endpointsPerService: number): Pro
     await rm(dir, {recursive: true, force: true});
   }
 }
+
+/** What differs between the modes: how the rules are loaded alone, and how a change is seen. */
+interface AgentBenchMode {
+  name: 'iptables' | 'nftables';
+  fullFloorName: string;
+  /** The goal for start -> first full sync as a ratio to the floor, where the mode's issue sets one. */
+  fullFloorGoal?: number;
+  /** Loads the rules of `model` alone into the empty `namespace`; the time and the size loaded. */
+  fullLoadFloor(namespace: string, model: ProxyModel): Promise<{ms: number; size: string}>;
+  /** An absolute goal for start -> first full sync, where the mode's issue sets one. */
+  fullSyncGoalMs?: number;
+  pollName: string;
+  /**
+   * Reads what service `s` holds now and returns a wait that resolves when the kernel shows the
+   * change that puts `newAddress` among its endpoints.
+   */
+  changeWatch(namespace: string, model: ProxyModel, s: number, newAddress: string): Promise<(timeoutMs: number) => Promise<{at: number; pollMs: number}>>;
+  changeFloorName: string;
+  changeFloorGoal?: number;
+  changeGoalMs?: number;
+  /** The kernel floor of one endpoint change, on the agent's full table in `namespace` (the agent has stopped). */
+  changeFloor(namespace: string, current: ProxyModel, next: ProxyModel): Promise<number>;
+}
+
+const iptablesMode: AgentBenchMode = {
+  name: 'iptables',
+  fullFloorName: 'full iptables-restore',
+  fullFloorGoal: 1.2,
+  async fullLoadFloor(namespace, model) {
+    const rules = renderIptables(model, {includeJumps: true});
+    const {ms} = await timed(() => runIn(namespace, ['iptables-restore', '-w', '5'], rules));
+    return {ms, size: `${rules.split('\n').length.toLocaleString('en-US')} lines`};
+  },
+  pollName: 'iptables -S',
+  async changeWatch(namespace, _model, s) {
+    const chain = serviceChains(runIn(namespace, ['iptables-save', '-t', 'nat'])).get(`bench/svc-${s}:http`);
+    if (!chain) throw new Error(`no KUBE-SVC chain for bench/svc-${s}:http in the agent's rules`);
+    const before = (await execFileAsync('ip', ['netns', 'exec', namespace, 'iptables', '-w', '5', '-t', 'nat', '-S', chain])).stdout;
+    return (timeoutMs) => watchChain(namespace, chain, before, timeoutMs);
+  },
+  changeFloorName: 'one-service iptables-restore --noflush',
+  changeFloorGoal: 1.2,
+  async changeFloor(namespace, current, next) {
+    // One service's chains rewritten with --noflush into the same full table, as the agent's partial sync does.
+    const rules = await loadCoreIptablesRules();
+    const existingChains = new Map<IptablesTable, Set<string>>();
+    for (const table of proxyTables) existingChains.set(table, new Set(readOwnedRules(table, runIn(namespace, ['iptables-save', '-t', table])).chains));
+    const partial = rules.render(next, {changedServicePorts: changedServicePorts(current, next), existingChains});
+    return (await timed(() => runIn(namespace, ['iptables-restore', '-w', '5', '--noflush'], partial))).ms;
+  },
+};
+
+const nftablesMode: AgentBenchMode = {
+  name: 'nftables',
+  fullFloorName: 'nft -f of the same table',
+  async fullLoadFloor(namespace, model) {
+    const {script} = renderNftablesSync(model);
+    const {ms} = await timed(() => runIn(namespace, ['nft', '-f', '-'], script));
+    return {ms, size: `${(script.length / 1e6).toFixed(1)} MB script`};
+  },
+  fullSyncGoalMs: 10_000,
+  pollName: 'nft list map',
+  async changeWatch(namespace, model, s, newAddress) {
+    const port = model.servicePorts.find((candidate) => candidate.namespace === 'bench' && candidate.serviceName === `svc-${s}`);
+    if (!port) throw new Error(`bench/svc-${s} is not in the model`);
+    const map = endpointTargetsMap('tcp', endpointMapShard(namePrefixes.clusterPolicy + servicePortNameBase(port)));
+    const target = `${newAddress} . 8080`;
+    return (timeoutMs) => watchMap(namespace, map, target, timeoutMs);
+  },
+  changeFloorName: 'a one-element nft transaction on the full table',
+  changeGoalMs: 100,
+  async changeFloor(namespace) {
+    // The smallest change nft can make: one element of an endpoint map replaced by itself.
+    const map = endpointTargetsMap('tcp', 0);
+    const element = /(\d+) : ([\d.]+ \. \d+)/.exec(runIn(namespace, ['nft', 'list', 'map', 'ip', 'kube-proxy', map]));
+    if (!element) throw new Error(`no element in ${map} to replace`);
+    const script = `delete element ip kube-proxy ${map} { ${element[1]} }\nadd element ip kube-proxy ${map} { ${element[1]} : ${element[2]} }\n`;
+    return (await timed(() => runIn(namespace, ['nft', '-f', '-'], script))).ms;
+  },
+};
 
 /** Puts the workload into the API server's storage as etcd would hold it (the objects are already complete and valid). */
 function loadWorkload(store: Awaited<ReturnType<typeof startApiServer>>['store'], workload: Workload): void {
@@ -180,7 +259,7 @@ interface AgentRun {
   stop(): Promise<void>;
 }
 
-async function startAgentRun(namespace: string, kubeconfig: string): Promise<AgentRun> {
+async function startAgentRun(namespace: string, kubeconfig: string, mode: 'iptables' | 'nftables'): Promise<AgentRun> {
   const [healthzPort, metricsPort] = await freeLoopbackPorts(2);
   const args = [
     agentMain,
@@ -195,6 +274,8 @@ async function startAgentRun(namespace: string, kubeconfig: string): Promise<Age
     `--healthz-bind-address=127.0.0.1:${healthzPort}`,
     `--metrics-bind-address=127.0.0.1:${metricsPort}`,
     '--api-bind-address=',
+    '--proxy-mode',
+    mode,
     '--v',
     '2',
   ];
@@ -269,6 +350,19 @@ async function watchChain(namespace: string, chain: string, before: string, time
     polls.push(performance.now() - started);
     if (stdout !== before) return {at: started, pollMs: polls.reduce((sum, ms) => sum + ms, 0) / polls.length};
     if (performance.now() > deadline) throw new Error(`${chain} in ${namespace} did not change within ${timeoutMs / 1000} s`);
+  }
+}
+
+/** watchMap tells when `target` ("ip . port") is in the endpoint map, polling `nft list map` back to back. */
+async function watchMap(namespace: string, map: string, target: string, timeoutMs: number): Promise<{at: number; pollMs: number}> {
+  const deadline = performance.now() + timeoutMs;
+  const polls: number[] = [];
+  for (;;) {
+    const started = performance.now();
+    const {stdout} = await execFileAsync('ip', ['netns', 'exec', namespace, 'nft', 'list', 'map', 'ip', 'kube-proxy', map], {maxBuffer: 16 << 20});
+    polls.push(performance.now() - started);
+    if (stdout.includes(` : ${target}`)) return {at: started, pollMs: polls.reduce((sum, ms) => sum + ms, 0) / polls.length};
+    if (performance.now() > deadline) throw new Error(`${target} did not appear in ${map} in ${namespace} within ${timeoutMs / 1000} s`);
   }
 }
 

@@ -12,6 +12,10 @@ const benches: Record<string, {about: string; run: () => Promise<void>}> = {
     about: 'proxyctl-agent process at 1,000 and 10,000 services x 10 endpoints: start to first sync, one endpoint change, RSS, vs iptables-restore',
     run: async () => (await import('./agent.ts')).benchAgent(),
   },
+  'agent-nftables': {
+    about: 'proxyctl-agent process in nftables mode at 1,000 and 10,000 services x 10 endpoints: start to first sync (goal <= 10 s), one endpoint change API write -> kernel (goal <= 100 ms), RSS, vs nft -f',
+    run: async () => (await import('./agent.ts')).benchAgent([1000, 10000], 10, 'nftables'),
+  },
   apiserver: {
     about: 'lab API server watch fan-out: 50 watchers, 10,000 EndpointSlices',
     run: async () => (await import('./apiserver.ts')).benchApiServerWatch(),

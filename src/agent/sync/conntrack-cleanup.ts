@@ -19,10 +19,13 @@ export function planConntrackCleanup(previous: ProxyModel | undefined, next: Pro
     filters.set(JSON.stringify(full), full);
   };
   const nextPorts = new Map(next.servicePorts.map((port) => [servicePortIdentity(port), port]));
+  const previousPorts = new Map(previous.servicePorts.map((port) => [servicePortIdentity(port), port]));
 
   for (const before of previous.servicePorts) {
     if (!cleanedProtocols.has(before.protocol)) continue;
     const after = nextPorts.get(servicePortIdentity(before));
+    // The model builder keeps the objects of service ports that did not change.
+    if (after === before) continue;
     const beforeAddresses = serviceAddresses(before);
     const afterAddresses = after ? new Set(serviceAddresses(after)) : new Set<string>();
 
@@ -45,7 +48,8 @@ export function planConntrackCleanup(previous: ProxyModel | undefined, next: Pro
   // Services that just got endpoints: entries made while packets were dropped.
   for (const after of next.servicePorts) {
     if (!cleanedProtocols.has(after.protocol)) continue;
-    const before = previous.servicePorts.find((port) => servicePortIdentity(port) === servicePortIdentity(after));
+    const before = previousPorts.get(servicePortIdentity(after));
+    if (before === after) continue;
     const hadEndpoints = before !== undefined && usedEndpoints(before).length > 0;
     if (hadEndpoints || usedEndpoints(after).length === 0) continue;
     for (const address of serviceAddresses(after)) add({origDst: address, dport: after.port});

@@ -6,7 +6,7 @@
 // unused are flushed at once and deleted by a later sync, in a transaction of their own.
 // At start the proxy's iptables chains and jump rules (iptables mode) are removed, as kube-proxy
 // cleans up the other modes when it starts.
-import {buildProxyModel, changedServicePorts, type IPFamily, type ModelOptions, type ProxyModel} from '../../core/model/index.ts';
+import {changedServicePorts, type IPFamily, type ModelOptions, type ProxyModel, ProxyModelBuilder} from '../../core/model/index.ts';
 import {diffNftables} from '../../core/nftables/diff.ts';
 import {parseNftablesJson, parseNftablesScript} from '../../core/nftables/parse.ts';
 import {deleteStaleChains, nftablesCleanupScript, type NftablesState, renderNftables, renderNftablesSync} from '../../core/nftables/render.ts';
@@ -26,7 +26,7 @@ export interface NftablesProxierOptions {
   host: Host;
   objects: ClusterObjects;
   families: IPFamily[];
-  /** Everything buildProxyModel needs except the family. */
+  /** Everything the model builder needs except the family. */
   model: Omit<ModelOptions, 'family'>;
   /** The cluster's service CIDRs: addresses in them that are no ClusterIP are dropped. */
   serviceCIDRs?: string[];
@@ -42,6 +42,8 @@ export interface NftablesProxierOptions {
 }
 
 interface FamilyState {
+  /** Rebuilds only the service ports whose objects changed since the last build. */
+  builder: ProxyModelBuilder;
   applied?: ProxyModel;
   /** What the last successful sync left in the table; undefined: unknown, recreate it. */
   nft?: NftablesState;
@@ -82,7 +84,7 @@ export class NftablesProxier {
   constructor(options: NftablesProxierOptions) {
     this.#options = options;
     this.#clock = options.clock ?? systemClock;
-    for (const family of options.families) this.#families.set(family, {needFullSync: true, rules: 0});
+    for (const family of options.families) this.#families.set(family, {builder: new ProxyModelBuilder({...options.model, family}), needFullSync: true, rules: 0});
     this.#runner = createSyncRunner((reason) => this.syncRules(reason), {
       minSyncPeriod: options.minSyncPeriod,
       syncPeriod: options.syncPeriod,
@@ -151,8 +153,8 @@ export class NftablesProxier {
     const results: SyncResult[] = [];
     const models: ProxyModel[] = [];
     let failure: unknown;
-    for (const family of this.#families.keys()) {
-      const model = buildProxyModel(objects, {...this.#options.model, family});
+    for (const [family, state] of this.#families) {
+      const model = state.builder.build(objects);
       models.push(model);
       try {
         results.push(await this.#syncFamily(family, model, reason, nodeAddresses));

@@ -352,7 +352,11 @@ function servicePortChains(port: ServicePort): ServicePortChains {
   };
 }
 
-/** Allocates endpoint-target keys: reuses a block whose targets did not change. */
+/**
+ * Allocates endpoint-target keys. A partial sync keeps a chain's block when it has as many
+ * endpoints as before: the chain's rule (`mod N offset K`) stays the same, and only the keys whose
+ * endpoint changed get new values, so an endpoint change is a few element updates, no chain rewrite.
+ */
 interface BlockAllocator {
   allocate(chain: string, map: string, targets: string[]): EndpointBlock;
 }
@@ -619,6 +623,8 @@ export function renderNftablesSync(model: ProxyModel, options: NftablesRenderOpt
     return id;
   };
   const oldChains = new Set<string>();
+  /** Chain name -> its rules as the kernel holds them, for the chains of changed service ports. */
+  const oldChainRules = new Map<string, string>();
   const newChains = new Set<string>();
   const oldSets = new Set<string>();
   const newSets = new Set<string>();
@@ -630,7 +636,7 @@ export function renderNftablesSync(model: ProxyModel, options: NftablesRenderOpt
     const allocator: BlockAllocator = {
       allocate(chain, map, targets) {
         const kept = oldBlocks.get(chain);
-        if (kept && kept.map === map && kept.targets.join(',') === targets.join(',')) return kept;
+        if (kept && kept.map === map && kept.targets.length === targets.length) return {...kept, targets};
         const block = {chain, map, offset: state.nextOffset, targets};
         state.nextOffset += Math.max(targets.length, 1);
         return block;
@@ -643,7 +649,10 @@ export function renderNftablesSync(model: ProxyModel, options: NftablesRenderOpt
         if (held.count <= 1) state.elements.delete(id);
         else state.elements.set(id, {...held, count: held.count - 1});
       }
-      for (const {name} of old.chains) oldChains.add(name);
+      for (const {name, rules} of old.chains) {
+        oldChains.add(name);
+        oldChainRules.set(name, rules.join('\n'));
+      }
       for (const set of old.affinitySets) oldSets.add(set.name);
       state.footprints.delete(identity);
     }
@@ -664,7 +673,16 @@ export function renderNftablesSync(model: ProxyModel, options: NftablesRenderOpt
     written.push(footprint);
   }
 
-  for (const footprint of written) {
+  // Only what differs is written: a chain whose rules stay as they are is not flushed and
+  // refilled, and an affinity set that exists is not declared again. An endpoint change without a
+  // change of endpoint count then writes elements only, which nft applies without loading every
+  // chain of the table first.
+  const toWrite = written.map((footprint) => ({
+    ...footprint,
+    chains: footprint.chains.filter(({name, rules}) => oldChainRules.get(name) !== rules.join('\n')),
+    affinitySets: footprint.affinitySets.filter((set) => !oldSets.has(set.name)),
+  }));
+  for (const footprint of toWrite) {
     pushTargetMaps(out, words, footprint, state.targetMaps);
     pushFootprintObjects(out, words, footprint);
   }
@@ -683,7 +701,7 @@ export function renderNftablesSync(model: ProxyModel, options: NftablesRenderOpt
   }
   pushElements(out, 'delete', words, deletions);
   pushElements(out, 'add', words, additions);
-  for (const footprint of written) pushFootprintRules(out, words, footprint);
+  for (const footprint of toWrite) pushFootprintRules(out, words, footprint);
   for (const name of oldSets) if (!newSets.has(name)) out.push(`delete set ${t} ${name}`);
   return {script: out.length > 0 ? out.join('\n') + '\n' : '', kind: 'partial', state};
 }
