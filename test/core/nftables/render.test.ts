@@ -187,6 +187,32 @@ describe('partial transactions', () => {
     assert.equal(diffNftables(parseNftablesScript(renderNftables(after)), replayed).text, '');
   });
 
+  it('replace an endpoint in place: the same keys with new values, no chain rewritten', () => {
+    const before = model([web, other], [webSlice, otherSlice]);
+    const full = renderNftablesSync(before);
+    // web's endpoints were 10.244.1.5 and 10.244.2.5 (keys 1 and 2); the second one is replaced.
+    const after = model([web, other], [slice('web-1', 'web', [{ip: '10.244.1.5', node: 'node-1'}, {ip: '10.244.2.9', node: 'node-2'}]), otherSlice]);
+    const partial = renderNftablesSync(after, {existing: full.state, changedServicePorts: changedServicePorts(before, after), now: 1000});
+    const chain = `service-${servicePortNameBase({namespace: 'default', serviceName: 'web', portName: 'http', protocol: 'TCP'})}`;
+    assert.equal(
+      partial.script,
+      [
+        `delete element ip kube-proxy ${targetsOf(chain)} { 2 }`,
+        'delete element ip kube-proxy hairpin-endpoints { 10.244.2.5 . 10.244.2.5 }',
+        `add element ip kube-proxy ${targetsOf(chain)} { 2 : 10.244.2.9 . 8080 }`,
+        'add element ip kube-proxy hairpin-endpoints { 10.244.2.9 . 10.244.2.9 }',
+        '',
+      ].join('\n'),
+    );
+    const replayed = parseNftablesScript(partial.script, parseNftablesScript(full.script));
+    assert.equal(diffNftables(parseNftablesScript(renderNftables(after)), replayed).text, '');
+    // The next change starts from the state this one left: the chain still reads keys 1 and 2.
+    const again = model([web, other], [slice('web-1', 'web', [{ip: '10.244.1.7', node: 'node-1'}, {ip: '10.244.2.9', node: 'node-2'}]), otherSlice]);
+    const next = renderNftablesSync(again, {existing: partial.state, changedServicePorts: changedServicePorts(after, again), now: 2000});
+    assert.ok(!next.script.includes('chain'), next.script);
+    assert.equal(diffNftables(parseNftablesScript(renderNftables(again)), parseNftablesScript(next.script, replayed)).text, '');
+  });
+
   it('flush the chains of a removed service, delete them later, and keep shared elements', () => {
     const before = model([web, other], [webSlice, {...otherSlice, endpoints: [{addresses: ['10.244.1.5'], nodeName: 'node-1'}]}]);
     const full = renderNftablesSync(before);
