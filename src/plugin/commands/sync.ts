@@ -1,5 +1,5 @@
 import {Args, Flags} from '@oclif/core';
-import type {SyncResult} from '../../protocol/methods.ts';
+import type {ProxyMode, SyncResult} from '../../protocol/methods.ts';
 import {AgentCommand, connectionFlags} from '../lib/agent-command.ts';
 import {forEachNode} from '../lib/agent-locator.ts';
 import {formatData, formatDuration, formatTable} from '../lib/output.ts';
@@ -31,11 +31,12 @@ export default class Sync extends AgentCommand {
     const results = await forEachNode(
       nodes.map((node) => node ?? ''),
       flags.concurrency,
-      async (node): Promise<{node: string} & SyncResult> => {
+      async (node): Promise<{node: string; mode: ProxyMode} & SyncResult> => {
         const client = await locator.open(node || undefined);
         try {
-          const name = node || (await client.call('status', {})).node;
-          return {node: name, ...(await client.call('sync', flags.full ? {full: true} : {}))};
+          // The mode says what the rule counts are: nftables keeps every rule in one table.
+          const status = await client.call('status', {});
+          return {node: node || status.node, mode: status.mode, ...(await client.call('sync', flags.full ? {full: true} : {}))};
         } finally {
           client.close();
         }
@@ -44,7 +45,7 @@ export default class Sync extends AgentCommand {
     );
     this.endProgress();
 
-    const synced: ({node: string} & SyncResult)[] = [];
+    const synced: ({node: string; mode: ProxyMode} & SyncResult)[] = [];
     const failed: {node: string; error: string}[] = [];
     for (const [node, result] of results) {
       if (result.ok) synced.push(result.value);
@@ -55,9 +56,16 @@ export default class Sync extends AgentCommand {
     if (flags.output === 'json' || flags.output === 'yaml') {
       process.stdout.write(formatData(flags['all-nodes'] ? {nodes: synced, errors: failed} : (synced[0] ?? {errors: failed}), flags.output));
     } else if (synced.length > 0) {
-      const rows = synced.map((result) => [result.node, result.kind, formatDuration(result.durationMs), String(result.rules.nat), String(result.rules.filter)]);
-      process.stdout.write(formatTable(['NODE', 'SYNC', 'DURATION', 'NAT RULES', 'FILTER RULES'], rows));
+      const rows = synced.map((result) => [result.node, result.mode, result.kind, formatDuration(result.durationMs), ruleCounts(result)]);
+      process.stdout.write(formatTable(['NODE', 'MODE', 'SYNC', 'DURATION', 'RULES'], rows));
     }
     if (failed.length > 0) process.exitCode = exitCodes.error;
   }
+}
+
+/** The rules the kernel holds after the sync, in the terms of the agent's mode. */
+function ruleCounts(result: {mode: ProxyMode} & SyncResult): string {
+  if (result.mode === 'nftables') return `${result.rules.nat + result.rules.filter} in table kube-proxy`;
+  // iptables mode, and ipvs mode's iptables layer.
+  return `${result.rules.nat} nat, ${result.rules.filter} filter`;
 }
