@@ -43,6 +43,10 @@ const benches: Record<string, {about: string; run: () => Promise<void>}> = {
       console.log(`   lab down: ${(timing.downMs / 1000).toFixed(2)} s`);
     },
   },
+  'lab-trace': {
+    about: 'kubectl proxyctl trace end to end in a one-node lab whose agent proxies 10,000 services x 10 endpoints (goal < 200 ms), as a new process and in a loaded plugin',
+    run: async () => (await import('./lab-trace.ts')).benchLabTrace(),
+  },
   latency: {
     about: 'first-packet latency (TCP connect through a ClusterIP), p50/p99 at 1,000 / 10,000 / 30,000 services, iptables vs nftables mode (goal: nftables p99 at 30,000 within 1.2x of 1,000)',
     run: async () => (await import('./latency.ts')).runLatencyBench(),
