@@ -173,6 +173,29 @@ test('flags override the file, wherever they stand', () => {
   assert.equal(config.iptables.masqueradeBit, 15, 'what no flag touches stays from the file');
 });
 
+test('ipvs flags as kube-proxy names them', () => {
+  const config = load([
+    '--proxy-mode=ipvs',
+    '--ipvs-scheduler', 'lc',
+    '--ipvs-sync-period=45s',
+    '--ipvs-min-sync-period', '2s',
+    '--ipvs-exclude-cidrs', '10.10.0.0/16,10.20.0.0/16',
+    '--ipvs-strict-arp',
+    '--ipvs-tcp-timeout=15m',
+    '--ipvs-tcpfin-timeout', '30s',
+    '--ipvs-udp-timeout=5s',
+  ]);
+  assert.equal(config.mode, 'ipvs');
+  assert.equal(config.ipvs.scheduler, 'lc');
+  assert.equal(config.ipvs.syncPeriod, 45_000);
+  assert.equal(config.ipvs.minSyncPeriod, 2000);
+  assert.deepEqual(config.ipvs.excludeCIDRs, ['10.10.0.0/16', '10.20.0.0/16']);
+  assert.equal(config.ipvs.strictARP, true);
+  assert.equal(config.ipvs.tcpTimeout, 15 * 60_000);
+  assert.equal(config.ipvs.tcpFinTimeout, 30_000);
+  assert.equal(config.ipvs.udpTimeout, 5000);
+});
+
 test('nodePortAddresses keywords localhost and all become CIDRs', () => {
   assert.deepEqual(load(['--nodeport-addresses', 'localhost,all,primary']).nodePortAddresses, ['127.0.0.0/8', '::1/128', '0.0.0.0/0', '::/0', 'primary']);
 });
@@ -210,6 +233,9 @@ const refusals: Array<{name: string; argv?: string[]; file?: string; says: RegEx
   {name: 'syncPeriod shorter than minSyncPeriod', file: 'iptables:\n  syncPeriod: 1s\n  minSyncPeriod: 10s\n', says: /iptables.syncPeriod: "1s" is shorter than iptables.minSyncPeriod 10s/},
   {name: 'zero syncPeriod by flag', argv: ['--iptables-sync-period', '0s'], says: /^flag --iptables-sync-period: "0s" is not greater than 0/},
   {name: 'unknown mode in file', file: 'mode: kernelspace\n', says: /^config file \/c.yaml: mode: "kernelspace" is not one of/},
+  {name: 'bad ipvs scheduler by flag', argv: ['--proxy-mode=ipvs', '--ipvs-scheduler', 'fastest'], says: /^flag --ipvs-scheduler: "fastest" is not one of rr/},
+  {name: 'bad ipvs exclude CIDR by flag', argv: ['--proxy-mode=ipvs', '--ipvs-exclude-cidrs', '10.0.0.0/8,nope'], says: /^flag --ipvs-exclude-cidrs: "nope"/},
+  {name: 'bad ipvs timeout by flag', argv: ['--ipvs-udp-timeout', 'soon'], says: /^flag --ipvs-udp-timeout: "soon" is not a duration/},
   {name: 'bad ipvs scheduler in ipvs mode', file: 'mode: ipvs\nipvs:\n  scheduler: fastest\n', says: /ipvs.scheduler: "fastest" is not one of rr/},
   {name: 'bad excludeCIDRs in ipvs mode', file: 'mode: ipvs\nipvs:\n  excludeCIDRs: [nope]\n', says: /ipvs.excludeCIDRs: "nope"/},
   {name: 'bad nodePortAddresses', file: 'nodePortAddresses: [eth0]\n', says: /nodePortAddresses: "eth0" is neither a CIDR nor/},
