@@ -11,6 +11,8 @@
 // is seen by polling the service's endpoint map (`nft list map` reads only that map).
 // PXBENCH_AGENT_NODE_OPTIONS sets NODE_OPTIONS for the agent process alone, e.g.
 // --max-old-space-size=256 to see how much of its RSS is garbage V8 has not collected yet.
+// PXBENCH_AGENT_SIGNAL (e.g. SIGUSR2 with --heapsnapshot-signal=SIGUSR2 in the options above) is
+// sent to the agent once its first sync is done and measured, to take a heap snapshot there.
 import {type ChildProcess, execFile, spawn} from 'node:child_process';
 import {promisify} from 'node:util';
 import {mkdtemp, readFile, rm} from 'node:fs/promises';
@@ -95,7 +97,16 @@ async function benchSize(serviceCount: number, endpointsPerService: number, mode
       note: `the sync itself ${(syncSeconds * 1000).toFixed(0)} ms${mode.fullSyncGoalMs !== undefined ? `; goal <= ${mode.fullSyncGoalMs / 1000} s ${startMs <= mode.fullSyncGoalMs ? 'met' : 'NOT met'}` : ''}`,
     });
     const rssAfterStart = await agent.rss();
-    const heapAfterStart = await agent.heapUsed();
+    const heapAfterStart = await agent.heap();
+    // And once whatever the agent does right after a sync (a garbage collection) is done.
+    await new Promise((resolve) => setTimeout(resolve, 2000));
+    const rssSettled = await agent.rss();
+    const heapSettled = await agent.heap();
+    const signal = process.env.PXBENCH_AGENT_SIGNAL;
+    if (signal) {
+      agent.signal(signal as NodeJS.Signals);
+      await new Promise((resolve) => setTimeout(resolve, 2000));
+    }
 
     // Endpoint changes: service s gets endpoint 0 replaced by an address no endpoint had before.
     const latencies: number[] = [];
@@ -140,9 +151,10 @@ async function benchSize(serviceCount: number, endpointsPerService: number, mode
         `min ${latencies[0].toFixed(0)} ms, max ${latencies.at(-1)!.toFixed(0)} ms, seen within one poll of ${mode.pollName} (${(pollTimes.reduce((a, b) => a + b, 0) / pollTimes.length).toFixed(0)} ms)` +
         (mode.changeGoalMs !== undefined ? `; goal <= ${mode.changeGoalMs} ms ${changeMs <= mode.changeGoalMs ? 'met' : 'NOT met'}` : ''),
     });
-    figure({name: 'agent RSS after the first sync', value: mib(rssAfterStart.rss), unit: 'MiB', note: `peak ${mib(rssAfterStart.peak).toFixed(0)} MiB, JS heap in use ${mib(heapAfterStart).toFixed(0)} MiB; goal < 200 MiB`});
+    figure({name: 'agent RSS after the first sync', value: mib(rssAfterStart.rss), unit: 'MiB', note: `peak ${mib(rssAfterStart.peak).toFixed(0)} MiB, ${heapText(heapAfterStart)}; goal < 200 MiB`});
+    figure({name: 'agent RSS 2 s after the first sync', value: mib(rssSettled.rss), unit: 'MiB', note: `${heapText(heapSettled)}; goal < 200 MiB`});
     const end = agent.finalRss;
-    if (end) figure({name: 'agent RSS after the endpoint changes', value: mib(end.rss), unit: 'MiB', note: `peak ${mib(end.peak).toFixed(0)} MiB, JS heap in use ${mib(agent.finalHeap ?? NaN).toFixed(0)} MiB; goal < 200 MiB`});
+    if (end) figure({name: 'agent RSS after the endpoint changes', value: mib(end.rss), unit: 'MiB', note: `peak ${mib(end.peak).toFixed(0)} MiB, ${agent.finalHeap ? heapText(agent.finalHeap) : 'JS heap unknown'}; goal < 200 MiB`});
     return changeMs - changeFloor;
   } finally {
     await agent?.stop();
@@ -247,15 +259,32 @@ function loadWorkload(store: Awaited<ReturnType<typeof startApiServer>>['store']
   workload.endpointSlices.forEach((slice, index) => store.log.write('discovery.k8s.io/endpointslices', 'ADDED', stamp(slice, index, 'eps')));
 }
 
+/** The agent's V8 heap from its /metrics: bytes in use, and bytes V8 holds per space (what counts in RSS), and memory outside the heap that V8 knows of. */
+interface HeapFigures {
+  used: number;
+  total: number;
+  spaces: Map<string, number>;
+  external: number;
+}
+
+function heapText(heap: HeapFigures): string {
+  const space = (name: string) => mib(heap.spaces.get(name) ?? NaN).toFixed(0);
+  return (
+    `JS heap in use ${mib(heap.used).toFixed(0)} MiB of ${mib(heap.total).toFixed(0)} MiB held ` +
+    `(new ${space('new')}, old ${space('old')}, large objects ${space('large_object')}), external ${mib(heap.external).toFixed(0)} MiB`
+  );
+}
+
 interface AgentRun {
   startedAt: number;
   lines: string[];
   waitForLine(pattern: RegExp, timeoutMs: number, from?: number): Promise<{line: string; at: number}>;
   rss(): Promise<{rss: number; peak: number}>;
-  /** nodejs_heap_size_used_bytes from the agent's /metrics. */
-  heapUsed(): Promise<number>;
+  /** The heap figures from the agent's /metrics. */
+  heap(): Promise<HeapFigures>;
+  signal(signal: NodeJS.Signals): void;
   finalRss: {rss: number; peak: number} | undefined;
-  finalHeap: number | undefined;
+  finalHeap: HeapFigures | undefined;
   stop(): Promise<void>;
 }
 
@@ -301,16 +330,20 @@ async function startAgentRun(namespace: string, kubeconfig: string, mode: 'iptab
     const kib = (field: string) => Number(new RegExp(`^${field}:\\s+(\\d+) kB`, 'm').exec(status)?.[1] ?? NaN) * 1024;
     return {rss: kib('VmRSS'), peak: kib('VmHWM')};
   };
-  const heapUsed = async () => {
+  const heap = async (): Promise<HeapFigures> => {
     const page = await (await fetch(`http://127.0.0.1:${metricsPort}/metrics`)).text();
-    return Number(/^nodejs_heap_size_used_bytes (\S+)/m.exec(page)?.[1] ?? NaN);
+    const value = (name: string) => Number(new RegExp(`^${name} (\\S+)`, 'm').exec(page)?.[1] ?? NaN);
+    const spaces = new Map<string, number>();
+    for (const match of page.matchAll(/^nodejs_heap_space_size_total_bytes\{space="(\w+)"\} (\S+)/gm)) spaces.set(match[1], Number(match[2]));
+    return {used: value('nodejs_heap_size_used_bytes'), total: value('nodejs_heap_size_total_bytes'), spaces, external: value('nodejs_external_memory_bytes')};
   };
   const run: AgentRun = {
     startedAt,
     lines,
     finalRss: undefined,
     finalHeap: undefined,
-    heapUsed,
+    heap,
+    signal: (name) => child.kill(name),
     async waitForLine(pattern, timeoutMs, from = 0) {
       const deadline = performance.now() + timeoutMs;
       for (;;) {
@@ -325,7 +358,7 @@ async function startAgentRun(namespace: string, kubeconfig: string, mode: 'iptab
     async stop() {
       if (exited) return;
       run.finalRss = await readRss().catch(() => undefined);
-      run.finalHeap = await heapUsed().catch(() => undefined);
+      run.finalHeap = await heap().catch(() => undefined);
       child.kill('SIGTERM');
       const timer = setTimeout(() => child.kill('SIGKILL'), 5000);
       await exit;

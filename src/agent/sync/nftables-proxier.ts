@@ -20,7 +20,7 @@ import {planConntrackCleanup} from './conntrack-cleanup.ts';
 import {cleanupRestoreInput, readOwnedRules} from './owned-rules.ts';
 import {type ClusterObjects, fullSyncPeriod, type ObjectKind, type SyncOutcome, type SyncResult} from './proxier.ts';
 import type {BoundedFrequencyRunner, RunReason} from './runner.ts';
-import {createSyncRunner, deleteConntrackEntries, SyncBookkeeping} from './sync-bookkeeping.ts';
+import {createSyncRunner, deleteConntrackEntries, releaseGarbage, SyncBookkeeping} from './sync-bookkeeping.ts';
 
 export interface NftablesProxierOptions {
   host: Host;
@@ -80,6 +80,8 @@ export class NftablesProxier {
   readonly #book: SyncBookkeeping;
   #lastResults: SyncResult[] = [];
   #lastError: string | undefined;
+  /** A family's sync wrote or read the whole table: collect the garbage it left once the sync is done. */
+  #wholeTables = false;
 
   constructor(options: NftablesProxierOptions) {
     this.#options = options;
@@ -163,6 +165,10 @@ export class NftablesProxier {
       }
     }
     this.#book.reportProblems(models);
+    if (this.#wholeTables) {
+      this.#wholeTables = false;
+      releaseGarbage();
+    }
     if (failure !== undefined) {
       this.#book.syncFailed(triggers);
       throw failure;
@@ -182,6 +188,7 @@ export class NftablesProxier {
 
     let drift = false;
     if (!full && reason.periodic && state.applied) {
+      this.#wholeTables = true;
       const difference = await this.#drift(family, state.applied, renderOptions);
       if (difference) {
         drift = true;
@@ -199,6 +206,7 @@ export class NftablesProxier {
     }
 
     if (!full) await this.#deleteStaleChains(family, state);
+    else this.#wholeTables = true;
     // A full sync after a failure or at start does not know what the table holds: recreate it.
     const sync = renderNftablesSync(model, {
       ...renderOptions,

@@ -14,9 +14,9 @@ import type {Logger} from '../log.ts';
 import {type Clock, systemClock} from './clock.ts';
 import {planConntrackCleanup} from './conntrack-cleanup.ts';
 import type {IptablesRuleSource, JumpRule} from './iptables-rules.ts';
-import {afterPartialWrite, declaredChains, describeDrift, InputSpelling, isOwnedChain, type OwnedRules, proxyTables, readOwnedRules, sameOwnedRules} from './owned-rules.ts';
+import {afterPartialWrite, declaredChains, describeDrift, InputSpelling, isOwnedChain, matchesRecord, type OwnedRecord, type OwnedRules, proxyTables, readOwnedRules, recordOwned} from './owned-rules.ts';
 import type {BoundedFrequencyRunner, RunReason} from './runner.ts';
-import {createSyncRunner, deleteConntrackEntries, SyncBookkeeping} from './sync-bookkeeping.ts';
+import {createSyncRunner, deleteConntrackEntries, releaseGarbage, SyncBookkeeping} from './sync-bookkeeping.ts';
 
 /** kube-proxy's FullSyncPeriod: the longest run of partial syncs. */
 export const fullSyncPeriod = 3_600_000;
@@ -56,8 +56,8 @@ interface FamilyState {
   frontEnd?: IptablesFrontEnd;
   /** The model whose rules are in the kernel. */
   applied?: ProxyModel;
-  /** The proxy's rules as the last write left them, per table (read back, or known from a partial write's input). */
-  written?: Map<IptablesTable, OwnedRules>;
+  /** The proxy's rules as the last write left them, per table (read back, or known from a partial write's input), recorded compactly. */
+  written?: Map<IptablesTable, OwnedRecord>;
   /** Knows what a partial write leaves without reading the kernel, when the rule source can spell rules. */
   spelling?: InputSpelling;
   needFullSync: boolean;
@@ -118,6 +118,8 @@ export class IptablesProxier {
   readonly #book: SyncBookkeeping;
   #lastResults: SyncResult[] = [];
   #lastError: string | undefined;
+  /** A family's sync wrote or read whole tables: collect the garbage it left once the sync is done. */
+  #wholeTables = false;
   readonly #writeListeners = new Set<RulesWriteListener>();
 
   constructor(options: ProxierOptions) {
@@ -250,6 +252,10 @@ export class IptablesProxier {
       }
     }
     this.#book.reportProblems(models);
+    if (this.#wholeTables) {
+      this.#wholeTables = false;
+      releaseGarbage();
+    }
     if (failure !== undefined) {
       // Changes seen by this sync are not in the kernel yet: keep the health clock running on them.
       this.#book.syncFailed(triggers);
@@ -276,11 +282,12 @@ export class IptablesProxier {
     let changed = changedServicePorts(state.applied, model);
     if (!full && driftCheckDue && state.written && changed.size === 0) {
       state.lastDriftCheck = start;
+      this.#wholeTables = true;
       const current = await this.#readOwned(family);
       for (const table of proxyTables) {
         const written = state.written.get(table)!;
         const now = current.get(table)!;
-        if (!sameOwnedRules(written, now)) {
+        if (!matchesRecord(written, now)) {
           drift = true;
           log.warn('rules changed behind our back; rewriting them', {family, drift: describeDrift(written, now)});
         }
@@ -299,6 +306,7 @@ export class IptablesProxier {
 
     let text: string;
     if (full || !state.written) {
+      this.#wholeTables = true;
       const existing = await this.#readOwned(family);
       const existingChains = new Map([...existing].map(([table, owned]) => [table, new Set(owned.chains)]));
       const jumps = missingJumpRules(rules.jumpRules(model), existing);
@@ -314,7 +322,7 @@ export class IptablesProxier {
       for (const port of changedPorts(model, changed)) for (const chain of rules.serviceChains(model, port)) stale.delete(chain);
       text = withDeletedChains(rules.render(model, {changedServicePorts: changed}), 'nat', [...stale].sort());
     } else {
-      const existingChains = new Map([...state.written].map(([table, owned]) => [table, new Set(owned.chains)]));
+      const existingChains = new Map([...state.written].map(([table, owned]) => [table, new Set(owned.chains.keys())]));
       text = rules.render(model, {changedServicePorts: changed, existingChains});
     }
     log.detail(5, 'iptables-restore input', {family, rules: text});
@@ -331,6 +339,7 @@ export class IptablesProxier {
       // a drift check is due, or when the input cannot be followed.
       written = partial ? state.spelling?.ownedAfter(text) : undefined;
       if (!partial || driftCheckDue || !written) {
+        this.#wholeTables = true;
         readAt = this.#clock.now();
         const tables = await this.#readTables(family);
         now = tables.owned;
@@ -346,7 +355,7 @@ export class IptablesProxier {
     }
 
     if (!partial) {
-      state.written = now!;
+      state.written = new Map([...now!].map(([table, owned]) => [table, recordOwned(owned)]));
     } else {
       // The chains the write did not replace must be as they were after the previous write; reading
       // the kernel back checks them, and the replaced ones, free of charge.
@@ -355,7 +364,7 @@ export class IptablesProxier {
       const expected = new Map(proxyTables.map((table) => [table, afterPartialWrite(previous.get(table)!, (written ?? now!).get(table)!, declared.get(table) ?? new Set())]));
       let changedBehindUs = false;
       for (const table of now ? proxyTables : []) {
-        if (sameOwnedRules(expected.get(table)!, now!.get(table)!)) continue;
+        if (matchesRecord(expected.get(table)!, now!.get(table)!)) continue;
         changedBehindUs = true;
         log.warn('rules changed behind our back; rewriting them', {family, drift: describeDrift(expected.get(table)!, now!.get(table)!)});
       }
@@ -376,7 +385,7 @@ export class IptablesProxier {
       state.needFullSync = false;
       state.lastFullSync = start;
     }
-    for (const [table, owned] of state.written) state.rulesPerTable.set(table, owned.rules.length);
+    for (const [table, owned] of state.written) state.rulesPerTable.set(table, owned.ruleCount);
 
     const seconds = (this.#clock.now() - start) / 1000;
     metrics.syncDuration.observe({ip_family: family}, seconds);
