@@ -13,10 +13,11 @@ import {promisify} from 'node:util';
 import {CoreV1Api, DiscoveryV1Api, KubeConfig, type V1EndpointSlice, type V1Service} from '@kubernetes/client-node';
 import Trace from '../src/plugin/commands/trace.ts';
 import {downLab, upLab} from '../src/lab/lab-control.ts';
-import {isRoot} from './netns.ts';
 import {figure, heading, percentile, skipped, timed} from './report.ts';
 
 const execFileAsync = promisify(execFile);
+// Not bench/netns.ts's isRoot: importing it installs signal handlers that exit at once, before the lab is down.
+const isRoot = process.getuid?.() === 0;
 const plugin = fileURLToPath(new URL('../bin/kubectl-proxyctl', import.meta.url));
 const runs = 7;
 
