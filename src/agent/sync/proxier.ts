@@ -325,6 +325,9 @@ export class IptablesProxier {
       const existingChains = new Map([...state.written].map(([table, owned]) => [table, new Set(owned.chains.keys())]));
       text = rules.render(model, {changedServicePorts: changed, existingChains});
     }
+    // A partial sync after a burst of changes (thousands of services created at once) names as
+    // many chains as a full one, and pays the same quadratic chain list.
+    if (!full && state.frontEnd === 'nf_tables' && declaredChainCount(text) > wholeTableCacheAbove) text = withWholeTableCache(text);
     log.detail(5, 'iptables-restore input', {family, rules: text});
     const partial = !full && state.written !== undefined;
     let now: Map<IptablesTable, OwnedRules> | undefined;
@@ -446,8 +449,19 @@ export class IptablesProxier {
  * take most of an hour. A command that names no chain makes it read the whole table instead and
  * skip the list. `-Z` (zero the table's counters) is the one such command that changes no rule; its
  * price is that the nat counters restart from zero at each full sync, which those of our own rules
- * do anyway since a full sync rewrites all of them. Partial syncs name few chains and go without it.
+ * do anyway since a full sync rewrites all of them. Partial syncs usually name few chains and go
+ * without it; one that names more than wholeTableCacheAbove uses it too (its counters restart).
  */
+/** Chains a restore input may name before reading the whole table is cheaper than the list (about 90 services). */
+export const wholeTableCacheAbove = 1000;
+
+/** declaredChainCount: the chains a restore input declares (":CHAIN" lines). */
+export function declaredChainCount(input: string): number {
+  let count = input.startsWith(':') ? 1 : 0;
+  for (let at = input.indexOf('\n:'); at >= 0; at = input.indexOf('\n:', at + 2)) count++;
+  return count;
+}
+
 export function withWholeTableCache(rules: string): string {
   // Sliced and joined rather than replaced by a regular expression: at 10,000 services the input is
   // 45 MB, and a replace would copy all of it once more.

@@ -107,6 +107,24 @@ test('on iptables-nft a full sync makes iptables read the whole nat table (a cha
   await proxier.stop();
 });
 
+test('on iptables-nft a partial sync after a burst (over 1,000 chains named) reads the whole nat table too', async () => {
+  const {host, proxier, objects} = setup();
+  await proxier.start();
+  await proxier.syncRules(requested);
+  for (let i = 0; i < 1100; i++) {
+    const name = `burst-${i}`;
+    objects.servicesByName.set(name, service(name, `10.96.${10 + (i >> 8)}.${i & 255}`));
+    objects.slicesByName.set(`${name}-1`, slice(`${name}-1`, name, [`10.244.3.${1 + (i % 250)}`]));
+    proxier.onChange('Service', objects.servicesByName.get(name));
+  }
+  const [result] = await proxier.syncRules(requested);
+  assert.equal(result.kind, 'partial');
+  assert.ok(host.restores[1].rules.includes(`:${serviceChain('default/burst-1099:p/TCP')} `));
+  assert.match(host.restores[1].rules, /^\*nat\n-Z\n/m, 'the chain list would cost more than reading the whole table');
+  assert.match(await host.iptablesSave('IPv4', 'nat'), new RegExp(serviceChain('default/burst-1099:p/TCP')), 'the burst is applied');
+  await proxier.stop();
+});
+
 test('an endpoint change is a partial sync of that service port only', async () => {
   const {host, proxier, objects, rules, metrics} = setup();
   await proxier.syncRules(requested);
