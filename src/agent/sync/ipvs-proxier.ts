@@ -10,12 +10,7 @@
 // when the drain bound passes.
 import {diffIpvs, ipvsIptablesChains, planIpvsSync, realServerKey, renderIpvs, type IpvsState, virtualServerKey} from '../../core/ipvs/index.ts';
 import {changedServicePorts, cidrContains, type IPFamily, joinHostPort, type ModelOptions, parseCIDR, parseIP, type ProxyModel, ProxyModelBuilder} from '../../core/model/index.ts';
-import type {AgentMetrics} from '../health/metrics.ts';
-import type {ProxierHealth} from '../health/proxier-health.ts';
-import type {ServiceHealthTarget} from '../health/service-health.ts';
 import type {Host} from '../host/host.ts';
-import type {Logger} from '../log.ts';
-import {type Clock, systemClock} from './clock.ts';
 import {planConntrackCleanup} from './conntrack-cleanup.ts';
 import {
   changeBoundAddresses,
@@ -30,68 +25,39 @@ import {
 } from './ipvs-host.ts';
 import {removeNftablesTables} from './nftables-proxier.ts';
 import {cleanupRestoreInput, readOwnedRules} from './owned-rules.ts';
-import {type ClusterObjects, type ObjectKind, type SyncOutcome, type SyncResult, withJumpRules} from './proxier.ts';
-import type {BoundedFrequencyRunner, RunReason} from './runner.ts';
-import {createSyncRunner, deleteConntrackEntries, SyncBookkeeping} from './sync-bookkeeping.ts';
+import {type ClusterObjects, type SyncResult, withJumpRules} from './proxier.ts';
+import type {RunReason} from './runner.ts';
+import {deleteConntrackEntries, type FamilySyncState, ProxierBase, type ProxierBaseOptions} from './sync-bookkeeping.ts';
 
-export interface IpvsProxierOptions {
+export interface IpvsProxierOptions extends ProxierBaseOptions {
   host: Host;
   objects: ClusterObjects;
-  families: IPFamily[];
   /** Everything buildProxyModel needs except the family. */
   model: Omit<ModelOptions, 'family'>;
   ipvs: IpvsSettings;
-  syncPeriod: number;
-  minSyncPeriod: number;
   /** Longest drain of a removed real server that still has connections (default 15 min). */
   drainTimeout?: number;
   /** How soon a sync checks draining real servers again (default min(syncPeriod, 5 s)). */
   drainCheckPeriod?: number;
-  metrics: AgentMetrics;
-  health: ProxierHealth;
-  log: Logger;
-  clock?: Clock;
-  serviceHealth?: {sync(targets: ServiceHealthTarget[]): Promise<void>};
 }
 
-interface FamilyState {
-  builder: ProxyModelBuilder;
-  /** The model whose state is in the kernel. */
-  applied?: ProxyModel;
+interface FamilyState extends FamilySyncState {
   /** What the kernel holds after the last successful write (draining real servers at weight 0). */
   written?: IpvsState;
-  needFullSync: boolean;
   /** Draining real servers (realServerKey) and when their drain began. */
   draining: Map<string, number>;
 }
 
-export class IpvsProxier {
+export class IpvsProxier extends ProxierBase<FamilyState> {
   readonly #options: IpvsProxierOptions;
-  readonly #clock: Clock;
-  readonly #runner: BoundedFrequencyRunner;
-  readonly #families = new Map<IPFamily, FamilyState>();
-  readonly #book: SyncBookkeeping;
   readonly #excluded: NonNullable<ReturnType<typeof parseCIDR>>[];
-  #lastResults: SyncResult[] = [];
-  #lastError: string | undefined;
   #drainTimer: unknown;
   #stopped = false;
 
   constructor(options: IpvsProxierOptions) {
+    super(options, (family) => ({builder: new ProxyModelBuilder({...options.model, family}), needFullSync: true, draining: new Map()}));
     this.#options = options;
-    this.#clock = options.clock ?? systemClock;
     this.#excluded = options.ipvs.excludeCIDRs.map(parseCIDR).filter((cidr) => cidr !== undefined);
-    for (const family of options.families) {
-      this.#families.set(family, {builder: new ProxyModelBuilder({...options.model, family}), needFullSync: true, draining: new Map()});
-    }
-    this.#runner = createSyncRunner((reason) => this.syncRules(reason), {
-      minSyncPeriod: options.minSyncPeriod,
-      syncPeriod: options.syncPeriod,
-      clock: this.#clock,
-      log: options.log,
-      onError: (reason) => (this.#lastError = reason),
-    });
-    this.#book = new SyncBookkeeping({metrics: options.metrics, health: options.health, log: options.log, clock: this.#clock, run: () => this.#runner.run(), serviceHealth: options.serviceHealth});
   }
 
   /** start prepares the node (kube-ipvs0, sysctls, timeouts), removes the other modes' rules and starts the runner. */
@@ -106,63 +72,34 @@ export class IpvsProxier {
     }
     await removeNftablesTables(host, families, log);
     await this.#removeIptablesModeChains();
-    this.#runner.start();
-    if (this.#book.initialized()) this.#runner.run();
+    this.startRunner();
   }
 
-  async stop(): Promise<void> {
+  override async stop(): Promise<void> {
     this.#stopped = true;
-    if (this.#drainTimer !== undefined) this.#clock.clearTimer(this.#drainTimer);
+    if (this.#drainTimer !== undefined) this.clock.clearTimer(this.#drainTimer);
     this.#drainTimer = undefined;
-    await this.#runner.stop();
-  }
-
-  markSynced(kind: ObjectKind): void {
-    this.#book.markSynced(kind);
-  }
-
-  onChange(kind: ObjectKind, object: unknown): void {
-    this.#book.onChange(kind, object);
-  }
-
-  /** requestSync asks for a sync as soon as minSyncPeriod allows; `full` compares with the kernel. */
-  requestSync(options: {full?: boolean} = {}): void {
-    if (options.full) for (const state of this.#families.values()) state.needFullSync = true;
-    this.#book.queue();
-  }
-
-  onSync(listener: (outcome: SyncOutcome) => void): () => void {
-    return this.#book.onSync(listener);
-  }
-
-  appliedModels(): Map<IPFamily, ProxyModel> {
-    const models = new Map<IPFamily, ProxyModel>();
-    for (const [family, state] of this.#families) if (state.applied) models.set(family, state.applied);
-    return models;
+    await super.stop();
   }
 
   /** The real servers draining now (weight 0, waiting for their connections to end), per family. */
   draining(): Map<IPFamily, string[]> {
-    return new Map([...this.#families].map(([family, state]) => [family, [...state.draining.keys()].sort()]));
-  }
-
-  status(): {initialized: boolean; lastResults: SyncResult[]; lastError: string | undefined; syncPending: boolean} {
-    return {initialized: this.#book.initialized(), lastResults: this.#lastResults, lastError: this.#lastError, syncPending: this.#runner.pending};
+    return new Map([...this.families].map(([family, state]) => [family, [...state.draining.keys()].sort()]));
   }
 
   /** syncRules is one sync of every family (the runner's function; tests call it directly). */
-  async syncRules(reason: RunReason = {requested: true, periodic: false, retry: false}): Promise<SyncResult[]> {
+  override async syncRules(reason: RunReason = {requested: true, periodic: false, retry: false}): Promise<SyncResult[]> {
     try {
-      return await this.#book.runSync(() => this.#syncAll(reason), () => this.#ruleTotals());
+      return await super.syncRules(reason);
     } finally {
       this.#scheduleDrainCheck();
     }
   }
 
   /** The iptables layer's rules per table, all families together. */
-  #ruleTotals(): {filter: number; nat: number} {
+  protected ruleTotals(): {filter: number; nat: number} {
     const totals = {filter: 0, nat: 0};
-    for (const state of this.#families.values()) {
+    for (const state of this.families.values()) {
       if (!state.written) continue;
       let table: 'nat' | 'filter' | undefined;
       for (const line of state.written.iptables.split('\n')) {
@@ -173,38 +110,16 @@ export class IpvsProxier {
     return totals;
   }
 
-  async #syncAll(reason: RunReason): Promise<SyncResult[]> {
-    const triggers = this.#book.beginSync();
-    const objects = {services: this.#options.objects.services(), endpointSlices: this.#options.objects.endpointSlices(), node: this.#options.objects.node()};
-    const results: SyncResult[] = [];
-    const models: ProxyModel[] = [];
-    let failure: unknown;
-    for (const [family, state] of this.#families) {
-      const model = state.builder.build(objects);
-      models.push(model);
-      try {
-        results.push(await this.#syncFamily(family, model, reason));
-      } catch (error) {
-        failure ??= error;
-      }
-    }
-    this.#book.reportProblems(models);
-    if (failure !== undefined) {
-      this.#book.syncFailed(triggers);
-      throw failure;
-    }
-    const totals = this.#ruleTotals();
+  /** The iptables layer's rule counts, as iptables mode's gauge shows them. */
+  protected override syncSucceeded(): void {
+    const totals = this.ruleTotals();
     for (const table of ['nat', 'filter'] as const) this.#options.metrics.iptablesRules.set({table}, totals[table]);
-    this.#lastResults = results;
-    this.#lastError = undefined;
-    await this.#book.syncSucceeded(triggers, this.appliedModels().values());
-    return results;
   }
 
-  async #syncFamily(family: IPFamily, model: ProxyModel, reason: RunReason): Promise<SyncResult> {
+  protected async syncFamily(family: IPFamily, model: ProxyModel, reason: RunReason): Promise<SyncResult> {
     const {host, metrics, log} = this.#options;
-    const state = this.#families.get(family)!;
-    const start = this.#clock.now();
+    const state = this.families.get(family)!;
+    const start = this.clock.now();
     // As kube-proxy's ipvs mode, every periodic sync compares with the kernel.
     const full = state.needFullSync || state.written === undefined || reason.periodic;
     const changed = changedServicePorts(state.applied, model);
@@ -259,7 +174,7 @@ export class IpvsProxier {
     await deleteConntrackEntries(this.#options, family, planConntrackCleanup(state.applied, model));
     state.applied = model;
     if (full) state.needFullSync = false;
-    const seconds = (this.#clock.now() - start) / 1000;
+    const seconds = (this.clock.now() - start) / 1000;
     metrics.syncDuration.observe({ip_family: family}, seconds);
     (full ? metrics.syncFullDuration : metrics.syncPartialDuration).observe({ip_family: family}, seconds);
     log.detail(2, 'synced ipvs state', {family, kind: full ? 'full' : 'partial', changes, changedServicePorts: changed.size, servicePorts: model.servicePorts.length, seconds});
@@ -311,12 +226,12 @@ export class IpvsProxier {
 
   /** While real servers drain, a sync comes back soon to delete the ones that have drained. */
   #scheduleDrainCheck(): void {
-    const draining = [...this.#families.values()].some((state) => state.draining.size > 0);
+    const draining = [...this.families.values()].some((state) => state.draining.size > 0);
     if (this.#stopped || !draining || this.#drainTimer !== undefined) return;
     const period = this.#options.drainCheckPeriod ?? Math.min(this.#options.syncPeriod, 5000);
-    this.#drainTimer = this.#clock.setTimer(() => {
+    this.#drainTimer = this.clock.setTimer(() => {
       this.#drainTimer = undefined;
-      this.#runner.run();
+      this.runner.run();
     }, period);
   }
 
@@ -327,7 +242,7 @@ export class IpvsProxier {
    */
   async #removeIptablesModeChains(): Promise<void> {
     const {host, log} = this.#options;
-    for (const family of this.#families.keys()) {
+    for (const family of this.families.keys()) {
       for (const table of ['nat', 'filter', 'mangle'] as const) {
         let save: string;
         try {

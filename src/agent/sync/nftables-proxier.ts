@@ -10,44 +10,28 @@ import {changedServicePorts, type IPFamily, type ModelOptions, type ProxyModel, 
 import {diffNftables} from '../../core/nftables/diff.ts';
 import {parseNftablesJson, parseNftablesScript} from '../../core/nftables/parse.ts';
 import {deleteStaleChains, nftablesCleanupScript, type NftablesState, renderNftables, renderNftablesSync} from '../../core/nftables/render.ts';
-import type {AgentMetrics} from '../health/metrics.ts';
-import type {ProxierHealth} from '../health/proxier-health.ts';
-import type {ServiceHealthTarget} from '../health/service-health.ts';
 import type {Host, IptablesTable} from '../host/host.ts';
 import type {Logger} from '../log.ts';
-import {type Clock, systemClock} from './clock.ts';
 import {planConntrackCleanup} from './conntrack-cleanup.ts';
 import {cleanupRestoreInput, readOwnedRules} from './owned-rules.ts';
-import {type ClusterObjects, fullSyncPeriod, type ObjectKind, type SyncOutcome, type SyncResult} from './proxier.ts';
-import type {BoundedFrequencyRunner, RunReason} from './runner.ts';
-import {createSyncRunner, deleteConntrackEntries, releaseGarbage, SyncBookkeeping} from './sync-bookkeeping.ts';
+import {type ClusterObjects, fullSyncPeriod, type SyncResult} from './proxier.ts';
+import type {RunReason} from './runner.ts';
+import {deleteConntrackEntries, type FamilySyncState, ProxierBase, type ProxierBaseOptions} from './sync-bookkeeping.ts';
 
-export interface NftablesProxierOptions {
+export interface NftablesProxierOptions extends ProxierBaseOptions {
   host: Host;
   objects: ClusterObjects;
-  families: IPFamily[];
   /** Everything the model builder needs except the family. */
   model: Omit<ModelOptions, 'family'>;
   /** The cluster's service CIDRs: addresses in them that are no ClusterIP are dropped. */
   serviceCIDRs?: string[];
   /** The node's addresses, for nodePortAddresses given as CIDRs (default: the model's node IPs). */
   nodeAddresses?: () => Promise<string[]>;
-  syncPeriod: number;
-  minSyncPeriod: number;
-  metrics: AgentMetrics;
-  health: ProxierHealth;
-  log: Logger;
-  clock?: Clock;
-  serviceHealth?: {sync(targets: ServiceHealthTarget[]): Promise<void>};
 }
 
-interface FamilyState {
-  /** Rebuilds only the service ports whose objects changed since the last build. */
-  builder: ProxyModelBuilder;
-  applied?: ProxyModel;
+interface FamilyState extends FamilySyncState {
   /** What the last successful sync left in the table; undefined: unknown, recreate it. */
   nft?: NftablesState;
-  needFullSync: boolean;
   lastFullSync?: number;
   rules: number;
 }
@@ -72,123 +56,41 @@ export async function removeNftablesTables(host: Host, families: IPFamily[], log
   }
 }
 
-export class NftablesProxier {
+export class NftablesProxier extends ProxierBase<FamilyState> {
   readonly #options: NftablesProxierOptions;
-  readonly #clock: Clock;
-  readonly #runner: BoundedFrequencyRunner;
-  readonly #families = new Map<IPFamily, FamilyState>();
-  readonly #book: SyncBookkeeping;
-  #lastResults: SyncResult[] = [];
-  #lastError: string | undefined;
-  /** A family's sync wrote or read the whole table: collect the garbage it left once the sync is done. */
-  #wholeTables = false;
+  /** The node's addresses as read for the sync in progress (nodePortAddresses as CIDRs). */
+  #nodeAddressesThisSync: string[] | undefined;
 
   constructor(options: NftablesProxierOptions) {
+    super(options, (family) => ({builder: new ProxyModelBuilder({...options.model, family}), needFullSync: true, rules: 0}));
     this.#options = options;
-    this.#clock = options.clock ?? systemClock;
-    for (const family of options.families) this.#families.set(family, {builder: new ProxyModelBuilder({...options.model, family}), needFullSync: true, rules: 0});
-    this.#runner = createSyncRunner((reason) => this.syncRules(reason), {
-      minSyncPeriod: options.minSyncPeriod,
-      syncPeriod: options.syncPeriod,
-      clock: this.#clock,
-      log: options.log,
-      onError: (reason) => (this.#lastError = reason),
-    });
-    this.#book = new SyncBookkeeping({metrics: options.metrics, health: options.health, log: options.log, clock: this.#clock, run: () => this.#runner.run(), serviceHealth: options.serviceHealth});
   }
 
   /** start removes iptables mode's rules and starts the runner; the first sync waits for the initial lists. */
   async start(): Promise<void> {
     await this.#cleanupIptablesMode();
-    this.#runner.start();
-    if (this.#book.initialized()) this.#runner.run();
-  }
-
-  async stop(): Promise<void> {
-    await this.#runner.stop();
-  }
-
-  markSynced(kind: ObjectKind): void {
-    this.#book.markSynced(kind);
-  }
-
-  onChange(kind: ObjectKind, object: unknown): void {
-    this.#book.onChange(kind, object);
-  }
-
-  requestSync(options: {full?: boolean} = {}): void {
-    if (options.full) for (const state of this.#families.values()) state.needFullSync = true;
-    this.#book.queue();
-  }
-
-  onSync(listener: (outcome: SyncOutcome) => void): () => void {
-    return this.#book.onSync(listener);
-  }
-
-  appliedModels(): Map<IPFamily, ProxyModel> {
-    const models = new Map<IPFamily, ProxyModel>();
-    for (const [family, state] of this.#families) if (state.applied) models.set(family, state.applied);
-    return models;
-  }
-
-  status(): {initialized: boolean; lastResults: SyncResult[]; lastError: string | undefined; syncPending: boolean} {
-    return {initialized: this.#book.initialized(), lastResults: this.#lastResults, lastError: this.#lastError, syncPending: this.#runner.pending};
-  }
-
-  /** syncRules is one sync of every family (the runner's function; tests call it directly). */
-  async syncRules(reason: RunReason = {requested: true, periodic: false, retry: false}): Promise<SyncResult[]> {
-    return this.#book.runSync(() => this.#syncAll(reason), () => this.#ruleTotals());
+    this.startRunner();
   }
 
   /** nftables has no filter/nat split of the proxy's rules: every rule counts under "nat". */
-  #ruleTotals(): {filter: number; nat: number} {
+  protected ruleTotals(): {filter: number; nat: number} {
     let total = 0;
-    for (const state of this.#families.values()) total += state.rules;
+    for (const state of this.families.values()) total += state.rules;
     return {filter: 0, nat: total};
   }
 
-  async #syncAll(reason: RunReason): Promise<SyncResult[]> {
-    const triggers = this.#book.beginSync();
-    const objects = {services: this.#options.objects.services(), endpointSlices: this.#options.objects.endpointSlices(), node: this.#options.objects.node()};
-    const nodeAddresses = await this.#nodeAddresses();
 
-    const results: SyncResult[] = [];
-    const models: ProxyModel[] = [];
-    let failure: unknown;
-    for (const [family, state] of this.#families) {
-      const model = state.builder.build(objects);
-      models.push(model);
-      try {
-        results.push(await this.#syncFamily(family, model, reason, nodeAddresses));
-      } catch (error) {
-        failure ??= error;
-      }
-    }
-    this.#book.reportProblems(models);
-    if (this.#wholeTables) {
-      this.#wholeTables = false;
-      releaseGarbage();
-    }
-    if (failure !== undefined) {
-      this.#book.syncFailed(triggers);
-      throw failure;
-    }
-    this.#lastResults = results;
-    this.#lastError = undefined;
-    await this.#book.syncSucceeded(triggers, this.appliedModels().values());
-    return results;
-  }
-
-  async #syncFamily(family: IPFamily, model: ProxyModel, reason: RunReason, nodeAddresses: string[] | undefined): Promise<SyncResult> {
+  protected async syncFamily(family: IPFamily, model: ProxyModel, reason: RunReason): Promise<SyncResult> {
+    const nodeAddresses = this.#nodeAddressesThisSync;
     const {host, metrics, log} = this.#options;
-    const state = this.#families.get(family)!;
-    const start = this.#clock.now();
+    const state = this.families.get(family)!;
+    const start = this.clock.now();
     let full = state.needFullSync || state.nft === undefined || state.lastFullSync === undefined || start - state.lastFullSync >= fullSyncPeriod;
     const renderOptions = {serviceCIDRs: this.#options.serviceCIDRs, nodeAddresses};
 
     let drift = false;
     if (!full && reason.periodic && state.applied) {
-      this.#wholeTables = true;
+      this.wholeTablesTouched = true;
       const difference = await this.#drift(family, state.applied, renderOptions);
       if (difference) {
         drift = true;
@@ -206,12 +108,12 @@ export class NftablesProxier {
     }
 
     if (!full) await this.#deleteStaleChains(family, state);
-    else this.#wholeTables = true;
+    else this.wholeTablesTouched = true;
     // A full sync after a failure or at start does not know what the table holds: recreate it.
     const sync = renderNftablesSync(model, {
       ...renderOptions,
       ...(full ? {existing: state.nft, recreateTable: state.nft === undefined || drift} : {existing: state.nft, changedServicePorts: changed}),
-      now: this.#clock.now(),
+      now: this.clock.now(),
     });
     log.detail(5, 'nft transaction', {family, script: sync.script});
     try {
@@ -234,7 +136,7 @@ export class NftablesProxier {
     state.rules = 0;
     for (const footprint of sync.state.footprints.values()) for (const chain of footprint.chains) state.rules += chain.rules.length;
 
-    const seconds = (this.#clock.now() - start) / 1000;
+    const seconds = (this.clock.now() - start) / 1000;
     metrics.syncDuration.observe({ip_family: family}, seconds);
     (full ? metrics.syncFullDuration : metrics.syncPartialDuration).observe({ip_family: family}, seconds);
     log.detail(2, 'synced rules', {family, kind: full ? 'full' : 'partial', changedServicePorts: changed.size, servicePorts: model.servicePorts.length, seconds});
@@ -258,7 +160,7 @@ export class NftablesProxier {
   /** Deletes the chains that went stale a second or more ago; a failure only delays it. */
   async #deleteStaleChains(family: IPFamily, state: FamilyState): Promise<void> {
     if (!state.nft) return;
-    const due = deleteStaleChains(state.nft, this.#clock.now());
+    const due = deleteStaleChains(state.nft, this.clock.now());
     if (!due) return;
     try {
       await this.#options.host.nft(['-f', '-'], due.script);
@@ -267,6 +169,10 @@ export class NftablesProxier {
     } catch (error) {
       this.#options.log.error('cannot delete stale chains; will retry', {family, reason: errorText(error)});
     }
+  }
+
+  protected override async prepareSync(): Promise<void> {
+    this.#nodeAddressesThisSync = await this.#nodeAddresses();
   }
 
   async #nodeAddresses(): Promise<string[] | undefined> {
@@ -283,7 +189,7 @@ export class NftablesProxier {
   /** Removes iptables mode's chains and jump rules (nat, filter, mangle), keeping foreign ones. */
   async #cleanupIptablesMode(): Promise<void> {
     const {host, log} = this.#options;
-    for (const family of this.#families.keys()) {
+    for (const family of this.families.keys()) {
       for (const table of ['nat', 'filter', 'mangle'] as IptablesTable[]) {
         let input: string;
         try {

@@ -6,17 +6,13 @@
 // FullSyncPeriod); otherwise partial, rewriting only the chains of service ports that changed.
 // Every periodic sync first reads the rules back and, if someone changed them, rewrites them all.
 import {changedServicePorts, type IPFamily, type ModelOptions, type ProxyModel, ProxyModelBuilder, servicePortIdentity} from '../../core/model/index.ts';
-import type {AgentMetrics} from '../health/metrics.ts';
-import type {ProxierHealth} from '../health/proxier-health.ts';
-import type {ServiceHealthTarget} from '../health/service-health.ts';
 import type {Host, IptablesFrontEnd, IptablesTable} from '../host/host.ts';
-import type {Logger} from '../log.ts';
-import {type Clock, systemClock} from './clock.ts';
+import type {Clock} from './clock.ts';
 import {planConntrackCleanup} from './conntrack-cleanup.ts';
 import type {IptablesRuleSource, JumpRule} from './iptables-rules.ts';
 import {afterPartialWrite, declaredChains, describeDrift, InputSpelling, isOwnedChain, matchesRecord, type OwnedRecord, type OwnedRules, proxyTables, readOwnedRules, recordOwned} from './owned-rules.ts';
-import type {BoundedFrequencyRunner, RunReason} from './runner.ts';
-import {createSyncRunner, deleteConntrackEntries, releaseGarbage, SyncBookkeeping} from './sync-bookkeeping.ts';
+import type {RunReason} from './runner.ts';
+import {deleteConntrackEntries, type FamilySyncState, ProxierBase, type ProxierBaseOptions} from './sync-bookkeeping.ts';
 
 /** kube-proxy's FullSyncPeriod: the longest run of partial syncs. */
 export const fullSyncPeriod = 3_600_000;
@@ -32,35 +28,21 @@ export interface ClusterObjects {
 
 export type ObjectKind = 'Service' | 'EndpointSlice' | 'Node';
 
-export interface ProxierOptions {
+export interface ProxierOptions extends ProxierBaseOptions {
   host: Host;
   rules: IptablesRuleSource;
   objects: ClusterObjects;
-  families: IPFamily[];
   /** Everything buildProxyModel needs except the family. */
   model: Omit<ModelOptions, 'family'>;
-  syncPeriod: number;
-  minSyncPeriod: number;
-  metrics: AgentMetrics;
-  health: ProxierHealth;
-  log: Logger;
-  clock?: Clock;
-  /** Opens and closes healthCheckNodePort listeners after each sync. */
-  serviceHealth?: {sync(targets: ServiceHealthTarget[]): Promise<void>};
 }
 
-interface FamilyState {
-  /** Builds the family's model from the watched objects, redoing only what changed. */
-  builder: ProxyModelBuilder;
+interface FamilyState extends FamilySyncState {
   /** iptables' kernel interface, once known: decides how a full sync's input is prepared. */
   frontEnd?: IptablesFrontEnd;
-  /** The model whose rules are in the kernel. */
-  applied?: ProxyModel;
   /** The proxy's rules as the last write left them, per table (read back, or known from a partial write's input), recorded compactly. */
   written?: Map<IptablesTable, OwnedRecord>;
   /** Knows what a partial write leaves without reading the kernel, when the rule source can spell rules. */
   spelling?: InputSpelling;
-  needFullSync: boolean;
   lastFullSync?: number;
   /** When the rules were last compared with what was written (or freshly written in full). */
   lastDriftCheck?: number;
@@ -110,75 +92,32 @@ export interface SyncOutcome {
   error?: string;
 }
 
-export class IptablesProxier {
+export class IptablesProxier extends ProxierBase<FamilyState> {
   readonly #options: ProxierOptions;
-  readonly #clock: Clock;
-  readonly #runner: BoundedFrequencyRunner;
-  readonly #families = new Map<IPFamily, FamilyState>();
-  readonly #book: SyncBookkeeping;
-  #lastResults: SyncResult[] = [];
-  #lastError: string | undefined;
-  /** A family's sync wrote or read whole tables: collect the garbage it left once the sync is done. */
-  #wholeTables = false;
   readonly #writeListeners = new Set<RulesWriteListener>();
 
   constructor(options: ProxierOptions) {
-    this.#options = options;
-    this.#clock = options.clock ?? systemClock;
-    for (const family of options.families) {
+    super(options, (family) => {
       const spell = options.rules.spellRules;
       const spelling = spell ? new InputSpelling((input) => spell(family, input)) : undefined;
-      this.#families.set(family, {builder: new ProxyModelBuilder({...options.model, family}), spelling, needFullSync: true, rulesPerTable: new Map()});
-    }
-    this.#runner = createSyncRunner((reason) => this.syncRules(reason), {
-      minSyncPeriod: options.minSyncPeriod,
-      syncPeriod: options.syncPeriod,
-      clock: this.#clock,
-      log: options.log,
-      onError: (reason) => (this.#lastError = reason),
+      return {builder: new ProxyModelBuilder({...options.model, family}), spelling, needFullSync: true, rulesPerTable: new Map()};
     });
-    this.#book = new SyncBookkeeping({metrics: options.metrics, health: options.health, log: options.log, clock: this.#clock, run: () => this.#runner.run(), serviceHealth: options.serviceHealth});
+    this.#options = options;
   }
 
   /** start prepares the node (route_localnet) and starts the runner; the first sync waits for the initial lists. */
   async start(): Promise<void> {
     await this.#enableLocalhostNodePorts();
-    for (const family of this.#families.keys()) {
+    for (const family of this.families.keys()) {
       try {
         const frontEnd = await this.#options.host.iptablesFrontEnd(family);
-        this.#families.get(family)!.frontEnd = frontEnd;
+        this.families.get(family)!.frontEnd = frontEnd;
         this.#options.log.info('iptables front end', {family, frontEnd});
       } catch (error) {
         this.#options.log.warn('cannot tell the iptables front end', {family, reason: errorText(error)});
       }
     }
-    this.#runner.start();
-    if (this.#book.initialized()) this.#runner.run();
-  }
-
-  async stop(): Promise<void> {
-    await this.#runner.stop();
-  }
-
-  /** markSynced: the initial list of that kind is in; syncing starts when all three are. */
-  markSynced(kind: ObjectKind): void {
-    this.#book.markSynced(kind);
-  }
-
-  /** onChange: an object was added, updated or deleted. */
-  onChange(kind: ObjectKind, object: unknown): void {
-    this.#book.onChange(kind, object);
-  }
-
-  /** requestSync asks for a sync as soon as minSyncPeriod allows; `full` rewrites every chain. */
-  requestSync(options: {full?: boolean} = {}): void {
-    if (options.full) for (const state of this.#families.values()) state.needFullSync = true;
-    this.#book.queue();
-  }
-
-  /** onSync calls `listener` after every sync that ran (not the ones skipped before the initial lists). */
-  onSync(listener: (outcome: SyncOutcome) => void): () => void {
-    return this.#book.onSync(listener);
+    this.startRunner();
   }
 
   /** onWrite tells `listener` of every write of rules (the agent API keeps its copy of the kernel's rules current with it). */
@@ -206,73 +145,20 @@ export class IptablesProxier {
     }
   }
 
-  /** The models whose rules are in the kernel now, per family. */
-  appliedModels(): Map<IPFamily, ProxyModel> {
-    const models = new Map<IPFamily, ProxyModel>();
-    for (const [family, state] of this.#families) if (state.applied) models.set(family, state.applied);
-    return models;
-  }
-
-  status(): {initialized: boolean; lastResults: SyncResult[]; lastError: string | undefined; syncPending: boolean} {
-    return {initialized: this.#book.initialized(), lastResults: this.#lastResults, lastError: this.#lastError, syncPending: this.#runner.pending};
-  }
-
-  /** syncRules is one sync of every family (the runner's function; tests call it directly). */
-  async syncRules(reason: RunReason = {requested: true, periodic: false, retry: false}): Promise<SyncResult[]> {
-    return this.#book.runSync(() => this.#syncAll(reason), () => this.#ruleTotals());
-  }
-
-  #ruleTotals(): {filter: number; nat: number} {
+  protected ruleTotals(): {filter: number; nat: number} {
     const totals = {filter: 0, nat: 0};
-    for (const state of this.#families.values()) {
+    for (const state of this.families.values()) {
       totals.filter += state.rulesPerTable.get('filter') ?? 0;
       totals.nat += state.rulesPerTable.get('nat') ?? 0;
     }
     return totals;
   }
 
-  async #syncAll(reason: RunReason): Promise<SyncResult[]> {
-    const triggers = this.#book.beginSync();
-    const objects = {
-      services: this.#options.objects.services(),
-      endpointSlices: this.#options.objects.endpointSlices(),
-      node: this.#options.objects.node(),
-    };
 
-    const results: SyncResult[] = [];
-    const models: ProxyModel[] = [];
-    let failure: unknown;
-    for (const family of this.#families.keys()) {
-      const model = this.#families.get(family)!.builder.build(objects);
-      models.push(model);
-      try {
-        results.push(await this.#syncFamily(family, model, reason));
-      } catch (error) {
-        failure ??= error;
-      }
-    }
-    this.#book.reportProblems(models);
-    if (this.#wholeTables) {
-      this.#wholeTables = false;
-      releaseGarbage();
-    }
-    if (failure !== undefined) {
-      // Changes seen by this sync are not in the kernel yet: keep the health clock running on them.
-      this.#book.syncFailed(triggers);
-      throw failure;
-    }
-
-    this.#updateRuleCounts();
-    this.#lastResults = results;
-    this.#lastError = undefined;
-    await this.#book.syncSucceeded(triggers, this.appliedModels().values());
-    return results;
-  }
-
-  async #syncFamily(family: IPFamily, model: ProxyModel, reason: RunReason): Promise<SyncResult> {
+  protected async syncFamily(family: IPFamily, model: ProxyModel, reason: RunReason): Promise<SyncResult> {
     const {host, rules, metrics, log} = this.#options;
-    const state = this.#families.get(family)!;
-    const start = this.#clock.now();
+    const state = this.families.get(family)!;
+    const start = this.clock.now();
     let full = state.needFullSync || state.lastFullSync === undefined || start - state.lastFullSync >= fullSyncPeriod;
 
     // Checked at least once per syncPeriod, also when changes keep every sync from being periodic:
@@ -282,7 +168,7 @@ export class IptablesProxier {
     let changed = changedServicePorts(state.applied, model);
     if (!full && driftCheckDue && state.written && changed.size === 0) {
       state.lastDriftCheck = start;
-      this.#wholeTables = true;
+      this.wholeTablesTouched = true;
       const current = await this.#readOwned(family);
       for (const table of proxyTables) {
         const written = state.written.get(table)!;
@@ -306,7 +192,7 @@ export class IptablesProxier {
 
     let text: string;
     if (full || !state.written) {
-      this.#wholeTables = true;
+      this.wholeTablesTouched = true;
       const existing = await this.#readOwned(family);
       const existingChains = new Map([...existing].map(([table, owned]) => [table, new Set(owned.chains)]));
       const jumps = missingJumpRules(rules.jumpRules(model), existing);
@@ -337,13 +223,13 @@ export class IptablesProxier {
     this.#tellWrite(family, 'started');
     try {
       await host.iptablesRestore(family, text, {noflush: true});
-      const writtenAt = this.#clock.now();
+      const writtenAt = this.clock.now();
       // A partial write is known from its input; the kernel is read back after full writes, when
       // a drift check is due, or when the input cannot be followed.
       written = partial ? state.spelling?.ownedAfter(text) : undefined;
       if (!partial || driftCheckDue || !written) {
-        this.#wholeTables = true;
-        readAt = this.#clock.now();
+        this.wholeTablesTouched = true;
+        readAt = this.clock.now();
         const tables = await this.#readTables(family);
         now = tables.owned;
         readBack = tables.texts;
@@ -376,7 +262,7 @@ export class IptablesProxier {
         drift = true;
         metrics.driftRepairs.inc({ip_family: family});
         state.needFullSync = true;
-        this.#runner.run();
+        this.runner.run();
       }
     }
     // A full sync at 10,000 services takes longer than syncPeriod: count from the reading, not the start.
@@ -390,7 +276,7 @@ export class IptablesProxier {
     }
     for (const [table, owned] of state.written) state.rulesPerTable.set(table, owned.ruleCount);
 
-    const seconds = (this.#clock.now() - start) / 1000;
+    const seconds = (this.clock.now() - start) / 1000;
     metrics.syncDuration.observe({ip_family: family}, seconds);
     (full ? metrics.syncFullDuration : metrics.syncPartialDuration).observe({ip_family: family}, seconds);
     log.detail(2, 'synced rules', {family, kind: full ? 'full' : 'partial', changedServicePorts: changed.size, servicePorts: model.servicePorts.length, seconds});
@@ -415,10 +301,11 @@ export class IptablesProxier {
     await deleteConntrackEntries(this.#options, family, planConntrackCleanup(previous && only(previous), only(next)));
   }
 
-  #updateRuleCounts(): void {
+  /** The rules per table, all families together (kubeproxy_sync_proxy_rules_iptables_total). */
+  protected override syncSucceeded(): void {
     for (const table of proxyTables) {
       let total = 0;
-      for (const state of this.#families.values()) total += state.rulesPerTable.get(table) ?? 0;
+      for (const state of this.families.values()) total += state.rulesPerTable.get(table) ?? 0;
       this.#options.metrics.iptablesRules.set({table}, total);
     }
   }
@@ -426,7 +313,7 @@ export class IptablesProxier {
   async #enableLocalhostNodePorts(): Promise<void> {
     const {host, log, model} = this.#options;
     const config = model.config ?? {};
-    if (!this.#families.has('IPv4') || config.localhostNodePorts === false) return;
+    if (!this.families.has('IPv4') || config.localhostNodePorts === false) return;
     const addresses = config.nodePortAddresses ?? [];
     const coversLoopback = addresses.length === 0 || addresses.some((cidr) => cidr === '0.0.0.0/0' || cidr.startsWith('127.'));
     if (!coversLoopback) return;
