@@ -34,7 +34,9 @@ import {figure, heading, mib, percentile, skipped, timed} from './report.ts';
 import {benchClusterCIDR, benchNodeName, endpointSliceFor, makeWorkload, type Workload} from './workload.ts';
 
 const execFileAsync = promisify(execFile);
-const agentMain = fileURLToPath(new URL('../src/agent/main.ts', import.meta.url));
+// The agent as users start it: bin/proxyctl-agent runs the build (npm run bench builds first) with
+// the memory settings of the image's entrypoint.
+const agentLauncher = fileURLToPath(new URL('../bin/proxyctl-agent', import.meta.url));
 /** Endpoint changes per size; the median is printed. */
 const changeRounds = 5;
 
@@ -232,7 +234,7 @@ const nftablesMode: AgentBenchMode = {
     const target = `${newAddress} . 8080`;
     return (timeoutMs) => watchMap(namespace, map, target, timeoutMs);
   },
-  changeFloorName: 'a one-element nft transaction on the full table',
+  changeFloorName: 'one-element nft transaction on the full table',
   changeGoalMs: 100,
   async changeFloor(namespace) {
     // The smallest change nft can make: one element of an endpoint map replaced by itself.
@@ -291,7 +293,6 @@ interface AgentRun {
 async function startAgentRun(namespace: string, kubeconfig: string, mode: 'iptables' | 'nftables'): Promise<AgentRun> {
   const [healthzPort, metricsPort] = await freeLoopbackPorts(2);
   const args = [
-    agentMain,
     '--netns',
     namespace,
     '--kubeconfig',
@@ -311,7 +312,7 @@ async function startAgentRun(namespace: string, kubeconfig: string, mode: 'iptab
   const startedAt = performance.now();
   const nodeOptions = process.env.PXBENCH_AGENT_NODE_OPTIONS;
   const env = nodeOptions === undefined ? process.env : {...process.env, NODE_OPTIONS: nodeOptions};
-  const child: ChildProcess = spawn(process.execPath, args, {stdio: ['ignore', 'ignore', 'pipe'], env});
+  const child: ChildProcess = spawn(agentLauncher, args, {stdio: ['ignore', 'ignore', 'pipe'], env});
   const lines: string[] = [];
   const arrivals: number[] = [];
   let partial = '';
