@@ -2,11 +2,9 @@
 // node namespaces of a namespace cluster, send real TCP and UDP from pods and external clients,
 // and check what the endpoints saw. Each case also traces the rules read back from the kernel
 // and checks the tracer predicted what the kernel did. Runs through iptables-nft and iptables-legacy.
-import assert from 'node:assert/strict';
 import {after, before, describe} from 'node:test';
 import {parseIptablesSave, renderIptables, traceIptables} from '../../src/core/iptables/index.ts';
-import {buildProxyModel} from '../../src/core/model/index.ts';
-import {kernelUnavailable, nodeAddresses, nodeObject, restoreIptables, saveIptables} from './namespace-lab.ts';
+import {kernelUnavailable, nodeAddresses, restoreIptables, saveIptables} from './namespace-lab.ts';
 import {firstPacket, type NodeTracer, ServiceScenario, sharedServiceCases} from './service-scenario.ts';
 
 // Both kernel interfaces iptables can drive: rules written through either must behave the same,
@@ -24,9 +22,7 @@ for (const frontEnd of ['nft', 'legacy'] as const) {
       const lab = await scenario.start();
       // Every node gets the rules its own proxy would write; node-1's differ for Local policies.
       for (const entry of lab.topology.nodes) {
-        const model = buildProxyModel({services: scenario.services, endpointSlices: scenario.slices, node: nodeObject(entry)}, {family: 'IPv4', clusterCIDRs: [lab.topology.clusterCIDR]});
-        assert.deepEqual(model.problems, [], `model of ${entry.name}`);
-        await restoreIptables(entry, renderIptables(model, {includeJumps: true}), frontEnd);
+        await restoreIptables(entry, renderIptables(scenario.modelFor(entry), {includeJumps: true}), frontEnd);
         savedRules.set(entry.name, await saveIptables(entry, frontEnd));
         scenario.localAddresses.set(entry.name, await nodeAddresses(entry));
       }

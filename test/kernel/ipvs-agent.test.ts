@@ -9,13 +9,13 @@
 import assert from 'node:assert/strict';
 import {mkdtemp, rm, writeFile} from 'node:fs/promises';
 import {tmpdir} from 'node:os';
-import {join, relative} from 'node:path';
+import {join} from 'node:path';
 import {after, before, describe, it, type TestContext} from 'node:test';
-import {fileURLToPath} from 'node:url';
 import {main as agentMain} from '../../src/agent/main.ts';
 import {parseBoundAddresses, parseIpsetSave, parseIpvsadmSave} from '../../src/core/ipvs/index.ts';
 import {execInNamespace, spawnInNamespace} from '../../src/lab/netns/index.ts';
-import {guestUnavailableReason, hostHasIpvs, repoRoot, runTestFileInGuest} from '../../scripts/qemu/guest.ts';
+import {hostHasIpvs} from '../../scripts/qemu/guest.ts';
+import {itRunsInGuest} from './in-guest.ts';
 import {AgentChild, kernelUnavailable, type LiveCluster, probe, repliedPods, serviceObject, startLiveCluster, until} from '../agent/live/live-cluster.ts';
 import {freeLoopbackPorts} from '../../src/lab/agent-process.ts';
 import {AgentClient} from '../../src/plugin/lib/agent-client.ts';
@@ -70,21 +70,7 @@ function podIP(name: string): string {
 
 describe('agent in ipvs mode on a kernel with IP_VS', {concurrency: false, timeout: 300_000}, () => {
   if (!runHere && !kernelUnavailable) {
-    it("runs every case of this file in a qemu guest booting Debian's kernel", {timeout: 400_000}, async (t) => {
-      const unavailable = guestUnavailableReason();
-      if (unavailable) {
-        t.skip(`this kernel has no IP_VS and no qemu guest can boot: ${unavailable}`);
-        return;
-      }
-      const file = relative(repoRoot, fileURLToPath(import.meta.url));
-      const result = await runTestFileInGuest(file, {memoryMiB: 2048, timeoutMs: 380_000});
-      if (result.crashedFirstRun) t.diagnostic(`the guest's first run ended before any test started and was run again:\n${result.crashedFirstRun.stdout}\n${result.crashedFirstRun.stderr}`);
-      for (const line of result.stdout.split('\n').filter((text) => /^ℹ (tests|pass|fail|skipped|duration_ms)|^\s+[✔✖] /.test(text))) t.diagnostic(`guest: ${line.trim()}`);
-      t.diagnostic(`guest run: ${Math.round(result.durationMs / 1000)} s from boot to poweroff`);
-      assert.equal(result.exitCode, 0, `the guest's test run failed (exit ${result.exitCode}${result.timedOut ? ', timed out' : ''}):\n${result.stdout}\n${result.stderr}\n${result.exitCode === undefined ? result.consoleLog : ''}`);
-      assert.match(result.stdout, /ℹ fail 0/, result.stdout);
-      assert.match(result.stdout, /ℹ skipped 0/, `cases skipped in the guest:\n${result.stdout}`);
-    });
+    itRunsInGuest(import.meta.url, {timeoutMs: 380_000});
     return;
   }
 

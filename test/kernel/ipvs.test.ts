@@ -7,8 +7,6 @@
 // stock kernel (scripts/qemu/guest.ts) once and runs all its cases there in one go.
 import assert from 'node:assert/strict';
 import {after, before, describe, it} from 'node:test';
-import {relative} from 'node:path';
-import {fileURLToPath} from 'node:url';
 import {
   diffIpvs,
   formatIpsetRestore,
@@ -22,10 +20,11 @@ import {
   withJumpRules,
   type IpvsState,
 } from '../../src/core/ipvs/index.ts';
-import {buildProxyModel, type EndpointSliceInput} from '../../src/core/model/index.ts';
+import type {EndpointSliceInput} from '../../src/core/model/index.ts';
 import {execInNamespace, type NodeDescription} from '../../src/lab/netns/index.ts';
-import {guestUnavailableReason, hostHasIpvs, repoRoot, runTestFileInGuest} from '../../scripts/qemu/guest.ts';
-import {demoPorts, kernelUnavailable, nodeAddresses, nodeObject, restoreIptables, saveIptables} from './namespace-lab.ts';
+import {hostHasIpvs} from '../../scripts/qemu/guest.ts';
+import {itRunsInGuest} from './in-guest.ts';
+import {demoPorts, kernelUnavailable, nodeAddresses, restoreIptables, saveIptables} from './namespace-lab.ts';
 import {clusterIPs, firstPacket, type ModeBehaviour, type NodeTracer, replies, ServiceScenario, sharedServiceCases, slice} from './service-scenario.ts';
 
 /** Where this file's cases run: here (root, kernel with IP_VS), in a qemu guest, or nowhere (and why). */
@@ -45,9 +44,7 @@ const ipvsBehaviour: ModeBehaviour = {noLocalEndpoint: 'not-delivered', hairpinS
 
 /** desiredFor renders what the proxy on `entry` wants for these objects. */
 function desiredFor(entry: NodeDescription, slices: EndpointSliceInput[]): IpvsState {
-  const model = buildProxyModel({services: scenario.services, endpointSlices: slices, node: nodeObject(entry)}, {family: 'IPv4', clusterCIDRs: [scenario.lab!.topology.clusterCIDR]});
-  assert.deepEqual(model.problems, [], `model of ${entry.name}`);
-  return renderIpvs(model);
+  return renderIpvs(scenario.modelFor(entry, slices));
 }
 
 /** applyIpvsState loads the state into the node's namespace the way ipvs mode's first sync does. */
@@ -78,21 +75,7 @@ const trace: NodeTracer = (entry, sender, target) => traceIpvs(appliedStates.get
 
 describe('ipvs mode in a kernel with IP_VS', {concurrency: false, timeout: 900_000}, () => {
   if (!runHere && !kernelUnavailable) {
-    it('runs every case of this file in a qemu guest booting Debian\'s kernel', {timeout: 1_500_000}, async (t) => {
-      const unavailable = guestUnavailableReason();
-      if (unavailable) {
-        t.skip(`this kernel has no IP_VS and no qemu guest can boot: ${unavailable}`);
-        return;
-      }
-      const file = relative(repoRoot, fileURLToPath(import.meta.url));
-      const result = await runTestFileInGuest(file, {memoryMiB: 2048, timeoutMs: 1_400_000});
-      if (result.crashedFirstRun) t.diagnostic(`the guest's first run ended before any test started and was run again:\n${result.crashedFirstRun.stdout}\n${result.crashedFirstRun.stderr}`);
-      const summary = result.stdout.split('\n').filter((line) => /^ℹ (tests|pass|fail|skipped|duration_ms)/.test(line));
-      for (const line of summary) t.diagnostic(`guest: ${line}`);
-      assert.equal(result.exitCode, 0, `the guest's test run failed (exit ${result.exitCode}${result.timedOut ? ', timed out' : ''}):\n${result.stdout}\n${result.stderr}\n${result.exitCode === undefined ? result.consoleLog : ''}`);
-      assert.match(result.stdout, /ℹ fail 0/, result.stdout);
-      assert.match(result.stdout, /ℹ skipped 0/, `cases skipped in the guest:\n${result.stdout}`);
-    });
+    itRunsInGuest(import.meta.url, {timeoutMs: 1_400_000});
     return;
   }
 

@@ -9,7 +9,7 @@ import {after, before, describe, it} from 'node:test';
 import {buildProxyModel, changedServicePorts, type EndpointSliceInput, type ProxyModel, type ServiceInput} from '../../src/core/model/index.ts';
 import {diffNftables, parseNftablesJson, parseNftablesScript, renderNftables, renderNftablesSync, traceNftables, type NftablesState, type NftRuleset} from '../../src/core/nftables/index.ts';
 import {createNamespace, deleteNamespace, execInNamespace, newNamespacePrefix, type NodeDescription} from '../../src/lab/netns/index.ts';
-import {kernelUnavailable, nodeAddresses, nodeObject} from './namespace-lab.ts';
+import {kernelUnavailable, nodeAddresses} from './namespace-lab.ts';
 import {assertTraceAgrees, clusterIPs, describeTrace, firstPacket, nodePorts, type NodeTracer, replies, ServiceScenario, serviceCIDR, sharedServiceCases, slice, type Target} from './service-scenario.ts';
 
 const scenario = new ServiceScenario();
@@ -55,8 +55,7 @@ describe('nftables rules in the kernel', {concurrency: false, timeout: 120_000},
     const lab = await scenario.start();
     // Every node gets the rules its own proxy would write; node-1's differ for Local policies.
     for (const entry of lab.topology.nodes) {
-      const model = buildProxyModel({services: scenario.services, endpointSlices: scenario.slices, node: nodeObject(entry)}, {family: 'IPv4', clusterCIDRs: [lab.topology.clusterCIDR]});
-      assert.deepEqual(model.problems, [], `model of ${entry.name}`);
+      const model = scenario.modelFor(entry);
       const sync = renderNftablesSync(model, {serviceCIDRs: [serviceCIDR], recreateTable: true});
       await loadNftables(entry, sync.script);
       syncStates.set(entry.name, {model, state: sync.state, applied: parseNftablesScript(sync.script)});
@@ -116,7 +115,7 @@ describe('nftables rules in the kernel', {concurrency: false, timeout: 120_000},
     const before = syncStates.get(entry.name)!;
     const at = (name: string) => scenario.at(name);
     const changedSlices = scenario.slices.map((candidate) => (candidate.metadata?.name === 'np-cluster-1' ? slice('np-cluster', [at('pod-1-0'), at('pod-0-2')]) : candidate));
-    const model = buildProxyModel({services: scenario.services, endpointSlices: changedSlices, node: nodeObject(entry)}, {family: 'IPv4', clusterCIDRs: [scenario.lab!.topology.clusterCIDR]});
+    const model = scenario.modelFor(entry, changedSlices);
     const changed = changedServicePorts(before.model, model);
     assert.deepEqual([...changed], ['default/np-cluster:http/TCP']);
     const sync = renderNftablesSync(model, {existing: before.state, changedServicePorts: changed, serviceCIDRs: [serviceCIDR]});

@@ -9,12 +9,12 @@
 // client-0 (10.240.0.100) and client-1 (10.240.0.101) outside the cluster CIDR, routed through node-0
 import assert from 'node:assert/strict';
 import {it, type TestContext} from 'node:test';
-import type {EndpointSliceInput, ServiceInput} from '../../src/core/model/index.ts';
+import {buildProxyModel, type EndpointSliceInput, type ProxyModel, type ServiceInput} from '../../src/core/model/index.ts';
 import type {TraceResult} from '../../src/core/trace/types.ts';
 import type {NodeDescription} from '../../src/lab/netns/index.ts';
 import type {ProbeResult} from '../../src/lab/workload/demoapp-client.ts';
 import {probeFromNamespace} from '../../src/lab/workload/launch.ts';
-import {demoPorts, findPod, kernelUnavailable, type KernelLab, startKernelLab} from './namespace-lab.ts';
+import {demoPorts, findPod, kernelUnavailable, type KernelLab, nodeObject, startKernelLab} from './namespace-lab.ts';
 
 export const servers = ['pod-0-1', 'pod-0-2', 'pod-0-3', 'pod-1-0'];
 export const loadBalancerIP = '10.250.0.30';
@@ -76,6 +76,16 @@ export class ServiceScenario {
   /** `unavailable` says why this file's cases cannot run in this process (the skip reason). */
   constructor(unavailable: () => string = () => `needs root: ${kernelUnavailable}`) {
     this.#unavailable = unavailable;
+  }
+
+  /**
+   * modelFor: what the proxy on `entry` derives from the scenario's services and `slices` (default
+   * the scenario's own); the scenario's objects are all valid, so any problem fails the test.
+   */
+  modelFor(entry: NodeDescription, slices: EndpointSliceInput[] = this.slices): ProxyModel {
+    const model = buildProxyModel({services: this.services, endpointSlices: slices, node: nodeObject(entry)}, {family: 'IPv4', clusterCIDRs: [this.lab!.topology.clusterCIDR]});
+    assert.deepEqual(model.problems, [], `model of ${entry.name}`);
+    return model;
   }
 
   async start(): Promise<KernelLab> {
