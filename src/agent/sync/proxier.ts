@@ -340,10 +340,10 @@ export class IptablesProxier extends ProxierBase<FamilyState> {
  * without it; one that names more than wholeTableCacheAbove uses it too (its counters restart).
  */
 /** Chains a restore input may name before reading the whole table is cheaper than the list (about 90 services). */
-export const wholeTableCacheAbove = 1000;
+const wholeTableCacheAbove = 1000;
 
 /** declaredChainCount: the chains a restore input declares (":CHAIN" lines). */
-export function declaredChainCount(input: string): number {
+function declaredChainCount(input: string): number {
   let count = input.startsWith(':') ? 1 : 0;
   for (let at = input.indexOf('\n:'); at >= 0; at = input.indexOf('\n:', at + 2)) count++;
   return count;
