@@ -105,7 +105,7 @@ export class AppliedRulesCache {
     }
   }
 
-  /** The write ended: `written` is what it left, undefined when that is not known (it failed). */
+  /** The write ended: `written` is what it left, undefined when that is not known (it failed, or it was a full write not read back). */
   writeEnded(family: IPFamily, written: WrittenRules | undefined): void {
     const writes = this.#familyWrites(family);
     const previous = this.#current.get(family);

@@ -5,12 +5,14 @@
 // A sync is full at start, after any failure, after drift, and at least hourly (kube-proxy's
 // FullSyncPeriod); otherwise partial, rewriting only the chains of service ports that changed.
 // Every periodic sync first reads the rules back and, if someone changed them, rewrites them all.
+// What a write left is known from its input, not read back, as kube-proxy never reads back.
 import {changedServicePorts, type IPFamily, type ModelOptions, type ProxyModel, ProxyModelBuilder, servicePortIdentity} from '../../core/model/index.ts';
 import type {Host, IptablesFrontEnd, IptablesTable} from '../host/host.ts';
 import type {Clock} from './clock.ts';
 import {planConntrackCleanup} from './conntrack-cleanup.ts';
 import type {IptablesRuleSource, JumpRule} from './iptables-rules.ts';
-import {afterPartialWrite, declaredChains, describeDrift, InputSpelling, isOwnedChain, matchesRecord, type OwnedRecord, type OwnedRules, proxyTables, readOwnedRules, recordOwned} from './owned-rules.ts';
+import {createHash} from 'node:crypto';
+import {afterPartialWrite, declaredChains, describeDrift, InputSpelling, isOwnedChain, matchesRecord, ownedChainNames, type OwnedRecord, type OwnedRules, proxyTables, readOwnedRules, recordOwned, settleRecord} from './owned-rules.ts';
 import type {RunReason} from './runner.ts';
 import {deleteConntrackEntries, type FamilySyncState, ProxierBase, type ProxierBaseOptions} from './sync-bookkeeping.ts';
 
@@ -43,6 +45,11 @@ interface FamilyState extends FamilySyncState {
   written?: Map<IptablesTable, OwnedRecord>;
   /** Knows what a partial write leaves without reading the kernel, when the rule source can spell rules. */
   spelling?: InputSpelling;
+  /**
+   * A digest of the input lines of each fixed chain (KUBE-SERVICES, KUBE-NODEPORTS ...) as the
+   * last partial write gave them, by "table chain"; empty after a full write or a failure.
+   */
+  fixedChainInputs: Map<string, string>;
   lastFullSync?: number;
   /** When the rules were last compared with what was written (or freshly written in full). */
   lastDriftCheck?: number;
@@ -100,7 +107,7 @@ export class IptablesProxier extends ProxierBase<FamilyState> {
     super(options, (family) => {
       const spell = options.rules.spellRules;
       const spelling = spell ? new InputSpelling((input) => spell(family, input)) : undefined;
-      return {builder: new ProxyModelBuilder({...options.model, family}), spelling, needFullSync: true, rulesPerTable: new Map()};
+      return {builder: new ProxyModelBuilder({...options.model, family}), spelling, needFullSync: true, rulesPerTable: new Map(), fixedChainInputs: new Map()};
     });
     this.#options = options;
   }
@@ -166,14 +173,18 @@ export class IptablesProxier extends ProxierBase<FamilyState> {
     let drift = false;
     const driftCheckDue = reason.periodic || state.lastDriftCheck === undefined || start - state.lastDriftCheck >= this.#options.syncPeriod;
     let changed = changedServicePorts(state.applied, model);
+    /** The proxy's rules read at `start`, when the drift check read them. */
+    let current: Map<IptablesTable, OwnedRules> | undefined;
     if (!full && driftCheckDue && state.written && changed.size === 0) {
       state.lastDriftCheck = start;
       this.wholeTablesTouched = true;
-      const current = await this.#readOwned(family);
+      current = await this.#readOwned(family);
       for (const table of proxyTables) {
         const written = state.written.get(table)!;
         const now = current.get(table)!;
-        if (!matchesRecord(written, now)) {
+        if (matchesRecord(written, now)) {
+          state.written.set(table, settleRecord(written, now));
+        } else {
           drift = true;
           log.warn('rules changed behind our back; rewriting them', {family, drift: describeDrift(written, now)});
         }
@@ -191,9 +202,12 @@ export class IptablesProxier extends ProxierBase<FamilyState> {
     }
 
     let text: string;
+    let existing: Map<IptablesTable, OwnedRules> | undefined;
+    const existingReadAt = current ? start : this.clock.now();
     if (full || !state.written) {
       this.wholeTablesTouched = true;
-      const existing = await this.#readOwned(family);
+      // A drift check has just read them: a repair need not read them again.
+      existing = current ?? (await this.#readOwned(family));
       const existingChains = new Map([...existing].map(([table, owned]) => [table, new Set(owned.chains)]));
       const jumps = missingJumpRules(rules.jumpRules(model), existing);
       for (const jump of jumps) log.info('jump rule added', {family, table: jump.table, chain: jump.chain, rule: jump.rule.join(' ')});
@@ -211,6 +225,8 @@ export class IptablesProxier extends ProxierBase<FamilyState> {
       const existingChains = new Map([...state.written].map(([table, owned]) => [table, new Set(owned.chains.keys())]));
       text = rules.render(model, {changedServicePorts: changed, existingChains});
     }
+    let fixedChainInputs = new Map<string, string>();
+    if (!full && state.written) ({input: text, written: fixedChainInputs} = withoutUnchangedFixedChains(text, state.fixedChainInputs));
     // A partial sync after a burst of changes (thousands of services created at once) names as
     // many chains as a full one, and pays the same quadratic chain list.
     if (!full && state.frontEnd === 'nf_tables' && declaredChainCount(text) > wholeTableCacheAbove) text = withWholeTableCache(text);
@@ -218,33 +234,44 @@ export class IptablesProxier extends ProxierBase<FamilyState> {
     const partial = !full && state.written !== undefined;
     let now: Map<IptablesTable, OwnedRules> | undefined;
     let written: Map<IptablesTable, OwnedRules> | undefined;
+    let fullyWritten: Map<IptablesTable, OwnedRecord> | undefined;
     let readAt = start;
     let readBack: string[] | undefined;
     this.#tellWrite(family, 'started');
     try {
       await host.iptablesRestore(family, text, {noflush: true});
       const writtenAt = this.clock.now();
-      // A partial write is known from its input; the kernel is read back after full writes, when
-      // a drift check is due, or when the input cannot be followed.
-      written = partial ? state.spelling?.ownedAfter(text) : undefined;
-      if (!partial || driftCheckDue || !written) {
+      // What a write left is known from its input and, for a full write, the reading just before
+      // it; the kernel is read back after a partial write when a drift check is due, and when the
+      // input cannot be followed.
+      if (partial) written = state.spelling?.ownedAfter(text);
+      else fullyWritten = state.spelling?.recordAfterFullWrite(text, existing!);
+      if (partial ? driftCheckDue || !written : !fullyWritten) {
         this.wholeTablesTouched = true;
         readAt = this.clock.now();
         const tables = await this.#readTables(family);
         now = tables.owned;
         readBack = tables.texts;
       }
-      this.#tellWrite(family, 'ended', () => (readBack !== undefined ? {kind: 'read', text: readBack.join(''), readStartedAt: readAt} : chainsWritten(text, written!, writtenAt)));
+      this.#tellWrite(family, 'ended', () => {
+        if (readBack !== undefined) return {kind: 'read', text: readBack.join(''), readStartedAt: readAt};
+        return written && chainsWritten(text, written, writtenAt);
+      });
     } catch (error) {
       this.#tellWrite(family, 'ended', undefined);
+      state.fixedChainInputs.clear();
       metrics.restoreFailures.inc();
       if (!full) metrics.partialRestoreFailures.inc();
       state.needFullSync = true;
       throw new Error(`${family} ${full ? 'full' : 'partial'} sync: ${errorText(error)}`, {cause: error});
     }
 
+    for (const [chain, digest] of fixedChainInputs) state.fixedChainInputs.set(chain, digest);
     if (!partial) {
-      state.written = new Map([...now!].map(([table, owned]) => [table, recordOwned(owned)]));
+      state.fixedChainInputs.clear();
+      state.written = fullyWritten ?? new Map([...now!].map(([table, owned]) => [table, recordOwned(owned)]));
+      // The reading before the write checked every chain the write did not replace.
+      if (fullyWritten) state.lastDriftCheck = existingReadAt;
     } else {
       // The chains the write did not replace must be as they were after the previous write; reading
       // the kernel back checks them, and the replaced ones, free of charge.
@@ -253,7 +280,10 @@ export class IptablesProxier extends ProxierBase<FamilyState> {
       const expected = new Map(proxyTables.map((table) => [table, afterPartialWrite(previous.get(table)!, (written ?? now!).get(table)!, declared.get(table) ?? new Set())]));
       let changedBehindUs = false;
       for (const table of now ? proxyTables : []) {
-        if (matchesRecord(expected.get(table)!, now!.get(table)!)) continue;
+        if (matchesRecord(expected.get(table)!, now!.get(table)!)) {
+          expected.set(table, settleRecord(expected.get(table)!, now!.get(table)!));
+          continue;
+        }
         changedBehindUs = true;
         log.warn('rules changed behind our back; rewriting them', {family, drift: describeDrift(expected.get(table)!, now!.get(table)!)});
       }
@@ -403,6 +433,49 @@ export function withJumpRules(input: string, jumps: JumpRule[]): string {
     text = beforeCommit(text, table, lines);
   }
   return text;
+}
+
+/**
+ * withoutUnchangedFixedChains leaves out of a partial write's input the fixed chains (KUBE-SERVICES,
+ * KUBE-NODEPORTS ...) whose input lines are those the last partial write gave them (`written`, a
+ * digest per "table chain"); `written` in the result holds the digests of those it keeps. At
+ * 10,000 services KUBE-SERVICES holds over 10,000 rules: replacing it for a change of endpoints,
+ * which leaves it as it is, would cost more than the change, and more the larger the cluster.
+ */
+export function withoutUnchangedFixedChains(input: string, lastWritten: ReadonlyMap<string, string>): {input: string; written: Map<string, string>} {
+  const lines = input.split('\n');
+  const fixedLines = new Map<string, string[]>();
+  let table: IptablesTable | undefined;
+  const keyOf = (line: string): string | undefined => {
+    if (!table || !(line.startsWith(':') || line.startsWith('-A '))) return undefined;
+    const from = line.startsWith(':') ? 1 : 3;
+    const end = line.indexOf(' ', from);
+    const chain = line.slice(from, end < 0 ? line.length : end);
+    return ownedChainNames[table]?.includes(chain) ? `${table} ${chain}` : undefined;
+  };
+  for (const line of lines) {
+    if (line.startsWith('*')) table = line.slice(1) as IptablesTable;
+    const key = keyOf(line);
+    if (key === undefined) continue;
+    if (line.startsWith(':')) fixedLines.set(key, []);
+    // Rules added to a chain the input does not declare append to it: not this function's to judge.
+    else fixedLines.get(key)?.push(line);
+  }
+  const written = new Map<string, string>();
+  const unchanged = new Set<string>();
+  for (const [key, chainLines] of fixedLines) {
+    const digest = createHash('sha1').update(chainLines.join('\n')).digest('base64');
+    if (lastWritten.get(key) === digest) unchanged.add(key);
+    else written.set(key, digest);
+  }
+  if (unchanged.size === 0) return {input, written};
+  table = undefined;
+  const kept = lines.filter((line) => {
+    if (line.startsWith('*')) table = line.slice(1) as IptablesTable;
+    const key = keyOf(line);
+    return key === undefined || !unchanged.has(key);
+  });
+  return {input: kept.join('\n'), written};
 }
 
 /** withDeletedChains flushes and deletes `chains` of `table` at the end of that table's part of the input. */

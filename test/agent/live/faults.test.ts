@@ -179,7 +179,8 @@ describe('live agent: faults and churn', {concurrency: false, timeout: 420_000},
     const node = c.node(0);
     const client = c.pod('pod-0-0').namespace;
     const vip = clusterIPOf('web');
-    await sleep(syncPeriodMs); // the agent has written and read back its rules at least once since the restart
+    await sleep(syncPeriodMs); // the agent has read its rules back (a drift check) at least once since the restart
+    assert.equal(agent.logged(/rules changed behind our back/).length, 0, 'untouched rules are never taken for drift: what the agent knows it wrote is what the kernel holds');
     const before = await savedRules(node);
     const repairsBefore = await agent.metric('proxyctl_drift_repairs_total', {ip_family: 'IPv4'});
     const svcChain = (await execInNamespace(node.namespace, ['iptables-save', '-t', 'nat'])).stdout.split('\n').find((line) => line.startsWith('-A KUBE-SVC-') && line.includes('default/web:http'))?.split(' ')[1];

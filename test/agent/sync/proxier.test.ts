@@ -144,6 +144,29 @@ test('an endpoint change is a partial sync of that service port only', async () 
   assert.equal(await metricValue(metrics, 'kubeproxy_sync_proxy_rules_endpoint_changes_pending'), 0);
 });
 
+test('a partial write leaves out KUBE-SERVICES when the change leaves it as the last write gave it', async () => {
+  const {host, proxier, objects} = setup();
+  await proxier.syncRules(requested);
+  const endpointChange = async (address: string) => {
+    objects.slicesByName.set('web-1', slice('web-1', 'web', [address]));
+    proxier.onChange('EndpointSlice', objects.slicesByName.get('web-1'));
+    await proxier.syncRules(requested);
+    return host.restores.at(-1)!.rules;
+  };
+  assert.match(await endpointChange('10.244.2.6'), /^:KUBE-SERVICES /m, 'the first partial write after a full one names it');
+  const second = await endpointChange('10.244.2.7');
+  assert.doesNotMatch(second, /KUBE-SERVICES/, 'unchanged since: left alone');
+  assert.ok(second.includes(`:${serviceChain('default/web:p/TCP')} `));
+  assert.match(await host.iptablesSave('IPv4', 'nat'), /-A KUBE-SERVICES -d 10.96.0.10\/32 .* -j KUBE-SVC-/, 'and still in the kernel');
+  assert.match(await host.iptablesSave('IPv4', 'nat'), /--to-destination 10.244.2.7:8080/);
+
+  objects.servicesByName.set('new', service('new', '10.96.0.20'));
+  proxier.onChange('Service', objects.servicesByName.get('new'));
+  await proxier.syncRules(requested);
+  assert.match(host.restores.at(-1)!.rules, /-A KUBE-SERVICES -d 10.96.0.20\/32 /, 'a new service changes it: rewritten');
+  assert.match(await host.iptablesSave('IPv4', 'nat'), /-A KUBE-SERVICES -d 10.96.0.10\/32 /);
+});
+
 test('a sync with nothing changed writes nothing', async () => {
   const {host, proxier} = setup();
   await proxier.syncRules(requested);
@@ -221,6 +244,24 @@ test('drift under steady churn: the next partial write sees a tampered chain it 
   const [repair] = await proxier.syncRules(requested);
   assert.equal(repair.kind, 'full');
   assert.match(await host.iptablesSave('IPv4', 'nat'), new RegExp(`-A ${webChain} .*--to-destination 10.244.2.5:8080`), 'and repaired');
+});
+
+test('a full write is not read back; the next reading records each service chain rule by rule, so an edited rule is drift', async () => {
+  const {host, proxier, clock, metrics} = setup();
+  await proxier.syncRules(requested);
+  assert.ok(!host.calls.slice(host.calls.lastIndexOf('iptables-restore IPv4 --noflush')).some((call) => call.startsWith('iptables-save')), 'what a full write left is known from its input');
+  await clock.advance(30_000);
+  assert.equal((await proxier.syncRules(periodic))[0].drift, false, 'the kernel holds what the input said, jump rules included');
+  const webChain = serviceChain('default/web:p/TCP');
+  const rule = (await host.iptablesSave('IPv4', 'nat')).split('\n').find((line) => line.startsWith(`-A ${webChain} `))!;
+  host.tamper('IPv4', 'nat', `-F ${webChain}`);
+  host.tamper('IPv4', 'nat', rule.replace('10.244.2.5:8080', '10.244.9.9:8080'));
+  await clock.advance(30_000);
+  const [result] = await proxier.syncRules(periodic);
+  assert.equal(result.drift, true, 'same rule count, another destination');
+  assert.equal(result.kind, 'full');
+  assert.match(await host.iptablesSave('IPv4', 'nat'), new RegExp(`-A ${webChain} .*--to-destination 10.244.2.5:8080`));
+  assert.equal(await metricValue(metrics, 'proxyctl_drift_repairs_total', {ip_family: 'IPv4'}), 1);
 });
 
 test('drift: changes that alter no rule still get a drift check once per syncPeriod', async () => {
