@@ -64,10 +64,23 @@ interface ObjectRead<T> {
   problems: Problem[];
 }
 
+/**
+ * What the builder keeps of an EndpointSlice between builds: enough to group it by service and to
+ * tell it unchanged. Its ports and endpoints are in the model's service ports already; keeping
+ * them too would hold every endpoint twice, so they are read again from `object` on the rare
+ * build that recomputes an unchanged slice's service (its Service changed, or the node's zone).
+ */
+interface SliceSummary {
+  namespace: string;
+  name: string;
+  serviceName: string;
+  object: unknown;
+}
+
 /** The service ports of one service as last computed, and the inputs they were computed from. */
 interface ServicePortsEntry {
   service: ServiceDefinition;
-  slices: SliceDefinition[];
+  slices: SliceSummary[];
   ports: ServicePort[];
 }
 
@@ -75,14 +88,14 @@ interface ServicePortsEntry {
  * ProxyModelBuilder builds what buildProxyModel builds, over and over as the objects change, for
  * a proxy that needs the model at every sync. An object is read once and its reading kept while
  * the caller passes that same object (by identity: objects must be replaced, never changed in
- * place), and a service whose Service and EndpointSlices are the same readings as at the previous
+ * place; of an EndpointSlice only its SliceSummary is kept), and a service whose Service and EndpointSlices are the same readings as at the previous
  * build keeps its ServicePort objects. A build then costs a lookup per object plus the work for
  * what changed, and changedServicePorts on two consecutive models compares only what was redone.
  */
 export class ProxyModelBuilder {
   readonly #options: ModelOptions;
   readonly #serviceReads = new WeakMap<object, ObjectRead<ServiceDefinition>>();
-  readonly #sliceReads = new WeakMap<object, ObjectRead<SliceDefinition>>();
+  readonly #sliceReads = new WeakMap<object, ObjectRead<SliceSummary>>();
   #ports = new Map<string, ServicePortsEntry>();
   /** What the service ports were computed against: node name and zone. */
   #portsContext = '';
@@ -129,8 +142,20 @@ export class ProxyModelBuilder {
     const readOneService = (object: unknown, sink: Problem[]) =>
       readService(object, {family, serviceProxyName: options.serviceProxyName, sourceRangesFromAnnotation: options.sourceRangesFromAnnotation ?? false}, sink);
     const services = uniqueByName(listOf(objects.services, 'services', configProblems), 'Service', this.#serviceReads, readOneService, problems);
-    const slices = uniqueByName(listOf(objects.endpointSlices, 'endpointSlices', configProblems), 'EndpointSlice', this.#sliceReads, (object, sink) => readEndpointSlice(object, family, sink), problems);
-    const slicesByService = new Map<string, SliceDefinition[]>();
+    // Slices read in this build, so that their service ports need not read them again.
+    const sliceDefinitions = new Map<SliceSummary, SliceDefinition>();
+    const readOneSlice = (object: unknown, sink: Problem[]): SliceSummary | undefined => {
+      const definition = readEndpointSlice(object, family, sink);
+      if (!definition) return undefined;
+      const summary: SliceSummary = {namespace: definition.namespace, name: definition.name, serviceName: definition.serviceName, object};
+      sliceDefinitions.set(summary, definition);
+      return summary;
+    };
+    const sliceDefinition = (summary: SliceSummary): SliceDefinition =>
+      // Read before without fault, and objects are never changed in place: the same reading again.
+      sliceDefinitions.get(summary) ?? readEndpointSlice(summary.object, family, []) ?? {namespace: summary.namespace, name: summary.name, serviceName: summary.serviceName, ports: [], endpoints: []};
+    const slices = uniqueByName(listOf(objects.endpointSlices, 'endpointSlices', configProblems), 'EndpointSlice', this.#sliceReads, readOneSlice, problems);
+    const slicesByService = new Map<string, SliceSummary[]>();
     for (const slice of slices) {
       const serviceId = `${slice.namespace}/${slice.serviceName}`;
       const group = slicesByService.get(serviceId);
@@ -151,7 +176,7 @@ export class ProxyModelBuilder {
         ports.set(id, known);
         continue;
       }
-      const entry: ServicePortsEntry = {service, slices: serviceSlices, ports: this.#servicePorts(service, serviceSlices, nodeName, zone)};
+      const entry: ServicePortsEntry = {service, slices: serviceSlices, ports: this.#servicePorts(service, serviceSlices.map(sliceDefinition), nodeName, zone)};
       ports.set(id, entry);
       if (samePorts && known && known.ports.length === entry.ports.length && known.ports.every((port, index) => port.key === entry.ports[index].key && port.protocol === entry.ports[index].protocol)) {
         known.ports.forEach((port, index) => replaced.set(port, entry.ports[index]));
