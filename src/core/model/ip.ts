@@ -32,11 +32,19 @@ export function parseIP(input: string): ParsedIP | undefined {
       const v4 = bytes.slice(12);
       return {family: 'IPv4', text: v4.join('.'), bytes: v4};
     }
-    return {family: 'IPv6', text: formatIPv6(bytes), bytes};
+    return {family: 'IPv6', text: sameOrCanonical(input, formatIPv6(bytes)), bytes};
   }
   const bytes = parseIPv4Bytes(input);
   if (!bytes) return undefined;
-  return {family: 'IPv4', text: bytes.join('.'), bytes};
+  return {family: 'IPv4', text: sameOrCanonical(input, bytes.join('.')), bytes};
+}
+
+/**
+ * The input itself when it is canonical already, as almost every address from the API is: the
+ * model then shares the watched object's string instead of holding a copy per endpoint.
+ */
+function sameOrCanonical(input: string, canonical: string): string {
+  return input === canonical ? input : canonical;
 }
 
 /** parseCIDR reads "address/prefix"; host bits are allowed and cleared, as Go's ParseCIDR does. */
