@@ -40,9 +40,28 @@ function compactMetadata(metadata: unknown, labels: readonly string[], annotatio
   return out;
 }
 
+const conditionNames = new Set(['ready', 'serving', 'terminating']);
+/** One object per distinct set of endpoint conditions ({ready: true} and a few others), by its JSON. */
+const conditionsByJson = new Map<string, Json>();
+
+/**
+ * The shared object equal to `conditions` when it holds only true/false conditions (a handful of
+ * combinations, so the map stays small), else `conditions` itself. Records are never changed in
+ * place, so endpoints can share one; that saves an object per endpoint.
+ */
+function sharedConditions(conditions: unknown): unknown {
+  if (!isObject(conditions)) return conditions;
+  for (const [name, value] of Object.entries(conditions)) if (!conditionNames.has(name) || typeof value !== 'boolean') return conditions;
+  const key = JSON.stringify(conditions);
+  let known = conditionsByJson.get(key);
+  if (known === undefined) conditionsByJson.set(key, (known = conditions));
+  return known;
+}
+
 function compactEndpoint(endpoint: unknown): unknown {
   if (!isObject(endpoint)) return endpoint;
   const out = pick(endpoint, endpointFields);
+  if (out.conditions !== undefined) out.conditions = sharedConditions(out.conditions);
   if (endpoint.targetRef !== undefined) out.targetRef = isObject(endpoint.targetRef) ? pick(endpoint.targetRef, ['kind', 'name', 'namespace']) : endpoint.targetRef;
   return out;
 }

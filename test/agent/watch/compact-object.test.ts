@@ -3,6 +3,7 @@
 import assert from 'node:assert/strict';
 import {test} from 'node:test';
 import {buildProxyModel} from '../../../src/core/model/index.ts';
+import type {EndpointInput} from '../../../src/core/model/objects.ts';
 import {compactObject} from '../../../src/agent/watch/compact-object.ts';
 import {node, service, slice} from '../../core/model/cluster-objects.ts';
 
@@ -24,6 +25,8 @@ test('the model of compact records equals the model of the whole objects', () =>
   const slices = [
     withNoise(slice('web-1', 'web', [{ip: '10.244.1.5', node: 'node-1', zone: 'a', zoneHints: ['a'], pod: 'web-1'}, {ip: '10.244.2.5', node: 'node-2', ready: false, serving: true, terminating: true}], {ports: [{name: 'http', protocol: 'TCP', port: 8080}]})),
     withNoise(slice('hinted-1', 'hinted', [{ip: 'not-an-ip'}, {ip: '10.244.3.3', nodeHints: ['node-1']}], {ports: [{name: 'http', protocol: 'TCP', port: 8080}]})),
+    // Malformed conditions, as an API server that does not validate could hand them out.
+    withNoise(slice('web-2', 'web', [{addresses: ['10.244.4.4'], conditions: {ready: 'yes'}}, {addresses: ['10.244.4.5'], conditions: {ready: true, serving: null}}] as unknown as EndpointInput[])),
   ];
   const options = {family: 'IPv4' as const, nodeName: 'node-1', clusterCIDRs: ['10.244.0.0/16']};
   const whole = buildProxyModel({services, endpointSlices: slices, node: node('node-1', {zone: 'a'})}, options);
@@ -47,4 +50,22 @@ test('a compact record drops what the proxy does not read, and keeps resourceVer
   assert.ok(JSON.stringify(compact).length < JSON.stringify(object).length - 500, "the last-applied annotation and managedFields are gone");
   const nodeObject = withNoise(node());
   assert.equal(compactObject('Node', nodeObject), nodeObject, 'the Node is kept whole');
+});
+
+test('endpoints with the same true/false conditions share one conditions object; other values are kept as they came', () => {
+  const endpoints = [
+    {addresses: ['10.244.1.1'], conditions: {ready: true}},
+    {addresses: ['10.244.1.2'], conditions: {ready: true}},
+    {addresses: ['10.244.1.3'], conditions: {ready: false, serving: true, terminating: true}},
+    {addresses: ['10.244.1.4'], conditions: {ready: 'yes'}},
+    {addresses: ['10.244.1.5'], conditions: {ready: true, hot: true}},
+  ] as unknown as EndpointInput[];
+  const first = compactObject('EndpointSlice', slice('web-1', 'web', endpoints)) as {endpoints: Array<{conditions: object}>};
+  const second = compactObject('EndpointSlice', slice('web-2', 'web', structuredClone(endpoints))) as typeof first;
+  assert.deepEqual(first.endpoints.map((endpoint) => endpoint.conditions), endpoints.map((endpoint) => endpoint.conditions));
+  assert.equal(first.endpoints[0].conditions, first.endpoints[1].conditions);
+  assert.equal(second.endpoints[0].conditions, first.endpoints[0].conditions, 'shared across slices');
+  assert.equal(second.endpoints[2].conditions, first.endpoints[2].conditions);
+  assert.notEqual(second.endpoints[3].conditions, first.endpoints[3].conditions, 'a bad value is not shared');
+  assert.notEqual(second.endpoints[4].conditions, first.endpoints[4].conditions, 'nor an unknown condition');
 });
