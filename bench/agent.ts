@@ -19,12 +19,11 @@ import {mkdtemp, readFile, rm} from 'node:fs/promises';
 import {tmpdir} from 'node:os';
 import {join} from 'node:path';
 import {fileURLToPath} from 'node:url';
-import {buildProxyModel, changedServicePorts, type ProxyModel} from '../src/core/model/index.ts';
+import {buildProxyModel, changedServicePorts, type ProxyModel, servicePortIdentity} from '../src/core/model/index.ts';
 import {renderIptables} from '../src/core/iptables/render.ts';
 import {endpointMapShard, namePrefixes, servicePortNameBase} from '../src/core/nftables/names.ts';
 import {endpointTargetsMap, renderNftablesSync} from '../src/core/nftables/render.ts';
 import {loadCoreIptablesRules} from '../src/agent/sync/iptables-rules.ts';
-import {proxyTables, readOwnedRules} from '../src/agent/sync/owned-rules.ts';
 import type {IptablesTable} from '../src/agent/host/host.ts';
 import {freeLoopbackPorts} from '../src/lab/agent-process.ts';
 import {startApiServer} from '../src/lab/apiserver/server.ts';
@@ -208,11 +207,16 @@ const iptablesMode: AgentBenchMode = {
   changeFloorName: 'one-service iptables-restore --noflush',
   changeFloorGoal: 1.2,
   async changeFloor(namespace, current, next) {
-    // One service's chains rewritten with --noflush into the same full table, as the agent's partial sync does.
+    // One service's chains rewritten with --noflush into the same full table; KUBE-SERVICES and
+    // the other fixed chains, which an endpoint change leaves as they are, are not in it.
+    // The changed port's chains that the change leaves unused are deleted, as the agent does; the
+    // kernel also holds services the workload does not know (default/kubernetes), which stay.
     const rules = await loadCoreIptablesRules();
-    const existingChains = new Map<IptablesTable, Set<string>>();
-    for (const table of proxyTables) existingChains.set(table, new Set(readOwnedRules(table, runIn(namespace, ['iptables-save', '-t', table])).chains));
-    const partial = rules.render(next, {changedServicePorts: changedServicePorts(current, next), existingChains});
+    const changed = changedServicePorts(current, next);
+    const changedChains = current.servicePorts.filter((port) => changed.has(servicePortIdentity(port))).flatMap((port) => rules.serviceChains!(current, port));
+    const existingChains = new Map<IptablesTable, Set<string>>([['filter', new Set()], ['nat', new Set(changedChains)]]);
+    const partial = rules.render(next, {changedServicePorts: changed, existingChains, previous: current});
+    if (partial.includes(':KUBE-SERVICES ')) throw new Error('the one-service floor would rewrite KUBE-SERVICES: the change is not an endpoint change');
     return (await timed(() => runIn(namespace, ['iptables-restore', '-w', '5', '--noflush'], partial))).ms;
   },
 };

@@ -27,6 +27,8 @@ export interface RenderOptions {
    * nothing is deleted, and the caller deletes what it knows to be stale (see serviceChains).
    */
   existingChains?: Map<IptablesTable, Set<string>>;
+  /** In a partial render, the model of the last write: fixed chains the change leaves as they are are not rewritten. */
+  previous?: ProxyModel;
 }
 
 export interface IptablesRuleSource {
@@ -66,7 +68,7 @@ export async function loadCoreIptablesRules(): Promise<IptablesRuleSource> {
     throw new Error('iptables mode: core/iptables does not export renderIptables and renderJumpRules');
   }
   const render = (model: ProxyModel, options: RenderOptions) =>
-    String(renderIptables(model, {changedServicePorts: options.changedServicePorts, existingChains: options.existingChains, includeJumps: false}));
+    String(renderIptables(model, {changedServicePorts: options.changedServicePorts, existingChains: options.existingChains, previous: options.previous, includeJumps: false}));
   return {
     render,
     jumpRules: (model) => readJumpRules(renderJumpRules(model)),

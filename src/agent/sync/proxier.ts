@@ -11,8 +11,7 @@ import type {Host, IptablesFrontEnd, IptablesTable} from '../host/host.ts';
 import type {Clock} from './clock.ts';
 import {planConntrackCleanup} from './conntrack-cleanup.ts';
 import type {IptablesRuleSource, JumpRule} from './iptables-rules.ts';
-import {createHash} from 'node:crypto';
-import {afterPartialWrite, declaredChains, describeDrift, InputSpelling, isOwnedChain, matchesRecord, ownedChainNames, type OwnedRecord, type OwnedRules, proxyTables, readOwnedRules, recordOwned, settleRecord} from './owned-rules.ts';
+import {applyPartialWrite, declaredChains, describeDrift, InputSpelling, isOwnedChain, matchesRecord, type OwnedRecord, type OwnedRules, proxyTables, readOwnedRules, recordOwned, settleRecord} from './owned-rules.ts';
 import type {RunReason} from './runner.ts';
 import {deleteConntrackEntries, type FamilySyncState, ProxierBase, type ProxierBaseOptions} from './sync-bookkeeping.ts';
 
@@ -45,11 +44,6 @@ interface FamilyState extends FamilySyncState {
   written?: Map<IptablesTable, OwnedRecord>;
   /** Knows what a partial write leaves without reading the kernel, when the rule source can spell rules. */
   spelling?: InputSpelling;
-  /**
-   * A digest of the input lines of each fixed chain (KUBE-SERVICES, KUBE-NODEPORTS ...) as the
-   * last partial write gave them, by "table chain"; empty after a full write or a failure.
-   */
-  fixedChainInputs: Map<string, string>;
   lastFullSync?: number;
   /** When the rules were last compared with what was written (or freshly written in full). */
   lastDriftCheck?: number;
@@ -107,7 +101,7 @@ export class IptablesProxier extends ProxierBase<FamilyState> {
     super(options, (family) => {
       const spell = options.rules.spellRules;
       const spelling = spell ? new InputSpelling((input) => spell(family, input)) : undefined;
-      return {builder: new ProxyModelBuilder({...options.model, family}), spelling, needFullSync: true, rulesPerTable: new Map(), fixedChainInputs: new Map()};
+      return {builder: new ProxyModelBuilder({...options.model, family}), spelling, needFullSync: true, rulesPerTable: new Map()};
     });
     this.#options = options;
   }
@@ -220,13 +214,11 @@ export class IptablesProxier extends ProxierBase<FamilyState> {
       const previous = state.applied!;
       for (const port of changedPorts(previous, changed)) for (const chain of rules.serviceChains(previous, port)) stale.add(chain);
       for (const port of changedPorts(model, changed)) for (const chain of rules.serviceChains(model, port)) stale.delete(chain);
-      text = withDeletedChains(rules.render(model, {changedServicePorts: changed}), 'nat', [...stale].sort());
+      text = withDeletedChains(rules.render(model, {changedServicePorts: changed, previous}), 'nat', [...stale].sort());
     } else {
       const existingChains = new Map([...state.written].map(([table, owned]) => [table, new Set(owned.chains.keys())]));
-      text = rules.render(model, {changedServicePorts: changed, existingChains});
+      text = rules.render(model, {changedServicePorts: changed, existingChains, previous: state.applied});
     }
-    let fixedChainInputs = new Map<string, string>();
-    if (!full && state.written) ({input: text, written: fixedChainInputs} = withoutUnchangedFixedChains(text, state.fixedChainInputs));
     // A partial sync after a burst of changes (thousands of services created at once) names as
     // many chains as a full one, and pays the same quadratic chain list.
     if (!full && state.frontEnd === 'nf_tables' && declaredChainCount(text) > wholeTableCacheAbove) text = withWholeTableCache(text);
@@ -259,16 +251,13 @@ export class IptablesProxier extends ProxierBase<FamilyState> {
       });
     } catch (error) {
       this.#tellWrite(family, 'ended', undefined);
-      state.fixedChainInputs.clear();
       metrics.restoreFailures.inc();
       if (!full) metrics.partialRestoreFailures.inc();
       state.needFullSync = true;
       throw new Error(`${family} ${full ? 'full' : 'partial'} sync: ${errorText(error)}`, {cause: error});
     }
 
-    for (const [chain, digest] of fixedChainInputs) state.fixedChainInputs.set(chain, digest);
     if (!partial) {
-      state.fixedChainInputs.clear();
       state.written = fullyWritten ?? new Map([...now!].map(([table, owned]) => [table, recordOwned(owned)]));
       // The reading before the write checked every chain the write did not replace.
       if (fullyWritten) state.lastDriftCheck = existingReadAt;
@@ -276,8 +265,8 @@ export class IptablesProxier extends ProxierBase<FamilyState> {
       // The chains the write did not replace must be as they were after the previous write; reading
       // the kernel back checks them, and the replaced ones, free of charge.
       const declared = declaredChains(text);
-      const previous = state.written!;
-      const expected = new Map(proxyTables.map((table) => [table, afterPartialWrite(previous.get(table)!, (written ?? now!).get(table)!, declared.get(table) ?? new Set())]));
+      const expected = state.written!;
+      for (const table of proxyTables) applyPartialWrite(expected.get(table)!, (written ?? now!).get(table)!, declared.get(table) ?? new Set());
       let changedBehindUs = false;
       for (const table of now ? proxyTables : []) {
         if (matchesRecord(expected.get(table)!, now!.get(table)!)) {
@@ -287,7 +276,6 @@ export class IptablesProxier extends ProxierBase<FamilyState> {
         changedBehindUs = true;
         log.warn('rules changed behind our back; rewriting them', {family, drift: describeDrift(expected.get(table)!, now!.get(table)!)});
       }
-      state.written = expected;
       if (changedBehindUs) {
         drift = true;
         metrics.driftRepairs.inc({ip_family: family});
@@ -304,7 +292,7 @@ export class IptablesProxier extends ProxierBase<FamilyState> {
       state.needFullSync = false;
       state.lastFullSync = start;
     }
-    for (const [table, owned] of state.written) state.rulesPerTable.set(table, owned.ruleCount);
+    for (const [table, owned] of state.written!) state.rulesPerTable.set(table, owned.ruleCount);
 
     const seconds = (this.clock.now() - start) / 1000;
     metrics.syncDuration.observe({ip_family: family}, seconds);
@@ -433,49 +421,6 @@ export function withJumpRules(input: string, jumps: JumpRule[]): string {
     text = beforeCommit(text, table, lines);
   }
   return text;
-}
-
-/**
- * withoutUnchangedFixedChains leaves out of a partial write's input the fixed chains (KUBE-SERVICES,
- * KUBE-NODEPORTS ...) whose input lines are those the last partial write gave them (`written`, a
- * digest per "table chain"); `written` in the result holds the digests of those it keeps. At
- * 10,000 services KUBE-SERVICES holds over 10,000 rules: replacing it for a change of endpoints,
- * which leaves it as it is, would cost more than the change, and more the larger the cluster.
- */
-export function withoutUnchangedFixedChains(input: string, lastWritten: ReadonlyMap<string, string>): {input: string; written: Map<string, string>} {
-  const lines = input.split('\n');
-  const fixedLines = new Map<string, string[]>();
-  let table: IptablesTable | undefined;
-  const keyOf = (line: string): string | undefined => {
-    if (!table || !(line.startsWith(':') || line.startsWith('-A '))) return undefined;
-    const from = line.startsWith(':') ? 1 : 3;
-    const end = line.indexOf(' ', from);
-    const chain = line.slice(from, end < 0 ? line.length : end);
-    return ownedChainNames[table]?.includes(chain) ? `${table} ${chain}` : undefined;
-  };
-  for (const line of lines) {
-    if (line.startsWith('*')) table = line.slice(1) as IptablesTable;
-    const key = keyOf(line);
-    if (key === undefined) continue;
-    if (line.startsWith(':')) fixedLines.set(key, []);
-    // Rules added to a chain the input does not declare append to it: not this function's to judge.
-    else fixedLines.get(key)?.push(line);
-  }
-  const written = new Map<string, string>();
-  const unchanged = new Set<string>();
-  for (const [key, chainLines] of fixedLines) {
-    const digest = createHash('sha1').update(chainLines.join('\n')).digest('base64');
-    if (lastWritten.get(key) === digest) unchanged.add(key);
-    else written.set(key, digest);
-  }
-  if (unchanged.size === 0) return {input, written};
-  table = undefined;
-  const kept = lines.filter((line) => {
-    if (line.startsWith('*')) table = line.slice(1) as IptablesTable;
-    const key = keyOf(line);
-    return key === undefined || !unchanged.has(key);
-  });
-  return {input: kept.join('\n'), written};
 }
 
 /** withDeletedChains flushes and deletes `chains` of `table` at the end of that table's part of the input. */

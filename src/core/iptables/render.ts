@@ -33,6 +33,13 @@ export interface RenderIptablesOptions {
    * loads with plain iptables-restore (no --noflush) into an empty network namespace.
    */
   includeJumps?: boolean;
+  /**
+   * In a partial render, the model the rules in the kernel were written from. When no service
+   * port came or went and the changed ones have the same rules in the fixed chains in both, the
+   * fixed chains are left out (neither declared nor written): an endpoint change then costs the
+   * same at 10,000 services as at 100, instead of rewriting KUBE-SERVICES' 10,000 rules.
+   */
+  previous?: ProxyModel;
 }
 
 /** A rule in a built-in chain that leads into the proxy's chains, as argv for `iptables -t TABLE -I CHAIN`. */
@@ -234,6 +241,41 @@ class LineBuffer {
   }
 }
 
+/** Where rendered lines go: a LineBuffer, an array, or nowhere. */
+interface LineSink {
+  push(...lines: string[]): unknown;
+}
+
+const discardLines: LineSink = {push: () => undefined};
+
+/**
+ * fixedChainsChange: whether a partial render for `changed` (servicePortIdentity strings) changes
+ * the fixed chains: a port came or went, or a changed port has other rules in them than before.
+ * The other ports are equal in both (changedServicePorts compared them), and so are their rules.
+ */
+function fixedChainsChange(previous: ProxyModel, next: ProxyModel, changed: ReadonlySet<string>): boolean {
+  const portsOf = (model: ProxyModel): Map<string, ServicePort> => {
+    const ports = new Map<string, ServicePort>();
+    for (const port of model.servicePorts) {
+      const identity = servicePortIdentity(port);
+      if (changed.has(identity)) ports.set(identity, port);
+    }
+    return ports;
+  };
+  const before = portsOf(previous);
+  const after = portsOf(next);
+  if (previous.servicePorts.length !== next.servicePorts.length) return true;
+  for (const identity of changed) {
+    const [was, is] = [before.get(identity), after.get(identity)];
+    if (!was || !is) return true;
+    const [wasRules, isRules] = [[] as string[], [] as string[]];
+    writeFixedChainRules(was, wasRules, wasRules);
+    writeFixedChainRules(is, isRules, isRules);
+    if (wasRules.join('\n') !== isRules.join('\n')) return true;
+  }
+  return false;
+}
+
 /**
  * renderIptables writes the filter and nat tables for the model as iptables-restore input.
  * Lines follow kube-proxy's order: the fixed chains first, then each service port in model
@@ -242,6 +284,7 @@ class LineBuffer {
  */
 export function renderIptables(model: ProxyModel, options: RenderIptablesOptions = {}): string {
   const {changedServicePorts, existingChains, includeJumps = false} = options;
+  const writeFixedChains = changedServicePorts === undefined || options.previous === undefined || fixedChainsChange(options.previous, model, changedServicePorts);
   const mark = masqueradeMark(model.config.masqueradeBit);
   const detector = localTrafficMatches(model.config.localDetector);
   const plan = nodePortPlan(model);
@@ -254,11 +297,14 @@ export function renderIptables(model: ProxyModel, options: RenderIptablesOptions
   const natChainLines = new LineBuffer();
   const natRules = new LineBuffer();
   const activeNatChains = existingChains ? new Set<string>() : undefined;
+  // Where the fixed chains' rules go: nowhere when they are left out.
+  const fixedNat: LineSink = writeFixedChains ? natRules : discardLines;
+  const fixedFilter: LineSink = writeFixedChains ? filterRules : discardLines;
 
-  for (const chain of Object.values(filterChains)) filterChainLines.push(`:${chain} - [0:0]`);
-  for (const chain of Object.values(natChains)) natChainLines.push(`:${chain} - [0:0]`);
+  if (writeFixedChains) for (const chain of Object.values(filterChains)) filterChainLines.push(`:${chain} - [0:0]`);
+  if (writeFixedChains) for (const chain of Object.values(natChains)) natChainLines.push(`:${chain} - [0:0]`);
 
-  natRules.push(
+  fixedNat.push(
     `-A ${natChains.postrouting} -m mark ! --mark ${mark}/${mark} -j RETURN`,
     // Clearing the mark keeps a packet that passes the stack again from being masqueraded twice.
     `-A ${natChains.postrouting} -j MARK --xor-mark ${mark}`,
@@ -266,7 +312,7 @@ export function renderIptables(model: ProxyModel, options: RenderIptablesOptions
     `-A ${MASQ} -j MARK --or-mark ${mark}`,
   );
 
-  if (plan.localhostNodePorts) {
+  if (plan.localhostNodePorts && writeFixedChains) {
     // NodePorts on 127.0.0.1 need route_localnet, which lets martian packets to 127/8 in; this
     // rule (also written by kubelet) drops them again.
     filterChainLines.push(`:${kubeletFirewallChain} - [0:0]`);
@@ -287,12 +333,12 @@ export function renderIptables(model: ProxyModel, options: RenderIptablesOptions
     const matchProtocol = `-m ${protocol} -p ${protocol}`;
     const written = changedServicePorts === undefined || changedServicePorts.has(servicePortIdentity(port));
     if (!written && activeNatChains === undefined) {
-      writeTopLevelRules(port);
+      if (writeFixedChains) writeFixedChainRules(port, fixedNat, fixedFilter);
       continue;
     }
     const names = chainNamesOf(port);
     const {clusterChain, localChain, externalChain, firewallChain} = names;
-    const chains = writeTopLevelRules(port, names);
+    const chains = writeFixedChainRules(port, fixedNat, fixedFilter, names);
     const rules = natRules;
     // Chains of a port left alone in a partial render are not declared (that would flush them),
     // but they are still in use, so not stale.
@@ -393,14 +439,14 @@ export function renderIptables(model: ProxyModel, options: RenderIptablesOptions
     // NodePorts never answer on ::1, and on 127/8 only with route_localnet.
     if (model.family === 'IPv6') destinations += ' ! -d ::1/128';
     else if (!plan.localhostNodePorts) destinations += ' ! -d 127.0.0.0/8';
-    natRules.push(`-A ${natChains.services} -m comment --comment ${nodePortsComment} ${destinations} -j ${natChains.nodePorts}`);
+    fixedNat.push(`-A ${natChains.services} -m comment --comment ${nodePortsComment} ${destinations} -j ${natChains.nodePorts}`);
   } else {
     for (const address of plan.addresses) {
-      natRules.push(`-A ${natChains.services} -m comment --comment ${nodePortsComment} -d ${address} -j ${natChains.nodePorts}`);
+      fixedNat.push(`-A ${natChains.services} -m comment --comment ${nodePortsComment} -d ${address} -j ${natChains.nodePorts}`);
     }
   }
 
-  filterRules.push(
+  fixedFilter.push(
     // Without nf_conntrack_tcp_be_liberal an out-of-window packet is INVALID, escapes DNAT
     // reversal and makes the client reset the connection.
     `-A ${filterChains.forward} -m conntrack --ctstate INVALID -j DROP`,
@@ -421,81 +467,6 @@ export function renderIptables(model: ProxyModel, options: RenderIptablesOptions
   }
   return Buffer.concat(parts).toString('utf8');
 
-  /**
-   * writeTopLevelRules writes the port's rules in the fixed chains (always written, even in a
-   * partial render) and tells which of its own chains it uses.
-   */
-  function writeTopLevelRules(
-    port: ServicePort,
-    names?: {clusterChain: string; localChain: string; externalChain: string; firewallChain: string},
-  ): PortChains {
-    const name = port.key;
-    const protocol = port.protocol.toLowerCase();
-    const matchProtocol = `-m ${protocol} -p ${protocol}`;
-    const {clusterChain, localChain, externalChain, firewallChain} = names ?? chainNamesOf(port);
-    const hasEndpoints = port.hasAnyEndpoints;
-    const noLocal = port.localEndpoints.length === 0;
-    const hasInternalEndpoints = hasEndpoints && !(port.internalPolicyLocal && noLocal);
-    const hasExternalEndpoints = hasEndpoints && !(port.externalPolicyLocal && noLocal);
-    const internalChain = port.internalPolicyLocal ? localChain : clusterChain;
-    const externalPolicyChain = port.externalPolicyLocal ? localChain : clusterChain;
-    const usesExternalChain = hasEndpoints && port.externallyAccessible;
-    const usesFirewallChain = hasEndpoints && port.loadBalancerIPs.length > 0 && port.loadBalancerSourceRanges.length > 0;
-    const loadBalancerChain = usesFirewallChain ? firewallChain : externalChain;
-
-    // Used only where the traffic has no endpoint: none at all (REJECT), or none on this node
-    // under a Local policy (DROP).
-    const filterVerdict = hasEndpoints
-      ? {target: 'DROP', comment: quote(`${name} has no local endpoints`)}
-      : {target: 'REJECT', comment: quote(`${name} has no endpoints`)};
-
-    if (hasInternalEndpoints) {
-      natRules.push(`-A ${natChains.services} -m comment --comment ${quote(`${name} cluster IP`)} ${matchProtocol} -d ${port.clusterIP} --dport ${port.port} -j ${internalChain}`);
-    } else {
-      filterRules.push(`-A ${filterChains.services} -m comment --comment ${filterVerdict.comment} ${matchProtocol} -d ${port.clusterIP} --dport ${port.port} -j ${filterVerdict.target}`);
-    }
-
-    for (const ip of port.externalIPs) {
-      if (hasEndpoints) {
-        natRules.push(`-A ${natChains.services} -m comment --comment ${quote(`${name} external IP`)} ${matchProtocol} -d ${ip} --dport ${port.port} -j ${externalChain}`);
-      }
-      // No endpoints at all (REJECT), or none for external traffic that the EXT chain did not
-      // short-circuit (DROP).
-      if (!hasExternalEndpoints) {
-        filterRules.push(`-A ${filterChains.externalServices} -m comment --comment ${filterVerdict.comment} ${matchProtocol} -d ${ip} --dport ${port.port} -j ${filterVerdict.target}`);
-      }
-    }
-
-    for (const ip of port.loadBalancerIPs) {
-      if (hasEndpoints) {
-        natRules.push(`-A ${natChains.services} -m comment --comment ${quote(`${name} loadbalancer IP`)} ${matchProtocol} -d ${ip} --dport ${port.port} -j ${loadBalancerChain}`);
-      }
-      if (usesFirewallChain) {
-        filterRules.push(`-A ${filterChains.proxyFirewall} -m comment --comment ${quote(`${name} traffic not accepted by ${firewallChain}`)} ${matchProtocol} -d ${ip} --dport ${port.port} -j DROP`);
-      }
-    }
-    if (!hasExternalEndpoints) {
-      for (const ip of port.loadBalancerIPs) {
-        filterRules.push(`-A ${filterChains.externalServices} -m comment --comment ${filterVerdict.comment} ${matchProtocol} -d ${ip} --dport ${port.port} -j ${filterVerdict.target}`);
-      }
-    }
-
-    if (port.nodePort !== 0) {
-      // NodePorts are not subject to loadBalancerSourceRanges (kube-proxy never was).
-      if (hasEndpoints) natRules.push(`-A ${natChains.nodePorts} -m comment --comment ${name} ${matchProtocol} --dport ${port.nodePort} -j ${externalChain}`);
-      if (!hasExternalEndpoints) {
-        filterRules.push(`-A ${filterChains.externalServices} -m comment --comment ${filterVerdict.comment} -m addrtype --dst-type LOCAL ${matchProtocol} --dport ${port.nodePort} -j ${filterVerdict.target}`);
-      }
-    }
-
-    if (port.healthCheckNodePort !== 0) {
-      // Load balancers probe this port whether or not the node has local endpoints.
-      filterRules.push(`-A ${filterChains.nodePorts} -m comment --comment ${quote(`${name} health check node port`)} -m tcp -p tcp --dport ${port.healthCheckNodePort} -j ACCEPT`);
-    }
-
-    return {hasInternalEndpoints, hasExternalEndpoints, internalChain, externalPolicyChain, usesExternalChain, usesFirewallChain};
-  }
-
   /** writeServiceToEndpointRules: session-affinity checks first, then the random spread over the endpoints. */
   function writeServiceToEndpointRules(rules: LineBuffer, port: ServicePort, chain: string, endpoints: Endpoint[], chainOf: (endpoint: Endpoint) => string): void {
     const name = port.key;
@@ -514,6 +485,83 @@ export function renderIptables(model: ProxyModel, options: RenderIptablesOptions
       rules.push(`${head(endpoint)}${spread} -j ${endpointChains[index]}`);
     });
   }
+}
+
+/**
+ * writeFixedChainRules writes the port's rules in the fixed chains (KUBE-SERVICES, KUBE-NODEPORTS,
+ * the filter chains) and tells which of its own chains it uses. They depend on the port alone.
+ */
+function writeFixedChainRules(
+  port: ServicePort,
+  natRules: LineSink,
+  filterRules: LineSink,
+  names?: {clusterChain: string; localChain: string; externalChain: string; firewallChain: string},
+): PortChains {
+  const name = port.key;
+  const protocol = port.protocol.toLowerCase();
+  const matchProtocol = `-m ${protocol} -p ${protocol}`;
+  const {clusterChain, localChain, externalChain, firewallChain} = names ?? chainNamesOf(port);
+  const hasEndpoints = port.hasAnyEndpoints;
+  const noLocal = port.localEndpoints.length === 0;
+  const hasInternalEndpoints = hasEndpoints && !(port.internalPolicyLocal && noLocal);
+  const hasExternalEndpoints = hasEndpoints && !(port.externalPolicyLocal && noLocal);
+  const internalChain = port.internalPolicyLocal ? localChain : clusterChain;
+  const externalPolicyChain = port.externalPolicyLocal ? localChain : clusterChain;
+  const usesExternalChain = hasEndpoints && port.externallyAccessible;
+  const usesFirewallChain = hasEndpoints && port.loadBalancerIPs.length > 0 && port.loadBalancerSourceRanges.length > 0;
+  const loadBalancerChain = usesFirewallChain ? firewallChain : externalChain;
+
+  // Used only where the traffic has no endpoint: none at all (REJECT), or none on this node
+  // under a Local policy (DROP).
+  const filterVerdict = hasEndpoints
+    ? {target: 'DROP', comment: quote(`${name} has no local endpoints`)}
+    : {target: 'REJECT', comment: quote(`${name} has no endpoints`)};
+
+  if (hasInternalEndpoints) {
+    natRules.push(`-A ${natChains.services} -m comment --comment ${quote(`${name} cluster IP`)} ${matchProtocol} -d ${port.clusterIP} --dport ${port.port} -j ${internalChain}`);
+  } else {
+    filterRules.push(`-A ${filterChains.services} -m comment --comment ${filterVerdict.comment} ${matchProtocol} -d ${port.clusterIP} --dport ${port.port} -j ${filterVerdict.target}`);
+  }
+
+  for (const ip of port.externalIPs) {
+    if (hasEndpoints) {
+      natRules.push(`-A ${natChains.services} -m comment --comment ${quote(`${name} external IP`)} ${matchProtocol} -d ${ip} --dport ${port.port} -j ${externalChain}`);
+    }
+    // No endpoints at all (REJECT), or none for external traffic that the EXT chain did not
+    // short-circuit (DROP).
+    if (!hasExternalEndpoints) {
+      filterRules.push(`-A ${filterChains.externalServices} -m comment --comment ${filterVerdict.comment} ${matchProtocol} -d ${ip} --dport ${port.port} -j ${filterVerdict.target}`);
+    }
+  }
+
+  for (const ip of port.loadBalancerIPs) {
+    if (hasEndpoints) {
+      natRules.push(`-A ${natChains.services} -m comment --comment ${quote(`${name} loadbalancer IP`)} ${matchProtocol} -d ${ip} --dport ${port.port} -j ${loadBalancerChain}`);
+    }
+    if (usesFirewallChain) {
+      filterRules.push(`-A ${filterChains.proxyFirewall} -m comment --comment ${quote(`${name} traffic not accepted by ${firewallChain}`)} ${matchProtocol} -d ${ip} --dport ${port.port} -j DROP`);
+    }
+  }
+  if (!hasExternalEndpoints) {
+    for (const ip of port.loadBalancerIPs) {
+      filterRules.push(`-A ${filterChains.externalServices} -m comment --comment ${filterVerdict.comment} ${matchProtocol} -d ${ip} --dport ${port.port} -j ${filterVerdict.target}`);
+    }
+  }
+
+  if (port.nodePort !== 0) {
+    // NodePorts are not subject to loadBalancerSourceRanges (kube-proxy never was).
+    if (hasEndpoints) natRules.push(`-A ${natChains.nodePorts} -m comment --comment ${name} ${matchProtocol} --dport ${port.nodePort} -j ${externalChain}`);
+    if (!hasExternalEndpoints) {
+      filterRules.push(`-A ${filterChains.externalServices} -m comment --comment ${filterVerdict.comment} -m addrtype --dst-type LOCAL ${matchProtocol} --dport ${port.nodePort} -j ${filterVerdict.target}`);
+    }
+  }
+
+  if (port.healthCheckNodePort !== 0) {
+    // Load balancers probe this port whether or not the node has local endpoints.
+    filterRules.push(`-A ${filterChains.nodePorts} -m comment --comment ${quote(`${name} health check node port`)} -m tcp -p tcp --dport ${port.healthCheckNodePort} -j ACCEPT`);
+  }
+
+  return {hasInternalEndpoints, hasExternalEndpoints, internalChain, externalPolicyChain, usesExternalChain, usesFirewallChain};
 }
 
 interface PortChains {

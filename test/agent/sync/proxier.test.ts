@@ -6,6 +6,7 @@ import {ProxierHealth} from '../../../src/agent/health/proxier-health.ts';
 import {createAgentMetrics} from '../../../src/agent/health/metrics.ts';
 import type {ServiceHealthTarget} from '../../../src/agent/health/service-health.ts';
 import {memoryLogger} from '../../../src/agent/log.ts';
+import {loadCoreIptablesRules} from '../../../src/agent/sync/iptables-rules.ts';
 import {fullSyncPeriod, IptablesProxier} from '../../../src/agent/sync/proxier.ts';
 import {FakeClock} from '../fake-clock.ts';
 import {RecordingHost} from '../recording-host.ts';
@@ -133,6 +134,7 @@ test('an endpoint change is a partial sync of that service port only', async () 
   const [result] = await proxier.syncRules(requested);
   assert.equal(result.kind, 'partial');
   assert.deepEqual([...rules.renders[1].changedServicePorts!], ['default/web:p/TCP']);
+  assert.equal(rules.renders[1].previous?.servicePorts.find((port) => port.serviceName === 'web')?.clusterEndpoints[0].ip, '10.244.2.5', 'the renderer is told what the kernel holds, to leave unchanged fixed chains alone');
   assert.ok(!host.calls.slice(host.calls.lastIndexOf('iptables-restore IPv4 --noflush')).some((call) => call.startsWith('iptables-save')), 'what a partial write left is known from its input, not read back');
   const input = host.restores[1].rules;
   assert.ok(input.includes(`:${serviceChain('default/web:p/TCP')} `));
@@ -142,29 +144,6 @@ test('an endpoint change is a partial sync of that service port only', async () 
   assert.equal(await metricValue(metrics, 'kubeproxy_sync_partial_proxy_rules_duration_seconds_count'), 1);
   assert.equal(await metricValue(metrics, 'kubeproxy_sync_proxy_rules_endpoint_changes_total'), 1);
   assert.equal(await metricValue(metrics, 'kubeproxy_sync_proxy_rules_endpoint_changes_pending'), 0);
-});
-
-test('a partial write leaves out KUBE-SERVICES when the change leaves it as the last write gave it', async () => {
-  const {host, proxier, objects} = setup();
-  await proxier.syncRules(requested);
-  const endpointChange = async (address: string) => {
-    objects.slicesByName.set('web-1', slice('web-1', 'web', [address]));
-    proxier.onChange('EndpointSlice', objects.slicesByName.get('web-1'));
-    await proxier.syncRules(requested);
-    return host.restores.at(-1)!.rules;
-  };
-  assert.match(await endpointChange('10.244.2.6'), /^:KUBE-SERVICES /m, 'the first partial write after a full one names it');
-  const second = await endpointChange('10.244.2.7');
-  assert.doesNotMatch(second, /KUBE-SERVICES/, 'unchanged since: left alone');
-  assert.ok(second.includes(`:${serviceChain('default/web:p/TCP')} `));
-  assert.match(await host.iptablesSave('IPv4', 'nat'), /-A KUBE-SERVICES -d 10.96.0.10\/32 .* -j KUBE-SVC-/, 'and still in the kernel');
-  assert.match(await host.iptablesSave('IPv4', 'nat'), /--to-destination 10.244.2.7:8080/);
-
-  objects.servicesByName.set('new', service('new', '10.96.0.20'));
-  proxier.onChange('Service', objects.servicesByName.get('new'));
-  await proxier.syncRules(requested);
-  assert.match(host.restores.at(-1)!.rules, /-A KUBE-SERVICES -d 10.96.0.20\/32 /, 'a new service changes it: rewritten');
-  assert.match(await host.iptablesSave('IPv4', 'nat'), /-A KUBE-SERVICES -d 10.96.0.10\/32 /);
 });
 
 test('a sync with nothing changed writes nothing', async () => {
@@ -262,6 +241,27 @@ test('a full write is not read back; the next reading records each service chain
   assert.equal(result.kind, 'full');
   assert.match(await host.iptablesSave('IPv4', 'nat'), new RegExp(`-A ${webChain} .*--to-destination 10.244.2.5:8080`));
   assert.equal(await metricValue(metrics, 'proxyctl_drift_repairs_total', {ip_family: 'IPv4'}), 1);
+});
+
+test('with the real renderer too, a full write is known from its input, jump rules included, and not read back', async () => {
+  const host = new RecordingHost();
+  const proxier = new IptablesProxier({
+    host,
+    rules: await loadCoreIptablesRules(),
+    objects: new MemoryObjects({services: [service('web', '10.96.0.10', {type: 'NodePort', nodePort: 30080})], slices: [slice('web-1', 'web', ['10.244.2.5'])]}),
+    families: ['IPv4'],
+    model: {nodeName: 'node-1', clusterCIDRs: ['10.244.0.0/16'], config: {}},
+    syncPeriod: 30_000,
+    minSyncPeriod: 1_000,
+    metrics: createAgentMetrics(),
+    health: new ProxierHealth(60_000),
+    log: memoryLogger(),
+  });
+  for (const kind of ['Service', 'EndpointSlice', 'Node'] as const) proxier.markSynced(kind);
+  const [result] = await proxier.syncRules(requested);
+  assert.equal(result.kind, 'full');
+  assert.match(host.restores[0].rules, /^-I PREROUTING .*-j KUBE-SERVICES$/m, 'the jump rules are in the write');
+  assert.ok(!host.calls.slice(host.calls.lastIndexOf('iptables-restore IPv4 --noflush')).some((call) => call.startsWith('iptables-save')));
 });
 
 test('drift: changes that alter no rule still get a drift check once per syncPeriod', async () => {

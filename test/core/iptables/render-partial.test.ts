@@ -65,6 +65,25 @@ describe('partial render', () => {
     assert.deepEqual(partial, full.filter(notApi));
   });
 
+  it('given the previous model, leaves the fixed chains out when the change leaves them as they are', () => {
+    const before = model(['10.244.1.5', '10.244.2.5']);
+    const after = model(['10.244.1.5', '10.244.2.6']);
+    const text = renderIptables(after, {changedServicePorts: changedServicePorts(before, after), previous: before});
+    const webChains = [servicePortChainName(web), ...['10.244.1.5:8080', '10.244.2.6:8080'].map((ep) => endpointChainName(web, ep))];
+    assert.deepEqual(declaredNat(text), webChains, 'KUBE-SERVICES and the other fixed chains are neither flushed nor rewritten');
+    assert.ok(!text.includes('-A KUBE-SERVICES ') && !text.includes('-A KUBE-POSTROUTING ') && !text.includes('-A KUBE-FORWARD '));
+    assert.equal(text.slice(0, text.indexOf('*nat')), '*filter\nCOMMIT\n', 'nothing in filter');
+    assert.deepEqual(natLines(text).filter((line) => line.startsWith('-A ')), natLines(renderIptables(after, {changedServicePorts: changedServicePorts(before, after)})).filter((line) => webChains.some((chain) => line.startsWith(`-A ${chain} `))));
+  });
+
+  it('given the previous model, still writes the fixed chains when the change alters them', () => {
+    const fixedChainsWritten = (before: ProxyModel, after: ProxyModel): boolean => declaredNat(renderIptables(after, {changedServicePorts: changedServicePorts(before, after), previous: before})).includes('KUBE-SERVICES');
+    assert.ok(fixedChainsWritten(model(['10.244.1.5']), model([])), 'the last endpoint gone: KUBE-SERVICES loses the jump, filter gains the REJECT');
+    assert.ok(fixedChainsWritten(model([]), model(['10.244.1.5'])), 'the first endpoint back');
+    assert.ok(fixedChainsWritten(model(['10.244.1.5'], {withApi: false}), model(['10.244.1.5'])), 'a service added');
+    assert.ok(fixedChainsWritten(model(['10.244.1.5']), model(['10.244.1.5'], {withApi: false})), 'a service removed');
+  });
+
   it('writes no service chain at all when nothing changed, only the fixed chains', () => {
     const m = model(['10.244.1.5']);
     const text = renderIptables(m, {changedServicePorts: new Set()});
