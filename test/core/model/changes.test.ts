@@ -38,6 +38,7 @@ const rows: Array<{name: string; change: (objects: ModelObjects) => void; option
   {name: 'an endpoint added', change: (o) => { o.endpointSlices[0] = slice('web-1', 'web', [{ip: '10.244.1.5', node: 'node-1'}, {ip: '10.244.2.5', node: 'node-2'}, {ip: '10.244.3.5'}]); }, expected: ['default/web:http/TCP']},
   {name: 'an endpoint stops being ready', change: (o) => { o.endpointSlices[0] = slice('web-1', 'web', [{ip: '10.244.1.5', node: 'node-1'}, {ip: '10.244.2.5', node: 'node-2', ready: false}]); }, expected: ['default/web:http/TCP']},
   {name: 'a service removed', change: (o) => { o.services.splice(2, 1); }, expected: ['default/api:http/TCP']},
+  {name: 'a service replaced by another, as many ports in all', change: (o) => { o.services.splice(2, 1, service('aaa', {clusterIP: '10.96.0.78'})); }, expected: ['default/aaa:http/TCP', 'default/api:http/TCP']},
   {name: 'a service added', change: (o) => { o.services.push(service('new', {clusterIP: '10.96.0.77'})); }, expected: ['default/new:http/TCP']},
   {name: 'a port of a service removed', change: (o) => { o.services[1] = service('dns', {clusterIP: '10.96.0.53', ports: [{name: 'dns', protocol: 'UDP', port: 53}]}); }, expected: ['default/dns:dns-tcp/TCP']},
   {name: 'a service field changed', change: (o) => { o.services[0] = service('web', {clusterIP: '10.96.0.10', sessionAffinity: 'ClientIP'}); }, expected: ['default/web:http/TCP']},
