@@ -62,6 +62,8 @@ export function buildProxyModel(objects: ModelObjects, options: ModelOptions): P
 interface ObjectRead<T> {
   value: T | undefined;
   problems: Problem[];
+  /** "namespace/name" of the value, made once: every build looks each object up by it. */
+  id?: string;
 }
 
 /**
@@ -74,6 +76,8 @@ interface SliceSummary {
   namespace: string;
   name: string;
   serviceName: string;
+  /** "namespace/serviceName": the service it belongs to. */
+  serviceId: string;
   object: unknown;
 }
 
@@ -147,7 +151,7 @@ export class ProxyModelBuilder {
     const readOneSlice = (object: unknown, sink: Problem[]): SliceSummary | undefined => {
       const definition = readEndpointSlice(object, family, sink);
       if (!definition) return undefined;
-      const summary: SliceSummary = {namespace: definition.namespace, name: definition.name, serviceName: definition.serviceName, object};
+      const summary: SliceSummary = {namespace: definition.namespace, name: definition.name, serviceName: definition.serviceName, serviceId: `${definition.namespace}/${definition.serviceName}`, object};
       sliceDefinitions.set(summary, definition);
       return summary;
     };
@@ -156,11 +160,10 @@ export class ProxyModelBuilder {
       sliceDefinitions.get(summary) ?? readEndpointSlice(summary.object, family, []) ?? {namespace: summary.namespace, name: summary.name, serviceName: summary.serviceName, ports: [], endpoints: []};
     const slices = uniqueByName(listOf(objects.endpointSlices, 'endpointSlices', configProblems), 'EndpointSlice', this.#sliceReads, readOneSlice, problems);
     const slicesByService = new Map<string, SliceSummary[]>();
-    for (const slice of slices) {
-      const serviceId = `${slice.namespace}/${slice.serviceName}`;
-      const group = slicesByService.get(serviceId);
+    for (const {value: slice} of slices) {
+      const group = slicesByService.get(slice.serviceId);
       if (group) group.push(slice);
-      else slicesByService.set(serviceId, [slice]);
+      else slicesByService.set(slice.serviceId, [slice]);
     }
     for (const group of slicesByService.values()) if (group.length > 1) group.sort((a, b) => compareStrings(a.name, b.name));
 
@@ -168,8 +171,7 @@ export class ProxyModelBuilder {
     // The previous model's order still holds when every service kept the same service ports.
     let samePorts = this.#previous !== undefined && this.#previous.services === services.length;
     const replaced = new Map<ServicePort, ServicePort>();
-    for (const service of services) {
-      const id = `${service.namespace}/${service.name}`;
+    for (const {value: service, id} of services) {
       const serviceSlices = slicesByService.get(id) ?? [];
       const known = this.#ports.get(id);
       if (known && known.service === service && sameItems(known.slices, serviceSlices)) {
@@ -237,9 +239,10 @@ function uniqueByName<T extends {namespace: string; name: string}>(
   reads: WeakMap<object, ObjectRead<T>>,
   read: (object: unknown, sink: Problem[]) => T | undefined,
   sink: Problem[],
-): T[] {
+): Array<ObjectRead<T> & {value: T; id: string}> {
   const seen = new Set<string>();
-  const values: T[] = [];
+  // The readings themselves, kept from build to build: no new object per object per build.
+  const values: Array<ObjectRead<T> & {value: T; id: string}> = [];
   for (const object of raw) {
     const cacheable = typeof object === 'object' && object !== null;
     let reading = cacheable ? reads.get(object) : undefined;
@@ -251,13 +254,13 @@ function uniqueByName<T extends {namespace: string; name: string}>(
     for (const problem of reading.problems) sink.push(problem);
     const value = reading.value;
     if (!value) continue;
-    const id = `${value.namespace}/${value.name}`;
+    const id = (reading.id ??= `${value.namespace}/${value.name}`);
     if (seen.has(id)) {
       new ObjectProblems(sink, kind, value.name, value.namespace).add('metadata.name', 'given twice', 'second copy skipped');
       continue;
     }
     seen.add(id);
-    values.push(value);
+    values.push(reading as ObjectRead<T> & {value: T; id: string});
   }
   return values;
 }
