@@ -86,7 +86,14 @@ interface ServicePortsEntry {
   service: ServiceDefinition;
   slices: SliceSummary[];
   ports: ServicePort[];
+  /** The build that last found this service: entries older than the current build are gone. */
+  built: number;
 }
+
+type SliceReading = ObjectRead<SliceSummary> & {value: SliceSummary};
+
+/** Changed slices a build applies to the previous grouping by service; more and it groups afresh. */
+const regroupAbove = 64;
 
 /**
  * ProxyModelBuilder builds what buildProxyModel builds, over and over as the objects change, for
@@ -104,6 +111,9 @@ export class ProxyModelBuilder {
   /** What the service ports were computed against: node name and zone. */
   #portsContext = '';
   #previous: {servicePorts: ServicePort[]; services: number} | undefined;
+  #generation = 0;
+  /** The slices of the last build, in order, and their grouping by service. */
+  #sliceGroups: {slices: readonly SliceReading[]; byService: Map<string, SliceSummary[]>} | undefined;
 
   constructor(options: ModelOptions) {
     this.#options = options;
@@ -159,26 +169,22 @@ export class ProxyModelBuilder {
       // Read before without fault, and objects are never changed in place: the same reading again.
       sliceDefinitions.get(summary) ?? readEndpointSlice(summary.object, family, []) ?? {namespace: summary.namespace, name: summary.name, serviceName: summary.serviceName, ports: [], endpoints: []};
     const slices = uniqueByName(listOf(objects.endpointSlices, 'endpointSlices', configProblems), 'EndpointSlice', this.#sliceReads, readOneSlice, problems);
-    const slicesByService = new Map<string, SliceSummary[]>();
-    for (const {value: slice} of slices) {
-      const group = slicesByService.get(slice.serviceId);
-      if (group) group.push(slice);
-      else slicesByService.set(slice.serviceId, [slice]);
-    }
-    for (const group of slicesByService.values()) if (group.length > 1) group.sort((a, b) => compareStrings(a.name, b.name));
+    const slicesByService = this.#groupSlices(slices);
 
-    const ports = new Map<string, ServicePortsEntry>();
+    // Kept from build to build: at 10,000 services, a new map each build was most of its cost.
+    const ports = this.#ports;
+    const generation = ++this.#generation;
     // The previous model's order still holds when every service kept the same service ports.
     let samePorts = this.#previous !== undefined && this.#previous.services === services.length;
     const replaced = new Map<ServicePort, ServicePort>();
     for (const {value: service, id} of services) {
       const serviceSlices = slicesByService.get(id) ?? [];
-      const known = this.#ports.get(id);
+      const known = ports.get(id);
       if (known && known.service === service && sameItems(known.slices, serviceSlices)) {
-        ports.set(id, known);
+        known.built = generation;
         continue;
       }
-      const entry: ServicePortsEntry = {service, slices: serviceSlices, ports: this.#servicePorts(service, serviceSlices.map(sliceDefinition), nodeName, zone)};
+      const entry: ServicePortsEntry = {service, slices: serviceSlices, ports: this.#servicePorts(service, serviceSlices.map(sliceDefinition), nodeName, zone), built: generation};
       ports.set(id, entry);
       if (samePorts && known && known.ports.length === entry.ports.length && known.ports.every((port, index) => port.key === entry.ports[index].key && port.protocol === entry.ports[index].protocol)) {
         known.ports.forEach((port, index) => replaced.set(port, entry.ports[index]));
@@ -186,7 +192,8 @@ export class ProxyModelBuilder {
         samePorts = false;
       }
     }
-    this.#ports = ports;
+    // Each service is found once: more entries than services means some went away.
+    if (ports.size !== services.length) for (const [id, entry] of ports) if (entry.built !== generation) ports.delete(id);
 
     let servicePorts: ServicePort[];
     if (samePorts) {
@@ -201,6 +208,44 @@ export class ProxyModelBuilder {
     const model: ProxyModel = {family, nodeName, nodeIPs, config, servicePorts: [...servicePorts], problems: sortProblems(problems)};
     if (node?.zone) model.nodeZone = node.zone;
     return model;
+  }
+
+  /**
+   * #groupSlices: the slices of each service ("namespace/name"), sorted by name. A build that
+   * got the same slices as the last one in the same order, a few replaced, regroups those alone;
+   * groups are replaced, never changed, since entries compare them by identity.
+   */
+  #groupSlices(slices: readonly SliceReading[]): Map<string, SliceSummary[]> {
+    const last = this.#sliceGroups;
+    const changedAt: number[] = [];
+    if (last && last.slices.length === slices.length) {
+      for (let index = 0; index < slices.length && changedAt.length <= regroupAbove; index++) if (slices[index] !== last.slices[index]) changedAt.push(index);
+    }
+    let byService: Map<string, SliceSummary[]>;
+    if (last && last.slices.length === slices.length && changedAt.length <= regroupAbove) {
+      byService = last.byService;
+      // All the slices that left first, then those that came: a slice can have moved to another place.
+      for (const index of changedAt) {
+        const was = last.slices[index].value;
+        const rest = (byService.get(was.serviceId) ?? []).filter((slice) => slice !== was);
+        if (rest.length > 0) byService.set(was.serviceId, rest);
+        else byService.delete(was.serviceId);
+      }
+      for (const index of changedAt) {
+        const is = slices[index].value;
+        byService.set(is.serviceId, [...(byService.get(is.serviceId) ?? []), is].sort((a, b) => compareStrings(a.name, b.name)));
+      }
+    } else {
+      byService = new Map();
+      for (const {value: slice} of slices) {
+        const group = byService.get(slice.serviceId);
+        if (group) group.push(slice);
+        else byService.set(slice.serviceId, [slice]);
+      }
+      for (const group of byService.values()) if (group.length > 1) group.sort((a, b) => compareStrings(a.name, b.name));
+    }
+    this.#sliceGroups = {slices, byService};
+    return byService;
   }
 
   #servicePorts(service: ServiceDefinition, slices: SliceDefinition[], nodeName: string, zone: string): ServicePort[] {

@@ -37,6 +37,8 @@ const steps: Array<{name: string; change: (objects: ModelObjects) => void; chang
   {name: 'the node changes zone', change: (o) => void (o.node = node('node-1', {zone: 'zone-b'})), changed: ['default/dns:dns-tcp/TCP', 'default/dns:dns/UDP', 'default/web:http/TCP', 'default/web:https/TCP', 'default/zeta:http/TCP'], reread: true},
   {name: 'objects in another order', change: (o) => void (o.services.reverse(), o.endpointSlices.reverse()), changed: []},
   {name: 'the same service given twice', change: (o) => void o.services.push(service('web', {clusterIP: '10.96.0.77'})), changed: []},
+  {name: 'a slice moves to another service', change: (o) => void (o.endpointSlices[o.endpointSlices.findIndex((s) => (s as {metadata: {name: string}}).metadata.name === 'web-0')] = slice('web-0', 'zeta', [{ip: '10.244.4.5'}])), changed: ['default/web:http/TCP', 'default/zeta:http/TCP'], reread: true},
+  {name: 'two slices swap places', change: (o) => void o.endpointSlices.reverse(), changed: []},
 ];
 
 test('each build equals buildProxyModel of the same objects; unchanged service ports keep their objects', () => {
