@@ -13,8 +13,11 @@
 // --max-old-space-size=256 to see how much of its RSS is garbage V8 has not collected yet.
 // PXBENCH_AGENT_SIGNAL (e.g. SIGUSR2 with --heapsnapshot-signal=SIGUSR2 in the options above) is
 // sent to the agent once its first sync is done and measured, to take a heap snapshot there.
+// PXBENCH_AGENT_LOG=FILE appends the agent's log to FILE, each line after the milliseconds since
+// the agent started, with PXBENCH_AGENT_VERBOSITY (default 2) as its --v.
 import {type ChildProcess, execFile, spawn} from 'node:child_process';
 import {promisify} from 'node:util';
+import {appendFileSync} from 'node:fs';
 import {mkdtemp, readFile, rm} from 'node:fs/promises';
 import {tmpdir} from 'node:os';
 import {join} from 'node:path';
@@ -311,8 +314,9 @@ async function startAgentRun(namespace: string, kubeconfig: string, mode: 'iptab
     '--proxy-mode',
     mode,
     '--v',
-    '2',
+    process.env.PXBENCH_AGENT_VERBOSITY ?? '2',
   ];
+  const logFile = process.env.PXBENCH_AGENT_LOG;
   const startedAt = performance.now();
   const nodeOptions = process.env.PXBENCH_AGENT_NODE_OPTIONS;
   const env = nodeOptions === undefined ? process.env : {...process.env, NODE_OPTIONS: nodeOptions};
@@ -327,6 +331,7 @@ async function startAgentRun(namespace: string, kubeconfig: string, mode: 'iptab
     partial = parts.pop()!;
     for (const line of parts) {
       lines.push(line);
+      if (logFile) appendFileSync(logFile, `${(performance.now() - startedAt).toFixed(1)} ${line}\n`);
       arrivals.push(performance.now());
     }
   });

@@ -5,7 +5,7 @@
 import {isIP} from 'node:net';
 import type {IPFamily, ProxyModel} from '../../core/model/index.ts';
 import type {DiffGroup, DiffResult, ProbeParams, ProbeResult, RulesResult, StatusResult, SyncEvent, SyncKind, SyncResult as SyncAnswer, TraceAnswer} from '../../protocol/methods.ts';
-import type {Host} from '../host/host.ts';
+import {type Host, savedTables} from '../host/host.ts';
 import type {Logger} from '../log.ts';
 import type {RulesWriteListener, SyncOutcome} from '../sync/proxier.ts';
 import {AppliedRulesCache, type AppliedRules} from './applied-rules.ts';
@@ -94,7 +94,7 @@ export function createAgentRuntime(options: AgentRuntimeOptions): AgentRuntime {
   const probe = options.probe ?? ((params, netns) => (netns ? probeInNetns(netns, params.target, params.count) : probeHere(params.target, params.count)));
 
   const applied = new AppliedRulesCache({
-    read: async (family) => (backend.readApplied ? backend.readApplied(host, family) : (await host.iptablesSave(family, 'filter')) + (await host.iptablesSave(family, 'nat'))),
+    read: async (family) => (backend.readApplied ? backend.readApplied(host, family) : savedTables(await host.iptablesSave(family), ['filter', 'nat'])),
     parse: (text) => backend.parse(text),
     patch: backend.patch && ((rules, tables) => backend.patch!(rules, tables)),
     format: backend.format && ((rules) => backend.format!(rules)),

@@ -71,8 +71,8 @@ export class CommandHost implements Host {
     await this.run(command, {input: rules});
   }
 
-  async iptablesSave(family: IPFamily, table: IptablesTable): Promise<string> {
-    return (await this.run([saveCommand(family), '-t', table])).stdout;
+  async iptablesSave(family: IPFamily, table?: IptablesTable): Promise<string> {
+    return (await this.run([saveCommand(family), ...(table ? ['-t', table] : [])])).stdout;
   }
 
   async iptablesHasRule(family: IPFamily, table: IptablesTable, chain: string, rule: string[]): Promise<boolean> {

@@ -13,7 +13,7 @@ import {
   type IpvsVirtualServer,
 } from '../../core/ipvs/index.ts';
 import {cidrContains, type IPFamily, joinHostPort, parseCIDR, parseIP} from '../../core/model/index.ts';
-import type {Host, IptablesTable} from '../host/host.ts';
+import {type Host, type IptablesTable, savedTables} from '../host/host.ts';
 import type {Logger} from '../log.ts';
 import type {JumpRule} from './iptables-rules.ts';
 
@@ -38,7 +38,7 @@ export async function readIpvsKernelState(host: Host, family: IPFamily): Promise
   const servers = parseIpvsadmSave(await host.ipvsadm(['-Sn'])).filter((server) => familyOf(server.address) === family);
   const sets = parseIpsetSave(await host.ipset(['save'])).filter((set) => set.name.startsWith('KUBE-6-') === (family === 'IPv6'));
   const addresses = parseBoundAddresses(await readDummyAddresses(host)).filter((address) => familyOf(address) === family);
-  const iptables = (await host.iptablesSave(family, 'nat')) + (await host.iptablesSave(family, 'filter'));
+  const iptables = savedTables(await host.iptablesSave(family), ['nat', 'filter']);
   return {family, virtualServers: servers, sets, boundAddresses: addresses, iptables};
 }
 

@@ -7,7 +7,7 @@
 // Every periodic sync first reads the rules back and, if someone changed them, rewrites them all.
 // What a write left is known from its input, not read back, as kube-proxy never reads back.
 import {changedServicePorts, type IPFamily, type ModelOptions, type ProxyModel, ProxyModelBuilder, servicePortIdentity} from '../../core/model/index.ts';
-import type {Host, IptablesFrontEnd, IptablesTable} from '../host/host.ts';
+import {type Host, type IptablesFrontEnd, type IptablesTable, savedTables} from '../host/host.ts';
 import type {Clock} from './clock.ts';
 import {planConntrackCleanup} from './conntrack-cleanup.ts';
 import type {IptablesRuleSource, JumpRule} from './iptables-rules.ts';
@@ -228,7 +228,7 @@ export class IptablesProxier extends ProxierBase<FamilyState> {
     let written: Map<IptablesTable, OwnedRules> | undefined;
     let fullyWritten: Map<IptablesTable, OwnedRecord> | undefined;
     let readAt = start;
-    let readBack: string[] | undefined;
+    let readBack: string | undefined;
     this.#tellWrite(family, 'started');
     try {
       await host.iptablesRestore(family, text, {noflush: true});
@@ -243,10 +243,10 @@ export class IptablesProxier extends ProxierBase<FamilyState> {
         readAt = this.clock.now();
         const tables = await this.#readTables(family);
         now = tables.owned;
-        readBack = tables.texts;
+        readBack = tables.text;
       }
       this.#tellWrite(family, 'ended', () => {
-        if (readBack !== undefined) return {kind: 'read', text: readBack.join(''), readStartedAt: readAt};
+        if (readBack !== undefined) return {kind: 'read', text: readBack, readStartedAt: readAt};
         return written && chainsWritten(text, written, writtenAt);
       });
     } catch (error) {
@@ -305,12 +305,11 @@ export class IptablesProxier extends ProxierBase<FamilyState> {
     return (await this.#readTables(family)).owned;
   }
 
-  /** The proxy's part of its tables, and the tables as iptables-save printed them (filter, nat). */
-  async #readTables(family: IPFamily): Promise<{owned: Map<IptablesTable, OwnedRules>; texts: string[]}> {
-    // Both tables at once: iptables-nft reads the whole ruleset for either, so `-t filter` takes as
-    // long as `-t nat` (over 3 s each at 10,000 services) though it prints little.
-    const texts = await Promise.all(proxyTables.map((table) => this.#options.host.iptablesSave(family, table)));
-    return {owned: new Map(proxyTables.map((table, index) => [table, readOwnedRules(table, texts[index])])), texts};
+  /** The proxy's part of its tables, and the tables as iptables-save printed them (filter, then nat). */
+  async #readTables(family: IPFamily): Promise<{owned: Map<IptablesTable, OwnedRules>; text: string}> {
+    // One reading of every table: iptables-nft reads the whole ruleset for either table.
+    const save = await this.#options.host.iptablesSave(family);
+    return {owned: new Map(proxyTables.map((table) => [table, readOwnedRules(table, save)])), text: savedTables(save, proxyTables)};
   }
 
   async #cleanConntrack(family: IPFamily, previous: ProxyModel | undefined, next: ProxyModel, changed: Set<string>): Promise<void> {

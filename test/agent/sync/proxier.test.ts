@@ -286,6 +286,14 @@ test('drift: a rule slipped into KUBE-SERVICES is removed', async () => {
   assert.ok(!(await host.iptablesSave('IPv4', 'nat')).includes('-s 10.0.0.0/8 -j ACCEPT'));
 });
 
+test('a drift check reads every table in one iptables-save, not one per table', async () => {
+  const {host, proxier} = setup();
+  await proxier.syncRules(requested);
+  const from = host.calls.length;
+  await proxier.syncRules(periodic);
+  assert.deepEqual(host.calls.slice(from).filter((call) => call.startsWith('iptables-save')), ['iptables-save IPv4']);
+});
+
 test('drift: foreign rules do not count, and an untouched node is left alone', async () => {
   const {host, proxier, metrics} = setup();
   await proxier.syncRules(requested);
