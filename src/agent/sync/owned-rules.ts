@@ -306,10 +306,10 @@ export function cleanupRestoreInput(owned: OwnedRules): string {
 export type SpellRules = (input: string) => Map<IptablesTable, Map<string, string[]>> | undefined;
 
 /**
- * InputSpelling tells what a partial write left in the chains it declared, in iptables-save's
- * spelling, without reading the kernel back (iptables-save takes seconds at 10,000 services).
- * Spellings are kept per input line from one write to the next: a partial sync rewrites
- * KUBE-SERVICES whole, but few of its lines change.
+ * InputSpelling tells what a write left in the chains it declared, in iptables-save's spelling,
+ * without reading the kernel back (iptables-save takes seconds at 10,000 services). Spellings are
+ * kept per input line from one write to the next: a partial sync that rewrites KUBE-SERVICES
+ * changes few of its lines.
  */
 export class InputSpelling {
   readonly #spell: SpellRules;

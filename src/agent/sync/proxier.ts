@@ -40,7 +40,7 @@ export interface ProxierOptions extends ProxierBaseOptions {
 interface FamilyState extends FamilySyncState {
   /** iptables' kernel interface, once known: decides how a full sync's input is prepared. */
   frontEnd?: IptablesFrontEnd;
-  /** The proxy's rules as the last write left them, per table (read back, or known from a partial write's input), recorded compactly. */
+  /** The proxy's rules as the last write left them, per table (known from the write's input, or read back when it cannot be followed), recorded compactly. */
   written?: Map<IptablesTable, OwnedRecord>;
   /** Knows what a partial write leaves without reading the kernel, when the rule source can spell rules. */
   spelling?: InputSpelling;
