@@ -4,8 +4,9 @@
 // else in the tables stays), keeps the jump rules from the built-in chains, and cleans conntrack.
 // A sync is full at start, after any failure, after drift, and at least hourly (kube-proxy's
 // FullSyncPeriod); otherwise partial, rewriting only the chains of service ports that changed.
-// Every periodic sync first reads the rules back and, if someone changed them, rewrites them all.
-// What a write left is known from its input, not read back, as kube-proxy never reads back.
+// What a write left is known from its input (kube-proxy never reads its rules back); the kernel is
+// read at least once per syncPeriod to check for drift, and if someone changed the rules, a full
+// sync rewrites them all.
 import {changedServicePorts, type IPFamily, type ModelOptions, type ProxyModel, ProxyModelBuilder, servicePortIdentity} from '../../core/model/index.ts';
 import {type Host, type IptablesFrontEnd, type IptablesTable, savedTables} from '../host/host.ts';
 import type {Clock} from './clock.ts';

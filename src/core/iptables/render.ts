@@ -36,8 +36,8 @@ export interface RenderIptablesOptions {
   /**
    * In a partial render, the model the rules in the kernel were written from. When no service
    * port came or went and the changed ones have the same rules in the fixed chains in both, the
-   * fixed chains are left out (neither declared nor written): an endpoint change then costs the
-   * same at 10,000 services as at 100, instead of rewriting KUBE-SERVICES' 10,000 rules.
+   * fixed chains are left out (neither declared nor written): an endpoint change then writes one
+   * service's chains, not also KUBE-SERVICES' 10,000 rules at 10,000 services.
    */
   previous?: ProxyModel;
 }
@@ -254,6 +254,7 @@ const discardLines: LineSink = {push: () => undefined};
  * The other ports are equal in both (changedServicePorts compared them), and so are their rules.
  */
 function fixedChainsChange(previous: ProxyModel, next: ProxyModel, changed: ReadonlySet<string>): boolean {
+  if (previous.servicePorts.length !== next.servicePorts.length) return true;
   const portsOf = (model: ProxyModel): Map<string, ServicePort> => {
     const ports = new Map<string, ServicePort>();
     for (const port of model.servicePorts) {
@@ -264,7 +265,6 @@ function fixedChainsChange(previous: ProxyModel, next: ProxyModel, changed: Read
   };
   const before = portsOf(previous);
   const after = portsOf(next);
-  if (previous.servicePorts.length !== next.servicePorts.length) return true;
   for (const identity of changed) {
     const [was, is] = [before.get(identity), after.get(identity)];
     if (!was || !is) return true;
