@@ -8,13 +8,14 @@ import {node, service, slice} from './cluster-objects.ts';
 
 const options: ModelOptions = {family: 'IPv4', nodeName: 'node-1', clusterCIDRs: ['10.244.0.0/16']};
 
-function start(): ModelObjects {
+/** The starting objects; `withBadService` adds a malformed one, which makes every build read the whole list. */
+function start(withBadService = true): ModelObjects {
   return {
     services: [
       service('web', {clusterIP: '10.96.0.10'}),
       service('dns', {clusterIP: '10.96.0.53', ports: [{name: 'dns', protocol: 'UDP', port: 53}, {name: 'dns-tcp', protocol: 'TCP', port: 53}]}),
       service('api', {clusterIP: '10.96.0.1'}),
-      service('bad', {clusterIP: 'not-an-ip'}),
+      ...(withBadService ? [service('bad', {clusterIP: 'not-an-ip'})] : []),
     ],
     endpointSlices: [
       slice('web-1', 'web', [{ip: '10.244.1.5', node: 'node-1'}, {ip: '10.244.2.5', node: 'node-2'}]),
@@ -41,9 +42,9 @@ const steps: Array<{name: string; change: (objects: ModelObjects) => void; chang
   {name: 'two slices swap places', change: (o) => void o.endpointSlices.reverse(), changed: []},
 ];
 
-test('each build equals buildProxyModel of the same objects; unchanged service ports keep their objects', () => {
+for (const withBadService of [true, false]) test(`each build equals buildProxyModel of the same objects; unchanged service ports keep their objects${withBadService ? ', a malformed service among them' : ''}`, () => {
   const builder = new ProxyModelBuilder(options);
-  const objects = start();
+  const objects = start(withBadService);
   let previous = builder.build(objects);
   assert.deepEqual(previous, buildProxyModel(objects, options));
   for (const step of steps) {
@@ -58,6 +59,18 @@ test('each build equals buildProxyModel of the same objects; unchanged service p
     }
     previous = model;
   }
+});
+
+test('a list the caller changes in place after a build is read again', () => {
+  const builder = new ProxyModelBuilder(options);
+  const objects = start(false);
+  builder.build(objects);
+  objects.endpointSlices[0] = slice('web-1', 'web', [{ip: '10.244.9.9'}]);
+  assert.deepEqual(builder.build(objects), buildProxyModel(objects, options));
+  objects.endpointSlices[0] = slice('web-1', 'web', [{ip: '10.244.9.10', node: 'node-1'}], {ports: [{name: 'http', protocol: 'TCP', port: 'eighty'}]} as never);
+  const model = builder.build(objects);
+  assert.deepEqual(model, buildProxyModel(objects, options), 'a replacement with a problem');
+  assert.ok(model.problems.length > 0);
 });
 
 test('a model handed out is not changed by later builds', () => {
