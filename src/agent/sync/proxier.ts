@@ -43,7 +43,7 @@ interface FamilyState extends FamilySyncState {
   frontEnd?: IptablesFrontEnd;
   /** The proxy's rules as the last write left them, per table (known from the write's input, or read back when it cannot be followed), recorded compactly. */
   written?: Map<IptablesTable, OwnedRecord>;
-  /** Knows what a partial write leaves without reading the kernel, when the rule source can spell rules. */
+  /** Knows what a write leaves without reading the kernel, when the rule source can spell rules. */
   spelling?: InputSpelling;
   lastFullSync?: number;
   /** When the rules were last compared with what was written (or freshly written in full). */

@@ -92,16 +92,32 @@ interface ServicePortsEntry {
 
 type SliceReading = Reading<SliceSummary>;
 
-/** Changed slices a build applies to the previous grouping by service; more and it groups afresh. */
-const regroupAbove = 64;
+/** Objects a build may find replaced in a list and still work from the last build's; more and it reads the list whole. */
+const replacedAtMost = 64;
+
+/**
+ * replacedIndexes: where `next` holds other items than `last`, when both are as long and at most
+ * replacedAtMost differ; undefined otherwise.
+ */
+function replacedIndexes(last: readonly unknown[], next: readonly unknown[]): number[] | undefined {
+  if (last.length !== next.length) return undefined;
+  const indexes: number[] = [];
+  for (let index = 0; index < next.length; index++) {
+    if (next[index] === last[index]) continue;
+    if (indexes.push(index) > replacedAtMost) return undefined;
+  }
+  return indexes;
+}
 
 /**
  * ProxyModelBuilder builds what buildProxyModel builds, over and over as the objects change, for
  * a proxy that needs the model at every sync. An object is read once and its reading kept while
  * the caller passes that same object (by identity: objects must be replaced, never changed in
- * place; of an EndpointSlice only its SliceSummary is kept), and a service whose Service and EndpointSlices are the same readings as at the previous
- * build keeps its ServicePort objects. A build then costs a lookup per object plus the work for
- * what changed, and changedServicePorts on two consecutive models compares only what was redone.
+ * place; of an EndpointSlice only its SliceSummary is kept), and a service whose Service and
+ * EndpointSlices are the same readings as at the previous build keeps its ServicePort objects.
+ * When a list holds the objects of the previous build in the same places, a few replaced, only
+ * those are looked at; a build then costs the work for what changed, and changedServicePorts on
+ * two consecutive models compares only what was redone.
  */
 export class ProxyModelBuilder {
   readonly #options: ModelOptions;
@@ -219,12 +235,9 @@ export class ProxyModelBuilder {
    */
   #groupSlices(slices: readonly SliceReading[]): Map<string, SliceSummary[]> {
     const last = this.#sliceGroups;
-    const changedAt: number[] = [];
-    if (last && last.slices.length === slices.length) {
-      for (let index = 0; index < slices.length && changedAt.length <= regroupAbove; index++) if (slices[index] !== last.slices[index]) changedAt.push(index);
-    }
+    const changedAt = last && replacedIndexes(last.slices, slices);
     let byService: Map<string, SliceSummary[]>;
-    if (last && last.slices.length === slices.length && changedAt.length <= regroupAbove) {
+    if (last && changedAt) {
       byService = last.byService;
       // All the slices that left first, then those that came: a slice can have moved to another place.
       for (const index of changedAt) {
@@ -349,12 +362,10 @@ function replacedInPlace<T extends {namespace: string; name: string}>(
   last: readonly Reading<T>[],
   readOne: (object: unknown) => ObjectRead<T>,
 ): Reading<T>[] | undefined {
-  if (lastRaw.length !== raw.length || last.length !== raw.length) return undefined;
+  const changedAt = last.length === raw.length ? replacedIndexes(lastRaw, raw) : undefined;
+  if (!changedAt) return undefined;
   let values: Reading<T>[] | undefined;
-  let replacements = 0;
-  for (let index = 0; index < raw.length; index++) {
-    if (raw[index] === lastRaw[index]) continue;
-    if (++replacements > regroupAbove) return undefined;
+  for (const index of changedAt) {
     const reading = readOne(raw[index]);
     const value = reading.value;
     if (!value || reading.problems.length > 0) return undefined;
