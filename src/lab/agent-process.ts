@@ -4,6 +4,7 @@
 import {type ChildProcess, spawn} from 'node:child_process';
 import {closeSync, openSync, readFileSync} from 'node:fs';
 import {createServer} from 'node:net';
+import {fileURLToPath} from 'node:url';
 import type {AgentState, LabSpec} from './lab-state.ts';
 import {siblingProgram} from './workload/launch.ts';
 
@@ -34,9 +35,15 @@ export async function freeLoopbackPorts(count: number): Promise<number[]> {
   return ports;
 }
 
-function agentProgram(): string {
-  // src/lab -> src/agent/main.ts (source) or dist/src/lab -> dist/src/agent/main.js (build).
-  return siblingProgram('../agent/main', import.meta.url);
+/**
+ * How a lab node starts its agent. From the build (dist/src/lab), as the image does:
+ * bin/proxyctl-agent, which runs dist/src/agent/main.js with the agent's Node flags (memory
+ * settings, the tree-shaken client-node). From source (src/lab), Node runs src/agent/main.ts.
+ */
+function agentCommand(): string[] {
+  const program = siblingProgram('../agent/main', import.meta.url);
+  if (program.endsWith('.ts')) return [process.execPath, program];
+  return [fileURLToPath(new URL('../../../bin/proxyctl-agent', import.meta.url))];
 }
 
 /** lastLines returns the end of a log file, for error messages. */
@@ -75,8 +82,7 @@ export class AgentProcess {
   commandLine(): string[] {
     const {state} = this;
     return [
-      process.execPath,
-      agentProgram(),
+      ...agentCommand(),
       '--netns',
       state.namespace,
       '--hostname-override',

@@ -69,6 +69,26 @@ test('the image has the netfilter tools on Node 24 (Debian)', () => {
   for (const pkg of ['iptables', 'nftables', 'ipset', 'ipvsadm', 'conntrack']) assert.match(dockerfile, new RegExp(`\\b${pkg}\\b`));
 });
 
+test('the image starts the agent as bin/proxyctl-agent does: same Node flags, same memory settings, the tree-shaken client-node', () => {
+  const dockerfile = readFileSync(new URL('../../manifests/Dockerfile', import.meta.url), 'utf8');
+  const launcher = readFileSync(new URL('../../bin/proxyctl-agent', import.meta.url), 'utf8');
+  const entrypoint = JSON.parse(/^ENTRYPOINT (.*)$/m.exec(dockerfile)?.[1] ?? '[]') as string[];
+  const imageFlags = entrypoint.filter((word) => word.startsWith('--'));
+  const launcherFlags = (/^exec "\$node" (.*) "\$root\/dist\/src\/agent\/main\.js" "\$@"$/m.exec(launcher)?.[1] ?? '').split(' ');
+  assert.deepEqual(imageFlags, launcherFlags);
+  assert.ok(imageFlags.includes('--conditions=proxyctl-bundle'), 'the agent loads the tree-shaken client-node');
+  for (const variable of ['MALLOC_TRIM_THRESHOLD_', 'MALLOC_MMAP_THRESHOLD_']) {
+    const inImage = new RegExp(`\\b${variable}=(\\d+)`).exec(dockerfile)?.[1];
+    const inLauncher = new RegExp(`${variable}:-(\\d+)`).exec(launcher)?.[1];
+    assert.ok(inImage !== undefined && inImage === inLauncher, `${variable}: image ${inImage}, launcher ${inLauncher}`);
+  }
+  // The condition maps "#client-node" to the build's copy: the image must build it and ship it.
+  assert.match(dockerfile, /node scripts\/bundle-client-node\.ts/);
+  assert.match(dockerfile, /^COPY --from=build \/src\/dist\/vendor \.\/dist\/vendor$/m);
+  const packageJson = JSON.parse(readFileSync(new URL('../../package.json', import.meta.url), 'utf8'));
+  assert.equal(packageJson.imports['#client-node']['proxyctl-bundle'], './dist/vendor/client-node.js');
+});
+
 interface Access {
   verb: string;
   resource: string;

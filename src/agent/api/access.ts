@@ -1,6 +1,6 @@
 // Who may use an agent that listens beyond loopback: bearer tokens checked with TokenReview, then
 // SubjectAccessReview on the node's nodes/proxy subresource, as the kubelet checks its own API.
-import {AuthenticationV1Api, AuthorizationV1Api, type KubeConfig} from '@kubernetes/client-node';
+import {AuthenticationV1Api, AuthorizationV1Api, type KubeConfig} from '#client-node';
 import type {Access} from '../../protocol/methods.ts';
 
 export interface ReviewedUser {

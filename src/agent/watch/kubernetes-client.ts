@@ -3,7 +3,8 @@
 // would drop fields it does not know.
 import {request as httpRequest} from 'node:http';
 import {request as httpsRequest, type RequestOptions} from 'node:https';
-import {KubeConfig, Watch} from '@kubernetes/client-node';
+// '#client-node': client-node itself, or its tree-shaken copy in the agent process (scripts/bundle-client-node.ts).
+import {KubeConfig, Watch} from '#client-node';
 
 export interface ListResult {
   items: unknown[];

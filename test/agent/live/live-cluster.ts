@@ -5,6 +5,7 @@
 // close(), on failure too.
 import assert from 'node:assert/strict';
 import {type ChildProcess, spawn} from 'node:child_process';
+import {existsSync} from 'node:fs';
 import {mkdtemp, rm, writeFile} from 'node:fs/promises';
 import {createServer, type Server, type Socket, connect} from 'node:net';
 import {tmpdir} from 'node:os';
@@ -21,7 +22,10 @@ import {demoPorts, findPod, type KernelLab, startKernelLab} from '../../kernel/n
 
 export {demoPorts, findPod, kernelUnavailable} from '../../kernel/namespace-lab.ts';
 
-const agentMain = fileURLToPath(new URL('../../../src/agent/main.ts', import.meta.url));
+// The agent as users start it: the launcher runs the build (npm test builds first) with the
+// image's Node flags, the tree-shaken client-node among them.
+const agentLauncher = fileURLToPath(new URL('../../../bin/proxyctl-agent', import.meta.url));
+const agentBuild = fileURLToPath(new URL('../../../dist/src/agent/main.js', import.meta.url));
 export const clusterCIDR = '10.244.0.0/16';
 
 /** until polls check every 50 ms until it is true, or fails naming what it waited for. */
@@ -129,8 +133,7 @@ export class AgentChild {
   commandLine(overrides: AgentOptions = {}): string[] {
     const options = {...this.#options, ...overrides};
     return [
-      process.execPath,
-      agentMain,
+      agentLauncher,
       '--netns',
       this.node.namespace,
       '--kubeconfig',
@@ -155,6 +158,7 @@ export class AgentChild {
 
   start(overrides: AgentOptions = {}): void {
     assert.equal(this.#child, undefined, `agent on ${this.node.name} is already running`);
+    assert.ok(existsSync(agentBuild), `${agentBuild} is missing: npm run build first`);
     const [program, ...args] = this.commandLine(overrides);
     const child = spawn(program, args, {stdio: ['ignore', 'pipe', 'pipe']});
     this.#child = child;
