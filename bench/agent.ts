@@ -4,7 +4,8 @@
 // - start -> first full sync (the agent's log line), next to one full `iptables-restore` of the
 //   same rules into an empty namespace (the mean of one before the agent runs and one after);
 // - one endpoint change, from the API write to its rules in the kernel (the service chain polled
-//   with `iptables -S`), next to a one-service `iptables-restore --noflush` into the same full table;
+//   with `iptables -S`), next to a one-service `iptables-restore --noflush` into the same full table
+//   (both the median of 5);
 // - the agent's RSS after its first sync and at its peak.
 // In nftables mode (`agent-nftables`) the same, next to `nft -f` of the same table into an empty
 // namespace and the smallest transaction on the full table (one map element replaced); the change
@@ -22,7 +23,7 @@ import {mkdtemp, readFile, rm} from 'node:fs/promises';
 import {tmpdir} from 'node:os';
 import {join} from 'node:path';
 import {fileURLToPath} from 'node:url';
-import {buildProxyModel, changedServicePorts, type ProxyModel, servicePortIdentity} from '../src/core/model/index.ts';
+import {buildProxyModel, changedServicePorts, portsWithIdentities, type ProxyModel} from '../src/core/model/index.ts';
 import {renderIptables} from '../src/core/iptables/render.ts';
 import {endpointMapShard, namePrefixes, servicePortNameBase} from '../src/core/nftables/names.ts';
 import {endpointTargetsMap, renderNftablesSync} from '../src/core/nftables/render.ts';
@@ -200,7 +201,7 @@ interface AgentBenchMode {
   changeFloorName: string;
   changeFloorGoal?: number;
   changeGoalMs?: number;
-  /** The kernel floor of one endpoint change, on the agent's full table in `namespace` (the agent has stopped). */
+  /** The kernel floor of one endpoint change, on the agent's full table in `namespace` (the agent has stopped): the median of changeRounds. */
   changeFloor(namespace: string, current: ProxyModel, next: ProxyModel): Promise<number>;
 }
 
@@ -220,20 +221,32 @@ const iptablesMode: AgentBenchMode = {
     const before = (await execFileAsync('ip', ['netns', 'exec', namespace, 'iptables', '-w', '5', '-t', 'nat', '-S', chain])).stdout;
     return (timeoutMs) => watchChain(namespace, chain, before, timeoutMs);
   },
-  changeFloorName: 'one-service iptables-restore --noflush',
+  changeFloorName: `one-service iptables-restore --noflush (p50 of ${changeRounds})`,
   changeFloorGoal: 1.2,
   async changeFloor(namespace, current, next) {
     // One service's chains rewritten with --noflush into the same full table; KUBE-SERVICES and
     // the other fixed chains, which an endpoint change leaves as they are, are not in it.
     // The changed port's chains that the change leaves unused are deleted, as the agent does; the
     // kernel also holds services the workload does not know (default/kubernetes), which stay.
+    // Timed as often as the agent's change and its median taken, each time from `current` (the
+    // way back is restored untimed): one restore alone varies by a fifth.
     const rules = await loadCoreIptablesRules();
-    const changed = changedServicePorts(current, next);
-    const changedChains = current.servicePorts.filter((port) => changed.has(servicePortIdentity(port))).flatMap((port) => rules.serviceChains!(current, port));
-    const existingChains = new Map<IptablesTable, Set<string>>([['filter', new Set()], ['nat', new Set(changedChains)]]);
-    const partial = rules.render(next, {changedServicePorts: changed, existingChains, previous: current});
-    if (partial.includes(':KUBE-SERVICES ')) throw new Error('the one-service floor would rewrite KUBE-SERVICES: the change is not an endpoint change');
-    return (await timed(() => runIn(namespace, ['iptables-restore', '-w', '5', '--noflush'], partial))).ms;
+    const oneServiceInput = (from: ProxyModel, to: ProxyModel): string => {
+      const changed = changedServicePorts(from, to);
+      const changedChains = portsWithIdentities(from, changed).flatMap((port) => rules.serviceChains!(from, port));
+      const existingChains = new Map<IptablesTable, Set<string>>([['filter', new Set()], ['nat', new Set(changedChains)]]);
+      const input = rules.render(to, {changedServicePorts: changed, existingChains, previous: from});
+      if (input.includes(':KUBE-SERVICES ')) throw new Error('the one-service floor would rewrite KUBE-SERVICES: the change is not an endpoint change');
+      return input;
+    };
+    const [forward, back] = [oneServiceInput(current, next), oneServiceInput(next, current)];
+    const restore = ['iptables-restore', '-w', '5', '--noflush'];
+    const times: number[] = [];
+    for (let round = 0; round < changeRounds; round++) {
+      times.push((await timed(() => runIn(namespace, restore, forward))).ms);
+      runIn(namespace, restore, back);
+    }
+    return percentile(times.sort((a, b) => a - b), 50);
   },
 };
 
@@ -254,7 +267,7 @@ const nftablesMode: AgentBenchMode = {
     const target = `${newAddress} . 8080`;
     return (timeoutMs) => watchMap(namespace, map, target, timeoutMs);
   },
-  changeFloorName: 'one-element nft transaction on the full table',
+  changeFloorName: `one-element nft transaction on the full table (p50 of ${changeRounds})`,
   changeGoalMs: 100,
   async changeFloor(namespace) {
     // The smallest change nft can make: one element of an endpoint map replaced by itself.
@@ -262,7 +275,10 @@ const nftablesMode: AgentBenchMode = {
     const element = /(\d+) : ([\d.]+ \. \d+)/.exec(runIn(namespace, ['nft', 'list', 'map', 'ip', 'kube-proxy', map]));
     if (!element) throw new Error(`no element in ${map} to replace`);
     const script = `delete element ip kube-proxy ${map} { ${element[1]} }\nadd element ip kube-proxy ${map} { ${element[1]} : ${element[2]} }\n`;
-    return (await timed(() => runIn(namespace, ['nft', '-f', '-'], script))).ms;
+    // As often as the agent's change, the median taken.
+    const times: number[] = [];
+    for (let round = 0; round < changeRounds; round++) times.push((await timed(() => runIn(namespace, ['nft', '-f', '-'], script))).ms);
+    return percentile(times.sort((a, b) => a - b), 50);
   },
 };
 

@@ -14,7 +14,10 @@ export interface CommandResult {
 export type CommandRunner = (command: string[], input?: string, started?: (pid: number) => void) => Promise<CommandResult>;
 
 export const execaRunner: CommandRunner = async (command, input, started) => {
-  const subprocess = execa(command[0], command.slice(1), {reject: false, stripFinalNewline: false, env: {LC_ALL: 'C'}});
+  // cleanup: false. execa would otherwise register exit and signal handlers around every command
+  // (about 5 ms a command), to kill it should the agent exit first; a restore the agent started
+  // is better left to commit or fail on its own, atomically, than killed halfway.
+  const subprocess = execa(command[0], command.slice(1), {reject: false, stripFinalNewline: false, cleanup: false, env: {LC_ALL: 'C'}});
   // Written to stdin here rather than given as execa's `input`: execa keeps a subprocess's options,
   // input included, for as long as the subprocess object lives, and that outlives the command until
   // Node closes the process handle. A full restore's input is 40 MB at 10,000 services, and the

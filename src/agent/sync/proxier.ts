@@ -7,7 +7,7 @@
 // What a write left is known from its input (kube-proxy never reads its rules back); the kernel is
 // read at least once per syncPeriod to check for drift, and if someone changed the rules, a full
 // sync rewrites them all.
-import {changedServicePorts, type IPFamily, type ModelOptions, type ProxyModel, ProxyModelBuilder, servicePortIdentity} from '../../core/model/index.ts';
+import {changedServicePorts, type IPFamily, type ModelOptions, type ProxyModel, ProxyModelBuilder, portsWithIdentities} from '../../core/model/index.ts';
 import {type Host, type IptablesFrontEnd, type IptablesTable, savedTables} from '../host/host.ts';
 import type {Clock} from './clock.ts';
 import {planConntrackCleanup} from './conntrack-cleanup.ts';
@@ -213,8 +213,8 @@ export class IptablesProxier extends ProxierBase<FamilyState> {
       // Chain names hash the service port's name, so no other port can be using them.
       const stale = new Set<string>();
       const previous = state.applied!;
-      for (const port of changedPorts(previous, changed)) for (const chain of rules.serviceChains(previous, port)) stale.add(chain);
-      for (const port of changedPorts(model, changed)) for (const chain of rules.serviceChains(model, port)) stale.delete(chain);
+      for (const port of portsWithIdentities(previous, changed)) for (const chain of rules.serviceChains(previous, port)) stale.add(chain);
+      for (const port of portsWithIdentities(model, changed)) for (const chain of rules.serviceChains(model, port)) stale.delete(chain);
       text = withDeletedChains(rules.render(model, {changedServicePorts: changed, previous}), 'nat', [...stale].sort());
     } else {
       const existingChains = new Map([...state.written].map(([table, owned]) => [table, new Set(owned.chains.keys())]));
@@ -315,7 +315,7 @@ export class IptablesProxier extends ProxierBase<FamilyState> {
 
   async #cleanConntrack(family: IPFamily, previous: ProxyModel | undefined, next: ProxyModel, changed: Set<string>): Promise<void> {
     // Ports that did not change need no cleanup: plan over the changed ones alone.
-    const only = (model: ProxyModel): ProxyModel => ({...model, servicePorts: changedPorts(model, changed)});
+    const only = (model: ProxyModel): ProxyModel => ({...model, servicePorts: portsWithIdentities(model, changed)});
     await deleteConntrackEntries(this.#options, family, planConntrackCleanup(previous && only(previous), only(next)));
   }
 
@@ -388,11 +388,6 @@ function chainsWritten(input: string, written: Map<IptablesTable, OwnedRules>, w
     tables.push({table, declared: [...declared], chains: owned.chains, rules: owned.rules});
   }
   return {kind: 'chains', tables, writtenAt};
-}
-
-/** The model's service ports whose identity is in `identities`. */
-function changedPorts(model: ProxyModel, identities: Set<string>) {
-  return model.servicePorts.filter((port) => identities.has(servicePortIdentity(port)));
 }
 
 /** The words of a rule, quotes removed, as iptables-save and iptables-restore both read them. */

@@ -142,8 +142,8 @@ export class SyncBookkeeping {
     let internal = 0;
     let external = 0;
     for (const model of list) {
-      for (const port of model.servicePorts) {
-        if (port.localEndpoints.length > 0) continue;
+      // Every port on every sync: picked by filter, which allocates nothing per port.
+      for (const port of model.servicePorts.filter((candidate) => candidate.localEndpoints.length === 0 && (candidate.internalPolicyLocal || candidate.externalPolicyLocal))) {
         if (port.internalPolicyLocal) internal++;
         if (port.externalPolicyLocal) external++;
       }
@@ -221,8 +221,7 @@ export function createSyncRunner(
 export function serviceHealthTargets(models: Iterable<ProxyModel>): ServiceHealthTarget[] {
   const targets = new Map<string, ServiceHealthTarget & {ips: Set<string>}>();
   for (const model of models) {
-    for (const port of model.servicePorts) {
-      if (port.healthCheckNodePort === 0) continue;
+    for (const port of model.servicePorts.filter((candidate) => candidate.healthCheckNodePort !== 0)) {
       const key = `${port.namespace}/${port.serviceName}`;
       const target = targets.get(key) ?? {namespace: port.namespace, name: port.serviceName, healthCheckNodePort: port.healthCheckNodePort, localEndpoints: 0, ips: new Set<string>()};
       for (const endpoint of port.endpoints) if (endpoint.isLocal && endpoint.ready) target.ips.add(endpoint.ip);

@@ -1,7 +1,7 @@
 // ProxyModel -> iptables-restore input for the filter and nat tables, written the way kube-proxy's
 // iptables proxier (pkg/proxy/iptables/proxier.go) writes it: same chains, rule order, comments,
 // probabilities and hashed chain names, so that both can be compared line by line.
-import {servicePortIdentity} from '../model/changes.ts';
+import {portsWithIdentities, servicePortIdentity} from '../model/changes.ts';
 import {cidrContains, parseCIDR, parseIP, type ParsedCIDR} from '../model/ip.ts';
 import type {Endpoint, LocalDetector, ProxyModel, ServicePort} from '../model/types.ts';
 import {
@@ -255,14 +255,7 @@ const discardLines: LineSink = {push: () => undefined};
  */
 function fixedChainsChange(previous: ProxyModel, next: ProxyModel, changed: ReadonlySet<string>): boolean {
   if (previous.servicePorts.length !== next.servicePorts.length) return true;
-  const portsOf = (model: ProxyModel): Map<string, ServicePort> => {
-    const ports = new Map<string, ServicePort>();
-    for (const port of model.servicePorts) {
-      const identity = servicePortIdentity(port);
-      if (changed.has(identity)) ports.set(identity, port);
-    }
-    return ports;
-  };
+  const portsOf = (model: ProxyModel) => new Map(portsWithIdentities(model, changed).map((port) => [servicePortIdentity(port), port]));
   const before = portsOf(previous);
   const after = portsOf(next);
   for (const identity of changed) {
@@ -321,21 +314,23 @@ export function renderIptables(model: ProxyModel, options: RenderIptablesOptions
     );
   }
 
-  let totalEndpoints = 0;
-  for (const port of model.servicePorts) totalEndpoints += port.endpoints.length;
+  const totalEndpoints = model.servicePorts.reduce((sum, port) => sum + port.endpoints.length, 0);
   const largeCluster = totalEndpoints > largeClusterEndpointsThreshold;
   const probabilities: string[] = [];
   const probability = (n: number): string => (probabilities[n] ??= probabilityText(n));
 
-  for (const port of model.servicePorts) {
-    const name = port.key;
-    const protocol = port.protocol.toLowerCase();
-    const matchProtocol = `-m ${protocol} -p ${protocol}`;
+  // A partial render that leaves the fixed chains out, and need not tell which chains are in use,
+  // writes the changed ports alone: at 10,000 services the others are most of its time.
+  const changedOnly = changedServicePorts !== undefined && !writeFixedChains && activeNatChains === undefined;
+  for (const port of changedOnly ? portsWithIdentities(model, changedServicePorts) : model.servicePorts) {
     const written = changedServicePorts === undefined || changedServicePorts.has(servicePortIdentity(port));
     if (!written && activeNatChains === undefined) {
       if (writeFixedChains) writeFixedChainRules(port, fixedNat, fixedFilter);
       continue;
     }
+    const name = port.key;
+    const protocol = port.protocol.toLowerCase();
+    const matchProtocol = `-m ${protocol} -p ${protocol}`;
     const names = chainNamesOf(port);
     const {clusterChain, localChain, externalChain, firewallChain} = names;
     const chains = writeFixedChainRules(port, fixedNat, fixedFilter, names);

@@ -2,7 +2,7 @@
 export type * from './types.ts';
 export {buildProxyModel, ProxyModelBuilder, type ModelObjects, type ModelOptions} from './build.ts';
 export {defaultProxyConfig} from './config.ts';
-export {changedServicePorts, nodeWideChange, servicePortIdentity} from './changes.ts';
+export {changedServicePorts, nodeWideChange, portsWithIdentities, servicePortIdentity} from './changes.ts';
 export {parseManifests, type ManifestProblem, type ParsedManifests} from './manifests.ts';
 export {cidrContains, joinHostPort, parseCIDR, parseIP, type ParsedCIDR, type ParsedIP} from './ip.ts';
 export type {EndpointSliceInput, NodeInput, ServiceInput} from './objects.ts';

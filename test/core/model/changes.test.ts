@@ -2,7 +2,7 @@
 import assert from 'node:assert/strict';
 import {test} from 'node:test';
 import {buildProxyModel, type ModelObjects, type ModelOptions} from '../../../src/core/model/build.ts';
-import {changedServicePorts, servicePortIdentity} from '../../../src/core/model/changes.ts';
+import {changedServicePorts, portsWithIdentities, servicePortIdentity} from '../../../src/core/model/changes.ts';
 import {node, service, slice} from './cluster-objects.ts';
 
 function cluster(change: (objects: ModelObjects) => void = () => {}, options: Partial<ModelOptions> = {}) {
@@ -57,4 +57,14 @@ test('a model that went through JSON compares equal to itself', () => {
   const model = cluster();
   const copy = JSON.parse(JSON.stringify(model));
   assert.deepEqual(sorted(changedServicePorts(copy, model)), []);
+});
+
+test('portsWithIdentities: the ports of the model with those identities, in model order', () => {
+  const model = cluster();
+  const wanted = new Set(['default/web:http/TCP', 'default/dns:dns/UDP', 'default/gone:http/TCP']);
+  assert.deepEqual(
+    portsWithIdentities(model, wanted).map((port) => servicePortIdentity(port)),
+    model.servicePorts.map((port) => servicePortIdentity(port)).filter((identity) => wanted.has(identity)),
+  );
+  assert.deepEqual(portsWithIdentities(model, new Set()), []);
 });
