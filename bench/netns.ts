@@ -1,6 +1,6 @@
 // Scratch network namespaces for benchmarks, so kernel floors are measured without touching the
 // host's rules. Deleted on exit, also when a benchmark throws.
-import {execFileSync, spawnSync} from 'node:child_process';
+import {execFileSync, spawn, spawnSync} from 'node:child_process';
 
 export const isRoot = process.getuid?.() === 0;
 const made = new Set<string>();
@@ -22,6 +22,22 @@ export function runIn(namespace: string, command: string[], input?: string): str
   const result = spawnSync('ip', ['netns', 'exec', namespace, ...command], {input, encoding: 'utf8', maxBuffer: 1 << 30});
   if (result.status !== 0) throw new Error(`${command.join(' ')} in ${namespace} failed: ${result.stderr || result.error?.message}`);
   return result.stdout;
+}
+
+/** runInAsync is runIn without blocking this process, so that its other work (a poller) goes on meanwhile. */
+export function runInAsync(namespace: string, command: string[], input?: string): Promise<string> {
+  return new Promise((resolve, reject) => {
+    const child = spawn('ip', ['netns', 'exec', namespace, ...command], {stdio: ['pipe', 'pipe', 'pipe']});
+    const [stdout, stderr] = [[] as Buffer[], [] as Buffer[]];
+    child.stdout.on('data', (chunk: Buffer) => stdout.push(chunk));
+    child.stderr.on('data', (chunk: Buffer) => stderr.push(chunk));
+    child.on('error', reject);
+    child.on('close', (status) => {
+      if (status === 0) resolve(Buffer.concat(stdout).toString('utf8'));
+      else reject(new Error(`${command.join(' ')} in ${namespace} failed: ${Buffer.concat(stderr).toString('utf8')}`));
+    });
+    child.stdin.end(input ?? '');
+  });
 }
 
 function deleteAll(): void {

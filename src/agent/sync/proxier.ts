@@ -14,7 +14,7 @@ import {planConntrackCleanup} from './conntrack-cleanup.ts';
 import type {IptablesRuleSource, JumpRule} from './iptables-rules.ts';
 import {applyPartialWrite, declaredChains, describeDrift, InputSpelling, isOwnedChain, matchesRecord, type OwnedRecord, type OwnedRules, proxyTables, readOwnedRules, recordOwned, settleRecord} from './owned-rules.ts';
 import type {RunReason} from './runner.ts';
-import {deleteConntrackEntries, type FamilySyncState, ProxierBase, type ProxierBaseOptions} from './sync-bookkeeping.ts';
+import {deleteConntrackEntries, type FamilySyncState, ProxierBase, type ProxierBaseOptions, releaseGarbage} from './sync-bookkeeping.ts';
 
 /** kube-proxy's FullSyncPeriod: the longest run of partial syncs. */
 export const fullSyncPeriod = 3_600_000;
@@ -49,7 +49,25 @@ interface FamilyState extends FamilySyncState {
   /** When the rules were last compared with what was written (or freshly written in full). */
   lastDriftCheck?: number;
   rulesPerTable: Map<IptablesTable, number>;
+  /** How long the last reading of the tables took (clock ms): slow ones are taken in the background. */
+  lastReadingMs?: number;
+  /** Restores started and ended: a background reading that overlapped one proves nothing. */
+  writesStarted: number;
+  writesEnded: number;
+  /** The drift check reading the kernel outside the syncs, while one runs. */
+  backgroundCheck?: Promise<void>;
+  /** The last background check overlapped a write, and so proved nothing. */
+  backgroundInconclusive?: boolean;
+  /** Drift a background check found, for the result of the full sync that repairs it. */
+  driftFoundInBackground?: boolean;
 }
+
+/**
+ * A reading of the tables this slow or slower (10,000 services: 5-9 s for iptables-save and the
+ * comparison) is taken for the drift check outside the syncs, so that changes need not wait for
+ * it; faster ones, within the sync that found the check due.
+ */
+export const backgroundReadingMs = 1000;
 
 export interface SyncResult {
   family: IPFamily;
@@ -102,7 +120,7 @@ export class IptablesProxier extends ProxierBase<FamilyState> {
     super(options, (family) => {
       const spell = options.rules.spellRules;
       const spelling = spell ? new InputSpelling((input) => spell(family, input)) : undefined;
-      return {builder: new ProxyModelBuilder({...options.model, family}), spelling, needFullSync: true, rulesPerTable: new Map()};
+      return {builder: new ProxyModelBuilder({...options.model, family}), spelling, needFullSync: true, rulesPerTable: new Map(), writesStarted: 0, writesEnded: 0};
     });
     this.#options = options;
   }
@@ -163,28 +181,31 @@ export class IptablesProxier extends ProxierBase<FamilyState> {
     const start = this.clock.now();
     let full = state.needFullSync || state.lastFullSync === undefined || start - state.lastFullSync >= fullSyncPeriod;
 
+    // Drift found by a background check is repaired by this sync (full), and reported with it.
+    let drift = state.driftFoundInBackground === true;
+    state.driftFoundInBackground = false;
     // Checked at least once per syncPeriod, also when changes keep every sync from being periodic:
     // before deciding when nothing is to be written, else with the read-back after the write.
-    let drift = false;
-    const driftCheckDue = reason.periodic || state.lastDriftCheck === undefined || start - state.lastDriftCheck >= this.#options.syncPeriod;
+    // A slow reading is taken in the background instead, started early enough to conclude within
+    // syncPeriod. When one overlapped a write, and so proved nothing, the sync takes the next one
+    // itself once syncPeriod has passed, as changes that never pause would otherwise leave drift
+    // unseen.
+    const {syncPeriod} = this.#options;
+    const sinceCheck = state.lastDriftCheck === undefined ? Infinity : start - state.lastDriftCheck;
+    const slowReading = (state.lastReadingMs ?? 0) >= backgroundReadingMs;
+    const driftCheckDue = reason.periodic || sinceCheck >= (slowReading ? Math.max(syncPeriod / 2, syncPeriod - 2 * state.lastReadingMs!) : syncPeriod);
+    const checkInBackground = driftCheckDue && slowReading && !state.backgroundInconclusive;
+    const readInSync = driftCheckDue && (!slowReading || (state.backgroundInconclusive === true && sinceCheck >= syncPeriod));
     let changed = changedServicePorts(state.applied, model);
     /** The proxy's rules read at `start`, when the drift check read them. */
     let current: Map<IptablesTable, OwnedRules> | undefined;
-    if (!full && driftCheckDue && state.written && changed.size === 0) {
-      state.lastDriftCheck = start;
+    if (!full && checkInBackground && state.written && changed.size === 0) this.#checkDriftInBackground(family, state);
+    if (!full && readInSync && state.written && changed.size === 0) {
+      this.#checkedAt(state, start);
       this.wholeTablesTouched = true;
       current = await this.#readOwned(family);
-      for (const table of proxyTables) {
-        const written = state.written.get(table)!;
-        const now = current.get(table)!;
-        if (matchesRecord(written, now)) {
-          state.written.set(table, settleRecord(written, now));
-        } else {
-          drift = true;
-          log.warn('rules changed behind our back; rewriting them', {family, drift: describeDrift(written, now)});
-        }
-      }
-      if (drift) {
+      if (this.#driftFrom(family, state.written, current)) {
+        drift = true;
         metrics.driftRepairs.inc({ip_family: family});
         full = true;
         changed = changedServicePorts(undefined, model);
@@ -231,15 +252,17 @@ export class IptablesProxier extends ProxierBase<FamilyState> {
     let readAt = start;
     let readBack: string | undefined;
     this.#tellWrite(family, 'started');
+    state.writesStarted++;
     try {
       await host.iptablesRestore(family, text, {noflush: true});
+      state.writesEnded = state.writesStarted;
       const writtenAt = this.clock.now();
       // What a write left is known from its input and, for a full write, the reading just before
       // it; the kernel is read back after a partial write when a drift check is due, and when the
       // input cannot be followed.
       if (partial) written = state.spelling?.ownedAfter(text);
       else fullyWritten = state.spelling?.recordAfterFullWrite(text, existing!);
-      if (partial ? driftCheckDue || !written : !fullyWritten) {
+      if (partial ? readInSync || !written : !fullyWritten) {
         this.wholeTablesTouched = true;
         readAt = this.clock.now();
         const tables = await this.#readTables(family);
@@ -251,6 +274,7 @@ export class IptablesProxier extends ProxierBase<FamilyState> {
         return written && chainsWritten(text, written, writtenAt);
       });
     } catch (error) {
+      state.writesEnded = state.writesStarted;
       this.#tellWrite(family, 'ended', undefined);
       metrics.restoreFailures.inc();
       if (!full) metrics.partialRestoreFailures.inc();
@@ -261,23 +285,14 @@ export class IptablesProxier extends ProxierBase<FamilyState> {
     if (!partial) {
       state.written = fullyWritten ?? new Map([...now!].map(([table, owned]) => [table, recordOwned(owned)]));
       // The reading before the write checked every chain the write did not replace.
-      if (fullyWritten) state.lastDriftCheck = existingReadAt;
+      if (fullyWritten) this.#checkedAt(state, existingReadAt);
     } else {
       // The chains the write did not replace must be as they were after the previous write; reading
       // the kernel back checks them, and the replaced ones, free of charge.
       const declared = declaredChains(text);
       const expected = state.written!;
       for (const table of proxyTables) applyPartialWrite(expected.get(table)!, (written ?? now!).get(table)!, declared.get(table) ?? new Set());
-      let changedBehindUs = false;
-      for (const table of now ? proxyTables : []) {
-        if (matchesRecord(expected.get(table)!, now!.get(table)!)) {
-          expected.set(table, settleRecord(expected.get(table)!, now!.get(table)!));
-          continue;
-        }
-        changedBehindUs = true;
-        log.warn('rules changed behind our back; rewriting them', {family, drift: describeDrift(expected.get(table)!, now!.get(table)!)});
-      }
-      if (changedBehindUs) {
+      if (now && this.#driftFrom(family, expected, now)) {
         drift = true;
         metrics.driftRepairs.inc({ip_family: family});
         state.needFullSync = true;
@@ -285,7 +300,8 @@ export class IptablesProxier extends ProxierBase<FamilyState> {
       }
     }
     // A full sync at 10,000 services takes longer than syncPeriod: count from the reading, not the start.
-    if (now) state.lastDriftCheck = readAt;
+    if (now) this.#checkedAt(state, readAt);
+    else if (partial && checkInBackground) this.#checkDriftInBackground(family, state);
 
     await this.#cleanConntrack(family, state.applied, model, changed);
     state.applied = model;
@@ -302,6 +318,68 @@ export class IptablesProxier extends ProxierBase<FamilyState> {
     return {family, kind: full ? 'full' : 'partial', changedServicePorts: changed.size, drift};
   }
 
+  override async stop(): Promise<void> {
+    await super.stop();
+    await Promise.all([...this.families.values()].map((state) => state.backgroundCheck));
+  }
+
+  /**
+   * #driftFrom compares a reading with the record of what was written, table by table: a table
+   * that matches has its record settled (see settleRecord), one that does not is logged. True
+   * when anything drifted.
+   */
+  #driftFrom(family: IPFamily, record: Map<IptablesTable, OwnedRecord>, reading: Map<IptablesTable, OwnedRules>): boolean {
+    let drift = false;
+    for (const table of proxyTables) {
+      const [written, now] = [record.get(table)!, reading.get(table)!];
+      if (matchesRecord(written, now)) {
+        record.set(table, settleRecord(written, now));
+      } else {
+        drift = true;
+        this.#options.log.warn('rules changed behind our back; rewriting them', {family, drift: describeDrift(written, now)});
+      }
+    }
+    return drift;
+  }
+
+  /** #checkedAt: a drift check compared the kernel's rules, as a reading that started at `time` found them, with the record. */
+  #checkedAt(state: FamilyState, time: number): void {
+    state.lastDriftCheck = time;
+    state.backgroundInconclusive = false;
+  }
+
+  /**
+   * #checkDriftInBackground reads the tables outside the syncs, so that changes need not wait for
+   * a slow reading, and compares them with the record when it is done. A write that overlapped
+   * the reading leaves it inconclusive: the next check due is then taken by the sync itself.
+   */
+  #checkDriftInBackground(family: IPFamily, state: FamilyState): void {
+    if (state.backgroundCheck) return;
+    const {log, metrics} = this.#options;
+    const startedAt = this.clock.now();
+    const writes = state.writesStarted;
+    const noWriteInFlight = state.writesEnded === writes;
+    state.backgroundCheck = (async () => {
+      const reading = await this.#readOwned(family);
+      if (!noWriteInFlight || state.writesStarted !== writes || !state.written || state.needFullSync) {
+        // Unless a sync has checked since.
+        if ((state.lastDriftCheck ?? -Infinity) < startedAt) state.backgroundInconclusive = true;
+        return;
+      }
+      this.#checkedAt(state, startedAt);
+      if (!this.#driftFrom(family, state.written, reading)) return;
+      metrics.driftRepairs.inc({ip_family: family});
+      state.needFullSync = true;
+      state.driftFoundInBackground = true;
+      this.runner.run();
+    })()
+      .catch((error: unknown) => log.warn('drift check failed', {family, reason: errorText(error)}))
+      .finally(() => {
+        state.backgroundCheck = undefined;
+        releaseGarbage();
+      });
+  }
+
   async #readOwned(family: IPFamily): Promise<Map<IptablesTable, OwnedRules>> {
     return (await this.#readTables(family)).owned;
   }
@@ -309,8 +387,11 @@ export class IptablesProxier extends ProxierBase<FamilyState> {
   /** The proxy's part of its tables, and the tables as iptables-save printed them (filter, then nat). */
   async #readTables(family: IPFamily): Promise<{owned: Map<IptablesTable, OwnedRules>; text: string}> {
     // One reading of every table: iptables-nft reads the whole ruleset for either table.
+    const startedAt = this.clock.now();
     const save = await this.#options.host.iptablesSave(family);
-    return {owned: new Map(proxyTables.map((table) => [table, readOwnedRules(table, save)])), text: savedTables(save, proxyTables)};
+    const tables = {owned: new Map(proxyTables.map((table) => [table, readOwnedRules(table, save)])), text: savedTables(save, proxyTables)};
+    this.families.get(family)!.lastReadingMs = this.clock.now() - startedAt;
+    return tables;
   }
 
   async #cleanConntrack(family: IPFamily, previous: ProxyModel | undefined, next: ProxyModel, changed: Set<string>): Promise<void> {

@@ -16,9 +16,12 @@ import {FakeRules, serviceChain} from './fake-rules.ts';
 const periodic = {requested: false, periodic: true, retry: false};
 const requested = {requested: true, periodic: false, retry: false};
 
-function setup(objects = new MemoryObjects({services: [service('web', '10.96.0.10'), service('api', '10.96.0.1')], slices: [slice('web-1', 'web', ['10.244.2.5']), slice('api-1', 'api', ['10.244.2.9'])]})) {
-  const clock = new FakeClock();
-  const host = new RecordingHost();
+function setup(
+  objects = new MemoryObjects({services: [service('web', '10.96.0.10'), service('api', '10.96.0.1')], slices: [slice('web-1', 'web', ['10.244.2.5']), slice('api-1', 'api', ['10.244.2.9'])]}),
+  parts: {clock?: FakeClock; host?: RecordingHost} = {},
+) {
+  const clock = parts.clock ?? new FakeClock();
+  const host = parts.host ?? new RecordingHost();
   const rules = new FakeRules();
   const metrics = createAgentMetrics();
   const health = new ProxierHealth(60_000, clock);
@@ -284,6 +287,92 @@ test('drift: a rule slipped into KUBE-SERVICES is removed', async () => {
   const [result] = await proxier.syncRules(periodic);
   assert.equal(result.drift, true);
   assert.ok(!(await host.iptablesSave('IPv4', 'nat')).includes('-s 10.0.0.0/8 -j ACCEPT'));
+});
+
+/**
+ * SlowReadingHost: iptables-save takes `readingMs` on the fake clock, as at 10,000 services, and
+ * can be held until the test lets it answer; it answers with the tables as they were when called.
+ */
+class SlowReadingHost extends RecordingHost {
+  readonly #clock: FakeClock;
+  readonly #readingMs: number;
+  #held: Promise<void> | undefined;
+  #release: (() => void) | undefined;
+
+  constructor(clock: FakeClock, readingMs: number) {
+    super();
+    this.#clock = clock;
+    this.#readingMs = readingMs;
+  }
+
+  hold(): void {
+    this.#held = new Promise((resolve) => (this.#release = resolve));
+  }
+
+  release(): void {
+    this.#release?.();
+    this.#held = undefined;
+  }
+
+  override async iptablesSave(family: 'IPv4' | 'IPv6', table?: 'filter' | 'nat'): Promise<string> {
+    const text = await super.iptablesSave(family, table);
+    await this.#held;
+    await this.#clock.advance(this.#readingMs);
+    return text;
+  }
+}
+
+/** Lets promises and I/O callbacks run until `done` holds. */
+async function settledUntil(done: () => Promise<boolean>): Promise<void> {
+  for (let turn = 0; turn < 100 && !(await done()); turn++) await new Promise((resolve) => setImmediate(resolve));
+}
+
+test('drift: a slow reading is taken in the background; the sync does not wait for it, and drift it finds is repaired by the next sync', async () => {
+  const clock = new FakeClock();
+  const host = new SlowReadingHost(clock, 5000);
+  const {proxier, metrics, log} = setup(undefined, {clock, host});
+  await proxier.syncRules(requested);
+  const webChain = serviceChain('default/web:p/TCP');
+  host.tamper('IPv4', 'nat', `-F ${webChain}`);
+  host.hold();
+  const [result] = await proxier.syncRules(periodic);
+  assert.deepEqual([result.kind, result.drift], ['unchanged', false], 'returned while iptables-save is still reading');
+  assert.equal(await metricValue(metrics, 'proxyctl_drift_repairs_total', {ip_family: 'IPv4'}), 0);
+  host.release();
+  const found = async () => (await metricValue(metrics, 'proxyctl_drift_repairs_total', {ip_family: 'IPv4'})) === 1;
+  await settledUntil(found);
+  assert.ok(await found(), 'the background check found the flushed chain');
+  assert.ok(log.lines.some((line) => line.includes('rules changed behind our back')));
+  const [repair] = await proxier.syncRules(requested);
+  assert.deepEqual([repair.kind, repair.drift], ['full', true]);
+  assert.match(await host.iptablesSave('IPv4', 'nat'), new RegExp(`-A ${webChain} .*--to-destination 10.244.2.5:8080`));
+  await proxier.stop();
+});
+
+test('drift: a change while a slow background reading runs is written at once; that reading proves nothing, and after syncPeriod the sync reads itself', async () => {
+  const clock = new FakeClock();
+  const host = new SlowReadingHost(clock, 5000);
+  const {proxier, metrics, objects} = setup(undefined, {clock, host});
+  await proxier.syncRules(requested);
+  const webChain = serviceChain('default/web:p/TCP');
+  host.tamper('IPv4', 'nat', `-F ${webChain}`);
+  host.hold();
+  await proxier.syncRules(periodic);
+  objects.slicesByName.set('api-1', slice('api-1', 'api', ['10.244.3.1']));
+  proxier.onChange('EndpointSlice', objects.slicesByName.get('api-1'));
+  const [change] = await proxier.syncRules(requested);
+  assert.equal(change.kind, 'partial', 'written while the reading is held');
+  assert.equal(host.restores.length, 2);
+  host.release();
+  await settledUntil(async () => false);
+  assert.equal(await metricValue(metrics, 'proxyctl_drift_repairs_total', {ip_family: 'IPv4'}), 0, 'the reading overlapped a write: no conclusion from it');
+  await clock.advance(30_000);
+  const saves = host.calls.filter((call) => call.startsWith('iptables-save')).length;
+  const [checked] = await proxier.syncRules(requested);
+  assert.equal(host.calls.filter((call) => call.startsWith('iptables-save')).length, saves + 1, 'the sync read the kernel itself');
+  assert.deepEqual([checked.kind, checked.drift], ['full', true]);
+  assert.equal(await metricValue(metrics, 'proxyctl_drift_repairs_total', {ip_family: 'IPv4'}), 1);
+  await proxier.stop();
 });
 
 test('a drift check reads every table in one iptables-save, not one per table', async () => {
