@@ -187,15 +187,14 @@ export class IptablesProxier extends ProxierBase<FamilyState> {
     // Checked at least once per syncPeriod, also when changes keep every sync from being periodic:
     // before deciding when nothing is to be written, else with the read-back after the write.
     // A slow reading is taken in the background instead, started early enough to conclude within
-    // syncPeriod. When one overlapped a write, and so proved nothing, the sync takes the next one
-    // itself once syncPeriod has passed, as changes that never pause would otherwise leave drift
-    // unseen.
+    // syncPeriod. When one overlapped a write, and so proved nothing, the next sync takes the
+    // reading itself, as changes that never pause would otherwise leave drift unseen.
     const {syncPeriod} = this.#options;
     const sinceCheck = state.lastDriftCheck === undefined ? Infinity : start - state.lastDriftCheck;
     const slowReading = (state.lastReadingMs ?? 0) >= backgroundReadingMs;
-    const driftCheckDue = reason.periodic || sinceCheck >= (slowReading ? Math.max(syncPeriod / 2, syncPeriod - 2 * state.lastReadingMs!) : syncPeriod);
+    const driftCheckDue = reason.periodic || sinceCheck >= (slowReading ? Math.max(syncPeriod / 2, syncPeriod - state.lastReadingMs!) : syncPeriod);
     const checkInBackground = driftCheckDue && slowReading && !state.backgroundInconclusive;
-    const readInSync = driftCheckDue && (!slowReading || (state.backgroundInconclusive === true && sinceCheck >= syncPeriod));
+    const readInSync = driftCheckDue && (!slowReading || state.backgroundInconclusive === true);
     let changed = changedServicePorts(state.applied, model);
     /** The proxy's rules read at `start`, when the drift check read them. */
     let current: Map<IptablesTable, OwnedRules> | undefined;
@@ -362,8 +361,11 @@ export class IptablesProxier extends ProxierBase<FamilyState> {
     state.backgroundCheck = (async () => {
       const reading = await this.#readOwned(family);
       if (!noWriteInFlight || state.writesStarted !== writes || !state.written || state.needFullSync) {
-        // Unless a sync has checked since.
-        if ((state.lastDriftCheck ?? -Infinity) < startedAt) state.backgroundInconclusive = true;
+        // Unless a sync has checked since, the next sync checks, reading the kernel itself.
+        if ((state.lastDriftCheck ?? -Infinity) < startedAt) {
+          state.backgroundInconclusive = true;
+          this.runner.run();
+        }
         return;
       }
       this.#checkedAt(state, startedAt);

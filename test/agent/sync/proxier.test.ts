@@ -349,7 +349,7 @@ test('drift: a slow reading is taken in the background; the sync does not wait f
   await proxier.stop();
 });
 
-test('drift: a change while a slow background reading runs is written at once; that reading proves nothing, and after syncPeriod the sync reads itself', async () => {
+test('drift: a change while a slow background reading runs is written at once; that reading proves nothing, and the next check due is the sync reading the kernel itself', async () => {
   const clock = new FakeClock();
   const host = new SlowReadingHost(clock, 5000);
   const {proxier, metrics, objects} = setup(undefined, {clock, host});
