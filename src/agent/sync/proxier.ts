@@ -375,7 +375,12 @@ export class IptablesProxier extends ProxierBase<FamilyState> {
       state.driftFoundInBackground = true;
       this.runner.run();
     })()
-      .catch((error: unknown) => log.warn('drift check failed', {family, reason: errorText(error)}))
+      .catch((error: unknown) => {
+        // The sync reads next, so that a reading that keeps failing fails syncs, as it did before.
+        log.warn('drift check failed', {family, reason: errorText(error)});
+        state.backgroundInconclusive = true;
+        this.runner.run();
+      })
       .finally(() => {
         state.backgroundCheck = undefined;
         releaseGarbage();
