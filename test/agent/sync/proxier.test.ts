@@ -314,7 +314,14 @@ class SlowReadingHost extends RecordingHost {
     this.#held = undefined;
   }
 
+  /** Readings still to fail. */
+  failingReadings = 0;
+
   override async iptablesSave(family: 'IPv4' | 'IPv6', table?: 'filter' | 'nat'): Promise<string> {
+    if (this.failingReadings > 0) {
+      this.failingReadings--;
+      throw new Error('iptables-save: exit 4: Another app is currently holding the xtables lock');
+    }
     const text = await super.iptablesSave(family, table);
     await this.#held;
     await this.#clock.advance(this.#readingMs);
@@ -372,6 +379,21 @@ test('drift: a change while a slow background reading runs is written at once; t
   assert.equal(host.calls.filter((call) => call.startsWith('iptables-save')).length, saves + 1, 'the sync read the kernel itself');
   assert.deepEqual([checked.kind, checked.drift], ['full', true]);
   assert.equal(await metricValue(metrics, 'proxyctl_drift_repairs_total', {ip_family: 'IPv4'}), 1);
+  await proxier.stop();
+});
+
+test('drift: a slow background reading that fails is logged, and the next check is the sync reading itself, so a failing reading fails syncs', async () => {
+  const clock = new FakeClock();
+  const host = new SlowReadingHost(clock, 5000);
+  const {proxier, log} = setup(undefined, {clock, host});
+  await proxier.syncRules(requested);
+  host.failingReadings = 2;
+  const [result] = await proxier.syncRules(periodic);
+  assert.equal(result.kind, 'unchanged');
+  await settledUntil(async () => log.lines.some((line) => line.includes('drift check failed')));
+  assert.ok(log.lines.some((line) => line.includes('drift check failed') && line.includes('xtables lock')));
+  await clock.advance(30_000);
+  await assert.rejects(proxier.syncRules(requested), /xtables lock/);
   await proxier.stop();
 });
 
