@@ -7,7 +7,7 @@ import {createAgentMetrics} from '../../../src/agent/health/metrics.ts';
 import type {ServiceHealthTarget} from '../../../src/agent/health/service-health.ts';
 import {memoryLogger} from '../../../src/agent/log.ts';
 import {loadCoreIptablesRules} from '../../../src/agent/sync/iptables-rules.ts';
-import {fullSyncPeriod, IptablesProxier} from '../../../src/agent/sync/proxier.ts';
+import {backgroundReadingMs, fullSyncPeriod, IptablesProxier} from '../../../src/agent/sync/proxier.ts';
 import {FakeClock} from '../fake-clock.ts';
 import {RecordingHost} from '../recording-host.ts';
 import {MemoryObjects, service, slice} from './cluster.ts';
@@ -329,15 +329,20 @@ class SlowReadingHost extends RecordingHost {
   }
 }
 
+/** The usual proxier over a host whose readings are slow enough to be taken in the background. */
+function setupSlowReadings() {
+  const clock = new FakeClock();
+  const host = new SlowReadingHost(clock, 5 * backgroundReadingMs);
+  return {...setup(undefined, {clock, host}), host};
+}
+
 /** Lets promises and I/O callbacks run until `done` holds. */
 async function settledUntil(done: () => Promise<boolean>): Promise<void> {
   for (let turn = 0; turn < 100 && !(await done()); turn++) await new Promise((resolve) => setImmediate(resolve));
 }
 
 test('drift: a slow reading is taken in the background; the sync does not wait for it, and drift it finds is repaired by the next sync', async () => {
-  const clock = new FakeClock();
-  const host = new SlowReadingHost(clock, 5000);
-  const {proxier, metrics, log} = setup(undefined, {clock, host});
+  const {proxier, metrics, log, host} = setupSlowReadings();
   await proxier.syncRules(requested);
   const webChain = serviceChain('default/web:p/TCP');
   host.tamper('IPv4', 'nat', `-F ${webChain}`);
@@ -357,9 +362,7 @@ test('drift: a slow reading is taken in the background; the sync does not wait f
 });
 
 test('drift: a change while a slow background reading runs is written at once; that reading proves nothing, and the next check due is the sync reading the kernel itself', async () => {
-  const clock = new FakeClock();
-  const host = new SlowReadingHost(clock, 5000);
-  const {proxier, metrics, objects} = setup(undefined, {clock, host});
+  const {proxier, metrics, objects, clock, host} = setupSlowReadings();
   await proxier.syncRules(requested);
   const webChain = serviceChain('default/web:p/TCP');
   host.tamper('IPv4', 'nat', `-F ${webChain}`);
@@ -383,9 +386,7 @@ test('drift: a change while a slow background reading runs is written at once; t
 });
 
 test('drift: a slow background reading that fails is logged, and the next check is the sync reading itself, so a failing reading fails syncs', async () => {
-  const clock = new FakeClock();
-  const host = new SlowReadingHost(clock, 5000);
-  const {proxier, log} = setup(undefined, {clock, host});
+  const {proxier, log, clock, host} = setupSlowReadings();
   await proxier.syncRules(requested);
   host.failingReadings = 2;
   const [result] = await proxier.syncRules(periodic);
