@@ -30,7 +30,7 @@ import {renderIptables} from '../src/core/iptables/render.ts';
 import {endpointMapShard, namePrefixes, servicePortNameBase} from '../src/core/nftables/names.ts';
 import {endpointTargetsMap, renderNftablesSync} from '../src/core/nftables/render.ts';
 import {loadCoreIptablesRules} from '../src/agent/sync/iptables-rules.ts';
-import type {IptablesTable} from '../src/agent/host/host.ts';
+import {type IptablesTable, restoreInputText} from '../src/agent/host/host.ts';
 import {freeLoopbackPorts} from '../src/lab/agent-process.ts';
 import {startApiServer} from '../src/lab/apiserver/server.ts';
 import type {KubeObject} from '../src/lab/apiserver/object-log.ts';
@@ -266,7 +266,7 @@ const iptablesMode: AgentBenchMode = {
       const changed = changedServicePorts(from, to);
       const changedChains = portsWithIdentities(from, changed).flatMap((port) => rules.serviceChains!(from, port));
       const existingChains = new Map<IptablesTable, Set<string>>([['filter', new Set()], ['nat', new Set(changedChains)]]);
-      const input = rules.render(to, {changedServicePorts: changed, existingChains, previous: from});
+      const input = restoreInputText(rules.render(to, {changedServicePorts: changed, existingChains, previous: from}));
       if (input.includes(':KUBE-SERVICES ')) throw new Error('the one-service floor would rewrite KUBE-SERVICES: the change is not an endpoint change');
       return input;
     };

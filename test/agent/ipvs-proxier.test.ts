@@ -14,7 +14,7 @@ import {liveConnections} from '../../src/agent/sync/ipvs-host.ts';
 import {ipvsRulesBackend, parseIpvsStateText} from "../../src/agent/api/ipvs-backend.ts";
 import {diffIpvs, formatIpvsadmRestore, type Ipset, type IpvsVirtualServer, parseIpvsadmSave, renderIpvs, virtualServerKey} from '../../src/core/ipvs/index.ts';
 import {buildProxyModel, joinHostPort} from '../../src/core/model/index.ts';
-import {HostCommandError} from '../../src/agent/host/host.ts';
+import {HostCommandError, restoreInputText} from '../../src/agent/host/host.ts';
 import {createAgentRuntime} from '../../src/agent/api/runtime.ts';
 import {unwatchedRulesetChanges} from '../../src/agent/api/ruleset-changes.ts';
 import {RecordingHost} from './recording-host.ts';
@@ -120,7 +120,7 @@ class IpvsHost extends RecordingHost {
   /** Keeps the rules as iptables-save prints them (MARK as --set-xmark, the source match first), as the kernel does. */
   override async iptablesRestore(...args: Parameters<RecordingHost['iptablesRestore']>): Promise<void> {
     const [family, rules, options] = args;
-    const printed = rules
+    const printed = restoreInputText(rules)
       .replace(/-j MARK --or-mark (\S+)/g, '-j MARK --set-xmark $1/$1')
       .replace(/-j MARK --xor-mark (\S+)/g, '-j MARK --set-xmark $1/0x0')
       .replace(/(-m set --match-set \S+ \S+) (! -s \S+)/g, '$2 $1');

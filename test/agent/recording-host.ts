@@ -2,7 +2,7 @@
 // COMMIT), a conntrack table of deletions, and sysctls; it records every call, and a test can make
 // the next commands fail or change rules behind the agent's back.
 import type {IPFamily} from '../../src/core/model/index.ts';
-import {type ConntrackFilter, type Host, HostCommandError, type IptablesFrontEnd, type IptablesTable, type RestoreOptions} from '../../src/agent/host/host.ts';
+import {type ConntrackFilter, type Host, HostCommandError, type IptablesFrontEnd, type IptablesTable, type RestoreInput, type RestoreOptions, restoreInputText} from '../../src/agent/host/host.ts';
 
 const builtinChains: Record<IptablesTable, string[]> = {
   filter: ['INPUT', 'FORWARD', 'OUTPUT'],
@@ -41,9 +41,12 @@ export class RecordingHost implements Host {
     this.#tables.set(`${family}/${table}`, next);
   }
 
-  async iptablesRestore(family: IPFamily, rules: string, options: RestoreOptions): Promise<void> {
+  async iptablesRestore(family: IPFamily, input: RestoreInput, options: RestoreOptions): Promise<void> {
     this.calls.push(`iptables-restore ${family}${options.noflush ? ' --noflush' : ''}`);
+    const rules = restoreInputText(input);
     this.restores.push({family, rules, options});
+    // As iptables-restore: the whole input is read before the write succeeds or fails.
+    options.inputTaken?.();
     const failure = this.failRestores.shift();
     if (failure !== undefined) throw new HostCommandError(['iptables-restore', '-w', '5', '--noflush'], 1, failure);
     let current: {name: IptablesTable; table: Table} | undefined;

@@ -2,7 +2,8 @@
 // namespace with `ip netns exec NAME`.
 import {execa} from 'execa';
 import type {IPFamily} from '../../core/model/index.ts';
-import {type ConntrackFilter, type Host, HostCommandError, type IptablesFrontEnd, type IptablesTable, type RestoreOptions} from './host.ts';
+import type {Writable} from 'node:stream';
+import {type ConntrackFilter, type Host, HostCommandError, type IptablesFrontEnd, type IptablesTable, type RestoreInput, type RestoreOptions} from './host.ts';
 
 export interface CommandResult {
   exitCode: number | undefined;
@@ -10,26 +11,64 @@ export interface CommandResult {
   stderr: string;
 }
 
-/** CommandRunner runs one program and never throws for a non-zero exit; `started` gets its process id. */
-export type CommandRunner = (command: string[], input?: string, started?: (pid: number) => void) => Promise<CommandResult>;
+export interface CommandRunOptions {
+  /** Written to the command's standard input, which is then closed. */
+  input?: RestoreInput;
+  /** Gets the command's process id as it starts. */
+  started?: (pid: number) => void;
+  /** Called once all of `input` is written (see RestoreOptions.inputTaken). */
+  inputTaken?: () => void;
+}
 
-export const execaRunner: CommandRunner = async (command, input, started) => {
+/** CommandRunner runs one program and never throws for a non-zero exit. */
+export type CommandRunner = (command: string[], options?: CommandRunOptions) => Promise<CommandResult>;
+
+export const execaRunner: CommandRunner = async (command, {input, started, inputTaken} = {}) => {
   // cleanup: false. execa would otherwise register exit and signal handlers around every command
   // (about 5 ms a command), to kill it should the agent exit first; a restore the agent started
   // is better left to commit or fail on its own, atomically, than killed halfway.
   const subprocess = execa(command[0], command.slice(1), {reject: false, stripFinalNewline: false, cleanup: false, env: {LC_ALL: 'C'}});
+  if (subprocess.pid !== undefined) started?.(subprocess.pid);
   // Written to stdin here rather than given as execa's `input`: execa keeps a subprocess's options,
   // input included, for as long as the subprocess object lives, and that outlives the command until
   // Node closes the process handle. A full restore's input is 40 MB at 10,000 services, and the
   // collection right after the sync (releaseGarbage) would find it still held.
-  if (input !== undefined) subprocess.stdin?.end(input);
-  if (subprocess.pid !== undefined) started?.(subprocess.pid);
+  let inputFailure: unknown;
+  if (input !== undefined && subprocess.stdin) {
+    writeInput(subprocess.stdin, input, inputTaken).catch((error: unknown) => {
+      inputFailure = error;
+      // Input cut short must not be committed: the command is stopped before it reads the end.
+      subprocess.kill('SIGKILL');
+    });
+  }
   const result = await subprocess;
+  if (inputFailure !== undefined) throw inputFailure;
   if (result.failed && result.exitCode === undefined) {
     return {exitCode: undefined, stdout: '', stderr: String(result.originalMessage ?? result.message)};
   }
   return {exitCode: result.exitCode, stdout: String(result.stdout ?? ''), stderr: String(result.stderr ?? '')};
 };
+
+/**
+ * writeInput writes a text at once, and pieces one at a time, letting the event loop run after
+ * each so that the pipe is fed while the next piece is made. A command that stops reading (it
+ * refused a line and exited) ends the writing; its exit status tells why.
+ */
+async function writeInput(stdin: Writable, input: RestoreInput, inputTaken: (() => void) | undefined): Promise<void> {
+  const taken = (error?: Error | null): void => {
+    if (!error) inputTaken?.();
+  };
+  if (typeof input === 'string') {
+    stdin.end(input, taken);
+    return;
+  }
+  for (const piece of input) {
+    if (stdin.destroyed) return;
+    stdin.write(piece);
+    await new Promise((resolve) => setImmediate(resolve));
+  }
+  stdin.end(taken);
+}
 
 /**
  * Wait up to 5 s for the xtables lock, polling every 100 ms, as kube-proxy does; the lock is shared
@@ -57,12 +96,12 @@ export class CommandHost implements Host {
   }
 
   /** run executes the command (inside the namespace when set); exit codes in `accept` do not throw. */
-  async run(command: string[], options: {input?: string; accept?: number[]} = {}): Promise<CommandResult> {
+  async run(command: string[], options: {input?: RestoreInput; accept?: number[]; inputTaken?: () => void} = {}): Promise<CommandResult> {
     const full = this.netns === undefined ? command : ['ip', 'netns', 'exec', this.netns, ...command];
     this.#onCommand?.(full);
     // `ip netns exec` execs the command in place: the process id is the command's own.
     const started = this.#spawnListeners.size > 0 ? (pid: number) => this.#spawnListeners.forEach((listener) => listener(pid, full)) : undefined;
-    const result = await this.#runner(full, options.input, started);
+    const result = await this.#runner(full, {input: options.input, started, inputTaken: options.inputTaken});
     if (result.exitCode === 0 || (result.exitCode !== undefined && options.accept?.includes(result.exitCode))) return result;
     throw new HostCommandError(full, result.exitCode, result.stderr || result.stdout);
   }
@@ -72,11 +111,11 @@ export class CommandHost implements Host {
     return () => this.#spawnListeners.delete(listener);
   }
 
-  async iptablesRestore(family: IPFamily, rules: string, options: RestoreOptions): Promise<void> {
+  async iptablesRestore(family: IPFamily, rules: RestoreInput, options: RestoreOptions): Promise<void> {
     const command = [restoreCommand(family), ...xtablesWait];
     if (options.noflush) command.push('--noflush');
     if (options.counters) command.push('--counters');
-    await this.run(command, {input: rules});
+    await this.run(command, {input: rules, inputTaken: options.inputTaken});
   }
 
   async iptablesSave(family: IPFamily, table?: IptablesTable): Promise<string> {

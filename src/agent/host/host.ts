@@ -10,6 +10,23 @@ export interface RestoreOptions {
   noflush: boolean;
   /** Take packet counters from the input (--counters). */
   counters?: boolean;
+  /**
+   * Called once iptables-restore has been given all of the input, while it still parses the last
+   * of it and commits (at 10,000 services that takes seconds): work that needs the whole input can
+   * run meanwhile. Not called when the input could not be written.
+   */
+  inputTaken?: () => void;
+}
+
+/**
+ * iptables-restore input: the whole text, or its pieces in order (renderIptablesChunks), each
+ * written as soon as it is made so that iptables-restore reads the first while the rest is made.
+ */
+export type RestoreInput = string | Iterable<Uint8Array>;
+
+/** restoreInputText: the whole of an input (the pieces joined). */
+export function restoreInputText(input: RestoreInput): string {
+  return typeof input === 'string' ? input : Buffer.concat([...input]).toString('utf8');
 }
 
 /**
@@ -28,7 +45,7 @@ export interface Host {
   /** The network namespace commands run in; undefined for the agent's own. */
   readonly netns: string | undefined;
   /** Feeds rules to iptables-restore (ip6tables-restore for IPv6), waiting for the xtables lock. */
-  iptablesRestore(family: IPFamily, rules: string, options: RestoreOptions): Promise<void>;
+  iptablesRestore(family: IPFamily, rules: RestoreInput, options: RestoreOptions): Promise<void>;
   /**
    * iptables-save -t TABLE; without a table, every table in one reading. iptables-nft reads the
    * whole ruleset for any one table, so one reading of all costs what one of a single table

@@ -1,7 +1,7 @@
 // IptablesRuleSource: what the iptables proxier needs from rule rendering (core/iptables), as an
 // interface so that the proxier can be tested with hand-written rules and so that the renderer's
 // internals stay in core.
-import type {IptablesTable} from '../host/host.ts';
+import {type IptablesTable, type RestoreInput, restoreInputText} from '../host/host.ts';
 import {ownedChainPrefixes, type SpellRules} from './owned-rules.ts';
 import type {IPFamily, ProxyModel, ServicePort} from '../../core/model/index.ts';
 
@@ -29,11 +29,13 @@ export interface RenderOptions {
   existingChains?: Map<IptablesTable, Set<string>>;
   /** In a partial render, the model of the last write: fixed chains the change leaves as they are are not rewritten. */
   previous?: ProxyModel;
+  /** Lines to add to a table's part: `start` right after "*table", `end` right before COMMIT. */
+  extraLines?: Partial<Record<IptablesTable, {start?: string[]; end?: string[]}>>;
 }
 
 export interface IptablesRuleSource {
-  /** iptables-restore input (for --noflush) covering the filter and nat tables. */
-  render(model: ProxyModel, options: RenderOptions): string;
+  /** iptables-restore input (for --noflush) covering the filter and nat tables, whole or in pieces as they are rendered. */
+  render(model: ProxyModel, options: RenderOptions): RestoreInput;
   /** The jump rules from built-in chains; the proxier keeps them in place. */
   jumpRules(model: ProxyModel): JumpRule[];
   /**
@@ -61,14 +63,14 @@ export async function loadCoreIptablesRules(): Promise<IptablesRuleSource> {
   } catch (error) {
     throw new Error(`iptables mode: cannot load the rule renderer core/iptables: ${error instanceof Error ? error.message : String(error)}`);
   }
-  const renderIptables = module.renderIptables;
+  const renderIptablesChunks = module.renderIptablesChunks;
   const renderJumpRules = module.renderJumpRules;
   const parseIptablesSave = module.parseIptablesSave;
-  if (typeof renderIptables !== 'function' || typeof renderJumpRules !== 'function') {
-    throw new Error('iptables mode: core/iptables does not export renderIptables and renderJumpRules');
+  if (typeof renderIptablesChunks !== 'function' || typeof renderJumpRules !== 'function') {
+    throw new Error('iptables mode: core/iptables does not export renderIptablesChunks and renderJumpRules');
   }
-  const render = (model: ProxyModel, options: RenderOptions) =>
-    String(renderIptables(model, {changedServicePorts: options.changedServicePorts, existingChains: options.existingChains, previous: options.previous, includeJumps: false}));
+  const render = (model: ProxyModel, options: RenderOptions): Iterable<Uint8Array> =>
+    renderIptablesChunks(model, {...options, includeJumps: false}) as Iterable<Uint8Array>;
   return {
     render,
     jumpRules: (model) => readJumpRules(renderJumpRules(model)),
@@ -77,7 +79,7 @@ export async function loadCoreIptablesRules(): Promise<IptablesRuleSource> {
     serviceChains: (model, port) => {
       const chains: string[] = [];
       let nat = false;
-      for (const line of render({...model, servicePorts: [port], problems: []}, {}).split('\n')) {
+      for (const line of restoreInputText(render({...model, servicePorts: [port], problems: []}, {})).split('\n')) {
         if (line.startsWith('*')) nat = line === '*nat';
         else if (nat && line.startsWith(':')) {
           const chain = line.slice(1).split(' ')[0];

@@ -8,7 +8,7 @@
 // read at least once per syncPeriod to check for drift, and if someone changed the rules, a full
 // sync rewrites them all.
 import {changedServicePorts, type IPFamily, type ModelOptions, type ProxyModel, ProxyModelBuilder, portsWithIdentities} from '../../core/model/index.ts';
-import {type Host, type IptablesFrontEnd, type IptablesTable, savedTables} from '../host/host.ts';
+import {type Host, type IptablesFrontEnd, type IptablesTable, type RestoreInput, restoreInputText, savedTables} from '../host/host.ts';
 import type {Clock} from './clock.ts';
 import {planConntrackCleanup} from './conntrack-cleanup.ts';
 import type {IptablesRuleSource, JumpRule} from './iptables-rules.ts';
@@ -216,9 +216,14 @@ export class IptablesProxier extends ProxierBase<FamilyState> {
       return {family, kind: 'unchanged', changedServicePorts: 0, drift};
     }
 
-    let text: string;
+    /** The restore's input; a full sync's is streamed as it is rendered. */
+    let input: RestoreInput;
+    /** A partial sync's input; a full sync's once all of it is written. */
+    let text: string | undefined;
     let existing: Map<IptablesTable, OwnedRules> | undefined;
     const existingReadAt = current ? start : this.clock.now();
+    /** A full sync's input as it went out, for the record of what it wrote. */
+    const pieces: Uint8Array[] = [];
     if (full || !state.written) {
       this.wholeTablesTouched = true;
       // A drift check has just read them: a repair need not read them again.
@@ -226,8 +231,12 @@ export class IptablesProxier extends ProxierBase<FamilyState> {
       const existingChains = new Map([...existing].map(([table, owned]) => [table, new Set(owned.chains)]));
       const jumps = missingJumpRules(rules.jumpRules(model), existing);
       for (const jump of jumps) log.info('jump rule added', {family, table: jump.table, chain: jump.chain, rule: jump.rule.join(' ')});
-      const rendered = withJumpRules(rules.render(model, {existingChains}), jumps);
-      text = state.frontEnd === 'nf_tables' ? withWholeTableCache(rendered) : rendered;
+      const extraLines = {
+        // In the same atomic write as the chains they lead to, at the end of their table, once those are filled.
+        filter: {end: jumpRuleLines(jumps, 'filter')},
+        nat: {start: state.frontEnd === 'nf_tables' ? [wholeTableCache] : [], end: jumpRuleLines(jumps, 'nat')},
+      };
+      input = keeping(rules.render(model, {existingChains, extraLines}), pieces);
     } else if (rules.serviceChains) {
       // Only the changed ports' chains can have become stale: name those alone, not every chain of the model.
       // Chain names hash the service port's name, so no other port can be using them.
@@ -235,32 +244,41 @@ export class IptablesProxier extends ProxierBase<FamilyState> {
       const previous = state.applied!;
       for (const port of portsWithIdentities(previous, changed)) for (const chain of rules.serviceChains(previous, port)) stale.add(chain);
       for (const port of portsWithIdentities(model, changed)) for (const chain of rules.serviceChains(model, port)) stale.delete(chain);
-      text = withDeletedChains(rules.render(model, {changedServicePorts: changed, previous}), 'nat', [...stale].sort());
+      input = text = withDeletedChains(restoreInputText(rules.render(model, {changedServicePorts: changed, previous})), 'nat', [...stale].sort());
     } else {
       const existingChains = new Map([...state.written].map(([table, owned]) => [table, new Set(owned.chains.keys())]));
-      text = rules.render(model, {changedServicePorts: changed, existingChains, previous: state.applied});
+      input = text = restoreInputText(rules.render(model, {changedServicePorts: changed, existingChains, previous: state.applied}));
     }
     // A partial sync after a burst of changes (thousands of services created at once) names as
     // many chains as a full one, and pays the same quadratic chain list.
-    if (!full && state.frontEnd === 'nf_tables' && declaredChainCount(text) > wholeTableCacheAbove) text = withWholeTableCache(text);
-    log.detail(5, 'iptables-restore input', {family, rules: text});
+    if (text !== undefined && !full && state.frontEnd === 'nf_tables' && declaredChainCount(text) > wholeTableCacheAbove) input = text = withWholeTableCache(text);
     const partial = !full && state.written !== undefined;
     let now: Map<IptablesTable, OwnedRules> | undefined;
     let written: Map<IptablesTable, OwnedRules> | undefined;
     let fullyWritten: Map<IptablesTable, OwnedRecord> | undefined;
     let readAt = start;
     let readBack: string | undefined;
+    // What a full write leaves is worked out from its input and the reading just before it, while
+    // iptables-restore commits (seconds at 10,000 services) rather than after.
+    const recordFullWrite = (): void => {
+      text ??= restoreInputText(pieces);
+      if (partial || fullyWritten) return;
+      try {
+        fullyWritten = state.spelling?.recordAfterFullWrite(text, existing!);
+      } catch (error) {
+        log.error('cannot follow what the write left; reading it back', {family, reason: errorText(error)});
+      }
+    };
     this.#tellWrite(family, 'started');
     state.writesStarted++;
     try {
-      await host.iptablesRestore(family, text, {noflush: true});
+      await host.iptablesRestore(family, input, {noflush: true, inputTaken: partial ? undefined : recordFullWrite});
       state.writesEnded = state.writesStarted;
       const writtenAt = this.clock.now();
-      // What a write left is known from its input and, for a full write, the reading just before
-      // it; the kernel is read back after a partial write when a drift check is due, and when the
+      // The kernel is read back after a partial write when a drift check is due, and when the
       // input cannot be followed.
-      if (partial) written = state.spelling?.ownedAfter(text);
-      else fullyWritten = state.spelling?.recordAfterFullWrite(text, existing!);
+      recordFullWrite();
+      if (partial) written = state.spelling?.ownedAfter(text!);
       if (partial ? readInSync || !written : !fullyWritten) {
         this.wholeTablesTouched = true;
         readAt = this.clock.now();
@@ -270,7 +288,7 @@ export class IptablesProxier extends ProxierBase<FamilyState> {
       }
       this.#tellWrite(family, 'ended', () => {
         if (readBack !== undefined) return {kind: 'read', text: readBack, readStartedAt: readAt};
-        return written && chainsWritten(text, written, writtenAt);
+        return written && chainsWritten(text!, written, writtenAt);
       });
     } catch (error) {
       state.writesEnded = state.writesStarted;
@@ -279,6 +297,9 @@ export class IptablesProxier extends ProxierBase<FamilyState> {
       if (!full) metrics.partialRestoreFailures.inc();
       state.needFullSync = true;
       throw new Error(`${family} ${full ? 'full' : 'partial'} sync: ${errorText(error)}`, {cause: error});
+    } finally {
+      // A failed full write's input as far as it went out.
+      if (log.verbosity >= 5) log.detail(5, 'iptables-restore input', {family, rules: text ?? restoreInputText(pieces)});
     }
 
     if (!partial) {
@@ -288,7 +309,7 @@ export class IptablesProxier extends ProxierBase<FamilyState> {
     } else {
       // The chains the write did not replace must be as they were after the previous write; reading
       // the kernel back checks them, and the replaced ones, free of charge.
-      const declared = declaredChains(text);
+      const declared = declaredChains(text!);
       const expected = state.written!;
       for (const table of proxyTables) applyPartialWrite(expected.get(table)!, (written ?? now!).get(table)!, declared.get(table) ?? new Set());
       if (now && this.#driftFrom(family, expected, now)) {
@@ -455,12 +476,23 @@ function declaredChainCount(input: string): number {
   return count;
 }
 
+const wholeTableCache = '-Z';
+
+/** withWholeTableCache puts the -Z command at the start of the nat part of a partial sync's input. */
 export function withWholeTableCache(rules: string): string {
   // Sliced and joined rather than replaced by a regular expression: at 10,000 services the input is
   // 45 MB, and a replace would copy all of it once more.
   const at = rules.startsWith('*nat\n') ? 0 : rules.indexOf('\n*nat\n') + 1;
   if (at === 0 && !rules.startsWith('*nat\n')) return rules;
-  return `${rules.slice(0, at + 5)}-Z\n${rules.slice(at + 5)}`;
+  return `${rules.slice(0, at + 5)}${wholeTableCache}\n${rules.slice(at + 5)}`;
+}
+
+/** keeping passes a restore input on piece by piece, and keeps each piece in `kept` as it goes out. */
+function* keeping(input: RestoreInput, kept: Uint8Array[]): Generator<Uint8Array> {
+  for (const piece of typeof input === 'string' ? [Buffer.from(input)] : input) {
+    kept.push(piece);
+    yield piece;
+  }
 }
 
 /**
@@ -497,13 +529,13 @@ export function missingJumpRules(jumps: JumpRule[], existing: Map<IptablesTable,
  */
 export function withJumpRules(input: string, jumps: JumpRule[]): string {
   let text = input;
-  for (const table of new Set(jumps.map((jump) => jump.table))) {
-    const lines = jumps
-      .filter((jump) => jump.table === table)
-      .map((jump) => `${jump.position === 'prepend' ? '-I' : '-A'} ${jump.chain} ${jump.rule.map(restoreWord).join(' ')}`);
-    text = beforeCommit(text, table, lines);
-  }
+  for (const table of new Set(jumps.map((jump) => jump.table))) text = beforeCommit(text, table, jumpRuleLines(jumps, table));
   return text;
+}
+
+/** jumpRuleLines: the jump rules of `table` as iptables-restore commands. */
+function jumpRuleLines(jumps: JumpRule[], table: IptablesTable): string[] {
+  return jumps.filter((jump) => jump.table === table).map((jump) => `${jump.position === 'prepend' ? '-I' : '-A'} ${jump.chain} ${jump.rule.map(restoreWord).join(' ')}`);
 }
 
 /** withDeletedChains flushes and deletes `chains` of `table` at the end of that table's part of the input. */

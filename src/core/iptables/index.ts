@@ -22,6 +22,7 @@ export {
   masqueradeMark,
   probabilityText,
   renderIptables,
+  renderIptablesChunks,
   renderJumpRules,
   type IptablesJumpRule,
   type RenderIptablesOptions,

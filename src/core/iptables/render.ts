@@ -40,6 +40,12 @@ export interface RenderIptablesOptions {
    * service's chains, not also KUBE-SERVICES' 10,000 rules at 10,000 services.
    */
   previous?: ProxyModel;
+  /**
+   * Lines the caller adds to a table's part: `start` right after "*table" (restore commands,
+   * such as -Z), `end` right before COMMIT (rules in built-in chains that lead to the proxy's
+   * chains, once those are filled).
+   */
+  extraLines?: Partial<Record<IptablesTable, {start?: string[]; end?: string[]}>>;
 }
 
 /** A rule in a built-in chain that leads into the proxy's chains, as argv for `iptables -t TABLE -I CHAIN`. */
@@ -236,6 +242,13 @@ class LineBuffer {
     }
   }
 
+  /** The chunks filled so far, handed out once: the lines pushed after them stay. */
+  takeFull(): Buffer[] {
+    const full = this.#chunks;
+    this.#chunks = [];
+    return full;
+  }
+
   buffers(): Buffer[] {
     return [...this.#chunks, this.#current.subarray(0, this.#offset)];
   }
@@ -276,7 +289,20 @@ function fixedChainsChange(previous: ProxyModel, next: ProxyModel, changed: Read
  * deleted, and KUBE-SERVICES ending with the jump to KUBE-NODEPORTS.
  */
 export function renderIptables(model: ProxyModel, options: RenderIptablesOptions = {}): string {
-  const {changedServicePorts, existingChains, includeJumps = false} = options;
+  return Buffer.concat([...renderIptablesChunks(model, options)]).toString('utf8');
+}
+
+/**
+ * renderIptablesChunks is renderIptables' output in pieces, handed out as they are ready, so that
+ * iptables-restore can read the first while the rest is rendered: at 10,000 services the render
+ * takes about a second, and the restore reads its input for about eight.
+ *
+ * Two passes over the service ports keep kube-proxy's order. The first writes the filter table and
+ * declares the nat chains (iptables-restore refuses a jump to a chain not declared yet); the
+ * second writes the nat rules, which are most of the output, a chunk at a time.
+ */
+export function* renderIptablesChunks(model: ProxyModel, options: RenderIptablesOptions = {}): Generator<Buffer> {
+  const {changedServicePorts, existingChains, includeJumps = false, extraLines = {}} = options;
   const writeFixedChains = changedServicePorts === undefined || options.previous === undefined || fixedChainsChange(options.previous, model, changedServicePorts);
   const mark = masqueradeMark(model.config.masqueradeBit);
   const detector = localTrafficMatches(model.config.localDetector);
@@ -297,14 +323,6 @@ export function renderIptables(model: ProxyModel, options: RenderIptablesOptions
   if (writeFixedChains) for (const chain of Object.values(filterChains)) filterChainLines.push(`:${chain} - [0:0]`);
   if (writeFixedChains) for (const chain of Object.values(natChains)) natChainLines.push(`:${chain} - [0:0]`);
 
-  fixedNat.push(
-    `-A ${natChains.postrouting} -m mark ! --mark ${mark}/${mark} -j RETURN`,
-    // Clearing the mark keeps a packet that passes the stack again from being masqueraded twice.
-    `-A ${natChains.postrouting} -j MARK --xor-mark ${mark}`,
-    `-A ${natChains.postrouting} -m comment --comment "kubernetes service traffic requiring SNAT" -j MASQUERADE --random-fully`,
-    `-A ${MASQ} -j MARK --or-mark ${mark}`,
-  );
-
   if (plan.localhostNodePorts && writeFixedChains) {
     // NodePorts on 127.0.0.1 need route_localnet, which lets martian packets to 127/8 in; this
     // rule (also written by kubelet) drops them again.
@@ -322,111 +340,98 @@ export function renderIptables(model: ProxyModel, options: RenderIptablesOptions
   // A partial render that leaves the fixed chains out, and need not tell which chains are in use,
   // writes the changed ports alone: at 10,000 services the others are most of its time.
   const changedOnly = changedServicePorts !== undefined && !writeFixedChains && activeNatChains === undefined;
-  for (const port of changedOnly ? portsWithIdentities(model, changedServicePorts) : model.servicePorts) {
-    const written = changedServicePorts === undefined || changedServicePorts.has(servicePortIdentity(port));
-    if (!written && activeNatChains === undefined) {
-      if (writeFixedChains) writeFixedChainRules(port, fixedNat, fixedFilter);
+  const ports = changedOnly ? portsWithIdentities(model, changedServicePorts) : model.servicePorts;
+  /** Per port, what the first pass learned for the second; undefined for a port whose own chains are not written. */
+  const written: Array<WrittenPort | undefined> = [];
+
+  // First pass: the filter table's rules, and the nat chains declared.
+  for (let index = 0; index < ports.length; index++) {
+    const port = ports[index];
+    const writesChains = changedServicePorts === undefined || changedServicePorts.has(servicePortIdentity(port));
+    if (!writesChains && activeNatChains === undefined) {
+      if (writeFixedChains) writeFixedChainRules(port, discardLines, fixedFilter);
       continue;
     }
-    const name = port.key;
-    const protocol = port.protocol.toLowerCase();
-    const matchProtocol = `-m ${protocol} -p ${protocol}`;
     const names = chainNamesOf(port);
-    const {clusterChain, localChain, externalChain, firewallChain} = names;
-    const chains = writeFixedChainRules(port, fixedNat, fixedFilter, names);
-    const rules = natRules;
+    const chains = writeFixedChainRules(port, discardLines, fixedFilter, names);
     // Chains of a port left alone in a partial render are not declared (that would flush them),
     // but they are still in use, so not stale.
     const declare = (chain: string): void => {
-      if (written) natChainLines.push(`:${chain} - [0:0]`);
+      if (writesChains) natChainLines.push(`:${chain} - [0:0]`);
       activeNatChains?.add(chain);
     };
-
-    if (chains.hasInternalEndpoints && written) {
-      const clusterIPMatch = `-m comment --comment ${quote(`${name} cluster IP`)} ${matchProtocol} -d ${port.clusterIP} --dport ${port.port}`;
-      if (masqueradeAll) rules.push(`-A ${chains.internalChain} ${clusterIPMatch} -j ${MASQ}`);
-      // Off-cluster clients may route the service range to any node; their traffic can leave
-      // the node again towards the endpoint, so it is masqueraded.
-      else if (detector) rules.push(`-A ${chains.internalChain} ${clusterIPMatch} ${detector.ifNotLocal} -j ${MASQ}`);
-    }
-
-    if (chains.usesExternalChain) {
-      declare(externalChain);
-      if (written) {
-        if (!port.externalPolicyLocal) {
-          rules.push(`-A ${externalChain} -m comment --comment ${quote(`masquerade traffic for ${name} external destinations`)} -j ${MASQ}`);
-        } else {
-          // Pods reaching an external address of the service behave as if they went out to a
-          // load balancer and came back: neither traffic policy applies to them.
-          if (detector) {
-            rules.push(`-A ${externalChain} -m comment --comment ${quote(`pod traffic for ${name} external destinations`)} ${detector.ifLocal} -j ${clusterChain}`);
-          }
-          // The node itself would pick the external address as its source, so it is masqueraded.
-          rules.push(
-            `-A ${externalChain} -m comment --comment ${quote(`masquerade LOCAL traffic for ${name} external destinations`)} -m addrtype --src-type LOCAL -j ${MASQ}`,
-            `-A ${externalChain} -m comment --comment ${quote(`route LOCAL traffic for ${name} external destinations`)} -m addrtype --src-type LOCAL -j ${clusterChain}`,
-          );
-        }
-        if (chains.hasExternalEndpoints) rules.push(`-A ${externalChain} -j ${chains.externalPolicyChain}`);
-      }
-    }
-
-    if (chains.usesFirewallChain) {
-      declare(firewallChain);
-      if (written) {
-        const head = `-A ${firewallChain} -m comment --comment ${quote(`${name} loadbalancer IP`)}`;
-        let allowFromNode = false;
-        for (const range of port.loadBalancerSourceRanges) {
-          rules.push(`${head} -s ${range} -j ${externalChain}`);
-          const cidr = parseCIDR(range);
-          if (cidr && primaryNodeIP && cidrContains(cidr, primaryNodeIP)) allowFromNode = true;
-        }
-        // A node reaching a VIP-like load-balancer address that is also local loops back with
-        // the VIP as source; when the node is allowed, so is that.
-        if (allowFromNode) for (const ip of port.loadBalancerIPs) rules.push(`${head} -s ${ip} -j ${externalChain}`);
-        rules.push(`-A ${firewallChain} -m comment --comment ${quote(`other traffic to ${name} will be dropped by KUBE-PROXY-FIREWALL`)}`);
-      }
-    }
-
+    if (chains.usesExternalChain) declare(names.externalChain);
+    if (chains.usesFirewallChain) declare(names.firewallChain);
+    if (port.clusterEndpoints.length > 0 && port.usesClusterEndpoints) declare(names.clusterChain);
+    if (port.localEndpoints.length > 0 && port.usesLocalEndpoints) declare(names.localChain);
     // Every endpoint chain name is hashed once, though the SVC, SVL and SEP rules all use it.
     const endpointChains = new Map<string, string>();
-    for (const endpoint of port.allReachableEndpoints) endpointChains.set(endpoint.key, endpointChainName(port, endpoint));
-    const chainOf = (endpoint: Endpoint): string => endpointChains.get(endpoint.key) ?? endpointChainName(port, endpoint);
-
-    if (port.clusterEndpoints.length > 0 && port.usesClusterEndpoints) {
-      declare(clusterChain);
-      if (written) writeServiceToEndpointRules(rules, port, clusterChain, port.clusterEndpoints, chainOf);
-    }
-    if (port.localEndpoints.length > 0 && port.usesLocalEndpoints) {
-      declare(localChain);
-      if (written) writeServiceToEndpointRules(rules, port, localChain, port.localEndpoints, chainOf);
-    }
-
     for (const endpoint of port.allReachableEndpoints) {
-      const chain = chainOf(endpoint);
+      const chain = endpointChainName(port, endpoint);
+      endpointChains.set(endpoint.key, chain);
       declare(chain);
-      if (!written) continue;
-      const head = largeCluster ? `-A ${chain}` : `-A ${chain} -m comment --comment ${name}`;
-      // A pod reaching itself through the service must not see its own address as source.
-      rules.push(`${head} -s ${endpoint.ip} -j ${MASQ}`);
-      const affinity = port.sessionAffinity ? ` -m recent --name ${chain} --set` : '';
-      rules.push(`${head}${affinity} ${matchProtocol} -j DNAT --to-destination ${endpoint.key}`);
     }
+    if (writesChains) written[index] = {names, chains, endpointChains};
   }
 
+  const staleNatChains: string[] = [];
   if (existingChains && activeNatChains) {
     for (const table of ['filter', 'nat'] as const) {
       const existing = existingChains.get(table);
       if (!existing) continue;
-      const [chainLines, rules] = table === 'nat' ? [natChainLines, natRules] : [filterChainLines, filterRules];
       for (const chain of [...existing].sort()) {
         if (!isServiceChainName(chain) || (table === 'nat' && activeNatChains.has(chain))) continue;
         // The chain line flushes it, so nothing in it still points elsewhere when it is deleted.
-        chainLines.push(`:${chain} - [0:0]`);
-        rules.push(`-X ${chain}`);
+        if (table === 'nat') {
+          natChainLines.push(`:${chain} - [0:0]`);
+          staleNatChains.push(chain);
+        } else {
+          filterChainLines.push(`:${chain} - [0:0]`);
+          filterRules.push(`-X ${chain}`);
+        }
       }
     }
   }
+
+  fixedFilter.push(
+    // Without nf_conntrack_tcp_be_liberal an out-of-window packet is INVALID, escapes DNAT
+    // reversal and makes the client reset the connection.
+    `-A ${filterChains.forward} -m conntrack --ctstate INVALID -j DROP`,
+    `-A ${filterChains.forward} -m comment --comment "kubernetes forwarding rules" -m mark --mark ${mark}/${mark} -j ACCEPT`,
+    `-A ${filterChains.forward} -m comment --comment "kubernetes forwarding conntrack rule" -m conntrack --ctstate RELATED,ESTABLISHED -j ACCEPT`,
+  );
+
+  const jumps = includeJumps ? renderJumpRules(model) : [];
+  const lines = (...text: string[]): Buffer => Buffer.from(text.map((line) => `${line}\n`).join(''), 'utf8');
+  /** A table's part up to its rules: "*table", the caller's first lines, the chains declared, the jump rules. */
+  const head = (table: IptablesTable, chainLines: LineBuffer): Buffer[] => [
+    lines(`*${table}`, ...(extraLines[table]?.start ?? []), ...(includeJumps ? builtinChains[table].map((chain) => `:${chain} ACCEPT [0:0]`) : [])),
+    ...chainLines.buffers(),
+    lines(...(includeJumps ? jumpRuleLines(jumps, table) : [])),
+  ];
+  const tail = (table: IptablesTable): Buffer => lines(...(extraLines[table]?.end ?? []), 'COMMIT');
+  yield Buffer.concat([...head('filter', filterChainLines), ...filterRules.buffers(), tail('filter'), ...head('nat', natChainLines)]);
+
+  // Second pass: the nat rules, in chunks.
+  fixedNat.push(
+    `-A ${natChains.postrouting} -m mark ! --mark ${mark}/${mark} -j RETURN`,
+    // Clearing the mark keeps a packet that passes the stack again from being masqueraded twice.
+    `-A ${natChains.postrouting} -j MARK --xor-mark ${mark}`,
+    `-A ${natChains.postrouting} -m comment --comment "kubernetes service traffic requiring SNAT" -j MASQUERADE --random-fully`,
+    `-A ${MASQ} -j MARK --or-mark ${mark}`,
+  );
+  for (let index = 0; index < ports.length; index++) {
+    const port = ports[index];
+    const own = written[index];
+    if (!own) {
+      if (writeFixedChains) writeFixedChainRules(port, fixedNat, discardLines);
+      continue;
+    }
+    writeFixedChainRules(port, fixedNat, discardLines, own.names);
+    writePortChains(port, own);
+    yield* natRules.takeFull();
+  }
+  for (const chain of staleNatChains) natRules.push(`-X ${chain}`);
 
   const nodePortsComment = quote('kubernetes service nodeports; NOTE: this must be the last rule in this chain');
   if (plan.matchAll) {
@@ -440,27 +445,69 @@ export function renderIptables(model: ProxyModel, options: RenderIptablesOptions
       fixedNat.push(`-A ${natChains.services} -m comment --comment ${nodePortsComment} -d ${address} -j ${natChains.nodePorts}`);
     }
   }
+  yield Buffer.concat([...natRules.buffers(), tail('nat')]);
 
-  fixedFilter.push(
-    // Without nf_conntrack_tcp_be_liberal an out-of-window packet is INVALID, escapes DNAT
-    // reversal and makes the client reset the connection.
-    `-A ${filterChains.forward} -m conntrack --ctstate INVALID -j DROP`,
-    `-A ${filterChains.forward} -m comment --comment "kubernetes forwarding rules" -m mark --mark ${mark}/${mark} -j ACCEPT`,
-    `-A ${filterChains.forward} -m comment --comment "kubernetes forwarding conntrack rule" -m conntrack --ctstate RELATED,ESTABLISHED -j ACCEPT`,
-  );
+  /** writePortChains writes the rules of the port's own chains: SVC/SVL, EXT, FW and SEP. */
+  function writePortChains(port: ServicePort, {names, chains, endpointChains}: WrittenPort): void {
+    const name = port.key;
+    const protocol = port.protocol.toLowerCase();
+    const matchProtocol = `-m ${protocol} -p ${protocol}`;
+    const {clusterChain, localChain, externalChain, firewallChain} = names;
+    const rules = natRules;
+    const chainOf = (endpoint: Endpoint): string => endpointChains.get(endpoint.key) ?? endpointChainName(port, endpoint);
 
-  const jumps = includeJumps ? renderJumpRules(model) : [];
-  const parts: Buffer[] = [];
-  const lines = (...text: string[]): Buffer => Buffer.from(text.map((line) => `${line}\n`).join(''), 'utf8');
-  for (const table of ['filter', 'nat'] as const) {
-    parts.push(lines(`*${table}`));
-    if (includeJumps) parts.push(lines(...builtinChains[table].map((chain) => `:${chain} ACCEPT [0:0]`)));
-    const [chainLines, rules] = table === 'filter' ? [filterChainLines, filterRules] : [natChainLines, natRules];
-    parts.push(...chainLines.buffers());
-    if (includeJumps) parts.push(lines(...jumpRuleLines(jumps, table)));
-    parts.push(...rules.buffers(), lines('COMMIT'));
+    if (chains.hasInternalEndpoints) {
+      const clusterIPMatch = `-m comment --comment ${quote(`${name} cluster IP`)} ${matchProtocol} -d ${port.clusterIP} --dport ${port.port}`;
+      if (masqueradeAll) rules.push(`-A ${chains.internalChain} ${clusterIPMatch} -j ${MASQ}`);
+      // Off-cluster clients may route the service range to any node; their traffic can leave
+      // the node again towards the endpoint, so it is masqueraded.
+      else if (detector) rules.push(`-A ${chains.internalChain} ${clusterIPMatch} ${detector.ifNotLocal} -j ${MASQ}`);
+    }
+
+    if (chains.usesExternalChain) {
+      if (!port.externalPolicyLocal) {
+        rules.push(`-A ${externalChain} -m comment --comment ${quote(`masquerade traffic for ${name} external destinations`)} -j ${MASQ}`);
+      } else {
+        // Pods reaching an external address of the service behave as if they went out to a
+        // load balancer and came back: neither traffic policy applies to them.
+        if (detector) {
+          rules.push(`-A ${externalChain} -m comment --comment ${quote(`pod traffic for ${name} external destinations`)} ${detector.ifLocal} -j ${clusterChain}`);
+        }
+        // The node itself would pick the external address as its source, so it is masqueraded.
+        rules.push(
+          `-A ${externalChain} -m comment --comment ${quote(`masquerade LOCAL traffic for ${name} external destinations`)} -m addrtype --src-type LOCAL -j ${MASQ}`,
+          `-A ${externalChain} -m comment --comment ${quote(`route LOCAL traffic for ${name} external destinations`)} -m addrtype --src-type LOCAL -j ${clusterChain}`,
+        );
+      }
+      if (chains.hasExternalEndpoints) rules.push(`-A ${externalChain} -j ${chains.externalPolicyChain}`);
+    }
+
+    if (chains.usesFirewallChain) {
+      const head = `-A ${firewallChain} -m comment --comment ${quote(`${name} loadbalancer IP`)}`;
+      let allowFromNode = false;
+      for (const range of port.loadBalancerSourceRanges) {
+        rules.push(`${head} -s ${range} -j ${externalChain}`);
+        const cidr = parseCIDR(range);
+        if (cidr && primaryNodeIP && cidrContains(cidr, primaryNodeIP)) allowFromNode = true;
+      }
+      // A node reaching a VIP-like load-balancer address that is also local loops back with
+      // the VIP as source; when the node is allowed, so is that.
+      if (allowFromNode) for (const ip of port.loadBalancerIPs) rules.push(`${head} -s ${ip} -j ${externalChain}`);
+      rules.push(`-A ${firewallChain} -m comment --comment ${quote(`other traffic to ${name} will be dropped by KUBE-PROXY-FIREWALL`)}`);
+    }
+
+    if (port.clusterEndpoints.length > 0 && port.usesClusterEndpoints) writeServiceToEndpointRules(rules, port, clusterChain, port.clusterEndpoints, chainOf);
+    if (port.localEndpoints.length > 0 && port.usesLocalEndpoints) writeServiceToEndpointRules(rules, port, localChain, port.localEndpoints, chainOf);
+
+    for (const endpoint of port.allReachableEndpoints) {
+      const chain = chainOf(endpoint);
+      const head = largeCluster ? `-A ${chain}` : `-A ${chain} -m comment --comment ${name}`;
+      // A pod reaching itself through the service must not see its own address as source.
+      rules.push(`${head} -s ${endpoint.ip} -j ${MASQ}`);
+      const affinity = port.sessionAffinity ? ` -m recent --name ${chain} --set` : '';
+      rules.push(`${head}${affinity} ${matchProtocol} -j DNAT --to-destination ${endpoint.key}`);
+    }
   }
-  return Buffer.concat(parts).toString('utf8');
 
   /** writeServiceToEndpointRules: session-affinity checks first, then the random spread over the endpoints. */
   function writeServiceToEndpointRules(rules: LineBuffer, port: ServicePort, chain: string, endpoints: Endpoint[], chainOf: (endpoint: Endpoint) => string): void {
@@ -557,6 +604,14 @@ function writeFixedChainRules(
   }
 
   return {hasInternalEndpoints, hasExternalEndpoints, internalChain, externalPolicyChain, usesExternalChain, usesFirewallChain};
+}
+
+/** WrittenPort: what the first pass of renderIptablesChunks learned of a port whose own chains it writes. */
+interface WrittenPort {
+  names: ReturnType<typeof chainNamesOf>;
+  chains: PortChains;
+  /** Endpoint key -> its KUBE-SEP chain. */
+  endpointChains: Map<string, string>;
 }
 
 interface PortChains {

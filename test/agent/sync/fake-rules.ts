@@ -15,7 +15,8 @@ export class FakeRules implements IptablesRuleSource {
 
   render(model: ProxyModel, options: RenderOptions): string {
     this.renders.push(options);
-    const nat = ['*nat', ':KUBE-SERVICES - [0:0]'];
+    const extra = options.extraLines ?? {};
+    const nat = ['*nat', ...(extra.nat?.start ?? []), ':KUBE-SERVICES - [0:0]'];
     const rules: string[] = [];
     const live = new Set<string>();
     for (const port of model.servicePorts) {
@@ -32,7 +33,8 @@ export class FakeRules implements IptablesRuleSource {
     const stale = [...(options.existingChains?.get('nat') ?? [])].filter((chain) => chain.startsWith('KUBE-SVC-') && !live.has(chain));
     for (const chain of stale) nat.push(`:${chain} - [0:0]`);
     for (const chain of stale) rules.push(`-X ${chain}`);
-    return [...nat, ...rules, 'COMMIT', ''].join('\n');
+    const filter = extra.filter ? ['*filter', ...(extra.filter.start ?? []), ...(extra.filter.end ?? []), 'COMMIT'] : [];
+    return [...filter, ...nat, ...rules, ...(extra.nat?.end ?? []), 'COMMIT', ''].join('\n');
   }
 
   serviceChains(_model: ProxyModel, port: ServicePort): string[] {

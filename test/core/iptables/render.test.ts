@@ -10,6 +10,7 @@ import {
   masqueradeMark,
   probabilityText,
   renderIptables,
+  renderIptablesChunks,
   renderJumpRules,
   serviceExternalChainName,
   serviceFirewallChainName,
@@ -175,5 +176,51 @@ describe('countRules', () => {
     assert.deepEqual(countRules(text), {filter: rulesIn(lines.slice(0, natStart)), nat: rulesIn(lines.slice(natStart))});
     // nat: 4 fixed + demoapp 11 + nginx 14 + dns 8 + dns-tcp 8 + the final KUBE-NODEPORTS jump.
     assert.deepEqual(countRules(text), {filter: 5, nat: 46});
+  });
+});
+
+describe('renderIptablesChunks', () => {
+  /** `count` ClusterIP services with three endpoints each: enough nat rules for several pieces. */
+  function manyServices(count: number): ProxyModel {
+    const services: unknown[] = [];
+    const endpointSlices: unknown[] = [];
+    for (let i = 0; i < count; i++) {
+      const name = `svc-${i}`;
+      services.push({kind: 'Service', metadata: {name, namespace: 'many'}, spec: {clusterIP: `10.96.${i >> 8}.${i & 255}`, ports: [{name: 'http', protocol: 'TCP', port: 80, targetPort: 8080}]}});
+      endpointSlices.push({
+        kind: 'EndpointSlice',
+        metadata: {name: `${name}-a`, namespace: 'many', labels: {'kubernetes.io/service-name': name}},
+        addressType: 'IPv4',
+        ports: [{name: 'http', protocol: 'TCP', port: 8080}],
+        endpoints: [1, 2, 3].map((n) => ({addresses: [`10.244.${i >> 6}.${((i & 63) << 2) + n}`], conditions: {ready: true}})),
+      });
+    }
+    return buildProxyModel({services, endpointSlices}, {family: 'IPv4', clusterCIDRs: ['10.244.0.0/16']});
+  }
+
+  it('hands out the filter table and every nat chain declared first, then the nat rules in pieces: together, the whole render', () => {
+    const model = manyServices(3000);
+    assert.equal(model.servicePorts.length, 3000);
+    const whole = renderIptables(model);
+    const pieces = [...renderIptablesChunks(model)].map((piece) => piece.toString('utf8'));
+    assert.equal(pieces.join(''), whole);
+    assert.ok(pieces.length > 3, `${pieces.length} pieces`);
+    // iptables-restore reads the first piece while the rest is rendered; it refuses a jump to a
+    // chain not declared yet, so every nat chain is declared in it, and no nat rule is.
+    const [filterPart, natHead] = pieces[0].split('COMMIT\n*nat\n');
+    assert.match(filterPart, /^\*filter\n/);
+    assert.doesNotMatch(natHead, /^-A /m);
+    const natChainsDeclared = (text: string): string[] => text.match(/^:\S+/gm) ?? [];
+    assert.deepEqual(natChainsDeclared(natHead), natChainsDeclared(whole.slice(whole.indexOf('*nat\n'))));
+  });
+
+  it("puts the caller's lines right after \"*table\" and right before COMMIT", () => {
+    const text = renderIptables(exampleModel(), {
+      extraLines: {nat: {start: ['-Z'], end: ['-I PREROUTING -j KUBE-SERVICES']}, filter: {end: ['-I INPUT -j KUBE-NODEPORTS']}},
+    });
+    assert.match(text, /^\*filter\n:KUBE-/);
+    assert.match(text, /\n-I INPUT -j KUBE-NODEPORTS\nCOMMIT\n\*nat\n-Z\n:KUBE-/);
+    assert.match(text, /\n-I PREROUTING -j KUBE-SERVICES\nCOMMIT\n$/);
+    assert.equal(text.replace('-Z\n', '').replace(/^-I .*\n/gm, ''), renderIptables(exampleModel()));
   });
 });

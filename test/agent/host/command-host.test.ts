@@ -1,0 +1,87 @@
+// CommandHost against the real iptables-restore in a fresh network namespace: an input written in
+// pieces as it is made, what the command is told when a piece cannot be made, and when it refuses
+// a line while pieces are still coming.
+import assert from 'node:assert/strict';
+import {execFileSync} from 'node:child_process';
+import test from 'node:test';
+import {CommandHost} from '../../../src/agent/host/command-host.ts';
+import {HostCommandError} from '../../../src/agent/host/host.ts';
+import {createNetns, isRoot} from '../netns.ts';
+
+const needsRoot = 'needs root: creates a network namespace and runs iptables-restore in it';
+
+/** `count` chains of the nat table, declared and given one rule each: a big enough input to be written over many turns. */
+function chainPieces(count: number, perPiece: number): Buffer[] {
+  const pieces: Buffer[] = [];
+  for (let first = 0; first < count; first += perPiece) {
+    const lines: string[] = [];
+    for (let i = first; i < Math.min(count, first + perPiece); i++) lines.push(`:KUBE-SEP-TEST${i} - [0:0]`, `-A KUBE-SEP-TEST${i} -j RETURN`);
+    pieces.push(Buffer.from(`${lines.join('\n')}\n`));
+  }
+  return pieces;
+}
+
+function natChains(netns: string): string[] {
+  return execFileSync('ip', ['netns', 'exec', netns, 'iptables-save', '-t', 'nat'], {encoding: 'utf8', maxBuffer: 64 * 1024 * 1024})
+    .split('\n')
+    .filter((line) => line.startsWith(':KUBE-'))
+    .map((line) => line.slice(1).split(' ')[0]);
+}
+
+test('an input in pieces is restored whole, and the command is told when it has all of it before it ends', async (t) => {
+  if (!isRoot) return t.skip(needsRoot);
+  const netns = createNetns(t);
+  const host = new CommandHost({netns});
+  const events: string[] = [];
+  let made = 0;
+  function* input(): Generator<Buffer> {
+    // -Z: iptables-nft reads the whole table once instead of listing every chain declared.
+    yield Buffer.from('*nat\n-Z\n');
+    for (const piece of chainPieces(20_000, 1000)) {
+      made++;
+      yield piece;
+    }
+    yield Buffer.from('COMMIT\n');
+  }
+  await host.iptablesRestore('IPv4', input(), {noflush: true, inputTaken: () => events.push(`taken after ${made} pieces`)});
+  events.push('ended');
+  assert.deepEqual(events, ['taken after 20 pieces', 'ended']);
+  assert.equal(natChains(netns).length, 20_000);
+});
+
+test('a piece that cannot be made stops the command before it commits anything', async (t) => {
+  if (!isRoot) return t.skip(needsRoot);
+  const netns = createNetns(t);
+  const host = new CommandHost({netns});
+  let taken = false;
+  function* input(): Generator<Buffer> {
+    yield Buffer.from('*nat\n-Z\n');
+    yield* chainPieces(2000, 500);
+    throw new Error('the renderer failed');
+  }
+  await assert.rejects(host.iptablesRestore('IPv4', input(), {noflush: true, inputTaken: () => (taken = true)}), /the renderer failed/);
+  assert.equal(taken, false);
+  assert.deepEqual(natChains(netns), []);
+});
+
+test('a line refused while pieces are still coming fails with the line, and the agent goes on', async (t) => {
+  if (!isRoot) return t.skip(needsRoot);
+  const netns = createNetns(t);
+  const host = new CommandHost({netns});
+  let taken = false;
+  function* input(): Generator<Buffer> {
+    yield Buffer.from('*nat\n-Z\n:KUBE-SERVICES - [0:0]\n-A KUBE-SERVICES --no-such-option\n');
+    // More than the pipe holds, so that writing goes on after iptables-restore has exited.
+    yield* chainPieces(40_000, 1000);
+    yield Buffer.from('COMMIT\n');
+  }
+  const failure = await host.iptablesRestore('IPv4', input(), {noflush: true, inputTaken: () => (taken = true)}).catch((error: unknown) => error);
+  assert.ok(failure instanceof HostCommandError, String(failure));
+  assert.match(failure.message, /no-such-option/);
+  assert.match(failure.message, /line:? 4/);
+  assert.equal(taken, false);
+  assert.deepEqual(natChains(netns), []);
+  // The host still works.
+  await host.iptablesRestore('IPv4', '*nat\n:KUBE-SERVICES - [0:0]\nCOMMIT\n', {noflush: true});
+  assert.deepEqual(natChains(netns), ['KUBE-SERVICES']);
+});
