@@ -111,8 +111,6 @@ export async function startAgent(config: AgentConfig, dependencies: AgentDepende
       : config.mode === 'ipvs'
         ? new IpvsProxier({...proxierOptions, ipvs: config.ipvs})
         : new NftablesProxier({...proxierOptions, nodeAddresses: () => readNodeAddresses(host.netns)});
-  // Switching modes: each mode removes the other's rules at start, as kube-proxy does.
-  if (rules !== undefined) await removeNftablesTables(host, families, log);
   const watch: ClusterWatch = new ClusterWatch({
     client,
     nodeName,
@@ -128,15 +126,27 @@ export async function startAgent(config: AgentConfig, dependencies: AgentDepende
     log.detail(3, 'object changed', {kind, object: `${metadata?.namespace ? `${metadata.namespace}/` : ''}${metadata?.name}`, change: type});
     proxier.onChange(kind, type === 'DELETED' && kind === 'Node' ? undefined : object);
   });
+  // The initial lists (seconds at 10,000 services) are taken while the node is prepared and the
+  // servers start; the proxier writes nothing before its start below.
+  watch.start();
 
   const running: RunningAgent = {nodeName, families, proxier, watch, metrics, health, stop: async () => {}};
-  running.healthz = await listenOrLog('healthz', config.healthzBindAddress, log, (host, port) => startHealthServer({host, port, health, metrics}));
-  running.metricsServer = await listenOrLog('metrics', config.metricsBindAddress, log, (host, port) =>
-    startMetricsServer({host, port, registry: metrics.registry, mode: config.mode, configz: () => config}),
-  );
-  running.api = await startApiOrLog(config, {nodeName, families, proxier, host, log, accessReviewer: dependencies.accessReviewer, backend: dependencies.rulesBackend});
-  await proxier.start();
-  watch.start();
+  try {
+    // Switching modes: each mode removes the other's rules at start, as kube-proxy does.
+    if (rules !== undefined) await removeNftablesTables(host, families, log);
+    running.healthz = await listenOrLog('healthz', config.healthzBindAddress, log, (host, port) => startHealthServer({host, port, health, metrics}));
+    running.metricsServer = await listenOrLog('metrics', config.metricsBindAddress, log, (host, port) =>
+      startMetricsServer({host, port, registry: metrics.registry, mode: config.mode, configz: () => config}),
+    );
+    running.api = await startApiOrLog(config, {nodeName, families, proxier, host, log, accessReviewer: dependencies.accessReviewer, backend: dependencies.rulesBackend});
+    await proxier.start();
+  } catch (error) {
+    await running.api?.stop();
+    await watch.stop();
+    await running.healthz?.close();
+    await running.metricsServer?.close();
+    throw error;
+  }
   log.info('agent started', {node: nodeName, mode: config.mode, families: families.join(','), netns: config.netns, syncPeriodSeconds: syncPeriod / 1000});
 
   running.stop = async () => {
