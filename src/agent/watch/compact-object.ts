@@ -51,8 +51,13 @@ const conditionsByJson = new Map<string, Json>();
  */
 function sharedConditions(conditions: unknown): unknown {
   if (!isObject(conditions)) return conditions;
-  for (const [name, value] of Object.entries(conditions)) if (!conditionNames.has(name) || typeof value !== 'boolean') return conditions;
-  const key = JSON.stringify(conditions);
+  // The key is made by hand, not with JSON.stringify: this runs once per endpoint of every list.
+  let key = '';
+  for (const name in conditions) {
+    const value = conditions[name];
+    if (!conditionNames.has(name) || typeof value !== 'boolean') return conditions;
+    key += value ? `${name}+` : `${name}-`;
+  }
   let known = conditionsByJson.get(key);
   if (known === undefined) conditionsByJson.set(key, (known = conditions));
   return known;

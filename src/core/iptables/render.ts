@@ -221,7 +221,10 @@ function restoreArgs(words: string[]): string {
  * the CPU time, most of it garbage collection.
  */
 class LineBuffer {
-  // Chunks start small (a partial sync writes a few lines) and double up to 1 MiB.
+  // Chunks start small (a partial sync writes a few lines) and double up to 256 KiB: a streamed
+  // render hands out each full chunk, and the event loop feeds the pipe one pipe's worth (64 KiB)
+  // per turn, so a chunk must take less time to make than iptables-restore takes to read that
+  // (about 15 ms) for the restore never to wait.
   #chunkSize = 16 * 1024;
   #chunks: Buffer[] = [];
   #current = Buffer.allocUnsafe(0);
@@ -234,7 +237,7 @@ class LineBuffer {
       if (this.#current.length - this.#offset < room) {
         if (this.#offset > 0) this.#chunks.push(this.#current.subarray(0, this.#offset));
         this.#current = Buffer.allocUnsafe(Math.max(this.#chunkSize, room));
-        this.#chunkSize = Math.min(this.#chunkSize * 2, 1024 * 1024);
+        this.#chunkSize = Math.min(this.#chunkSize * 2, 256 * 1024);
         this.#offset = 0;
       }
       this.#offset += this.#current.write(line, this.#offset, 'utf8');

@@ -36,7 +36,9 @@ export function parseIP(input: string): ParsedIP | undefined {
   }
   const bytes = parseIPv4Bytes(input);
   if (!bytes) return undefined;
-  return {family: 'IPv4', text: sameOrCanonical(input, bytes.join('.')), bytes};
+  // Leading zeros are the one way to write an address longer than its canonical form.
+  const canonicalLength = 3 + decimalLength(bytes[0]) + decimalLength(bytes[1]) + decimalLength(bytes[2]) + decimalLength(bytes[3]);
+  return {family: 'IPv4', text: input.length === canonicalLength ? input : bytes.join('.'), bytes};
 }
 
 /**
@@ -94,10 +96,29 @@ export function joinHostPort(ip: string, port: number): string {
   return ip.includes(':') ? `[${ip}]:${port}` : `${ip}:${port}`;
 }
 
+function decimalLength(byte: number): number {
+  return byte >= 100 ? 3 : byte >= 10 ? 2 : 1;
+}
+
+/** parseIPv4Bytes reads four dot-separated decimal bytes of one to three digits each; by hand, as it runs once per endpoint. */
 function parseIPv4Bytes(text: string): number[] | undefined {
-  if (!/^\d{1,3}\.\d{1,3}\.\d{1,3}\.\d{1,3}$/.test(text)) return undefined;
-  const bytes = text.split('.').map(Number);
-  return bytes.every((byte) => byte <= 255) ? bytes : undefined;
+  const bytes: number[] = [];
+  let value = 0;
+  let digits = 0;
+  for (let at = 0; at <= text.length; at++) {
+    const code = at < text.length ? text.charCodeAt(at) : 0x2e;
+    if (code >= 0x30 && code <= 0x39) {
+      value = value * 10 + (code - 0x30);
+      if (++digits > 3) return undefined;
+    } else if (code === 0x2e && digits > 0 && value <= 255 && bytes.length < 4) {
+      bytes.push(value);
+      value = 0;
+      digits = 0;
+    } else {
+      return undefined;
+    }
+  }
+  return bytes.length === 4 ? bytes : undefined;
 }
 
 function parseIPv6Bytes(text: string): number[] | undefined {
