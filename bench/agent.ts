@@ -3,23 +3,21 @@
 // the embedded API server in this process. In iptables mode (`agent`):
 // - start -> first full sync (the agent's log line), next to one full `iptables-restore` of the
 //   same rules into an empty namespace (the mean of one before the agent runs and one after);
-// - one endpoint change, from the API write to its rules in the kernel (the service chain polled
-//   with `iptables -S`), next to a one-service `iptables-restore --noflush` into the same full table
-//   (both the median of 5); what the agent adds is measured against that restore as the same
-//   poller saw it;
+// - one endpoint change, from the API write to its rules in the kernel (the new endpoint's DNAT
+//   rule, as `nft monitor` reports the transaction when it commits), next to a one-service
+//   `iptables-restore --noflush` into the same full table (both the median of 5); what the agent
+//   adds is measured against that restore as the same monitor saw it;
 // - the agent's RSS after its first sync and at its peak.
 // In nftables mode (`agent-nftables`) the same, next to `nft -f` of the same table into an empty
 // namespace and the smallest transaction on the full table (the moved endpoint's map element
-// replaced); the change is seen by polling the service's endpoint map (`nft list map` reads only
-// that map).
+// replaced); the change is the endpoint map's new element, as `nft monitor` reports it.
 // PXBENCH_AGENT_NODE_OPTIONS sets NODE_OPTIONS for the agent process alone, e.g.
 // --max-old-space-size=256 to see how much of its RSS is garbage V8 has not collected yet.
 // PXBENCH_AGENT_SIGNAL (e.g. SIGUSR2 with --heapsnapshot-signal=SIGUSR2 in the options above) is
 // sent to the agent once its first sync is done and measured, to take a heap snapshot there.
 // PXBENCH_AGENT_LOG=FILE appends the agent's log to FILE, each line after the milliseconds since
 // the agent started, with PXBENCH_AGENT_VERBOSITY (default 2) as its --v.
-import {type ChildProcess, execFile, spawn} from 'node:child_process';
-import {promisify} from 'node:util';
+import {type ChildProcess, spawn} from 'node:child_process';
 import {appendFileSync} from 'node:fs';
 import {mkdtemp, readFile, rm} from 'node:fs/promises';
 import {tmpdir} from 'node:os';
@@ -34,11 +32,10 @@ import {type IptablesTable, restoreInputText} from '../src/agent/host/host.ts';
 import {freeLoopbackPorts} from '../src/lab/agent-process.ts';
 import {startApiServer} from '../src/lab/apiserver/server.ts';
 import type {KubeObject} from '../src/lab/apiserver/object-log.ts';
-import {deleteNamespace, isRoot, runIn, runInAsync, scratchNamespace} from './netns.ts';
+import {deleteNamespace, isRoot, runIn, runInAsync, scratchNamespace, startRulesetMonitor} from './netns.ts';
 import {figure, heading, mib, percentile, skipped, timed} from './report.ts';
 import {benchClusterCIDR, benchNodeName, endpointSliceFor, makeWorkload, type Workload} from './workload.ts';
 
-const execFileAsync = promisify(execFile);
 // The agent as users start it: bin/proxyctl-agent runs the build (npm run bench builds first) with
 // the memory settings of the image's entrypoint.
 const agentLauncher = fileURLToPath(new URL('../bin/proxyctl-agent', import.meta.url));
@@ -56,7 +53,7 @@ export async function benchAgent(sizes = [1000, 10000], endpointsPerService = 10
   for (const size of sizes) overheads.push({size, ms: await benchSize(size, endpointsPerService, mode)});
   if (overheads.length > 1) {
     const [first, last] = [overheads[0], overheads.at(-1)!];
-    heading(`agent (${mode.name} mode): what the agent adds to one endpoint change, by cluster size`, `median change latency minus the median of the ${mode.changeFloorName} floor as the same poller saw it`);
+    heading(`agent (${mode.name} mode): what the agent adds to one endpoint change, by cluster size`, `median change latency minus the median of the ${mode.changeFloorName} floor as the same monitor saw it`);
     for (const entry of overheads) figure({name: `${entry.size.toLocaleString('en-US')} services`, value: entry.ms, unit: 'ms'});
     figure({
       name: `${last.size.toLocaleString('en-US')} vs ${first.size.toLocaleString('en-US')} services`,
@@ -112,69 +109,62 @@ async function benchSize(serviceCount: number, endpointsPerService: number, mode
     }
 
     // Endpoint changes: service s gets endpoint 0 replaced by an address no endpoint had before.
+    // The kernel's rules are watched with nft monitor, which hears of each transaction as it
+    // commits; started now, after the first sync, so that it never prints the whole ruleset.
+    const monitor = await startRulesetMonitor(namespace);
     const latencies: number[] = [];
-    const pollTimes: number[] = [];
     let current: ProxyModel = model;
     const slices = workload.endpointSlices.slice();
-    for (let round = 1; round <= changeRounds; round++) {
-      const s = Math.floor((serviceCount * round) / (changeRounds + 1));
-      const slice = endpointSliceFor(s, endpointsPerService, round);
-      const watch = await mode.changeWatch(namespace, current, s, slice.endpoints![0].addresses![0]);
-      // A lone change: the previous sync ended more than minSyncPeriod (1 s) ago, so nothing holds this one back.
-      await new Promise((resolve) => setTimeout(resolve, 1200));
-      const mark = agent.lines.length;
-      const written = performance.now();
-      server.store.update('endpointslices', slice as unknown as KubeObject, 'bench');
-      // The API server shares this process's event loop with the poller, and Node's HTTP server
-      // sends a chunk of a watch response on the next tick. Starting a poll first would hold the
-      // watch event back while this process forks `iptables -S` (20-50 ms at 10,000 services);
-      // a real API server is a process of its own.
-      await new Promise((resolve) => setImmediate(resolve));
-      const seen = await watch(60_000).catch((error: Error) => {
-        throw new Error(`${error.message}; the agent's log ends:\n${agent!.lines.slice(-8).join('\n')}`);
-      });
-      latencies.push(seen.at - written);
-      pollTimes.push(seen.pollMs);
-      // Let the sync finish and the next one be allowed, so rounds do not overlap.
-      await agent.waitForLine(/synced rules .*kind=partial/, 120_000, mark);
-      slices[s] = slice;
-      current = buildProxyModel({services: workload.services, endpointSlices: slices, node: workload.node}, modelOptions);
+    let floorAlone: number[];
+    let floorSeen: number[];
+    try {
+      for (let round = 1; round <= changeRounds; round++) {
+        const s = Math.floor((serviceCount * round) / (changeRounds + 1));
+        const slice = endpointSliceFor(s, endpointsPerService, round);
+        const applied = mode.changeApplied(current, s, slice.endpoints![0].addresses![0]);
+        // A lone change: the previous sync ended more than minSyncPeriod (1 s) ago, so nothing holds this one back.
+        await new Promise((resolve) => setTimeout(resolve, 1200));
+        const [mark, from] = [agent.lines.length, monitor.seen];
+        const written = performance.now();
+        server.store.update('endpointslices', slice as unknown as KubeObject, 'bench');
+        const seenAt = await monitor.waitFor(applied, from, 60_000).catch((error: Error) => {
+          throw new Error(`${error.message}; the agent's log ends:\n${agent!.lines.slice(-8).join('\n')}`);
+        });
+        latencies.push(seenAt - written);
+        // Let the sync finish and the next one be allowed, so rounds do not overlap.
+        await agent.waitForLine(/synced rules .*kind=partial/, 120_000, mark);
+        slices[s] = slice;
+        current = buildProxyModel({services: workload.services, endpointSlices: slices, node: workload.node}, modelOptions);
+      }
+
+      await agent.stop();
+      // Floor 2: the same kind of change written straight to the kernel, seen by the same monitor.
+      // The write's own duration is the floor; the time from its start to the monitor seeing it is
+      // what "what the agent adds" is measured against. Timed as often as the agent's change, the
+      // median taken; the way back to `current` is written untimed between rounds.
+      const s = Math.floor(serviceCount / 2) + 1;
+      const nextSlices = slices.slice();
+      nextSlices[s] = endpointSliceFor(s, endpointsPerService, changeRounds + 1);
+      const next = buildProxyModel({services: workload.services, endpointSlices: nextSlices, node: workload.node}, modelOptions);
+      const [oldAddress, newAddress] = [slices[s], nextSlices[s]].map((slice) => slice.endpoints![0].addresses![0]);
+      const floorChange = await mode.floorChange(namespace, current, next, {s, oldAddress, newAddress});
+      const applied = mode.changeApplied(current, s, newAddress);
+      [floorAlone, floorSeen] = [[], []];
+      for (let round = 0; round < changeRounds; round++) {
+        const from = monitor.seen;
+        const written = performance.now();
+        const ended = floorChange.forward().then(() => performance.now() - written);
+        floorSeen.push((await monitor.waitFor(applied, from, 60_000)) - written);
+        floorAlone.push(await ended);
+        await floorChange.back();
+      }
+    } finally {
+      monitor.stop();
     }
     latencies.sort((a, b) => a - b);
     const changeMs = percentile(latencies, 50);
-
-    await agent.stop();
-    // Floor 2: the same kind of change written straight to the kernel while the same poller runs,
-    // as during the agent's change: the write's own duration is the floor, and the time from its
-    // start to the first poll that saw it is what "what the agent adds" is measured against, so
-    // that the poller's granularity (a poll that started before the write can see it) is on both
-    // sides.
-    // Timed as often as the agent's change, the median taken; the way back to `current` is
-    // written untimed between rounds.
-    const s = Math.floor(serviceCount / 2) + 1;
-    const nextSlices = slices.slice();
-    nextSlices[s] = endpointSliceFor(s, endpointsPerService, changeRounds + 1);
-    const next = buildProxyModel({services: workload.services, endpointSlices: nextSlices, node: workload.node}, modelOptions);
-    const [oldAddress, newAddress] = [slices[s], nextSlices[s]].map((slice) => slice.endpoints![0].addresses![0]);
-    const floorChange = await mode.floorChange(namespace, current, next, {s, oldAddress, newAddress});
-    const [floorSeen, floorAlone]: number[][] = [[], []];
-    for (let round = 0; round < changeRounds; round++) {
-      const watch = await mode.changeWatch(namespace, current, s, newAddress);
-      const written = performance.now();
-      const applied = floorChange.forward().then(() => performance.now() - written);
-      floorSeen.push((await watch(60_000)).at - written);
-      floorAlone.push(await applied);
-      await floorChange.back();
-    }
-    // And with no poller running, for comparison.
-    const floorQuiet: number[] = [];
-    for (let round = 0; round < changeRounds; round++) {
-      floorQuiet.push((await timed(() => floorChange.forward())).ms);
-      await floorChange.back();
-    }
     const changeFloor = percentile(floorAlone.sort((a, b) => a - b), 50);
     const changeFloorSeen = percentile(floorSeen.sort((a, b) => a - b), 50);
-    const changeFloorQuiet = percentile(floorQuiet.sort((a, b) => a - b), 50);
     const fullFloorAfter = await loadFloor();
 
     const fullFloorMs = (fullFloorBefore.ms + fullFloorAfter.ms) / 2;
@@ -194,8 +184,8 @@ async function benchSize(serviceCount: number, endpointsPerService: number, mode
       unit: 'ms',
       floor: {name: mode.changeFloorName, value: changeFloor, goal: mode.changeFloorGoal},
       note:
-        `min ${latencies[0].toFixed(0)} ms, max ${latencies.at(-1)!.toFixed(0)} ms, seen within one poll of ${mode.pollName} (${(pollTimes.reduce((a, b) => a + b, 0) / pollTimes.length).toFixed(0)} ms); ` +
-        `the floor timed while the poller runs; its write seen by the poller ${changeFloorSeen.toFixed(0)} ms after it started, and ${changeFloorQuiet.toFixed(0)} ms with no poller running` +
+        `min ${latencies[0].toFixed(0)} ms, max ${latencies.at(-1)!.toFixed(0)} ms, seen by nft monitor as it committed; ` +
+        `the floor's write seen ${changeFloorSeen.toFixed(0)} ms after it started` +
         (mode.changeGoalMs !== undefined ? `; goal <= ${mode.changeGoalMs} ms ${changeMs <= mode.changeGoalMs ? 'met' : 'NOT met'}` : ''),
     });
     figure({name: 'agent RSS after the first sync', value: mib(rssAfterStart.rss), unit: 'MiB', note: `peak ${mib(rssAfterStart.peak).toFixed(0)} MiB, ${heapText(heapAfterStart)}; goal < 200 MiB`});
@@ -221,12 +211,8 @@ interface AgentBenchMode {
   fullLoadFloor(namespace: string, model: ProxyModel): Promise<{ms: number; size: string}>;
   /** An absolute goal for start -> first full sync, where the mode's issue sets one. */
   fullSyncGoalMs?: number;
-  pollName: string;
-  /**
-   * Reads what service `s` holds now and returns a wait that resolves when the kernel shows the
-   * change that puts `newAddress` among its endpoints.
-   */
-  changeWatch(namespace: string, model: ProxyModel, s: number, newAddress: string): Promise<(timeoutMs: number) => Promise<{at: number; pollMs: number}>>;
+  /** Tells the line nft monitor prints when the kernel takes the change that puts `newAddress` among service `s`'s endpoints. */
+  changeApplied(model: ProxyModel, s: number, newAddress: string): (line: string) => boolean;
   changeFloorName: string;
   changeFloorGoal?: number;
   changeGoalMs?: number;
@@ -247,13 +233,8 @@ const iptablesMode: AgentBenchMode = {
     const {ms} = await timed(() => runIn(namespace, ['iptables-restore', '-w', '5'], rules));
     return {ms, size: `${rules.split('\n').length.toLocaleString('en-US')} lines`};
   },
-  pollName: 'iptables -S',
-  async changeWatch(namespace, _model, s) {
-    const chain = serviceChains(runIn(namespace, ['iptables-save', '-t', 'nat'])).get(`bench/svc-${s}:http`);
-    if (!chain) throw new Error(`no KUBE-SVC chain for bench/svc-${s}:http in the agent's rules`);
-    const before = (await execFileAsync('ip', ['netns', 'exec', namespace, 'iptables', '-w', '5', '-t', 'nat', '-S', chain])).stdout;
-    return (timeoutMs) => watchChain(namespace, chain, before, timeoutMs);
-  },
+  // iptables-nft's rules are nf_tables rules: the endpoint chain's DNAT rule, as nft prints it.
+  changeApplied: (_model, _s, newAddress) => (line) => line.startsWith('add rule ip nat ') && line.includes(`dnat to ${newAddress}:8080`),
   changeFloorName: `one-service iptables-restore --noflush (p50 of ${changeRounds})`,
   changeFloorGoal: 1.2,
   async floorChange(namespace, current, next) {
@@ -285,14 +266,8 @@ const nftablesMode: AgentBenchMode = {
     return {ms, size: `${(script.length / 1e6).toFixed(1)} MB script`};
   },
   fullSyncGoalMs: 10_000,
-  pollName: 'nft list map',
-  async changeWatch(namespace, model, s, newAddress) {
-    const port = model.servicePorts.find((candidate) => candidate.namespace === 'bench' && candidate.serviceName === `svc-${s}`);
-    if (!port) throw new Error(`bench/svc-${s} is not in the model`);
-    const map = endpointTargetsMap('tcp', endpointMapShard(namePrefixes.clusterPolicy + servicePortNameBase(port)));
-    const target = `${newAddress} . 8080`;
-    return (timeoutMs) => watchMap(namespace, map, target, timeoutMs);
-  },
+  // The endpoint map's new element, "KEY : ADDRESS . PORT".
+  changeApplied: (_model, _s, newAddress) => (line) => line.startsWith('add element ip kube-proxy ') && line.includes(` : ${newAddress} . 8080`),
   changeFloorName: `one-element nft transaction on the full table (p50 of ${changeRounds})`,
   changeGoalMs: 100,
   async floorChange(namespace, current, _next, {s, oldAddress, newAddress}) {
@@ -433,43 +408,3 @@ async function startAgentRun(namespace: string, kubeconfig: string, mode: 'iptab
   return run;
 }
 
-/**
- * watchChain tells when the service chain's rules in the namespace differ from `before`, polling
- * `iptables -S CHAIN` back to back (iptables-nft reads only that chain, so a poll stays short even
- * at 10,000 services; `nft monitor` would have to read the whole ruleset first). The time given is
- * when the first poll that saw the change started: within one poll of the change.
- */
-async function watchChain(namespace: string, chain: string, before: string, timeoutMs: number): Promise<{at: number; pollMs: number}> {
-  const deadline = performance.now() + timeoutMs;
-  const polls: number[] = [];
-  for (;;) {
-    const started = performance.now();
-    const {stdout} = await execFileAsync('ip', ['netns', 'exec', namespace, 'iptables', '-w', '5', '-t', 'nat', '-S', chain], {maxBuffer: 1 << 20});
-    polls.push(performance.now() - started);
-    if (stdout !== before) return {at: started, pollMs: polls.reduce((sum, ms) => sum + ms, 0) / polls.length};
-    if (performance.now() > deadline) throw new Error(`${chain} in ${namespace} did not change within ${timeoutMs / 1000} s`);
-  }
-}
-
-/** watchMap tells when `target` ("ip . port") is in the endpoint map, polling `nft list map` back to back. */
-async function watchMap(namespace: string, map: string, target: string, timeoutMs: number): Promise<{at: number; pollMs: number}> {
-  const deadline = performance.now() + timeoutMs;
-  const polls: number[] = [];
-  for (;;) {
-    const started = performance.now();
-    const {stdout} = await execFileAsync('ip', ['netns', 'exec', namespace, 'nft', 'list', 'map', 'ip', 'kube-proxy', map], {maxBuffer: 16 << 20});
-    polls.push(performance.now() - started);
-    if (stdout.includes(` : ${target}`)) return {at: started, pollMs: polls.reduce((sum, ms) => sum + ms, 0) / polls.length};
-    if (performance.now() > deadline) throw new Error(`${target} did not appear in ${map} in ${namespace} within ${timeoutMs / 1000} s`);
-  }
-}
-
-/** The KUBE-SVC chain of each service port, by its "namespace/name:port" comment in KUBE-SERVICES. */
-function serviceChains(natRules: string): Map<string, string> {
-  const chains = new Map<string, string>();
-  for (const line of natRules.split('\n')) {
-    const match = /^-A KUBE-SERVICES .*--comment "?(\S+) cluster IP"? .*-j (KUBE-SVC-\S+)/.exec(line);
-    if (match) chains.set(match[1], match[2]);
-  }
-  return chains;
-}

@@ -40,6 +40,68 @@ export function runInAsync(namespace: string, command: string[], input?: string)
   });
 }
 
+/** RulesetMonitor: `nft monitor` in a namespace, each line it printed with when it arrived. */
+export interface RulesetMonitor {
+  /** How many lines have arrived: a mark to wait from. */
+  readonly seen: number;
+  /** When the first line after `from` that `matches` arrived (performance.now()). */
+  waitFor(matches: (line: string) => boolean, from: number, timeoutMs: number): Promise<number>;
+  stop(): void;
+}
+
+/**
+ * startRulesetMonitor runs `nft monitor` in the namespace: the kernel tells it of each ruleset
+ * transaction as it commits, iptables-nft's included, so a change is seen when it is made, with no
+ * poller competing for the CPU or the ruleset. Resolves once the monitor is seen to listen (a
+ * probe table it reports).
+ */
+export async function startRulesetMonitor(namespace: string): Promise<RulesetMonitor> {
+  const child = spawn('ip', ['netns', 'exec', namespace, 'nft', 'monitor'], {stdio: ['ignore', 'pipe', 'inherit']});
+  const lines: Array<{line: string; at: number}> = [];
+  let partial = '';
+  let ended = false;
+  child.on('exit', () => (ended = true));
+  child.stdout.setEncoding('utf8').on('data', (chunk: string) => {
+    const at = performance.now();
+    const parts = (partial + chunk).split('\n');
+    partial = parts.pop()!;
+    for (const line of parts) lines.push({line, at});
+  });
+  const monitor: RulesetMonitor = {
+    get seen() {
+      return lines.length;
+    },
+    async waitFor(matches, from, timeoutMs) {
+      const deadline = performance.now() + timeoutMs;
+      for (let index = from; ; ) {
+        for (; index < lines.length; index++) if (matches(lines[index].line)) return lines[index].at;
+        if (ended) throw new Error(`nft monitor in ${namespace} ended`);
+        if (performance.now() > deadline) throw new Error(`nft monitor in ${namespace} saw no such change within ${timeoutMs / 1000} s`);
+        await new Promise((resolve) => setTimeout(resolve, 1));
+      }
+    },
+    stop: () => child.kill(),
+  };
+  // The monitor may read the ruleset before it listens: probe until it reports a probe table.
+  try {
+    for (let probe = 0; ; probe++) {
+      const table = `pxbench_probe_${probe}`;
+      const mark = monitor.seen;
+      runIn(namespace, ['nft', 'add', 'table', 'ip', table]);
+      runIn(namespace, ['nft', 'delete', 'table', 'ip', table]);
+      const reported = await monitor.waitFor((line) => line === `add table ip ${table}`, mark, 1000).then(
+        () => true,
+        () => false,
+      );
+      if (reported) return monitor;
+      if (ended || probe >= 30) throw new Error(`nft monitor in ${namespace} did not start listening`);
+    }
+  } catch (error) {
+    monitor.stop();
+    throw error;
+  }
+}
+
 function deleteAll(): void {
   for (const name of made) spawnSync('ip', ['netns', 'del', name]);
 }
