@@ -4,7 +4,7 @@
 // - start -> first full sync (the agent's log line), next to one full `iptables-restore` of the
 //   same rules into an empty namespace (the mean of one before the agent runs and one after);
 // - one endpoint change, from the API write to its rules in the kernel (the new endpoint's DNAT
-//   rule, as `nft monitor` reports the transaction when it commits), next to a one-service
+//   rule, as xtables-monitor reports the transaction when it commits), next to a one-service
 //   `iptables-restore --noflush` into the same full table (both the median of 5); what the agent
 //   adds is measured against that restore as the same monitor saw it;
 // - the agent's RSS after its first sync and at its peak.
@@ -32,7 +32,7 @@ import {type IptablesTable, restoreInputText} from '../src/agent/host/host.ts';
 import {freeLoopbackPorts} from '../src/lab/agent-process.ts';
 import {startApiServer} from '../src/lab/apiserver/server.ts';
 import type {KubeObject} from '../src/lab/apiserver/object-log.ts';
-import {deleteNamespace, isRoot, runIn, runInAsync, scratchNamespace, startRulesetMonitor} from './netns.ts';
+import {deleteNamespace, isRoot, monitorKinds, runIn, runInAsync, scratchNamespace, startRulesetMonitor} from './netns.ts';
 import {figure, heading, mib, percentile, skipped, timed} from './report.ts';
 import {benchClusterCIDR, benchNodeName, endpointSliceFor, makeWorkload, type Workload} from './workload.ts';
 
@@ -109,9 +109,9 @@ async function benchSize(serviceCount: number, endpointsPerService: number, mode
     }
 
     // Endpoint changes: service s gets endpoint 0 replaced by an address no endpoint had before.
-    // The kernel's rules are watched with nft monitor, which hears of each transaction as it
+    // The kernel's rules are watched with the mode's monitor, which hears of each transaction as it
     // commits; started now, after the first sync, so that it never prints the whole ruleset.
-    const monitor = await startRulesetMonitor(namespace);
+    const monitor = await startRulesetMonitor(namespace, mode.monitor);
     const latencies: number[] = [];
     let current: ProxyModel = model;
     const slices = workload.endpointSlices.slice();
@@ -184,7 +184,7 @@ async function benchSize(serviceCount: number, endpointsPerService: number, mode
       unit: 'ms',
       floor: {name: mode.changeFloorName, value: changeFloor, goal: mode.changeFloorGoal},
       note:
-        `min ${latencies[0].toFixed(0)} ms, max ${latencies.at(-1)!.toFixed(0)} ms, seen by nft monitor as it committed; ` +
+        `min ${latencies[0].toFixed(0)} ms, max ${latencies.at(-1)!.toFixed(0)} ms, seen by ${mode.monitor.name} as it committed; ` +
         `the floor's write seen ${changeFloorSeen.toFixed(0)} ms after it started` +
         (mode.changeGoalMs !== undefined ? `; goal <= ${mode.changeGoalMs} ms ${changeMs <= mode.changeGoalMs ? 'met' : 'NOT met'}` : ''),
     });
@@ -211,7 +211,9 @@ interface AgentBenchMode {
   fullLoadFloor(namespace: string, model: ProxyModel): Promise<{ms: number; size: string}>;
   /** An absolute goal for start -> first full sync, where the mode's issue sets one. */
   fullSyncGoalMs?: number;
-  /** Tells the line nft monitor prints when the kernel takes the change that puts `newAddress` among service `s`'s endpoints. */
+  /** What sees the kernel's changes. */
+  monitor: (typeof monitorKinds)[keyof typeof monitorKinds];
+  /** Tells the line the monitor prints when the kernel takes the change that puts `newAddress` among service `s`'s endpoints. */
   changeApplied(model: ProxyModel, s: number, newAddress: string): (line: string) => boolean;
   changeFloorName: string;
   changeFloorGoal?: number;
@@ -233,8 +235,9 @@ const iptablesMode: AgentBenchMode = {
     const {ms} = await timed(() => runIn(namespace, ['iptables-restore', '-w', '5'], rules));
     return {ms, size: `${rules.split('\n').length.toLocaleString('en-US')} lines`};
   },
-  // iptables-nft's rules are nf_tables rules: the endpoint chain's DNAT rule, as nft prints it.
-  changeApplied: (_model, _s, newAddress) => (line) => line.startsWith('add rule ip nat ') && line.includes(`dnat to ${newAddress}:8080`),
+  monitor: monitorKinds.xtables,
+  // The endpoint chain's new DNAT rule, as xtables-monitor prints it: " EVENT: -4 -t nat -A KUBE-SEP-… -j DNAT --to-destination ADDRESS:8080".
+  changeApplied: (_model, _s, newAddress) => (line) => line.includes(' -t nat -A ') && line.endsWith(` --to-destination ${newAddress}:8080`),
   changeFloorName: `one-service iptables-restore --noflush (p50 of ${changeRounds})`,
   changeFloorGoal: 1.2,
   async floorChange(namespace, current, next) {
@@ -266,6 +269,7 @@ const nftablesMode: AgentBenchMode = {
     return {ms, size: `${(script.length / 1e6).toFixed(1)} MB script`};
   },
   fullSyncGoalMs: 10_000,
+  monitor: monitorKinds.nft,
   // The endpoint map's new element, "KEY : ADDRESS . PORT".
   changeApplied: (_model, _s, newAddress) => (line) => line.startsWith('add element ip kube-proxy ') && line.includes(` : ${newAddress} . 8080`),
   changeFloorName: `one-element nft transaction on the full table (p50 of ${changeRounds})`,

@@ -40,7 +40,7 @@ export function runInAsync(namespace: string, command: string[], input?: string)
   });
 }
 
-/** RulesetMonitor: `nft monitor` in a namespace, each line it printed with when it arrived. */
+/** RulesetMonitor: a monitor of the namespace's ruleset, each line it printed with when it arrived. */
 export interface RulesetMonitor {
   /** How many lines have arrived: a mark to wait from. */
   readonly seen: number;
@@ -49,14 +49,46 @@ export interface RulesetMonitor {
   stop(): void;
 }
 
+/** How a ruleset monitor is run, and a change it is sure to report: proof that it listens. */
+interface MonitorKind {
+  name: string;
+  command: string[];
+  probe(name: string): {make: string[]; undo: string[]; reported(line: string): boolean};
+}
+
 /**
- * startRulesetMonitor runs `nft monitor` in the namespace: the kernel tells it of each ruleset
- * transaction as it commits, iptables-nft's included, so a change is seen when it is made, with no
- * poller competing for the CPU or the ruleset. Resolves once the monitor is seen to listen (a
- * probe table it reports).
+ * The kernel tells these monitors of each ruleset transaction as it commits, so a change is seen
+ * when it is made, with no poller competing for the CPU or the ruleset.
+ * - xtables: iptables-nft's own monitor, printing rules as iptables syntax. `nft monitor` cannot
+ *   stand in for it there: it reads the whole ruleset before it listens, which at 430k iptables
+ *   rules takes minutes. xtables-monitor writes through stdio, block-buffered into a pipe, hence
+ *   stdbuf.
+ * - nft: `nft monitor`, for the agent's own nftables table.
  */
-export async function startRulesetMonitor(namespace: string): Promise<RulesetMonitor> {
-  const child = spawn('ip', ['netns', 'exec', namespace, 'nft', 'monitor'], {stdio: ['ignore', 'pipe', 'inherit']});
+export const monitorKinds = {
+  xtables: {
+    name: 'xtables-monitor',
+    command: ['stdbuf', '-oL', 'xtables-monitor', '--event'],
+    probe: (name) => ({
+      make: ['iptables', '-w', '5', '-t', 'filter', '-N', name],
+      undo: ['iptables', '-w', '5', '-t', 'filter', '-X', name],
+      reported: (line) => line.trim() === `EVENT: -4 -t filter -N ${name}`,
+    }),
+  },
+  nft: {
+    name: 'nft monitor',
+    command: ['nft', 'monitor'],
+    probe: (name) => ({
+      make: ['nft', 'add', 'table', 'ip', name],
+      undo: ['nft', 'delete', 'table', 'ip', name],
+      reported: (line) => line === `add table ip ${name}`,
+    }),
+  },
+} satisfies Record<string, MonitorKind>;
+
+/** startRulesetMonitor runs a monitor in the namespace; resolves once a probe change is seen reported. */
+export async function startRulesetMonitor(namespace: string, kind: MonitorKind): Promise<RulesetMonitor> {
+  const child = spawn('ip', ['netns', 'exec', namespace, ...kind.command], {stdio: ['ignore', 'pipe', 'inherit']});
   const lines: Array<{line: string; at: number}> = [];
   let partial = '';
   let ended = false;
@@ -67,6 +99,7 @@ export async function startRulesetMonitor(namespace: string): Promise<RulesetMon
     partial = parts.pop()!;
     for (const line of parts) lines.push({line, at});
   });
+  const {name} = kind;
   const monitor: RulesetMonitor = {
     get seen() {
       return lines.length;
@@ -75,26 +108,23 @@ export async function startRulesetMonitor(namespace: string): Promise<RulesetMon
       const deadline = performance.now() + timeoutMs;
       for (let index = from; ; ) {
         for (; index < lines.length; index++) if (matches(lines[index].line)) return lines[index].at;
-        if (ended) throw new Error(`nft monitor in ${namespace} ended`);
-        if (performance.now() > deadline) throw new Error(`nft monitor in ${namespace} saw no such change within ${timeoutMs / 1000} s`);
+        if (ended) throw new Error(`${name} in ${namespace} ended`);
+        if (performance.now() > deadline) throw new Error(`${name} in ${namespace} saw no such change within ${timeoutMs / 1000} s`);
         await new Promise((resolve) => setTimeout(resolve, 1));
       }
     },
     stop: () => child.kill(),
   };
-  // The monitor may read the ruleset before it listens: probe until it reports a probe table.
+  // The monitor starts listening some time after it starts: probe until it reports a probe change.
   try {
+    const deadline = performance.now() + 120_000;
     for (let probe = 0; ; probe++) {
-      const table = `pxbench_probe_${probe}`;
+      const {make, undo, reported} = kind.probe(`pxbench_probe_${probe}`);
       const mark = monitor.seen;
-      runIn(namespace, ['nft', 'add', 'table', 'ip', table]);
-      runIn(namespace, ['nft', 'delete', 'table', 'ip', table]);
-      const reported = await monitor.waitFor((line) => line === `add table ip ${table}`, mark, 1000).then(
-        () => true,
-        () => false,
-      );
-      if (reported) return monitor;
-      if (ended || probe >= 30) throw new Error(`nft monitor in ${namespace} did not start listening`);
+      runIn(namespace, make);
+      runIn(namespace, undo);
+      if (await monitor.waitFor(reported, mark, 1000).then(() => true, () => false)) return monitor;
+      if (ended || performance.now() > deadline) throw new Error(`${name} in ${namespace} did not start listening within 120 s`);
     }
   } catch (error) {
     monitor.stop();
