@@ -8,6 +8,7 @@ import {joinHostPort, parseIP} from './ip.ts';
 import {readNode, type NodeDefinition} from './node.ts';
 import {describe, ObjectProblems} from './object-reader.ts';
 import {readService, type ServiceDefinition, type ServicePortDefinition} from './service.ts';
+import {notePortPositions, positionsOf, servicePortIdentity} from './changes.ts';
 import type {Endpoint, IPFamily, Problem, ProxyConfig, ProxyModel, ServicePort} from './types.ts';
 
 export interface ModelObjects {
@@ -92,6 +93,16 @@ interface ServicePortsEntry {
 
 type SliceReading = Reading<SliceSummary>;
 
+/** The service ports of the last build, in order, and what tells whether the next can keep that order. */
+interface PreviousBuild {
+  servicePorts: ServicePort[];
+  services: number;
+  /** Where each of servicePorts stands, once someone needed it: the same for every build that keeps the order. */
+  positions: Map<string, number> | undefined;
+  /** The last model's copy of servicePorts. */
+  modelPorts: readonly ServicePort[];
+}
+
 /** Objects a build may find replaced in a list and still work from the last build's; more and it reads the list whole. */
 const replacedAtMost = 64;
 
@@ -126,7 +137,7 @@ export class ProxyModelBuilder {
   #ports = new Map<string, ServicePortsEntry>();
   /** What the service ports were computed against: node name and zone. */
   #portsContext = '';
-  #previous: {servicePorts: ServicePort[]; services: number} | undefined;
+  #previous: PreviousBuild | undefined;
   #generation = 0;
   readonly #serviceList: ListMemo<ServiceDefinition> = {};
   readonly #sliceList: ListMemo<SliceSummary> = {};
@@ -187,24 +198,21 @@ export class ProxyModelBuilder {
       // Read before without fault, and objects are never changed in place: the same reading again.
       sliceDefinitions.get(summary) ?? readEndpointSlice(summary.object, family, []) ?? {namespace: summary.namespace, name: summary.name, serviceName: summary.serviceName, ports: [], endpoints: []};
     const slices = uniqueByName(listOf(objects.endpointSlices, 'endpointSlices', configProblems), 'EndpointSlice', this.#sliceReads, readOneSlice, problems, this.#sliceList);
-    const slicesByService = this.#groupSlices(slices);
+    const {byService: slicesByService, regrouped} = this.#groupSlices(slices);
 
     // Kept from build to build: at 10,000 services, a new map each build was most of its cost.
     const ports = this.#ports;
     const generation = ++this.#generation;
+    const previous = this.#previous;
     // The previous model's order still holds when every service kept the same service ports.
-    let samePorts = this.#previous !== undefined && this.#previous.services === services.length;
+    let samePorts = previous !== undefined && previous.services === services.length;
     const replaced = new Map<ServicePort, ServicePort>();
-    // Indexed: this runs over every service on every build, and a for-of loop that V8 has not
-    // optimized yet allocates an iterator result per step (at 10,000 services, most of a partial
-    // sync's garbage).
-    for (let index = 0; index < services.length; index++) {
-      const {value: service, id} = services[index];
+    const visit = (id: string, service: ServiceDefinition): void => {
       const serviceSlices = slicesByService.get(id) ?? [];
       const known = ports.get(id);
       if (known && known.service === service && sameItems(known.slices, serviceSlices)) {
         known.built = generation;
-        continue;
+        return;
       }
       const entry: ServicePortsEntry = {service, slices: serviceSlices, ports: this.#servicePorts(service, serviceSlices.map(sliceDefinition), nodeName, zone), built: generation};
       ports.set(id, entry);
@@ -213,22 +221,51 @@ export class ProxyModelBuilder {
       } else {
         samePorts = false;
       }
+    };
+    const replacedServices = this.#serviceList.changedAt;
+    if (samePorts && replacedServices !== undefined && regrouped !== undefined && ports.size === services.length) {
+      // The same services in the same places, a few replaced by ones of the same name, and a few
+      // slices replaced: only their services can have changed. The other entries are the last
+      // build's, and none went away.
+      for (const index of replacedServices) visit(services[index].id, services[index].value);
+      for (const id of regrouped) {
+        const known = ports.get(id);
+        if (known) visit(id, known.service);
+      }
+    } else {
+      // Indexed: this runs over every service, and a for-of loop that V8 has not optimized yet
+      // allocates an iterator result per step (at 10,000 services, most of a build's garbage).
+      for (let index = 0; index < services.length; index++) visit(services[index].id, services[index].value);
+      // Each service is found once: more entries than services means some went away.
+      if (ports.size !== services.length) for (const [id, entry] of ports) if (entry.built !== generation) ports.delete(id);
     }
-    // Each service is found once: more entries than services means some went away.
-    if (ports.size !== services.length) for (const [id, entry] of ports) if (entry.built !== generation) ports.delete(id);
 
     let servicePorts: ServicePort[];
+    let positions: Map<string, number> | undefined;
     if (samePorts) {
-      servicePorts = this.#previous!.servicePorts.map((port) => replaced.get(port) ?? port);
+      // Ports replaced by ports of the same identity: in their places.
+      positions = previous!.positions ?? positionsOf(previous!.servicePorts);
+      notePortPositions(previous!.modelPorts, positions);
+      servicePorts = previous!.servicePorts.slice();
+      for (const [was, is] of replaced) {
+        const position = positions.get(servicePortIdentity(was));
+        if (position === undefined || servicePorts[position] !== was) {
+          // Two ports of one identity (the model names such problems): by object, then.
+          servicePorts = previous!.servicePorts.map((port) => replaced.get(port) ?? port);
+          break;
+        }
+        servicePorts[position] = is;
+      }
     } else {
       servicePorts = [];
       for (const entry of ports.values()) servicePorts.push(...entry.ports);
       servicePorts.sort((a, b) => compareStrings(a.key, b.key) || compareStrings(a.protocol, b.protocol));
     }
-    this.#previous = {servicePorts, services: services.length};
 
     const model: ProxyModel = {family, nodeName, nodeIPs, config, servicePorts: [...servicePorts], problems: sortProblems(problems)};
     if (node?.zone) model.nodeZone = node.zone;
+    if (positions) notePortPositions(model.servicePorts, positions);
+    this.#previous = {servicePorts, services: services.length, positions, modelPorts: model.servicePorts};
     return model;
   }
 
@@ -237,22 +274,26 @@ export class ProxyModelBuilder {
    * got the same slices as the last one in the same order, a few replaced, regroups those alone;
    * groups are replaced, never changed, since entries compare them by identity.
    */
-  #groupSlices(slices: readonly SliceReading[]): Map<string, SliceSummary[]> {
+  #groupSlices(slices: readonly SliceReading[]): {byService: Map<string, SliceSummary[]>; regrouped?: Set<string>} {
     const last = this.#sliceGroups;
     const changedAt = last && replacedIndexes(last.slices, slices);
     let byService: Map<string, SliceSummary[]>;
+    let regrouped: Set<string> | undefined;
     if (last && changedAt) {
       byService = last.byService;
+      regrouped = new Set();
       // All the slices that left first, then those that came: a slice can have moved to another place.
       for (const index of changedAt) {
         const was = last.slices[index].value;
         const rest = (byService.get(was.serviceId) ?? []).filter((slice) => slice !== was);
         if (rest.length > 0) byService.set(was.serviceId, rest);
         else byService.delete(was.serviceId);
+        regrouped.add(was.serviceId);
       }
       for (const index of changedAt) {
         const is = slices[index].value;
         byService.set(is.serviceId, [...(byService.get(is.serviceId) ?? []), is].sort((a, b) => compareStrings(a.name, b.name)));
+        regrouped.add(is.serviceId);
       }
     } else {
       byService = new Map();
@@ -264,7 +305,7 @@ export class ProxyModelBuilder {
       for (const group of byService.values()) if (group.length > 1) group.sort((a, b) => compareStrings(a.name, b.name));
     }
     this.#sliceGroups = {slices, byService};
-    return byService;
+    return {byService, regrouped};
   }
 
   #servicePorts(service: ServiceDefinition, slices: SliceDefinition[], nodeName: string, zone: string): ServicePort[] {
@@ -300,6 +341,11 @@ interface ListMemo<T> {
   raw?: readonly unknown[];
   /** Undefined when some object had a problem or came twice: the next build reads the list whole. */
   values?: Reading<T>[];
+  /**
+   * Where this build's list held other objects than the last build's, of the same names, when
+   * it was read from the last one's readings; undefined when it was read whole.
+   */
+  changedAt?: readonly number[];
 }
 
 /**
@@ -330,7 +376,8 @@ function uniqueByName<T extends {namespace: string; name: string}>(
   const replaced = memo.values && memo.raw ? replacedInPlace(memo.raw, raw, memo.values, readOne) : undefined;
   // A copy: the caller may change its list afterwards.
   memo.raw = raw.slice();
-  if (replaced) return (memo.values = replaced);
+  memo.changedAt = replaced?.changedAt;
+  if (replaced) return (memo.values = replaced.values);
 
   const seen = new Set<string>();
   // The readings themselves, kept from build to build: no new object per object per build.
@@ -358,14 +405,14 @@ function uniqueByName<T extends {namespace: string; name: string}>(
 /**
  * replacedInPlace: `last`, the readings of `lastRaw` (one per object, all without a problem), for
  * `raw` when it holds the same objects in the same places but for a few replaced by objects of the
- * same name read without a problem; undefined otherwise.
+ * same name read without a problem, with where those are; undefined otherwise.
  */
 function replacedInPlace<T extends {namespace: string; name: string}>(
   lastRaw: readonly unknown[],
   raw: readonly unknown[],
   last: readonly Reading<T>[],
   readOne: (object: unknown) => ObjectRead<T>,
-): Reading<T>[] | undefined {
+): {values: Reading<T>[]; changedAt: readonly number[]} | undefined {
   const changedAt = last.length === raw.length ? replacedIndexes(lastRaw, raw) : undefined;
   if (!changedAt) return undefined;
   let values: Reading<T>[] | undefined;
@@ -377,7 +424,7 @@ function replacedInPlace<T extends {namespace: string; name: string}>(
     if (reading.id !== last[index].id) return undefined;
     (values ??= [...last])[index] = reading as Reading<T>;
   }
-  return values ?? [...last];
+  return {values: values ?? [...last], changedAt};
 }
 
 function sameItems<T>(a: readonly T[], b: readonly T[]): boolean {

@@ -16,12 +16,47 @@ export function servicePortIdentity(port: Pick<ServicePort, 'key' | 'protocol'>)
 const identities = new WeakMap<object, string>();
 
 /**
+ * Where each port of a list of service ports stands, by servicePortIdentity. ProxyModelBuilder
+ * notes it for the lists it builds and hands it on from build to build while the order holds, so
+ * that a partial sync finds its few ports without looking at the other 10,000 (four or five times
+ * a sync, on two models).
+ */
+const portPositions = new WeakMap<readonly ServicePort[], ReadonlyMap<string, number>>();
+
+/** notePortPositions: `positions` tells where each port of `ports` stands; `ports` is never changed afterwards. */
+export function notePortPositions(ports: readonly ServicePort[], positions: ReadonlyMap<string, number>): void {
+  portPositions.set(ports, positions);
+}
+
+/** positionsOf: where each port of `ports` stands, by servicePortIdentity. */
+export function positionsOf(ports: readonly ServicePort[]): Map<string, number> {
+  const positions = new Map<string, number>();
+  for (let index = 0; index < ports.length; index++) positions.set(servicePortIdentity(ports[index]), index);
+  return positions;
+}
+
+/**
  * portsWithIdentities: the model's service ports whose servicePortIdentity is in `wanted`, in
- * model order. A partial sync's work goes to these alone; one filter over the ports allocates
- * nothing per port, where a loop that is not yet optimized makes an iterator result per step.
+ * model order. A partial sync's work goes to these alone. Looked up by position where the
+ * builder noted them; otherwise one filter over the ports, which allocates nothing per port,
+ * where a loop that is not yet optimized makes an iterator result per step.
  */
 export function portsWithIdentities(model: Pick<ProxyModel, 'servicePorts'>, wanted: ReadonlySet<string>): ServicePort[] {
-  return model.servicePorts.filter((port) => wanted.has(servicePortIdentity(port)));
+  const ports = model.servicePorts;
+  const positions = portPositions.get(ports);
+  if (positions !== undefined && positions.size === ports.length && wanted.size * 16 < ports.length) {
+    const found: number[] = [];
+    let consistent = true;
+    for (const identity of wanted) {
+      const position = positions.get(identity);
+      if (position === undefined) continue;
+      // A list changed after its positions were noted is searched whole.
+      if (servicePortIdentity(ports[position]) !== identity) consistent = false;
+      found.push(position);
+    }
+    if (consistent) return found.sort((a, b) => a - b).map((position) => ports[position]);
+  }
+  return ports.filter((port) => wanted.has(servicePortIdentity(port)));
 }
 
 /**

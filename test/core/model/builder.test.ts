@@ -3,7 +3,7 @@
 import assert from 'node:assert/strict';
 import {test} from 'node:test';
 import {buildProxyModel, ProxyModelBuilder, type ModelObjects, type ModelOptions} from '../../../src/core/model/build.ts';
-import {changedServicePorts} from '../../../src/core/model/changes.ts';
+import {changedServicePorts, portsWithIdentities} from '../../../src/core/model/changes.ts';
 import {node, service, slice} from './cluster-objects.ts';
 
 const options: ModelOptions = {family: 'IPv4', nodeName: 'node-1', clusterCIDRs: ['10.244.0.0/16']};
@@ -81,4 +81,43 @@ test('a model handed out is not changed by later builds', () => {
   objects.endpointSlices[0] = slice('web-1', 'web', [{ip: '10.244.9.9'}]);
   builder.build(objects);
   assert.deepEqual(first, copy);
+});
+
+test('at a hundred services, builds after a few replaced objects equal buildProxyModel, and portsWithIdentities finds the changed ports in both models', () => {
+  const count = 100;
+  const objects: ModelObjects = {
+    services: Array.from({length: count}, (_, i) => service(`svc-${i}`, {clusterIP: `10.96.1.${i}`})),
+    endpointSlices: Array.from({length: count}, (_, i) => slice(`svc-${i}-a`, `svc-${i}`, [{ip: `10.244.1.${i}`, node: 'node-1'}])),
+    node: node(),
+  };
+  const changes: Array<{name: string; change: () => void}> = [
+    {name: 'an endpoint replaced', change: () => void (objects.endpointSlices[7] = slice('svc-7-a', 'svc-7', [{ip: '10.244.9.7'}]))},
+    {name: 'two slices replaced', change: () => void ((objects.endpointSlices[3] = slice('svc-3-a', 'svc-3', [])), (objects.endpointSlices[90] = slice('svc-90-a', 'svc-90', [{ip: '10.244.9.90'}, {ip: '10.244.8.90'}])))},
+    {name: 'a slice moves to another service in its place', change: () => void (objects.endpointSlices[5] = slice('svc-5-a', 'svc-6', [{ip: '10.244.9.5'}]))},
+    {name: 'a slice of no service replaced', change: () => void (objects.endpointSlices[40] = slice('svc-40-a', 'gone', [{ip: '10.244.9.40'}]))},
+    {name: 'a service replaced, its address changed', change: () => void (objects.services[11] = service('svc-11', {clusterIP: '10.96.2.11'}))},
+    {name: 'a service and its slice replaced', change: () => void ((objects.services[12] = service('svc-12', {clusterIP: '10.96.2.12'})), (objects.endpointSlices[12] = slice('svc-12-a', 'svc-12', [{ip: '10.244.9.12'}])))},
+    {name: 'a port added to a service', change: () => void (objects.services[20] = service('svc-20', {clusterIP: '10.96.1.20', ports: [{name: 'http', protocol: 'TCP', port: 80}, {name: 'https', protocol: 'TCP', port: 443}]}))},
+    {name: 'an endpoint replaced after that', change: () => void (objects.endpointSlices[21] = slice('svc-21-a', 'svc-21', [{ip: '10.244.9.21'}]))},
+  ];
+  const builder = new ProxyModelBuilder(options);
+  let previous = builder.build({...objects, services: [...objects.services], endpointSlices: [...objects.endpointSlices]});
+  for (const {name, change} of changes) {
+    change();
+    const model = builder.build({...objects, services: [...objects.services], endpointSlices: [...objects.endpointSlices]});
+    assert.deepEqual(model, buildProxyModel(objects, options), name);
+    const changed = changedServicePorts(previous, model);
+    assert.ok(changed.size > 0 && changed.size < 4, `${name}: ${[...changed].join(', ')}`);
+    for (const [which, of] of [['before', previous], ['after', model]] as const) {
+      const expected = of.servicePorts.filter((port) => changed.has(`${port.key}/${port.protocol}`));
+      assert.deepEqual(portsWithIdentities(of, changed), expected, `${name}: ports ${which}`);
+      for (const [index, port] of portsWithIdentities(of, changed).entries()) assert.equal(port, expected[index], `${name}: the model's own objects ${which}`);
+    }
+    previous = model;
+  }
+  // A model's list changed by its holder is searched whole.
+  const wanted = new Set([`default/svc-30:http/TCP`, `default/svc-31:http/TCP`]);
+  const reordered = {...previous, servicePorts: previous.servicePorts};
+  reordered.servicePorts.reverse();
+  assert.deepEqual(portsWithIdentities(reordered, wanted).map((port) => port.key), ['default/svc-31:http', 'default/svc-30:http']);
 });
