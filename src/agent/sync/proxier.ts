@@ -260,14 +260,25 @@ export class IptablesProxier extends ProxierBase<FamilyState> {
     let readBack: string | undefined;
     // What a full write leaves is worked out from its input and the reading just before it, while
     // iptables-restore commits (seconds at 10,000 services) rather than after.
-    const recordFullWrite = (): void => {
-      text ??= restoreInputText(pieces);
-      if (partial || fullyWritten) return;
+    let recorded = partial;
+    const record = (): void => {
+      const whole = restoreInputText(pieces);
+      pieces.length = 0;
+      // Past the record, the input is wanted only for the input log.
+      if (log.verbosity >= 5) text = whole;
       try {
-        fullyWritten = state.spelling?.recordAfterFullWrite(text, existing!);
+        fullyWritten = state.spelling?.recordAfterFullWrite(whole, existing!);
       } catch (error) {
         log.error('cannot follow what the write left; reading it back', {family, reason: errorText(error)});
       }
+    };
+    const recordFullWrite = (): void => {
+      if (recorded) return;
+      recorded = true;
+      record();
+      // The agent waits for the commit now: the sync's garbage (the input, the initial lists at
+      // start) is collected while it does, instead of being held to the end of the sync.
+      releaseGarbage();
     };
     this.#tellWrite(family, 'started');
     state.writesStarted++;

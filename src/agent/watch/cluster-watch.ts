@@ -37,8 +37,9 @@ export class ClusterWatch {
         ...selectors,
         name,
         path,
-        onReplace: (items) => this.store.replace(kind, items.map((item) => compactObject(kind, item))),
-        onEvent: (type, object) => this.store.apply(kind, type, compactObject(kind, object)),
+        keep: (object) => compactObject(kind, object),
+        onReplace: (items) => this.store.replace(kind, items),
+        onEvent: (type, object) => this.store.apply(kind, type, object),
         onSynced: () => options.onSynced?.(kind),
       });
     this.reflectors = [

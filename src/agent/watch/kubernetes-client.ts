@@ -9,6 +9,8 @@ import {KubeConfig, Watch} from '#client-node';
 export interface ListResult {
   items: unknown[];
   resourceVersion: string;
+  /** More of the list is to come: ask again with this as `continue`. */
+  continue?: string;
 }
 
 export interface WatchHandle {
@@ -50,9 +52,14 @@ export function createKubernetesClient(config: KubeConfig): KubernetesClient {
       const options: RequestOptions = {method: 'GET', headers: {Accept: 'application/json'}};
       await config.applyToHTTPSOptions(options);
       const body = await getJson(url, options);
-      const list = body as {items?: unknown; metadata?: {resourceVersion?: unknown}};
+      const list = body as {items?: unknown; metadata?: {resourceVersion?: unknown; continue?: unknown}};
       if (!Array.isArray(list.items)) throw new Error(`GET ${path}: the answer is not a list`);
-      return {items: list.items, resourceVersion: typeof list.metadata?.resourceVersion === 'string' ? list.metadata.resourceVersion : ''};
+      const more = list.metadata?.continue;
+      return {
+        items: list.items,
+        resourceVersion: typeof list.metadata?.resourceVersion === 'string' ? list.metadata.resourceVersion : '',
+        ...(typeof more === 'string' && more !== '' ? {continue: more} : {}),
+      };
     },
     async watch(path, query, onEvent, onDone) {
       const controller = await watcher.watch(path, query, (type, object) => onEvent(type, object), (error) => onDone(error ?? undefined));

@@ -5,7 +5,10 @@
 // so that a restarted API server is not met by every node listing everything at once (a one-item
 // list first checks that the server's history has not been reset behind that version); any other
 // failure lists again after the backoff; when a watch stays silent longer than the watchdog allows,
-// assume it is stuck and list again. Malformed events are dropped, never thrown.
+// assume it is stuck and list again. Malformed events are dropped, never thrown. Lists come in
+// pages of 500, as client-go's pager asks for them, each page reduced to what the store keeps
+// before the next is asked for: the API server answers in pieces, and a 30 MB list of 10,000
+// EndpointSlices never sits in memory whole.
 import type {Logger} from '../log.ts';
 import {type Clock, systemClock} from '../sync/clock.ts';
 import type {KubernetesClient, WatchHandle} from './kubernetes-client.ts';
@@ -19,7 +22,12 @@ export interface ReflectorOptions {
   labelSelector?: string;
   fieldSelector?: string;
   client: KubernetesClient;
-  /** A list replaced everything that was known. */
+  /**
+   * What is kept of each listed or watched object (the store's record of it); the object itself
+   * when not given. Applied to each page of a list as it comes.
+   */
+  keep?: (object: unknown) => unknown;
+  /** A list replaced everything that was known (the objects as `keep` made them). */
   onReplace: (items: unknown[]) => void;
   onEvent: (type: WatchEventType, object: unknown) => void;
   /** The first list is in. */
@@ -133,14 +141,32 @@ export class Reflector {
   }
 
   async #list(): Promise<void> {
-    const query: Record<string, string> = {};
-    if (this.#options.labelSelector) query.labelSelector = this.#options.labelSelector;
-    if (this.#options.fieldSelector) query.fieldSelector = this.#options.fieldSelector;
-    const list = await this.#options.client.list(this.#options.path, query);
-    if (this.#stopped) return;
+    const keep = this.#options.keep ?? ((object: unknown) => object);
+    const items: unknown[] = [];
+    let resourceVersion = '';
+    let next: string | undefined;
+    do {
+      const query: Record<string, string> = {limit: String(listPageSize)};
+      if (this.#options.labelSelector) query.labelSelector = this.#options.labelSelector;
+      if (this.#options.fieldSelector) query.fieldSelector = this.#options.fieldSelector;
+      if (next !== undefined) query.continue = next;
+      const page = await this.#options.client.list(this.#options.path, query);
+      if (this.#stopped) return;
+      for (const item of page.items) {
+        if (!isObjectWithName(item)) continue;
+        try {
+          items.push(keep(item));
+        } catch (error) {
+          this.#options.log.error('listed object dropped', {resource: this.#options.name, object: objectName(item), reason: error instanceof Error ? error.message : String(error)});
+        }
+      }
+      // Every page carries the version of the snapshot the first one was cut from.
+      resourceVersion = page.resourceVersion;
+      next = page.continue;
+    } while (next !== undefined);
     this.#relists++;
-    this.#options.onReplace(list.items.filter(isObjectWithName));
-    this.#resourceVersion = list.resourceVersion;
+    this.#options.onReplace(items);
+    this.#resourceVersion = resourceVersion;
     if (!this.#synced) {
       this.#synced = true;
       this.#options.onSynced?.();
@@ -234,7 +260,7 @@ export class Reflector {
     }
     if (typeof resourceVersion === 'string') this.#resourceVersion = resourceVersion;
     try {
-      this.#options.onEvent(type, object);
+      this.#options.onEvent(type, (this.#options.keep ?? ((kept: unknown) => kept))(object));
     } catch (error) {
       this.#options.log.error('handling a watch event failed', {resource: this.#options.name, reason: error instanceof Error ? error.message : String(error)});
     }
@@ -263,6 +289,14 @@ export class Reflector {
       };
     });
   }
+}
+
+/** Objects per list page: client-go's pager's. */
+const listPageSize = 500;
+
+function objectName(object: unknown): string {
+  const metadata = (object as {metadata: {namespace?: unknown; name: unknown}}).metadata;
+  return typeof metadata.namespace === 'string' ? `${metadata.namespace}/${String(metadata.name)}` : String(metadata.name);
 }
 
 function isObjectWithName(object: unknown): boolean {

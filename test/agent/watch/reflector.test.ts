@@ -85,7 +85,7 @@ test('lists, then watches from the list resourceVersion, and applies events', as
   reflector.start();
   await settle();
   assert.equal(synced(), 1);
-  assert.deepEqual(client.lists, [{labelSelector: '!service.kubernetes.io/service-proxy-name'}]);
+  assert.deepEqual(client.lists, [{limit: '500', labelSelector: '!service.kubernetes.io/service-proxy-name'}]);
   assert.equal(client.watches[0].query.resourceVersion, '10');
   assert.equal(client.watches[0].query.allowWatchBookmarks, 'true');
   client.watches[0].send('ADDED', svc('c', '11'));
@@ -97,6 +97,55 @@ test('lists, then watches from the list resourceVersion, and applies events', as
   await settle();
   assert.equal(client.watches[1].query.resourceVersion, '20', 'a closed watch resumes from the last resourceVersion seen');
   assert.equal(client.lists.length, 1);
+});
+
+test('a list comes in pages: each page is kept as it comes, the watch starts from the pages\' resourceVersion', async (t) => {
+  const clock = new FakeClock();
+  const client = new ScriptedClient();
+  const kept: string[] = [];
+  let replaced: unknown[] = [];
+  const reflector = new Reflector({
+    name: 'services',
+    path: '/api/v1/services',
+    client,
+    keep: (object) => {
+      const name = (object as {metadata: {name: string}}).metadata.name;
+      kept.push(`${name} while ${client.lists.length} asked`);
+      return {kept: name};
+    },
+    onReplace: (items) => (replaced = items),
+    onEvent: () => {},
+    log: memoryLogger(),
+    clock,
+    watchdogMs: 600_000,
+  });
+  t.after(() => reflector.stop());
+  client.listResults.push(
+    {items: [svc('a', '5'), svc('b', '6')], resourceVersion: '10', continue: 'page-2'},
+    {items: [svc('c', '7'), {metadata: {}}], resourceVersion: '10', continue: 'page-3'},
+    {items: [svc('d', '8')], resourceVersion: '10'},
+  );
+  reflector.start();
+  await settle();
+  assert.deepEqual(client.lists, [{limit: '500'}, {limit: '500', continue: 'page-2'}, {limit: '500', continue: 'page-3'}]);
+  assert.deepEqual(kept, ['a while 1 asked', 'b while 1 asked', 'c while 2 asked', 'd while 3 asked'], 'each page kept before the next is asked for; the nameless object dropped');
+  assert.deepEqual(replaced, [{kept: 'a'}, {kept: 'b'}, {kept: 'c'}, {kept: 'd'}]);
+  assert.equal(client.watches[0].query.resourceVersion, '10');
+});
+
+test('a list whose continuation expired (410) is listed again from the start', async (t) => {
+  const {client, store, reflector} = setup();
+  t.after(() => reflector.stop());
+  client.listResults.push(
+    {items: [svc('a', '5')], resourceVersion: '10', continue: 'page-2'},
+    Object.assign(new Error('The provided continue parameter is too old'), {statusCode: 410}),
+    {items: [svc('a', '5'), svc('b', '16')], resourceVersion: '20'},
+  );
+  reflector.start();
+  await settle();
+  assert.deepEqual(client.lists.map((query) => query.continue), [undefined, 'page-2', undefined]);
+  assert.deepEqual(store.services().map((s: any) => s.metadata.name), ['a', 'b']);
+  assert.equal(client.watches[0].query.resourceVersion, '20');
 });
 
 test('an ERROR 410 event lists again, and the relist removes what vanished meanwhile', async (t) => {
@@ -214,7 +263,7 @@ test('API server gone while watching: the watch resumes from its resourceVersion
   client.watches[1].send('ERROR', {kind: 'Status', code: 410, reason: 'Expired'});
   await settle();
   assert.equal(client.lists.length, 5, 'history gone: list again');
-  assert.equal(client.lists[4].limit, undefined);
+  assert.equal(client.lists[4].limit, '500', 'a whole list, in pages');
   assert.equal(client.watches[2].query.resourceVersion, '41');
 });
 
@@ -230,7 +279,7 @@ test('API server back with a younger history (new or restored storage): lists in
   await clock.advance(1000);
   await settle();
   assert.equal(client.lists.length, 3, 'first list, the check, the full list');
-  assert.equal(client.lists[2].limit, undefined);
+  assert.equal(client.lists[2].limit, '500', 'a whole list, in pages');
   assert.ok(log.lines.some((line) => line.includes('history restarts before our resourceVersion')));
 });
 
