@@ -44,3 +44,21 @@ test('after a partial write, the written chains are as the kernel holds them and
   applyPartialWrite(before, foreign, new Set(['KUBE-SEP-CCCC']));
   assert.ok(!matchesRecord(before, foreign));
 });
+
+test('matchesRecord: a chain whose rules come in more than one piece, empty chains, and chains whose names start alike', () => {
+  const withMore = (lines: string[]) => save(lines).replace(':KUBE-SEP-CCCC - [0:0]', ':KUBE-SEP-CCCC - [0:0]\n:KUBE-SEP-CCCCX - [0:0]\n:KUBE-SEP-DDDD - [0:0]');
+  const lines = [...base, '-A KUBE-SEP-CCCCX -p tcp -m tcp -j DNAT --to-destination 10.0.0.4:80'];
+  const record = recordOwned(readOwnedRules('nat', withMore(lines)));
+  assert.ok(matchesRecord(record, readOwnedRules('nat', withMore(lines))), 'as recorded');
+  // KUBE-SVC-AAAA's two rules on either side of KUBE-SEP-BBBB's: each chain's rules in the same order.
+  const split = [lines[0], lines[1], lines[2], lines[4], lines[3], lines[5], lines[6]];
+  assert.ok(matchesRecord(record, readOwnedRules('nat', withMore(split))), 'a chain in two pieces');
+  const splitChanged = [lines[0], lines[1], lines[2], lines[4], lines[3].replace('KUBE-SEP-CCCC', 'KUBE-SEP-CCCCX'), lines[5], lines[6]];
+  assert.ok(!matchesRecord(record, readOwnedRules('nat', withMore(splitChanged))), 'a chain in two pieces, one rule changed');
+  const intoEmpty = [...lines, '-A KUBE-SEP-DDDD -j ACCEPT'];
+  assert.ok(!matchesRecord(record, readOwnedRules('nat', withMore(intoEmpty).replace('-A KUBE-SERVICES -d 10.96.0.10/32', '-A KUBE-SERVICES -d 10.96.0.11/32'))), 'a rule in a chain recorded empty');
+  const moved = [...base.slice(0, 5), lines[5].replace('-A KUBE-SEP-CCCC ', '-A KUBE-SEP-CCCCX '), lines[6].replace('-A KUBE-SEP-CCCCX ', '-A KUBE-SEP-CCCC ')];
+  assert.ok(!matchesRecord(record, readOwnedRules('nat', withMore(moved))), 'rules swapped between KUBE-SEP-CCCC and KUBE-SEP-CCCCX');
+  const jumpMoved = [lines[0].replace('-A PREROUTING ', '-A OUTPUT '), ...lines.slice(1)];
+  assert.ok(!matchesRecord(record, readOwnedRules('nat', withMore(jumpMoved))), 'the jump rule in another built-in chain');
+});
