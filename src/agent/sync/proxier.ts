@@ -12,7 +12,7 @@ import {type Host, type IptablesFrontEnd, type IptablesTable, type RestoreInput,
 import type {Clock} from './clock.ts';
 import {planConntrackCleanup} from './conntrack-cleanup.ts';
 import type {IptablesRuleSource, JumpRule} from './iptables-rules.ts';
-import {applyPartialWrite, declaredChains, describeDrift, InputSpelling, isOwnedChain, matchesRecord, type OwnedRecord, type OwnedRules, proxyTables, readOwnedRules, recordOwned, settleRecord} from './owned-rules.ts';
+import {applyPartialWrite, declaredChains, describeDrift, type FullWriteReader, InputSpelling, isOwnedChain, matchesRecord, type OwnedRecord, type OwnedRules, proxyTables, readOwnedRules, recordOwned, settleRecord} from './owned-rules.ts';
 import type {RunReason} from './runner.ts';
 import {deleteConntrackEntries, type FamilySyncState, ProxierBase, type ProxierBaseOptions, releaseGarbage} from './sync-bookkeeping.ts';
 
@@ -222,8 +222,10 @@ export class IptablesProxier extends ProxierBase<FamilyState> {
     let text: string | undefined;
     let existing: Map<IptablesTable, OwnedRules> | undefined;
     const existingReadAt = current ? start : this.clock.now();
-    /** A full sync's input as it went out, for the record of what it wrote. */
+    /** A full sync's input as it went out, kept only for the input log (--v 5). */
     const pieces: Uint8Array[] = [];
+    /** What a full write leaves, read from its input as it goes out. */
+    let reader: FullWriteReader | undefined;
     if (full || !state.written) {
       this.wholeTablesTouched = true;
       // A drift check has just read them: a repair need not read them again.
@@ -236,7 +238,19 @@ export class IptablesProxier extends ProxierBase<FamilyState> {
         filter: {end: jumpRuleLines(jumps, 'filter')},
         nat: {start: state.frontEnd === 'nf_tables' ? [wholeTableCache] : [], end: jumpRuleLines(jumps, 'nat')},
       };
-      input = keeping(rules.render(model, {existingChains, extraLines}), pieces);
+      reader = state.spelling?.fullWriteReader();
+      const decoder = new TextDecoder();
+      input = passing(rules.render(model, {existingChains, extraLines}), (piece) => {
+        if (log.verbosity >= 5) pieces.push(piece);
+        if (!reader) return;
+        try {
+          reader.add(decoder.decode(piece, {stream: true}));
+        } catch (error) {
+          // Never the write's failure: the kernel is read back instead.
+          log.error('cannot follow what the write left; reading it back', {family, reason: errorText(error)});
+          reader = undefined;
+        }
+      });
     } else if (rules.serviceChains) {
       // Only the changed ports' chains can have become stale: name those alone, not every chain of the model.
       // Chain names hash the service port's name, so no other port can be using them.
@@ -261,21 +275,15 @@ export class IptablesProxier extends ProxierBase<FamilyState> {
     // What a full write leaves is worked out from its input and the reading just before it, while
     // iptables-restore commits (seconds at 10,000 services) rather than after.
     let recorded = partial;
-    const record = (): void => {
-      const whole = restoreInputText(pieces);
-      pieces.length = 0;
-      // Past the record, the input is wanted only for the input log.
-      if (log.verbosity >= 5) text = whole;
-      try {
-        fullyWritten = state.spelling?.recordAfterFullWrite(whole, existing!);
-      } catch (error) {
-        log.error('cannot follow what the write left; reading it back', {family, reason: errorText(error)});
-      }
-    };
     const recordFullWrite = (): void => {
       if (recorded) return;
       recorded = true;
-      record();
+      try {
+        fullyWritten = reader?.finish(existing!);
+      } catch (error) {
+        log.error('cannot follow what the write left; reading it back', {family, reason: errorText(error)});
+      }
+      reader = undefined;
       // The agent waits for the commit now: the sync's garbage (the input, the initial lists at
       // start) is collected while it does, instead of being held to the end of the sync.
       releaseGarbage();
@@ -498,10 +506,10 @@ export function withWholeTableCache(rules: string): string {
   return `${rules.slice(0, at + 5)}${wholeTableCache}\n${rules.slice(at + 5)}`;
 }
 
-/** keeping passes a restore input on piece by piece, and keeps each piece in `kept` as it goes out. */
-function* keeping(input: RestoreInput, kept: Uint8Array[]): Generator<Uint8Array> {
+/** passing passes a restore input on piece by piece, and shows each piece to `see` as it goes out. */
+function* passing(input: RestoreInput, see: (piece: Uint8Array) => void): Generator<Uint8Array> {
   for (const piece of typeof input === 'string' ? [Buffer.from(input)] : input) {
-    kept.push(piece);
+    see(piece);
     yield piece;
   }
 }

@@ -1,6 +1,10 @@
 import assert from 'node:assert/strict';
 import {test} from 'node:test';
-import {applyPartialWrite, describeDrift, matchesRecord, readOwnedRules, recordOwned} from '../../../src/agent/sync/owned-rules.ts';
+import {restoreInputText} from '../../../src/agent/host/host.ts';
+import {loadCoreIptablesRules} from '../../../src/agent/sync/iptables-rules.ts';
+import {applyPartialWrite, describeDrift, InputSpelling, matchesRecord, proxyTables, readOwnedRules, recordOwned} from '../../../src/agent/sync/owned-rules.ts';
+import {buildProxyModel} from '../../../src/core/model/index.ts';
+import {node, service, slice} from '../../core/model/cluster-objects.ts';
 
 const save = (lines: string[]) => ['*nat', ':PREROUTING ACCEPT [0:0]', ':KUBE-SERVICES - [0:0]', ':KUBE-SVC-AAAA - [0:0]', ':KUBE-SEP-BBBB - [0:0]', ':KUBE-SEP-CCCC - [0:0]', ...lines, 'COMMIT', ''].join('\n');
 const base = [
@@ -61,4 +65,32 @@ test('matchesRecord: a chain whose rules come in more than one piece, empty chai
   assert.ok(!matchesRecord(record, readOwnedRules('nat', withMore(moved))), 'rules swapped between KUBE-SEP-CCCC and KUBE-SEP-CCCCX');
   const jumpMoved = [lines[0].replace('-A PREROUTING ', '-A OUTPUT '), ...lines.slice(1)];
   assert.ok(!matchesRecord(record, readOwnedRules('nat', withMore(jumpMoved))), 'the jump rule in another built-in chain');
+});
+
+test('a full write\'s record read from its input in pieces, lines cut anywhere, is the record read from it whole', async () => {
+  const rules = await loadCoreIptablesRules();
+  const objects = {
+    services: Array.from({length: 6}, (_, i) => service(`svc-${i}`, {clusterIP: `10.96.0.${10 + i}`})),
+    endpointSlices: Array.from({length: 6}, (_, i) => slice(`svc-${i}-a`, `svc-${i}`, [{ip: `10.244.1.${i}`, node: 'node-1'}, {ip: `10.244.2.${i}`}])),
+    node: node(),
+  };
+  const model = buildProxyModel(objects, {family: 'IPv4', nodeName: 'node-1', clusterCIDRs: ['10.244.0.0/16']});
+  // With jump rules added, as a full sync adds the missing ones.
+  const input = restoreInputText(rules.render(model, {extraLines: {filter: {end: ['-I FORWARD -j KUBE-FORWARD']}, nat: {end: ['-A POSTROUTING -j KUBE-POSTROUTING']}}}));
+  const before = new Map(proxyTables.map((table) => [table, readOwnedRules(table, `*${table}\nCOMMIT\n`)]));
+  const spelling = () => new InputSpelling((text) => rules.spellRules!('IPv4', text));
+  const whole = spelling().recordAfterFullWrite(input, before);
+  assert.ok(whole, 'the input is followed');
+  assert.ok(whole.get('nat')!.chains.size > 20);
+  assert.deepEqual([...whole.get('filter')!.jumps.keys(), ...whole.get('nat')!.jumps.keys()], ['FORWARD', 'POSTROUTING']);
+  for (const size of [1, 7, 100, 4096]) {
+    const reader = spelling().fullWriteReader();
+    for (let at = 0; at < input.length; at += size) reader.add(input.slice(at, at + size));
+    assert.deepEqual(reader.finish(before), whole, `pieces of ${size}`);
+  }
+  const refused = spelling().fullWriteReader();
+  refused.add(input.slice(0, 50));
+  refused.add('-P nonsense\n');
+  refused.add(input.slice(50));
+  assert.equal(refused.finish(before), undefined, 'a line it does not follow, in the middle of a piece');
 });
