@@ -244,7 +244,10 @@ export class IptablesProxier extends ProxierBase<FamilyState> {
         if (log.verbosity >= 5) pieces.push(piece);
         if (!reader) return;
         try {
-          reader.add(decoder.decode(piece, {stream: true}));
+          // Read in strings small enough for V8's young generation, where they die at the next
+          // scavenge: a whole piece's string (256 KiB) would be a large object, kept until a full
+          // collection, and the 31 MB of them with it.
+          for (let at = 0; at < piece.length; at += decodedPieceBytes) reader.add(decoder.decode(piece.subarray(at, at + decodedPieceBytes), {stream: true}));
         } catch (error) {
           // Never the write's failure: the kernel is read back instead.
           log.error('cannot follow what the write left; reading it back', {family, reason: errorText(error)});
@@ -496,6 +499,9 @@ function declaredChainCount(input: string): number {
 }
 
 const wholeTableCache = '-Z';
+
+/** The size of the strings a full sync's input is read back in (see FullWriteReader). */
+const decodedPieceBytes = 32 * 1024;
 
 /** withWholeTableCache puts the -Z command at the start of the nat part of a partial sync's input. */
 export function withWholeTableCache(rules: string): string {
