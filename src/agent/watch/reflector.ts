@@ -44,6 +44,7 @@ export interface ReflectorOptions {
 
 export class Reflector {
   readonly #options: ReflectorOptions;
+  readonly #keep: (object: unknown) => unknown;
   readonly #clock: Clock;
   #resourceVersion = '';
   #synced = false;
@@ -59,6 +60,7 @@ export class Reflector {
 
   constructor(options: ReflectorOptions) {
     this.#options = options;
+    this.#keep = options.keep ?? ((object) => object);
     this.#clock = options.clock ?? systemClock;
   }
 
@@ -141,7 +143,6 @@ export class Reflector {
   }
 
   async #list(): Promise<void> {
-    const keep = this.#options.keep ?? ((object: unknown) => object);
     const items: unknown[] = [];
     let resourceVersion = '';
     let next: string | undefined;
@@ -155,13 +156,15 @@ export class Reflector {
       for (const item of page.items) {
         if (!isObjectWithName(item)) continue;
         try {
-          items.push(keep(item));
+          items.push(this.#keep(item));
         } catch (error) {
           this.#options.log.error('listed object dropped', {resource: this.#options.name, object: objectName(item), reason: error instanceof Error ? error.message : String(error)});
         }
       }
       // Every page carries the version of the snapshot the first one was cut from.
       resourceVersion = page.resourceVersion;
+      // A server that hands the same token back would be asked forever.
+      if (page.continue !== undefined && page.continue === next) throw new Error(`GET ${this.#options.path}: the same continue token again`);
       next = page.continue;
     } while (next !== undefined);
     this.#relists++;
@@ -260,7 +263,7 @@ export class Reflector {
     }
     if (typeof resourceVersion === 'string') this.#resourceVersion = resourceVersion;
     try {
-      this.#options.onEvent(type, (this.#options.keep ?? ((kept: unknown) => kept))(object));
+      this.#options.onEvent(type, this.#keep(object));
     } catch (error) {
       this.#options.log.error('handling a watch event failed', {resource: this.#options.name, reason: error instanceof Error ? error.message : String(error)});
     }

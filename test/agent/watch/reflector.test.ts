@@ -148,6 +148,24 @@ test('a list whose continuation expired (410) is listed again from the start', a
   assert.equal(client.watches[0].query.resourceVersion, '20');
 });
 
+test('a server that hands the same continue token back is not asked forever: the list fails and is retried', async (t) => {
+  const {client, clock, store, reflector, log} = setup();
+  t.after(() => reflector.stop());
+  client.listResults.push(
+    {items: [svc('a', '5')], resourceVersion: '10', continue: 'again'},
+    {items: [svc('b', '6')], resourceVersion: '10', continue: 'again'},
+    {items: [svc('a', '5'), svc('b', '6')], resourceVersion: '11'},
+  );
+  reflector.start();
+  await settle();
+  assert.equal(client.lists.length, 2);
+  assert.ok(log.lines.some((line) => line.includes('the same continue token again')), log.lines.join('\n'));
+  await clock.advance(1000);
+  await settle();
+  assert.deepEqual(store.services().map((s: any) => s.metadata.name), ['a', 'b']);
+  assert.equal(client.watches[0].query.resourceVersion, '11');
+});
+
 test('an ERROR 410 event lists again, and the relist removes what vanished meanwhile', async (t) => {
   const {client, store, reflector} = setup();
   t.after(() => reflector.stop());
