@@ -374,12 +374,6 @@ export function cleanupRestoreInput(owned: OwnedRules): string {
  */
 export type SpellRules = (input: string) => Map<IptablesTable, Map<string, string[]>> | undefined;
 
-/**
- * InputSpelling tells what a write left in the chains it declared, in iptables-save's spelling,
- * without reading the kernel back (iptables-save takes seconds at 10,000 services). Spellings are
- * kept per input line from one write to the next: a partial sync that rewrites KUBE-SERVICES
- * changes few of its lines.
- */
 /** What a full write leaves, worked out from its input as it goes out (InputSpelling.fullWriteReader). */
 export interface FullWriteReader {
   /** The next piece of the input. */
@@ -388,6 +382,12 @@ export interface FullWriteReader {
   finish(before: ReadonlyMap<IptablesTable, OwnedRules>): Map<IptablesTable, OwnedRecord> | undefined;
 }
 
+/**
+ * InputSpelling tells what a write left in the chains it declared, in iptables-save's spelling,
+ * without reading the kernel back (iptables-save takes seconds at 10,000 services). Spellings are
+ * kept per input line from one write to the next: a partial sync that rewrites KUBE-SERVICES
+ * changes few of its lines.
+ */
 export class InputSpelling {
   readonly #spell: SpellRules;
   #known = new Map<string, string>();
