@@ -192,7 +192,21 @@ export class SyncBookkeeping {
  * services RSS 3 s after the first sync goes from about 280 to 220 MiB.
  */
 export function releaseGarbage(): void {
-  (globalThis as {gc?: (options: object) => void}).gc?.({type: 'major', execution: 'sync', flavor: 'last-resort'});
+  const gc = (globalThis as {gc?: (options: object) => void}).gc;
+  if (!gc) return;
+  forgetLastRegExpMatch();
+  gc({type: 'major', execution: 'sync', flavor: 'last-resort'});
+}
+
+/**
+ * V8 keeps the subject of the last regular-expression match alive (for RegExp.lastMatch and
+ * RegExp.$1). After a reading, that subject is a rule sliced out of iptables-save's output, and it
+ * keeps the whole output, 33 MB at 10,000 services, until some other match runs, which in an idle
+ * agent can be never: at 10,000 services RSS stayed at 220-230 MiB after a drift check instead of
+ * going back to 190. A match on an empty string takes its place.
+ */
+function forgetLastRegExpMatch(): void {
+  /(?:)/.exec('');
 }
 
 /**
