@@ -18,20 +18,17 @@ export interface CommandRunOptions {
   started?: (pid: number) => void;
   /** Called once all of `input` is written (see RestoreOptions.inputTaken). */
   inputTaken?: () => void;
-  /** Gets the standard output piece by piece as it comes; the result's stdout is then empty. */
-  onOutput?: (text: string) => void;
 }
 
 /** CommandRunner runs one program and never throws for a non-zero exit. */
 export type CommandRunner = (command: string[], options?: CommandRunOptions) => Promise<CommandResult>;
 
-export const execaRunner: CommandRunner = async (command, {input, started, inputTaken, onOutput} = {}) => {
+export const execaRunner: CommandRunner = async (command, {input, started, inputTaken} = {}) => {
   // cleanup: false. execa would otherwise register exit and signal handlers around every command
   // (about 5 ms a command), to kill it should the agent exit first; a restore the agent started
   // is better left to commit or fail on its own, atomically, than killed halfway.
-  const subprocess = execa(command[0], command.slice(1), {reject: false, stripFinalNewline: false, cleanup: false, env: {LC_ALL: 'C'}, ...(onOutput ? {buffer: {stdout: false}} : {})});
+  const subprocess = execa(command[0], command.slice(1), {reject: false, stripFinalNewline: false, cleanup: false, env: {LC_ALL: 'C'}});
   if (subprocess.pid !== undefined) started?.(subprocess.pid);
-  if (onOutput && subprocess.stdout) subprocess.stdout.setEncoding('utf8').on('data', onOutput);
   // Written to stdin here rather than given as execa's `input`: execa keeps a subprocess's options,
   // input included, for as long as the subprocess object lives, and that outlives the command until
   // Node closes the process handle. A full restore's input is 40 MB at 10,000 services, and the
@@ -99,12 +96,12 @@ export class CommandHost implements Host {
   }
 
   /** run executes the command (inside the namespace when set); exit codes in `accept` do not throw. */
-  async run(command: string[], options: {input?: RestoreInput; accept?: number[]; inputTaken?: () => void; onOutput?: (text: string) => void} = {}): Promise<CommandResult> {
+  async run(command: string[], options: {input?: RestoreInput; accept?: number[]; inputTaken?: () => void} = {}): Promise<CommandResult> {
     const full = this.netns === undefined ? command : ['ip', 'netns', 'exec', this.netns, ...command];
     this.#onCommand?.(full);
     // `ip netns exec` execs the command in place: the process id is the command's own.
     const started = this.#spawnListeners.size > 0 ? (pid: number) => this.#spawnListeners.forEach((listener) => listener(pid, full)) : undefined;
-    const result = await this.#runner(full, {input: options.input, started, inputTaken: options.inputTaken, onOutput: options.onOutput});
+    const result = await this.#runner(full, {input: options.input, started, inputTaken: options.inputTaken});
     if (result.exitCode === 0 || (result.exitCode !== undefined && options.accept?.includes(result.exitCode))) return result;
     throw new HostCommandError(full, result.exitCode, result.stderr || result.stdout);
   }
@@ -123,10 +120,6 @@ export class CommandHost implements Host {
 
   async iptablesSave(family: IPFamily, table?: IptablesTable): Promise<string> {
     return (await this.run([saveCommand(family), ...(table ? ['-t', table] : [])])).stdout;
-  }
-
-  async iptablesSaveInPieces(family: IPFamily, onText: (text: string) => void): Promise<void> {
-    await this.run([saveCommand(family)], {onOutput: onText});
   }
 
   async iptablesHasRule(family: IPFamily, table: IptablesTable, chain: string, rule: string[]): Promise<boolean> {

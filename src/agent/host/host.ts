@@ -52,11 +52,6 @@ export interface Host {
    * does (over 4 s at 10,000 services), where two readings of two tables cost twice that.
    */
   iptablesSave(family: IPFamily, table?: IptablesTable): Promise<string>;
-  /**
-   * iptablesSave of every table, handed to `onText` piece by piece as it comes (pieces end
-   * anywhere, even inside a line) instead of held whole: 33 MB at 10,000 services.
-   */
-  iptablesSaveInPieces?(family: IPFamily, onText: (text: string) => void): Promise<void>;
   /** iptables -C: true when the rule is there. */
   iptablesHasRule(family: IPFamily, table: IptablesTable, chain: string, rule: string[]): Promise<boolean>;
   /** iptables -I (prepend) or -A (append). */

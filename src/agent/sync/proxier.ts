@@ -12,7 +12,7 @@ import {type Host, type IptablesFrontEnd, type IptablesTable, type RestoreInput,
 import type {Clock} from './clock.ts';
 import {planConntrackCleanup} from './conntrack-cleanup.ts';
 import type {IptablesRuleSource, JumpRule} from './iptables-rules.ts';
-import {applyPartialWrite, declaredChains, describeDrift, type FullWriteReader, InputSpelling, isOwnedChain, matchesRecord, type OwnedRecord, type OwnedRules, proxyTables, readOwnedRecords, readOwnedRules, recordOwned, recordsMatch, settleRecord, settleRecordFrom} from './owned-rules.ts';
+import {applyPartialWrite, declaredChains, describeDrift, type FullWriteReader, InputSpelling, isOwnedChain, matchesRecord, type OwnedRecord, type OwnedRules, proxyTables, readOwnedRules, recordOwned, settleRecord} from './owned-rules.ts';
 import type {RunReason} from './runner.ts';
 import {deleteConntrackEntries, type FamilySyncState, ProxierBase, type ProxierBaseOptions, releaseGarbage} from './sync-bookkeeping.ts';
 
@@ -402,11 +402,7 @@ export class IptablesProxier extends ProxierBase<FamilyState> {
     const writes = state.writesStarted;
     const noWriteInFlight = state.writesEnded === writes;
     state.backgroundCheck = (async () => {
-      // Compared as records while iptables-save's output comes; read whole only when they differ,
-      // to say how, or when the output cannot be read that way.
-      const records = await this.#readRecords(family);
-      const matched = records !== undefined && state.written !== undefined && proxyTables.every((table) => recordsMatch(state.written!.get(table)!, records.get(table)!));
-      const reading = matched ? undefined : await this.#readOwned(family);
+      const reading = await this.#readOwned(family);
       if (!noWriteInFlight || state.writesStarted !== writes || !state.written || state.needFullSync) {
         // Unless a sync has checked since, the next sync checks, reading the kernel itself.
         if ((state.lastDriftCheck ?? -Infinity) < startedAt) {
@@ -416,11 +412,7 @@ export class IptablesProxier extends ProxierBase<FamilyState> {
         return;
       }
       this.#checkedAt(state, startedAt);
-      if (matched) {
-        for (const table of proxyTables) state.written.set(table, settleRecordFrom(state.written.get(table)!, records!.get(table)!));
-        return;
-      }
-      if (!this.#driftFrom(family, state.written, reading!)) return;
+      if (!this.#driftFrom(family, state.written, reading)) return;
       metrics.driftRepairs.inc({ip_family: family});
       state.needFullSync = true;
       state.driftFoundInBackground = true;
@@ -436,22 +428,6 @@ export class IptablesProxier extends ProxierBase<FamilyState> {
         state.backgroundCheck = undefined;
         releaseGarbage();
       });
-  }
-
-  /**
-   * #readRecords: the kernel's view of the proxy's part of its tables as records
-   * (readOwnedRecords), made as iptables-save's output comes and never holding it: at 10,000
-   * services the output is 33 MB and its rules 430,000 strings. Undefined when the host cannot
-   * hand the output out in pieces, or it is not output readOwnedRecords reads.
-   */
-  async #readRecords(family: IPFamily): Promise<Map<IptablesTable, OwnedRecord> | undefined> {
-    const {host} = this.#options;
-    if (!host.iptablesSaveInPieces) return undefined;
-    const startedAt = this.clock.now();
-    const reader = readOwnedRecords();
-    await host.iptablesSaveInPieces(family, (text) => reader.add(text));
-    this.families.get(family)!.lastReadingMs = this.clock.now() - startedAt;
-    return reader.finish();
   }
 
   async #readOwned(family: IPFamily): Promise<Map<IptablesTable, OwnedRules>> {
