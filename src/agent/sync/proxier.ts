@@ -49,8 +49,9 @@ interface FamilyState extends FamilySyncState {
   /** When the rules were last compared with what was written (or freshly written in full). */
   lastDriftCheck?: number;
   rulesPerTable: Map<IptablesTable, number>;
-  /** How long the last reading of the tables took (clock ms): slow ones are taken in the background. */
+  /** How long the last reading of the tables took (clock ms), and how many of the proxy's rules it read: see expectedReadingMs. */
   lastReadingMs?: number;
+  lastReadingRules?: number;
   /** Restores started and ended: a background reading that overlapped one proves nothing. */
   writesStarted: number;
   writesEnded: number;
@@ -68,6 +69,27 @@ interface FamilyState extends FamilySyncState {
  * it; faster ones, within the sync that found the check due.
  */
 export const backgroundReadingMs = 1000;
+
+/**
+ * A reading of fewer of the proxy's rules than this takes about as long as one of this many:
+ * iptables-save starting and reading the ruleset's skeleton (about 15 ms) costs as much as reading
+ * a thousand rules or so.
+ */
+const readingFixedCostRules = 1000;
+
+/**
+ * expectedReadingMs: how long the next reading of the tables will take, from the last one, scaled
+ * by how many rules the tables hold now against how many it read. The first sync's reading finds
+ * the tables empty and takes milliseconds; at 10,000 services the next one takes seconds, and is
+ * taken in the background because of this scaling, not inside a sync that changes would wait for.
+ */
+function expectedReadingMs(state: FamilyState): number | undefined {
+  if (state.lastReadingMs === undefined) return undefined;
+  let rules = 0;
+  for (const count of state.rulesPerTable.values()) rules += count;
+  const growth = Math.max(rules, readingFixedCostRules) / Math.max(state.lastReadingRules ?? 0, readingFixedCostRules);
+  return state.lastReadingMs * Math.max(1, growth);
+}
 
 export interface SyncResult {
   family: IPFamily;
@@ -191,8 +213,9 @@ export class IptablesProxier extends ProxierBase<FamilyState> {
     // reading itself, as changes that never pause would otherwise leave drift unseen.
     const {syncPeriod} = this.#options;
     const sinceCheck = state.lastDriftCheck === undefined ? Infinity : start - state.lastDriftCheck;
-    const slowReading = (state.lastReadingMs ?? 0) >= backgroundReadingMs;
-    const driftCheckDue = reason.periodic || sinceCheck >= (slowReading ? Math.max(syncPeriod / 2, syncPeriod - state.lastReadingMs!) : syncPeriod);
+    const readingMs = expectedReadingMs(state) ?? 0;
+    const slowReading = readingMs >= backgroundReadingMs;
+    const driftCheckDue = reason.periodic || sinceCheck >= (slowReading ? Math.max(syncPeriod / 2, syncPeriod - readingMs) : syncPeriod);
     const checkInBackground = driftCheckDue && slowReading && !state.backgroundInconclusive;
     const readInSync = driftCheckDue && (!slowReading || state.backgroundInconclusive === true);
     let changed = changedServicePorts(state.applied, model);
@@ -440,7 +463,10 @@ export class IptablesProxier extends ProxierBase<FamilyState> {
     const startedAt = this.clock.now();
     const save = await this.#options.host.iptablesSave(family);
     const tables = {owned: new Map(proxyTables.map((table) => [table, readOwnedRules(table, save)])), text: savedTables(save, proxyTables)};
-    this.families.get(family)!.lastReadingMs = this.clock.now() - startedAt;
+    const state = this.families.get(family)!;
+    state.lastReadingMs = this.clock.now() - startedAt;
+    state.lastReadingRules = 0;
+    for (const owned of tables.owned.values()) state.lastReadingRules += owned.rules.length;
     return tables;
   }
 

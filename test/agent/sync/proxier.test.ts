@@ -290,16 +290,17 @@ test('drift: a rule slipped into KUBE-SERVICES is removed', async () => {
 });
 
 /**
- * SlowReadingHost: iptables-save takes `readingMs` on the fake clock, as at 10,000 services, and
- * can be held until the test lets it answer; it answers with the tables as they were when called.
+ * SlowReadingHost: iptables-save takes `readingMs` on the fake clock, as at 10,000 services (or
+ * what `readingMs` tells from the output), and can be held until the test lets it answer; it
+ * answers with the tables as they were when called.
  */
 class SlowReadingHost extends RecordingHost {
   readonly #clock: FakeClock;
-  readonly #readingMs: number;
+  readonly #readingMs: number | ((output: string) => number);
   #held: Promise<void> | undefined;
   #release: (() => void) | undefined;
 
-  constructor(clock: FakeClock, readingMs: number) {
+  constructor(clock: FakeClock, readingMs: number | ((output: string) => number)) {
     super();
     this.#clock = clock;
     this.#readingMs = readingMs;
@@ -324,7 +325,7 @@ class SlowReadingHost extends RecordingHost {
     }
     const text = await super.iptablesSave(family, table);
     await this.#held;
-    await this.#clock.advance(this.#readingMs);
+    await this.#clock.advance(typeof this.#readingMs === 'number' ? this.#readingMs : this.#readingMs(text));
     return text;
   }
 }
@@ -395,6 +396,27 @@ test('drift: a slow background reading that fails is logged, and the next check 
   assert.ok(log.lines.some((line) => line.includes('drift check failed') && line.includes('xtables lock')));
   await clock.advance(30_000);
   await assert.rejects(proxier.syncRules(requested), /xtables lock/);
+  await proxier.stop();
+});
+
+test('drift: the first check after the first sync filled the empty tables is taken in the background when they grew too large to read quickly', async () => {
+  // iptables-save's time as the kernel's rules grow: 200 ms to start, 0.1 ms a rule. The first
+  // sync reads the tables empty, in 200 ms; 6,000 services later a reading takes 1.4 s.
+  const clock = new FakeClock();
+  const host = new SlowReadingHost(clock, (output) => 200 + 0.1 * output.split('\n').filter((line) => line.startsWith('-A ')).length);
+  const count = 6000;
+  const address = (prefix: string, i: number) => `${prefix}.${i >> 8}.${i & 255}`;
+  const services = Array.from({length: count}, (_, i) => service(`s${i}`, address('10.96', i)));
+  const slices = Array.from({length: count}, (_, i) => slice(`s${i}-1`, `s${i}`, [address('10.244', i)]));
+  const {proxier, metrics} = setup(new MemoryObjects({services, slices}), {clock, host});
+  await proxier.syncRules(requested);
+  host.hold();
+  const stillReading = new Promise((resolve) => setTimeout(resolve, 1000, 'the sync waits for the reading'));
+  const answer = await Promise.race([proxier.syncRules(periodic).then(([result]) => result.kind), stillReading]);
+  assert.equal(answer, 'unchanged', 'the sync returned while iptables-save was still reading');
+  host.release();
+  await settledUntil(async () => false);
+  assert.equal(await metricValue(metrics, 'proxyctl_drift_repairs_total', {ip_family: 'IPv4'}), 0, 'the background reading found the rules as written');
   await proxier.stop();
 });
 
