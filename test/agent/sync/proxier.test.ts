@@ -411,8 +411,10 @@ test('drift: the first check after the first sync filled the empty tables is tak
   const {proxier, metrics} = setup(new MemoryObjects({services, slices}), {clock, host});
   await proxier.syncRules(requested);
   host.hold();
-  const stillReading = new Promise((resolve) => setTimeout(resolve, 1000, 'the sync waits for the reading'));
+  let timer: NodeJS.Timeout | undefined;
+  const stillReading = new Promise((resolve) => (timer = setTimeout(resolve, 1000, 'the sync waits for the reading')));
   const answer = await Promise.race([proxier.syncRules(periodic).then(([result]) => result.kind), stillReading]);
+  clearTimeout(timer);
   assert.equal(answer, 'unchanged', 'the sync returned while iptables-save was still reading');
   host.release();
   await settledUntil(async () => false);
