@@ -10,6 +10,7 @@ import {groupVersion, resolveResourceName, type ResourceType} from './resources.
 import {matchesFields, matchesLabels, parseFieldSelector, parseLabelSelector} from './selectors.ts';
 import {allocateServiceAddresses, defaultService, releaseServiceAddresses, validateService, type ServiceNetwork} from './service-rules.ts';
 import {validateObjectMeta, type NameRule} from './name-rules.ts';
+import {readyServiceCIDRStatus, validateServiceCIDR} from './servicecidr-rules.ts';
 
 export interface WriteOptions {
   dryRun?: boolean;
@@ -392,6 +393,10 @@ export class ClusterStore {
       case 'endpointslices':
         defaultEndpointSlice(obj);
         break;
+      case 'servicecidrs':
+        // kube-apiserver's ServiceCIDR controller marks a new range Ready; here that happens at once.
+        if (!options.keepStatus || !obj.status) obj.status = readyServiceCIDRStatus(nowRfc3339(this.clock));
+        break;
     }
   }
 
@@ -403,6 +408,8 @@ export class ClusterStore {
         return old ? validatePodUpdate(obj, old) : validatePod(obj);
       case 'discovery.k8s.io/endpointslices':
         return validateEndpointSlice(obj);
+      case 'networking.k8s.io/servicecidrs':
+        return validateServiceCIDR(obj, old);
       default:
         return validateObjectMeta(obj, nameRules[type.resource] ?? (type.group.startsWith('rbac') ? 'any' : 'dns1123-subdomain'));
     }

@@ -61,6 +61,7 @@ export const resourceTypes: ResourceType[] = [
   stored('discovery.k8s.io', 'v1', 'endpointslices', 'EndpointSlice', true),
   // kubectl 1.20 knows EndpointSlices only as v1beta1 (describe uses it); served from the same storage, converted.
   stored('discovery.k8s.io', 'v1beta1', 'endpointslices', 'EndpointSlice', true),
+  stored('networking.k8s.io', 'v1', 'servicecidrs', 'ServiceCIDR', false, {subresources: ['status'], hasStatus: true}),
   stored('authentication.k8s.io', 'v1', 'tokenreviews', 'TokenReview', false, {verbs: createOnly}),
   stored('authorization.k8s.io', 'v1', 'subjectaccessreviews', 'SubjectAccessReview', false, {verbs: createOnly}),
   stored('authorization.k8s.io', 'v1', 'selfsubjectaccessreviews', 'SelfSubjectAccessReview', false, {verbs: createOnly}),

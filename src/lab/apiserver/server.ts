@@ -16,6 +16,7 @@ import {ObjectLog, type KubeObject, type StoredEvent} from './object-log.ts';
 import {podIPResolver, requestedPorts, type PodAddressResolver} from './portforward-target.ts';
 import {WebSocketPortForwarder} from './portforward-websocket.ts';
 import {SpdyPortForwarder} from './portforward-spdy.ts';
+import {defaultServiceCIDR} from './servicecidr-rules.ts';
 import {findResource, groupVersion, isReview, type ResourceType} from './resources.ts';
 import {matchesFields, matchesLabels, parseFieldSelector, parseLabelSelector} from './selectors.ts';
 import {toTable, type IncludeObject} from './table-printer.ts';
@@ -575,6 +576,7 @@ export async function startApiServer(options: ApiServerOptions = {}): Promise<Ap
   const url = `http://${hostPort}`;
 
   createKubernetesService(store, options.advertiseAddress ?? host, port);
+  store.create('servicecidrs', defaultServiceCIDR(cidrs.map((cidr) => cidr.text)));
   controller.start();
 
   const clusterName = options.clusterName ?? 'proxyctl-lab';

@@ -123,6 +123,7 @@ const columnsByKind: Record<string, Column[]> = {
     col('Version', (o) => o.status?.nodeInfo?.kubeletVersion ?? ''),
     col('Internal-IP', (o) => (o.status?.addresses ?? []).find((a: any) => a.type === 'InternalIP')?.address ?? '<none>', 1),
   ],
+  ServiceCIDR: [name, col('CIDRs', (o) => (Array.isArray(o.spec?.cidrs) ? o.spec.cidrs.join(',') : '')), age],
   Namespace: [name, col('Status', (o) => o.status?.phase ?? 'Active'), age],
   Event: [
     col('Last Seen', (o, now) => {
