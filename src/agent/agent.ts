@@ -110,24 +110,32 @@ export async function startAgent(config: AgentConfig, dependencies: AgentDepende
       ? new IptablesProxier({...proxierOptions, rules})
       : config.mode === 'ipvs'
         ? new IpvsProxier({...proxierOptions, ipvs: config.ipvs})
-        : new NftablesProxier({...proxierOptions, nodeAddresses: () => readNodeAddresses(host.netns)});
+        : new NftablesProxier({...proxierOptions, nodeAddresses: () => readNodeAddresses(host.netns), serviceCIDRs: () => serviceCIDRs.current});
   const watch: ClusterWatch = new ClusterWatch({
     client,
     nodeName,
     log,
     watchdogMs: config.configSyncPeriod,
+    // Only nftables mode writes a rule for the service CIDRs; kube-proxy's iptables and ipvs modes have none.
+    serviceCIDRs: config.mode === 'nftables',
     onSynced: (kind) => {
       log.detail(1, 'initial list received', {kind});
-      proxier.markSynced(kind);
+      if (kind !== 'ServiceCIDR') proxier.markSynced(kind);
     },
   });
+  const serviceCIDRs = new ServiceCIDRSource(config.serviceCIDRs, () => watch.store.serviceCIDRs());
   watch.store.onChange((kind, type, object) => {
     // Checked first: an initial list calls this once per object, 20,000 times at 10,000 services.
     if (log.verbosity >= 3) {
       const metadata = (object as {metadata?: {namespace?: string; name?: string}}).metadata;
       log.detail(3, 'object changed', {kind, object: `${metadata?.namespace ? `${metadata.namespace}/` : ''}${metadata?.name}`, change: type});
     }
-    proxier.onChange(kind, type === 'DELETED' && kind === 'Node' ? undefined : object);
+    if (kind !== 'ServiceCIDR') proxier.onChange(kind, type === 'DELETED' && kind === 'Node' ? undefined : object);
+    else if (serviceCIDRs.refresh()) {
+      log.info('service CIDRs changed', {serviceCIDRs: serviceCIDRs.current.join(',') || '(none)'});
+      // The drop rule sits in the table's base chains, which only a full sync rewrites.
+      proxier.requestSync({full: true});
+    }
   });
   // The initial lists (seconds at 10,000 services) are taken while the node is prepared and the
   // servers start; the proxier writes nothing before its start below.
@@ -198,6 +206,39 @@ async function startApiOrLog(
     runtime.close();
     log.error('cannot start the plugin API', {address: config.apiBindAddress, reason: errorText(error)});
     return undefined;
+  }
+}
+
+/**
+ * ServiceCIDRSource: the service CIDRs nftables mode drops unused addresses of: the ServiceCIDR
+ * objects' when the cluster has any, else those of --service-cluster-ip-range.
+ */
+export class ServiceCIDRSource {
+  readonly #configured: string[];
+  readonly #watched: () => string[];
+  #current: string[];
+
+  constructor(configured: string[], watched: () => string[]) {
+    this.#configured = configured;
+    this.#watched = watched;
+    this.#current = this.#effective();
+  }
+
+  get current(): string[] {
+    return this.#current;
+  }
+
+  /** refresh reads the watched objects again; true when the effective CIDRs changed. */
+  refresh(): boolean {
+    const next = this.#effective();
+    const changed = next.join(',') !== this.#current.join(',');
+    this.#current = next;
+    return changed;
+  }
+
+  #effective(): string[] {
+    const watched = this.#watched();
+    return watched.length > 0 ? watched : this.#configured;
   }
 }
 

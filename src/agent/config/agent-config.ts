@@ -22,6 +22,12 @@ export interface AgentConfig {
   bindAddress: string;
   /** Pod CIDRs, at most one per IP family. */
   clusterCIDRs: string[];
+  /**
+   * The cluster's service CIDRs (--service-cluster-ip-range) for clusters without ServiceCIDR
+   * objects; nftables mode drops traffic to their addresses that are no ClusterIP. ServiceCIDR
+   * objects, once there are any, take their place.
+   */
+  serviceCIDRs: string[];
   detectLocalMode: DetectLocalMode;
   detectLocal: {bridgeInterface: string; interfaceNamePrefix: string};
   /** CIDRs, or 'primary'; the keywords 'localhost' and 'all' are expanded to CIDRs. Empty: every address. */
@@ -77,6 +83,7 @@ export function defaultAgentConfig(): AgentConfig {
     mode: 'iptables',
     bindAddress: '0.0.0.0',
     clusterCIDRs: [],
+    serviceCIDRs: [],
     detectLocalMode: 'ClusterCIDR',
     detectLocal: {bridgeInterface: '', interfaceNamePrefix: ''},
     nodePortAddresses: [],

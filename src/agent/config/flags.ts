@@ -35,6 +35,7 @@ export const flagSpecs: Record<string, FlagSpec> = {
   'hostname-override': flag<string>('string', 'node name to use instead of the hostname', ['hostnameOverride'], (c, v) => (c.hostnameOverride = v || undefined)),
   'proxy-mode': flag<string>('string', 'iptables, ipvs or nftables', ['mode'], (c, v) => (c.mode = (v || 'iptables') as ProxyMode)),
   'cluster-cidr': flag<string>('string', 'pod CIDRs, comma separated (one per family)', ['clusterCIDR'], (c, v) => (c.clusterCIDRs = splitList(v))),
+  'service-cluster-ip-range': flag<string>('string', 'service CIDRs, comma separated (one per family), for clusters without ServiceCIDR objects (nftables mode)', ['serviceCIDRs'], (c, v) => (c.serviceCIDRs = splitList(v))),
   'masquerade-all': flag<boolean>('boolean', 'SNAT all traffic sent to service cluster IPs', ['iptables.masqueradeAll', 'nftables.masqueradeAll'], (c, v) => {
     c.iptables.masqueradeAll = v;
     c.nftables.masqueradeAll = v;

@@ -80,12 +80,14 @@ export function validateAgentConfig(config: AgentConfig, source: (path: string) 
     }
   }
 
-  const families = new Set<string>();
-  for (const text of config.clusterCIDRs) {
-    const cidr = parseCIDR(text);
-    if (!cidr) refuse('clusterCIDR', text, 'is not a CIDR');
-    else if (families.has(cidr.family)) refuse('clusterCIDR', config.clusterCIDRs.join(','), `has two ${cidr.family} CIDRs (at most one per family)`);
-    else families.add(cidr.family);
+  for (const [field, cidrs] of [['clusterCIDR', config.clusterCIDRs], ['serviceCIDRs', config.serviceCIDRs]] as const) {
+    const families = new Set<string>();
+    for (const text of cidrs) {
+      const cidr = parseCIDR(text);
+      if (!cidr) refuse(field, text, 'is not a CIDR');
+      else if (families.has(cidr.family)) refuse(field, cidrs.join(','), `has two ${cidr.family} CIDRs (at most one per family)`);
+      else families.add(cidr.family);
+    }
   }
 
   const expanded: string[] = [];

@@ -23,8 +23,8 @@ export interface NftablesProxierOptions extends ProxierBaseOptions {
   objects: ClusterObjects;
   /** Everything the model builder needs except the family. */
   model: Omit<ModelOptions, 'family'>;
-  /** The cluster's service CIDRs: addresses in them that are no ClusterIP are dropped. */
-  serviceCIDRs?: string[];
+  /** The cluster's service CIDRs now, read at each sync: addresses in them that are no ClusterIP are dropped. */
+  serviceCIDRs?: () => string[];
   /** The node's addresses, for nodePortAddresses given as CIDRs (default: the model's node IPs). */
   nodeAddresses?: () => Promise<string[]>;
 }
@@ -86,7 +86,7 @@ export class NftablesProxier extends ProxierBase<FamilyState> {
     const state = this.families.get(family)!;
     const start = this.clock.now();
     let full = state.needFullSync || state.nft === undefined || state.lastFullSync === undefined || start - state.lastFullSync >= fullSyncPeriod;
-    const renderOptions = {serviceCIDRs: this.#options.serviceCIDRs, nodeAddresses};
+    const renderOptions = {serviceCIDRs: this.#options.serviceCIDRs?.(), nodeAddresses};
 
     let drift = false;
     if (!full && reason.periodic && state.applied) {

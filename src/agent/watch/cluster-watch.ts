@@ -1,12 +1,12 @@
-// ClusterWatch: the three watches the agent runs, as kube-proxy's informers: Services and
-// EndpointSlices (skipping those another proxy owns and headless ones, by label), and the agent's
-// own Node (by field selector). They fill one ObjectStore with compact records (compact-object.ts).
+// ClusterWatch: the watches the agent runs, as kube-proxy's informers: Services and EndpointSlices
+// (skipping those another proxy owns and headless ones, by label), the agent's own Node (by field
+// selector) and, for nftables mode, the cluster's ServiceCIDRs. They fill one ObjectStore with
+// compact records (compact-object.ts).
 import type {Logger} from '../log.ts';
 import type {Clock} from '../sync/clock.ts';
-import type {ObjectKind} from '../sync/proxier.ts';
 import type {KubernetesClient} from './kubernetes-client.ts';
 import {compactObject} from './compact-object.ts';
-import {ObjectStore} from './object-store.ts';
+import {ObjectStore, type WatchedKind} from './object-store.ts';
 import {Reflector} from './reflector.ts';
 
 /** kube-proxy's informer selector: no service-proxy-name label (another proxy's), not headless. */
@@ -22,7 +22,9 @@ export interface ClusterWatchOptions {
   backoffInitialMs?: number;
   backoffMaxMs?: number;
   /** Called when the first list of a kind is in. */
-  onSynced?: (kind: ObjectKind) => void;
+  onSynced?: (kind: WatchedKind) => void;
+  /** Also watch networking.k8s.io/v1 ServiceCIDRs (nftables mode drops traffic to their unused addresses). */
+  serviceCIDRs?: boolean;
 }
 
 export class ClusterWatch {
@@ -31,7 +33,7 @@ export class ClusterWatch {
 
   constructor(options: ClusterWatchOptions) {
     const common = {client: options.client, log: options.log, clock: options.clock, watchdogMs: options.watchdogMs, backoffInitialMs: options.backoffInitialMs, backoffMaxMs: options.backoffMaxMs};
-    const reflector = (kind: ObjectKind, name: string, path: string, selectors: {labelSelector?: string; fieldSelector?: string}) =>
+    const reflector = (kind: WatchedKind, name: string, path: string, selectors: {labelSelector?: string; fieldSelector?: string}) =>
       new Reflector({
         ...common,
         ...selectors,
@@ -47,6 +49,7 @@ export class ClusterWatch {
       reflector('EndpointSlice', 'endpointslices', '/apis/discovery.k8s.io/v1/endpointslices', {labelSelector: proxyLabelSelector}),
       reflector('Node', `node ${options.nodeName}`, '/api/v1/nodes', {fieldSelector: `metadata.name=${options.nodeName}`}),
     ];
+    if (options.serviceCIDRs) this.reflectors.push(reflector('ServiceCIDR', 'servicecidrs', '/apis/networking.k8s.io/v1/servicecidrs', {}));
   }
 
   start(): void {

@@ -11,7 +11,8 @@ import {
   topologyAwareHintsAnnotation,
   topologyModeAnnotation,
 } from '../../core/model/objects.ts';
-import {lastChangeTriggerTimeAnnotation, type ObjectKind} from '../sync/proxier.ts';
+import {lastChangeTriggerTimeAnnotation} from '../sync/proxier.ts';
+import type {WatchedKind} from './object-store.ts';
 
 const serviceLabels = [serviceProxyNameLabel, headlessLabel];
 const serviceAnnotations = [topologyModeAnnotation, topologyAwareHintsAnnotation, loadBalancerSourceRangesAnnotation];
@@ -71,8 +72,13 @@ function compactEndpoint(endpoint: unknown): unknown {
   return out;
 }
 
-export function compactObject(kind: ObjectKind, object: unknown): unknown {
+export function compactObject(kind: WatchedKind, object: unknown): unknown {
   if (!isObject(object) || kind === 'Node') return object;
+  if (kind === 'ServiceCIDR') {
+    const out: Json = {metadata: compactMetadata(object.metadata, [], [])};
+    if (object.spec !== undefined) out.spec = isObject(object.spec) ? pick(object.spec, ['cidrs']) : object.spec;
+    return out;
+  }
   if (kind === 'Service') {
     const out: Json = {metadata: compactMetadata(object.metadata, serviceLabels, serviceAnnotations)};
     if (isObject(object.spec)) {

@@ -1,12 +1,15 @@
-// ObjectStore: the Services, EndpointSlices and Node the watches hold now, keyed by namespace/name,
-// and what the proxier reads at each sync (ClusterObjects).
+// ObjectStore: the Services, EndpointSlices, Node and ServiceCIDRs the watches hold now, keyed by
+// namespace/name, and what the proxier reads at each sync (ClusterObjects).
 import type {ClusterObjects, ObjectKind} from '../sync/proxier.ts';
 import type {WatchEventType} from './reflector.ts';
 
-export type StoreListener = (kind: ObjectKind, type: WatchEventType, object: unknown) => void;
+/** What the agent watches: the proxier's kinds, plus ServiceCIDRs in nftables mode. */
+export type WatchedKind = ObjectKind | 'ServiceCIDR';
+
+export type StoreListener = (kind: WatchedKind, type: WatchEventType, object: unknown) => void;
 
 export class ObjectStore implements ClusterObjects {
-  readonly #objects: Record<ObjectKind, Map<string, unknown>> = {Service: new Map(), EndpointSlice: new Map(), Node: new Map()};
+  readonly #objects: Record<WatchedKind, Map<string, unknown>> = {Service: new Map(), EndpointSlice: new Map(), Node: new Map(), ServiceCIDR: new Map()};
   readonly #listeners: StoreListener[] = [];
 
   onChange(listener: StoreListener): void {
@@ -14,7 +17,7 @@ export class ObjectStore implements ClusterObjects {
   }
 
   /** apply one watch event. */
-  apply(kind: ObjectKind, type: WatchEventType, object: unknown): void {
+  apply(kind: WatchedKind, type: WatchEventType, object: unknown): void {
     const key = objectKey(object);
     const objects = this.#objects[kind];
     if (type === 'DELETED') {
@@ -26,7 +29,7 @@ export class ObjectStore implements ClusterObjects {
   }
 
   /** replace everything of a kind with a fresh list: objects gone from it are deleted, others added or updated. */
-  replace(kind: ObjectKind, items: unknown[]): void {
+  replace(kind: WatchedKind, items: unknown[]): void {
     const fresh = new Map(items.map((item) => [objectKey(item), item]));
     for (const [key, object] of this.#objects[kind]) if (!fresh.has(key)) this.apply(kind, 'DELETED', object);
     for (const [key, object] of fresh) {
@@ -48,8 +51,21 @@ export class ObjectStore implements ClusterObjects {
     return this.#objects.Node.values().next().value;
   }
 
-  get size(): Record<ObjectKind, number> {
-    return {Service: this.#objects.Service.size, EndpointSlice: this.#objects.EndpointSlice.size, Node: this.#objects.Node.size};
+  /**
+   * The service CIDRs of every ServiceCIDR object (spec.cidrs), sorted and without repeats, as
+   * kube-proxy takes them: whatever their status. Entries that are not strings are left out.
+   */
+  serviceCIDRs(): string[] {
+    const cidrs = new Set<string>();
+    for (const object of this.#objects.ServiceCIDR.values()) {
+      const listed = (object as {spec?: {cidrs?: unknown}}).spec?.cidrs;
+      if (Array.isArray(listed)) for (const cidr of listed) if (typeof cidr === 'string') cidrs.add(cidr);
+    }
+    return [...cidrs].sort();
+  }
+
+  get size(): Record<WatchedKind, number> {
+    return {Service: this.#objects.Service.size, EndpointSlice: this.#objects.EndpointSlice.size, Node: this.#objects.Node.size, ServiceCIDR: this.#objects.ServiceCIDR.size};
   }
 }
 

@@ -22,6 +22,7 @@ Objects that are not valid are skipped and named on stderr with their file and f
     {description: 'The rules node-1 of the bundled example gets', command: '<%= config.bin %> render -f examples/cluster.yaml --cluster-cidr 10.244.0.0/16'},
     {description: 'Load them into a scratch network namespace', command: 'ip netns add scratch && <%= config.bin %> render -f examples/cluster.yaml | ip netns exec scratch iptables-restore'},
     {description: 'The nftables table for node-1, loaded into a scratch namespace', command: '<%= config.bin %> render -f examples/cluster.yaml --mode nftables | ip netns exec scratch nft -f -'},
+    {description: "nftables mode with the lab's service CIDR: unused service addresses are dropped", command: '<%= config.bin %> render -f examples/cluster.yaml --mode nftables --service-cidr 10.96.0.0/12'},
     {description: 'ipvs mode: every part, to read', command: '<%= config.bin %> render -f examples/cluster.yaml --mode ipvs'},
     // Load order matters: the iptables layer matches the sets by name.
     ...([
@@ -41,6 +42,7 @@ Objects that are not valid are skipped and named on stderr with their file and f
     'node-name': Flags.string({summary: 'The node the rules are for (its endpoints are local). Default: the Node in the input.'}),
     'node-ip': Flags.string({summary: "The node's addresses, primary first. Default: the Node's InternalIPs.", multiple: true}),
     'cluster-cidr': Flags.string({summary: 'Pod CIDR of the cluster (kube-proxy --cluster-cidr); traffic from outside it is masqueraded.', multiple: true, delimiter: ','}),
+    'service-cidr': Flags.string({summary: 'Service CIDRs of the cluster (kube-apiserver --service-cluster-ip-range); nftables mode drops traffic to their addresses that are no ClusterIP.', multiple: true, delimiter: ','}),
     'masquerade-all': Flags.boolean({summary: 'Masquerade all traffic sent to service IPs (kube-proxy --masquerade-all).', default: false}),
     'masquerade-bit': Flags.integer({summary: 'Bit of the packet mark that flags packets for masquerading.', min: 0, max: 31}),
     'nodeport-addresses': Flags.string({summary: 'Where NodePorts listen: CIDRs, or "primary" (kube-proxy --nodeport-addresses). Default: every local address.', multiple: true, delimiter: ','}),
@@ -64,6 +66,7 @@ Objects that are not valid are skipped and named on stderr with their file and f
         nodeName: flags['node-name'],
         nodeIPs: flags['node-ip'],
         clusterCIDRs: flags['cluster-cidr'],
+        serviceCIDRs: flags['service-cidr'],
         masqueradeAll: flags['masquerade-all'] || undefined,
         masqueradeBit: flags['masquerade-bit'],
         nodePortAddresses: flags['nodeport-addresses'],
@@ -76,8 +79,8 @@ Objects that are not valid are skipped and named on stderr with their file and f
       if (error instanceof InputError) this.error(error.message, {exit: badInput});
       throw error;
     }
-    const {model, problems} = offline;
-    process.stdout.write(flags.output === 'json' ? formatData(model, 'json') : renderRules(model, flags.mode, flags.part));
+    const {model, problems, serviceCIDRs} = offline;
+    process.stdout.write(flags.output === 'json' ? formatData(model, 'json') : renderRules(model, flags.mode, flags.part, {serviceCIDRs}));
     if (problems.length > 0) {
       for (const problem of problems) process.stderr.write(`skipped: ${problem}\n`);
       this.exit(badInput);

@@ -1,7 +1,7 @@
 // Offline input for `render`: manifests read from files, turned into the ProxyModel of one node
 // and one IP family, with every skipped object reported against the file it came from.
 import {readFile} from 'node:fs/promises';
-import {buildProxyModel, parseManifests, type EndpointSliceInput, type IPFamily, type LocalDetector, type ModelOptions, type NodeInput, type ProxyConfig, type ProxyModel, type ServiceInput} from '../../core/model/index.ts';
+import {buildProxyModel, parseCIDR, parseManifests, type EndpointSliceInput, type IPFamily, type LocalDetector, type ModelOptions, type NodeInput, type ProxyConfig, type ProxyModel, type ServiceInput} from '../../core/model/index.ts';
 
 /** The kube-proxy settings `render` takes as flags; unset ones come from the file's Node or defaults. */
 export interface OfflineSettings {
@@ -16,10 +16,14 @@ export interface OfflineSettings {
   podBridgeInterface?: string;
   podInterfaceNamePrefix?: string;
   localhostNodePorts?: boolean;
+  /** The cluster's service CIDRs (kube-apiserver --service-cluster-ip-range, ServiceCIDR objects). */
+  serviceCIDRs?: string[];
 }
 
 export interface OfflineModel {
   model: ProxyModel;
+  /** The service CIDRs of the model's family, for nftables mode's drop of unused service addresses. */
+  serviceCIDRs: string[];
   /** One sentence per skipped object or unreadable document, each naming the file. */
   problems: string[];
 }
@@ -52,13 +56,24 @@ export async function readOfflineModel(files: string[], settings: OfflineSetting
     nodes.push(...(parsed.nodes as NodeInput[]));
   }
 
+  const serviceCIDRs = familyServiceCIDRs(settings);
   const node = pickNode(nodes, settings.nodeName);
   const model = buildProxyModel({services, endpointSlices, node}, modelOptions(settings));
   for (const problem of model.problems) {
     const source = sourceOf.get(`${problem.kind}/${problem.namespace ?? ''}/${problem.name}`);
     problems.push(source ? `${source}: ${problem.message} (field ${problem.field})` : `${problem.message} (field ${problem.field})`);
   }
-  return {model, problems};
+  return {model, problems, serviceCIDRs};
+}
+
+/** The --service-cidr values of the rendered family; a value that is no CIDR is refused. */
+function familyServiceCIDRs(settings: OfflineSettings): string[] {
+  const cidrs = (settings.serviceCIDRs ?? []).map((text) => {
+    const cidr = parseCIDR(text.trim());
+    if (!cidr) throw new InputError(`--service-cidr ${text}: not a CIDR (like 10.96.0.0/12 or fd00:10:96::/112)`);
+    return cidr;
+  });
+  return cidrs.filter((cidr) => cidr.family === settings.family).map((cidr) => cidr.text);
 }
 
 function objectKey(object: unknown): string {

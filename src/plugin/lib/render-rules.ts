@@ -28,9 +28,9 @@ const ipvsPartTitles: Record<IpvsPart, string> = {
  * before the iptables rules that match them). Section headings start with '#', a comment for
  * each of the four tools.
  */
-export function renderRules(model: ProxyModel, mode: RenderMode, part?: IpvsPart): string {
+export function renderRules(model: ProxyModel, mode: RenderMode, part?: IpvsPart, options: {serviceCIDRs?: string[]} = {}): string {
   if (mode === 'iptables') return renderIptables(model, {includeJumps: true});
-  if (mode === 'nftables') return renderNftables(model);
+  if (mode === 'nftables') return renderNftables(model, {serviceCIDRs: options.serviceCIDRs});
   const state = renderIpvs(model);
   const texts: Record<IpvsPart, string> = {
     ipvsadm: formatIpvsadmRestore(state.virtualServers),
