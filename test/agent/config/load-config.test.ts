@@ -266,3 +266,10 @@ test('Go durations both ways', () => {
   assert.equal(formatGoDuration(3_600_000), '1h0m0s');
   assert.equal(formatGoDuration(250), '250ms');
 });
+
+test('--service-cluster-ip-range: service CIDRs, one per family, for clusters without ServiceCIDR objects', () => {
+  assert.deepEqual(load([]).serviceCIDRs, []);
+  assert.deepEqual(load(['--proxy-mode=nftables', '--service-cluster-ip-range', '10.96.0.0/12, fd00:10:96::/112']).serviceCIDRs, ['10.96.0.0/12', 'fd00:10:96::/112']);
+  assert.match(refusal(['--service-cluster-ip-range=10.96.0.0']), /--service-cluster-ip-range.*10\.96\.0\.0.*is not a CIDR/);
+  assert.match(refusal(['--service-cluster-ip-range=10.96.0.0/12,10.100.0.0/16']), /--service-cluster-ip-range.*has two IPv4 CIDRs/);
+});

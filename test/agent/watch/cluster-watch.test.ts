@@ -71,3 +71,38 @@ test('the store follows the API server, and recovers after it comes back', async
   server.store.create('services', service('after-restart'), 'default');
   await until('the store to match the new server', () => names(watch.store.services()).join() === ['default/after-restart', 'default/kubernetes'].join(), 15_000);
 });
+
+test('ServiceCIDRs are watched only when asked for (nftables mode); the store lists their CIDRs as they change', async (t) => {
+  const dir = await mkdtemp(join(tmpdir(), 'pxa-watch-'));
+  t.after(() => rm(dir, {recursive: true, force: true}));
+  const server = await startApiServer({port: 0, serviceCIDR: '10.96.0.0/12,fd00:10:96::/112'});
+  t.after(() => server.stop());
+  server.store.create('nodes', node('node-1'));
+  const kubeconfig = join(dir, 'kubeconfig');
+  await server.writeKubeconfig(kubeconfig);
+  const start = (serviceCIDRs: boolean) => {
+    const synced = new Set<string>();
+    const watch = new ClusterWatch({client: createKubernetesClient(loadKubeConfig(kubeconfig)), nodeName: 'node-1', log: memoryLogger(), watchdogMs: 60_000, serviceCIDRs, onSynced: (kind) => synced.add(kind)});
+    t.after(() => watch.stop());
+    watch.start();
+    return {watch, synced};
+  };
+
+  const iptablesMode = start(false);
+  const nftablesMode = start(true);
+  await until('initial lists', () => iptablesMode.synced.size === 3 && nftablesMode.synced.size === 4);
+  assert.ok(!iptablesMode.synced.has('ServiceCIDR'));
+  assert.deepEqual(iptablesMode.watch.store.serviceCIDRs(), []);
+  assert.deepEqual(nftablesMode.watch.store.serviceCIDRs(), ['10.96.0.0/12', 'fd00:10:96::/112'], "the API server's own ServiceCIDR");
+
+  const store = nftablesMode.watch.store;
+  const seen: string[] = [];
+  store.onChange((kind, type, object) => {
+    if (kind === 'ServiceCIDR') seen.push(`${type} ${(object as any).metadata.name}`);
+  });
+  server.store.create('servicecidrs', {metadata: {name: 'extra'}, spec: {cidrs: ['10.200.0.0/16']}});
+  await until('the new ServiceCIDR', () => store.serviceCIDRs().includes('10.200.0.0/16'));
+  server.store.delete('servicecidrs', undefined, 'kubernetes');
+  await until('the deleted ServiceCIDR', () => store.serviceCIDRs().join() === '10.200.0.0/16');
+  assert.deepEqual(seen, ['ADDED extra', 'DELETED kubernetes']);
+});

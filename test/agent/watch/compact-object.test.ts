@@ -69,3 +69,8 @@ test('endpoints with the same true/false conditions share one conditions object;
   assert.notEqual(second.endpoints[3].conditions, first.endpoints[3].conditions, 'a bad value is not shared');
   assert.notEqual(second.endpoints[4].conditions, first.endpoints[4].conditions, 'nor an unknown condition');
 });
+
+test('a ServiceCIDR keeps its name, resourceVersion and spec.cidrs, bad values included', () => {
+  const kept = compactObject('ServiceCIDR', withNoise({apiVersion: 'networking.k8s.io/v1', kind: 'ServiceCIDR', metadata: {name: 'kubernetes'}, spec: {cidrs: ['10.96.0.0/12', 5]}, status: {conditions: [{type: 'Ready', status: 'True'}]}}));
+  assert.deepEqual(kept, {metadata: {name: 'kubernetes', resourceVersion: '42', annotations: {}}, spec: {cidrs: ['10.96.0.0/12', 5]}});
+});
