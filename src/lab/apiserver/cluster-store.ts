@@ -8,8 +8,9 @@ import {applyJsonPatch, applyMergePatch, applyStrategicMergePatch, patchTypes} f
 import {defaultPod, validatePod, validatePodUpdate} from './pod-rules.ts';
 import {groupVersion, resolveResourceName, type ResourceType} from './resources.ts';
 import {matchesFields, matchesLabels, parseFieldSelector, parseLabelSelector} from './selectors.ts';
-import {allocateServiceAddresses, defaultService, releaseServiceAddresses, validateService, type ServiceNetwork} from './service-rules.ts';
+import {allocateServiceAddresses, defaultService, releaseServiceAddresses, validateService, validateServiceStatus, type ServiceNetwork} from './service-rules.ts';
 import {validateObjectMeta, type NameRule} from './name-rules.ts';
+import {checkFieldTypes} from './object-schema.ts';
 import {readyServiceCIDRStatus, validateServiceCIDR} from './servicecidr-rules.ts';
 
 export interface WriteOptions {
@@ -18,6 +19,11 @@ export interface WriteOptions {
   subresource?: '' | 'status';
   /** Programmatic creates may keep .status (the HTTP API resets it for pods and services, as kube-apiserver does). */
   keepStatus?: boolean;
+  /**
+   * The write is the endpoint reconciler's (the `kubernetes` service's slice): the lab's API server
+   * listens on loopback, an endpoint address refused to every other writer.
+   */
+  apiServerEndpoints?: boolean;
 }
 
 export interface DeleteOptions {
@@ -127,6 +133,7 @@ export class ClusterStore {
     const type = this.type(ref);
     if (!body || typeof body !== 'object' || Array.isArray(body)) throw badRequest('the body of the request must be a JSON object');
     const obj: KubeObject = structuredClone(body);
+    checkFieldTypes(type, obj);
     obj.metadata = (obj.metadata && typeof obj.metadata === 'object' ? obj.metadata : {}) as KubeObject['metadata'];
     this.stampKind(type, obj);
     const meta = obj.metadata;
@@ -154,7 +161,7 @@ export class ClusterStore {
     else delete meta.generation;
 
     this.prepareForCreate(type, obj, options);
-    const errors = this.validate(type, obj, undefined);
+    const errors = this.validate(type, obj, undefined, options);
     if (errors.length > 0) throw invalid(type.kind, type.group, meta.name ?? '', errors);
     if (this.log.get(type.storageKey, meta.namespace, meta.name)) throw alreadyExists(type.resource, type.group, meta.name);
     if (type.resource === 'services') {
@@ -170,7 +177,10 @@ export class ClusterStore {
 
   update(ref: ResourceRef, body: KubeObject, namespace?: string, options: WriteOptions = {}, expectedName?: string): KubeObject {
     const type = this.type(ref);
-    if (!body || typeof body !== 'object' || Array.isArray(body) || !body.metadata) throw badRequest('the body of the request must be a JSON object with metadata');
+    if (!body || typeof body !== 'object' || Array.isArray(body)) throw badRequest('the body of the request must be a JSON object');
+    body = structuredClone(body);
+    checkFieldTypes(type, body);
+    if (!body.metadata) throw badRequest('the body of the request must be a JSON object with metadata');
     const name = body.metadata.name;
     if (expectedName !== undefined && name !== expectedName) {
       throw badRequest(`the name of the object (${name}) does not match the name on the URL (${expectedName})`);
@@ -181,7 +191,7 @@ export class ClusterStore {
     const ns = type.namespaced ? namespace ?? body.metadata.namespace ?? 'default' : undefined;
     const old = this.get(type, ns, name);
     if (body.metadata.resourceVersion && body.metadata.resourceVersion !== old.metadata.resourceVersion) throw conflict(type.resource, type.group, name);
-    return this.replace(type, old, structuredClone(body), options);
+    return this.replace(type, old, body, options);
   }
 
   /** Get, change, update; retried on conflicts. For programmatic users such as the lab and controllers. */
@@ -203,13 +213,18 @@ export class ClusterStore {
     else if (mediaType === patchTypes.strategic) patched = applyStrategicMergePatch(base, patch, type.kind);
     else if (mediaType === patchTypes.json) patched = applyJsonPatch(base, patch);
     else throw unsupportedMediaType(contentType);
-    if (!patched || typeof patched !== 'object' || !patched.metadata) throw badRequest('the patch removed the object\'s metadata');
+    if (!patched || typeof patched !== 'object' || Array.isArray(patched)) throw badRequest('the patch made the object something other than a JSON object');
+    checkFieldTypes(type, patched);
+    if (!patched.metadata) throw badRequest('the patch removed the object\'s metadata');
     if (patched.metadata.name !== name) throw badRequest(`the name of the object (${patched.metadata.name}) does not match the name on the URL (${name})`);
     if (patched.metadata.resourceVersion && patched.metadata.resourceVersion !== old.metadata.resourceVersion) throw conflict(type.resource, type.group, name);
     return this.replace(type, old, patched, options);
   }
 
   private replace(type: ResourceType, old: KubeObject, next: KubeObject, options: WriteOptions): KubeObject {
+    // update and patch have checked already; mutate's callers get the same rules.
+    checkFieldTypes(type, next);
+    next.metadata ??= {} as KubeObject['metadata'];
     this.stampKind(type, next);
     const meta = next.metadata;
     meta.name = old.metadata.name;
@@ -244,7 +259,7 @@ export class ClusterStore {
     if (type.resource === 'services') defaultService(next, old, this.network);
     if (type.resource === 'pods') defaultPod(next);
     if (type.storageKey === 'discovery.k8s.io/endpointslices') defaultEndpointSlice(next);
-    const errors = options.subresource === 'status' ? validateObjectMeta(next, 'any') : this.validate(type, next, old);
+    const errors = options.subresource !== 'status' ? this.validate(type, next, old) : type.resource === 'services' ? validateServiceStatus(next) : validateObjectMeta(next, 'any');
     if (errors.length > 0) throw invalid(type.kind, type.group, meta.name, errors);
 
     if (withoutResourceVersion(next) === withoutResourceVersion(old)) return old; // no-op writes keep the revision
@@ -400,14 +415,14 @@ export class ClusterStore {
     }
   }
 
-  private validate(type: ResourceType, obj: KubeObject, old: KubeObject | undefined): FieldError[] {
+  private validate(type: ResourceType, obj: KubeObject, old: KubeObject | undefined, options: WriteOptions = {}): FieldError[] {
     switch (type.storageKey) {
       case 'services':
         return validateService(obj, old, this.network);
       case 'pods':
         return old ? validatePodUpdate(obj, old) : validatePod(obj);
       case 'discovery.k8s.io/endpointslices':
-        return validateEndpointSlice(obj);
+        return validateEndpointSlice(obj, {allowSpecialAddresses: options.apiServerEndpoints});
       case 'networking.k8s.io/servicecidrs':
         return validateServiceCIDR(obj, old);
       default:

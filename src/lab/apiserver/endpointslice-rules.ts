@@ -2,9 +2,12 @@
 import {isIPv4, isIPv6} from 'node:net';
 import {fieldError, type FieldError} from './api-error.ts';
 import type {KubeObject} from './object-log.ts';
-import {dns1123LabelErrors, dns1123SubdomainErrors, portNumberErrors, validateObjectMeta} from './name-rules.ts';
+import {dns1123LabelErrors, dns1123SubdomainErrors, portNumberErrors, specialAddressErrors, validateObjectMeta} from './name-rules.ts';
 
 const addressTypes = ['FQDN', 'IPv4', 'IPv6'];
+// kube-apiserver's limits per slice (pkg/apis/discovery/validation).
+const maxEndpoints = 1000;
+const maxPorts = 100;
 const protocols = ['SCTP', 'TCP', 'UDP'];
 
 export function defaultEndpointSlice(slice: KubeObject): void {
@@ -12,14 +15,14 @@ export function defaultEndpointSlice(slice: KubeObject): void {
   for (const e of Array.isArray(slice.endpoints) ? slice.endpoints : []) if (e && typeof e === 'object') e.conditions ??= {};
 }
 
-export function validateEndpointSlice(slice: KubeObject): FieldError[] {
+export function validateEndpointSlice(slice: KubeObject, options: {allowSpecialAddresses?: boolean} = {}): FieldError[] {
   const errors = validateObjectMeta(slice, 'dns1123-subdomain');
   const add = (e: FieldError) => errors.push(e);
   if (!slice.addressType) add(fieldError.required('addressType'));
   else if (!addressTypes.includes(slice.addressType)) add(fieldError.notSupported('addressType', slice.addressType, addressTypes));
   const endpoints: any[] = Array.isArray(slice.endpoints) ? slice.endpoints : [];
-  if (endpoints.length > 1000) add(fieldError.tooMany('endpoints', endpoints.length, 1000));
-  endpoints.forEach((ep, i) => {
+  if (endpoints.length > maxEndpoints) add(fieldError.tooMany('endpoints', endpoints.length, maxEndpoints));
+  else endpoints.forEach((ep, i) => {
     const path = `endpoints[${i}]`;
     const addresses: unknown[] = Array.isArray(ep?.addresses) ? ep.addresses : [];
     if (addresses.length === 0) add(fieldError.required(`${path}.addresses`, 'must contain at least 1 address'));
@@ -29,13 +32,19 @@ export function validateEndpointSlice(slice: KubeObject): FieldError[] {
       const text = String(address);
       if (slice.addressType === 'IPv4' && !isIPv4(text)) add(fieldError.invalid(ap, address, 'must be a valid IPv4 address'));
       if (slice.addressType === 'IPv6' && !isIPv6(text)) add(fieldError.invalid(ap, address, 'must be a valid IPv6 address'));
+      if (!options.allowSpecialAddresses && ((slice.addressType === 'IPv4' && isIPv4(text)) || (slice.addressType === 'IPv6' && isIPv6(text)))) {
+        for (const msg of specialAddressErrors(text)) add(fieldError.invalid(ap, address, msg));
+      }
       if (slice.addressType === 'FQDN') for (const msg of dns1123SubdomainErrors(text)) add(fieldError.invalid(ap, address, msg));
     });
     if (ep?.hostname) for (const msg of dns1123LabelErrors(ep.hostname)) add(fieldError.invalid(`${path}.hostname`, ep.hostname, msg));
     if (ep?.nodeName) for (const msg of dns1123SubdomainErrors(ep.nodeName)) add(fieldError.invalid(`${path}.nodeName`, ep.nodeName, msg));
   });
   const ports: any[] = Array.isArray(slice.ports) ? slice.ports : [];
-  if (ports.length > 20000) add(fieldError.tooMany('ports', ports.length, 20000));
+  if (ports.length > maxPorts) {
+    add(fieldError.tooMany('ports', ports.length, maxPorts));
+    return errors;
+  }
   const names = new Set<string>();
   ports.forEach((p, i) => {
     const path = `ports[${i}]`;

@@ -1,4 +1,5 @@
 // Name and metadata checks shared by every kind, with kube-apiserver's messages.
+import {ipFamilyOf, ipToBigInt} from './ip-allocator.ts';
 import {fieldError, type FieldError} from './api-error.ts';
 import type {KubeObject} from './object-log.ts';
 
@@ -52,6 +53,26 @@ export function portNameErrors(value: string): string[] {
 
 export function portNumberErrors(value: unknown): string[] {
   return typeof value === 'number' && Number.isInteger(value) && value >= 1 && value <= 65535 ? [] : ['must be between 1 and 65535, inclusive'];
+}
+
+/**
+ * kube-apiserver's ValidateNonSpecialIP: addresses a proxy must never send service traffic to
+ * (the node itself, or its metadata service) are refused for endpoints.
+ */
+export function specialAddressErrors(ip: string): string[] {
+  const family = ipFamilyOf(ip);
+  if (!family) return [];
+  const value = ipToBigInt(ip);
+  const v4 = family === 'IPv4';
+  const inRange = (base: string, prefix: number) => {
+    const width = v4 ? 32 : 128;
+    return ipFamilyOf(base) === family && value >> BigInt(width - prefix) === ipToBigInt(base) >> BigInt(width - prefix);
+  };
+  if (value === 0n) return ['may not be unspecified (0.0.0.0, ::)'];
+  if (v4 ? inRange('127.0.0.0', 8) : value === 1n) return ['may not be in the loopback range (127.0.0.0/8, ::1/128)'];
+  if (v4 ? inRange('169.254.0.0', 16) : inRange('fe80::', 10)) return ['may not be in the link-local range (169.254.0.0/16, fe80::/10)'];
+  if (v4 ? inRange('224.0.0.0', 24) : inRange('ff02::', 16)) return ['may not be in the link-local multicast range (224.0.0.0/24, ff02::/10)'];
+  return [];
 }
 
 export type NameRule = 'dns1123-subdomain' | 'dns1123-label' | 'dns1035-label' | 'any';

@@ -637,7 +637,7 @@ function createKubernetesService(store: ClusterStore, address: string, port: num
     addressType: address.includes(':') ? 'IPv6' : 'IPv4',
     endpoints: [{addresses: [address === 'localhost' ? '127.0.0.1' : address], conditions: {ready: true, serving: true, terminating: false}}],
     ports: [{name: 'https', port, protocol: 'TCP'}],
-  });
+  }, undefined, {apiServerEndpoints: true});
 }
 
 async function readBody(req: IncomingMessage): Promise<any> {

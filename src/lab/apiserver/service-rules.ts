@@ -3,6 +3,7 @@ import {isIP} from 'node:net';
 import {fieldError, internalError, invalid, type ApiError, type FieldError} from './api-error.ts';
 import {ClusterIPAllocator, ipFamilyOf, NodePortAllocator, type IPFamily} from './ip-allocator.ts';
 import type {KubeObject} from './object-log.ts';
+import {cidrErrors} from './servicecidr-rules.ts';
 import {dns1123LabelErrors, dns1123SubdomainErrors, portNameErrors, portNumberErrors, validateLabels, validateObjectMeta} from './name-rules.ts';
 
 export interface ServiceNetwork {
@@ -11,6 +12,7 @@ export interface ServiceNetwork {
   nodePorts: NodePortAllocator;
 }
 
+const sourceRangesAnnotation = 'service.beta.kubernetes.io/load-balancer-source-ranges';
 const serviceTypes = ['ClusterIP', 'ExternalName', 'LoadBalancer', 'NodePort'];
 const protocols = ['SCTP', 'TCP', 'UDP'];
 const affinities = ['ClientIP', 'None'];
@@ -201,9 +203,7 @@ export function validateService(svc: KubeObject, old: KubeObject | undefined, ne
   if (spec.healthCheckNodePort && !needsHealthCheck(spec)) {
     add(fieldError.invalid('spec.healthCheckNodePort', spec.healthCheckNodePort, "may only be set when `type` is 'LoadBalancer' and `externalTrafficPolicy` is 'Local'"));
   }
-  if (spec.loadBalancerSourceRanges?.length && spec.type !== 'LoadBalancer') {
-    add(fieldError.forbidden('spec.LoadBalancerSourceRanges', "may only be used when `type` is 'LoadBalancer'"));
-  }
+  errors.push(...validateSourceRanges(svc));
   if (spec.trafficDistribution !== undefined && !trafficDistributions.includes(spec.trafficDistribution)) {
     add(fieldError.notSupported('spec.trafficDistribution', spec.trafficDistribution, trafficDistributions));
   }
@@ -228,6 +228,49 @@ export function validateService(svc: KubeObject, old: KubeObject | undefined, ne
   if (old && old.spec?.type !== 'ExternalName' && spec.type !== 'ExternalName' && old.spec?.clusterIP && spec.clusterIP !== old.spec.clusterIP) {
     add(fieldError.invalid('spec.clusterIP', spec.clusterIP ?? '', 'field is immutable'));
   }
+  errors.push(...validateServiceStatus(svc));
+  return errors;
+}
+
+/**
+ * spec.loadBalancerSourceRanges, or else the annotation that predates it: LoadBalancers only, each
+ * entry a CIDR (space-padding allowed, a historical accident kube-apiserver keeps). The field path
+ * is spelt as kube-apiserver spells it.
+ */
+function validateSourceRanges(svc: KubeObject): FieldError[] {
+  const errors: FieldError[] = [];
+  const spec = svc.spec ?? {};
+  const ranges: string[] = Array.isArray(spec.loadBalancerSourceRanges) ? spec.loadBalancerSourceRanges : [];
+  const annotation = svc.metadata.annotations?.[sourceRangesAnnotation];
+  const forbidden = "may only be used when `type` is 'LoadBalancer'";
+  if (ranges.length > 0) {
+    if (spec.type !== 'LoadBalancer') errors.push(fieldError.forbidden('spec.LoadBalancerSourceRanges', forbidden));
+    ranges.forEach((range, i) => {
+      for (const msg of cidrErrors(range.trim())) errors.push(fieldError.invalid(`spec.LoadBalancerSourceRanges[${i}]`, range.trim(), msg));
+    });
+  } else if (typeof annotation === 'string') {
+    const field = `metadata.annotations[${sourceRangesAnnotation}]`;
+    if (spec.type !== 'LoadBalancer') errors.push(fieldError.forbidden(field, forbidden));
+    const text = annotation.trim();
+    if (text !== '') for (const range of text.split(',')) for (const msg of cidrErrors(range.trim())) errors.push(fieldError.invalid(field, range.trim(), msg));
+  }
+  return errors;
+}
+
+/** status.loadBalancer as kube-apiserver's ValidateLoadBalancerStatus checks it (on create and on /status). */
+export function validateServiceStatus(svc: KubeObject): FieldError[] {
+  const errors: FieldError[] = [];
+  const ingress: any[] = Array.isArray(svc.status?.loadBalancer?.ingress) ? svc.status.loadBalancer.ingress : [];
+  ingress.forEach((entry, i) => {
+    const path = `status.loadBalancer.ingress[${i}]`;
+    if (entry?.ip) {
+      if (!isIP(entry.ip)) errors.push(fieldError.invalid(`${path}.ip`, entry.ip, 'must be a valid IP address, (e.g. 10.9.8.7 or 2001:db8::ffff)'));
+    } else if (entry?.ipMode) errors.push(fieldError.forbidden(`${path}.ipMode`, 'may not be specified when `ip` is not set'));
+    if (entry?.hostname) {
+      for (const msg of dns1123SubdomainErrors(entry.hostname)) errors.push(fieldError.invalid(`${path}.hostname`, entry.hostname, msg));
+      if (isIP(entry.hostname)) errors.push(fieldError.invalid(`${path}.hostname`, entry.hostname, 'must be a DNS name, not an IP address'));
+    }
+  });
   return errors;
 }
 
