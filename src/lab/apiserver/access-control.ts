@@ -43,7 +43,10 @@ export interface Decision {
 
 export const anonymousUser: UserInfo = {username: 'system:anonymous', groups: ['system:unauthenticated']};
 
-const publicPaths = ['/version', '/healthz', '/livez', '/readyz', '/api', '/apis', '/openapi'];
+// kube-apiserver's default bindings: system:public-info-viewer lets everyone, anonymous included,
+// read the health checks and the version; system:discovery lets authenticated users read discovery.
+const publicInfoPaths = ['/version', '/healthz', '/livez', '/readyz'];
+const discoveryPaths = ['/api', '/apis', '/openapi'];
 
 function matches(list: string[] | undefined, value: string): boolean {
   return list === undefined || list.includes('*') || list.includes(value);
@@ -82,8 +85,10 @@ export class AccessControl {
     const groups = a.user.groups;
     if (groups.includes('system:masters')) return {allowed: true, reason: 'system:masters'};
     if (a.path !== undefined) {
-      const allowed = publicPaths.some((p) => a.path === p || a.path!.startsWith(`${p}/`));
-      return allowed ? {allowed: true, reason: 'public discovery path'} : this.rbac(a);
+      const under = (paths: string[]) => paths.some((p) => a.path === p || a.path!.startsWith(`${p}/`));
+      if (under(publicInfoPaths)) return {allowed: true, reason: 'system:public-info-viewer'};
+      if (groups.includes('system:authenticated') && under(discoveryPaths)) return {allowed: true, reason: 'system:discovery'};
+      return this.rbac(a);
     }
     const resource = a.subresource ? `${a.resource}/${a.subresource}` : a.resource ?? '';
     for (const g of this.grants) {

@@ -15,6 +15,7 @@ import {Cidr, ClusterIPAllocator, NodePortAllocator, PortRange} from './ip-alloc
 import {ObjectLog, type KubeObject, type StoredEvent} from './object-log.ts';
 import {podIPResolver, requestedPorts, type PodAddressResolver} from './portforward-target.ts';
 import {WebSocketPortForwarder} from './portforward-websocket.ts';
+import {listenPlainAndTls} from './tls-listener.ts';
 import {SpdyPortForwarder} from './portforward-spdy.ts';
 import {defaultServiceCIDR} from './servicecidr-rules.ts';
 import {findResource, groupVersion, isReview, type ResourceType} from './resources.ts';
@@ -44,11 +45,12 @@ export interface ApiServerOptions {
   adminToken?: string;
   maxEndpointsPerSlice?: number;
   /**
-   * Who a request without credentials is. kubectl sends no token over plain HTTP (client-go applies
-   * credentials only to TLS transports), so by default such requests act as an administrator, as
-   * kube-apiserver's old insecure localhost port did. "anonymous" puts them through RBAC as system:anonymous.
+   * Who a request without credentials is. "anonymous" (the default, as kube-apiserver's
+   * --anonymous-auth): system:anonymous, through RBAC, which grants it only the health checks and
+   * /version (system:public-info-viewer), so anything else is a 403. "reject": 401, as
+   * --anonymous-auth=false. "admin": an administrator, as kube-apiserver's old insecure port was.
    */
-  unauthenticated?: 'admin' | 'anonymous';
+  unauthenticated?: 'anonymous' | 'reject' | 'admin';
   /** The address the `kubernetes` service's EndpointSlice names; defaults to host. */
   advertiseAddress?: string;
   /**
@@ -65,7 +67,10 @@ export interface KubeconfigOptions {
 }
 
 export interface ApiServer {
+  /** http://host:port, for programmatic clients on loopback (they send their token over it). */
   url: string;
+  /** https://host:port, the same server over TLS: what the kubeconfig names, for kubectl. */
+  secureUrl: string;
   host: string;
   port: number;
   store: ClusterStore;
@@ -87,6 +92,7 @@ interface Route {
   watch: boolean;
 }
 
+const healthPaths = new Set(['/healthz', '/livez', '/readyz']);
 const localAdmin: UserInfo = {username: 'system:admin', groups: ['system:masters', 'system:authenticated']};
 const maxBodyBytes = 16 * 1024 * 1024;
 const slowWatcherBytes = 64 * 1024 * 1024;
@@ -123,17 +129,20 @@ export async function startApiServer(options: ApiServerOptions = {}): Promise<Ap
   });
   server.keepAliveTimeout = 30_000;
   const sockets = new Set<Socket>();
-  server.on('connection', (s) => {
+  const track = (s: Socket) => {
     sockets.add(s);
     s.once('close', () => sockets.delete(s));
-  });
+  };
   server.on('upgrade', (req, socket, head) => {
     handleUpgrade(req, socket, head).catch((err) => rejectUpgrade(socket, err));
   });
 
   function authenticate(req: IncomingMessage): UserInfo {
     const header = req.headers.authorization;
-    if (!header) return options.unauthenticated === 'anonymous' ? anonymousUser : localAdmin;
+    if (!header) {
+      if (options.unauthenticated === 'reject') throw unauthorized();
+      return options.unauthenticated === 'admin' ? localAdmin : anonymousUser;
+    }
     const m = header.match(/^Bearer\s+(.+)$/i);
     if (!m) throw unauthorized();
     const user = access.authenticate(m[1].trim());
@@ -202,14 +211,14 @@ export async function startApiServer(options: ApiServerOptions = {}): Promise<Ap
   async function handle(req: IncomingMessage, res: ServerResponse): Promise<void> {
     const url = new URL(req.url ?? '/', 'http://apiserver');
     const pathname = url.pathname.length > 1 ? url.pathname.replace(/\/+$/, '') : url.pathname;
-    const user = authenticate(req);
     const method = req.method ?? 'GET';
-
-    if (pathname === '/healthz' || pathname === '/livez' || pathname === '/readyz') {
+    // Health checks answer everyone, even a wrong token, as probes need.
+    if (healthPaths.has(pathname)) {
       res.writeHead(200, {'content-type': 'text/plain; charset=utf-8', 'content-length': 2});
       res.end('ok');
       return;
     }
+    const user = authenticate(req);
     const nonResource = nonResourceDocument(pathname, req);
     if (nonResource !== undefined) {
       authorize({user, verb: method.toLowerCase() === 'get' ? 'get' : method.toLowerCase(), path: pathname});
@@ -563,17 +572,12 @@ export async function startApiServer(options: ApiServerOptions = {}): Promise<Ap
     socket.end(`HTTP/1.1 ${status.code} ${status.reason}\r\ncontent-type: application/json\r\ncontent-length: ${Buffer.byteLength(body)}\r\nconnection: close\r\n\r\n${body}`);
   }
 
-  await new Promise<void>((resolve, reject) => {
-    server.once('error', reject);
-    server.listen(options.port ?? 0, host, () => {
-      server.off('error', reject);
-      resolve();
-    });
-  });
-  const port = (server.address() as AddressInfo).port;
+  const listener = await listenPlainAndTls(server, host, options.port ?? 0, track);
+  const port = (listener.address() as AddressInfo).port;
   const urlHost = host.includes(':') ? `[${host}]` : host;
   hostPort = `${urlHost}:${port}`;
   const url = `http://${hostPort}`;
+  const secureUrl = `https://${hostPort}`;
 
   createKubernetesService(store, options.advertiseAddress ?? host, port);
   store.create('servicecidrs', defaultServiceCIDR(cidrs.map((cidr) => cidr.text)));
@@ -589,8 +593,8 @@ export async function startApiServer(options: ApiServerOptions = {}): Promise<Ap
     return toYaml({
       apiVersion: 'v1',
       kind: 'Config',
-      // client-node refuses plain http unless TLS verification is marked as skipped (there is no TLS to verify).
-      clusters: [{name: clusterName, cluster: {server: url, 'insecure-skip-tls-verify': true}}],
+      // https: kubectl sends the token only over TLS. The certificate is self-signed for loopback.
+      clusters: [{name: clusterName, cluster: {server: secureUrl, 'insecure-skip-tls-verify': true}}],
       users: [{name: entryName, user: {token}}],
       contexts: [{name: entryName, context: {cluster: clusterName, user: entryName, namespace: opts.namespace ?? 'default'}}],
       'current-context': entryName,
@@ -600,6 +604,7 @@ export async function startApiServer(options: ApiServerOptions = {}): Promise<Ap
 
   return {
     url,
+    secureUrl,
     host,
     port,
     store,
@@ -618,7 +623,7 @@ export async function startApiServer(options: ApiServerOptions = {}): Promise<Ap
       for (const stopWatch of [...watchTimers]) stopWatch();
       wsForwarder.close();
       spdyForwarder.close();
-      const closed = new Promise<void>((resolve) => server.close(() => resolve()));
+      const closed = new Promise<void>((resolve) => listener.close(() => resolve()));
       server.closeAllConnections();
       for (const s of sockets) s.destroy();
       await closed;

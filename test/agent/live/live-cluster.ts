@@ -323,7 +323,7 @@ export async function startLiveCluster(options: LiveClusterOptions): Promise<Liv
     if (options.relay) {
       relay = await ApiRelay.start(server.port);
       cleanups.push(() => relay!.down());
-      kubeconfigText = kubeconfigText.replace(server.url, `http://127.0.0.1:${relay.port}`);
+      kubeconfigText = kubeconfigText.replace(server.secureUrl, `https://127.0.0.1:${relay.port}`);
       assert.ok(kubeconfigText.includes(`:${relay.port}`), 'the kubeconfig points at the relay');
     }
     const kubeconfig = join(dir, 'kubeconfig');

@@ -69,7 +69,7 @@ test('the store follows the API server, and recovers after it comes back', async
   server = await startApiServer({port, adminToken: server.adminToken});
   server.store.create('nodes', node('node-1'));
   server.store.create('services', service('after-restart'), 'default');
-  await until('the store to match the new server', () => names(watch.store.services()).join() === ['default/after-restart', 'default/kubernetes'].join(), 15_000);
+  await until('the store to match the new server', () => names(watch.store.services()).join() === ['default/after-restart', 'default/kubernetes'].join(), 15_000).catch((error) => assert.fail(`${error.message}; log:\n${log.lines.slice(-12).join('\n')}`));
 });
 
 test('ServiceCIDRs are watched only when asked for (nftables mode); the store lists their CIDRs as they change', async (t) => {

@@ -15,7 +15,7 @@ interface Answer {
 
 async function send(method: string, path: string, body: unknown, contentType = 'application/json'): Promise<Answer> {
   const response = await fetch(`${server.url}${path}`, {method, headers: {authorization: `Bearer ${server.adminToken}`, 'content-type': contentType}, body: JSON.stringify(body)});
-  return {status: response.status, body: await response.json()};
+  return {status: response.status, body: (await response.json()) as Answer['body']};
 }
 
 const services = '/api/v1/namespaces/default/services';
