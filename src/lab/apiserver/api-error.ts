@@ -65,6 +65,11 @@ export function badRequest(message: string): ApiError {
   return new ApiError(400, 'BadRequest', message);
 }
 
+/** 400 about one field of the body (a name that does not match the URL, say), the field in details.causes. */
+export function badField(field: string, message: string): ApiError {
+  return new ApiError(400, 'BadRequest', message, {causes: [{reason: 'FieldValueInvalid', message, field}]});
+}
+
 export function methodNotAllowed(): ApiError {
   return new ApiError(405, 'MethodNotAllowed', 'the server does not allow this method on the requested resource');
 }

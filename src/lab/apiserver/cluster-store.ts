@@ -1,7 +1,7 @@
 // The object API behind the HTTP layer: create/get/list/update/patch/delete with kube-apiserver's semantics
 // (uids, generations, optimistic concurrency, defaults, validation, allocation, graceful pod deletion).
 import {randomUUID, randomInt} from 'node:crypto';
-import {ApiError, alreadyExists, badRequest, conflict, forbidden, invalid, notFound, unsupportedMediaType, type FieldError} from './api-error.ts';
+import {ApiError, alreadyExists, badField, badRequest, conflict, forbidden, invalid, notFound, unsupportedMediaType, type FieldError} from './api-error.ts';
 import {defaultEndpointSlice, validateEndpointSlice} from './endpointslice-rules.ts';
 import {ObjectLog, type KubeObject} from './object-log.ts';
 import {applyJsonPatch, applyMergePatch, applyStrategicMergePatch, patchTypes} from './patch.ts';
@@ -139,7 +139,7 @@ export class ClusterStore {
     const meta = obj.metadata;
     if (type.namespaced) {
       const ns = namespace ?? meta.namespace ?? 'default';
-      if (meta.namespace && meta.namespace !== ns) throw badRequest('the namespace of the provided object does not match the namespace sent on the request');
+      if (meta.namespace && meta.namespace !== ns) throw badField('metadata.namespace', 'the namespace of the provided object does not match the namespace sent on the request');
       meta.namespace = ns;
       const nsObj = this.log.get('namespaces', undefined, ns);
       if (!nsObj) throw notFound('namespaces', '', ns);
@@ -180,13 +180,13 @@ export class ClusterStore {
     if (!body || typeof body !== 'object' || Array.isArray(body)) throw badRequest('the body of the request must be a JSON object');
     body = structuredClone(body);
     checkFieldTypes(type, body);
-    if (!body.metadata) throw badRequest('the body of the request must be a JSON object with metadata');
+    if (!body.metadata) throw badField('metadata.name', `the name of the object () does not match the name on the URL (${expectedName ?? ''})`);
     const name = body.metadata.name;
     if (expectedName !== undefined && name !== expectedName) {
-      throw badRequest(`the name of the object (${name}) does not match the name on the URL (${expectedName})`);
+      throw badField('metadata.name', `the name of the object (${name ?? ''}) does not match the name on the URL (${expectedName})`);
     }
     if (type.namespaced && body.metadata.namespace && namespace && body.metadata.namespace !== namespace) {
-      throw badRequest('the namespace of the provided object does not match the namespace sent on the request');
+      throw badField('metadata.namespace', 'the namespace of the provided object does not match the namespace sent on the request');
     }
     const ns = type.namespaced ? namespace ?? body.metadata.namespace ?? 'default' : undefined;
     const old = this.get(type, ns, name);
@@ -215,8 +215,8 @@ export class ClusterStore {
     else throw unsupportedMediaType(contentType);
     if (!patched || typeof patched !== 'object' || Array.isArray(patched)) throw badRequest('the patch made the object something other than a JSON object');
     checkFieldTypes(type, patched);
-    if (!patched.metadata) throw badRequest('the patch removed the object\'s metadata');
-    if (patched.metadata.name !== name) throw badRequest(`the name of the object (${patched.metadata.name}) does not match the name on the URL (${name})`);
+    if (!patched.metadata) throw badField('metadata', "the patch removed the object's metadata");
+    if (patched.metadata.name !== name) throw badField('metadata.name', `the name of the object (${patched.metadata.name ?? ''}) does not match the name on the URL (${name})`);
     if (patched.metadata.resourceVersion && patched.metadata.resourceVersion !== old.metadata.resourceVersion) throw conflict(type.resource, type.group, name);
     return this.replace(type, old, patched, options);
   }

@@ -234,8 +234,8 @@ function walk(value: unknown, type: FieldType, path: {field: string; goPath: str
  * with the field in details.causes. Changes nulls in place as Go's decoder reads them.
  */
 export function checkFieldTypes(type: ResourceType, obj: KubeObject): void {
-  const schema = schemas[type.storageKey];
-  const root = schema ?? struct(type.kind, {metadata: objectMeta});
+  const schema = schemas[type.storageKey] ?? struct(type.kind, {metadata: objectMeta});
+  const root = struct(schema.struct, {apiVersion: 'string', kind: 'string', ...schema.fields});
   const found = walk(obj, root, {field: '', goPath: '', owner: root.struct});
   if (!found) return;
   const message = `${type.kind} in version "${type.version}" cannot be handled as a ${type.kind}: ${found.message}`;

@@ -1,6 +1,6 @@
 // The three PATCH body types kube-apiserver accepts: JSON merge patch (RFC 7386), JSON patch (RFC 6902),
 // and strategic merge patch with the list merge keys of the kinds served here.
-import {badRequest, ApiError} from './api-error.ts';
+import {badField, badRequest, ApiError} from './api-error.ts';
 
 type Json = any;
 
@@ -36,20 +36,30 @@ function walk(doc: Json, tokens: string[], path: string): Json {
     if (Array.isArray(cur)) cur = cur[Number(t)];
     else if (isObject(cur)) cur = cur[t];
     else cur = undefined;
-    if (cur === undefined) throw jsonPatchError(`doc is missing path: "${path}"`);
+    if (cur === undefined) throw jsonPatchError(`doc is missing path: "${path}"`, path);
   }
   return cur;
 }
 
-function jsonPatchError(message: string): ApiError {
-  return new ApiError(422, 'Invalid', `the server rejected our request due to an error in our request: ${message}`);
+/** The field a JSON pointer names, as field paths are written: /spec/ports/0/port -> spec.ports[0].port. */
+function pointerField(path: string): string {
+  return path
+    .slice(1)
+    .split('/')
+    .map(unescapePointer)
+    .reduce((field, token) => (/^\d+$/.test(token) ? `${field}[${token}]` : field ? `${field}.${token}` : token), '');
+}
+
+function jsonPatchError(message: string, path: string): ApiError {
+  const text = `the server rejected our request due to an error in our request: ${message}`;
+  return new ApiError(422, 'Invalid', text, {causes: [{reason: 'FieldValueInvalid', message, field: pointerField(path)}]});
 }
 
 function arrayIndex(token: string, length: number, forAdd: boolean, path: string): number {
   if (forAdd && token === '-') return length;
-  if (!/^(0|[1-9][0-9]*)$/.test(token)) throw jsonPatchError(`invalid array index in path: "${path}"`);
+  if (!/^(0|[1-9][0-9]*)$/.test(token)) throw jsonPatchError(`invalid array index in path: "${path}"`, path);
   const i = Number(token);
-  if (i > length || (!forAdd && i === length)) throw jsonPatchError(`index out of range in path: "${path}"`);
+  if (i > length || (!forAdd && i === length)) throw jsonPatchError(`index out of range in path: "${path}"`, path);
   return i;
 }
 
@@ -60,7 +70,7 @@ function addAt(doc: Json, path: string, value: Json): Json {
   const last = tokens[tokens.length - 1];
   if (Array.isArray(parent)) parent.splice(arrayIndex(last, parent.length, true, path), 0, value);
   else if (isObject(parent)) parent[last] = value;
-  else throw jsonPatchError(`doc is missing path: "${path}"`);
+  else throw jsonPatchError(`doc is missing path: "${path}"`, path);
   return doc;
 }
 
@@ -70,7 +80,7 @@ function removeAt(doc: Json, path: string): Json {
   const last = tokens[tokens.length - 1];
   if (Array.isArray(parent)) parent.splice(arrayIndex(last, parent.length, false, path), 1);
   else if (isObject(parent) && Object.hasOwn(parent, last)) delete parent[last];
-  else throw jsonPatchError(`Unable to remove nonexistent key: ${last}: missing value`);
+  else throw jsonPatchError(`Unable to remove nonexistent key: ${last}: missing value`, path);
   return doc;
 }
 
@@ -116,7 +126,7 @@ export function applyJsonPatch(target: Json, ops: Json): Json {
         doc = addAt(doc, op.path, structuredClone(walk(doc, parsePointer(op.from), op.from)));
         break;
       case 'test':
-        if (!deepEqual(walk(doc, parsePointer(op.path), op.path), op.value)) throw jsonPatchError(`testing value ${op.path} failed: test failed`);
+        if (!deepEqual(walk(doc, parsePointer(op.path), op.path), op.value)) throw jsonPatchError(`testing value ${op.path} failed: test failed`, op.path);
         break;
       default:
         throw badRequest(`json patch: unexpected operation ${JSON.stringify(op.op)}`);
@@ -230,7 +240,7 @@ function mergeList(original: Json[], patch: Json[], mergeKey: string, kind: stri
   const out = [...original];
   for (const item of patch) {
     if (!isObject(item) || !Object.hasOwn(item, mergeKey)) {
-      throw badRequest(`map: ${JSON.stringify(item)} does not contain declared merge key: ${mergeKey}`);
+      throw badField(path, `map: ${JSON.stringify(item)} does not contain declared merge key: ${mergeKey}`);
     }
     const index = out.findIndex((o) => isObject(o) && o[mergeKey] === item[mergeKey]);
     if (item.$patch === 'delete') {

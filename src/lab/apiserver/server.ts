@@ -6,7 +6,7 @@ import type {Duplex} from 'node:stream';
 import {writeFile} from 'node:fs/promises';
 import {stringify as toYaml, parse as parseYaml} from 'yaml';
 import {AccessControl, anonymousUser, forbiddenReason, type Attributes, type Grant, type UserEntry, type UserInfo} from './access-control.ts';
-import {ApiError, badRequest, fieldError, forbidden, invalid, methodNotAllowed, pathNotFound, unauthorized, unsupportedMediaType} from './api-error.ts';
+import {ApiError, badField, badRequest, fieldError, forbidden, invalid, methodNotAllowed, pathNotFound, unauthorized, unsupportedMediaType} from './api-error.ts';
 import {ClusterStore, type DeleteOptions, type WriteOptions} from './cluster-store.ts';
 import {coreVersions, group, groupList, openApiV2, openApiV2Protobuf, resourceList, serverVersion} from './discovery.ts';
 import {EndpointSliceController} from './endpointslice-controller.ts';
@@ -358,10 +358,10 @@ export async function startApiServer(options: ApiServerOptions = {}): Promise<Ap
 
   function checkKind(type: ResourceType, body: KubeObject): void {
     if (body.kind !== undefined && body.kind !== type.kind) {
-      throw badRequest(`the object provided is unrecognized (must be of type ${type.kind}): ${body.kind} is not ${type.kind}`);
+      throw badField('kind', `the object provided is unrecognized (must be of type ${type.kind}): ${body.kind} is not ${type.kind}`);
     }
     if (body.apiVersion !== undefined && body.apiVersion !== groupVersion(type)) {
-      throw badRequest(`the API version in the data (${body.apiVersion}) does not match the expected API version (${groupVersion(type)})`);
+      throw badField('apiVersion', `the API version in the data (${body.apiVersion}) does not match the expected API version (${groupVersion(type)})`);
     }
   }
 
