@@ -23,6 +23,36 @@ export function fuzzSeed(): number {
   return fixed !== undefined && fixed !== '' ? Number(fixed) : Math.floor(Math.random() * 2 ** 31);
 }
 
+/** The valid objects the mutations start from: a LoadBalancer with most fields set, and a slice. */
+export const validService = {
+  apiVersion: 'v1',
+  kind: 'Service',
+  metadata: {name: 'web', labels: {app: 'web'}, annotations: {note: 'x'}},
+  spec: {
+    type: 'LoadBalancer',
+    selector: {app: 'web'},
+    ports: [{name: 'http', protocol: 'TCP', port: 80, targetPort: 8080}, {name: 'dns', protocol: 'UDP', port: 53, targetPort: 'dns'}],
+    externalIPs: ['192.0.2.10'],
+    loadBalancerSourceRanges: ['10.0.0.0/8'],
+    sessionAffinity: 'ClientIP',
+    sessionAffinityConfig: {clientIP: {timeoutSeconds: 600}},
+    externalTrafficPolicy: 'Local',
+    internalTrafficPolicy: 'Cluster',
+  },
+};
+
+export const validSlice = {
+  apiVersion: 'discovery.k8s.io/v1',
+  kind: 'EndpointSlice',
+  metadata: {name: 'web-1', labels: {'kubernetes.io/service-name': 'fuzzed'}},
+  addressType: 'IPv4',
+  endpoints: [
+    {addresses: ['10.244.1.5'], conditions: {ready: true, serving: true, terminating: false}, nodeName: 'node-0', zone: 'a', hints: {forZones: [{name: 'a'}]}, targetRef: {kind: 'Pod', name: 'p', namespace: 'default'}},
+    {addresses: ['10.244.2.5'], conditions: {ready: false}},
+  ],
+  ports: [{name: 'http', protocol: 'TCP', port: 8080}],
+};
+
 type Json = null | boolean | number | string | Json[] | {[key: string]: Json};
 
 const oddStrings = ['', 'x', '127.0.0.1', '0.0.0.0', '::1', '169.254.169.254', '224.0.0.1', 'fe80::1', '10.96.0.0/12', '1.2.3.4/33', 'not an ip', 'TCP', 'UDP', 'SCTP', 'tcp', 'None', 'LoadBalancer', 'NodePort', 'ExternalName', 'Local', 'ClientIP', 'IPv6', '-1', '80', 'a'.repeat(300), 'ü', '${x}', '__proto__'];
