@@ -10,7 +10,7 @@ import {join} from 'node:path';
 import {after, before, describe, it, type TestContext} from 'node:test';
 import {freeLoopbackPorts} from '../../src/lab/agent-process.ts';
 import {AgentChild, kernelUnavailable, type LiveCluster, probe, repliedPods, serviceObject, startLiveCluster, until} from '../agent/live/live-cluster.ts';
-import {fuzzSeed, ObjectFuzzer, validService, validSlice} from '../lab/apiserver/object-fuzzer.ts';
+import {fuzzSeed, ObjectFuzzer} from '../lab/apiserver/object-fuzzer.ts';
 
 const iterations = 300;
 let cluster: LiveCluster | undefined;
@@ -48,13 +48,7 @@ describe('fuzzed API objects beside live agents', {concurrency: false, timeout: 
     await until('web answers on both nodes', async () => (await probe(c.pod('pod-0-0').namespace, {protocol: 'tcp', host: web, port: 80, timeoutMs: 1000}))[0].outcome === 'reply', 20_000);
 
     const fuzzer = new ObjectFuzzer(c.server, fuzzSeed());
-    t.diagnostic(`seed ${fuzzer.seed} (PROXYCTL_FUZZ_SEED=${fuzzer.seed} replays it)`);
-    for (let i = 0; i < iterations; i++) {
-      const [collection, valid] = i % 2 === 0 ? ['/api/v1/namespaces/default/services', validService] : ['/apis/discovery.k8s.io/v1/namespaces/default/endpointslices', validSlice];
-      fuzzer.check(await fuzzer.once(collection, valid as never));
-    }
-    t.diagnostic(`answers: ${fuzzer.summary()}`);
-    fuzzer.assertMixed();
+    await fuzzer.run(iterations, (line) => t.diagnostic(line));
 
     for (const agent of c.agents) {
       assert.ok(agent.pid !== undefined, `seed ${fuzzer.seed}: the agent on ${agent.node.name} is still running; its log ends:\n${agent.lines.slice(-20).join('\n')}`);

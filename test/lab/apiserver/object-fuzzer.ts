@@ -181,6 +181,20 @@ export class ObjectFuzzer {
     return this.#send('PATCH', `${collection}/${name}`, [{op: this.#pick(['replace', 'add', 'remove']), path: pointer, value: this.#value()}], 'application/json-patch+json');
   }
 
+  /**
+   * run sends `iterations` fuzzed requests, Services and EndpointSlices in turn, checking each
+   * answer, then that both accepted and refused ones came; `note` gets the seed and the counts.
+   */
+  async run(iterations: number, note: (line: string) => void): Promise<void> {
+    note(`seed ${this.seed} (PROXYCTL_FUZZ_SEED=${this.seed} replays it)`);
+    for (let i = 0; i < iterations; i++) {
+      const [collection, valid] = i % 2 === 0 ? ['/api/v1/namespaces/default/services', validService] : ['/apis/discovery.k8s.io/v1/namespaces/default/endpointslices', validSlice];
+      this.check(await this.once(collection, valid as never));
+    }
+    note(`answers: ${this.summary()}`);
+    this.assertMixed();
+  }
+
   /** The answer is a 2xx, or a 4xx Status; a body the server refused (400, 422) names the field. */
   check(answer: FuzzCase): void {
     this.statuses.set(answer.status, (this.statuses.get(answer.status) ?? 0) + 1);
