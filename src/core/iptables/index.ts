@@ -6,6 +6,7 @@ export {
   isServiceChainName,
   kubeletFirewallChain,
   natChains,
+  nfacctCounters,
   perServiceChainPrefixes,
   portProtoHash,
   serviceChainPrefixes,

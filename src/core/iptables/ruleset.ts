@@ -84,7 +84,7 @@ export interface IptablesTable {
 }
 
 /** Match modules the tracer evaluates; rules with others are kept, and reported where the trace meets them. */
-export const evaluatedMatches: ReadonlySet<string> = new Set(['comment', 'tcp', 'udp', 'sctp', 'udplite', 'multiport', 'addrtype', 'mark', 'conntrack', 'state', 'statistic', 'recent', 'pkttype', 'iprange', 'icmp', 'icmp6']);
+export const evaluatedMatches: ReadonlySet<string> = new Set(['comment', 'nfacct', 'tcp', 'udp', 'sctp', 'udplite', 'multiport', 'addrtype', 'mark', 'conntrack', 'state', 'statistic', 'recent', 'pkttype', 'iprange', 'icmp', 'icmp6']);
 
 /** UnknownMatch: a rule that uses a match module the tracer does not evaluate. */
 export interface UnknownMatch {
