@@ -19,6 +19,7 @@ export {
 } from './chains.ts';
 export {
   countRules,
+  isLargeCluster,
   largeClusterEndpointsThreshold,
   masqueradeMark,
   probabilityText,

@@ -63,6 +63,17 @@ export interface IptablesJumpRule {
  */
 export const largeClusterEndpointsThreshold = 1000;
 
+/**
+ * isLargeCluster: the model has more endpoints than largeClusterEndpointsThreshold, so its
+ * endpoint rules go without comments. A change across the threshold changes the rules of every
+ * service port, changed or not: kube-proxy then rewrites them all (a full sync).
+ */
+export function isLargeCluster(model: ProxyModel): boolean {
+  let total = 0;
+  for (const port of model.servicePorts) total += port.endpoints.length;
+  return total > largeClusterEndpointsThreshold;
+}
+
 /** masqueradeMark is the packet mark that flags SNAT, e.g. "0x4000" for bit 14. */
 export function masqueradeMark(bit: number): string {
   return `0x${(2 ** bit).toString(16)}`;
@@ -343,8 +354,7 @@ export function* renderIptablesChunks(model: ProxyModel, options: RenderIptables
     );
   }
 
-  const totalEndpoints = model.servicePorts.reduce((sum, port) => sum + port.endpoints.length, 0);
-  const largeCluster = totalEndpoints > largeClusterEndpointsThreshold;
+  const largeCluster = isLargeCluster(model);
   const probabilities: string[] = [];
   const probability = (n: number): string => (probabilities[n] ??= probabilityText(n));
 
