@@ -575,7 +575,7 @@ function writeFixedChainRules(
   const internalChain = port.internalPolicyLocal ? localChain : clusterChain;
   const externalPolicyChain = port.externalPolicyLocal ? localChain : clusterChain;
   const usesExternalChain = hasEndpoints && port.externallyAccessible;
-  const usesFirewallChain = hasEndpoints && port.loadBalancerIPs.length > 0 && port.loadBalancerSourceRanges.length > 0;
+  const usesFirewallChain = hasEndpoints && port.loadBalancerIPs.length > 0 && (port.loadBalancerSourceRanges.length > 0 || port.loadBalancerSourceRangesInvalid);
   const loadBalancerChain = usesFirewallChain ? firewallChain : externalChain;
 
   // Used only where the traffic has no endpoint: none at all (REJECT), or none on this node

@@ -91,6 +91,12 @@ export interface ServicePort {
   /** status.loadBalancer.ingress IPs of this family whose ipMode is VIP (or unset). */
   loadBalancerIPs: string[];
   loadBalancerSourceRanges: string[];
+  /**
+   * spec.loadBalancerSourceRanges had an entry that is no CIDR: the load-balancer IPs admit no
+   * client at all (fail closed), as if the ranges matched nothing. Other addresses are not governed
+   * by the ranges and work as usual.
+   */
+  loadBalancerSourceRangesInvalid: boolean;
   /** externalTrafficPolicy Local on an externally accessible service. */
   externalPolicyLocal: boolean;
   /** internalTrafficPolicy Local. */

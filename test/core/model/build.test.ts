@@ -366,6 +366,7 @@ test('config: defaults and local detectors', () => {
     localDetector: {mode: 'None'},
     nodePortAddresses: [],
     localhostNodePorts: true,
+    iptablesFeatures: {nfacctCounters: [], randomFully: true, conntrackTCPLiberal: false},
   });
   assert.deepEqual(build({}).config, defaultProxyConfig());
   const cases: Array<{options: Partial<ModelOptions>; family?: 'IPv4' | 'IPv6'; detector: unknown}> = [
