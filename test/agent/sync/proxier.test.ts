@@ -585,3 +585,33 @@ test("crossing kube-proxy's large-cluster threshold (1,000 endpoints) either way
   assert.equal((await proxier.syncRules(requested))[0].kind, 'partial');
   assert.ok(log.lines.filter((line) => line.includes('large-cluster threshold')).length === 2, 'each crossing is logged');
 });
+
+test('a loadBalancerSourceRanges entry that is no CIDR is logged by name; the service is still written, its load-balancer IP closed', async () => {
+  const lb = service('lb', '10.96.0.40', {type: 'LoadBalancer', nodePort: 30040}) as ReturnType<typeof service> & {spec: Record<string, unknown>; status?: unknown};
+  lb.spec.loadBalancerSourceRanges = ['192.0.2.0/24', '192.0.2.0/40'];
+  lb.status = {loadBalancer: {ingress: [{ip: '203.0.113.40'}]}};
+  const host = new RecordingHost();
+  const log = memoryLogger(2);
+  const proxier = new IptablesProxier({
+    host,
+    rules: await loadCoreIptablesRules(),
+    objects: new MemoryObjects({services: [lb], slices: [slice('lb-1', 'lb', ['10.244.2.40'])]}),
+    families: ['IPv4'],
+    model: {nodeName: 'node-1', clusterCIDRs: ['10.244.0.0/16'], config: {}},
+    syncPeriod: 30_000,
+    minSyncPeriod: 1_000,
+    metrics: createAgentMetrics(),
+    health: new ProxierHealth(60_000),
+    log,
+  });
+  for (const kind of ['Service', 'EndpointSlice', 'Node'] as const) proxier.markSynced(kind);
+  await proxier.syncRules(requested);
+  const written = host.restores[0].rules;
+  assert.match(written, /-A KUBE-SERVICES .*"default\/lb:p cluster IP".* -d 10\.96\.0\.40 .*-j KUBE-SVC-/);
+  assert.match(written, /-A KUBE-NODEPORTS .* --dport 30040 -j KUBE-EXT-/);
+  assert.match(written, /-A KUBE-PROXY-FIREWALL .* -d 203\.0\.113\.40 --dport 80 -j DROP/);
+  assert.doesNotMatch(written, /-A KUBE-FW-\S+ .* -s /, 'the firewall chain admits no source');
+  const skipped = log.lines.filter((line) => line.includes('object skipped') && line.includes('object="Service default/lb"'));
+  assert.equal(skipped.length, 1, log.lines.join('\n'));
+  assert.match(skipped[0], /spec\.loadBalancerSourceRanges\[1\]: \\?"192\.0\.2\.0\/40\\?" is not a CIDR; load-balancer IPs closed to every client/);
+});
