@@ -231,12 +231,13 @@ function badSourceRangeFlows(): Flow[] {
   const slices = [webSlice(remote('10.244.2.12'))];
   const reached = {verdict: 'DNAT' as const, endpoints: {'10.244.2.12:8080': 1}};
   const name = (what: string) => `loadBalancerSourceRanges with an entry that is no CIDR: ${what}`;
-  return [
+  const flows: Flow[] = [
     {name: name('the load-balancer IP drops every client'), services, slices, packet: {...fromOutside, dstIP: '203.0.113.30', dstPort: 80}, verdict: 'DROP', hop: 'filter KUBE-PROXY-FIREWALL -> DROP'},
     {name: name('the cluster IP works'), services, slices, packet: {...fromPod, dstIP: '10.96.0.10', dstPort: 80}, ...reached},
     {name: name('the NodePort works'), services, slices, packet: {...fromOutside, dstIP: nodeIP, dstPort: 30084}, ...reached},
     {name: name('the external IP works'), services, slices, packet: {...fromOutside, dstIP: '198.51.100.7', dstPort: 80}, ...reached},
-  ].map((flow) => ({...flow, expectedProblems: ['spec.loadBalancerSourceRanges[1]']}));
+  ];
+  return flows.map((flow) => ({...flow, expectedProblems: ['spec.loadBalancerSourceRanges[1]']}));
 }
 
 function run(flow: Flow): TraceResult {
