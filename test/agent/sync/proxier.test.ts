@@ -45,6 +45,27 @@ function setup(
   return {clock, host, rules, metrics, health, log, proxier, objects, healthTargets};
 }
 
+/** A proxier writing core/iptables' real rules into a recording host, every initial list received. */
+async function coreRulesProxier(objects: MemoryObjects, clock = new FakeClock()) {
+  const host = new RecordingHost();
+  const log = memoryLogger(2);
+  const proxier = new IptablesProxier({
+    host,
+    rules: await loadCoreIptablesRules(),
+    objects,
+    families: ['IPv4'],
+    model: {nodeName: 'node-1', clusterCIDRs: ['10.244.0.0/16'], config: {}},
+    syncPeriod: 30_000,
+    minSyncPeriod: 1_000,
+    metrics: createAgentMetrics(),
+    health: new ProxierHealth(60_000, clock),
+    log,
+    clock,
+  });
+  for (const kind of ['Service', 'EndpointSlice', 'Node'] as const) proxier.markSynced(kind);
+  return {host, log, proxier, clock};
+}
+
 async function metricValue(metrics: ReturnType<typeof createAgentMetrics>, name: string, labels: Record<string, string> = {}): Promise<number> {
   for (const metric of await metrics.registry.getMetricsAsJSON()) {
     for (const value of metric.values as Array<{metricName?: string; labels: Record<string, unknown>; value: number}>) {
@@ -247,20 +268,7 @@ test('a full write is not read back; the next reading records each service chain
 });
 
 test('with the real renderer too, a full write is known from its input, jump rules included, and not read back', async () => {
-  const host = new RecordingHost();
-  const proxier = new IptablesProxier({
-    host,
-    rules: await loadCoreIptablesRules(),
-    objects: new MemoryObjects({services: [service('web', '10.96.0.10', {type: 'NodePort', nodePort: 30080})], slices: [slice('web-1', 'web', ['10.244.2.5'])]}),
-    families: ['IPv4'],
-    model: {nodeName: 'node-1', clusterCIDRs: ['10.244.0.0/16'], config: {}},
-    syncPeriod: 30_000,
-    minSyncPeriod: 1_000,
-    metrics: createAgentMetrics(),
-    health: new ProxierHealth(60_000),
-    log: memoryLogger(),
-  });
-  for (const kind of ['Service', 'EndpointSlice', 'Node'] as const) proxier.markSynced(kind);
+  const {host, proxier} = await coreRulesProxier(new MemoryObjects({services: [service('web', '10.96.0.10', {type: 'NodePort', nodePort: 30080})], slices: [slice('web-1', 'web', ['10.244.2.5'])]}));
   const [result] = await proxier.syncRules(requested);
   assert.equal(result.kind, 'full');
   assert.match(host.restores[0].rules, /^-I PREROUTING .*-j KUBE-SERVICES$/m, 'the jump rules are in the write');
@@ -536,23 +544,7 @@ test("crossing kube-proxy's large-cluster threshold (1,000 endpoints) either way
     services: [service('web', '10.96.0.10'), service('api', '10.96.0.1')],
     slices: [slice('web-1', 'web', ips(500, 10)), slice('web-2', 'web', ips(499, 20)), slice('api-1', 'api', ['10.244.2.9'])],
   });
-  const host = new RecordingHost();
-  const clock = new FakeClock();
-  const log = memoryLogger(2);
-  const proxier = new IptablesProxier({
-    host,
-    rules: await loadCoreIptablesRules(),
-    objects,
-    families: ['IPv4'],
-    model: {nodeName: 'node-1', clusterCIDRs: ['10.244.0.0/16'], config: {}},
-    syncPeriod: 30_000,
-    minSyncPeriod: 1_000,
-    metrics: createAgentMetrics(),
-    health: new ProxierHealth(60_000, clock),
-    log,
-    clock,
-  });
-  for (const kind of ['Service', 'EndpointSlice', 'Node'] as const) proxier.markSynced(kind);
+  const {host, log, proxier, clock} = await coreRulesProxier(objects);
   /** The rules of api's endpoint chain in the kernel (api itself never changes below). */
   const apiEndpointRules = async (): Promise<string[]> => {
     const nat = await host.iptablesSave('IPv4', 'nat');
@@ -590,21 +582,7 @@ test('a loadBalancerSourceRanges entry that is no CIDR is logged by name; the se
   const lb = service('lb', '10.96.0.40', {type: 'LoadBalancer', nodePort: 30040}) as ReturnType<typeof service> & {spec: Record<string, unknown>; status?: unknown};
   lb.spec.loadBalancerSourceRanges = ['192.0.2.0/24', '192.0.2.0/40'];
   lb.status = {loadBalancer: {ingress: [{ip: '203.0.113.40'}]}};
-  const host = new RecordingHost();
-  const log = memoryLogger(2);
-  const proxier = new IptablesProxier({
-    host,
-    rules: await loadCoreIptablesRules(),
-    objects: new MemoryObjects({services: [lb], slices: [slice('lb-1', 'lb', ['10.244.2.40'])]}),
-    families: ['IPv4'],
-    model: {nodeName: 'node-1', clusterCIDRs: ['10.244.0.0/16'], config: {}},
-    syncPeriod: 30_000,
-    minSyncPeriod: 1_000,
-    metrics: createAgentMetrics(),
-    health: new ProxierHealth(60_000),
-    log,
-  });
-  for (const kind of ['Service', 'EndpointSlice', 'Node'] as const) proxier.markSynced(kind);
+  const {host, log, proxier} = await coreRulesProxier(new MemoryObjects({services: [lb], slices: [slice('lb-1', 'lb', ['10.244.2.40'])]}));
   await proxier.syncRules(requested);
   const written = host.restores[0].rules;
   assert.match(written, /-A KUBE-SERVICES .*"default\/lb:p cluster IP".* -d 10\.96\.0\.40 .*-j KUBE-SVC-/);
