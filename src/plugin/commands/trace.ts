@@ -51,7 +51,7 @@ Without a cluster: --rules FILE traces over a saved iptables-save dump (or "kube
     rules: Flags.string({summary: 'Offline: an iptables-save dump or render output to trace over ("-": stdin).', helpGroup: 'OFFLINE'}),
     src: Flags.string({summary: 'Offline: source address of the packet.', helpGroup: 'OFFLINE'}),
     dst: Flags.string({summary: 'Offline: destination as IP:PORT[/PROTO] (PROTO tcp, udp or sctp; default tcp).', helpGroup: 'OFFLINE'}),
-    'node-ip': Flags.string({summary: "Offline: the node's own addresses (for NodePorts and local traffic).", multiple: true, delimiter: ',', helpGroup: 'OFFLINE'}),
+    'node-ip': Flags.string({summary: "Offline: the node's own addresses (for NodePorts and local traffic). Default: those render recorded in the file.", multiple: true, delimiter: ',', helpGroup: 'OFFLINE'}),
     'in-interface': Flags.string({summary: 'Offline: interface the packet arrives on.', helpGroup: 'OFFLINE'}),
     origin: Flags.option({summary: 'Offline: arriving (from a pod or outside) or local (sent by the node).', options: ['arriving', 'local'] as const, default: 'arriving', helpGroup: 'OFFLINE'})(),
   };
@@ -194,7 +194,7 @@ Without a cluster: --rules FILE traces over a saved iptables-save dump (or "kube
       throw new PluginError(`--rules ${file}: not an iptables-save dump: ${errorLine(error)}`);
     }
     const packet: Packet = {srcIP: flags.src, ...destination, origin: flags.origin === 'local' ? 'local' : 'arriving', ...(flags['in-interface'] ? {inInterface: flags['in-interface']} : {})};
-    const result: TraceResult = traceIptables(rules, packet, {localAddresses: flags['node-ip'] ?? []});
+    const result: TraceResult = traceIptables(rules, packet, {localAddresses: flags['node-ip'] ?? rules.nodeAddresses ?? []});
     if (flags.output === 'json' || flags.output === 'yaml') process.stdout.write(formatData(result, flags.output));
     else process.stdout.write(formatTraceText(result, {palette: palette(useColor(flags.output === 'wide' ? 'wide' : 'text')), wide: flags.output === 'wide'}));
   }
