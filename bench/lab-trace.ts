@@ -92,7 +92,7 @@ export async function benchLabTrace(serviceCount = 10_000, endpointsPerService =
 const projectRoot = fileURLToPath(new URL('..', import.meta.url));
 
 /** runQuietly runs a plugin command with KUBECONFIG set and returns what it wrote to stdout. */
-async function runQuietly(command: () => Promise<unknown>, kubeconfig: string | undefined): Promise<string> {
+export async function runQuietly(command: () => Promise<unknown>, kubeconfig: string | undefined): Promise<string> {
   const write = process.stdout.write;
   const previous = process.env.KUBECONFIG;
   let out = '';

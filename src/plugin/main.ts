@@ -1,0 +1,30 @@
+// The plugin's launcher: what bin/kubectl-proxyctl runs, bundled with the commands by
+// scripts/bundle-plugin.ts into dist/plugin/. It loads nothing before it has set up what every run
+// needs: Node's compile cache (the bundle's code is then read compiled instead of parsed again on
+// each start) and a quiet end when the reader of stdout goes away (`kubectl proxyctl --help | head`).
+// oclif comes next, and the commands (client-node and the rest) only when a command runs: oclif
+// answers --version and --help from package.json and oclif.manifest.json.
+import module from 'node:module';
+import {fileURLToPath} from 'node:url';
+
+module.enableCompileCache?.();
+
+/**
+ * A closed pipe ends the plugin as it ends git and kubectl: killed by SIGPIPE, silently (status 141
+ * in a shell). Node ignores SIGPIPE and reports EPIPE on the write instead; left alone, oclif waits
+ * for a drain that never comes and Node exits 13 with a warning about the pending top-level await.
+ */
+function dieOnClosedPipe(error: NodeJS.ErrnoException): void {
+  if (error.code !== 'EPIPE') throw error;
+  // Listening to SIGPIPE and then no longer puts back its default action, which ends the process.
+  const ignore = () => {};
+  process.on('SIGPIPE', ignore).off('SIGPIPE', ignore);
+  process.kill(process.pid, 'SIGPIPE');
+}
+process.stdout.on('error', dieOnClosedPipe);
+process.stderr.on('error', dieOnClosedPipe);
+
+// The project root: package.json, oclif.manifest.json and, for oclif, dist/plugin/command-table.js.
+const root = fileURLToPath(new URL('../..', import.meta.url));
+// Not a top-level await: nothing the run leaves pending can turn into Node's warning and exit 13.
+void import('./oclif-entry.ts').then(({execute}) => execute({dir: root}));
