@@ -54,6 +54,8 @@ await build({
   // oclif reads tsconfig.json with TypeScript only in development (NODE_ENV=development or test).
   external: ['typescript'],
   plugins: [importMetaUrlOfTscOutput],
+  minifyWhitespace: true,
+  minifySyntax: true,
   legalComments: 'linked',
   logLevel: 'warning',
 });
