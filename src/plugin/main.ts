@@ -3,9 +3,11 @@
 // needs: Node's compile cache (the bundle's code is then read compiled instead of parsed again on
 // each start) and a quiet end when the reader of stdout goes away (`kubectl proxyctl --help | head`).
 // oclif comes next, and the commands (client-node and the rest) only when a command runs: oclif
-// answers --version and --help from package.json and oclif.manifest.json.
+// answers --help from package.json and oclif.manifest.json. `--version` is answered here, in oclif's
+// words, without loading oclif: scripts ask it to check the plugin is there.
 import module from 'node:module';
 import {fileURLToPath} from 'node:url';
+import packageJson from '../../package.json' with {type: 'json'};
 
 module.enableCompileCache?.();
 
@@ -24,7 +26,12 @@ function dieOnClosedPipe(error: NodeJS.ErrnoException): void {
 process.stdout.on('error', dieOnClosedPipe);
 process.stderr.on('error', dieOnClosedPipe);
 
-// The project root: package.json, oclif.manifest.json and, for oclif, dist/plugin/command-table.js.
-const root = fileURLToPath(new URL('../..', import.meta.url));
-// Not a top-level await: nothing the run leaves pending can turn into Node's warning and exit 13.
-void import('./oclif-entry.ts').then(({execute}) => execute({dir: root}));
+if (process.argv[2] === '--version') {
+  // oclif's Config.userAgent, as oclif prints it for --version as the first argument.
+  process.stdout.write(`${packageJson.name}/${packageJson.version} ${process.platform}-${process.arch} node-${process.version}\n`);
+} else {
+  // The project root: package.json, oclif.manifest.json and, for oclif, dist/plugin/command-table.js.
+  const root = fileURLToPath(new URL('../..', import.meta.url));
+  // Not a top-level await: nothing the run leaves pending can turn into Node's warning and exit 13.
+  void import('./oclif-entry.ts').then(({execute}) => execute({dir: root}));
+}
