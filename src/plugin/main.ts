@@ -5,9 +5,9 @@
 // oclif comes next, and the commands (client-node and the rest) only when a command runs: oclif
 // answers --help from package.json and oclif.manifest.json. `--version` is answered here, in oclif's
 // words, without loading oclif: scripts ask it to check the plugin is there.
+import {readFileSync} from 'node:fs';
 import module from 'node:module';
 import {fileURLToPath} from 'node:url';
-import packageJson from '../../package.json' with {type: 'json'};
 
 module.enableCompileCache?.();
 
@@ -27,7 +27,10 @@ process.stdout.on('error', dieOnClosedPipe);
 process.stderr.on('error', dieOnClosedPipe);
 
 if (process.argv[2] === '--version') {
-  // oclif's Config.userAgent, as oclif prints it for --version as the first argument.
+  // oclif's Config.userAgent, as oclif prints it for --version as the first argument. (Read, not
+  // imported: tsc would copy an imported package.json into dist/, where Node would take it for the
+  // package.json of dist/src.)
+  const packageJson = JSON.parse(readFileSync(new URL('../../package.json', import.meta.url), 'utf8')) as {name: string; version: string};
   process.stdout.write(`${packageJson.name}/${packageJson.version} ${process.platform}-${process.arch} node-${process.version}\n`);
 } else {
   // The project root: package.json, oclif.manifest.json and, for oclif, dist/plugin/command-table.js.

@@ -4,16 +4,16 @@
 // (`kubectl proxyctl --help | head`), which must end the plugin quietly, as it ends git and kubectl.
 import assert from 'node:assert/strict';
 import {execFile, execFileSync, spawn} from 'node:child_process';
-import {existsSync, readdirSync} from 'node:fs';
+import {existsSync, readdirSync, readFileSync} from 'node:fs';
 import {join, relative} from 'node:path';
 import {describe, it} from 'node:test';
 import {fileURLToPath} from 'node:url';
 import {Config} from '@oclif/core';
-import packageJson from '../../package.json' with {type: 'json'};
 import {COMMANDS} from '../../src/plugin/command-table.ts';
 
 const root = fileURLToPath(new URL('../../', import.meta.url));
 const launcher = join(root, 'bin/kubectl-proxyctl');
+const packageJson = JSON.parse(readFileSync(join(root, 'package.json'), 'utf8')) as {version: string};
 const built = existsSync(join(root, 'dist/plugin/kubectl-proxyctl.js')) && existsSync(join(root, 'dist/plugin/command-table.js'));
 const skip = built ? undefined : 'needs the build: run `npm run build` first (bin/kubectl-proxyctl runs dist/plugin/)';
 const env = {...process.env, NO_COLOR: '1', PATH: `${join(root, 'bin')}:${process.env.PATH}`};
