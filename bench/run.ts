@@ -48,7 +48,7 @@ const benches: Record<string, {about: string; run: () => Promise<void>}> = {
     run: async () => (await import('./lab-trace.ts')).benchLabTrace(),
   },
   plugin: {
-    about: 'kubectl proxyctl as a new process: --version and --help vs node -e 0 (goal <= 150 ms), status and trace in a two-node lab vs kubectl get svc (goal <= 400 ms)',
+    about: 'kubectl proxyctl as a new process: --version (goal <= 150 ms) and --help vs kubectl running a no-op plugin, status and trace in a two-node lab (goal <= 400 ms) vs kubectl get svc',
     run: async () => (await import('./plugin.ts')).benchPlugin(),
   },
   latency: {
