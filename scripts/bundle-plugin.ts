@@ -10,7 +10,7 @@
 // the agent): it finds them from import.meta.url, which inside the bundle would name dist/plugin/.
 // Here each bundled module's import.meta.url is the address of its own tsc output in dist/src, which
 // npm run build writes first.
-import {readFile} from 'node:fs/promises';
+import {readFile, rm} from 'node:fs/promises';
 import {relative} from 'node:path';
 import {fileURLToPath} from 'node:url';
 import {build, type Plugin} from 'esbuild';
@@ -30,6 +30,8 @@ const importMetaUrlOfTscOutput: Plugin = {
   },
 };
 
+// Chunk names carry a hash of their contents: the last build's would otherwise stay beside them.
+await rm(`${root}dist/plugin`, {recursive: true, force: true});
 await build({
   absWorkingDir: root,
   entryPoints: {'kubectl-proxyctl': 'src/plugin/main.ts', 'command-table': 'src/plugin/command-table.ts'},
