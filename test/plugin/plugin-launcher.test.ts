@@ -3,7 +3,7 @@
 // command file in the bundle's command table; and a reader that closes the pipe early
 // (`kubectl proxyctl --help | head`), which must end the plugin quietly, as it ends git and kubectl.
 import assert from 'node:assert/strict';
-import {execFile, execFileSync, spawn} from 'node:child_process';
+import {execFile, spawn, spawnSync} from 'node:child_process';
 import {existsSync, readdirSync, readFileSync} from 'node:fs';
 import {join, relative} from 'node:path';
 import {describe, it} from 'node:test';
@@ -22,15 +22,6 @@ function run(command: string, args: string[]): Promise<{code: number | null; std
   return new Promise((resolve) => {
     execFile(command, args, {env, timeout: 60_000}, (error, stdout, stderr) => resolve({code: error ? (typeof error.code === 'number' ? error.code : null) : 0, stdout, stderr}));
   });
-}
-
-function hasKubectl(): boolean {
-  try {
-    execFileSync('kubectl', ['version', '--client'], {stdio: 'ignore'});
-    return true;
-  } catch {
-    return false;
-  }
 }
 
 describe('the built plugin as a new process', {skip}, () => {
@@ -63,7 +54,8 @@ describe('the built plugin as a new process', {skip}, () => {
     assert.match(render.stdout, /^COMMIT$/m);
   });
 
-  it('kubectl finds it as `kubectl proxyctl`', {skip: hasKubectl() ? undefined : 'kubectl is not installed'}, async () => {
+  const kubectlMissing = spawnSync('kubectl', ['version', '--client'], {stdio: 'ignore'}).error;
+  it('kubectl finds it as `kubectl proxyctl`', {skip: kubectlMissing ? `kubectl is not installed (${kubectlMissing.message})` : undefined}, async () => {
     const answer = await run('kubectl', ['proxyctl', '--version']);
     assert.equal(answer.code, 0, answer.stderr);
     assert.match(answer.stdout, /^proxyctl\/\S+ \S+-\S+ node-v\d+/);
