@@ -1,7 +1,7 @@
 // The kubectl plugin as a few modules in dist/plugin/ (esbuild), which bin/kubectl-proxyctl runs:
 // - kubectl-proxyctl.js, the launcher (src/plugin/main.ts);
 // - command-table.js, every command, which oclif loads only when one runs (src/plugin/command-table.ts);
-// - chunks they share (oclif first of all), and those loaded on demand.
+// - NAME-HASH.js, chunks they share (oclif first of all), and those loaded on demand.
 // Node resolves and reads hundreds of files to load oclif, client-node and the rest from
 // node_modules; from the bundle it reads a handful, and only the part of client-node the plugin
 // uses (docs/development.md, Plugin start, has the figures).
@@ -22,8 +22,9 @@ const importMetaUrlOfTscOutput: Plugin = {
   name: 'import-meta-url-of-tsc-output',
   setup(esbuild) {
     esbuild.onLoad({filter: /\/src\/.*\.ts$/}, async ({path}) => {
+      if (!path.startsWith(sourceDir) || path.startsWith(`${sourceDir}plugin/`)) return undefined;
       const contents = await readFile(path, 'utf8');
-      if (!contents.includes('import.meta.url') || path.startsWith(`${sourceDir}plugin/`)) return undefined;
+      if (!contents.includes('import.meta.url')) return undefined;
       const tscOutput = `../src/${relative(sourceDir, path).replace(/\.ts$/, '.js')}`;
       return {contents: contents.replaceAll('import.meta.url', `new URL(${JSON.stringify(tscOutput)}, import.meta.url).href`), loader: 'ts'};
     });
@@ -41,7 +42,9 @@ await build({
   format: 'esm',
   target: 'node24',
   outdir: 'dist/plugin',
-  chunkNames: 'chunks/[name]-[hash]',
+  // Beside the entries, not in a folder of their own: every module of the bundle lives in
+  // dist/plugin/, which the addresses written for the lab's code count from.
+  chunkNames: '[name]-[hash]',
   // oclif and some of client-node's dependencies are CommonJS: require() and __dirname as in CommonJS.
   banner: {
     js: [
