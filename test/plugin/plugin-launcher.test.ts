@@ -4,7 +4,8 @@
 // (`kubectl proxyctl --help | head`), which must end the plugin quietly, as it ends git and kubectl.
 import assert from 'node:assert/strict';
 import {execFile, spawn, spawnSync} from 'node:child_process';
-import {existsSync, readdirSync, readFileSync} from 'node:fs';
+import {cpSync, existsSync, mkdtempSync, readdirSync, readFileSync, rmSync} from 'node:fs';
+import {tmpdir} from 'node:os';
 import {join, relative} from 'node:path';
 import {describe, it} from 'node:test';
 import {fileURLToPath} from 'node:url';
@@ -52,6 +53,21 @@ describe('the built plugin as a new process', {skip}, () => {
     assert.match(render.stdout, /^\*nat$/m);
     assert.match(render.stdout, /^-A KUBE-SERVICES /m);
     assert.match(render.stdout, /^COMMIT$/m);
+  });
+
+  it('needs only package.json, oclif.manifest.json and dist/plugin/: no node_modules, no sources', async (t) => {
+    const alone = mkdtempSync(join(tmpdir(), 'proxyctl-plugin-alone-'));
+    t.after(() => rmSync(alone, {recursive: true, force: true}));
+    for (const path of ['package.json', 'oclif.manifest.json', 'dist/plugin', 'examples/cluster.yaml']) cpSync(join(root, path), join(alone, path), {recursive: true});
+    const bundle = join(alone, 'dist/plugin/kubectl-proxyctl.js');
+    const version = await run(process.execPath, [bundle, 'version']);
+    assert.deepEqual(version, {code: 0, stdout: `${packageJson.version}\n`, stderr: ''});
+    const help = await run(process.execPath, [bundle, 'help', 'status']);
+    assert.equal(help.code, 0, help.stderr);
+    assert.match(help.stdout, /Show the proxyctl agents/);
+    const render = await run(process.execPath, [bundle, 'render', '-f', join(alone, 'examples/cluster.yaml'), '--mode', 'nftables']);
+    assert.equal(render.code, 0, render.stderr);
+    assert.match(render.stdout, /^add table ip kube-proxy /m);
   });
 
   const kubectlMissing = spawnSync('kubectl', ['version', '--client'], {stdio: 'ignore'}).error;
