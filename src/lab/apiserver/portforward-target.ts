@@ -20,7 +20,8 @@ export async function dialPod(resolver: PodAddressResolver, pod: KubeObject, por
   if ('connect' in target) return await target.connect();
   return await new Promise<Duplex>((resolve, reject) => {
     // No Nagle, as kubelet's Go sockets: a request the client writes in two pieces would otherwise
-    // wait for the pod's delayed ACK, about 40 ms on every call through the port-forward.
+    // wait for the pod's delayed ACK on every call through the port-forward (docs/development.md,
+    // Plugin start).
     const socket = connect({host: target.host, port: target.port, noDelay: true});
     socket.once('connect', () => {
       socket.off('error', reject);
