@@ -1,6 +1,8 @@
 import {Args, Flags} from '@oclif/core';
 import type {DiffResult, StatusResult} from '../../protocol/methods.ts';
-import {AgentCommand, connectionFlags} from '../lib/agent-command.ts';
+import {AgentCommand, connectionFlags, namespaceFlag} from '../lib/agent-command.ts';
+import {objectNamespace} from '../lib/kube-config.ts';
+import {resolveServiceKey} from '../lib/service-target.ts';
 import {forEachNode} from '../lib/agent-locator.ts';
 import {colorDiff} from '../lib/diff-text.ts';
 import {formatAge, formatData, formatTable, palette, useColor} from '../lib/output.ts';
@@ -20,16 +22,17 @@ With --all-nodes: one line per node (mode, drifted services, last sync, agent ve
 
   static override examples = [
     {description: 'What differs on node-1', command: '<%= config.bin %> diff node-1'},
-    {description: 'Only one service', command: '<%= config.bin %> diff node-1 --service default/web'},
+    {description: 'Only one service', command: '<%= config.bin %> diff node-1 --service demoapp -n default'},
     {description: 'Every node at once', command: '<%= config.bin %> diff --all-nodes'},
   ];
 
   static override args = {node: Args.string({description: 'The node whose rules to compare.'})};
 
   static override flags = {
+    ...namespaceFlag,
     ...connectionFlags,
     'all-nodes': Flags.boolean({summary: 'Ask every agent; print a table.', default: false}),
-    service: Flags.string({summary: 'Only the rules of this service: NAMESPACE/NAME or NAMESPACE/NAME:PORT.'}),
+    service: Flags.string({summary: 'Only the rules of this service: NAME (in the -n namespace, else the context\'s) or NAMESPACE/NAME, either with :PORT.'}),
     output: Flags.option({char: 'o', summary: 'Output format.', options: ['text', 'json', 'yaml'] as const, default: 'text'})(),
     concurrency: Flags.integer({summary: 'Agents asked at once with --all-nodes.', default: 10, min: 1, max: 200}),
   };
@@ -38,7 +41,7 @@ With --all-nodes: one line per node (mode, drifted services, last sync, agent ve
     const {args, flags} = await this.parse(Diff);
     const locator = this.locator(flags);
     const nodes = await locator.chooseNodes(args.node, flags['all-nodes']);
-    const params = flags.service ? {service: flags.service} : {};
+    const params = flags.service ? {service: await resolveServiceKey(locator.kubeConfig(), flags.service, objectNamespace(locator.kubeConfig(), flags.namespace))} : {};
     const results = await forEachNode(
       nodes.map((node) => node ?? ''),
       flags.concurrency,

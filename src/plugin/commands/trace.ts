@@ -4,9 +4,9 @@ import {isIP} from 'node:net';
 import {parseIptablesSave, traceIptables} from '../../core/iptables/index.ts';
 import type {Packet, TraceResult} from '../../core/trace/types.ts';
 import type {ProbeResult, TraceAnswer} from '../../protocol/methods.ts';
-import {AgentCommand, connectionFlags} from '../lib/agent-command.ts';
+import {AgentCommand, connectionFlags, namespaceFlag} from '../lib/agent-command.ts';
 import {forEachNode} from '../lib/agent-locator.ts';
-import {contextNamespace} from '../lib/kube-config.ts';
+import {objectNamespace} from '../lib/kube-config.ts';
 import {formatAge, formatData, palette, useColor} from '../lib/output.ts';
 import {errorLine, exitCodes, PluginError} from '../lib/plugin-error.ts';
 import {formatProbeText} from '../lib/probe-text.ts';
@@ -36,9 +36,10 @@ Without a cluster: --rules FILE traces over a saved iptables-save dump (or "kube
     {description: 'Offline, over a saved dump', command: '<%= config.bin %> trace --rules node-1.iptables-save --src 10.244.1.5 --dst 10.96.0.10:80/tcp --node-ip 10.240.0.11'},
   ];
 
-  static override args = {service: Args.string({description: 'The Service: NAME (in the kubeconfig context\'s namespace) or NAMESPACE/NAME.'})};
+  static override args = {service: Args.string({description: 'The Service: NAME (in the -n namespace, else the kubeconfig context\'s) or NAMESPACE/NAME.'})};
 
   static override flags = {
+    ...namespaceFlag,
     ...connectionFlags,
     port: Flags.string({summary: "The service port, by name or number (needed when the service has several)."}),
     node: Flags.string({summary: "The node whose rules to trace (default: the --from pod's node)."}),
@@ -77,7 +78,7 @@ Without a cluster: --rules FILE traces over a saved iptables-save dump (or "kube
 
     const locator = this.locator(flags);
     const config = locator.kubeConfig();
-    const target = await resolveService(config, args.service, contextNamespace(config), flags.port);
+    const target = await resolveService(config, args.service, objectNamespace(config, flags.namespace), flags.port);
     const source = flags.from ? await resolveSource(config, flags.from, target.namespace) : undefined;
     let nodes: (string | undefined)[];
     if (flags['all-nodes']) nodes = await locator.nodes();
@@ -107,7 +108,7 @@ Without a cluster: --rules FILE traces over a saved iptables-save dump (or "kube
       const endpointInfo = new Map([...target.endpoints].map(([key, info]) => [key, info]));
       const blocks = traced.map(({node, trace, probe}) => {
         const read = `rules read from the kernel ${formatAge(Date.now() - Date.parse(trace.readAt))} ago`;
-        let text = `${c.bold('Node')}     ${node} (${read})\n`;
+        let text = `${c.bold('Node')}        ${node} (${read})\n`;
         text += formatTraceText(trace, {palette: c, wide: flags.output === 'wide', endpointInfo});
         if (probe) text += formatProbeText(trace, probe, probe.count, probe.from, c, endpointInfo);
         return text;

@@ -9,16 +9,21 @@ import {parseRequestTimeout} from './request-timeout.ts';
 export const connectionFlags = {
   kubeconfig: Flags.string({summary: 'Path to the kubeconfig file (default: $KUBECONFIG, then ~/.kube/config).', helpGroup: 'CONNECTION'}),
   context: Flags.string({summary: 'The kubeconfig context to use.', helpGroup: 'CONNECTION'}),
-  namespace: Flags.string({char: 'n', summary: 'Namespace of the agent pods.', default: defaultAgentNamespace, helpGroup: 'CONNECTION'}),
+  'agent-namespace': Flags.string({summary: 'Namespace of the proxyctl agent pods.', default: defaultAgentNamespace, helpGroup: 'CONNECTION'}),
   'request-timeout': Flags.string({summary: 'How long to wait for the API server and each agent answer (e.g. 30s, 1m; 0: no limit).', default: '30s', helpGroup: 'CONNECTION'}),
   'agent-url': Flags.string({summary: "Talk to one agent directly at ws://HOST:PORT/ (its --api-bind-address) instead of through the API server.", helpGroup: 'CONNECTION'}),
   token: Flags.string({summary: 'Bearer token for --agent-url agents that listen beyond loopback (default: the kubeconfig user\'s token).', helpGroup: 'CONNECTION'}),
 };
 
+/** -n as kubectl has it: the namespace of the objects a command names (Services, pods), not of the agents. */
+export const namespaceFlag = {
+  namespace: Flags.string({char: 'n', summary: "Namespace of the Services and pods named (default: the kubeconfig context's, else default)."}),
+};
+
 export interface ConnectionFlagValues {
   kubeconfig?: string;
   context?: string;
-  namespace: string;
+  'agent-namespace': string;
   'request-timeout': string;
   'agent-url'?: string;
   token?: string;
@@ -29,7 +34,7 @@ export abstract class AgentCommand extends Command {
     return new AgentLocator({
       kubeconfig: flags.kubeconfig,
       context: flags.context,
-      namespace: flags.namespace,
+      agentNamespace: flags['agent-namespace'],
       agentUrl: flags['agent-url'],
       token: flags.token,
       timeoutMs: parseRequestTimeout(flags['request-timeout']),

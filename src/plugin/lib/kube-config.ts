@@ -27,7 +27,7 @@ export function loadPluginKubeConfig(flags: KubeConfigFlags): KubeConfig {
   return config;
 }
 
-/** The namespace -n gives, else the context's, else "default". */
-export function contextNamespace(config: KubeConfig): string {
-  return config.getContextObject(config.getCurrentContext())?.namespace ?? 'default';
+/** The namespace of the objects a command names: -n, else the kubeconfig context's, else "default", as kubectl. */
+export function objectNamespace(config: KubeConfig, namespaceFlag: string | undefined): string {
+  return namespaceFlag || config.getContextObject(config.getCurrentContext())?.namespace || 'default';
 }

@@ -65,16 +65,19 @@ function pickPort(service: V1Service, wanted: string | undefined, label: string)
   return found;
 }
 
+async function readService(config: KubeConfig, namespace: string, name: string): Promise<V1Service> {
+  try {
+    return await config.makeApiClient(CoreV1Api).readNamespacedService({namespace, name});
+  } catch (error) {
+    if (notFound(error)) throw new PluginError(`service ${namespace}/${name} not found: check the name, or give its namespace with -n or as NAMESPACE/NAME`);
+    throw apiError(`read service ${namespace}/${name}`, error);
+  }
+}
+
 export async function resolveService(config: KubeConfig, reference: string, defaultNamespace: string, wantedPort: string | undefined): Promise<ServiceTarget> {
   const {namespace, name} = splitName(reference, defaultNamespace);
   const label = `${namespace}/${name}`;
-  let service: V1Service;
-  try {
-    service = await config.makeApiClient(CoreV1Api).readNamespacedService({namespace, name});
-  } catch (error) {
-    if (notFound(error)) throw new PluginError(`service ${label} not found: check the name, or give its namespace as NAMESPACE/NAME`);
-    throw apiError(`read service ${label}`, error);
-  }
+  const service = await readService(config, namespace, name);
   const spec = service.spec ?? {};
   if (spec.type === 'ExternalName') throw new PluginError(`service ${label} is of type ExternalName: it is a DNS name, no proxy rule handles it`);
   if (!spec.clusterIP || spec.clusterIP === 'None') throw new PluginError(`service ${label} is headless (clusterIP None): clients reach its pods directly, no proxy rule handles it`);
@@ -121,6 +124,22 @@ export async function resolveService(config: KubeConfig, reference: string, defa
     internalTrafficPolicy: spec.internalTrafficPolicy ?? 'Cluster',
     endpoints,
   };
+}
+
+/**
+ * resolveServiceKey reads diff's --service (NAME, NAMESPACE/NAME, either with :PORT) into the key the
+ * rules' comments use ("namespace/name" or "namespace/name:portname"), after checking with the API
+ * server that the Service (and the port) exist.
+ */
+export async function resolveServiceKey(config: KubeConfig, reference: string, defaultNamespace: string): Promise<string> {
+  const colon = reference.lastIndexOf(':');
+  const wantedPort = colon >= 0 ? reference.slice(colon + 1) : undefined;
+  const {namespace, name} = splitName(colon >= 0 ? reference.slice(0, colon) : reference, defaultNamespace);
+  const label = `${namespace}/${name}`;
+  const service = await readService(config, namespace, name);
+  if (wantedPort === undefined) return label;
+  const port = pickPort(service, wantedPort, label);
+  return port.name ? `${label}:${port.name}` : label;
 }
 
 /** resolveSource reads --from: a pod (NAME or NAMESPACE/NAME) or an IP address. */
