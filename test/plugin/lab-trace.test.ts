@@ -107,6 +107,21 @@ for (const mode of labModes) describe(`kubectl proxyctl in the lab, ${mode} mode
     }
   });
 
+  it('the text a person reads: the path once, a row per endpoint, within 30 lines; -o wide adds the sentences', async () => {
+    const client = pods.find((pod) => pod.app === 'toolbox') ?? pods[0];
+    const json = await traceJson('demoapp', '--from', client.name);
+    const run = await plugin('trace', 'demoapp', '-n', 'default', '--from', client.name);
+    assert.equal(run.code, 0, describeRun(run));
+    const lines = run.stdout.trimEnd().split('\n');
+    assert.ok(lines.length <= 30, `${lines.length} lines:\n${run.stdout}`);
+    const hops = lines.filter((line) => /^ {2}(PREROUTING|INPUT|FORWARD|OUTPUT|POSTROUTING) /.test(line));
+    assert.equal(new Set(hops).size, hops.length, `each hop once:\n${run.stdout}`);
+    for (const branch of json.branches) assert.match(run.stdout, new RegExp(`^ {2}${branch.endpoint.replaceAll('.', '\\.')}\\s+\\d+\\.\\d%\\s+pod-`, 'm'));
+    const wide = await plugin('trace', 'demoapp', '--from', client.name, '-o', 'wide');
+    assert.equal(wide.code, 0, describeRun(wide));
+    assert.ok(wide.stdout.split('\n').length > lines.length && /\.\n/.test(wide.stdout), `-o wide explains each hop:\n${wide.stdout}`);
+  });
+
   it('from a node itself', async () => {
     const trace = await traceJson('demoapp', '--node', 'node-1', '--probe', '30');
     assert.equal(trace.verdict, 'DNAT');

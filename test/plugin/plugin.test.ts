@@ -135,6 +135,48 @@ test('kubectl proxyctl against a real agent', async (t) => {
     assert.match(mismatch.stderr, /^error: the agent at .* speaks proxyctl\.v2, this plugin speaks proxyctl\.v1/);
   });
 
+  await t.test('-n and the context name the Services\' namespace, --agent-namespace the agents\'; failures under -o json exit 2', async () => {
+    const named = await runPlugin(['trace', 'web', '-n', 'default', '--node', 'node-1', '-o', 'json', ...admin]);
+    assert.equal(named.code, 0, describeRun(named));
+    assert.equal((JSON.parse(named.stdout) as {servicePort: string}).servicePort, 'default/web:http');
+
+    const elsewhere = await runPlugin(['trace', 'web', '-n', 'other', '--node', 'node-1', '-o', 'json', ...admin]);
+    assert.equal(elsewhere.code, 2, describeRun(elsewhere));
+    assert.match(elsewhere.stderr, /^error: service other\/web not found/);
+
+    const config = new KubeConfig();
+    config.loadFromFile(cluster.kubeconfig);
+    const inOther = join(cluster.dir, 'other-namespace.kubeconfig');
+    const exported = JSON.parse(config.exportConfig()) as {contexts: {context: {namespace?: string}}[]};
+    for (const context of exported.contexts) context.context.namespace = 'other';
+    await writeFile(inOther, JSON.stringify(exported));
+    const fromContext = await runPlugin(['trace', 'web', '--node', 'node-1', '--kubeconfig', inOther]);
+    assert.equal(fromContext.code, 2, describeRun(fromContext));
+    assert.match(fromContext.stderr, /^error: service other\/web not found/, 'the context\'s namespace is the default');
+    const flagWins = await runPlugin(['diff', 'node-1', '--service', 'web', '-n', 'default', '--kubeconfig', inOther]);
+    assert.equal(flagWins.code, 0, describeRun(flagWins));
+
+    const noAgents = await runPlugin(['trace', 'web', '--agent-namespace', 'elsewhere', '--node', 'node-1', '-o', 'json', ...admin]);
+    assert.equal(noAgents.code, 2, describeRun(noAgents));
+    assert.match((JSON.parse(noAgents.stdout) as {errors: {error: string}[]}).errors[0].error, /no proxyctl agent runs on node node-1 \(pods labelled .* in namespace elsewhere/);
+    const oldMeaning = await runPlugin(['status', '-n', 'kube-system', ...admin]);
+    assert.equal(oldMeaning.code, 2, `-n no longer names the agents' namespace\n${describeRun(oldMeaning)}`);
+  });
+
+  await t.test('diff --service: a bare name, a port, an unknown service (exit 2, one line)', async () => {
+    for (const service of ['web', 'web:http', 'default/web', 'default/web:80']) {
+      const run = await runPlugin(['diff', 'node-1', '--service', service, ...admin]);
+      assert.equal(run.code, 0, `${service}\n${describeRun(run)}`);
+    }
+    const unknown = await runPlugin(['diff', 'node-1', '--service', 'nothing', ...admin]);
+    assert.equal(unknown.code, 2, describeRun(unknown));
+    assert.match(unknown.stderr, /^error: service default\/nothing not found/);
+    assert.equal(unknown.stderr.trim().split('\n').length, 1);
+    const noPort = await runPlugin(['diff', 'node-1', '--service', 'web:9999', ...admin]);
+    assert.equal(noPort.code, 2, describeRun(noPort));
+    assert.match(noPort.stderr, /^error: service default\/web has no port 9999 \(ports: http=80\/TCP\)/);
+  });
+
   await t.test('offline trace over a saved dump needs no cluster', async () => {
     const dump = join(cluster.dir, 'node-1.iptables-save');
     await writeFile(dump, inNetns(cluster.netns, ['iptables-save']));
