@@ -70,7 +70,7 @@ async function readService(config: KubeConfig, namespace: string, name: string):
     return await config.makeApiClient(CoreV1Api).readNamespacedService({namespace, name});
   } catch (error) {
     if (notFound(error)) throw new PluginError(`service ${namespace}/${name} not found: check the name, or give its namespace with -n or as NAMESPACE/NAME`);
-    throw apiError(`read service ${namespace}/${name}`, error);
+    throw apiError(config, `read service ${namespace}/${name}`, error);
   }
 }
 
@@ -105,7 +105,7 @@ export async function resolveService(config: KubeConfig, reference: string, defa
       }
     }
   } catch (error) {
-    throw apiError(`list the endpoint slices of service ${label}`, error);
+    throw apiError(config, `list the endpoint slices of service ${label}`, error);
   }
 
   return {
@@ -151,7 +151,7 @@ export async function resolveSource(config: KubeConfig, from: string, defaultNam
     pod = await config.makeApiClient(CoreV1Api).readNamespacedPod({namespace, name});
   } catch (error) {
     if (notFound(error)) throw new PluginError(`--from ${from}: pod ${namespace}/${name} not found (give an IP address, or the pod as NAMESPACE/NAME)`);
-    throw apiError(`read pod ${namespace}/${name}`, error);
+    throw apiError(config, `read pod ${namespace}/${name}`, error);
   }
   const ip = pod.status?.podIP;
   if (!ip) throw new PluginError(`--from ${from}: pod ${namespace}/${name} has no IP address yet (phase ${pod.status?.phase ?? 'unknown'})`);
@@ -166,7 +166,7 @@ export async function nodeAddress(config: KubeConfig, node: string, family: 4 | 
     object = await config.makeApiClient(CoreV1Api).readNode({name: node});
   } catch (error) {
     if (notFound(error)) throw new PluginError(`node ${node} not found: check the name (kubectl get nodes)`);
-    throw apiError(`read node ${node}`, error);
+    throw apiError(config, `read node ${node}`, error);
   }
   const addresses = (object.status?.addresses ?? []).filter((address) => isIP(address.address) === family);
   const chosen = addresses.find((address) => address.type === 'InternalIP') ?? addresses[0];
