@@ -136,6 +136,16 @@ for (const mode of labModes) describe(`kubectl proxyctl in the lab, ${mode} mode
     assert.equal(trace.verdict, 'DNAT');
     assert.deepEqual(trace.probe!.failures, []);
     assert.deepEqual(answeredIPs(trace), branchIPs(trace));
+ 
+    // By name, as `lab status` lists it: its address, its namespace, and the node it routes through.
+    const byName = await traceJson('demoapp-nodeport', '--via', 'node-port', '--from', external.name, '--node', 'node-1', '--probe', '10');
+    assert.equal(byName.node, 'node-1');
+    assert.equal((byName as unknown as {packet: {srcIP: string}}).packet.srcIP, external.ip);
+    assert.equal((byName.probe as unknown as {from: string}).from, `external client ${external.name}`);
+    assert.deepEqual(byName.probe!.failures, []);
+    const viaGateway = await traceJson('demoapp', '--from', external.name, '--probe', '10');
+    assert.equal(viaGateway.node, state.topology!.nodes.find((node) => node.ip === external.gateway)!.name, 'traced on the node the client routes service traffic through');
+    assert.deepEqual(answeredIPs(viaGateway), branchIPs(viaGateway));
   });
 
   it('REJECT for a service without endpoints, DROP for Local policy without a local endpoint', async () => {

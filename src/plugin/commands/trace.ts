@@ -166,7 +166,7 @@ Without a cluster: --rules FILE traces over a saved iptables-save dump (or "kube
           );
         }
         const probe = await client.call('probe', {...(netns ? {from: {netns}} : {}), target: {ip: dstIP, port: dstPort, protocol: target.protocol}, count: flags.probe});
-        const from = source?.pod ? `pod ${source.pod}` : netns ? `network namespace ${netns}` : `node ${agentNode}`;
+        const from = source?.pod ? `pod ${source.pod}` : source?.externalClient ? `external client ${source.externalClient}` : netns ? `network namespace ${netns}` : `node ${agentNode}`;
         answer.probe = {...probe, count: flags.probe, from};
       }
       return answer;

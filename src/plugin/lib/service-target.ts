@@ -6,6 +6,7 @@ import {isIP} from 'node:net';
 import {joinHostPort} from '../../core/model/ip.ts';
 import type {Protocol} from '../../core/model/types.ts';
 import {apiError} from './agent-pods.ts';
+import {labExternalClient} from './lab-client.ts';
 import {PluginError} from './plugin-error.ts';
 import type {EndpointInfo} from './trace-text.ts';
 
@@ -38,6 +39,8 @@ export interface PacketSource {
   /** Network namespace to probe from, when known (lab pods). */
   netns?: string;
   pod?: string;
+  /** The lab's external client the packet comes from, by name. */
+  externalClient?: string;
 }
 
 function notFound(error: unknown): boolean {
@@ -142,7 +145,7 @@ export async function resolveServiceKey(config: KubeConfig, reference: string, d
   return port.name ? `${label}:${port.name}` : label;
 }
 
-/** resolveSource reads --from: a pod (NAME or NAMESPACE/NAME) or an IP address. */
+/** resolveSource reads --from: a pod (NAME or NAMESPACE/NAME), an IP address, or the lab's external client. */
 export async function resolveSource(config: KubeConfig, from: string, defaultNamespace: string): Promise<PacketSource> {
   if (isIP(from) !== 0) return {ip: from};
   const {namespace, name} = splitName(from, defaultNamespace);
@@ -150,7 +153,11 @@ export async function resolveSource(config: KubeConfig, from: string, defaultNam
   try {
     pod = await config.makeApiClient(CoreV1Api).readNamespacedPod({namespace, name});
   } catch (error) {
-    if (notFound(error)) throw new PluginError(`--from ${from}: pod ${namespace}/${name} not found (give an IP address, or the pod as NAMESPACE/NAME)`);
+    if (notFound(error)) {
+      const client = from.includes('/') ? undefined : await labExternalClient(config, from);
+      if (client) return {ip: client.ip, node: client.node, netns: client.netns, externalClient: client.name};
+      throw new PluginError(`--from ${from}: pod ${namespace}/${name} not found (give an IP address, the pod as NAMESPACE/NAME, or in a lab its external client, client-0)`);
+    }
     throw apiError(config, `read pod ${namespace}/${name}`, error);
   }
   const ip = pod.status?.podIP;
