@@ -143,7 +143,7 @@ for (const mode of labModes) describe(`kubectl proxyctl in the lab, ${mode} mode
     assert.equal((byName as unknown as {packet: {srcIP: string}}).packet.srcIP, external.ip);
     assert.equal((byName.probe as unknown as {from: string}).from, `external client ${external.name}`);
     assert.deepEqual(byName.probe!.failures, []);
-    const viaGateway = await traceJson('demoapp', '--from', external.name, '--probe', '10');
+    const viaGateway = await traceJson('demoapp', '--from', external.name, '--probe', '30');
     assert.equal(viaGateway.node, state.topology!.nodes.find((node) => node.ip === external.gateway)!.name, 'traced on the node the client routes service traffic through');
     assert.deepEqual(answeredIPs(viaGateway), branchIPs(viaGateway));
   });
