@@ -192,7 +192,7 @@ for (const mode of labModes) describe(`kubectl proxyctl in the lab, ${mode} mode
     const sync = await plugin('sync', 'node-1');
     assert.equal(sync.code, 0, describeRun(sync));
     const counts = mode === 'nftables' ? '[1-9]\\d* in table kube-proxy' : '[1-9]\\d* nat, [1-9]\\d* filter';
-    assert.match(sync.stdout, new RegExp(`^node-1\\s+${mode}\\s+full\\s+\\S+\\s+${counts}$`, 'm'), describeRun(sync));
+    assert.match(sync.stdout, new RegExp(`^node-1\\s+${mode}\\s+full\\s+\\S+\\s+${counts}\\s+repaired [1-9]\\d* services?: `, 'm'), describeRun(sync));
     const repaired = await plugin('diff', 'node-1');
     assert.equal(repaired.code, 0, describeRun(repaired));
   });

@@ -98,8 +98,15 @@ test('kubectl proxyctl against a real agent', async (t) => {
 
     const sync = await runPlugin(['sync', 'node-1', ...admin]);
     assert.equal(sync.code, 0, describeRun(sync));
-    assert.match(sync.stdout.replace(/$/, `\n${cluster.log.lines.slice(-8).join('\n')}`), /^node-1\s+iptables\s+full\s+\d+(ms|\.\ds)\s+[1-9]\d* nat, [1-9]\d* filter$/m);
+    assert.match(sync.stdout.replace(/$/, `\n${cluster.log.lines.slice(-8).join('\n')}`), /^node-1\s+iptables\s+full\s+\d+(ms|\.\ds)\s+[1-9]\d* nat, [1-9]\d* filter\s+repaired 1 service: default\/web:http$/m);
     assert.ok(cluster.nat().includes(rule), 'the rule is back');
+    const again = await runPlugin(['sync', 'node-1', '-o', 'json', ...admin]);
+    assert.equal(again.code, 0, describeRun(again));
+    const answer = JSON.parse(again.stdout) as {kind: string; driftBefore: {services: string[]; checkedAt: string | null}};
+    assert.deepEqual(answer.driftBefore.services, [], 'nothing left to repair');
+    assert.ok(answer.driftBefore.checkedAt, 'the check read the kernel');
+    const quiet = await runPlugin(['sync', 'node-1', ...admin]);
+    assert.match(quiet.stdout, /^node-1\s+iptables\s+partial\s+\S+\s+[1-9]\d* nat, [1-9]\d* filter\s+none found$/m, describeRun(clean));
 
     const repaired = await runPlugin(['diff', 'node-1', ...admin]);
     assert.equal(repaired.code, 0, describeRun(repaired));
@@ -144,10 +151,8 @@ test('kubectl proxyctl against a real agent', async (t) => {
     assert.equal(elsewhere.code, 2, describeRun(elsewhere));
     assert.match(elsewhere.stderr, /^error: service other\/web not found/);
 
-    const config = new KubeConfig();
-    config.loadFromFile(cluster.kubeconfig);
     const inOther = join(cluster.dir, 'other-namespace.kubeconfig');
-    const exported = JSON.parse(config.exportConfig()) as {contexts: {context: {namespace?: string}}[]};
+    const exported = JSON.parse(exportedKubeconfig(cluster.kubeconfig)) as {contexts: {context: {namespace?: string}}[]};
     for (const context of exported.contexts) context.context.namespace = 'other';
     await writeFile(inOther, JSON.stringify(exported));
     const fromContext = await runPlugin(['trace', 'web', '--node', 'node-1', '--kubeconfig', inOther]);
@@ -175,6 +180,39 @@ test('kubectl proxyctl against a real agent', async (t) => {
     const noPort = await runPlugin(['diff', 'node-1', '--service', 'web:9999', ...admin]);
     assert.equal(noPort.code, 2, describeRun(noPort));
     assert.match(noPort.stderr, /^error: service default\/web has no port 9999 \(ports: http=80\/TCP\)/);
+  });
+
+  await t.test('kubeconfig as kubectl reads it: $KUBECONFIG with several files, none at all, a server that does not answer', async () => {
+    const merged = await runPlugin(['status'], {KUBECONFIG: `${join(cluster.dir, 'missing.kubeconfig')}::${cluster.kubeconfig}:${cluster.viewerKubeconfig}`});
+    assert.equal(merged.code, 0, describeRun(merged));
+    assert.match(merged.stdout, /^node-1\s+iptables\s+true\s/m);
+
+    const none = await runPlugin(['status'], {KUBECONFIG: '', HOME: cluster.dir, KUBERNETES_SERVICE_HOST: ''});
+    assert.equal(none.code, 2, describeRun(none));
+    assert.match(none.stderr, new RegExp(`^error: no kubeconfig: \\$KUBECONFIG is not set and ${cluster.dir}/\\.kube/config does not exist: pass --kubeconfig FILE`));
+
+    const closed = createServer();
+    await new Promise<void>((resolve) => closed.listen(0, '127.0.0.1', resolve));
+    const port = (closed.address() as AddressInfo).port;
+    await new Promise((resolve) => closed.close(resolve));
+    const config = JSON.parse(exportedKubeconfig(cluster.kubeconfig)) as {clusters: {cluster: {server: string}}[]};
+    config.clusters[0].cluster.server = `http://127.0.0.1:${port}`;
+    const dead = join(cluster.dir, 'dead.kubeconfig');
+    await writeFile(dead, JSON.stringify(config));
+    const unreachable = await runPlugin(['trace', 'web', '--kubeconfig', dead]);
+    assert.equal(unreachable.code, 2, describeRun(unreachable));
+    assert.equal(unreachable.stderr, `error: cannot reach the API server at http://127.0.0.1:${port} to read service default/web: connection refused (nothing listens there): check --kubeconfig / --context\n`);
+  });
+
+  await t.test('colour: never on a pipe, nor with FORCE_COLOR=0 or NO_COLOR; FORCE_COLOR=1 forces it', async () => {
+    const colour = /\u001b\[/;
+    const forced = await runPlugin(['status', ...admin], {NO_COLOR: '', FORCE_COLOR: '1'});
+    assert.match(forced.stdout, colour, describeRun(forced));
+    for (const env of [{NO_COLOR: '', FORCE_COLOR: ''}, {NO_COLOR: '', FORCE_COLOR: '0'}, {NO_COLOR: '1', FORCE_COLOR: '1'}]) {
+      const run = await runPlugin(['status', ...admin], env);
+      assert.equal(run.code, 0, describeRun(run));
+      assert.doesNotMatch(run.stdout, colour, JSON.stringify(env));
+    }
   });
 
   await t.test('offline trace over a saved dump needs no cluster', async () => {
@@ -231,6 +269,12 @@ test('kubectl proxyctl against a real agent', async (t) => {
 
   await until('the agent to be still serving', async () => (await runPlugin(['status', '--agent-url', cluster.agentUrl])).code === 0);
 });
+
+function exportedKubeconfig(path: string): string {
+  const config = new KubeConfig();
+  config.loadFromFile(path);
+  return config.exportConfig();
+}
 
 /** splitRule turns iptables-save's rule text into arguments, honouring its double quotes. */
 function splitRule(text: string): string[] {
