@@ -63,6 +63,15 @@ Without a cluster: --rules FILE traces over a saved iptables-save dump (or "kube
     await super.init();
   }
 
+  protected override async catch(error: Error & {exitCode?: number; oclif?: {exit?: number}; code?: string}): Promise<unknown> {
+    // `trace SERVICE NODE`, as diff, sync and status take their node: say which flag it is here.
+    const extra = /^Unexpected arguments?: ([^\s,]+)/.exec(error.message)?.[1];
+    if (extra && !extra.startsWith('-')) {
+      return super.catch(new PluginError(`unexpected argument ${extra}: trace takes one SERVICE; to trace on node ${extra}, give --node ${extra}`));
+    }
+    return super.catch(error);
+  }
+
   async run(): Promise<void> {
     const {args, flags} = await this.parse(Trace);
     if (flags.rules !== undefined) {

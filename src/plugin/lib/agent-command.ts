@@ -1,9 +1,10 @@
-// AgentCommand: what every command that talks to agents shares: kubectl's connection flags, the
-// agent locator, and failures printed as one line "error: ..." with the PluginError's exit code.
-import {Command, Flags} from '@oclif/core';
+// AgentCommand: what every command that talks to agents shares: kubectl's connection flags and the
+// agent locator (and, from PluginCommand, how failures are printed).
+import {Flags} from '@oclif/core';
 import {AgentLocator} from './agent-locator.ts';
 import {defaultAgentNamespace} from './agent-pods.ts';
-import {errorLine, exitCodes, PluginError} from './plugin-error.ts';
+import {PluginCommand} from './plugin-command.ts';
+import {PluginError} from './plugin-error.ts';
 import {parseRequestTimeout} from './request-timeout.ts';
 
 export const connectionFlags = {
@@ -29,7 +30,16 @@ export interface ConnectionFlagValues {
   token?: string;
 }
 
-export abstract class AgentCommand extends Command {
+export abstract class AgentCommand extends PluginCommand {
+  protected override async catch(error: Error & {exitCode?: number; oclif?: {exit?: number}; code?: string}): Promise<unknown> {
+    // -n once named the agents' namespace; it is kubectl's -n now, and only where Services are named.
+    if (/^Nonexistent flags?: (-n|--namespace)\b/.test(error.message ?? '')) {
+      const command = this.id?.replaceAll(':', ' ') ?? '';
+      return super.catch(new PluginError(`${command} has no -n: the agents' namespace is --agent-namespace (default kube-system); -n names the namespace of Services in trace and diff --service`));
+    }
+    return super.catch(error);
+  }
+
   protected locator(flags: ConnectionFlagValues): AgentLocator {
     return new AgentLocator({
       kubeconfig: flags.kubeconfig,
@@ -39,24 +49,5 @@ export abstract class AgentCommand extends Command {
       token: flags.token,
       timeoutMs: parseRequestTimeout(flags['request-timeout']),
     });
-  }
-
-  /** progress writes to stderr, and only for a person watching it. */
-  protected progress(line: string): void {
-    if (process.stderr.isTTY) process.stderr.write(`\r\u001b[2K${line}`);
-  }
-
-  protected endProgress(): void {
-    if (process.stderr.isTTY) process.stderr.write('\r\u001b[2K');
-  }
-
-  protected override async catch(error: Error & {exitCode?: number; oclif?: {exit?: number}; code?: string}): Promise<unknown> {
-    // this.exit() and oclif's own exits pass through.
-    if (error.code === 'EEXIT') throw error;
-    this.endProgress();
-    const exitCode = error instanceof PluginError ? error.exitCode : (error.oclif?.exit ?? exitCodes.error);
-    process.stderr.write(`error: ${errorLine(error)}\n`);
-    process.exitCode = exitCode < 2 ? exitCodes.error : exitCode;
-    return undefined;
   }
 }
