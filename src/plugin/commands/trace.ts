@@ -23,16 +23,18 @@ interface NodeTrace {
 
 export default class Trace extends AgentCommand {
   static override summary = "Follow a Service's packet through the rules a node really holds, hop by hop.";
-  static override description = `Resolves SERVICE and its endpoints, asks the agent on the node to trace the first packet of a connection through the rules in the kernel, and prints every hop (hook, table, chain, rule, target) with a sentence on why it matched and what it does, each endpoint with its probability, pod and node, whether the packet is masqueraded and why, and warnings: no endpoints (REJECT), Local traffic policy without a local endpoint (DROP), rules that differ from what the agent means to write, endpoints not ready or terminating.
+  static override description = `Resolves SERVICE (in the -n namespace, else the kubeconfig context's) and its endpoints, asks the agent on the node to trace the first packet of a connection through the rules in the kernel, and prints the path once, a hop (hook, table, chain -> target) a line; the endpoints as a table with their probability, pod, node and whether the packet is masqueraded; for endpoints whose path differs (a pod reaching itself, say), only the hops that differ; and warnings: no endpoints (REJECT), Local traffic policy without a local endpoint (DROP), rules that differ from what the agent means to write, endpoints not ready or terminating. -o wide adds under each hop the sentence on why it matched and what it does, and the rule's text; -o json and -o yaml carry every endpoint's whole path.
 
-The packet comes from --from (a pod: its IP, entering its node; or an address), or else from the node itself. It goes to the service's cluster IP, or with --via to its NodePort on the node, an external IP or a load-balancer IP. --probe N then opens N real connections the same way (from the pod's network namespace in the lab) and shows which endpoints answered next to the predicted odds.
+The packet comes from --from (a pod: its IP, entering its node; the lab's external client, client-0; or an address), or else from the node itself. It goes to the service's cluster IP, or with --via to its NodePort on the node, an external IP or a load-balancer IP. --probe N then opens N real connections the same way (from the pod's network namespace in the lab) and shows which endpoints answered next to the predicted odds.
 
 Without a cluster: --rules FILE traces over a saved iptables-save dump (or "kubectl proxyctl render" output) with --src and --dst.`;
 
   static override examples = [
-    {description: 'From a pod, through the rules of its node, with 20 real connections', command: '<%= config.bin %> trace default/demoapp --from default/client --probe 20'},
-    {description: 'The NodePort as an outside client reaches it on node-2', command: '<%= config.bin %> trace demoapp-nodeport --via node-port --from 192.168.50.2 --node node-2'},
-    {description: 'From node-1 itself, on every node, as JSON', command: '<%= config.bin %> trace demoapp --all-nodes -o json'},
+    {description: 'From a pod, through the rules of its node, with 20 real connections', command: '<%= config.bin %> trace demoapp -n default --from pod-1-2 --probe 20'},
+    {description: "The NodePort as the lab's external client reaches it on node-1", command: '<%= config.bin %> trace demoapp-nodeport --via node-port --from client-0 --node node-1 --probe'},
+    {description: 'From an address outside the cluster, entering node-0', command: '<%= config.bin %> trace demoapp --from 10.240.0.100 --node node-0'},
+    {description: 'From each node itself, on every node, as JSON', command: '<%= config.bin %> trace demoapp --all-nodes -o json'},
+    {description: 'Every hop with its sentence and rule text', command: '<%= config.bin %> trace demoapp --from pod-1-2 -o wide'},
     {description: 'Offline, over a saved dump', command: '<%= config.bin %> trace --rules node-1.iptables-save --src 10.244.1.5 --dst 10.96.0.10:80/tcp --node-ip 10.240.0.11'},
   ];
 
@@ -44,7 +46,7 @@ Without a cluster: --rules FILE traces over a saved iptables-save dump (or "kube
     port: Flags.string({summary: "The service port, by name or number (needed when the service has several)."}),
     node: Flags.string({summary: "The node whose rules to trace (default: the --from pod's node)."}),
     'all-nodes': Flags.boolean({summary: 'Trace on every node that runs an agent.', default: false}),
-    from: Flags.string({summary: 'Where the packet comes from: a pod (NAME or NAMESPACE/NAME) or an IP address. Default: the node itself.'}),
+    from: Flags.string({summary: 'Where the packet comes from: a pod (NAME or NAMESPACE/NAME), an IP address, or in a lab its external client (client-0). Default: the node itself.'}),
     'from-netns': Flags.string({summary: 'Network namespace on the node to run --probe from (default: the --from pod\'s, else the node\'s).'}),
     via: Flags.option({summary: 'Which address of the service the packet is sent to.', options: ['cluster-ip', 'node-port', 'external-ip', 'load-balancer'] as const, default: 'cluster-ip'})(),
     probe: Flags.integer({summary: `Also open N real connections and show which endpoints answer ("--probe" alone: ${defaultProbeCount}).`, min: 1, max: 1000}),
