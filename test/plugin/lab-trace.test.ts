@@ -74,7 +74,8 @@ for (const mode of labModes) describe(`kubectl proxyctl in the lab, ${mode} mode
   };
 
   before(async () => {
-    const up = await runPlugin(['lab', 'up', '--name', name, '--nodes', '2', '--pods-per-node', '2', '--proxy-mode', mode]);
+    // The default lab's shape (2 nodes, 3 pods each), which the commands' examples name.
+    const up = await runPlugin(['lab', 'up', '--name', name, '--nodes', '2', '--pods-per-node', '3', '--proxy-mode', mode]);
     assert.equal(up.code, 0, describeRun(up));
     state = JSON.parse(await readFile(join(labDir(name), 'state.json'), 'utf8')) as LabState;
     env = {KUBECONFIG: state.kubeconfig};
@@ -92,6 +93,23 @@ for (const mode of labModes) describe(`kubectl proxyctl in the lab, ${mode} mode
     assert.equal(run.code, 0, describeRun(run));
     assert.match(run.stdout, new RegExp(`^node-0\\s+${mode}\\s+true\\s`, 'm'));
     assert.match(run.stdout, new RegExp(`^node-1\\s+${mode}\\s+true\\s`, 'm'));
+  });
+
+  it("the examples of trace, diff, status and sync run as written", async () => {
+    const manifest = JSON.parse(await readFile(join(root, 'oclif.manifest.json'), 'utf8')) as {commands: Record<string, {examples?: ({command: string} | string)[]}>};
+    let ran = 0;
+    for (const id of ['trace', 'diff', 'status', 'sync']) {
+      for (const example of manifest.commands[id].examples ?? []) {
+        const command = typeof example === 'string' ? example : example.command;
+        const argv = command.replace(/^<%= config\.bin %> /, '').split(' ');
+        // A saved file, and the agent's address on a real node: not the lab's.
+        if (argv.includes('--rules') || argv.includes('--agent-url')) continue;
+        const run = await plugin(...argv);
+        assert.equal(run.code, 0, `kubectl proxyctl ${argv.join(' ')}\n${describeRun(run)}`);
+        ran++;
+      }
+    }
+    assert.ok(ran >= 10, `${ran} examples ran`);
   });
 
   it('from a pod, on each demo service: the probe reaches exactly the predicted endpoints', async () => {
