@@ -137,7 +137,11 @@ for (const mode of labModes) describe(`kubectl proxyctl in the lab, ${mode} mode
     for (const branch of json.branches) assert.match(run.stdout, new RegExp(`^ {2}${branch.endpoint.replaceAll('.', '\\.')}\\s+\\d+\\.\\d%\\s+pod-`, 'm'));
     const wide = await plugin('trace', 'demoapp', '--from', client.name, '-o', 'wide');
     assert.equal(wide.code, 0, describeRun(wide));
-    assert.ok(wide.stdout.split('\n').length > lines.length && /\.\n/.test(wide.stdout), `-o wide explains each hop:\n${wide.stdout}`);
+    const withHops = json as unknown as {hops: {explanation: string}[]; branches: {hops: {explanation: string}[]}[]};
+    for (const hop of [...withHops.hops, ...withHops.branches.flatMap((branch) => branch.hops)]) {
+      assert.ok(wide.stdout.includes(hop.explanation), `-o wide explains each hop ("${hop.explanation}"):\n${wide.stdout}`);
+      assert.ok(!run.stdout.includes(hop.explanation), `not without -o wide ("${hop.explanation}")`);
+    }
   });
 
   it('from a node itself', async () => {
