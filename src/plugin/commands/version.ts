@@ -4,16 +4,9 @@ import {formatData} from '../lib/output.ts';
 import {PluginCommand} from '../lib/plugin-command.ts';
 
 export default class Version extends PluginCommand {
-  static override summary = 'Print the version of the proxyctl plugin and the agent protocol it speaks.';
-  static override description = 'The agents\' versions are in "kubectl proxyctl status" (VERSION column).';
-  static override examples = [
-    {description: 'The version alone', command: '<%= config.bin %> version'},
-    {description: 'Everything, for scripts', command: '<%= config.bin %> version -o json'},
-  ];
-
-  static override flags = {
-    output: Flags.option({char: 'o', summary: 'Output format.', options: ['text', 'json', 'yaml'] as const, default: 'text'})(),
-  };
+  static override summary = "Print the version of the proxyctl plugin (-o json: and the agent protocol it speaks; agents' versions are in status).";
+  static override examples = ['<%= config.bin %> version', '<%= config.bin %> version -o json'];
+  static override flags = {output: Flags.option({char: 'o', summary: 'Output format.', options: ['text', 'json', 'yaml'] as const, default: 'text'})()};
 
   async run(): Promise<void> {
     const {flags} = await this.parse(Version);

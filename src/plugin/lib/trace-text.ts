@@ -227,25 +227,23 @@ function otherPathLines(group: PathGroup, main: PathGroup, printer: HopPrinter, 
   return lines;
 }
 
-/** diffKeys: the hops only in `from` ("-") or only in `to` ("+"), by longest common subsequence. */
+/**
+ * diffKeys: the hops only in `from` ("-") or only in `to` ("+"), in path order. Paths are a dozen
+ * hops that rarely repeat, so each hop of `to` is matched to the next equal hop of `from`.
+ */
 export function diffKeys(from: string[], to: string[]): {side: '-' | '+'; index: number}[] {
-  const common: number[][] = Array.from({length: from.length + 1}, () => new Array<number>(to.length + 1).fill(0));
-  for (let i = from.length - 1; i >= 0; i--) {
-    for (let j = to.length - 1; j >= 0; j--) common[i][j] = from[i] === to[j] ? common[i + 1][j + 1] + 1 : Math.max(common[i + 1][j], common[i][j + 1]);
-  }
   const changes: {side: '-' | '+'; index: number}[] = [];
-  let i = 0;
-  let j = 0;
-  while (i < from.length || j < to.length) {
-    if (i < from.length && j < to.length && from[i] === to[j]) {
-      i++;
-      j++;
-    } else if (j < to.length && (i === from.length || common[i][j + 1] >= common[i + 1][j])) {
-      changes.push({side: '+', index: j++});
-    } else {
-      changes.push({side: '-', index: i++});
+  let next = 0;
+  to.forEach((key, index) => {
+    const match = from.indexOf(key, next);
+    if (match === -1) {
+      changes.push({side: '+', index});
+      return;
     }
-  }
+    for (let skipped = next; skipped < match; skipped++) changes.push({side: '-', index: skipped});
+    next = match + 1;
+  });
+  for (let rest = next; rest < from.length; rest++) changes.push({side: '-', index: rest});
   return changes;
 }
 
