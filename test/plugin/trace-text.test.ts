@@ -66,12 +66,15 @@ for (const mode of ['iptables', 'nftables'] as const) {
       assert.ok(lines(output).every((line) => line.length <= 80 || !/^ {2}10\./.test(line)), 'the endpoints fit 80 columns');
     });
 
-    it('-o wide: every hop with its sentence, each rule text, each endpoint with its reason', () => {
-      const {result, info} = traced(mode, 3);
-      const output = text(result, info, true);
-      for (const hop of [...result.hops, ...result.branches.flatMap((branch) => branch.hops)]) {
-        assert.ok(output.includes(hop.explanation), `sentence "${hop.explanation}" in:\n${output}`);
-        if (hop.rule) assert.ok(output.includes(hop.rule), `rule "${hop.rule}"`);
+    it('-o wide: every hop with its sentence, each rule text, each endpoint with its reason (a hairpin endpoint too)', () => {
+      for (const source of [client, '10.244.1.10']) {
+        const {result, info} = traced(mode, 3, source);
+        const output = text(result, info, true);
+        for (const hop of [...result.hops, ...result.branches.flatMap((branch) => branch.hops)]) {
+          assert.ok(output.includes(hop.explanation), `sentence "${hop.explanation}" in:\n${output}`);
+          if (hop.rule) assert.ok(output.includes(hop.rule), `rule "${hop.rule}"`);
+        }
+        for (const branch of result.branches) assert.ok(output.includes(`masquerade: ${branch.masquerade ? 'yes' : 'no'} - ${branch.masqueradeReason}`), branch.endpoint);
       }
     });
 

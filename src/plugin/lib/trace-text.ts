@@ -87,10 +87,14 @@ function chainPattern(branches: TraceBranch[]): string {
   return `${prefix}*`;
 }
 
+const explainedKey = (hop: TraceHop) => `${hop.explanation}\n${hop.rule}`;
+
 class HopPrinter {
   readonly #c: Palette;
   readonly #wide: boolean;
   readonly #tableWidth: number;
+  /** Sentences and rule texts already printed: -o wide shows each once. */
+  readonly explained = new Set<string>();
 
   constructor(result: TraceResult, options: TraceTextOptions) {
     this.#c = options.palette;
@@ -108,6 +112,7 @@ class HopPrinter {
       const lead = how.mark ? `${indent.slice(0, -2)}${how.mark} ` : indent;
       lines.push(`${lead}${c.dim(`${hop.hook.padEnd(11)} ${hop.table.padEnd(this.#tableWidth)}`)} ${c.bold(rename(hop.chain))} -> ${c.cyan(rename(hop.target))}`);
       if (how.explain ?? this.#wide) {
+        this.explained.add(explainedKey(hop));
         lines.push(`${indent}    ${hop.explanation}`);
         if (hop.rule) lines.push(`${indent}    ${c.dim(hop.rule)}`);
       }
@@ -137,6 +142,7 @@ export function formatTraceText(result: TraceResult, options: TraceTextOptions):
     lines.push('', c.bold('Endpoints'));
     lines.push(...endpointLines(result.branches, options));
     for (const group of groups.slice(1)) lines.push(...otherPathLines(group, main, printer, options));
+    if (options.wide) lines.push(...perEndpointLines(result.branches, printer, options));
   }
 
   if (result.warnings.length > 0) {
@@ -147,9 +153,9 @@ export function formatTraceText(result: TraceResult, options: TraceTextOptions):
 }
 
 /**
- * The part of the path after the split, once for the largest group. Its hops' sentences name the
+ * The part of the path after the split, once for the largest group. Some hops' sentences name the
  * endpoint, so under -o wide a hop shows its sentence here only when it reads the same for all of
- * them; the others follow per endpoint.
+ * them; the others follow per endpoint (perEndpointLines).
  */
 function mainGroupLines(group: PathGroup, printer: HopPrinter, options: TraceTextOptions): string[] {
   const pattern = chainPattern(group.branches);
@@ -157,19 +163,21 @@ function mainGroupLines(group: PathGroup, printer: HopPrinter, options: TraceTex
   const own = endpointChain(first);
   const rename = (chain: string) => (chain === own ? pattern : chain);
   const lines: string[] = [];
-  const perEndpoint = new Set<number>();
   first.hops.forEach((hop, index) => {
     const same = group.branches.every((branch) => branch.hops[index].explanation === hop.explanation && branch.hops[index].rule === hop.rule);
-    if (!same) perEndpoint.add(index);
     lines.push(...printer.lines([hop], '  ', {rename, explain: options.wide && same}));
   });
-  if (options.wide && group.branches.length > 0) {
-    for (const branch of group.branches) {
-      const hops = branch.hops.filter((_hop, index) => perEndpoint.has(index));
-      lines.push('', `  ${options.palette.bold(`via ${branch.endpoint}`)} (${percent(branch.probability)})`);
-      lines.push(...printer.lines(hops, '    '));
-      lines.push(`    masquerade: ${branch.masquerade ? 'yes' : 'no'} - ${branch.masqueradeReason}`);
-    }
+  return lines;
+}
+
+/** -o wide, last: per endpoint, the hops whose sentence was not printed above (they name the endpoint), and its masquerade reason. */
+function perEndpointLines(branches: TraceBranch[], printer: HopPrinter, options: TraceTextOptions): string[] {
+  const lines: string[] = [];
+  for (const branch of branches) {
+    const hops = branch.hops.filter((hop) => !printer.explained.has(explainedKey(hop)));
+    lines.push('', `  ${options.palette.bold(`via ${branch.endpoint}`)} (${percent(branch.probability)})`);
+    lines.push(...printer.lines(hops, '    ', {explain: true}));
+    lines.push(`    masquerade: ${branch.masquerade ? 'yes' : 'no'} - ${branch.masqueradeReason}`);
   }
   return lines;
 }
@@ -223,7 +231,6 @@ function otherPathLines(group: PathGroup, main: PathGroup, printer: HopPrinter, 
   }
   const reasons = new Set(group.branches.map((other) => other.masqueradeReason));
   if (reasons.size === 1) lines.push(`    masquerade: ${branch.masquerade ? 'yes' : 'no'} - ${branch.masqueradeReason}`);
-  else if (options.wide) for (const other of group.branches) lines.push(`    masquerade via ${other.endpoint}: ${other.masquerade ? 'yes' : 'no'} - ${other.masqueradeReason}`);
   return lines;
 }
 
