@@ -10,6 +10,7 @@ import {join} from 'node:path';
 import {after, before, describe, it} from 'node:test';
 import {CoreV1Api, KubeConfig} from '@kubernetes/client-node';
 import {labDir, type LabState} from '../../src/lab/lab-state.ts';
+import {readLabStatus, usageExamples} from '../../src/lab/lab-status.ts';
 import {netnsUnavailableReason} from '../../src/lab/netns/index.ts';
 import {describeRun, root, runPlugin, type PluginRun} from './agent-cluster.ts';
 
@@ -95,7 +96,7 @@ for (const mode of labModes) describe(`kubectl proxyctl in the lab, ${mode} mode
     assert.match(run.stdout, new RegExp(`^node-1\\s+${mode}\\s+true\\s`, 'm'));
   });
 
-  it("the examples of trace, diff, status and sync run as written", async () => {
+  it("the examples of trace, diff, status and sync, and the lab's own hints, run as written", async () => {
     const manifest = JSON.parse(await readFile(join(root, 'oclif.manifest.json'), 'utf8')) as {commands: Record<string, {examples?: ({command: string} | string)[]}>};
     let ran = 0;
     for (const id of ['trace', 'diff', 'status', 'sync']) {
@@ -109,7 +110,14 @@ for (const mode of labModes) describe(`kubectl proxyctl in the lab, ${mode} mode
         ran++;
       }
     }
-    assert.ok(ran >= 10, `${ran} examples ran`);
+    // And the trace commands `lab up` and `lab status` suggest.
+    for (const line of usageExamples(await readLabStatus(state)).filter((text) => text.startsWith('kubectl proxyctl trace '))) {
+      const argv = line.replace(/\s+#.*$/, '').split(' ').slice(2);
+      const run = await plugin(...argv);
+      assert.equal(run.code, 0, `${line}\n${describeRun(run)}`);
+      ran++;
+    }
+    assert.ok(ran >= 12, `${ran} examples ran`);
   });
 
   it('from a pod, on each demo service: the probe reaches exactly the predicted endpoints', async () => {
