@@ -120,7 +120,7 @@ Without a cluster: --rules FILE traces over a saved iptables-save dump (or "kube
       const blocks = traced.map(({node, trace, probe}) => {
         const read = `rules read from the kernel ${formatAge(Date.now() - Date.parse(trace.readAt))} ago`;
         let text = `${c.bold('Node')}        ${node} (${read})\n`;
-        text += formatTraceText(trace, {palette: c, wide: flags.output === 'wide', endpointInfo});
+        text += formatTraceText(trace, {palette: c, wide: flags.output === 'wide', endpointInfo, width: process.stdout.isTTY ? process.stdout.columns : undefined});
         if (probe) text += formatProbeText(trace, probe, probe.count, probe.from, c, endpointInfo);
         return text;
       });
