@@ -13,7 +13,7 @@ import {kubernetesAccessReviewer} from '../../src/agent/api/access.ts';
 import type {AgentApiHandlers} from '../../src/agent/api/handlers.ts';
 import {startAgentApi} from '../../src/agent/api/server.ts';
 import {memoryLogger} from '../../src/agent/log.ts';
-import {clientIP, describeRun, endpointIPs, inNetns, isRoot, nodeIP, root, runPlugin, startAgentCluster, until, type PluginRun} from './agent-cluster.ts';
+import {clientIP, describeRun, endpointIPs, inNetns, isRoot, nodeIP, pluginBin, root, runPlugin, startAgentCluster, until, type PluginRun} from './agent-cluster.ts';
 
 test('kubectl proxyctl against a real agent', async (t) => {
   if (!isRoot) {
@@ -204,8 +204,22 @@ test('kubectl proxyctl against a real agent', async (t) => {
     assert.equal(unreachable.stderr, `error: cannot reach the API server at http://127.0.0.1:${port} to read service default/web: connection refused (nothing listens there): check --kubeconfig / --context\n`);
   });
 
-  await t.test('colour: never on a pipe, nor with FORCE_COLOR=0 or NO_COLOR; FORCE_COLOR=1 forces it', async () => {
-    const colour = /\u001b\[/;
+  await t.test('colour: on a terminal, but not with NO_COLOR, FORCE_COLOR=0 or TERM=dumb; never on a pipe; FORCE_COLOR=1 forces it', async () => {
+    const colour = /\u001b\[\d+m/;
+    // A real terminal: script(1) gives the plugin a pseudo-terminal as stdout and stderr.
+    const inTerminal = (env: Record<string, string>) =>
+      new Promise<string>((resolve) =>
+        execFile('script', ['-qc', `${pluginBin} status --kubeconfig ${cluster.kubeconfig}`, '/dev/null'], {env: {...process.env, NO_COLOR: '', FORCE_COLOR: '', ...env}}, (_error, stdout) => resolve(stdout)),
+      );
+    const tty = await inTerminal({TERM: 'xterm'});
+    assert.match(tty, colour, tty);
+    assert.match(tty, /node-1/);
+    for (const env of [{TERM: 'xterm', NO_COLOR: '1'}, {TERM: 'xterm', FORCE_COLOR: '0'}, {TERM: 'dumb'}]) {
+      const text = await inTerminal(env);
+      assert.match(text, /node-1/, text);
+      assert.doesNotMatch(text, env.TERM === 'dumb' ? /\u001b/ : colour, `${JSON.stringify(env)}: ${JSON.stringify(text)}`);
+    }
+
     const forced = await runPlugin(['status', ...admin], {NO_COLOR: '', FORCE_COLOR: '1'});
     assert.match(forced.stdout, colour, describeRun(forced));
     for (const env of [{NO_COLOR: '', FORCE_COLOR: ''}, {NO_COLOR: '', FORCE_COLOR: '0'}, {NO_COLOR: '1', FORCE_COLOR: '1'}]) {

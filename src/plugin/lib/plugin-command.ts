@@ -5,13 +5,18 @@ import {Command} from '@oclif/core';
 import {errorLine, exitCodes} from './plugin-error.ts';
 
 export abstract class PluginCommand extends Command {
-  /** progress writes to stderr, and only for a person watching it. */
+  #progressShown = false;
+
+  /** progress rewrites one line on stderr, and only for a person watching it on a terminal that can. */
   protected progress(line: string): void {
-    if (process.stderr.isTTY) process.stderr.write(`\r\u001b[2K${line}`);
+    if (!process.stderr.isTTY || process.env.TERM === 'dumb') return;
+    process.stderr.write(`\r\u001b[2K${line}`);
+    this.#progressShown = true;
   }
 
   protected endProgress(): void {
-    if (process.stderr.isTTY) process.stderr.write('\r\u001b[2K');
+    if (this.#progressShown) process.stderr.write('\r\u001b[2K');
+    this.#progressShown = false;
   }
 
   protected override async catch(error: Error & {exitCode?: number; oclif?: {exit?: number}; code?: string}): Promise<unknown> {
