@@ -177,6 +177,8 @@ test('kubectl proxyctl against a real agent', async (t) => {
     assert.equal(unknown.code, 2, describeRun(unknown));
     assert.match(unknown.stderr, /^error: service default\/nothing not found/);
     assert.equal(unknown.stderr.trim().split('\n').length, 1);
+    const direct = await runPlugin(['diff', '--agent-url', cluster.agentUrl, '--service', 'web:http'], {KUBECONFIG: join(cluster.dir, 'none')});
+    assert.equal(direct.code, 0, `straight to the agent without a kubeconfig: the name is taken as given\n${describeRun(direct)}`);
     const noPort = await runPlugin(['diff', 'node-1', '--service', 'web:9999', ...admin]);
     assert.equal(noPort.code, 2, describeRun(noPort));
     assert.match(noPort.stderr, /^error: service default\/web has no port 9999 \(ports: http=80\/TCP\)/);
@@ -214,7 +216,7 @@ test('kubectl proxyctl against a real agent', async (t) => {
     const tty = await inTerminal({TERM: 'xterm'});
     assert.match(tty, colour, tty);
     assert.match(tty, /node-1/);
-    for (const env of [{TERM: 'xterm', NO_COLOR: '1'}, {TERM: 'xterm', FORCE_COLOR: '0'}, {TERM: 'dumb'}]) {
+    for (const env of [{TERM: 'xterm', NO_COLOR: '1'}, {TERM: 'xterm', FORCE_COLOR: '0'}, {TERM: 'dumb'}] as Record<string, string>[]) {
       const text = await inTerminal(env);
       assert.match(text, /node-1/, text);
       assert.doesNotMatch(text, env.TERM === 'dumb' ? /\u001b/ : colour, `${JSON.stringify(env)}: ${JSON.stringify(text)}`);

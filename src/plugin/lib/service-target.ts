@@ -55,6 +55,13 @@ export function splitName(reference: string, defaultNamespace: string): {namespa
   throw new PluginError(`${JSON.stringify(reference)}: must be NAME or NAMESPACE/NAME`);
 }
 
+/** splitServiceReference reads NAME or NAMESPACE/NAME, either with :PORT. */
+export function splitServiceReference(reference: string, defaultNamespace: string): {namespace: string; name: string; port?: string} {
+  const colon = reference.lastIndexOf(':');
+  const named = splitName(colon >= 0 ? reference.slice(0, colon) : reference, defaultNamespace);
+  return colon >= 0 ? {...named, port: reference.slice(colon + 1)} : named;
+}
+
 function pickPort(service: V1Service, wanted: string | undefined, label: string) {
   const ports = service.spec?.ports ?? [];
   if (ports.length === 0) throw new PluginError(`service ${label} has no ports`);
@@ -135,9 +142,7 @@ export async function resolveService(config: KubeConfig, reference: string, defa
  * server that the Service (and the port) exist.
  */
 export async function resolveServiceKey(config: KubeConfig, reference: string, defaultNamespace: string): Promise<string> {
-  const colon = reference.lastIndexOf(':');
-  const wantedPort = colon >= 0 ? reference.slice(colon + 1) : undefined;
-  const {namespace, name} = splitName(colon >= 0 ? reference.slice(0, colon) : reference, defaultNamespace);
+  const {namespace, name, port: wantedPort} = splitServiceReference(reference, defaultNamespace);
   const label = `${namespace}/${name}`;
   const service = await readService(config, namespace, name);
   if (wantedPort === undefined) return label;
