@@ -35,7 +35,11 @@ const importMetaUrlOfTscOutput: Plugin = {
 await rm(`${root}dist/plugin`, {recursive: true, force: true});
 await build({
   absWorkingDir: root,
-  entryPoints: {'kubectl-proxyctl': 'src/plugin/main.ts', 'command-table': 'src/plugin/command-table.ts'},
+  entryPoints: {
+    'kubectl-proxyctl': 'src/plugin/main.ts',
+    'command-table': 'src/plugin/command-table.ts',
+    'command-not-found': 'src/plugin/hooks/command-not-found.ts',
+  },
   bundle: true,
   splitting: true,
   platform: 'node',

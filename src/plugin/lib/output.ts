@@ -4,10 +4,18 @@ import {stringify as toYaml} from 'yaml';
 export const outputFormats = ['text', 'json', 'yaml', 'wide'] as const;
 export type OutputFormat = (typeof outputFormats)[number];
 
-/** useColor follows kubectl/oclif habits: never for machines, NO_COLOR, or a non-terminal stdout. */
-export function useColor(format: OutputFormat, stream: NodeJS.WriteStream = process.stdout): boolean {
+/**
+ * useColor follows the habits of kubectl and of every terminal program: never for machines (-o
+ * json/yaml); off with NO_COLOR (any value), FORCE_COLOR=0 or TERM=dumb; on with any other
+ * FORCE_COLOR; else only when the output is a terminal.
+ */
+export function useColor(format: OutputFormat, stream: {isTTY?: boolean} = process.stdout, env: Record<string, string | undefined> = process.env): boolean {
   if (format === 'json' || format === 'yaml') return false;
-  if (process.env.NO_COLOR !== undefined && process.env.NO_COLOR !== '') return false;
+  if (env.NO_COLOR !== undefined && env.NO_COLOR !== '') return false;
+  const force = env.FORCE_COLOR;
+  if (force === '0' || force === 'false') return false;
+  if (env.TERM === 'dumb') return false;
+  if (force !== undefined && force !== '') return true;
   return Boolean(stream.isTTY);
 }
 
