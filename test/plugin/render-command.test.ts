@@ -93,7 +93,7 @@ describe('kubectl proxyctl render', () => {
     const demoapp = servers.find((server) => server.address === '10.96.0.10' && server.port === 80);
     assert.equal(demoapp?.protocol, 'TCP');
     assert.equal(demoapp?.scheduler, 'rr');
-    assert.deepEqual(demoapp?.realServers.map((real) => `${real.address}:${real.port}`), ['10.244.1.10:8080', '10.244.2.10:8080', '10.244.2.11:8080']);
+    assert.deepEqual(demoapp?.realServers.map((real) => `${real.address}:${real.port}`), ['10.244.0.10:8080', '10.244.0.11:8080', '10.244.1.10:8080']);
     const empty = servers.find((server) => server.address === '10.96.0.99');
     assert.deepEqual(empty?.realServers, [], 'a service without endpoints keeps its virtual server, with no real servers');
     assert.ok(servers.some((server) => server.port === 30080), 'the NodePort has virtual servers on the node address');

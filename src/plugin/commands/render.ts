@@ -32,7 +32,7 @@ In iptables mode the first line, a comment, records the node addresses the rules
       ['addresses', 'ip -batch -', '3. the service addresses on kube-ipvs0'],
       ['ipvsadm', 'ipvsadm-restore', '4. the virtual and real servers'],
     ] as const).map(([part, tool, description]) => ({description, command: `<%= config.bin %> render -f examples/cluster.yaml --mode ipvs --part ${part} | ip netns exec scratch ${tool}`})),
-    {description: 'The model as JSON, for another node and masquerading everything', command: '<%= config.bin %> render -f cluster.yaml --node-name node-2 --node-ip 10.240.0.12 --masquerade-all -o json'},
+    {description: 'The model as JSON, for another node and masquerading everything', command: '<%= config.bin %> render -f examples/cluster.yaml --node-name node-0 --node-ip 10.240.0.10 --masquerade-all -o json'},
   ];
 
   static override flags = {
