@@ -3,9 +3,10 @@
 // API server (selector-less services, so the slices are the bench's own), then the plugin run as
 // a user runs it (a new process: kubeconfig, service and slices from the API server, the agent
 // found by label and reached through a pods/portforward WebSocket). Its floor is the plugin
-// process itself (`kubectl proxyctl --version`): what any invocation costs before it asks anything.
+// process itself (`kubectl proxyctl --version`, which the launcher answers before loading oclif or
+// any command): Node's start and the launcher; bench/plugin.ts breaks the rest of a start down.
 // The same command is also run inside this process, once loaded, which leaves out the process
-// start and module loading (client-node alone takes ~250 ms to import): the trace's own path
+// start and module loading (client-node above all): the trace's own path
 // through the API server, the port-forward and the agent.
 import {execFile} from 'node:child_process';
 import {fileURLToPath} from 'node:url';
@@ -92,7 +93,7 @@ export async function benchLabTrace(serviceCount = 10_000, endpointsPerService =
 const projectRoot = fileURLToPath(new URL('..', import.meta.url));
 
 /** runQuietly runs a plugin command with KUBECONFIG set and returns what it wrote to stdout. */
-async function runQuietly(command: () => Promise<unknown>, kubeconfig: string | undefined): Promise<string> {
+export async function runQuietly(command: () => Promise<unknown>, kubeconfig: string | undefined): Promise<string> {
   const write = process.stdout.write;
   const previous = process.env.KUBECONFIG;
   let out = '';

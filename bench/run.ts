@@ -47,6 +47,10 @@ const benches: Record<string, {about: string; run: () => Promise<void>}> = {
     about: 'kubectl proxyctl trace end to end in a one-node lab whose agent proxies 10,000 services x 10 endpoints (goal < 200 ms), as a new process and in a loaded plugin',
     run: async () => (await import('./lab-trace.ts')).benchLabTrace(),
   },
+  plugin: {
+    about: 'kubectl proxyctl as a new process: --version (goal <= 150 ms) and --help vs kubectl running a no-op plugin, status and trace in a two-node lab (goal <= 400 ms) vs kubectl get svc',
+    run: async () => (await import('./plugin.ts')).benchPlugin(),
+  },
   latency: {
     about: 'first-packet latency (TCP connect through a ClusterIP), p50/p99 at 1,000 / 10,000 / 30,000 services, iptables vs nftables mode (goal: nftables p99 at 30,000 within 1.2x of 1,000)',
     run: async () => (await import('./latency.ts')).runLatencyBench(),

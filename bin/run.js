@@ -1,4 +1,2 @@
-// Entry point of the oclif plugin; see bin/kubectl-proxyctl.
-import {execute} from '@oclif/core'
-
-await execute({dir: import.meta.url})
+// The plugin run with any Node 24 (`node bin/run.js ...`); bin/kubectl-proxyctl starts the same bundle.
+import '../dist/plugin/kubectl-proxyctl.js'

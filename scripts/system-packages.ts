@@ -11,6 +11,8 @@ const needed: Record<string, string> = {
   ipset: 'ipset',
   ipvsadm: 'ipvsadm',
   conntrack: 'conntrack',
+  // Creates and reads the nfacct objects kube-proxy's iptables mode counts packets in.
+  nfacct: 'nfacct',
 };
 
 function onPath(command: string): boolean {

@@ -21,6 +21,7 @@ import {ServiceHealthServers} from './health/service-health.ts';
 import {CommandHost} from './host/command-host.ts';
 import type {Host} from './host/host.ts';
 import type {Logger} from './log.ts';
+import {detectIptablesFeatures, readNfacctPackets} from './sync/iptables-features.ts';
 import {type IptablesRuleSource, loadCoreIptablesRules} from './sync/iptables-rules.ts';
 import {nftablesBackend} from './sync/nftables-backend.ts';
 import {NftablesProxier, removeNftablesTables} from './sync/nftables-proxier.ts';
@@ -79,7 +80,9 @@ export async function startAgent(config: AgentConfig, dependencies: AgentDepende
   const families = proxyFamilies(config);
   const {syncPeriod, minSyncPeriod} = syncPeriods(config);
 
-  const metrics = createAgentMetrics({processMetrics: true});
+  // kube-proxy's iptables proxier checks these at start; core renders from the answer.
+  const iptablesFeatures = rules !== undefined ? await detectIptablesFeatures(host, log, {families, createCounters: true}) : undefined;
+  const metrics = createAgentMetrics({processMetrics: true, nfacct: rules !== undefined ? (counter) => readNfacctPackets(host, counter) : undefined});
   const health = new ProxierHealth(2 * syncPeriod);
   const serviceHealth = new ServiceHealthServers({
     hosts: serviceHealthHosts(config.nodePortAddresses),
@@ -96,7 +99,7 @@ export async function startAgent(config: AgentConfig, dependencies: AgentDepende
       nodeIPs: bindAddressNodeIPs(config.bindAddress),
       clusterCIDRs: config.clusterCIDRs,
       detectLocalMode: config.detectLocalMode === 'NodeCIDR' ? 'NodeCIDR' : config.detectLocalMode === 'ClusterCIDR' ? 'ClusterCIDR' : undefined,
-      config: proxyConfig(config),
+      config: {...proxyConfig(config), ...(iptablesFeatures && {iptablesFeatures})},
     } as const,
     syncPeriod,
     minSyncPeriod,

@@ -4,7 +4,7 @@ import {fileURLToPath} from 'node:url';
 import {realpathSync} from 'node:fs';
 import {ConfigError} from './config/agent-config.ts';
 import {flagsHelp} from './config/flags.ts';
-import {loadAgentConfig} from './config/load-config.ts';
+import {checkNetnsExists, loadAgentConfig} from './config/load-config.ts';
 import {startAgent} from './agent.ts';
 import {CommandHost} from './host/command-host.ts';
 import {createLogger} from './log.ts';
@@ -15,6 +15,7 @@ export async function main(argv: string[]): Promise<number> {
   let loaded;
   try {
     loaded = loadAgentConfig(argv);
+    if (!loaded.help) checkNetnsExists(loaded.config.netns);
   } catch (error) {
     if (error instanceof ConfigError) {
       process.stderr.write(`proxyctl-agent: ${error.message}\n`);

@@ -30,7 +30,15 @@ export function labNamespacePrefix(name: string): string {
 
 /** The kubeconfig's cluster name of lab NAME; its context and user are admin@ that. One per lab, so kubeconfigs merge. */
 export function labClusterName(name: string): string {
-  return `proxyctl-lab-${checkLabName(name)}`;
+  return `${labClusterPrefix}${checkLabName(name)}`;
+}
+
+const labClusterPrefix = 'proxyctl-lab-';
+
+/** The lab a kubeconfig cluster name belongs to, if it is a lab's. */
+export function labNameOfCluster(cluster: string): string | undefined {
+  const name = cluster.startsWith(labClusterPrefix) ? cluster.slice(labClusterPrefix.length) : '';
+  return labNamePattern.test(name) ? name : undefined;
 }
 
 export function labContextName(name: string): string {

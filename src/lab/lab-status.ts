@@ -208,6 +208,7 @@ export function usageExamples(status: LabStatus): string[] {
   if (lastNode && showRules) examples.push([exec(lastNode.name, showRules), `the rules on ${lastNode.name}`]);
   if (toolbox) {
     examples.push([`kubectl proxyctl trace ${clusterIP.name} --from ${toolbox.name} --probe 5`, 'the path through the rules, then 5 real requests']);
+    if (client && lastNode) examples.push([`kubectl proxyctl trace ${nodePort.name} --via node-port --from ${client.name} --node ${lastNode.name} --probe 5`, `the NodePort on ${lastNode.name} as ${client.name} reaches it`]);
     examples.push([exec(toolbox.name, `${demoClient} --protocol udp --host ${udp.clusterIP} --port ${udp.port}`), `${udp.name}: the UDP echo`]);
   }
   examples.push([`kubectl proxyctl lab down${nameFlag}`]);

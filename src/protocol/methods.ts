@@ -30,7 +30,7 @@ export interface StatusResult {
   services: number;
   endpoints: number;
   /** Service ports whose applied rules differ from the desired ones at the last check. */
-  drift: {services: string[]; checkedAt: string | null};
+  drift: DriftReport;
   /** Failed syncs since the agent started. */
   syncFailures: number;
   /** When the applied rules were last read from the kernel; null if never. */
@@ -110,10 +110,22 @@ export interface RuleCounts {
   nat: number;
 }
 
+/** DriftReport: the service ports whose applied rules differed from the desired ones when last checked. */
+export interface DriftReport {
+  services: string[];
+  /** When the applied rules were read for the check; null if no check has read them. */
+  checkedAt: string | null;
+}
+
 export interface SyncResult {
   durationMs: number;
   kind: SyncKind;
   rules: RuleCounts;
+  /**
+   * The drift check the agent made before this sync: drifted services make the sync full, which
+   * rewrites (repairs) them. Absent from agents older than this field.
+   */
+  driftBefore?: DriftReport;
 }
 
 export interface SubscribeResult {
@@ -175,6 +187,7 @@ const ruleLines = array(string({maxLength: 64 * 1024}), {maxItems: 1_000_000});
 const ruleCounts: Schema<RuleCounts> = object({filter: count, nat: count}, lenient);
 
 const noParams: Schema<NoParams> = object({}, strict);
+const driftReport: Schema<DriftReport> = object({services: array(string({maxLength: 512})), checkedAt: nullable(timestamp())}, lenient);
 
 const syncSummaryFields = {at: timestamp(), durationMs: number({min: 0}), kind: syncKind, ok: boolean()};
 
@@ -187,7 +200,7 @@ export const statusResultSchema: Schema<StatusResult> = object(
     lastSync: nullable(object(syncSummaryFields, lenient)),
     services: count,
     endpoints: count,
-    drift: object({services: array(string({maxLength: 512})), checkedAt: nullable(timestamp())}, lenient),
+    drift: driftReport,
     syncFailures: count,
     rulesReadAt: nullable(timestamp()),
   },
@@ -279,7 +292,7 @@ export const probeResultSchema: Schema<ProbeResult> = object(
 );
 
 const syncParams: Schema<SyncParams> = object({full: optional(boolean())}, strict);
-export const syncResultSchema: Schema<SyncResult> = object({durationMs: number({min: 0}), kind: syncKind, rules: ruleCounts}, lenient);
+export const syncResultSchema: Schema<SyncResult> = object({durationMs: number({min: 0}), kind: syncKind, rules: ruleCounts, driftBefore: optional(driftReport)}, lenient);
 
 const subscribeResult: Schema<SubscribeResult> = object({events: array(string({maxLength: 64}))}, lenient);
 

@@ -66,7 +66,7 @@ test('DaemonSet: host network, node-critical, capabilities, lock file, modules, 
 test('the image has the netfilter tools on Node 24 (Debian)', () => {
   const dockerfile = readFileSync(new URL('../../manifests/Dockerfile', import.meta.url), 'utf8');
   assert.match(dockerfile, /^FROM node:24-bookworm/m);
-  for (const pkg of ['iptables', 'nftables', 'ipset', 'ipvsadm', 'conntrack']) assert.match(dockerfile, new RegExp(`\\b${pkg}\\b`));
+  for (const pkg of ['iptables', 'nftables', 'ipset', 'ipvsadm', 'conntrack', 'nfacct']) assert.match(dockerfile, new RegExp(`\\b${pkg}\\b`));
 });
 
 test('the image starts the agent as bin/proxyctl-agent does: same Node flags, same memory settings, the tree-shaken client-node', () => {

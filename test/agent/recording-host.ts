@@ -110,6 +110,27 @@ export class RecordingHost implements Host {
     return 'nf_tables';
   }
 
+  /** What `iptables --version` prints. */
+  iptablesVersionText = 'iptables v1.8.9 (nf_tables)';
+
+  async iptablesVersion(): Promise<string> {
+    return this.iptablesVersionText;
+  }
+
+  /** nfacct objects by name -> packets counted; undefined: the kernel has no nfnetlink_acct. */
+  nfacctObjects: Map<string, number> | undefined = new Map();
+
+  async nfacct(args: string[]): Promise<string> {
+    this.calls.push(`nfacct ${args.join(' ')}`);
+    const [verb, name = ''] = args;
+    if (!this.nfacctObjects) throw new HostCommandError(['nfacct', ...args], 1, 'nfacct v1.0.2: error: Protocol not supported');
+    if (verb === 'add' && !this.nfacctObjects.has(name)) this.nfacctObjects.set(name, 0);
+    else if (verb === 'add') throw new HostCommandError(['nfacct', ...args], 1, 'nfacct v1.0.2: error: File exists');
+    const packets = this.nfacctObjects.get(name);
+    if (packets === undefined) throw new HostCommandError(['nfacct', ...args], 1, 'nfacct v1.0.2: error: No such file or directory');
+    return verb === 'get' ? `{ pkts = ${String(packets).padStart(20, '0')}, bytes = ${String(packets * 60).padStart(20, '0')} } = ${name};\n` : '';
+  }
+
   async nft(args: string[]): Promise<string> {
     this.calls.push(`nft ${args.join(' ')}`);
     return '';

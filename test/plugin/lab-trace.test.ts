@@ -10,6 +10,7 @@ import {join} from 'node:path';
 import {after, before, describe, it} from 'node:test';
 import {CoreV1Api, KubeConfig} from '@kubernetes/client-node';
 import {labDir, type LabState} from '../../src/lab/lab-state.ts';
+import {readLabStatus, usageExamples} from '../../src/lab/lab-status.ts';
 import {netnsUnavailableReason} from '../../src/lab/netns/index.ts';
 import {describeRun, root, runPlugin, type PluginRun} from './agent-cluster.ts';
 
@@ -74,7 +75,8 @@ for (const mode of labModes) describe(`kubectl proxyctl in the lab, ${mode} mode
   };
 
   before(async () => {
-    const up = await runPlugin(['lab', 'up', '--name', name, '--nodes', '2', '--pods-per-node', '2', '--proxy-mode', mode]);
+    // The default lab's shape (2 nodes, 3 pods each), which the commands' examples name.
+    const up = await runPlugin(['lab', 'up', '--name', name, '--nodes', '2', '--pods-per-node', '3', '--proxy-mode', mode]);
     assert.equal(up.code, 0, describeRun(up));
     state = JSON.parse(await readFile(join(labDir(name), 'state.json'), 'utf8')) as LabState;
     env = {KUBECONFIG: state.kubeconfig};
@@ -94,6 +96,30 @@ for (const mode of labModes) describe(`kubectl proxyctl in the lab, ${mode} mode
     assert.match(run.stdout, new RegExp(`^node-1\\s+${mode}\\s+true\\s`, 'm'));
   });
 
+  it("the examples of trace, diff, status and sync, and the lab's own hints, run as written", async () => {
+    const manifest = JSON.parse(await readFile(join(root, 'oclif.manifest.json'), 'utf8')) as {commands: Record<string, {examples?: ({command: string} | string)[]}>};
+    let ran = 0;
+    for (const id of ['trace', 'diff', 'status', 'sync']) {
+      for (const example of manifest.commands[id].examples ?? []) {
+        const command = typeof example === 'string' ? example : example.command;
+        const argv = command.replace(/^<%= config\.bin %> /, '').split(' ');
+        // A saved file, and the agent's address on a real node: not the lab's.
+        if (argv.includes('--rules') || argv.includes('--agent-url')) continue;
+        const run = await plugin(...argv);
+        assert.equal(run.code, 0, `kubectl proxyctl ${argv.join(' ')}\n${describeRun(run)}`);
+        ran++;
+      }
+    }
+    // And the trace commands `lab up` and `lab status` suggest.
+    for (const line of usageExamples(await readLabStatus(state)).filter((text) => text.startsWith('kubectl proxyctl trace '))) {
+      const argv = line.replace(/\s+#.*$/, '').split(' ').slice(2);
+      const run = await plugin(...argv);
+      assert.equal(run.code, 0, `${line}\n${describeRun(run)}`);
+      ran++;
+    }
+    assert.ok(ran >= 12, `${ran} examples ran`);
+  });
+
   it('from a pod, on each demo service: the probe reaches exactly the predicted endpoints', async () => {
     const client = pods.find((pod) => pod.app === 'toolbox') ?? pods[0];
     const demo = pods.filter((pod) => pod.app === 'demoapp').map((pod) => pod.ip).sort();
@@ -104,6 +130,25 @@ for (const mode of labModes) describe(`kubectl proxyctl in the lab, ${mode} mode
       assert.deepEqual(branchIPs(trace), demo, `${service}: every demo pod is an endpoint`);
       assert.deepEqual(trace.probe!.failures, [], service);
       assert.deepEqual(answeredIPs(trace), branchIPs(trace), `${service}: the endpoints that answered are the predicted ones`);
+    }
+  });
+
+  it('the text a person reads: the path once, a row per endpoint, within 30 lines; -o wide adds the sentences', async () => {
+    const client = pods.find((pod) => pod.app === 'toolbox') ?? pods[0];
+    const json = await traceJson('demoapp', '--from', client.name);
+    const run = await plugin('trace', 'demoapp', '-n', 'default', '--from', client.name);
+    assert.equal(run.code, 0, describeRun(run));
+    const lines = run.stdout.trimEnd().split('\n');
+    assert.ok(lines.length <= 30, `${lines.length} lines:\n${run.stdout}`);
+    const hops = lines.filter((line) => /^ {2}(PREROUTING|INPUT|FORWARD|OUTPUT|POSTROUTING) /.test(line));
+    assert.equal(new Set(hops).size, hops.length, `each hop once:\n${run.stdout}`);
+    for (const branch of json.branches) assert.match(run.stdout, new RegExp(`^ {2}${branch.endpoint.replaceAll('.', '\\.')}\\s+\\d+\\.\\d%\\s+pod-`, 'm'));
+    const wide = await plugin('trace', 'demoapp', '--from', client.name, '-o', 'wide');
+    assert.equal(wide.code, 0, describeRun(wide));
+    const withHops = json as unknown as {hops: {explanation: string}[]; branches: {hops: {explanation: string}[]}[]};
+    for (const hop of [...withHops.hops, ...withHops.branches.flatMap((branch) => branch.hops)]) {
+      assert.ok(wide.stdout.includes(hop.explanation), `-o wide explains each hop ("${hop.explanation}"):\n${wide.stdout}`);
+      assert.ok(!run.stdout.includes(hop.explanation), `not without -o wide ("${hop.explanation}")`);
     }
   });
 
@@ -121,6 +166,16 @@ for (const mode of labModes) describe(`kubectl proxyctl in the lab, ${mode} mode
     assert.equal(trace.verdict, 'DNAT');
     assert.deepEqual(trace.probe!.failures, []);
     assert.deepEqual(answeredIPs(trace), branchIPs(trace));
+ 
+    // By name, as `lab status` lists it: its address, its namespace, and the node it routes through.
+    const byName = await traceJson('demoapp-nodeport', '--via', 'node-port', '--from', external.name, '--node', 'node-1', '--probe', '10');
+    assert.equal(byName.node, 'node-1');
+    assert.equal((byName as unknown as {packet: {srcIP: string}}).packet.srcIP, external.ip);
+    assert.equal((byName.probe as unknown as {from: string}).from, `external client ${external.name}`);
+    assert.deepEqual(byName.probe!.failures, []);
+    const viaGateway = await traceJson('demoapp', '--from', external.name, '--probe', '30');
+    assert.equal(viaGateway.node, state.topology!.nodes.find((node) => node.ip === external.gateway)!.name, 'traced on the node the client routes service traffic through');
+    assert.deepEqual(answeredIPs(viaGateway), branchIPs(viaGateway));
   });
 
   it('REJECT for a service without endpoints, DROP for Local policy without a local endpoint', async () => {
@@ -167,7 +222,7 @@ for (const mode of labModes) describe(`kubectl proxyctl in the lab, ${mode} mode
     const sync = await plugin('sync', 'node-1');
     assert.equal(sync.code, 0, describeRun(sync));
     const counts = mode === 'nftables' ? '[1-9]\\d* in table kube-proxy' : '[1-9]\\d* nat, [1-9]\\d* filter';
-    assert.match(sync.stdout, new RegExp(`^node-1\\s+${mode}\\s+full\\s+\\S+\\s+${counts}$`, 'm'), describeRun(sync));
+    assert.match(sync.stdout, new RegExp(`^node-1\\s+${mode}\\s+full\\s+\\S+\\s+${counts}\\s+repaired [1-9]\\d* services?: `, 'm'), describeRun(sync));
     const repaired = await plugin('diff', 'node-1');
     assert.equal(repaired.code, 0, describeRun(repaired));
   });

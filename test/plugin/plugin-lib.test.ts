@@ -5,7 +5,7 @@ import {describe, it} from 'node:test';
 import {parseDestination} from '../../src/plugin/commands/trace.ts';
 import {agentOnNode, type AgentPod} from '../../src/plugin/lib/agent-pods.ts';
 import {colorDiff} from '../../src/plugin/lib/diff-text.ts';
-import {formatAge, formatTable, palette} from '../../src/plugin/lib/output.ts';
+import {formatAge, formatTable, palette, useColor} from '../../src/plugin/lib/output.ts';
 import {PluginError} from '../../src/plugin/lib/plugin-error.ts';
 import {compareProbe, endpointIP} from '../../src/plugin/lib/probe-text.ts';
 import {parseRequestTimeout} from '../../src/plugin/lib/request-timeout.ts';
@@ -38,6 +38,23 @@ describe('output', () => {
   it('keeps columns aligned when cells are coloured', () => {
     const c = palette(true);
     assert.equal(formatTable(['A', 'B'], [[c.green('yes'), 'x']]).split('\n')[1], `${c.green('yes')}   x`);
+  });
+  it('colour: only on a terminal, never with NO_COLOR, FORCE_COLOR=0 or TERM=dumb, always with FORCE_COLOR=1', () => {
+    const tty = {isTTY: true};
+    const pipe = {isTTY: false};
+    const cases: [Record<string, string>, {isTTY: boolean}, boolean][] = [
+      [{}, tty, true],
+      [{}, pipe, false],
+      [{NO_COLOR: '1'}, tty, false],
+      [{NO_COLOR: ''}, tty, true],
+      [{FORCE_COLOR: '0'}, tty, false],
+      [{TERM: 'dumb'}, tty, false],
+      [{TERM: 'xterm-256color'}, tty, true],
+      [{FORCE_COLOR: '1'}, pipe, true],
+      [{FORCE_COLOR: '1', NO_COLOR: '1'}, tty, false],
+    ];
+    for (const [env, stream, expected] of cases) assert.equal(useColor('text', stream, env), expected, `${JSON.stringify(env)} ${stream.isTTY ? 'tty' : 'pipe'}`);
+    assert.equal(useColor('json', tty, {FORCE_COLOR: '1'}), false, 'never for -o json');
   });
   it('writes ages as kubectl does', () => {
     assert.deepEqual([5_000, 125_000, 600_000, 7_200_000 * 3, 86_400_000 * 3].map(formatAge), ['5s', '2m5s', '10m', '6h', '3d']);

@@ -13,7 +13,7 @@ import {kubernetesAccessReviewer} from '../../src/agent/api/access.ts';
 import type {AgentApiHandlers} from '../../src/agent/api/handlers.ts';
 import {startAgentApi} from '../../src/agent/api/server.ts';
 import {memoryLogger} from '../../src/agent/log.ts';
-import {clientIP, describeRun, endpointIPs, inNetns, isRoot, nodeIP, root, runPlugin, startAgentCluster, until, type PluginRun} from './agent-cluster.ts';
+import {clientIP, describeRun, endpointIPs, inNetns, isRoot, nodeIP, pluginBin, root, runPlugin, startAgentCluster, until, type PluginRun} from './agent-cluster.ts';
 
 test('kubectl proxyctl against a real agent', async (t) => {
   if (!isRoot) {
@@ -98,8 +98,15 @@ test('kubectl proxyctl against a real agent', async (t) => {
 
     const sync = await runPlugin(['sync', 'node-1', ...admin]);
     assert.equal(sync.code, 0, describeRun(sync));
-    assert.match(sync.stdout.replace(/$/, `\n${cluster.log.lines.slice(-8).join('\n')}`), /^node-1\s+iptables\s+full\s+\d+(ms|\.\ds)\s+[1-9]\d* nat, [1-9]\d* filter$/m);
+    assert.match(sync.stdout.replace(/$/, `\n${cluster.log.lines.slice(-8).join('\n')}`), /^node-1\s+iptables\s+full\s+\d+(ms|\.\ds)\s+[1-9]\d* nat, [1-9]\d* filter\s+repaired 1 service: default\/web:http$/m);
     assert.ok(cluster.nat().includes(rule), 'the rule is back');
+    const again = await runPlugin(['sync', 'node-1', '-o', 'json', ...admin]);
+    assert.equal(again.code, 0, describeRun(again));
+    const answer = JSON.parse(again.stdout) as {kind: string; driftBefore: {services: string[]; checkedAt: string | null}};
+    assert.deepEqual(answer.driftBefore.services, [], 'nothing left to repair');
+    assert.ok(answer.driftBefore.checkedAt, 'the check read the kernel');
+    const quiet = await runPlugin(['sync', 'node-1', ...admin]);
+    assert.match(quiet.stdout, /^node-1\s+iptables\s+partial\s+\S+\s+[1-9]\d* nat, [1-9]\d* filter\s+none found$/m, describeRun(clean));
 
     const repaired = await runPlugin(['diff', 'node-1', ...admin]);
     assert.equal(repaired.code, 0, describeRun(repaired));
@@ -133,6 +140,95 @@ test('kubectl proxyctl against a real agent', async (t) => {
     const mismatch = await runPlugin(['status', '--agent-url', `ws://127.0.0.1:${(future.address() as AddressInfo).port}/`]);
     assert.equal(mismatch.code, 2, describeRun(mismatch));
     assert.match(mismatch.stderr, /^error: the agent at .* speaks proxyctl\.v2, this plugin speaks proxyctl\.v1/);
+  });
+
+  await t.test('-n and the context name the Services\' namespace, --agent-namespace the agents\'; failures under -o json exit 2', async () => {
+    const named = await runPlugin(['trace', 'web', '-n', 'default', '--node', 'node-1', '-o', 'json', ...admin]);
+    assert.equal(named.code, 0, describeRun(named));
+    assert.equal((JSON.parse(named.stdout) as {servicePort: string}).servicePort, 'default/web:http');
+
+    const elsewhere = await runPlugin(['trace', 'web', '-n', 'other', '--node', 'node-1', '-o', 'json', ...admin]);
+    assert.equal(elsewhere.code, 2, describeRun(elsewhere));
+    assert.match(elsewhere.stderr, /^error: service other\/web not found/);
+
+    const inOther = join(cluster.dir, 'other-namespace.kubeconfig');
+    const exported = JSON.parse(exportedKubeconfig(cluster.kubeconfig)) as {contexts: {context: {namespace?: string}}[]};
+    for (const context of exported.contexts) context.context.namespace = 'other';
+    await writeFile(inOther, JSON.stringify(exported));
+    const fromContext = await runPlugin(['trace', 'web', '--node', 'node-1', '--kubeconfig', inOther]);
+    assert.equal(fromContext.code, 2, describeRun(fromContext));
+    assert.match(fromContext.stderr, /^error: service other\/web not found/, 'the context\'s namespace is the default');
+    const flagWins = await runPlugin(['diff', 'node-1', '--service', 'web', '-n', 'default', '--kubeconfig', inOther]);
+    assert.equal(flagWins.code, 0, describeRun(flagWins));
+
+    const noAgents = await runPlugin(['trace', 'web', '--agent-namespace', 'elsewhere', '--node', 'node-1', '-o', 'json', ...admin]);
+    assert.equal(noAgents.code, 2, describeRun(noAgents));
+    assert.match((JSON.parse(noAgents.stdout) as {errors: {error: string}[]}).errors[0].error, /no proxyctl agent runs on node node-1 \(pods labelled .* in namespace elsewhere/);
+    const oldMeaning = await runPlugin(['status', '-n', 'kube-system', ...admin]);
+    assert.equal(oldMeaning.code, 2, `-n no longer names the agents' namespace\n${describeRun(oldMeaning)}`);
+  });
+
+  await t.test('diff --service: a bare name, a port, an unknown service (exit 2, one line)', async () => {
+    for (const service of ['web', 'web:http', 'default/web', 'default/web:80']) {
+      const run = await runPlugin(['diff', 'node-1', '--service', service, ...admin]);
+      assert.equal(run.code, 0, `${service}\n${describeRun(run)}`);
+    }
+    const unknown = await runPlugin(['diff', 'node-1', '--service', 'nothing', ...admin]);
+    assert.equal(unknown.code, 2, describeRun(unknown));
+    assert.match(unknown.stderr, /^error: service default\/nothing not found/);
+    assert.equal(unknown.stderr.trim().split('\n').length, 1);
+    const direct = await runPlugin(['diff', '--agent-url', cluster.agentUrl, '--service', 'web:http'], {KUBECONFIG: join(cluster.dir, 'none')});
+    assert.equal(direct.code, 0, `straight to the agent without a kubeconfig: the name is taken as given\n${describeRun(direct)}`);
+    const noPort = await runPlugin(['diff', 'node-1', '--service', 'web:9999', ...admin]);
+    assert.equal(noPort.code, 2, describeRun(noPort));
+    assert.match(noPort.stderr, /^error: service default\/web has no port 9999 \(ports: http=80\/TCP\)/);
+  });
+
+  await t.test('kubeconfig as kubectl reads it: $KUBECONFIG with several files, none at all, a server that does not answer', async () => {
+    const merged = await runPlugin(['status'], {KUBECONFIG: `${join(cluster.dir, 'missing.kubeconfig')}::${cluster.kubeconfig}:${cluster.viewerKubeconfig}`});
+    assert.equal(merged.code, 0, describeRun(merged));
+    assert.match(merged.stdout, /^node-1\s+iptables\s+true\s/m);
+
+    const none = await runPlugin(['status'], {KUBECONFIG: '', HOME: cluster.dir, KUBERNETES_SERVICE_HOST: ''});
+    assert.equal(none.code, 2, describeRun(none));
+    assert.match(none.stderr, new RegExp(`^error: no kubeconfig: \\$KUBECONFIG is not set and ${cluster.dir}/\\.kube/config does not exist: pass --kubeconfig FILE`));
+
+    const closed = createServer();
+    await new Promise<void>((resolve) => closed.listen(0, '127.0.0.1', resolve));
+    const port = (closed.address() as AddressInfo).port;
+    await new Promise((resolve) => closed.close(resolve));
+    const config = JSON.parse(exportedKubeconfig(cluster.kubeconfig)) as {clusters: {cluster: {server: string}}[]};
+    config.clusters[0].cluster.server = `http://127.0.0.1:${port}`;
+    const dead = join(cluster.dir, 'dead.kubeconfig');
+    await writeFile(dead, JSON.stringify(config));
+    const unreachable = await runPlugin(['trace', 'web', '--kubeconfig', dead]);
+    assert.equal(unreachable.code, 2, describeRun(unreachable));
+    assert.equal(unreachable.stderr, `error: cannot reach the API server at http://127.0.0.1:${port} to read service default/web: connection refused (nothing listens there): check --kubeconfig / --context\n`);
+  });
+
+  await t.test('colour: on a terminal, but not with NO_COLOR, FORCE_COLOR=0 or TERM=dumb; never on a pipe; FORCE_COLOR=1 forces it', async () => {
+    const colour = /\u001b\[\d+m/;
+    // A real terminal: script(1) gives the plugin a pseudo-terminal as stdout and stderr.
+    const inTerminal = (env: Record<string, string>) =>
+      new Promise<string>((resolve) =>
+        execFile('script', ['-qc', `${pluginBin} status --kubeconfig ${cluster.kubeconfig}`, '/dev/null'], {env: {...process.env, NO_COLOR: '', FORCE_COLOR: '', ...env}}, (_error, stdout) => resolve(stdout)),
+      );
+    const tty = await inTerminal({TERM: 'xterm'});
+    assert.match(tty, colour, tty);
+    assert.match(tty, /node-1/);
+    for (const env of [{TERM: 'xterm', NO_COLOR: '1'}, {TERM: 'xterm', FORCE_COLOR: '0'}, {TERM: 'dumb'}] as Record<string, string>[]) {
+      const text = await inTerminal(env);
+      assert.match(text, /node-1/, text);
+      assert.doesNotMatch(text, env.TERM === 'dumb' ? /\u001b/ : colour, `${JSON.stringify(env)}: ${JSON.stringify(text)}`);
+    }
+
+    const forced = await runPlugin(['status', ...admin], {NO_COLOR: '', FORCE_COLOR: '1'});
+    assert.match(forced.stdout, colour, describeRun(forced));
+    for (const env of [{NO_COLOR: '', FORCE_COLOR: ''}, {NO_COLOR: '', FORCE_COLOR: '0'}, {NO_COLOR: '1', FORCE_COLOR: '1'}]) {
+      const run = await runPlugin(['status', ...admin], env);
+      assert.equal(run.code, 0, describeRun(run));
+      assert.doesNotMatch(run.stdout, colour, JSON.stringify(env));
+    }
   });
 
   await t.test('offline trace over a saved dump needs no cluster', async () => {
@@ -189,6 +285,12 @@ test('kubectl proxyctl against a real agent', async (t) => {
 
   await until('the agent to be still serving', async () => (await runPlugin(['status', '--agent-url', cluster.agentUrl])).code === 0);
 });
+
+function exportedKubeconfig(path: string): string {
+  const config = new KubeConfig();
+  config.loadFromFile(path);
+  return config.exportConfig();
+}
 
 /** splitRule turns iptables-save's rule text into arguments, honouring its double quotes. */
 function splitRule(text: string): string[] {

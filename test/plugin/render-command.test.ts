@@ -93,7 +93,7 @@ describe('kubectl proxyctl render', () => {
     const demoapp = servers.find((server) => server.address === '10.96.0.10' && server.port === 80);
     assert.equal(demoapp?.protocol, 'TCP');
     assert.equal(demoapp?.scheduler, 'rr');
-    assert.deepEqual(demoapp?.realServers.map((real) => `${real.address}:${real.port}`), ['10.244.1.10:8080', '10.244.2.10:8080', '10.244.2.11:8080']);
+    assert.deepEqual(demoapp?.realServers.map((real) => `${real.address}:${real.port}`), ['10.244.0.10:8080', '10.244.0.11:8080', '10.244.1.10:8080']);
     const empty = servers.find((server) => server.address === '10.96.0.99');
     assert.deepEqual(empty?.realServers, [], 'a service without endpoints keeps its virtual server, with no real servers');
     assert.ok(servers.some((server) => server.port === 30080), 'the NodePort has virtual servers on the node address');
@@ -132,6 +132,82 @@ describe('kubectl proxyctl render', () => {
       assert.ok(run.stdout.includes('10.96.1.2'), `${mode}: the valid service is still rendered`);
       assert.ok(!run.stdout.includes('10.96.1.1'), `${mode}: the bad one is not`);
     }
+  });
+
+  it('iptables mode records the node addresses it used; trace --rules over the output takes them, and warns without any', async () => {
+    const rules = await render(['--cluster-cidr', '10.244.0.0/16']);
+    assert.equal(rules.split('\n')[0], '# node addresses (for -m addrtype LOCAL): 10.240.0.11');
+    const file = join(scratch, 'node-1.rules');
+    await writeFile(file, rules);
+    // nginx: NodePort 30080, externalTrafficPolicy Local, its pod on node-1.
+    const nodePort = ['trace', '--rules', file, '--src', '192.168.50.2', '--dst', '10.240.0.11:30080/tcp', '-o', 'json'];
+    const run = await runPlugin(nodePort);
+    assert.equal(run.code, 0, describeRun(run));
+    const seen = JSON.parse(run.stdout) as {verdict: string; servicePort?: string; warnings: string[]};
+    assert.deepEqual([seen.verdict, seen.servicePort], ['DNAT', 'default/nginx:http']);
+    assert.ok(!seen.warnings.some((warning) => warning.includes('no address of the node')), seen.warnings.join('\n'));
+
+    const bare = join(scratch, 'node-1.bare.rules');
+    await writeFile(bare, rules.split('\n').slice(1).join('\n'));
+    const blind = await runPlugin(nodePort.map((arg) => (arg === file ? bare : arg)));
+    assert.equal(blind.code, 0, describeRun(blind));
+    const unseen = JSON.parse(blind.stdout) as {servicePort?: string; warnings: string[]};
+    assert.equal(unseen.servicePort, undefined);
+    assert.ok(unseen.warnings.some((warning) => /no address of the node was given, so -m addrtype LOCAL matched only loopback: 10\.240\.0\.11/.test(warning)), unseen.warnings.join('\n'));
+    const text = await runPlugin(nodePort.slice(0, -2).map((arg) => (arg === file ? bare : arg)));
+    assert.match(text.stdout, /no address of the node was given/, describeRun(text));
+  });
+
+  it('valid input that renders to nothing, or that kube-apiserver would refuse: a warning on stderr naming the object, exit 0', async () => {
+    const empty = join(scratch, 'empty.yaml');
+    await writeFile(empty, '# nothing here\n');
+    const none = await runPlugin(['render', '-f', empty]);
+    assert.equal(none.code, 0, describeRun(none));
+    assert.match(none.stderr, new RegExp(`^warning: no Service or EndpointSlice in ${escaped(empty)}`, 'm'));
+
+    const file = join(scratch, 'odd.yaml');
+    await writeFile(
+      file,
+      [
+        'apiVersion: v1',
+        'kind: Service',
+        'metadata: {name: web, namespace: shop}',
+        'spec: {type: NodePort, clusterIP: 10.96.1.1, ports: [{name: http, protocol: TCP, port: 80, targetPort: 8080, nodePort: 80}]}',
+        '---',
+        'apiVersion: v1',
+        'kind: Service',
+        'metadata: {name: six, namespace: shop}',
+        'spec: {type: ClusterIP, clusterIP: "fd00::10", clusterIPs: ["fd00::10"], ipFamilies: [IPv6], ports: [{name: http, protocol: TCP, port: 80}]}',
+        '---',
+        'apiVersion: discovery.k8s.io/v1',
+        'kind: EndpointSlice',
+        'metadata: {name: web-1, namespace: shop, labels: {kubernetes.io/service-name: web}}',
+        'addressType: IPv4',
+        'ports: [{name: https, protocol: TCP, port: 8443}]',
+        'endpoints: [{addresses: [10.244.1.5]}]',
+        '---',
+        'apiVersion: discovery.k8s.io/v1',
+        'kind: EndpointSlice',
+        'metadata: {name: web-dns, namespace: shop, labels: {kubernetes.io/service-name: web}}',
+        'addressType: FQDN',
+        'ports: [{name: http, protocol: TCP, port: 8080}]',
+        'endpoints: [{addresses: [web.example.com]}]',
+      ].join('\n'),
+    );
+    const run = await runPlugin(['render', '-f', file]);
+    assert.equal(run.code, 0, describeRun(run));
+    const warnings = run.stderr.trim().split('\n');
+    const expected = [
+      /^warning: .*odd\.yaml: Service shop\/web port http: nodePort 80 is outside the default node-port range 30000-32767/,
+      /^warning: .*odd\.yaml: Service shop\/six has no IPv4 cluster IP \(fd00::10\): it is not in these rules; render it with --ip-family ipv6$/,
+      /^warning: .*odd\.yaml: EndpointSlice shop\/web-1: port "https" matches no port of Service shop\/web \("http"\)/,
+      /^warning: .*odd\.yaml: EndpointSlice shop\/web-dns has addressType FQDN, which kube-proxy does not proxy/,
+    ];
+    assert.equal(warnings.length, expected.length, describeRun(run));
+    for (const pattern of expected) assert.ok(warnings.some((line) => pattern.test(line)), `${pattern}\n${describeRun(run)}`);
+    assert.ok(run.stdout.includes('10.96.1.1'), 'the rules are printed all the same');
+    const six = await runPlugin(['render', '-f', file, '--ip-family', 'ipv6']);
+    assert.match(six.stderr, /Service shop\/web has no IPv6 cluster IP \(10\.96\.1\.1\)/);
   });
 
   it('an unreadable file: exit 2 naming it', async () => {

@@ -340,7 +340,8 @@ export function createAgentRuntime(options: AgentRuntimeOptions): AgentRuntime {
     async sync(params): Promise<SyncAnswer> {
       if (!proxier.status().initialized) throw new Error(`node ${nodeName} cannot sync yet: the agent is still waiting for the lists of services, endpoint slices and its node`);
       // A partial sync rewrites only changed services: drifted rules need a full one to be repaired.
-      const drifted = (await currentDrift())?.services.length ?? 0;
+      const check = await currentDrift();
+      const drifted = check?.services.length ?? 0;
       const full = params.full === true || drifted > 0;
       log.detail(2, 'agent api: sync requested', {full, driftedServices: drifted});
       const requestedAt = now();
@@ -348,7 +349,7 @@ export function createAgentRuntime(options: AgentRuntimeOptions): AgentRuntime {
       proxier.requestSync({full});
       const outcome = await done;
       if (!outcome.ok) throw new Error(`the sync on node ${nodeName} failed: ${outcome.error}`);
-      return {durationMs: outcome.durationMs, kind: syncKind(outcome), rules: outcome.rules};
+      return {durationMs: outcome.durationMs, kind: syncKind(outcome), rules: outcome.rules, driftBefore: {services: check?.services ?? [], checkedAt: check?.checkedAt ?? null}};
     },
 
     onSync(listener) {

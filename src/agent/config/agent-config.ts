@@ -14,7 +14,7 @@ export interface AgentConfig {
   mode: ProxyMode;
   /** The file read with --config, if any. */
   configFile?: string;
-  /** Path of the kubeconfig; unset means in-cluster service account, then the default kubeconfig. */
+  /** Path of the kubeconfig; unset means $KUBECONFIG's files (merged as kubectl does), else ~/.kube/config, else the in-cluster service account. */
   kubeconfig?: string;
   /** Node name used instead of the hostname. */
   hostnameOverride?: string;

@@ -31,7 +31,7 @@ function withPort(address: string, port: number): string {
 
 export const flagSpecs: Record<string, FlagSpec> = {
   config: flag<string>('string', 'KubeProxyConfiguration file (kubeproxy.config.k8s.io/v1alpha1)', ['configFile'], (c, v) => (c.configFile = v)),
-  kubeconfig: flag<string>('string', 'kubeconfig file (default: in-cluster service account)', ['clientConnection.kubeconfig'], (c, v) => (c.kubeconfig = v || undefined)),
+  kubeconfig: flag<string>('string', 'kubeconfig file (default: the files $KUBECONFIG lists, merged as kubectl does, else ~/.kube/config, else the in-cluster service account)', ['clientConnection.kubeconfig'], (c, v) => (c.kubeconfig = v || undefined)),
   'hostname-override': flag<string>('string', 'node name to use instead of the hostname', ['hostnameOverride'], (c, v) => (c.hostnameOverride = v || undefined)),
   'proxy-mode': flag<string>('string', 'iptables, ipvs or nftables', ['mode'], (c, v) => (c.mode = (v || 'iptables') as ProxyMode)),
   'cluster-cidr': flag<string>('string', 'pod CIDRs, comma separated (one per family)', ['clusterCIDR'], (c, v) => (c.clusterCIDRs = splitList(v))),

@@ -1,6 +1,7 @@
 // loadAgentConfig: defaults, then the --config file, then the flags on top (flags win, as in
 // kube-proxy), then every value checked. A refused setting throws ConfigError naming it.
-import {readFileSync} from 'node:fs';
+import {existsSync, readFileSync} from 'node:fs';
+import {join} from 'node:path';
 import {parseCIDR, parseIP} from '../../core/model/index.ts';
 import {type AgentConfig, ConfigError, defaultAgentConfig, detectLocalModes, ipvsSchedulers, proxyModes} from './agent-config.ts';
 import {formatGoDuration} from './duration.ts';
@@ -131,6 +132,21 @@ export function validateAgentConfig(config: AgentConfig, source: (path: string) 
     if (section.syncPeriod < section.minSyncPeriod) {
       refuse(`${name}.syncPeriod`, formatGoDuration(section.syncPeriod), `is shorter than ${name}.minSyncPeriod ${formatGoDuration(section.minSyncPeriod)}`);
     }
+  }
+}
+
+/** Where `ip netns add` leaves the namespaces `ip netns exec` enters (iproute2's NETNS_RUN_DIR). */
+export const netnsRunDirectory = '/run/netns';
+
+/**
+ * checkNetnsExists refuses --netns naming a network namespace that does not exist: the agent
+ * would start, answer /healthz, and fail every sync. A start-up check, apart from
+ * loadAgentConfig, which reads settings without looking at the node.
+ */
+export function checkNetnsExists(netns: string | undefined, directory = netnsRunDirectory): void {
+  if (netns === undefined) return;
+  if (!existsSync(join(directory, netns))) {
+    throw new ConfigError(`flag --netns: network namespace "${netns}" does not exist (no ${join(directory, netns)}; create it with ip netns add ${netns})`);
   }
 }
 

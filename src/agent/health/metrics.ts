@@ -1,6 +1,7 @@
 // The agent's Prometheus metrics, under kube-proxy's names (pkg/proxy/metrics) so that existing
 // dashboards and alerts keep working, plus proxyctl_* for what only proxyctl does.
-import {Counter, Gauge, Histogram, Registry, collectDefaultMetrics} from 'prom-client';
+import {Counter, Gauge, Histogram, Registry, collectDefaultMetrics, type Metric} from 'prom-client';
+import {nfacctCounters} from '../../core/iptables/chains.ts';
 
 /** kube-proxy's sync latency buckets: 1 ms doubling 15 times (to about 16 s). */
 const syncBuckets = Array.from({length: 15}, (_, index) => 0.001 * 2 ** index);
@@ -36,10 +37,36 @@ export interface AgentMetrics {
   modelProblems: Gauge;
 }
 
-/** createAgentMetrics registers every metric in a registry of its own (one per agent, so tests can make many). */
-export function createAgentMetrics(options: {processMetrics?: boolean} = {}): AgentMetrics {
+/** Reads the packets counted in an nfacct object; undefined (or a failure) when it cannot be read. */
+export type NfacctReader = (counter: string) => Promise<number | undefined>;
+
+/**
+ * kube-proxy's nfacct-backed counters (pkg/proxy/metrics), registered in iptables mode: each is
+ * read from its nfacct object at every scrape. One that cannot be read has no sample, as with
+ * kube-proxy, which leaves the series absent rather than reporting a false 0.
+ */
+export const nfacctMetrics = [
+  {name: 'kubeproxy_iptables_ct_state_invalid_dropped_packets_total', help: 'packets dropped by iptables to work around conntrack problems', counter: nfacctCounters.ctStateInvalidDropped},
+  {name: 'kubeproxy_iptables_localhost_nodeports_accepted_packets_total', help: 'Number of packets accepted on nodeports of loopback interface', counter: nfacctCounters.localhostNodePortsAccepted},
+] as const;
+
+function nfacctCounterMetric(definition: (typeof nfacctMetrics)[number], read: NfacctReader): Metric {
+  const {name, help, counter} = definition;
+  const value = async () => {
+    const packets = await read(counter).catch(() => undefined);
+    return {name, help, type: 'counter' as const, aggregator: 'sum' as const, values: packets === undefined ? [] : [{value: packets, labels: {}}]};
+  };
+  return {name, help, type: 'counter', aggregator: 'sum', get: value, reset: () => undefined} as unknown as Metric;
+}
+
+/**
+ * createAgentMetrics registers every metric in a registry of its own (one per agent, so tests can
+ * make many); with `nfacct` (iptables mode), also the counters read from nfacct objects.
+ */
+export function createAgentMetrics(options: {processMetrics?: boolean; nfacct?: NfacctReader} = {}): AgentMetrics {
   const registry = new Registry();
   if (options.processMetrics) collectDefaultMetrics({register: registry});
+  if (options.nfacct) for (const definition of nfacctMetrics) registry.registerMetric(nfacctCounterMetric(definition, options.nfacct));
   const registers = [registry];
   return {
     registry,

@@ -140,8 +140,15 @@ export class CommandHost implements Host {
   }
 
   async iptablesFrontEnd(family: IPFamily): Promise<IptablesFrontEnd> {
-    const {stdout} = await this.run([iptablesCommand(family), '--version']);
-    return parseIptablesFrontEnd(stdout);
+    return parseIptablesFrontEnd(await this.iptablesVersion(family));
+  }
+
+  async iptablesVersion(family: IPFamily): Promise<string> {
+    return (await this.run([iptablesCommand(family), '--version'])).stdout.trim();
+  }
+
+  async nfacct(args: string[]): Promise<string> {
+    return (await this.run(['nfacct', ...args])).stdout;
   }
 
   async nft(args: string[], input?: string): Promise<string> {

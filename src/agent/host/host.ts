@@ -60,6 +60,10 @@ export interface Host {
   iptablesEnsureChain(family: IPFamily, table: IptablesTable, chain: string): Promise<boolean>;
   /** Which kernel interface the iptables command drives, from `iptables --version`. */
   iptablesFrontEnd(family: IPFamily): Promise<IptablesFrontEnd>;
+  /** `iptables --version` (ip6tables for IPv6) as it prints it, e.g. "iptables v1.8.9 (nf_tables)". */
+  iptablesVersion(family: IPFamily): Promise<string>;
+  /** nfacct ARGS: the named packet counters `-m nfacct` counts into (add NAME, get NAME). */
+  nfacct(args: string[]): Promise<string>;
   /** nft ARGS, with an optional script on stdin (`nft -f -`). */
   nft(args: string[], input?: string): Promise<string>;
   ipset(args: string[], input?: string): Promise<string>;

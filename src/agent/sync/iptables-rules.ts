@@ -44,6 +44,12 @@ export interface IptablesRuleSource {
    * the model. Without it, partial syncs pass existingChains.
    */
   serviceChains?(model: ProxyModel, port: ServicePort): string[];
+  /**
+   * Whether `next` writes the rules of service ports that did not change differently from
+   * `previous` (kube-proxy's large-cluster mode, which drops rule comments, came or went): a
+   * partial write would leave those rules as they were, so the sync must be full.
+   */
+  rewritesUnchanged?(previous: ProxyModel, next: ProxyModel): boolean;
   /** iptables-save's spelling of the rules of an input (see SpellRules), so that a partial write need not be read back. */
   spellRules?(family: IPFamily, input: string): ReturnType<SpellRules>;
 }
@@ -66,6 +72,7 @@ export async function loadCoreIptablesRules(): Promise<IptablesRuleSource> {
   const renderIptablesChunks = module.renderIptablesChunks;
   const renderJumpRules = module.renderJumpRules;
   const parseIptablesSave = module.parseIptablesSave;
+  const isLargeCluster = module.isLargeCluster as ((model: ProxyModel) => boolean) | undefined;
   if (typeof renderIptablesChunks !== 'function' || typeof renderJumpRules !== 'function') {
     throw new Error('iptables mode: core/iptables does not export renderIptablesChunks and renderJumpRules');
   }
@@ -74,6 +81,7 @@ export async function loadCoreIptablesRules(): Promise<IptablesRuleSource> {
   return {
     render,
     jumpRules: (model) => readJumpRules(renderJumpRules(model)),
+    rewritesUnchanged: typeof isLargeCluster === 'function' ? (previous, next) => isLargeCluster(previous) !== isLargeCluster(next) : undefined,
     spellRules: typeof parseIptablesSave === 'function' ? (family, input) => spellRules(parseIptablesSave as (text: string, options: object) => unknown, family, input) : undefined,
     // The chains a model of this port alone declares: the renderer stays the one place that knows them.
     serviceChains: (model, port) => {

@@ -219,6 +219,11 @@ export class IptablesProxier extends ProxierBase<FamilyState> {
     const checkInBackground = driftCheckDue && slowReading && !state.backgroundInconclusive;
     const readInSync = driftCheckDue && (!slowReading || state.backgroundInconclusive === true);
     let changed = changedServicePorts(state.applied, model);
+    if (!full && state.applied && rules.rewritesUnchanged?.(state.applied, model)) {
+      // Rules of ports that did not change would keep their old spelling, and read as drift forever.
+      log.info('endpoints crossed the large-cluster threshold, which changes the rules of every service port: full sync', {family});
+      full = true;
+    }
     /** The proxy's rules read at `start`, when the drift check read them. */
     let current: Map<IptablesTable, OwnedRules> | undefined;
     if (!full && checkInBackground && state.written && changed.size === 0) this.#checkDriftInBackground(family, state);

@@ -1,10 +1,12 @@
 // KubernetesClient: the two calls the watches need (list, watch), over @kubernetes/client-node's
 // KubeConfig and Watch. Objects stay raw JSON: the model reads them defensively, and a typed decode
 // would drop fields it does not know.
+import {readFileSync} from 'node:fs';
 import {request as httpRequest} from 'node:http';
 import {request as httpsRequest, type RequestOptions} from 'node:https';
 // '#client-node': client-node itself, or its tree-shaken copy in the agent process (scripts/bundle-client-node.ts).
 import {KubeConfig, Watch} from '#client-node';
+import {findKubeconfig} from '../../core/kubeconfig/merge.ts';
 
 export interface ListResult {
   items: unknown[];
@@ -33,12 +35,16 @@ export class ApiError extends Error {
   }
 }
 
-/** loadKubeConfig: the given file, else in-cluster service account or $KUBECONFIG / ~/.kube/config. */
+/**
+ * loadKubeConfig: the given file, else the files $KUBECONFIG lists (merged as kubectl merges them),
+ * else ~/.kube/config, else the in-cluster service account.
+ */
 export function loadKubeConfig(path?: string): KubeConfig {
   const config = new KubeConfig();
-  if (path) config.loadFromFile(path);
-  else config.loadFromDefault();
-  if (!config.getCurrentCluster()) throw new Error(`kubeconfig ${path ?? '(default)'}: no current cluster`);
+  const found = findKubeconfig({file: path, env: process.env, readFile: (file) => readFileSync(file, 'utf8')});
+  if (found.kind === 'in-cluster') config.loadFromCluster();
+  else config.loadFromString(found.text);
+  if (!config.getCurrentCluster()) throw new Error(`kubeconfig ${found.kind === 'files' ? found.files.join(':') : '(in-cluster)'}: no current cluster`);
   return config;
 }
 

@@ -29,6 +29,14 @@ export const natChains = {
  */
 export const kubeletFirewallChain = 'KUBE-FIREWALL';
 
+/** kube-proxy's nfacct objects (pkg/proxy/metrics): packets its rules count, read back for /metrics. */
+export const nfacctCounters = {
+  /** INVALID-conntrack packets dropped in KUBE-FORWARD. */
+  ctStateInvalidDropped: 'ct_state_invalid_dropped_pkts',
+  /** NodePort packets to 127.0.0.0/8 accepted in KUBE-NODEPORTS. */
+  localhostNodePortsAccepted: 'localhost_nps_accepted_pkts',
+} as const;
+
 export const serviceChainPrefixes = {
   cluster: 'KUBE-SVC-',
   local: 'KUBE-SVL-',

@@ -6,6 +6,7 @@ export {
   isServiceChainName,
   kubeletFirewallChain,
   natChains,
+  nfacctCounters,
   perServiceChainPrefixes,
   portProtoHash,
   serviceChainPrefixes,
@@ -18,6 +19,7 @@ export {
 } from './chains.ts';
 export {
   countRules,
+  isLargeCluster,
   largeClusterEndpointsThreshold,
   masqueradeMark,
   probabilityText,
@@ -28,6 +30,6 @@ export {
   type RenderIptablesOptions,
 } from './render.ts';
 export {formatIptablesRuleset, IptablesParseError, parseIptablesSave, type ParseOptions} from './parse.ts';
-export type {IptablesChain, IptablesRule, IptablesRuleset} from './ruleset.ts';
+export {nodeAddressesComment, readNodeAddressesComment, type IptablesChain, type IptablesRule, type IptablesRuleset} from './ruleset.ts';
 export {diffIptables, type DiffIptablesOptions, type IptablesDiff, type IptablesDiffGroup} from './diff.ts';
 export {traceIptables} from './trace.ts';

@@ -153,6 +153,9 @@ function matchChecks(match: RuleMatch): Check[] {
   switch (match.module) {
     case 'comment':
       return [];
+    case 'nfacct':
+      // Counts the packet in a named nfacct object and always matches.
+      return [];
     case 'tcp':
     case 'udp':
     case 'sctp':

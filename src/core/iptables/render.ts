@@ -10,6 +10,7 @@ import {
   isServiceChainName,
   kubeletFirewallChain,
   natChains,
+  nfacctCounters,
   portProtoHash,
   serviceChainPrefixes,
   type IptablesTable,
@@ -61,6 +62,17 @@ export interface IptablesJumpRule {
  * endpoint rules to keep the ruleset small ("large cluster mode").
  */
 export const largeClusterEndpointsThreshold = 1000;
+
+/**
+ * isLargeCluster: the model has more endpoints than largeClusterEndpointsThreshold, so its
+ * endpoint rules go without comments. A change across the threshold changes the rules of every
+ * service port, changed or not: kube-proxy then rewrites them all (a full sync).
+ */
+export function isLargeCluster(model: ProxyModel): boolean {
+  let total = 0;
+  for (const port of model.servicePorts) total += port.endpoints.length;
+  return total > largeClusterEndpointsThreshold;
+}
 
 /** masqueradeMark is the packet mark that flags SNAT, e.g. "0x4000" for bit 14. */
 export function masqueradeMark(bit: number): string {
@@ -161,6 +173,11 @@ function nodePortPlan(model: ProxyModel): NodePortPlan {
     }
   }
   return {matchAll, addresses, localhostNodePorts};
+}
+
+/** Whether NodePorts on 127.0.0.0/8 are counted: they answer there, and the node has the nfacct object. */
+function countsLocalhostNodePorts(model: ProxyModel): boolean {
+  return nodePortPlan(model).localhostNodePorts && model.config.iptablesFeatures.nfacctCounters.includes(nfacctCounters.localhostNodePortsAccepted);
 }
 
 /** The match words of a local-traffic detector ("-s 10.244.0.0/16" / "! -s 10.244.0.0/16"), or undefined for none. */
@@ -278,8 +295,8 @@ function fixedChainsChange(previous: ProxyModel, next: ProxyModel, changed: Read
     const [was, is] = [before.get(identity), after.get(identity)];
     if (!was || !is) return true;
     const [wasRules, isRules] = [[] as string[], [] as string[]];
-    writeFixedChainRules(was, wasRules, wasRules);
-    writeFixedChainRules(is, isRules, isRules);
+    writeFixedChainRules(was, wasRules, wasRules, countsLocalhostNodePorts(previous));
+    writeFixedChainRules(is, isRules, isRules, countsLocalhostNodePorts(next));
     if (wasRules.join('\n') !== isRules.join('\n')) return true;
   }
   return false;
@@ -311,6 +328,8 @@ export function* renderIptablesChunks(model: ProxyModel, options: RenderIptables
   const detector = localTrafficMatches(model.config.localDetector);
   const plan = nodePortPlan(model);
   const masqueradeAll = model.config.masqueradeAll;
+  const features = model.config.iptablesFeatures;
+  const countLocalhost = countsLocalhostNodePorts(model);
   const primaryNodeIP = model.nodeIPs[0] === undefined ? undefined : parseIP(model.nodeIPs[0]);
   const MASQ = natChains.markMasq;
 
@@ -335,8 +354,7 @@ export function* renderIptablesChunks(model: ProxyModel, options: RenderIptables
     );
   }
 
-  const totalEndpoints = model.servicePorts.reduce((sum, port) => sum + port.endpoints.length, 0);
-  const largeCluster = totalEndpoints > largeClusterEndpointsThreshold;
+  const largeCluster = isLargeCluster(model);
   const probabilities: string[] = [];
   const probability = (n: number): string => (probabilities[n] ??= probabilityText(n));
 
@@ -352,11 +370,11 @@ export function* renderIptablesChunks(model: ProxyModel, options: RenderIptables
     const port = ports[index];
     const writesChains = changedServicePorts === undefined || changedServicePorts.has(servicePortIdentity(port));
     if (!writesChains && activeNatChains === undefined) {
-      if (writeFixedChains) writeFixedChainRules(port, discardLines, fixedFilter);
+      if (writeFixedChains) writeFixedChainRules(port, discardLines, fixedFilter, countLocalhost);
       continue;
     }
     const names = chainNamesOf(port);
-    const chains = writeFixedChainRules(port, discardLines, fixedFilter, names);
+    const chains = writeFixedChainRules(port, discardLines, fixedFilter, countLocalhost, names);
     // Chains of a port left alone in a partial render are not declared (that would flush them),
     // but they are still in use, so not stale.
     const declare = (chain: string): void => {
@@ -396,10 +414,13 @@ export function* renderIptablesChunks(model: ProxyModel, options: RenderIptables
     }
   }
 
-  fixedFilter.push(
+  if (!features.conntrackTCPLiberal) {
     // Without nf_conntrack_tcp_be_liberal an out-of-window packet is INVALID, escapes DNAT
     // reversal and makes the client reset the connection.
-    `-A ${filterChains.forward} -m conntrack --ctstate INVALID -j DROP`,
+    const counter = features.nfacctCounters.includes(nfacctCounters.ctStateInvalidDropped) ? ` -m nfacct --nfacct-name ${nfacctCounters.ctStateInvalidDropped}` : '';
+    fixedFilter.push(`-A ${filterChains.forward} -m conntrack --ctstate INVALID${counter} -j DROP`);
+  }
+  fixedFilter.push(
     `-A ${filterChains.forward} -m comment --comment "kubernetes forwarding rules" -m mark --mark ${mark}/${mark} -j ACCEPT`,
     `-A ${filterChains.forward} -m comment --comment "kubernetes forwarding conntrack rule" -m conntrack --ctstate RELATED,ESTABLISHED -j ACCEPT`,
   );
@@ -420,17 +441,17 @@ export function* renderIptablesChunks(model: ProxyModel, options: RenderIptables
     `-A ${natChains.postrouting} -m mark ! --mark ${mark}/${mark} -j RETURN`,
     // Clearing the mark keeps a packet that passes the stack again from being masqueraded twice.
     `-A ${natChains.postrouting} -j MARK --xor-mark ${mark}`,
-    `-A ${natChains.postrouting} -m comment --comment "kubernetes service traffic requiring SNAT" -j MASQUERADE --random-fully`,
+    `-A ${natChains.postrouting} -m comment --comment "kubernetes service traffic requiring SNAT" -j MASQUERADE${features.randomFully ? ' --random-fully' : ''}`,
     `-A ${MASQ} -j MARK --or-mark ${mark}`,
   );
   for (let index = 0; index < ports.length; index++) {
     const port = ports[index];
     const own = written[index];
     if (!own) {
-      if (writeFixedChains) writeFixedChainRules(port, fixedNat, discardLines);
+      if (writeFixedChains) writeFixedChainRules(port, fixedNat, discardLines, countLocalhost);
       continue;
     }
-    writeFixedChainRules(port, fixedNat, discardLines, own.names);
+    writeFixedChainRules(port, fixedNat, discardLines, countLocalhost, own.names);
     writePortChains(port, own);
     yield* natRules.takeFull();
   }
@@ -540,6 +561,7 @@ function writeFixedChainRules(
   port: ServicePort,
   natRules: LineSink,
   filterRules: LineSink,
+  countLocalhost: boolean,
   names?: {clusterChain: string; localChain: string; externalChain: string; firewallChain: string},
 ): PortChains {
   const name = port.key;
@@ -553,7 +575,7 @@ function writeFixedChainRules(
   const internalChain = port.internalPolicyLocal ? localChain : clusterChain;
   const externalPolicyChain = port.externalPolicyLocal ? localChain : clusterChain;
   const usesExternalChain = hasEndpoints && port.externallyAccessible;
-  const usesFirewallChain = hasEndpoints && port.loadBalancerIPs.length > 0 && port.loadBalancerSourceRanges.length > 0;
+  const usesFirewallChain = hasEndpoints && port.loadBalancerIPs.length > 0 && (port.loadBalancerSourceRanges.length > 0 || port.loadBalancerSourceRangesInvalid);
   const loadBalancerChain = usesFirewallChain ? firewallChain : externalChain;
 
   // Used only where the traffic has no endpoint: none at all (REJECT), or none on this node
@@ -595,6 +617,11 @@ function writeFixedChainRules(
 
   if (port.nodePort !== 0) {
     // NodePorts are not subject to loadBalancerSourceRanges (kube-proxy never was).
+    if (hasEndpoints && countLocalhost) {
+      // Counts what reaches NodePorts on 127.0.0.0/8 (route_localnet), which nftables mode does not serve.
+      const counter = `-m nfacct --nfacct-name ${nfacctCounters.localhostNodePortsAccepted}`;
+      natRules.push(`-A ${natChains.nodePorts} -m comment --comment ${name} ${matchProtocol} -d 127.0.0.0/8 --dport ${port.nodePort} ${counter} -j ${externalChain}`);
+    }
     if (hasEndpoints) natRules.push(`-A ${natChains.nodePorts} -m comment --comment ${name} ${matchProtocol} --dport ${port.nodePort} -j ${externalChain}`);
     if (!hasExternalEndpoints) {
       filterRules.push(`-A ${filterChains.externalServices} -m comment --comment ${filterVerdict.comment} -m addrtype --dst-type LOCAL ${matchProtocol} --dport ${port.nodePort} -j ${filterVerdict.target}`);

@@ -73,6 +73,7 @@ export interface ParsedRuleArgs {
 // to the next option.
 const matchOptionArity: Record<string, Record<string, number>> = {
   comment: {comment: 1},
+  nfacct: {'nfacct-name': 1},
   tcp: {sport: 1, dport: 1, 'tcp-flags': 2, syn: 0, 'tcp-option': 1},
   udp: {sport: 1, dport: 1},
   sctp: {sport: 1, dport: 1, 'chunk-types': 2},
@@ -472,7 +473,9 @@ function formatOptions(options: RuleOption[]): string[] {
   const words: string[] = [];
   for (const entry of options) {
     if (entry.negated) words.push('!');
-    if (entry.name !== '') words.push(`--${entry.name}`);
+    // iptables' nfacct extension prints its option with two blanks after it.
+    if (entry.name === 'nfacct-name') words.push('--nfacct-name ');
+    else if (entry.name !== '') words.push(`--${entry.name}`);
     for (const value of entry.values) words.push(formatValue(entry.name, value));
   }
   return words;

@@ -84,7 +84,7 @@ export interface IptablesTable {
 }
 
 /** Match modules the tracer evaluates; rules with others are kept, and reported where the trace meets them. */
-export const evaluatedMatches: ReadonlySet<string> = new Set(['comment', 'tcp', 'udp', 'sctp', 'udplite', 'multiport', 'addrtype', 'mark', 'conntrack', 'state', 'statistic', 'recent', 'pkttype', 'iprange', 'icmp', 'icmp6']);
+export const evaluatedMatches: ReadonlySet<string> = new Set(['comment', 'nfacct', 'tcp', 'udp', 'sctp', 'udplite', 'multiport', 'addrtype', 'mark', 'conntrack', 'state', 'statistic', 'recent', 'pkttype', 'iprange', 'icmp', 'icmp6']);
 
 /** UnknownMatch: a rule that uses a match module the tracer does not evaluate. */
 export interface UnknownMatch {
@@ -104,6 +104,26 @@ export interface IptablesRuleset {
   notes: string[];
   /** Rules with matches the tracer does not evaluate ("unknown match"), in dump order. */
   unknownMatches: UnknownMatch[];
+  /** The node's addresses the rules were rendered for, when the dump records them (see nodeAddressesComment). */
+  nodeAddresses?: string[];
+}
+
+const nodeAddressesPrefix = '# node addresses (for -m addrtype LOCAL):';
+
+/**
+ * nodeAddressesComment: the line `render` puts at the top of its iptables-restore text to record
+ * the node's addresses it rendered for (iptables-restore skips it), so that a trace over the text
+ * knows which destinations are the node's own without being told again.
+ */
+export function nodeAddressesComment(addresses: readonly string[]): string {
+  return `${nodeAddressesPrefix} ${addresses.length === 0 ? 'none' : addresses.join(' ')}`;
+}
+
+/** readNodeAddressesComment: the addresses of a nodeAddressesComment line, or undefined for another line. */
+export function readNodeAddressesComment(line: string): string[] | undefined {
+  if (!line.startsWith(nodeAddressesPrefix)) return undefined;
+  const words = line.slice(nodeAddressesPrefix.length).trim().split(/\s+/).filter((word) => word !== '' && word !== 'none');
+  return words;
 }
 
 /** Built-in chains of each table, in the order iptables-save lists them. */

@@ -414,8 +414,17 @@ export function traceIptables(ruleset: IptablesRuleset, packet: Packet, context:
     local.add(parsed.text);
     localAddresses.push(parsed);
   }
+  const isNodeAddress = (ip: ParsedIP): boolean => local.has(ip.text) || (ip.family === 'IPv4' ? ip.bytes[0] === 127 : ip.text === '::1');
+  // Addresses `-m addrtype` asked about while no node address of their family was given: the
+  // answer "not local" is then a guess, and a NodePort on a node address goes unseen.
+  const givenFamilies = new Set(localAddresses.map((address) => address.family));
+  const guessedNotLocal = new Set<string>();
   const addresses: AddressKind = {
-    isLocal: (ip) => local.has(ip.text) || (ip.family === 'IPv4' ? ip.bytes[0] === 127 : ip.text === '::1'),
+    isLocal: (ip) => {
+      const answer = isNodeAddress(ip);
+      if (!answer && !givenFamilies.has(ip.family)) guessedNotLocal.add(ip.text);
+      return answer;
+    },
   };
   const tracer = new Tracer(ruleset, addresses, localAddresses);
   if (src.family !== ruleset.family || dst.family !== ruleset.family) {
@@ -440,7 +449,7 @@ export function traceIptables(ruleset: IptablesRuleset, packet: Packet, context:
     probability: 1,
     hops: [],
   };
-  if (packet.origin === 'local' && addresses.isLocal(dst)) initial.state.outInterface = 'lo';
+  if (packet.origin === 'local' && isNodeAddress(dst)) initial.state.outInterface = 'lo';
 
   const finished: Walk[] = [];
   const through = (walks: Walk[], hooks: Array<[Hook, string]>): Walk[] => {
@@ -460,7 +469,7 @@ export function traceIptables(ruleset: IptablesRuleset, packet: Packet, context:
 
   const routed = through([initial], hooksOf(packet.origin, 'before-routing'));
   for (const walk of routed) {
-    const toNode = addresses.isLocal(walk.state.dst);
+    const toNode = isNodeAddress(walk.state.dst);
     if (packet.origin === 'arriving') {
       finished.push(...through([{...walk, state: {...walk.state, outInterface: undefined}}], hooksOf('arriving', toNode ? 'local-in' : 'forward')));
     } else if (toNode) {
@@ -469,6 +478,13 @@ export function traceIptables(ruleset: IptablesRuleset, packet: Packet, context:
     } else {
       finished.push(walk);
     }
+  }
+  // Only the packet's own addresses matter to the user: those the rules rewrote to are endpoints.
+  const guessed = [dst, src].filter((ip, index, both) => guessedNotLocal.has(ip.text) && both.findIndex((other) => other.text === ip.text) === index);
+  if (guessed.length > 0) {
+    tracer.warn(
+      `no address of the node was given, so -m addrtype LOCAL matched only loopback: ${guessed.map((ip) => ip.text).join(' and ')} was taken for another host's address, and a NodePort there would be missed; give the node's addresses`,
+    );
   }
   return summarize(packet, finished, tracer);
 }

@@ -132,7 +132,7 @@ export function renderIpvs(model: ProxyModel, options: RenderIpvsOptions = {}): 
     for (const ip of port.loadBalancerIPs) {
       add('loadBalancer', ipPort(ip, proto, port.port));
       if (port.externalPolicyLocal) add('loadBalancerLocal', ipPort(ip, proto, port.port));
-      if (port.loadBalancerSourceRanges.length > 0) {
+      if (port.loadBalancerSourceRanges.length > 0 || port.loadBalancerSourceRangesInvalid) {
         add('loadBalancerFW', ipPort(ip, proto, port.port));
         for (const range of port.loadBalancerSourceRanges) add('loadBalancerSourceCIDR', `${ipPort(ip, proto, port.port)},${hostNetwork(range)}`);
       }

@@ -3,7 +3,7 @@
 import {parseCIDR} from './ip.ts';
 import type {NodeDefinition} from './node.ts';
 import {describe, ObjectProblems} from './object-reader.ts';
-import type {IPFamily, LocalDetector, Problem, ProxyConfig} from './types.ts';
+import type {IPFamily, IptablesFeatures, LocalDetector, Problem, ProxyConfig} from './types.ts';
 
 /** defaultProxyConfig is KubeProxyConfiguration's defaults for the fields ProxyConfig holds. */
 export function defaultProxyConfig(): ProxyConfig {
@@ -13,6 +13,7 @@ export function defaultProxyConfig(): ProxyConfig {
     localDetector: {mode: 'None'},
     nodePortAddresses: [],
     localhostNodePorts: true,
+    iptablesFeatures: {nfacctCounters: [], randomFully: true, conntrackTCPLiberal: false},
   };
 }
 
@@ -63,8 +64,27 @@ export function resolveProxyConfig(input: ProxyConfigInput, node: NodeDefinition
       }
     }
   }
+  if (given.iptablesFeatures !== undefined) config.iptablesFeatures = resolveIptablesFeatures(given.iptablesFeatures, problems);
   config.localDetector = resolveLocalDetector(input, node, problems, sink);
   return config;
+}
+
+function resolveIptablesFeatures(given: Partial<IptablesFeatures>, problems: ObjectProblems): IptablesFeatures {
+  const features = defaultProxyConfig().iptablesFeatures;
+  for (const field of ['randomFully', 'conntrackTCPLiberal'] as const) {
+    const value = given[field];
+    if (value === undefined) continue;
+    if (typeof value === 'boolean') features[field] = value;
+    else problems.add(`iptablesFeatures.${field}`, `${describe(value)} is not true or false`, `default ${features[field]} used`);
+  }
+  if (given.nfacctCounters !== undefined) {
+    if (Array.isArray(given.nfacctCounters) && given.nfacctCounters.every((name) => typeof name === 'string' && /^[\w.-]{1,31}$/.test(name))) {
+      features.nfacctCounters = [...given.nfacctCounters];
+    } else {
+      problems.add('iptablesFeatures.nfacctCounters', `${describe(given.nfacctCounters)} is not a list of nfacct object names`, 'no counters used');
+    }
+  }
+  return features;
 }
 
 function resolveLocalDetector(

@@ -121,7 +121,6 @@ export function readService(raw: unknown, options: ServiceReadOptions, sink: Pro
   if (sessionAffinity === invalid) return undefined;
 
   const sourceRanges = readSourceRanges(spec, stringMap(metadata.annotations), options, problems);
-  if (sourceRanges === invalid) return undefined;
 
   const externalIPs = readExternalIPs(spec, options.family, problems);
   const loadBalancerIPs = readLoadBalancerIPs(raw.status, options.family, problems);
@@ -202,7 +201,8 @@ export function readService(raw: unknown, options: ServiceReadOptions, sink: Pro
       nodePort,
       externalIPs: [...externalIPs],
       loadBalancerIPs: [...loadBalancerIPs],
-      loadBalancerSourceRanges: [...sourceRanges],
+      loadBalancerSourceRanges: [...sourceRanges.ranges],
+      loadBalancerSourceRangesInvalid: sourceRanges.invalid,
       externalPolicyLocal,
       internalPolicyLocal,
       healthCheckNodePort,
@@ -314,21 +314,26 @@ function readSessionAffinity(
   return {timeoutSeconds: timeout ?? defaultStickyTimeoutSeconds};
 }
 
+/** What the load-balancer IPs pass, when one entry of the ranges cannot be read: nothing (fail closed). */
+const closedFirewall = 'load-balancer IPs closed to every client; cluster IP, NodePorts and external IPs kept';
+
 /**
  * readSourceRanges returns the family's CIDRs of spec.loadBalancerSourceRanges (whitespace
  * trimmed, as kube-proxy tolerates it). kube-proxy itself ignores the old annotation; cloud
- * providers read it when the field is empty, and so do we when asked.
+ * providers read it when the field is empty, and so do we when asked. A list with an entry that is
+ * no CIDR is `invalid`: the firewall cannot be known, so the load-balancer IPs it guards admit
+ * nobody, while the addresses it does not govern keep working.
  */
 function readSourceRanges(
   spec: Record<string, unknown>,
   annotations: Record<string, string>,
   options: ServiceReadOptions,
   problems: ObjectProblems,
-): string[] | typeof invalid {
+): {ranges: string[]; invalid: boolean} {
   const listValue = optionalArray(spec.loadBalancerSourceRanges);
   if (listValue === invalid) {
-    problems.add('spec.loadBalancerSourceRanges', 'not a list', 'service skipped');
-    return invalid;
+    problems.add('spec.loadBalancerSourceRanges', 'not a list', closedFirewall);
+    return {ranges: [], invalid: true};
   }
   let entries: Array<{text: unknown; field: string}> = (listValue ?? []).map((text, index) => ({
     text,
@@ -343,12 +348,12 @@ function readSourceRanges(
   for (const entry of entries) {
     const cidr = typeof entry.text === 'string' ? parseCIDR(entry.text.trim()) : undefined;
     if (!cidr) {
-      problems.add(entry.field, `${describe(entry.text)} is not a CIDR`, 'service skipped rather than guess its firewall');
-      return invalid;
+      problems.add(entry.field, `${describe(entry.text)} is not a CIDR`, closedFirewall);
+      return {ranges: [], invalid: true};
     }
     if (cidr.family === options.family && !ranges.includes(cidr.text)) ranges.push(cidr.text);
   }
-  return ranges;
+  return {ranges, invalid: false};
 }
 
 function readExternalIPs(spec: Record<string, unknown>, family: IPFamily, problems: ObjectProblems): string[] {

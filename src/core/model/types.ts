@@ -25,6 +25,25 @@ export interface ProxyConfig {
   nodePortAddresses: string[];
   /** Accept NodePort connections on 127.0.0.0/8 (iptables mode, IPv4 only). */
   localhostNodePorts: boolean;
+  /** What the node's kernel and iptables offer that changes iptables mode's rules; detected by whoever runs on the node. */
+  iptablesFeatures: IptablesFeatures;
+}
+
+/**
+ * IptablesFeatures: the node facts kube-proxy's iptables proxier checks before writing rules. The
+ * defaults are those of a current node without nfacct objects.
+ */
+export interface IptablesFeatures {
+  /**
+   * The nfacct objects that exist on the node (kube-proxy's ct_state_invalid_dropped_pkts and
+   * localhost_nps_accepted_pkts); rules count into those alone, since a rule naming a missing one
+   * cannot be loaded.
+   */
+  nfacctCounters: string[];
+  /** iptables knows MASQUERADE --random-fully (1.6.2 and later). */
+  randomFully: boolean;
+  /** net.netfilter.nf_conntrack_tcp_be_liberal is set: conntrack marks no out-of-window packet INVALID, so none is dropped. */
+  conntrackTCPLiberal: boolean;
 }
 
 /** Endpoint is one address of an EndpointSlice, resolved to the port of one service port. */
@@ -72,6 +91,12 @@ export interface ServicePort {
   /** status.loadBalancer.ingress IPs of this family whose ipMode is VIP (or unset). */
   loadBalancerIPs: string[];
   loadBalancerSourceRanges: string[];
+  /**
+   * spec.loadBalancerSourceRanges had an entry that is no CIDR: the load-balancer IPs admit no
+   * client at all (fail closed), as if the ranges matched nothing. Other addresses are not governed
+   * by the ranges and work as usual.
+   */
+  loadBalancerSourceRangesInvalid: boolean;
   /** externalTrafficPolicy Local on an externally accessible service. */
   externalPolicyLocal: boolean;
   /** internalTrafficPolicy Local. */

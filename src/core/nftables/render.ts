@@ -439,7 +439,7 @@ function footprintOf(model: ProxyModel, port: ServicePort, words: FamilyWords, b
     if (hasEndpoints) element(nftNames.serviceIPs, vip(ip), `goto ${names.external}`);
     if (!hasExternalEndpoints) element(nftNames.noEndpointServices, vip(ip), externalFilterVerdict, comment);
   }
-  const usesFirewall = port.loadBalancerIPs.length > 0 && port.loadBalancerSourceRanges.length > 0;
+  const usesFirewall = port.loadBalancerIPs.length > 0 && (port.loadBalancerSourceRanges.length > 0 || port.loadBalancerSourceRangesInvalid);
   if (usesFirewall) chain(names.firewall);
   for (const ip of port.loadBalancerIPs) {
     if (hasEndpoints) element(nftNames.serviceIPs, vip(ip), `goto ${names.external}`);
@@ -478,7 +478,8 @@ function footprintOf(model: ProxyModel, port: ServicePort, words: FamilyWords, b
     const nodeIP = model.nodeIPs[0] !== undefined ? parseIP(model.nodeIPs[0]) : undefined;
     const allowFromNode = nodeIP !== undefined && port.loadBalancerSourceRanges.some((text) => cidrContains(parseCIDR(text)!, nodeIP));
     if (allowFromNode) sources.push(...port.loadBalancerIPs);
-    chain(names.firewall).push(`${words.ipX} saddr != ${valueList(sources)} drop`);
+    // Unreadable ranges admit nobody.
+    chain(names.firewall).push(sources.length === 0 ? 'drop' : `${words.ipX} saddr != ${valueList(sources)} drop`);
   }
 
   if (affinity) {

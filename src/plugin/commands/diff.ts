@@ -1,7 +1,9 @@
 import {Args, Flags} from '@oclif/core';
 import type {DiffResult, StatusResult} from '../../protocol/methods.ts';
-import {AgentCommand, connectionFlags} from '../lib/agent-command.ts';
-import {forEachNode} from '../lib/agent-locator.ts';
+import {AgentCommand, connectionFlags, namespaceFlag} from '../lib/agent-command.ts';
+import {objectNamespace} from '../lib/kube-config.ts';
+import {resolveServiceKey, splitServiceReference} from '../lib/service-target.ts';
+import {type AgentLocator, forEachNode} from '../lib/agent-locator.ts';
 import {colorDiff} from '../lib/diff-text.ts';
 import {formatAge, formatData, formatTable, palette, useColor} from '../lib/output.ts';
 import {exitCodes} from '../lib/plugin-error.ts';
@@ -20,16 +22,17 @@ With --all-nodes: one line per node (mode, drifted services, last sync, agent ve
 
   static override examples = [
     {description: 'What differs on node-1', command: '<%= config.bin %> diff node-1'},
-    {description: 'Only one service', command: '<%= config.bin %> diff node-1 --service default/web'},
+    {description: 'Only one service', command: '<%= config.bin %> diff node-1 --service demoapp -n default'},
     {description: 'Every node at once', command: '<%= config.bin %> diff --all-nodes'},
   ];
 
   static override args = {node: Args.string({description: 'The node whose rules to compare.'})};
 
   static override flags = {
+    ...namespaceFlag,
     ...connectionFlags,
     'all-nodes': Flags.boolean({summary: 'Ask every agent; print a table.', default: false}),
-    service: Flags.string({summary: 'Only the rules of this service: NAMESPACE/NAME or NAMESPACE/NAME:PORT.'}),
+    service: Flags.string({summary: 'Only the rules of this service: NAME (in the -n namespace, else the context\'s) or NAMESPACE/NAME, either with :PORT.'}),
     output: Flags.option({char: 'o', summary: 'Output format.', options: ['text', 'json', 'yaml'] as const, default: 'text'})(),
     concurrency: Flags.integer({summary: 'Agents asked at once with --all-nodes.', default: 10, min: 1, max: 200}),
   };
@@ -38,7 +41,7 @@ With --all-nodes: one line per node (mode, drifted services, last sync, agent ve
     const {args, flags} = await this.parse(Diff);
     const locator = this.locator(flags);
     const nodes = await locator.chooseNodes(args.node, flags['all-nodes']);
-    const params = flags.service ? {service: flags.service} : {};
+    const params = flags.service ? {service: await serviceKey(locator, flags.service, flags.namespace)} : {};
     const results = await forEachNode(
       nodes.map((node) => node ?? ''),
       flags.concurrency,
@@ -76,6 +79,23 @@ With --all-nodes: one line per node (mode, drifted services, last sync, agent ve
     if (failed.length > 0) process.exitCode = exitCodes.error;
     else if (answered.some(({diff}) => !diff.equal)) process.exitCode = exitCodes.differs;
   }
+}
+
+/**
+ * The key the agent groups rules by ("namespace/name[:port]"), for a Service the API server says
+ * exists. Straight to an agent (--agent-url) without any kubeconfig there is no API server to ask:
+ * the name is taken as given, in -n's namespace or default.
+ */
+async function serviceKey(locator: AgentLocator, reference: string, namespace: string | undefined): Promise<string> {
+  let config;
+  try {
+    config = locator.kubeConfig();
+  } catch (error) {
+    if (!locator.direct) throw error;
+    const named = splitServiceReference(reference, namespace || 'default');
+    return `${named.namespace}/${named.name}${named.port !== undefined ? `:${named.port}` : ''}`;
+  }
+  return resolveServiceKey(config, reference, objectNamespace(config, namespace));
 }
 
 function driftTable(nodes: NodeDiff[], color: boolean): string {

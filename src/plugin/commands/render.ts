@@ -16,7 +16,9 @@ ipvs mode's state has four parts, each in the input format of the tool that load
 
 -o json prints the ProxyModel instead: every service port with its endpoints as the proxy categorised them.
 
-Objects that are not valid are skipped and named on stderr with their file and field; the rules for the rest are still printed, and the exit code is 2.`;
+Objects that are not valid are skipped and named on stderr with their file and field; the rules for the rest are still printed, and the exit code is 2. Input that is valid but renders to nothing (no objects at all, an FQDN EndpointSlice, slice ports that match no service port, a Service only of the other IP family) or that kube-apiserver would refuse by default (a NodePort outside 30000-32767) gets a warning on stderr naming the object; the exit code stays 0.
+
+In iptables mode the first line, a comment, records the node addresses the rules were rendered for; \`trace --rules\` over the output takes them as the node's own addresses.`;
 
   static override examples = [
     {description: 'The rules node-1 of the bundled example gets', command: '<%= config.bin %> render -f examples/cluster.yaml --cluster-cidr 10.244.0.0/16'},
@@ -31,7 +33,7 @@ Objects that are not valid are skipped and named on stderr with their file and f
       ['addresses', 'ip -batch -', '3. the service addresses on kube-ipvs0'],
       ['ipvsadm', 'ipvsadm-restore', '4. the virtual and real servers'],
     ] as const).map(([part, tool, description]) => ({description, command: `<%= config.bin %> render -f examples/cluster.yaml --mode ipvs --part ${part} | ip netns exec scratch ${tool}`})),
-    {description: 'The model as JSON, for another node and masquerading everything', command: '<%= config.bin %> render -f cluster.yaml --node-name node-2 --node-ip 10.240.0.12 --masquerade-all -o json'},
+    {description: 'The model as JSON, for another node and masquerading everything', command: '<%= config.bin %> render -f examples/cluster.yaml --node-name node-0 --node-ip 10.240.0.10 --masquerade-all -o json'},
   ];
 
   static override flags = {
@@ -79,8 +81,9 @@ Objects that are not valid are skipped and named on stderr with their file and f
       if (error instanceof InputError) this.error(error.message, {exit: badInput});
       throw error;
     }
-    const {model, problems, serviceCIDRs} = offline;
+    const {model, problems, warnings, serviceCIDRs} = offline;
     process.stdout.write(flags.output === 'json' ? formatData(model, 'json') : renderRules(model, flags.mode, flags.part, {serviceCIDRs}));
+    for (const warning of warnings) process.stderr.write(`warning: ${warning}\n`);
     if (problems.length > 0) {
       for (const problem of problems) process.stderr.write(`skipped: ${problem}\n`);
       this.exit(badInput);

@@ -12,7 +12,7 @@ export default class Status extends AgentCommand {
   static override examples = [
     {description: 'Every agent in the cluster', command: '<%= config.bin %> status'},
     {description: 'One node, as JSON', command: '<%= config.bin %> status node-1 -o json'},
-    {description: 'An agent reached directly', command: '<%= config.bin %> status --agent-url ws://127.0.0.1:10260/'},
+    {description: "On a node, its agent straight at its default address (a lab's agents: see the api ports in lab status)", command: '<%= config.bin %> status --agent-url ws://127.0.0.1:10260/'},
   ];
 
   static override args = {node: Args.string({description: 'Only the agent on this node.'})};

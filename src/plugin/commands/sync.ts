@@ -2,12 +2,12 @@ import {Args, Flags} from '@oclif/core';
 import type {ProxyMode, SyncResult} from '../../protocol/methods.ts';
 import {AgentCommand, connectionFlags} from '../lib/agent-command.ts';
 import {forEachNode} from '../lib/agent-locator.ts';
-import {formatData, formatDuration, formatTable} from '../lib/output.ts';
+import {formatData, formatDuration, formatTable, palette, useColor, type Palette} from '../lib/output.ts';
 import {exitCodes} from '../lib/plugin-error.ts';
 
 export default class Sync extends AgentCommand {
   static override summary = 'Make an agent sync its rules now and wait for the result.';
-  static override description = `Asks the agent on NODE (or every agent) to write its rules now, waits for that sync to finish, and prints how long it took and how many rules the kernel holds afterwards. --full rewrites every chain, which also repairs any drift "kubectl proxyctl diff" shows.`;
+  static override description = `Asks the agent on NODE (or every agent) to write its rules now, waits for that sync to finish, and prints how long it took, how many rules the kernel holds afterwards, and the drift: before syncing, the agent compares the rules in the kernel with the ones it means to have; if any service's rules differ ("kubectl proxyctl diff" shows how), the sync is full and rewrites them, and DRIFT names the services it repaired ("none found" otherwise). --full rewrites every chain regardless.`;
 
   static override examples = [
     {description: 'Sync node-1', command: '<%= config.bin %> sync node-1'},
@@ -56,11 +56,22 @@ export default class Sync extends AgentCommand {
     if (flags.output === 'json' || flags.output === 'yaml') {
       process.stdout.write(formatData(flags['all-nodes'] ? {nodes: synced, errors: failed} : (synced[0] ?? {errors: failed}), flags.output));
     } else if (synced.length > 0) {
-      const rows = synced.map((result) => [result.node, result.mode, result.kind, formatDuration(result.durationMs), ruleCounts(result)]);
-      process.stdout.write(formatTable(['NODE', 'MODE', 'SYNC', 'DURATION', 'RULES'], rows));
+      const c = palette(useColor(flags.output));
+      const rows = synced.map((result) => [result.node, result.mode, result.kind, formatDuration(result.durationMs), ruleCounts(result), driftText(result, c)]);
+      process.stdout.write(formatTable(['NODE', 'MODE', 'SYNC', 'DURATION', 'RULES', 'DRIFT'], rows));
     }
     if (failed.length > 0) process.exitCode = exitCodes.error;
   }
+}
+
+/** What the drift check before the sync found; a sync that follows drift is full and rewrites those services. */
+function driftText(result: SyncResult, c: Palette): string {
+  const drift = result.driftBefore;
+  if (!drift) return '-';
+  if (drift.checkedAt === null) return c.yellow("not checked (the kernel's rules could not be read)");
+  if (drift.services.length === 0) return 'none found';
+  const shown = drift.services.slice(0, 3).map((service) => service || '(rules of no service)').join(', ');
+  return c.yellow(`repaired ${drift.services.length} service${drift.services.length === 1 ? '' : 's'}: ${shown}${drift.services.length > 3 ? ', ...' : ''}`);
 }
 
 /** The rules the kernel holds after the sync, in the terms of the agent's mode. */

@@ -11,8 +11,8 @@ import {openPortForward} from './port-forward.ts';
 export interface LocatorOptions {
   kubeconfig?: string;
   context?: string;
-  /** Where the agent pods are. */
-  namespace: string;
+  /** Where the agent pods are (--agent-namespace). */
+  agentNamespace: string;
   /** ws://host:port/ of one agent: no API server involved. */
   agentUrl?: string;
   /** Bearer token for --agent-url agents that listen beyond loopback; default: the kubeconfig user's token. */
@@ -43,7 +43,7 @@ export class AgentLocator {
 
   /** The agent pods, listed once per command. */
   agentPods(): Promise<AgentPod[]> {
-    this.#pods ??= listAgentPods(this.kubeConfig(), this.#options.namespace);
+    this.#pods ??= listAgentPods(this.kubeConfig(), this.#options.agentNamespace);
     return this.#pods;
   }
 
@@ -59,7 +59,7 @@ export class AgentLocator {
     }
     const pods = await this.agentPods();
     if (pods.length === 0) {
-      throw new PluginError(`no proxyctl agents found (pods labelled app.kubernetes.io/name=proxyctl-agent in namespace ${this.#options.namespace}): is the agent DaemonSet installed? -n names its namespace`);
+      throw new PluginError(`no proxyctl agents found (pods labelled app.kubernetes.io/name=proxyctl-agent in namespace ${this.#options.agentNamespace}): is the agent DaemonSet installed? --agent-namespace names its namespace`);
     }
     return [...new Set(pods.map((pod) => pod.node))];
   }
@@ -84,7 +84,7 @@ export class AgentLocator {
       return AgentClient.connect({url: agentUrl, token: this.#token(), timeoutMs, label: `the agent at ${agentUrl}`});
     }
     if (!node) throw new PluginError('which node? name one (NODE argument or --node), or use --all-nodes');
-    const pod = agentOnNode(await this.agentPods(), node, this.#options.namespace);
+    const pod = agentOnNode(await this.agentPods(), node, this.#options.agentNamespace);
     const stream = await withTimeout(
       openPortForward(this.kubeConfig(), {namespace: pod.namespace, pod: pod.name, port: pod.port}),
       timeoutMs,

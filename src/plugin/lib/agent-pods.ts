@@ -23,14 +23,43 @@ function apiPort(pod: V1Pod): number {
   return defaultAgentPort;
 }
 
-/** apiError turns a client-node failure into a line that says what to do. */
-export function apiError(what: string, error: unknown): PluginError {
+const networkReasons: Record<string, string> = {
+  ECONNREFUSED: 'connection refused (nothing listens there)',
+  ECONNRESET: 'the connection was reset',
+  ENOTFOUND: 'no such host',
+  EAI_AGAIN: 'the host name could not be resolved',
+  EHOSTUNREACH: 'host unreachable',
+  ENETUNREACH: 'network unreachable',
+  ETIMEDOUT: 'timed out',
+  UND_ERR_CONNECT_TIMEOUT: 'timed out connecting',
+  UND_ERR_SOCKET: 'the connection closed',
+  DEPTH_ZERO_SELF_SIGNED_CERT: "the server's certificate is self-signed and not trusted (set certificate-authority in the kubeconfig)",
+  SELF_SIGNED_CERT_IN_CHAIN: "the server's certificate chain is not trusted (set certificate-authority in the kubeconfig)",
+  UNABLE_TO_VERIFY_LEAF_SIGNATURE: "the server's certificate cannot be verified (set certificate-authority in the kubeconfig)",
+  ERR_TLS_CERT_ALTNAME_INVALID: "the server's certificate is not for this address",
+};
+
+/** Why a request never got an answer: fetch says "fetch failed" and keeps the reason in its causes. */
+function networkReason(error: unknown): string | undefined {
+  for (let cause = error as {code?: string; message?: string; cause?: unknown} | undefined, depth = 0; cause && depth < 5; cause = cause.cause as typeof cause, depth++) {
+    if (cause.code && networkReasons[cause.code]) return networkReasons[cause.code];
+    if (cause.code && /^E[A-Z]+$|^UND_ERR|^ERR_TLS|CERT/.test(cause.code)) return `${cause.message ?? cause.code} (${cause.code})`;
+  }
+  const text = errorLine(error);
+  return /fetch failed|ECONNREFUSED|ENOTFOUND|EHOSTUNREACH|ETIMEDOUT|timed out|socket hang up/.test(text) ? text : undefined;
+}
+
+/** apiError turns a client-node failure into a line that says what failed, where, and what to do. */
+export function apiError(config: KubeConfig, what: string, error: unknown): PluginError {
   const code = (error as {code?: number}).code;
   if (code === 403) return new PluginError(`the API server refused to ${what} (403 Forbidden): ask for the RBAC rights, or use another --context`);
   if (code === 401) return new PluginError(`the API server did not accept your credentials while trying to ${what} (401 Unauthorized): check the kubeconfig's user`);
-  const text = errorLine(error);
-  if (/ECONNREFUSED|ENOTFOUND|EHOSTUNREACH|ETIMEDOUT|timed out/.test(text)) return new PluginError(`cannot reach the API server to ${what}: ${text}: check --kubeconfig / --context`);
-  return new PluginError(`cannot ${what}: ${text}`);
+  const unreachable = networkReason(error);
+  if (unreachable) {
+    const server = config.getCurrentCluster()?.server ?? '(no server in the kubeconfig)';
+    return new PluginError(`cannot reach the API server at ${server} to ${what}: ${unreachable}: check --kubeconfig / --context`);
+  }
+  return new PluginError(`cannot ${what}: ${errorLine(error)}`);
 }
 
 export async function listAgentPods(config: KubeConfig, namespace: string): Promise<AgentPod[]> {
@@ -38,7 +67,7 @@ export async function listAgentPods(config: KubeConfig, namespace: string): Prom
   try {
     pods = (await config.makeApiClient(CoreV1Api).listNamespacedPod({namespace, labelSelector: agentLabelSelector})).items;
   } catch (error) {
-    throw apiError(`list agent pods in namespace ${namespace}`, error);
+    throw apiError(config, `list agent pods in namespace ${namespace}`, error);
   }
   return pods
     .filter((pod) => pod.spec?.nodeName && !pod.metadata?.deletionTimestamp)
@@ -58,7 +87,7 @@ export function agentOnNode(pods: AgentPod[], node: string, namespace: string): 
   if (onNode.length === 0) {
     const nodes = [...new Set(pods.map((pod) => pod.node))];
     throw new PluginError(
-      `no proxyctl agent runs on node ${node} (pods labelled ${agentLabelSelector} in namespace ${namespace}${nodes.length > 0 ? ` run on ${nodes.join(', ')}` : ': none found'}): check the node name, -n, or the agent DaemonSet`,
+      `no proxyctl agent runs on node ${node} (pods labelled ${agentLabelSelector} in namespace ${namespace}${nodes.length > 0 ? ` run on ${nodes.join(', ')}` : ': none found'}): check the node name, --agent-namespace, or the agent DaemonSet`,
     );
   }
   return onNode.find((pod) => pod.running) ?? onNode[0];

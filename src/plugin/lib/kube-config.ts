@@ -1,6 +1,8 @@
-// The kubeconfig the plugin uses: --kubeconfig, else $KUBECONFIG, else ~/.kube/config, with
-// --context picking a context as kubectl does.
+// The kubeconfig the plugin uses: --kubeconfig, else the files $KUBECONFIG lists (merged as kubectl
+// merges them), else ~/.kube/config, with --context picking a context as kubectl does.
 import {KubeConfig} from '@kubernetes/client-node';
+import {readFileSync} from 'node:fs';
+import {findKubeconfig} from '../../core/kubeconfig/merge.ts';
 import {errorLine, PluginError} from './plugin-error.ts';
 
 export interface KubeConfigFlags {
@@ -10,12 +12,18 @@ export interface KubeConfigFlags {
 
 export function loadPluginKubeConfig(flags: KubeConfigFlags): KubeConfig {
   const config = new KubeConfig();
-  const source = flags.kubeconfig ?? process.env.KUBECONFIG ?? '~/.kube/config';
+  let source: string;
   try {
-    if (flags.kubeconfig) config.loadFromFile(flags.kubeconfig);
-    else config.loadFromDefault();
+    const found = findKubeconfig({file: flags.kubeconfig, env: process.env, readFile: (path) => readFileSync(path, 'utf8')});
+    if (found.kind === 'in-cluster') {
+      config.loadFromCluster();
+      source = 'the in-cluster service account';
+    } else {
+      config.loadFromString(found.text);
+      source = found.files.join(':');
+    }
   } catch (error) {
-    throw new PluginError(`cannot read kubeconfig ${source}: ${errorLine(error)}: pass --kubeconfig FILE`);
+    throw new PluginError(`${errorLine(error)}: pass --kubeconfig FILE or set KUBECONFIG (a lab's is shown by "kubectl proxyctl lab status")`);
   }
   if (flags.context) {
     if (!config.getContextObject(flags.context)) {
@@ -27,7 +35,7 @@ export function loadPluginKubeConfig(flags: KubeConfigFlags): KubeConfig {
   return config;
 }
 
-/** The namespace -n gives, else the context's, else "default". */
-export function contextNamespace(config: KubeConfig): string {
-  return config.getContextObject(config.getCurrentContext())?.namespace ?? 'default';
+/** The namespace of the objects a command names: -n, else the kubeconfig context's, else "default", as kubectl. */
+export function objectNamespace(config: KubeConfig, namespaceFlag: string | undefined): string {
+  return namespaceFlag || config.getContextObject(config.getCurrentContext())?.namespace || 'default';
 }

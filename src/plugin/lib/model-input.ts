@@ -1,6 +1,7 @@
 // Offline input for `render`: manifests read from files, turned into the ProxyModel of one node
 // and one IP family, with every skipped object reported against the file it came from.
 import {readFile} from 'node:fs/promises';
+import {renderWarnings} from './render-warnings.ts';
 import {buildProxyModel, parseCIDR, parseManifests, type EndpointSliceInput, type IPFamily, type LocalDetector, type ModelOptions, type NodeInput, type ProxyConfig, type ProxyModel, type ServiceInput} from '../../core/model/index.ts';
 
 /** The kube-proxy settings `render` takes as flags; unset ones come from the file's Node or defaults. */
@@ -26,6 +27,8 @@ export interface OfflineModel {
   serviceCIDRs: string[];
   /** One sentence per skipped object or unreadable document, each naming the file. */
   problems: string[];
+  /** One sentence per object that is valid but most likely not meant so (see renderWarnings). */
+  warnings: string[];
 }
 
 /** InputError: the input cannot be used at all (unreadable file, contradictory flags). */
@@ -63,7 +66,8 @@ export async function readOfflineModel(files: string[], settings: OfflineSetting
     const source = sourceOf.get(`${problem.kind}/${problem.namespace ?? ''}/${problem.name}`);
     problems.push(source ? `${source}: ${problem.message} (field ${problem.field})` : `${problem.message} (field ${problem.field})`);
   }
-  return {model, problems, serviceCIDRs};
+  const warnings = renderWarnings({files, services, endpointSlices, sourceOf: (object) => sourceOf.get(objectKey(object))}, model);
+  return {model, problems, warnings, serviceCIDRs};
 }
 
 /** The --service-cidr values of the rendered family; a value that is no CIDR is refused. */

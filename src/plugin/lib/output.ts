@@ -1,13 +1,22 @@
 // How the plugin prints: data on stdout in the format asked for, colour only for people.
 import {stringify as toYaml} from 'yaml';
+import Table from 'cli-table3';
 
 export const outputFormats = ['text', 'json', 'yaml', 'wide'] as const;
 export type OutputFormat = (typeof outputFormats)[number];
 
-/** useColor follows kubectl/oclif habits: never for machines, NO_COLOR, or a non-terminal stdout. */
-export function useColor(format: OutputFormat, stream: NodeJS.WriteStream = process.stdout): boolean {
+/**
+ * useColor follows the habits of kubectl and of every terminal program: never for machines (-o
+ * json/yaml); off with NO_COLOR (any value), FORCE_COLOR=0 or TERM=dumb; on with any other
+ * FORCE_COLOR; else only when the output is a terminal.
+ */
+export function useColor(format: OutputFormat, stream: {isTTY?: boolean} = process.stdout, env: Record<string, string | undefined> = process.env): boolean {
   if (format === 'json' || format === 'yaml') return false;
-  if (process.env.NO_COLOR !== undefined && process.env.NO_COLOR !== '') return false;
+  if (env.NO_COLOR !== undefined && env.NO_COLOR !== '') return false;
+  const force = env.FORCE_COLOR;
+  if (force === '0' || force === 'false') return false;
+  if (env.TERM === 'dumb') return false;
+  if (force !== undefined && force !== '') return true;
   return Boolean(stream.isTTY);
 }
 
@@ -30,20 +39,18 @@ export function palette(color: boolean) {
 }
 export type Palette = ReturnType<typeof palette>;
 
+/** Borderless, as kubectl get prints: only the three spaces between columns. */
+const kubectlTableChars = {
+  top: '', 'top-mid': '', 'top-left': '', 'top-right': '',
+  bottom: '', 'bottom-mid': '', 'bottom-left': '', 'bottom-right': '',
+  left: '', 'left-mid': '', mid: '', 'mid-mid': '', right: '', 'right-mid': '', middle: '   ',
+};
+
 /** formatTable lays rows out as kubectl get does: upper-case headers, columns three spaces apart, no borders. */
 export function formatTable(head: string[], rows: string[][]): string {
-  const widths = head.map((title, column) => Math.max(title.length, ...rows.map((row) => visibleLength(row[column] ?? ''))));
-  const line = (cells: string[]) =>
-    cells
-      .map((cell, column) => (column === cells.length - 1 ? cell : cell + ' '.repeat(widths[column] - visibleLength(cell) + 3)))
-      .join('')
-      .trimEnd();
-  return [line(head), ...rows.map(line)].join('\n') + '\n';
-}
-
-function visibleLength(text: string): number {
-  // eslint-disable-next-line no-control-regex
-  return text.replace(/\u001b\[\d+m/g, '').length;
+  const table = new Table({head, chars: kubectlTableChars, style: {head: [], border: [], 'padding-left': 0, 'padding-right': 0, compact: true}});
+  table.push(...rows.map((row) => head.map((_, column) => row[column] ?? '')));
+  return table.toString().split('\n').map((line) => line.trimEnd()).join('\n') + '\n';
 }
 
 /** formatAge: how long ago, as kubectl's AGE column writes it (45s, 3m12s, 5h, 2d). */

@@ -42,7 +42,7 @@ const expectedFailure: Record<TraceAnswer['verdict'], string | undefined> = {
 };
 
 export function formatProbeText(trace: TraceAnswer, probe: ProbeResult, count: number, from: string, c: Palette, endpointInfo?: Map<string, EndpointInfo>): string {
-  const lines = ['', `${c.bold('Probe')}    ${count} connection${count === 1 ? '' : 's'} from ${from}`];
+  const lines = ['', `${c.bold('Probe')}       ${count} connection${count === 1 ? '' : 's'} from ${from}`];
   const rows = compareProbe(trace, probe, endpointInfo);
   if (rows.length > 0) {
     const table = formatTable(

@@ -1,6 +1,6 @@
 // What `render` prints for each proxy mode: the text each kernel tool loads as it is, so that a
 // user can read the desired state and also apply it to a scratch network namespace.
-import {renderIptables} from '../../core/iptables/index.ts';
+import {nodeAddressesComment, renderIptables} from '../../core/iptables/index.ts';
 import {dummyDevice, formatIpsetRestore, formatIpvsadmRestore, renderIpvs, withJumpRules} from '../../core/ipvs/index.ts';
 import type {ProxyModel} from '../../core/model/index.ts';
 import {renderNftables} from '../../core/nftables/index.ts';
@@ -29,7 +29,8 @@ const ipvsPartTitles: Record<IpvsPart, string> = {
  * each of the four tools.
  */
 export function renderRules(model: ProxyModel, mode: RenderMode, part?: IpvsPart, options: {serviceCIDRs?: string[]} = {}): string {
-  if (mode === 'iptables') return renderIptables(model, {includeJumps: true});
+  // The node addresses go along, so that `trace --rules` over this text knows the node's own addresses.
+  if (mode === 'iptables') return `${nodeAddressesComment(model.nodeIPs)}\n${renderIptables(model, {includeJumps: true})}`;
   if (mode === 'nftables') return renderNftables(model, {serviceCIDRs: options.serviceCIDRs});
   const state = renderIpvs(model);
   const texts: Record<IpvsPart, string> = {

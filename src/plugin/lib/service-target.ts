@@ -6,6 +6,7 @@ import {isIP} from 'node:net';
 import {joinHostPort} from '../../core/model/ip.ts';
 import type {Protocol} from '../../core/model/types.ts';
 import {apiError} from './agent-pods.ts';
+import {labExternalClient} from './lab-client.ts';
 import {PluginError} from './plugin-error.ts';
 import type {EndpointInfo} from './trace-text.ts';
 
@@ -38,6 +39,8 @@ export interface PacketSource {
   /** Network namespace to probe from, when known (lab pods). */
   netns?: string;
   pod?: string;
+  /** The lab's external client the packet comes from, by name. */
+  externalClient?: string;
 }
 
 function notFound(error: unknown): boolean {
@@ -50,6 +53,13 @@ export function splitName(reference: string, defaultNamespace: string): {namespa
   if (parts.length === 1 && parts[0]) return {namespace: defaultNamespace, name: parts[0]};
   if (parts.length === 2 && parts[0] && parts[1]) return {namespace: parts[0], name: parts[1]};
   throw new PluginError(`${JSON.stringify(reference)}: must be NAME or NAMESPACE/NAME`);
+}
+
+/** splitServiceReference reads NAME or NAMESPACE/NAME, either with :PORT. */
+export function splitServiceReference(reference: string, defaultNamespace: string): {namespace: string; name: string; port?: string} {
+  const colon = reference.lastIndexOf(':');
+  const named = splitName(colon >= 0 ? reference.slice(0, colon) : reference, defaultNamespace);
+  return colon >= 0 ? {...named, port: reference.slice(colon + 1)} : named;
 }
 
 function pickPort(service: V1Service, wanted: string | undefined, label: string) {
@@ -65,16 +75,19 @@ function pickPort(service: V1Service, wanted: string | undefined, label: string)
   return found;
 }
 
+async function readService(config: KubeConfig, namespace: string, name: string): Promise<V1Service> {
+  try {
+    return await config.makeApiClient(CoreV1Api).readNamespacedService({namespace, name});
+  } catch (error) {
+    if (notFound(error)) throw new PluginError(`service ${namespace}/${name} not found: check the name, or give its namespace with -n or as NAMESPACE/NAME`);
+    throw apiError(config, `read service ${namespace}/${name}`, error);
+  }
+}
+
 export async function resolveService(config: KubeConfig, reference: string, defaultNamespace: string, wantedPort: string | undefined): Promise<ServiceTarget> {
   const {namespace, name} = splitName(reference, defaultNamespace);
   const label = `${namespace}/${name}`;
-  let service: V1Service;
-  try {
-    service = await config.makeApiClient(CoreV1Api).readNamespacedService({namespace, name});
-  } catch (error) {
-    if (notFound(error)) throw new PluginError(`service ${label} not found: check the name, or give its namespace as NAMESPACE/NAME`);
-    throw apiError(`read service ${label}`, error);
-  }
+  const service = await readService(config, namespace, name);
   const spec = service.spec ?? {};
   if (spec.type === 'ExternalName') throw new PluginError(`service ${label} is of type ExternalName: it is a DNS name, no proxy rule handles it`);
   if (!spec.clusterIP || spec.clusterIP === 'None') throw new PluginError(`service ${label} is headless (clusterIP None): clients reach its pods directly, no proxy rule handles it`);
@@ -102,7 +115,7 @@ export async function resolveService(config: KubeConfig, reference: string, defa
       }
     }
   } catch (error) {
-    throw apiError(`list the endpoint slices of service ${label}`, error);
+    throw apiError(config, `list the endpoint slices of service ${label}`, error);
   }
 
   return {
@@ -123,7 +136,21 @@ export async function resolveService(config: KubeConfig, reference: string, defa
   };
 }
 
-/** resolveSource reads --from: a pod (NAME or NAMESPACE/NAME) or an IP address. */
+/**
+ * resolveServiceKey reads diff's --service (NAME, NAMESPACE/NAME, either with :PORT) into the key the
+ * rules' comments use ("namespace/name" or "namespace/name:portname"), after checking with the API
+ * server that the Service (and the port) exist.
+ */
+export async function resolveServiceKey(config: KubeConfig, reference: string, defaultNamespace: string): Promise<string> {
+  const {namespace, name, port: wantedPort} = splitServiceReference(reference, defaultNamespace);
+  const label = `${namespace}/${name}`;
+  const service = await readService(config, namespace, name);
+  if (wantedPort === undefined) return label;
+  const port = pickPort(service, wantedPort, label);
+  return port.name ? `${label}:${port.name}` : label;
+}
+
+/** resolveSource reads --from: a pod (NAME or NAMESPACE/NAME), an IP address, or the lab's external client. */
 export async function resolveSource(config: KubeConfig, from: string, defaultNamespace: string): Promise<PacketSource> {
   if (isIP(from) !== 0) return {ip: from};
   const {namespace, name} = splitName(from, defaultNamespace);
@@ -131,8 +158,12 @@ export async function resolveSource(config: KubeConfig, from: string, defaultNam
   try {
     pod = await config.makeApiClient(CoreV1Api).readNamespacedPod({namespace, name});
   } catch (error) {
-    if (notFound(error)) throw new PluginError(`--from ${from}: pod ${namespace}/${name} not found (give an IP address, or the pod as NAMESPACE/NAME)`);
-    throw apiError(`read pod ${namespace}/${name}`, error);
+    if (notFound(error)) {
+      const client = from.includes('/') ? undefined : await labExternalClient(config, from);
+      if (client) return {ip: client.ip, node: client.node, netns: client.netns, externalClient: client.name};
+      throw new PluginError(`--from ${from}: pod ${namespace}/${name} not found (give an IP address, the pod as NAMESPACE/NAME, or in a lab its external client, client-0)`);
+    }
+    throw apiError(config, `read pod ${namespace}/${name}`, error);
   }
   const ip = pod.status?.podIP;
   if (!ip) throw new PluginError(`--from ${from}: pod ${namespace}/${name} has no IP address yet (phase ${pod.status?.phase ?? 'unknown'})`);
@@ -147,7 +178,7 @@ export async function nodeAddress(config: KubeConfig, node: string, family: 4 | 
     object = await config.makeApiClient(CoreV1Api).readNode({name: node});
   } catch (error) {
     if (notFound(error)) throw new PluginError(`node ${node} not found: check the name (kubectl get nodes)`);
-    throw apiError(`read node ${node}`, error);
+    throw apiError(config, `read node ${node}`, error);
   }
   const addresses = (object.status?.addresses ?? []).filter((address) => isIP(address.address) === family);
   const chosen = addresses.find((address) => address.type === 'InternalIP') ?? addresses[0];

@@ -1,9 +1,14 @@
 // Agent configuration: kube-proxy's ConfigMap file, flags over the file, and each kind of refusal.
 import assert from 'node:assert/strict';
+import {spawnSync} from 'node:child_process';
+import {mkdtemp, rm, writeFile} from 'node:fs/promises';
+import {tmpdir} from 'node:os';
+import {join} from 'node:path';
 import {test} from 'node:test';
+import {fileURLToPath} from 'node:url';
 import {ConfigError} from '../../../src/agent/config/agent-config.ts';
 import {formatGoDuration, parseGoDuration} from '../../../src/agent/config/duration.ts';
-import {loadAgentConfig} from '../../../src/agent/config/load-config.ts';
+import {checkNetnsExists, loadAgentConfig} from '../../../src/agent/config/load-config.ts';
 
 // The config.conf key of the kube-proxy ConfigMap kubeadm writes (v1.31), unchanged.
 const kubeadmConfig = `apiVersion: kubeproxy.config.k8s.io/v1alpha1
@@ -265,6 +270,21 @@ test('Go durations both ways', () => {
   assert.equal(formatGoDuration(30_000), '30s');
   assert.equal(formatGoDuration(3_600_000), '1h0m0s');
   assert.equal(formatGoDuration(250), '250ms');
+});
+
+test('--netns naming a network namespace that does not exist: the agent refuses to start, exit 2 naming the flag', async (t) => {
+  const directory = await mkdtemp(join(tmpdir(), 'pxa-netns-'));
+  t.after(() => rm(directory, {recursive: true, force: true}));
+  await writeFile(join(directory, 'pxa-present'), '');
+  assert.doesNotThrow(() => checkNetnsExists('pxa-present', directory));
+  assert.doesNotThrow(() => checkNetnsExists(undefined, directory));
+  assert.throws(() => checkNetnsExists('pxa-absent', directory), (error: unknown) => error instanceof ConfigError && /^flag --netns: network namespace "pxa-absent" does not exist/.test(error.message));
+
+  // The agent as users start it (the build): refused before it touches anything.
+  const missing = `pxa-missing-${process.pid}`;
+  const agent = spawnSync(process.execPath, [fileURLToPath(new URL('../../../dist/src/agent/main.js', import.meta.url)), '--netns', missing, '--kubeconfig', '/nonexistent'], {encoding: 'utf8', timeout: 30_000});
+  assert.equal(agent.status, 2, agent.stderr);
+  assert.match(agent.stderr, new RegExp(`^proxyctl-agent: flag --netns: network namespace "${missing}" does not exist`));
 });
 
 test('--service-cluster-ip-range: service CIDRs, one per family, for clusters without ServiceCIDR objects', () => {

@@ -7,7 +7,10 @@ import {createAgentMetrics} from '../../../src/agent/health/metrics.ts';
 import {CommandHost} from '../../../src/agent/host/command-host.ts';
 import {memoryLogger} from '../../../src/agent/log.ts';
 import {cleanupProxyRules} from '../../../src/agent/sync/cleanup.ts';
+import {loadCoreIptablesRules} from '../../../src/agent/sync/iptables-rules.ts';
 import {IptablesProxier} from '../../../src/agent/sync/proxier.ts';
+import {diffIptables, parseIptablesSave, renderIptables} from '../../../src/core/iptables/index.ts';
+import {buildProxyModel} from '../../../src/core/model/index.ts';
 import {createNetns, inNetns, isRoot} from '../netns.ts';
 import {MemoryObjects, service, slice} from './cluster.ts';
 import {FakeRules, serviceChain} from './fake-rules.ts';
@@ -121,4 +124,54 @@ test('a ruleset the kernel refuses leaves the old rules in place', async (t) => 
   for (const kind of ['Service', 'EndpointSlice', 'Node'] as const) failing.markSynced(kind);
   await assert.rejects(failing.syncRules(requested), /IPv4 full sync: ip netns exec pxa-\w+ iptables-restore -w 5 -W 100000 --noflush: exit \d+/);
   assert.equal(inNetns(netns, ['iptables-save', '-t', 'nat']).replace(/^#.*\n/gm, ''), before, 'iptables-restore is atomic');
+});
+
+test("crossing the large-cluster threshold either way leaves the kernel equal to the desired rules: no drift that never clears", async (t) => {
+  if (!isRoot) {
+    t.skip('needs root: creates a network namespace and runs iptables in it');
+    return;
+  }
+  const netns = createNetns(t);
+  const ips = (count: number, third: number): string[] => Array.from({length: count}, (_, index) => `10.244.${third + Math.floor(index / 250)}.${(index % 250) + 1}`);
+  // 999 + 1 endpoints: exactly at the threshold, comments kept.
+  const objects = new MemoryObjects({
+    services: [service('web', '10.96.0.10'), service('api', '10.96.0.1')],
+    slices: [slice('web-1', 'web', ips(500, 10)), slice('web-2', 'web', ips(499, 20)), slice('api-1', 'api', ['10.244.2.9'])],
+  });
+  const modelOptions = {nodeName: 'node-1', clusterCIDRs: ['10.244.0.0/16']};
+  const proxier = new IptablesProxier({
+    host: new CommandHost({netns}),
+    rules: await loadCoreIptablesRules(),
+    objects,
+    families: ['IPv4'],
+    model: modelOptions,
+    syncPeriod: 30_000,
+    minSyncPeriod: 0,
+    metrics: createAgentMetrics(),
+    health: new ProxierHealth(60_000),
+    log: memoryLogger(),
+  });
+  for (const kind of ['Service', 'EndpointSlice', 'Node'] as const) proxier.markSynced(kind);
+  /** What `kubectl proxyctl diff` compares: the desired rules rendered from the objects against the kernel's. */
+  const drift = (): string => {
+    const model = buildProxyModel({services: objects.services(), endpointSlices: objects.endpointSlices(), node: objects.node()}, {family: 'IPv4', ...modelOptions});
+    const desired = parseIptablesSave(renderIptables(model, {includeJumps: true}), {family: 'IPv4'});
+    const applied = parseIptablesSave(inNetns(netns, ['iptables-save']), {family: 'IPv4'});
+    const result = diffIptables(desired, applied);
+    return result.equal ? '' : result.text.slice(0, 2000);
+  };
+  const setWeb2 = async (count: number): Promise<string> => {
+    objects.slicesByName.set('web-2', slice('web-2', 'web', ips(count, 20)));
+    return (await proxier.syncRules(requested))[0].kind;
+  };
+
+  await proxier.syncRules(requested);
+  assert.equal(drift(), '');
+  assert.equal(await setWeb2(500), 'full', 'up to 1,001 endpoints');
+  assert.equal(drift(), '', 'api, unchanged, lost its endpoint comments too');
+  assert.equal(await setWeb2(499), 'full', 'down to 1,000');
+  assert.equal(drift(), '', 'and got them back');
+  assert.equal(await setWeb2(498), 'partial');
+  assert.equal(drift(), '');
+  assert.equal((await proxier.syncRules(periodic))[0].drift, false, 'the drift check agrees');
 });

@@ -45,6 +45,27 @@ function setup(
   return {clock, host, rules, metrics, health, log, proxier, objects, healthTargets};
 }
 
+/** A proxier writing core/iptables' real rules into a recording host, every initial list received. */
+async function coreRulesProxier(objects: MemoryObjects, clock = new FakeClock()) {
+  const host = new RecordingHost();
+  const log = memoryLogger(2);
+  const proxier = new IptablesProxier({
+    host,
+    rules: await loadCoreIptablesRules(),
+    objects,
+    families: ['IPv4'],
+    model: {nodeName: 'node-1', clusterCIDRs: ['10.244.0.0/16'], config: {}},
+    syncPeriod: 30_000,
+    minSyncPeriod: 1_000,
+    metrics: createAgentMetrics(),
+    health: new ProxierHealth(60_000, clock),
+    log,
+    clock,
+  });
+  for (const kind of ['Service', 'EndpointSlice', 'Node'] as const) proxier.markSynced(kind);
+  return {host, log, proxier, clock};
+}
+
 async function metricValue(metrics: ReturnType<typeof createAgentMetrics>, name: string, labels: Record<string, string> = {}): Promise<number> {
   for (const metric of await metrics.registry.getMetricsAsJSON()) {
     for (const value of metric.values as Array<{metricName?: string; labels: Record<string, unknown>; value: number}>) {
@@ -247,20 +268,7 @@ test('a full write is not read back; the next reading records each service chain
 });
 
 test('with the real renderer too, a full write is known from its input, jump rules included, and not read back', async () => {
-  const host = new RecordingHost();
-  const proxier = new IptablesProxier({
-    host,
-    rules: await loadCoreIptablesRules(),
-    objects: new MemoryObjects({services: [service('web', '10.96.0.10', {type: 'NodePort', nodePort: 30080})], slices: [slice('web-1', 'web', ['10.244.2.5'])]}),
-    families: ['IPv4'],
-    model: {nodeName: 'node-1', clusterCIDRs: ['10.244.0.0/16'], config: {}},
-    syncPeriod: 30_000,
-    minSyncPeriod: 1_000,
-    metrics: createAgentMetrics(),
-    health: new ProxierHealth(60_000),
-    log: memoryLogger(),
-  });
-  for (const kind of ['Service', 'EndpointSlice', 'Node'] as const) proxier.markSynced(kind);
+  const {host, proxier} = await coreRulesProxier(new MemoryObjects({services: [service('web', '10.96.0.10', {type: 'NodePort', nodePort: 30080})], slices: [slice('web-1', 'web', ['10.244.2.5'])]}));
   const [result] = await proxier.syncRules(requested);
   assert.equal(result.kind, 'full');
   assert.match(host.restores[0].rules, /^-I PREROUTING .*-j KUBE-SERVICES$/m, 'the jump rules are in the write');
@@ -527,4 +535,61 @@ test('eTP=Local services get health check targets with their local endpoint coun
   await proxier.syncRules(requested);
   assert.deepEqual(healthTargets.at(-1), [{namespace: 'default', name: 'lb', healthCheckNodePort: 32000, localEndpoints: 2}]);
   assert.equal(await metricValue(metrics, 'kubeproxy_sync_proxy_rules_no_local_endpoints_total', {traffic_policy: 'external'}), 0);
+});
+
+test("crossing kube-proxy's large-cluster threshold (1,000 endpoints) either way rewrites every service port's rules: a full sync", async () => {
+  const ips = (count: number, third: number): string[] => Array.from({length: count}, (_, index) => `10.244.${third + Math.floor(index / 250)}.${(index % 250) + 1}`);
+  // web: 999 endpoints, api: 1, so 1,000 in all: comments kept.
+  const objects = new MemoryObjects({
+    services: [service('web', '10.96.0.10'), service('api', '10.96.0.1')],
+    slices: [slice('web-1', 'web', ips(500, 10)), slice('web-2', 'web', ips(499, 20)), slice('api-1', 'api', ['10.244.2.9'])],
+  });
+  const {host, log, proxier, clock} = await coreRulesProxier(objects);
+  /** The rules of api's endpoint chain in the kernel (api itself never changes below). */
+  const apiEndpointRules = async (): Promise<string[]> => {
+    const nat = await host.iptablesSave('IPv4', 'nat');
+    const chain = /-A (KUBE-SEP-\S+) .*--to-destination 10\.244\.2\.9:8080/.exec(nat)![1];
+    return nat.split('\n').filter((line) => line.startsWith(`-A ${chain} `));
+  };
+  const setWeb2 = (count: number): void => {
+    objects.slicesByName.set('web-2', slice('web-2', 'web', ips(count, 20)));
+    proxier.onChange('EndpointSlice', objects.slicesByName.get('web-2'));
+  };
+
+  assert.equal((await proxier.syncRules(requested))[0].kind, 'full');
+  assert.match((await apiEndpointRules())[0], /--comment default\/api:p/);
+
+  setWeb2(500);
+  await clock.advance(2_000);
+  const [up] = await proxier.syncRules(requested);
+  assert.equal(up.kind, 'full', '1,001 endpoints: every rule loses its endpoint comment');
+  assert.ok((await apiEndpointRules()).every((rule) => !rule.includes('--comment')), `api's unchanged rules rewritten: ${(await apiEndpointRules()).join(' | ')}`);
+
+  setWeb2(499);
+  await clock.advance(2_000);
+  const [down] = await proxier.syncRules(requested);
+  assert.equal(down.kind, 'full', 'back to 1,000: the comments come back everywhere');
+  assert.ok((await apiEndpointRules()).every((rule) => rule.includes('--comment default/api:p')));
+
+  // Below the threshold, an endpoint change stays partial.
+  setWeb2(498);
+  await clock.advance(2_000);
+  assert.equal((await proxier.syncRules(requested))[0].kind, 'partial');
+  assert.ok(log.lines.filter((line) => line.includes('large-cluster threshold')).length === 2, 'each crossing is logged');
+});
+
+test('a loadBalancerSourceRanges entry that is no CIDR is logged by name; the service is still written, its load-balancer IP closed', async () => {
+  const lb = service('lb', '10.96.0.40', {type: 'LoadBalancer', nodePort: 30040}) as ReturnType<typeof service> & {spec: Record<string, unknown>; status?: unknown};
+  lb.spec.loadBalancerSourceRanges = ['192.0.2.0/24', '192.0.2.0/40'];
+  lb.status = {loadBalancer: {ingress: [{ip: '203.0.113.40'}]}};
+  const {host, log, proxier} = await coreRulesProxier(new MemoryObjects({services: [lb], slices: [slice('lb-1', 'lb', ['10.244.2.40'])]}));
+  await proxier.syncRules(requested);
+  const written = host.restores[0].rules;
+  assert.match(written, /-A KUBE-SERVICES .*"default\/lb:p cluster IP".* -d 10\.96\.0\.40 .*-j KUBE-SVC-/);
+  assert.match(written, /-A KUBE-NODEPORTS .* --dport 30040 -j KUBE-EXT-/);
+  assert.match(written, /-A KUBE-PROXY-FIREWALL .* -d 203\.0\.113\.40 --dport 80 -j DROP/);
+  assert.doesNotMatch(written, /-A KUBE-FW-\S+ .* -s /, 'the firewall chain admits no source');
+  const skipped = log.lines.filter((line) => line.includes('object skipped') && line.includes('object="Service default/lb"'));
+  assert.equal(skipped.length, 1, log.lines.join('\n'));
+  assert.match(skipped[0], /spec\.loadBalancerSourceRanges\[1\]: \\?"192\.0\.2\.0\/40\\?" is not a CIDR; load-balancer IPs closed to every client/);
 });

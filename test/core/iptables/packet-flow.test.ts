@@ -36,6 +36,8 @@ interface Flow {
   warning?: RegExp;
   /** A hop that must be on the path: "table chain -> target". */
   hop?: string;
+  /** Fields of the objects the model reports as problems (default none). */
+  expectedProblems?: string[];
 }
 
 const web = (spec: Parameters<typeof service>[1] = {}, extra: Partial<ServiceInput> = {}) => service('web', {clusterIP: '10.96.0.10', ports: [http], ...spec}, extra);
@@ -216,11 +218,31 @@ const flows: Flow[] = [
     hop: 'filter KUBE-NODEPORTS -> ACCEPT',
   },
   {name: 'an address of no service: left alone', services: [web()], slices: [threeEndpoints], packet: {...fromPod, dstIP: '93.184.216.34', dstPort: 443}, verdict: 'ACCEPT'},
+  ...badSourceRangeFlows(),
 ];
+
+/**
+ * One loadBalancerSourceRanges entry that is no CIDR: the load-balancer IP fails closed, even for
+ * a client inside the readable range; the cluster IP, NodePort and external IP the ranges do not
+ * govern keep working.
+ */
+function badSourceRangeFlows(): Flow[] {
+  const services = [web({type: 'LoadBalancer', ports: [{...http, nodePort: 30084}], externalIPs: ['198.51.100.7'], loadBalancerSourceRanges: ['10.240.0.100/32', '10.0.0.0/33']}, lbStatus('203.0.113.30'))];
+  const slices = [webSlice(remote('10.244.2.12'))];
+  const reached = {verdict: 'DNAT' as const, endpoints: {'10.244.2.12:8080': 1}};
+  const name = (what: string) => `loadBalancerSourceRanges with an entry that is no CIDR: ${what}`;
+  const flows: Flow[] = [
+    {name: name('the load-balancer IP drops every client'), services, slices, packet: {...fromOutside, dstIP: '203.0.113.30', dstPort: 80}, verdict: 'DROP', hop: 'filter KUBE-PROXY-FIREWALL -> DROP'},
+    {name: name('the cluster IP works'), services, slices, packet: {...fromPod, dstIP: '10.96.0.10', dstPort: 80}, ...reached},
+    {name: name('the NodePort works'), services, slices, packet: {...fromOutside, dstIP: nodeIP, dstPort: 30084}, ...reached},
+    {name: name('the external IP works'), services, slices, packet: {...fromOutside, dstIP: '198.51.100.7', dstPort: 80}, ...reached},
+  ];
+  return flows.map((flow) => ({...flow, expectedProblems: ['spec.loadBalancerSourceRanges[1]']}));
+}
 
 function run(flow: Flow): TraceResult {
   const model = buildProxyModel({services: flow.services, endpointSlices: flow.slices, node: node('node-1')}, {family: 'IPv4', clusterCIDRs: ['10.244.0.0/16'], ...flow.options});
-  assert.deepEqual(model.problems, [], 'model problems');
+  assert.deepEqual(model.problems.map((problem) => problem.field), flow.expectedProblems ?? [], 'model problems');
   const ruleset = parseIptablesSave(renderIptables(model, {includeJumps: true}));
   return traceIptables(ruleset, {srcIP: fromPod.srcIP, protocol: 'TCP', origin: 'arriving', ...flow.packet}, {localAddresses});
 }

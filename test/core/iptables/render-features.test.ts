@@ -438,3 +438,43 @@ describe('service ordering', () => {
     assert.deepEqual(comments, ['default/alpha:http cluster IP', 'default/zeta:http cluster IP', 'kubernetes service nodeports; NOTE: this must be the last rule in this chain']);
   });
 });
+
+describe('node features (nfacct counters, --random-fully, nf_conntrack_tcp_be_liberal)', () => {
+  const nodePortService = service('web', {type: 'NodePort', ports: [{name: 'http', protocol: 'TCP', port: 80, targetPort: 8080, nodePort: 30080}]});
+  const objects = {services: [nodePortService], slices: [slice('web-1', 'web', threeEndpoints)]};
+  const counters = ['ct_state_invalid_dropped_pkts', 'localhost_nps_accepted_pkts'];
+  const withFeatures = (features: Record<string, unknown>, config: Record<string, unknown> = {}): string =>
+    render(objects, {config: {...config, iptablesFeatures: {nfacctCounters: [], randomFully: true, conntrackTCPLiberal: false, ...features}}});
+
+  it('counts INVALID drops and localhost NodePorts into the nfacct objects the node has, as kube-proxy writes them', () => {
+    const text = withFeatures({nfacctCounters: counters});
+    assert.equal(chain(text, 'filter', 'KUBE-FORWARD')[0], '-A KUBE-FORWARD -m conntrack --ctstate INVALID -m nfacct --nfacct-name ct_state_invalid_dropped_pkts -j DROP');
+    assert.deepEqual(chain(text, 'nat', 'KUBE-NODEPORTS'), [
+      `-A KUBE-NODEPORTS -m comment --comment default/web:http -m tcp -p tcp -d 127.0.0.0/8 --dport 30080 -m nfacct --nfacct-name localhost_nps_accepted_pkts -j ${EXT}`,
+      `-A KUBE-NODEPORTS -m comment --comment default/web:http -m tcp -p tcp --dport 30080 -j ${EXT}`,
+    ]);
+  });
+
+  it('writes no counting rule without the nfacct objects, and no localhost one when NodePorts do not answer on 127.0.0.1', () => {
+    const none = withFeatures({});
+    assert.equal(chain(none, 'filter', 'KUBE-FORWARD')[0], '-A KUBE-FORWARD -m conntrack --ctstate INVALID -j DROP');
+    assert.doesNotMatch(none, /nfacct/);
+    const noLocalhost = withFeatures({nfacctCounters: counters}, {localhostNodePorts: false});
+    assert.deepEqual(chain(noLocalhost, 'nat', 'KUBE-NODEPORTS'), [`-A KUBE-NODEPORTS -m comment --comment default/web:http -m tcp -p tcp --dport 30080 -j ${EXT}`]);
+    const elsewhere = withFeatures({nfacctCounters: counters}, {nodePortAddresses: ['10.0.0.0/8']});
+    assert.doesNotMatch(chain(elsewhere, 'nat', 'KUBE-NODEPORTS').join('\n'), /nfacct/);
+  });
+
+  it('leaves out --random-fully where iptables lacks it, and the INVALID drop where conntrack is liberal', () => {
+    const old = withFeatures({randomFully: false});
+    assert.deepEqual(chain(old, 'nat', 'KUBE-POSTROUTING').at(-1), '-A KUBE-POSTROUTING -m comment --comment "kubernetes service traffic requiring SNAT" -j MASQUERADE');
+    const liberal = withFeatures({nfacctCounters: counters, conntrackTCPLiberal: true});
+    assert.doesNotMatch(chain(liberal, 'filter', 'KUBE-FORWARD').join('\n'), /INVALID/);
+  });
+
+  it('reports malformed features by name and falls back to the defaults', () => {
+    const model = buildProxyModel({services: [], endpointSlices: [], node: node('node-1')}, {family: 'IPv4', config: {iptablesFeatures: {nfacctCounters: ['bad name!'], randomFully: 'yes', conntrackTCPLiberal: false} as never}});
+    assert.deepEqual(model.problems.map((problem) => problem.field).sort(), ['iptablesFeatures.nfacctCounters', 'iptablesFeatures.randomFully']);
+    assert.deepEqual(model.config.iptablesFeatures, {nfacctCounters: [], randomFully: true, conntrackTCPLiberal: false});
+  });
+});

@@ -7,7 +7,7 @@ import {execFileSync, spawnSync} from 'node:child_process';
 import {readFileSync} from 'node:fs';
 import {describe, it, type TestContext} from 'node:test';
 import {buildProxyModel, changedServicePorts, parseManifests, type ModelOptions, type ProxyModel} from '../../../src/core/model/index.ts';
-import {countRules, renderIptables} from '../../../src/core/iptables/index.ts';
+import {countRules, nfacctCounters, parseIptablesSave, renderIptables} from '../../../src/core/iptables/index.ts';
 import {service, slice} from '../model/cluster-objects.ts';
 
 const isRoot = process.getuid?.() === 0;
@@ -103,6 +103,29 @@ describe('rendered rulesets load into the kernel', () => {
       await loadsWhole(t, frontEnd, featureModel('IPv4', {config: {localDetector: {mode: 'InterfaceNamePrefix', interfacePrefix: 'veth'}, masqueradeAll: true, localhostNodePorts: false}}));
     });
   }
+});
+
+describe('nfacct counting rules', () => {
+  it('load where the nfacct objects exist, and iptables-save prints them as the parser spells the rendered ones', async (t) => {
+    const why = missing(['iptables-restore', 'iptables-save', 'nfacct']);
+    if (why) return void t.skip(why);
+    const counters = Object.values(nfacctCounters);
+    const text = renderIptables(featureModel('IPv4', {config: {iptablesFeatures: {nfacctCounters: counters, randomFully: true, conntrackTCPLiberal: false}}}), {includeJumps: true});
+    const spelled = (dump: string): string[] => {
+      const rules: string[] = [];
+      for (const table of parseIptablesSave(dump, {family: 'IPv4'}).tables.values()) for (const chain of table.chains.values()) for (const rule of chain.rules) if (rule.text.includes('nfacct')) rules.push(rule.text);
+      return rules.sort();
+    };
+    await inNamespace((namespace) => {
+      for (const name of counters) run(namespace, 'nfacct', ['add', name]);
+      run(namespace, 'iptables-restore', [], text);
+      const back = run(namespace, 'iptables-save', []);
+      const kernel = back.split('\n').filter((line) => line.includes('nfacct')).sort();
+      assert.ok(kernel.some((line) => line.includes('ct_state_invalid_dropped_pkts')) && kernel.some((line) => line.includes('localhost_nps_accepted_pkts')), 'both counters are used');
+      assert.deepEqual(spelled(text), kernel, 'the rendered rules, spelled by the parser, as iptables-save prints them');
+      assert.deepEqual(spelled(back), kernel, 'the dump read back keeps its spelling');
+    });
+  });
 });
 
 describe('partial renders applied with --noflush', () => {

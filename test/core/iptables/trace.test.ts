@@ -400,3 +400,19 @@ test('REDIRECT sends the connection to the node itself (a sidecar proxy\'s port)
   assert.equal(arriving.branches[0].hops[1].hook, 'INPUT');
   assert.match(arriving.branches[0].hops[0].explanation, /redirected to 10\.0\.0\.11:15001 on this node \(REDIRECT\)/);
 });
+
+test('a NodePort traced without the node\'s addresses: addrtype LOCAL cannot match, and the trace says so instead of a silent ACCEPT', () => {
+  const packet: Packet = {...outsider, dstIP: '10.0.0.11', dstPort: 30080, protocol: 'TCP', origin: 'arriving'};
+  const blind = traceIptables(nodeA.legacy, packet, {localAddresses: []});
+  assert.equal(blind.servicePort, undefined, 'the NodePort is not recognised');
+  assert.ok(
+    blind.warnings.some((warning) => /no address of the node was given, so -m addrtype LOCAL matched only loopback: 10\.0\.0\.11 was taken for another host's address/.test(warning)),
+    blind.warnings.join('\n'),
+  );
+  const seeing = traceIptables(nodeA.legacy, packet, {localAddresses});
+  assert.equal(seeing.servicePort, 'default/np-cluster:http');
+  assert.ok(!seeing.warnings.some((warning) => warning.includes('no address of the node')));
+  // With no addrtype question on the way (a cluster IP), there is nothing to warn about.
+  const clusterIP = traceIptables(nodeA.legacy, {...packet, ...pod, dstIP: '10.96.0.10', dstPort: 80}, {localAddresses: []});
+  assert.ok(!clusterIP.warnings.some((warning) => warning.includes('no address of the node')), clusterIP.warnings.join('\n'));
+});

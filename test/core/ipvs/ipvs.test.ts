@@ -77,6 +77,16 @@ function packet(srcIP: string, dstIP: string, dstPort: number): Packet {
 }
 
 describe('renderIpvs', () => {
+  it('a loadBalancerSourceRanges entry that is no CIDR: the load-balancer IP is firewalled with no allowed source; the NodePort stays', () => {
+    const lb = service('lb', {type: 'LoadBalancer', clusterIP: '10.96.0.14', ports: [{name: 'http', protocol: 'TCP', port: 80, targetPort: 8080, nodePort: 30081}], loadBalancerSourceRanges: ['203.0.113.0/24', 'bogus']}, {loadBalancer: {ingress: [{ip: '198.51.100.30'}]}});
+    const model = buildProxyModel({services: [lb], endpointSlices: [slice('lb', [{ip: '10.244.1.5', node: 'node-a'}])], node: {apiVersion: 'v1', kind: 'Node', metadata: {name: 'node-a'}}}, {family: 'IPv4', nodeName: 'node-a'});
+    assert.deepEqual(model.problems.map((problem) => problem.field), ['spec.loadBalancerSourceRanges[1]']);
+    const sets = new Map(renderIpvs(model).sets.map((set) => [set.name, set]));
+    assert.deepEqual(sets.get('KUBE-LOAD-BALANCER-FW')?.entries, ['198.51.100.30,tcp:80']);
+    assert.deepEqual(sets.get('KUBE-LOAD-BALANCER-SOURCE-CIDR')?.entries ?? [], []);
+    assert.deepEqual(sets.get('KUBE-NODE-PORT-TCP')?.entries, ['30081']);
+  });
+
   it('writes one virtual server per service address and port, one masqueraded real server per endpoint', () => {
     const restore = formatIpvsadmRestore(cluster().virtualServers);
     assert.match(restore, /^-A -t 10\.96\.0\.10:80 -s rr$/m);

@@ -366,6 +366,7 @@ test('config: defaults and local detectors', () => {
     localDetector: {mode: 'None'},
     nodePortAddresses: [],
     localhostNodePorts: true,
+    iptablesFeatures: {nfacctCounters: [], randomFully: true, conntrackTCPLiberal: false},
   });
   assert.deepEqual(build({}).config, defaultProxyConfig());
   const cases: Array<{options: Partial<ModelOptions>; family?: 'IPv4' | 'IPv6'; detector: unknown}> = [
@@ -383,13 +384,15 @@ test('config: defaults and local detectors', () => {
     assert.deepEqual(model.config.localDetector, row.detector, JSON.stringify(row.options));
     assert.deepEqual(model.problems, []);
   }
-  const given = build({}, {config: {masqueradeAll: true, masqueradeBit: 10, nodePortAddresses: ['primary', '10.240.0.0/24'], localhostNodePorts: false}});
+  const iptablesFeatures = {nfacctCounters: ['ct_state_invalid_dropped_pkts'], randomFully: false, conntrackTCPLiberal: true};
+  const given = build({}, {config: {masqueradeAll: true, masqueradeBit: 10, nodePortAddresses: ['primary', '10.240.0.0/24'], localhostNodePorts: false, iptablesFeatures}});
   assert.deepEqual({...given.config, localDetector: undefined}, {
     masqueradeAll: true,
     masqueradeBit: 10,
     localDetector: undefined,
     nodePortAddresses: ['primary', '10.240.0.0/24'],
     localhostNodePorts: false,
+    iptablesFeatures,
   });
 });
 

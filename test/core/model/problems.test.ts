@@ -94,11 +94,16 @@ const rows: Row[] = [
   },
   {name: 'unknown session affinity', services: [service('bad', {sessionAffinity: 'Cookie'})], kind: 'Service', field: 'spec.sessionAffinity', message: /unknown affinity "Cookie"/},
   {
-    name: 'bad source range drops the whole service',
+    name: 'bad source range closes the load-balancer IPs only',
     services: [service('bad', {type: 'LoadBalancer', loadBalancerSourceRanges: ['10.0.0.0/8', 'nope'], ports: [{name: 'http', port: 80, nodePort: 30080}]})],
     kind: 'Service',
     field: 'spec.loadBalancerSourceRanges[1]',
-    message: /service default\/bad: spec\.loadBalancerSourceRanges\[1\]: "nope" is not a CIDR; service skipped/,
+    message: /^service default\/bad: spec\.loadBalancerSourceRanges\[1\]: "nope" is not a CIDR; load-balancer IPs closed to every client; cluster IP, NodePorts and external IPs kept$/,
+    alsoKept: ['default/bad:http'],
+    check: (model) => {
+      const port = model.servicePorts.find((p) => p.serviceName === 'bad')!;
+      assert.deepEqual([port.loadBalancerSourceRanges, port.loadBalancerSourceRangesInvalid, port.nodePort], [[], true, 30080]);
+    },
   },
   {
     name: 'bad externalIP is dropped, the service kept',

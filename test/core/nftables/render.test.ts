@@ -115,6 +115,17 @@ describe('renderNftables', () => {
     assert.deepEqual(table.chains.get(firewall)!.rules.map((rule) => rule.text), ['ip saddr != { 192.0.2.0/24, 198.51.100.7 } drop']);
   });
 
+  it('closes the load-balancer IP to every client when a loadBalancerSourceRanges entry is no CIDR, and keeps the NodePort', () => {
+    const lb = service('lb', {clusterIP: '10.96.0.30', type: 'LoadBalancer', loadBalancerSourceRanges: ['192.0.2.0/24', 'bogus'], ports: [{name: 'http', protocol: 'TCP', port: 80, targetPort: 8080, nodePort: 30030}]}, {status: {loadBalancer: {ingress: [{ip: '203.0.113.9'}]}}});
+    const built = buildProxyModel({services: [lb], endpointSlices: [slice('lb-1', 'lb', [{ip: '10.244.1.9', node: 'node-1'}])], node: node('node-1')}, {family: 'IPv4', clusterCIDRs: ['10.244.0.0/16']});
+    assert.deepEqual(built.problems.map((problem) => problem.field), ['spec.loadBalancerSourceRanges[1]']);
+    const table = parseNftablesScript(renderNftables(built));
+    const firewall = `firewall-${servicePortNameBase({namespace: 'default', serviceName: 'lb', portName: 'http', protocol: 'TCP'})}`;
+    assert.deepEqual(table.sets.get('firewall-ips')!.elements, [{key: '203.0.113.9 . tcp . 80', value: `goto ${firewall}`}]);
+    assert.deepEqual(table.chains.get(firewall)!.rules.map((rule) => rule.text), ['drop']);
+    assert.equal(table.sets.get('service-nodeports')!.elements.length, 1);
+  });
+
   it('keeps endpoint chains and affinity sets with the timeout for session affinity', () => {
     const sticky = service('sticky', {clusterIP: '10.96.0.40', sessionAffinity: 'ClientIP', sessionAffinityConfig: {clientIP: {timeoutSeconds: 600}}});
     const script = renderNftables(model([sticky], [slice('sticky-1', 'sticky', [{ip: '10.244.1.5', node: 'node-1'}, {ip: '10.244.2.5', node: 'node-2'}])]));

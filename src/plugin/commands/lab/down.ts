@@ -1,8 +1,9 @@
-import {Command, Flags} from '@oclif/core';
+import {Flags} from '@oclif/core';
 import {downLab} from '../../../lab/lab-control.ts';
-import {defaultLabName, LabError} from '../../../lab/lab-state.ts';
+import {defaultLabName} from '../../../lab/lab-state.ts';
+import {PluginCommand} from '../../lib/plugin-command.ts';
 
-export default class LabDown extends Command {
+export default class LabDown extends PluginCommand {
   static override summary = 'Remove a lab: its agents, pods, namespaces, API server and state.';
   static override description = 'Works from any shell, also when the lab broke half-way or its supervisor died. Running it again, or for a lab that does not exist, changes nothing and succeeds.';
 
@@ -17,13 +18,8 @@ export default class LabDown extends Command {
 
   async run(): Promise<void> {
     const {flags} = await this.parse(LabDown);
-    try {
-      const result = await downLab(flags.name);
-      if (!result.removed) this.log(`lab ${flags.name} is not running: nothing to remove`);
-      else this.log(`lab ${flags.name} removed (${result.namespaces} network namespaces, ${result.processes} processes)`);
-    } catch (error) {
-      if (error instanceof LabError) this.error(error.message, {exit: error.exitCode});
-      throw error;
-    }
+    const result = await downLab(flags.name);
+    if (!result.removed) this.log(`lab ${flags.name} is not running: nothing to remove`);
+    else this.log(`lab ${flags.name} removed (${result.namespaces} network namespaces, ${result.processes} processes)`);
   }
 }

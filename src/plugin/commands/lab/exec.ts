@@ -1,8 +1,9 @@
-import {Args, Command, Flags} from '@oclif/core';
+import {Args, Flags} from '@oclif/core';
 import {execInLab} from '../../../lab/lab-control.ts';
-import {defaultLabName, LabError} from '../../../lab/lab-state.ts';
+import {defaultLabName} from '../../../lab/lab-state.ts';
+import {PluginCommand} from '../../lib/plugin-command.ts';
 
-export default class LabExec extends Command {
+export default class LabExec extends PluginCommand {
   static override summary = 'Run a command inside a lab pod, node or external client (its network namespace).';
   static override description = `TARGET is a pod (pod-0-1), a node (node-0, or its agent pod proxyctl-agent-node-0), an external client (client-0, or just "client"), or "upstream". The command runs as root in that namespace with this terminal; its exit code is passed through.`;
 
@@ -11,6 +12,9 @@ export default class LabExec extends Command {
     {description: 'The NodePort from outside the cluster', command: '<%= config.bin %> lab exec client -- curl -s http://10.240.0.11:30080/'},
     {description: "A node's nat table", command: '<%= config.bin %> lab exec node-0 -- iptables-save -t nat'},
   ];
+
+  // Everything after the first "--" is the command, handed over as it is.
+  static override usage = 'lab exec [--name NAME] TARGET -- COMMAND [ARG...]';
 
   static override strict = false;
 
@@ -25,12 +29,7 @@ export default class LabExec extends Command {
   async run(): Promise<void> {
     const {args, flags, argv} = await this.parse(LabExec);
     const command = (argv as string[]).slice(1);
-    try {
-      const code = await execInLab(flags.name, args.target, command);
-      if (code !== 0) this.exit(code);
-    } catch (error) {
-      if (error instanceof LabError) this.error(error.message, {exit: error.exitCode});
-      throw error;
-    }
+    const code = await execInLab(flags.name, args.target, command);
+    if (code !== 0) this.exit(code);
   }
 }

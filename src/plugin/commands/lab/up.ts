@@ -1,9 +1,10 @@
-import {Command, Flags} from '@oclif/core';
+import {Flags} from '@oclif/core';
 import {labLimits, proxyModes, upLab} from '../../../lab/lab-control.ts';
-import {defaultLabName, LabError} from '../../../lab/lab-state.ts';
+import {defaultLabName} from '../../../lab/lab-state.ts';
+import {PluginCommand} from '../../lib/plugin-command.ts';
 import {formatLabStatus, readLabStatus} from '../../../lab/lab-status.ts';
 
-export default class LabUp extends Command {
+export default class LabUp extends PluginCommand {
   static override summary = 'Build a small cluster on this machine out of network namespaces, with one proxyctl agent per node.';
   static override description = `Creates one network namespace per node (joined by a bridge), pods behind each node running a demo HTTP and UDP server, and an external client outside the cluster. An embedded Kubernetes API server holds the nodes, pods and demo Services (ClusterIP, NodePort, UDP, one without endpoints) and hands out a kubeconfig; one proxyctl agent per node writes that node's rules inside its namespace.
 
@@ -39,9 +40,6 @@ Returns once nodes, pods and agents are ready; the lab keeps running in the back
         onProgress: (text) => process.stderr.write(`${text}\n`),
       });
       process.stdout.write(formatLabStatus(await readLabStatus(state)));
-    } catch (error) {
-      if (error instanceof LabError) this.error(error.message, {exit: error.exitCode});
-      throw error;
     } finally {
       process.off('SIGINT', interrupt);
       process.off('SIGTERM', interrupt);
