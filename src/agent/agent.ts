@@ -23,7 +23,7 @@ import type {Host} from './host/host.ts';
 import type {Logger} from './log.ts';
 import {detectIptablesFeatures, readNfacctPackets} from './sync/iptables-features.ts';
 import {type IptablesRuleSource, loadCoreIptablesRules} from './sync/iptables-rules.ts';
-import {nftablesBackend} from './sync/nftables-backend.ts';
+import {nftablesRulesBackend} from './sync/nftables-backend.ts';
 import {NftablesProxier, removeNftablesTables} from './sync/nftables-proxier.ts';
 import {IptablesProxier} from './sync/proxier.ts';
 import {IpvsProxier} from './sync/ipvs-proxier.ts';
@@ -188,7 +188,9 @@ async function startApiOrLog(
   const address = parseHostPort(config.apiBindAddress)!;
   let backend = parts.backend;
   try {
-    backend ??= config.mode === 'nftables' ? nftablesBackend : config.mode === 'ipvs' ? ipvsRulesBackend({scheduler: config.ipvs.scheduler}) : await loadIptablesBackend();
+    const {proxier} = parts;
+    const appliedServiceCIDRs = () => (proxier instanceof NftablesProxier ? proxier.appliedServiceCIDRs : []);
+    backend ??= config.mode === 'nftables' ? nftablesRulesBackend({serviceCIDRs: appliedServiceCIDRs}) : config.mode === 'ipvs' ? ipvsRulesBackend({scheduler: config.ipvs.scheduler}) : await loadIptablesBackend();
   } catch (error) {
     log.error('cannot start the plugin API', {address: config.apiBindAddress, reason: errorText(error)});
     return undefined;

@@ -14,6 +14,14 @@ export function parseNftablesText(text: string): NftRuleset {
   return text.trimStart().startsWith('{') ? parseNftablesJson(text) : parseNftablesScript(text);
 }
 
+/**
+ * nftablesRulesBackend: `serviceCIDRs` gives the service CIDRs the proxier's last write used, so
+ * that the desired rules the API diffs and traces hold the same drop rule as the table.
+ */
+export function nftablesRulesBackend(options: {serviceCIDRs?: () => string[]} = {}): RulesBackend {
+  return {...nftablesBackend, render: (model) => renderNftables(model, {serviceCIDRs: options.serviceCIDRs?.()})};
+}
+
 export const nftablesBackend: RulesBackend = {
   mode: 'nftables',
   render: (model) => renderNftables(model),

@@ -60,6 +60,7 @@ export class NftablesProxier extends ProxierBase<FamilyState> {
   readonly #options: NftablesProxierOptions;
   /** The node's addresses as read for the sync in progress (nodePortAddresses as CIDRs). */
   #nodeAddressesThisSync: string[] | undefined;
+  #appliedServiceCIDRs: string[] = [];
 
   constructor(options: NftablesProxierOptions) {
     super(options, (family) => ({builder: new ProxyModelBuilder({...options.model, family}), needFullSync: true, rules: 0}));
@@ -70,6 +71,11 @@ export class NftablesProxier extends ProxierBase<FamilyState> {
   async start(): Promise<void> {
     await this.#cleanupIptablesMode();
     this.startRunner();
+  }
+
+  /** The service CIDRs the last successful write dropped the unused addresses of. */
+  get appliedServiceCIDRs(): string[] {
+    return this.#appliedServiceCIDRs;
   }
 
   /** nftables has no filter/nat split of the proxy's rules: every rule counts under "nat". */
@@ -126,6 +132,7 @@ export class NftablesProxier extends ProxierBase<FamilyState> {
       throw new Error(`${family} ${full ? 'full' : 'partial'} sync: ${errorText(error)}`, {cause: error});
     }
     state.nft = sync.state;
+    this.#appliedServiceCIDRs = renderOptions.serviceCIDRs ?? [];
 
     await this.#cleanConntrack(family, state.applied, model);
     state.applied = model;
