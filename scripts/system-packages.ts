@@ -13,6 +13,8 @@ const needed: Record<string, string> = {
   conntrack: 'conntrack',
   // Creates and reads the nfacct objects kube-proxy's iptables mode counts packets in.
   nfacct: 'nfacct',
+  // Makes the lab API server's self-signed TLS certificate (kubectl sends its token only over TLS).
+  openssl: 'openssl',
 };
 
 function onPath(command: string): boolean {
