@@ -8,20 +8,29 @@ import {guessFamily, parseIptablesSave} from '../../core/iptables/parse.ts';
 import {isBuiltinChain, type IptablesChain, type IptablesRuleset, type IptablesTable, type UnknownMatch} from '../../core/iptables/ruleset.ts';
 import type {ChainsWritten} from '../sync/proxier.ts';
 
-/** Where one chain's rules are: runs of whole lines of the text, or rule texts of the agent's own write. */
-interface ChainSource {
-  /** As declared (":NAME POLICY"), "-" for chains that are not built in. */
-  policy: string;
-  /** Runs of rule lines in the text: [start, end, line number of the first] per run. */
-  runs?: number[];
-  /** Rules a partial write left, in iptables-save's spelling, and the line each had in that write's record. */
-  written?: {rules: readonly string[]; lines: readonly number[]};
+/** Rules a partial write left in a chain, in iptables-save's spelling, and the line each had in that write's record. */
+interface WrittenChain {
+  rules: readonly string[];
+  lines: readonly number[];
 }
 
+/**
+ * Where one table's chains are. At 10,000 services a table has 110,000 chains: an object and an
+ * array per chain would be most of the index, so the runs of rule lines are kept in typed arrays
+ * by chain number.
+ */
 interface TableIndex {
   name: string;
-  /** In the order the dump declares them. */
-  chains: Map<string, ChainSource>;
+  /** Chain name -> its number, in the order the dump declares them (chains a write replaced last). */
+  ids: Map<string, number>;
+  /** Policies other than "-" (the built-in chains'), by chain number. */
+  policies: Map<number, string>;
+  /** Per chain number: the first run of its rule lines in the text, [start, end, line number of the first]; start -1 for none. */
+  runs: Int32Array;
+  /** Later runs of a chain whose rules are not all together, three numbers per run as in `runs`. */
+  moreRuns: Map<number, number[]>;
+  /** Chains a partial write replaced, by their (new) number. */
+  written: Map<number, WrittenChain>;
 }
 
 interface DumpIndex {
@@ -35,14 +44,35 @@ interface DumpIndex {
 /** Parsed chains a ruleset keeps for the requests to come (a trace meets about thirty). */
 const parsedChainsKept = 64;
 
+/** A table's index while the dump is read: growable arrays, made typed once it is read. */
+interface TableBuilder {
+  name: string;
+  ids: Map<string, number>;
+  policies: Map<number, string>;
+  runs: number[];
+  moreRuns: Map<number, number[]>;
+}
+
+function declare(table: TableBuilder, name: string, policy: string): number {
+  let id = table.ids.get(name);
+  if (id === undefined) {
+    id = table.ids.size;
+    table.ids.set(name, id);
+    table.runs.push(-1, -1, 0);
+  }
+  if (policy === '-') table.policies.delete(id);
+  else table.policies.set(id, policy);
+  return id;
+}
+
 /**
  * indexDump finds every chain's rules in `text`, line by line without splitting it; undefined for
  * input with other commands than chain declarations and -A (the caller then parses it whole).
  */
 function indexDump(text: string, family?: IptablesRuleset['family']): DumpIndex | undefined {
-  const tables = new Map<string, TableIndex>();
+  const tables = new Map<string, TableBuilder>();
   const comments: string[] = [];
-  let table: TableIndex | undefined;
+  let table: TableBuilder | undefined;
   let lineNumber = 0;
   for (let start = 0; start < text.length; ) {
     let end = text.indexOf('\n', start);
@@ -56,15 +86,22 @@ function indexDump(text: string, family?: IptablesRuleset['family']): DumpIndex 
       if (!table) return undefined;
       const space = text.indexOf(' ', lineStart + 3);
       const name = text.slice(lineStart + 3, space < 0 || space > end ? end : space);
-      let chain = table.chains.get(name);
-      if (!chain) {
+      let id = table.ids.get(name);
+      if (id === undefined) {
         // iptables-restore knows the built-in chains without a declaration.
         if (!isBuiltinChain(table.name, name)) return undefined;
-        table.chains.set(name, (chain = {policy: 'ACCEPT'}));
+        id = declare(table, name, 'ACCEPT');
       }
-      const runs = (chain.runs ??= []);
-      if (runs.length > 0 && runs[runs.length - 2] + 1 === lineStart) runs[runs.length - 2] = end;
-      else runs.push(lineStart, end, lineNumber);
+      const runs = table.runs;
+      const more = table.moreRuns.get(id);
+      if (runs[id * 3] < 0) {
+        runs[id * 3] = lineStart;
+        runs[id * 3 + 1] = end;
+        runs[id * 3 + 2] = lineNumber;
+      } else if (!more && runs[id * 3 + 1] + 1 === lineStart) runs[id * 3 + 1] = end;
+      else if (more && more[more.length - 2] + 1 === lineStart) more[more.length - 2] = end;
+      else if (more) more.push(lineStart, end, lineNumber);
+      else table.moreRuns.set(id, [lineStart, end, lineNumber]);
       continue;
     }
     const line = text.slice(lineStart, end);
@@ -73,21 +110,21 @@ function indexDump(text: string, family?: IptablesRuleset['family']): DumpIndex 
       comments.push(line);
     } else if (first === 0x2a) {
       const name = line.slice(1);
-      table = tables.get(name) ?? {name, chains: new Map()};
+      table = tables.get(name) ?? {name, ids: new Map(), policies: new Map(), runs: [], moreRuns: new Map()};
       tables.set(name, table);
     } else if (first === 0x3a) {
       const match = /^:(\S+)\s+(\S+)(?:\s+\[\d+:\d+\])?$/.exec(line);
       if (!table || !match) return undefined;
-      const known = table.chains.get(match[1]);
-      if (known) known.policy = match[2];
-      else table.chains.set(match[1], {policy: match[2]});
+      declare(table, match[1], match[2]);
     } else if (line === 'COMMIT') {
       table = undefined;
     } else {
       return undefined;
     }
   }
-  return {text, family: family ?? guessFamily(text), comments: comments.join('\n'), tables};
+  const indexes = new Map<string, TableIndex>();
+  for (const [name, built] of tables) indexes.set(name, {...built, runs: Int32Array.from(built.runs), written: new Map()});
+  return {text, family: family ?? guessFamily(text), comments: comments.join('\n'), tables: indexes};
 }
 
 /**
@@ -121,7 +158,7 @@ export class ChainIndexedRuleset implements IptablesRuleset {
   /** Rules with matches the tracer does not evaluate: every chain parsed to tell, so only when asked. */
   get unknownMatches(): UnknownMatch[] {
     const found: UnknownMatch[] = [];
-    for (const table of this.#index.tables.values()) for (const name of table.chains.keys()) found.push(...this.#parse(table, name).unknownMatches);
+    for (const table of this.#index.tables.values()) for (const name of table.ids.keys()) found.push(...this.#parse(table, name).unknownMatches);
     return found;
   }
 
@@ -131,30 +168,36 @@ export class ChainIndexedRuleset implements IptablesRuleset {
    * move to the end of their table, as a chain declared again does.
    */
   patched(written: readonly ChainsWritten[]): ChainIndexedRuleset {
-    const tables = new Map([...this.#index.tables].map(([name, table]) => [name, {name, chains: new Map(table.chains)}]));
+    const tables = new Map([...this.#index.tables].map(([name, table]) => [name, {...table, ids: new Map(table.ids), written: new Map(table.written)}]));
     // Lines as a dump of the written chains alone would number them, header first.
     let line = 1;
     for (const {table: name, declared, chains, rules} of written) {
-      const table = tables.get(name) ?? {name, chains: new Map<string, ChainSource>()};
-      tables.set(name, table);
+      let table = tables.get(name);
+      if (!table) tables.set(name, (table = {name, ids: new Map(), policies: new Map(), runs: new Int32Array(0), moreRuns: new Map(), written: new Map()}));
       line += 1 + chains.length;
       const byChain = new Map<string, {rules: string[]; lines: number[]}>(chains.map((chain) => [chain, {rules: [], lines: []}]));
       for (const rule of rules) {
         line++;
-        const entry = byChain.get(rule.slice(3, rule.indexOf(' ', 3) < 0 ? undefined : rule.indexOf(' ', 3)));
+        const space = rule.indexOf(' ', 3);
+        const entry = byChain.get(rule.slice(3, space < 0 ? undefined : space));
         entry?.rules.push(rule);
         entry?.lines.push(line);
       }
       line++;
-      for (const chain of declared) table.chains.delete(chain);
-      for (const [chain, entry] of byChain) table.chains.set(chain, {policy: '-', written: entry});
+      for (const chain of declared) table.ids.delete(chain);
+      // New numbers past every number in use: the policies and runs of the old ones stay the old chains'.
+      let next = Math.max(table.runs.length / 3 - 1, ...table.written.keys()) + 1;
+      for (const [chain, entry] of byChain) {
+        table.ids.set(chain, next);
+        table.written.set(next++, entry);
+      }
     }
     return new ChainIndexedRuleset({...this.#index, tables});
   }
 
   /** The chain, parsed once and kept among the most recently used. */
   chain(table: TableIndex, name: string): IptablesChain | undefined {
-    if (!table.chains.has(name)) return undefined;
+    if (!table.ids.has(name)) return undefined;
     const key = `${table.name} ${name}`;
     let chain = this.#parsed.get(key);
     if (chain) {
@@ -174,25 +217,28 @@ export class ChainIndexedRuleset implements IptablesRuleset {
 
   /** One chain's rules as a dump of its own, with the dump's header so that they are read in the same spelling, and their lines put back. */
   #parse(table: TableIndex, name: string): {chain: IptablesChain; unknownMatches: UnknownMatch[]} {
-    const source = table.chains.get(name)!;
+    const id = table.ids.get(name)!;
     const {text, comments, family} = this.#index;
     const rules: string[] = [];
     const lines: number[] = [];
-    for (let at = 0; at < (source.runs?.length ?? 0); at += 3) {
-      const [start, end, first] = source.runs!.slice(at, at + 3);
-      const run = text.slice(start, end);
-      rules.push(run);
-      let line = first;
-      lines.push(line);
-      for (let at = run.indexOf('\n'); at >= 0; at = run.indexOf('\n', at + 1)) lines.push(++line);
-    }
-    if (source.written) {
-      rules.push(...source.written.rules);
-      lines.push(...source.written.lines);
+    const written = table.written.get(id);
+    if (written) {
+      rules.push(...written.rules);
+      lines.push(...written.lines);
+    } else {
+      const runs = table.runs[id * 3] < 0 ? [] : [...table.runs.subarray(id * 3, id * 3 + 3), ...(table.moreRuns.get(id) ?? [])];
+      for (let at = 0; at < runs.length; at += 3) {
+        const run = text.slice(runs[at], runs[at + 1]);
+        rules.push(run);
+        let line = runs[at + 2];
+        lines.push(line);
+        for (let next = run.indexOf('\n'); next >= 0; next = run.indexOf('\n', next + 1)) lines.push(++line);
+      }
     }
     const header = comments === '' ? '' : `${comments}\n`;
     const headerLines = comments === '' ? 0 : comments.split('\n').length;
-    const dump = `${header}*${table.name}\n:${name} ${source.policy} [0:0]\n${rules.length > 0 ? `${rules.join('\n')}\n` : ''}COMMIT\n`;
+    const policy = written ? '-' : (table.policies.get(id) ?? '-');
+    const dump = `${header}*${table.name}\n:${name} ${policy} [0:0]\n${rules.length > 0 ? `${rules.join('\n')}\n` : ''}COMMIT\n`;
     const parsed = parseIptablesSave(dump, {family});
     const chain = parsed.tables.get(table.name)!.chains.get(name)!;
     // Rule k of the chain came from dump line headerLines + 3 + k (one line gives several rules only for address lists, which are not in iptables-save's output).
@@ -214,11 +260,11 @@ class IndexedChains extends Map<string, IptablesChain> {
   }
 
   override get size(): number {
-    return this.#table.chains.size;
+    return this.#table.ids.size;
   }
 
   override has(name: string): boolean {
-    return this.#table.chains.has(name);
+    return this.#table.ids.has(name);
   }
 
   override get(name: string): IptablesChain | undefined {
@@ -226,15 +272,15 @@ class IndexedChains extends Map<string, IptablesChain> {
   }
 
   override keys(): MapIterator<string> {
-    return this.#table.chains.keys();
+    return this.#table.ids.keys();
   }
 
   override *values(): MapIterator<IptablesChain> {
-    for (const name of this.#table.chains.keys()) yield this.#ruleset.chainOnce(this.#table, name);
+    for (const name of this.#table.ids.keys()) yield this.#ruleset.chainOnce(this.#table, name);
   }
 
   override *entries(): MapIterator<[string, IptablesChain]> {
-    for (const name of this.#table.chains.keys()) yield [name, this.#ruleset.chainOnce(this.#table, name)];
+    for (const name of this.#table.ids.keys()) yield [name, this.#ruleset.chainOnce(this.#table, name)];
   }
 
   override [Symbol.iterator](): MapIterator<[string, IptablesChain]> {
