@@ -40,6 +40,7 @@ export const iptablesBackend: RulesBackend = {
   parse: (text) => (ChainIndexedRuleset.of(text) ?? parseIptablesSave(text)) as ParsedRules,
   patch: (rules, tables) => (rules instanceof ChainIndexedRuleset ? rules.patched(tables) : patchIptablesRuleset(rules as IptablesRuleset, tables)) as ParsedRules,
   format: (rules) => formatIptablesRuleset(rules as IptablesRuleset),
+  textOf: (rules) => (rules instanceof ChainIndexedRuleset ? rules.sourceText : undefined),
   diff: (desired, applied, service) => {
     const result = diffIptables(desired as IptablesRuleset, applied as IptablesRuleset, {service});
     return {equal: result.equal, groups: result.groups, text: result.text};

@@ -155,6 +155,11 @@ export class ChainIndexedRuleset implements IptablesRuleset {
     return index && new ChainIndexedRuleset(index);
   }
 
+  /** The text these rules were read from; undefined once a partial write replaced chains of it. */
+  get sourceText(): string | undefined {
+    return [...this.#index.tables.values()].some((table) => table.written.size > 0) ? undefined : this.#index.text;
+  }
+
   /** Rules with matches the tracer does not evaluate: every chain parsed to tell, so only when asked. */
   get unknownMatches(): UnknownMatch[] {
     const found: UnknownMatch[] = [];

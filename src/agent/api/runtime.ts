@@ -95,6 +95,7 @@ export function createAgentRuntime(options: AgentRuntimeOptions): AgentRuntime {
     parse: (text) => backend.parse(text),
     patch: backend.patch && ((rules, tables) => backend.patch!(rules, tables)),
     format: backend.format && ((rules) => backend.format!(rules)),
+    textOf: backend.textOf && ((rules) => backend.textOf!(rules)),
     changes,
     now,
   });
