@@ -185,8 +185,9 @@ export function createAgentRuntime(options: AgentRuntimeOptions): AgentRuntime {
     if (known && known.model === model) return known.result;
     const result = backend.diff(desiredFor(model), current.rules);
     fullDiffs.set(current, {model, result});
-    // The diff parsed every rule of both sides: give that memory back now, not at V8's leisure.
-    releaseGarbage();
+    // The diff parsed every rule of both sides: give that memory back now, not at V8's leisure;
+    // once this request is answered, when nothing on the stack holds the desired rules any more.
+    setImmediate(releaseGarbage);
     return result;
   };
 
