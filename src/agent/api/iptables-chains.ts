@@ -189,7 +189,12 @@ export class ChainIndexedRuleset implements IptablesRuleset {
         entry?.lines.push(line);
       }
       line++;
-      for (const chain of declared) table.ids.delete(chain);
+      for (const chain of declared) {
+        const id = table.ids.get(chain);
+        // What an earlier write left in the chain goes with it, or a write a second would keep them all.
+        if (id !== undefined) table.written.delete(id);
+        table.ids.delete(chain);
+      }
       // New numbers past every number in use: the policies and runs of the old ones stay the old chains'.
       let next = Math.max(table.runs.length / 3 - 1, ...table.written.keys()) + 1;
       for (const [chain, entry] of byChain) {

@@ -94,6 +94,10 @@ describe('ChainIndexedRuleset', () => {
     const patched = before.patched(written);
     assert.deepEqual(contents(patched), contents(patchIptablesRuleset(parseIptablesSave(text), written)));
     assert.equal(patched.tables.get('nat')!.chains.has(sep), false);
+    // Written again and again (a partial sync rewrites KUBE-SERVICES every time): the same rules as one write.
+    let again = patched;
+    for (let i = 0; i < 50; i++) again = again.patched(written);
+    assert.deepEqual(contents(again), contents(patched));
     assert.equal(before.tables.get('nat')!.chains.has(sep), true, 'the rules the patch started from stay as they were');
   });
 
