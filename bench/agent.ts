@@ -117,6 +117,11 @@ async function benchSize(serviceCount: number, endpointsPerService: number, mode
       await new Promise((resolve) => setTimeout(resolve, 2000));
     }
 
+    // The API prepares its drift check after the first sync (a reading of the whole table, the
+    // desired rules rendered and compared); the monitor below starts once that is done, as
+    // `nft monitor` reads the whole ruleset before it listens and would compete with it.
+    await agent.waitForDriftCheck(300_000);
+
     // Endpoint changes: service s gets endpoint 0 replaced by an address no endpoint had before.
     // The kernel's rules are watched with the mode's monitor, which hears of each transaction as it
     // commits; started now, after the first sync, so that it never prints the whole ruleset.
@@ -393,6 +398,8 @@ interface AgentRun {
   apiUrl: string;
   /** Starts the peak RSS (VmHWM) afresh. */
   resetPeak(): void;
+  /** Resolves once the agent API has checked the applied rules for drift (status says when it did). */
+  waitForDriftCheck(timeoutMs: number): Promise<void>;
   finalRss: {rss: number; peak: number} | undefined;
   finalHeap: HeapFigures | undefined;
   stop(): Promise<void>;
@@ -457,6 +464,18 @@ async function startAgentRun(namespace: string, kubeconfig: string, mode: 'iptab
     signal: (name) => child.kill(name),
     apiUrl: `ws://127.0.0.1:${apiPort}/`,
     resetPeak: () => writeFileSync(`/proc/${child.pid}/clear_refs`, '5'),
+    async waitForDriftCheck(timeoutMs) {
+      const client = await AgentClient.connect({url: run.apiUrl, timeoutMs: 0, label: 'the bench agent'});
+      try {
+        const deadline = performance.now() + timeoutMs;
+        while ((await client.call('status', {})).drift.checkedAt === null) {
+          if (performance.now() > deadline) throw new Error(`the agent API made no drift check within ${timeoutMs / 1000} s`);
+          await new Promise((resolve) => setTimeout(resolve, 500));
+        }
+      } finally {
+        client.close();
+      }
+    },
     async waitForLine(pattern, timeoutMs, from = 0) {
       const deadline = performance.now() + timeoutMs;
       for (;;) {
