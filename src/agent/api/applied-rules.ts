@@ -6,6 +6,7 @@
 import {deflateRawSync, inflateRawSync} from 'node:zlib';
 import type {IPFamily} from '../../core/model/index.ts';
 import type {ChainsWritten, WrittenRules} from '../sync/proxier.ts';
+import {releaseGarbage} from '../sync/sync-bookkeeping.ts';
 import type {ParsedRules} from './rules-backend.ts';
 import type {RulesetChanges} from './ruleset-changes.ts';
 
@@ -176,6 +177,9 @@ export class AppliedRulesCache {
   async #read(family: IPFamily, writes: number, startedAt: number): Promise<AppliedRules> {
     const entry = this.#entryOf(family, await this.#options.read(family), {readAt: startedAt, basisAt: startedAt, writes});
     void entry.rules;
+    // Reading and parsing a whole table leaves garbage the size of several tables (nftables' JSON
+    // listing, parsed): collected once the request is answered, not held until V8 gets to it.
+    setImmediate(releaseGarbage);
     const known = this.#current.get(family);
     // A write that started meanwhile may be missing from this reading: the caller gets it, the cache does not keep it.
     if (writes === this.#familyWrites(family).count && (!known || known.writes < writes || known.basisAt <= startedAt)) this.#current.set(family, entry);
