@@ -125,7 +125,8 @@ async function benchSize(serviceCount: number, endpointsPerService: number, mode
     // Endpoint changes: service s gets endpoint 0 replaced by an address no endpoint had before.
     // The kernel's rules are watched with the mode's monitor, which hears of each transaction as it
     // commits; started now, after the first sync, so that it never prints the whole ruleset.
-    const monitor = await startRulesetMonitor(namespace, mode.monitor);
+    // nft monitor reads the whole table before it listens: minutes on a busy machine at 10,000 services.
+    const monitor = await startRulesetMonitor(namespace, mode.monitor, 600_000);
     const latencies: number[] = [];
     let current: ProxyModel = model;
     const slices = workload.endpointSlices.slice();
