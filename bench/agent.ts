@@ -7,7 +7,10 @@
 //   rule, as xtables-monitor reports the transaction when it commits), next to a one-service
 //   `iptables-restore --noflush` into the same full table (both the median of 9); what the agent
 //   adds is measured against that restore as the same monitor saw it;
-// - the agent's RSS after its first sync, after the changes and two drift checks, and at its peak.
+// - the agent's RSS after its first sync, after the changes and two drift checks, and at its peak;
+// - then the agent API in use, as the plugin uses it: 10 traces (of services across the range) and
+//   2 diffs over its WebSocket, with the RSS after them and the peak while they read and parse the
+//   kernel's rules (the peak is reset first, through /proc/PID/clear_refs).
 // In nftables mode (`agent-nftables`) the same, next to `nft -f` of the same table into an empty
 // namespace and the smallest transaction on the full table (the moved endpoint's map element
 // replaced); the change is the endpoint map's new element, as `nft monitor` reports it.
@@ -18,7 +21,7 @@
 // PXBENCH_AGENT_LOG=FILE appends the agent's log to FILE, each line after the milliseconds since
 // the agent started, with PXBENCH_AGENT_VERBOSITY (default 2) as its --v.
 import {type ChildProcess, spawn} from 'node:child_process';
-import {appendFileSync} from 'node:fs';
+import {appendFileSync, writeFileSync} from 'node:fs';
 import {mkdtemp, readFile, rm} from 'node:fs/promises';
 import {tmpdir} from 'node:os';
 import {join} from 'node:path';
@@ -30,6 +33,7 @@ import {endpointTargetsMap, renderNftablesSync} from '../src/core/nftables/rende
 import {loadCoreIptablesRules} from '../src/agent/sync/iptables-rules.ts';
 import {type IptablesTable, restoreInputText} from '../src/agent/host/host.ts';
 import {freeLoopbackPorts} from '../src/lab/agent-process.ts';
+import {AgentClient} from '../src/plugin/lib/agent-client.ts';
 import {startApiServer} from '../src/lab/apiserver/server.ts';
 import type {KubeObject} from '../src/lab/apiserver/object-log.ts';
 import {deleteNamespace, isRoot, monitorKinds, runIn, runInAsync, scratchNamespace, startRulesetMonitor} from './netns.ts';
@@ -113,15 +117,23 @@ async function benchSize(serviceCount: number, endpointsPerService: number, mode
       await new Promise((resolve) => setTimeout(resolve, 2000));
     }
 
+    // The API prepares its drift check after the first sync (a reading of the whole table, the
+    // desired rules rendered and compared); the monitor below starts once that is done, as
+    // `nft monitor` reads the whole ruleset before it listens and would compete with it.
+    await agent.waitForDriftCheck(300_000);
+
     // Endpoint changes: service s gets endpoint 0 replaced by an address no endpoint had before.
     // The kernel's rules are watched with the mode's monitor, which hears of each transaction as it
     // commits; started now, after the first sync, so that it never prints the whole ruleset.
-    const monitor = await startRulesetMonitor(namespace, mode.monitor);
+    // nft monitor reads the whole table before it listens: minutes on a busy machine at 10,000 services.
+    const monitor = await startRulesetMonitor(namespace, mode.monitor, 600_000);
     const latencies: number[] = [];
     let current: ProxyModel = model;
     const slices = workload.endpointSlices.slice();
     let floorAlone: number[];
     let floorSeen: number[];
+    let rssChecked: {rss: number; peak: number} | undefined;
+    let apiUse: ApiUse | undefined;
     try {
       for (let round = 1; round <= changeRounds; round++) {
         const s = Math.floor((serviceCount * round) / (changeRounds + 1));
@@ -146,6 +158,8 @@ async function benchSize(serviceCount: number, endpointsPerService: number, mode
       // each reads the whole tables back), not only after the first sync.
       const untilChecked = firstSync.at + settledAfterDriftChecksMs - performance.now();
       if (untilChecked > 0) await new Promise((resolve) => setTimeout(resolve, untilChecked));
+      rssChecked = await agent.rss();
+      apiUse = await useAgentApi(agent, current);
       await agent.stop();
       // Floor 2: the same kind of change written straight to the kernel, seen by the same monitor.
       // The write's own duration is the floor; the time from its start to the monitor seeing it is
@@ -199,14 +213,60 @@ async function benchSize(serviceCount: number, endpointsPerService: number, mode
     });
     figure({name: 'agent RSS after the first sync', value: mib(rssAfterStart.rss), unit: 'MiB', note: `peak ${mib(rssAfterStart.peak).toFixed(0)} MiB, ${heapText(heapAfterStart)}; goal < 200 MiB`});
     figure({name: 'agent RSS 2 s after the first sync', value: mib(rssSettled.rss), unit: 'MiB', note: `${heapText(heapSettled)}; goal < 200 MiB`});
-    const end = agent.finalRss;
-    if (end) figure({name: `agent RSS after the endpoint changes and two drift checks (${settledAfterDriftChecksMs / 1000} s after the first sync)`, value: mib(end.rss), unit: 'MiB', note: `peak ${mib(end.peak).toFixed(0)} MiB, ${agent.finalHeap ? heapText(agent.finalHeap) : 'JS heap unknown'}; goal < 200 MiB`});
+    if (rssChecked) figure({name: `agent RSS after the endpoint changes and two drift checks (${settledAfterDriftChecksMs / 1000} s after the first sync)`, value: mib(rssChecked.rss), unit: 'MiB', note: `peak ${mib(rssChecked.peak).toFixed(0)} MiB; goal < 200 MiB`});
+    if (apiUse) {
+      const {traces, diffs, during, settled} = apiUse;
+      const ms = (list: number[]) => list.map((value) => value.toFixed(0)).join(', ');
+      figure({name: `agent RSS after ${traces.length} traces and ${diffs.length} diffs through its API`, value: mib(during.rss), unit: 'MiB', note: `traces ${ms(traces)} ms, diffs ${ms(diffs)} ms; goal < 250 MiB`});
+      figure({name: '  peak while the API read and parsed the rules', value: mib(during.peak), unit: 'MiB', note: 'VmHWM, reset just before the first trace'});
+      const end = agent.finalRss;
+      figure({name: '  RSS 2 s later', value: mib(settled.rss), unit: 'MiB', note: `${agent.finalHeap ? heapText(agent.finalHeap) : 'JS heap unknown'}${end ? `; at stop ${mib(end.rss).toFixed(0)} MiB` : ''}`});
+    }
     return changeMs - changeFloorSeen;
   } finally {
     await agent?.stop();
     await server.stop();
     deleteNamespace(namespace);
     await rm(dir, {recursive: true, force: true});
+  }
+}
+
+interface ApiUse {
+  traces: number[];
+  diffs: number[];
+  /** RSS right after the last diff, and the peak since the first trace started. */
+  during: {rss: number; peak: number};
+  settled: {rss: number; peak: number};
+}
+
+/** Traces of this many services spread across the model, then this many whole-node diffs, as `kubectl proxyctl trace` and `diff NODE` ask. */
+const apiTraces = 10;
+const apiDiffs = 2;
+
+/** useAgentApi uses the agent's WebSocket API as the plugin does and measures the agent's RSS around it. */
+async function useAgentApi(agent: AgentRun, model: ProxyModel): Promise<ApiUse> {
+  agent.resetPeak();
+  const client = await AgentClient.connect({url: agent.apiUrl, timeoutMs: 0, label: 'the bench agent'});
+  try {
+    const traces: number[] = [];
+    for (let i = 0; i < apiTraces; i++) {
+      const port = model.servicePorts[Math.floor(((i + 0.5) * model.servicePorts.length) / apiTraces)];
+      const packet = {srcIP: '10.128.0.5', dstIP: port.clusterIP, dstPort: port.port, protocol: port.protocol, origin: 'arriving' as const};
+      const trace = await timed(() => client.call('trace', {packet, service: `${port.namespace}/${port.serviceName}`}));
+      if (trace.result.verdict !== 'DNAT') throw new Error(`trace of ${port.namespace}/${port.serviceName} through the agent API: ${trace.result.verdict}, not DNAT`);
+      traces.push(trace.ms);
+    }
+    const diffs: number[] = [];
+    for (let i = 0; i < apiDiffs; i++) {
+      const diff = await timed(() => client.call('diff', {}));
+      if (!diff.result.equal) throw new Error(`diff through the agent API found drift:\n${diff.result.text.slice(0, 2000)}`);
+      diffs.push(diff.ms);
+    }
+    const during = await agent.rss();
+    await new Promise((resolve) => setTimeout(resolve, 2000));
+    return {traces, diffs, during, settled: await agent.rss()};
+  } finally {
+    client.close();
   }
 }
 
@@ -335,13 +395,19 @@ interface AgentRun {
   /** The heap figures from the agent's /metrics. */
   heap(): Promise<HeapFigures>;
   signal(signal: NodeJS.Signals): void;
+  /** The agent's WebSocket API, on loopback. */
+  apiUrl: string;
+  /** Starts the peak RSS (VmHWM) afresh. */
+  resetPeak(): void;
+  /** Resolves once the agent API has checked the applied rules for drift (status says when it did). */
+  waitForDriftCheck(timeoutMs: number): Promise<void>;
   finalRss: {rss: number; peak: number} | undefined;
   finalHeap: HeapFigures | undefined;
   stop(): Promise<void>;
 }
 
 async function startAgentRun(namespace: string, kubeconfig: string, mode: 'iptables' | 'nftables'): Promise<AgentRun> {
-  const [healthzPort, metricsPort] = await freeLoopbackPorts(2);
+  const [healthzPort, metricsPort, apiPort] = await freeLoopbackPorts(3);
   const args = [
     '--netns',
     namespace,
@@ -353,7 +419,7 @@ async function startAgentRun(namespace: string, kubeconfig: string, mode: 'iptab
     benchClusterCIDR,
     `--healthz-bind-address=127.0.0.1:${healthzPort}`,
     `--metrics-bind-address=127.0.0.1:${metricsPort}`,
-    '--api-bind-address=',
+    `--api-bind-address=127.0.0.1:${apiPort}`,
     '--proxy-mode',
     mode,
     '--v',
@@ -397,6 +463,20 @@ async function startAgentRun(namespace: string, kubeconfig: string, mode: 'iptab
     finalHeap: undefined,
     heap,
     signal: (name) => child.kill(name),
+    apiUrl: `ws://127.0.0.1:${apiPort}/`,
+    resetPeak: () => writeFileSync(`/proc/${child.pid}/clear_refs`, '5'),
+    async waitForDriftCheck(timeoutMs) {
+      const client = await AgentClient.connect({url: run.apiUrl, timeoutMs: 0, label: 'the bench agent'});
+      try {
+        const deadline = performance.now() + timeoutMs;
+        while ((await client.call('status', {})).drift.checkedAt === null) {
+          if (performance.now() > deadline) throw new Error(`the agent API made no drift check within ${timeoutMs / 1000} s`);
+          await new Promise((resolve) => setTimeout(resolve, 500));
+        }
+      } finally {
+        client.close();
+      }
+    },
     async waitForLine(pattern, timeoutMs, from = 0) {
       const deadline = performance.now() + timeoutMs;
       for (;;) {

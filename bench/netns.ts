@@ -87,7 +87,7 @@ export const monitorKinds = {
 } satisfies Record<string, MonitorKind>;
 
 /** startRulesetMonitor runs a monitor in the namespace; resolves once a probe change is seen reported. */
-export async function startRulesetMonitor(namespace: string, kind: MonitorKind): Promise<RulesetMonitor> {
+export async function startRulesetMonitor(namespace: string, kind: MonitorKind, startTimeoutMs = 120_000): Promise<RulesetMonitor> {
   const child = spawn('ip', ['netns', 'exec', namespace, ...kind.command], {stdio: ['ignore', 'pipe', 'inherit']});
   const lines: Array<{line: string; at: number}> = [];
   let partial = '';
@@ -117,14 +117,16 @@ export async function startRulesetMonitor(namespace: string, kind: MonitorKind):
   };
   // The monitor starts listening some time after it starts: probe until it reports a probe change.
   try {
-    const deadline = performance.now() + 120_000;
+    const deadline = performance.now() + startTimeoutMs;
     for (let probe = 0; ; probe++) {
       const {make, undo, reported} = kind.probe(`pxbench_probe_${probe}`);
       const mark = monitor.seen;
       runIn(namespace, make);
       runIn(namespace, undo);
-      if (await monitor.waitFor(reported, mark, 1000).then(() => true, () => false)) return monitor;
-      if (ended || performance.now() > deadline) throw new Error(`${name} in ${namespace} did not start listening within 120 s`);
+      // Each probe is a new ruleset generation, which makes a monitor that is still reading the
+      // ruleset (nft monitor at 10,000 services: seconds) start its reading over: wait longer each time.
+      if (await monitor.waitFor(reported, mark, Math.min(1000 * 2 ** probe, 30_000)).then(() => true, () => false)) return monitor;
+      if (ended || performance.now() > deadline) throw new Error(`${name} in ${namespace} did not start listening within ${startTimeoutMs / 1000} s`);
     }
   } catch (error) {
     monitor.stop();

@@ -5,7 +5,7 @@
 // Use from code: `await runInGuest(['ipvsadm', '-Ln'])`; from a shell:
 //   node scripts/qemu/guest.ts [--timeout SECONDS] [--memory MIB] -- COMMAND [ARGS...]
 import {spawn, spawnSync} from 'node:child_process';
-import {existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, renameSync, rmSync, writeFileSync, chmodSync, copyFileSync, openSync, closeSync, readSync} from 'node:fs';
+import {existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, realpathSync, renameSync, rmSync, writeFileSync, chmodSync, copyFileSync, openSync, closeSync, readSync} from 'node:fs';
 import {tmpdir} from 'node:os';
 import {dirname, join, resolve} from 'node:path';
 import {fileURLToPath} from 'node:url';
@@ -177,6 +177,17 @@ mkdir -p /rw/upper /rw/work
 mount -t overlay -o lowerdir=/host,upperdir=/rw/upper,workdir=/rw/work,xino=off,index=off overlay /root || fail "mount overlay"
 script=$(sed -n 's/.*proxyctl.script=\\([^ ]*\\).*/\\1/p' /proc/cmdline)
 cp "/host$script" /command.sh || fail "read $script"
+# The fresh /tmp, /run and /dev below would hide a checkout or working directory inside them: each
+# path the host lists in KEEP is held aside (the overlay's writable view of it) and put back on top.
+mkdir -p /keep
+kept=0
+if [ -f "/host$script.keep" ]; then
+  while IFS= read -r path; do
+    [ -n "$path" ] || continue
+    kept=$((kept + 1)); mkdir -p /keep/$kept
+    mount --bind "/root$path" /keep/$kept || fail "hold $path"
+  done < "/host$script.keep"
+fi
 mkdir -p /root/lib/modules/${release}
 mount --bind /mods/lib/modules/${release} /root/lib/modules/${release}
 for d in proc sys dev run tmp; do mkdir -p /root/$d; done
@@ -189,6 +200,14 @@ mount -t tmpfs tmpfs /root/dev/shm
 mount -t tmpfs tmpfs /root/run
 mount -t tmpfs tmpfs /root/tmp
 mkdir -p /root/run/netns
+if [ "$kept" -gt 0 ]; then
+  n=0
+  while IFS= read -r path; do
+    [ -n "$path" ] || continue
+    n=$((n + 1)); mkdir -p "/root$path"
+    mount --move /keep/$n "/root$path" || fail "put back $path"
+  done < "/host$script.keep"
+fi
 cp /command.sh /root/run/proxyctl-command.sh
 port() { for p in /sys/class/virtio-ports/*; do if [ "$(cat $p/name)" = "$1" ]; then echo /dev/\${p##*/}; fi; done; }
 out=$(port stdout); err=$(port stderr)
@@ -206,7 +225,10 @@ poweroff -f
 `;
 }
 
-/** buildInitramfs writes a newc cpio of busybox, the boot modules and /init. */
+/**
+ * buildInitramfs writes a newc cpio of busybox, the boot modules and /init, and the init script
+ * beside it (`TARGET.init`) so that a later change to the script is seen and the archive rebuilt.
+ */
 function buildInitramfs(releaseDir: string, release: string, target: string): void {
   const staging = mkdtempSync(join(tmpdir(), 'proxyctl-initramfs-'));
   try {
@@ -215,14 +237,25 @@ function buildInitramfs(releaseDir: string, release: string, target: string): vo
     chmodSync(join(staging, 'bin', 'busybox'), 0o755);
     const modules = moduleLoadOrder(releaseDir, bootModules);
     for (const module of modules) copyFileSync(join(releaseDir, module), join(staging, 'modules', module.replace(/^.*\//, '')));
-    writeFileSync(join(staging, 'init'), initScript(release, modules), {mode: 0o755});
+    const init = initScript(release, modules);
+    writeFileSync(join(staging, 'init'), init, {mode: 0o755});
     const files = run('find', ['.', '-mindepth', '1'], {cwd: staging});
     const archive = spawnSync('cpio', ['-o', '-H', 'newc', '--quiet'], {cwd: staging, input: files, maxBuffer: 256 * 1024 * 1024});
     if (archive.status !== 0) throw new Error(`cpio: ${archive.stderr.toString()}`);
-    writeFileSync(target, archive.stdout);
+    // Written aside and renamed, so that a guest booting meanwhile reads the old archive or the new one whole.
+    writeFileSync(`${target}.${process.pid}`, archive.stdout);
+    renameSync(`${target}.${process.pid}`, target);
+    writeFileSync(`${target}.init`, init);
   } finally {
     rmSync(staging, {recursive: true, force: true});
   }
+}
+
+/** initramfsCurrent tells whether the cached initramfs was built from this file's init script. */
+function initramfsCurrent(image: GuestImage): boolean {
+  const releaseDir = join(image.modulesRoot, 'lib', 'modules', image.release);
+  const wanted = initScript(image.release, moduleLoadOrder(releaseDir, bootModules));
+  return existsSync(`${image.initramfs}.init`) && readFileSync(`${image.initramfs}.init`, 'utf8') === wanted;
 }
 
 /**
@@ -239,7 +272,10 @@ export function prepareGuestImage(): GuestImage {
     modulesRoot: join(imageDir, 'root'),
     initramfs: join(imageDir, 'initramfs.cpio'),
   };
-  if (existsSync(join(imageDir, 'complete'))) return image;
+  if (existsSync(join(imageDir, 'complete'))) {
+    if (!initramfsCurrent(image)) buildInitramfs(join(image.modulesRoot, 'lib', 'modules', release), release, image.initramfs);
+    return image;
+  }
 
   mkdirSync(guestCacheDir, {recursive: true});
   const staging = mkdtempSync(join(guestCacheDir, `${release}.building-`));
@@ -260,6 +296,20 @@ export function prepareGuestImage(): GuestImage {
     throw error;
   }
   return image;
+}
+
+/** Where the guest mounts fresh file systems over the shared root (see initScript). */
+const freshGuestMounts = ['/tmp', '/run', '/dev'];
+
+/**
+ * pathsUnderGuestMounts: of these host directories (a checkout, a working directory), the ones the
+ * guest's fresh /tmp, /run or /dev would hide, by real path, each once and none inside another.
+ * A clone in the temporary directory is the usual case.
+ */
+export function pathsUnderGuestMounts(paths: string[]): string[] {
+  const real = paths.map((path) => (existsSync(path) ? realpathSync(path) : resolve(path)));
+  const hidden = [...new Set(real)].filter((path) => freshGuestMounts.some((mount) => path === mount || path.startsWith(`${mount}/`)));
+  return hidden.filter((path) => !hidden.some((other) => other !== path && path.startsWith(`${other}/`)));
 }
 
 function shellQuote(word: string): string {
@@ -291,6 +341,7 @@ export async function runInGuest(command: string[] | string, options: GuestRunOp
   ].join('\n');
   const scriptPath = join(runDir, 'run.sh');
   writeFileSync(scriptPath, `${script}\n`);
+  writeFileSync(`${scriptPath}.keep`, pathsUnderGuestMounts([cwd, repoRoot]).map((path) => `${path}\n`).join(''));
   const stdoutPath = join(runDir, 'stdout');
   const stderrPath = join(runDir, 'stderr');
   const consolePath = join(runDir, 'console');

@@ -236,6 +236,11 @@ describe('lab up / exec / down', {concurrency: false, skip: skipReason}, () => {
     );
     assert.equal(parsed.services.find((service) => service.name === 'demoapp')?.endpoints, 3);
     assert.equal((await proxyctl('lab', 'exec', '--name', name, 'node-1', '--', 'sh', '-c', 'exit 7')).exitCode, 7);
+    // The command after the first -- arrives word for word: repeated flags stay in order, a second
+    // -- and a --name inside it are the command's.
+    const verbatim = await proxyctl('lab', 'exec', '--name', name, 'node-1', '--', 'printf', '[%s]', 'curl', '-H', 'A: 1', '-v', '-H', 'B: 2', '--', '--name', 'x');
+    assert.equal(verbatim.exitCode, 0, verbatim.stderr);
+    assert.equal(verbatim.stdout, '[curl][-H][A: 1][-v][-H][B: 2][--][--name][x]');
     const unknown = await proxyctl('lab', 'exec', '--name', name, 'pod-9-9', '--', 'true');
     assert.notEqual(unknown.exitCode, 0);
     assert.match(unknown.stderr, /has no node, pod or client named "pod-9-9"/);

@@ -3,8 +3,10 @@
 // applied to the cached rules as the proxier reports them (the chains a partial sync wrote, or the
 // rules a full sync read back), and a change by anyone else (RulesetChanges) makes the next request
 // read the kernel.
+import {deflateRawSync, inflateRawSync} from 'node:zlib';
 import type {IPFamily} from '../../core/model/index.ts';
 import type {ChainsWritten, WrittenRules} from '../sync/proxier.ts';
+import {releaseGarbage} from '../sync/sync-bookkeeping.ts';
 import type {ParsedRules} from './rules-backend.ts';
 import type {RulesetChanges} from './ruleset-changes.ts';
 
@@ -21,6 +23,12 @@ export interface AppliedRulesOptions {
   /** The proxy's tables as the kernel tools print them (iptables-save -t filter + -t nat). */
   read(family: IPFamily): Promise<string>;
   parse(text: string): ParsedRules;
+  /**
+   * The text parsed rules were read from, when they keep it (iptables' ChainIndexedRuleset does):
+   * the cache then keeps no text of its own. Without it the cache keeps the text compressed once
+   * the rules are parsed (nftables' JSON listing is 20 MB at 10,000 services and is only shown).
+   */
+  textOf?(rules: ParsedRules): string | undefined;
   /** Replaces the written chains in parsed rules (a new value; the old one stays as it was); without it, writes of chains make the next request read the kernel. */
   patch?(rules: ParsedRules, tables: ChainsWritten[]): ParsedRules;
   /** The text of patched rules. */
@@ -111,19 +119,8 @@ export class AppliedRulesCache {
     const previous = this.#current.get(family);
     this.#current.delete(family);
     if (written?.kind === 'read') {
-      const parse = this.#options.parse;
-      let rules: ParsedRules | undefined;
       // Parsed when first asked for: at 10,000 services parsing takes seconds the sync need not wait.
-      this.#current.set(family, {
-        family,
-        text: written.text,
-        get rules() {
-          return (rules ??= parse(written.text));
-        },
-        readAt: written.readStartedAt,
-        basisAt: written.readStartedAt,
-        writes: writes.count,
-      });
+      this.#current.set(family, this.#entryOf(family, written.text, {readAt: written.readStartedAt, basisAt: written.readStartedAt, writes: writes.count}));
     } else if (written?.kind === 'chains' && previous && previous.writes === writes.count - 1 && this.#options.patch) {
       const rules = this.#options.patch(previous.rules, written.tables);
       const format = this.#options.format;
@@ -154,9 +151,35 @@ export class AppliedRulesCache {
     return entry;
   }
 
+  /** A reading's entry: its rules parsed when first asked for, its text then kept as compactly as the backend allows. */
+  #entryOf(family: IPFamily, text: string, times: Pick<Entry, 'readAt' | 'basisAt' | 'writes'>): Entry {
+    const {parse, textOf} = this.#options;
+    let raw: string | undefined = text;
+    let rules: ParsedRules | undefined;
+    let compressed: Buffer | undefined;
+    return {
+      family,
+      ...times,
+      get rules() {
+        if (rules) return rules;
+        rules = parse(raw!);
+        if (!textOf?.(rules)) compressed = deflateRawSync(raw!, {level: 1});
+        raw = undefined;
+        return rules;
+      },
+      get text() {
+        if (raw !== undefined) return raw;
+        return textOf?.(rules!) ?? inflateRawSync(compressed!).toString();
+      },
+    };
+  }
+
   async #read(family: IPFamily, writes: number, startedAt: number): Promise<AppliedRules> {
-    const text = await this.#options.read(family);
-    const entry: Entry = {family, text, rules: this.#options.parse(text), readAt: startedAt, basisAt: startedAt, writes};
+    const entry = this.#entryOf(family, await this.#options.read(family), {readAt: startedAt, basisAt: startedAt, writes});
+    void entry.rules;
+    // Reading and parsing a whole table leaves garbage the size of several tables (nftables' JSON
+    // listing, parsed): collected once the request is answered, not held until V8 gets to it.
+    setImmediate(releaseGarbage);
     const known = this.#current.get(family);
     // A write that started meanwhile may be missing from this reading: the caller gets it, the cache does not keep it.
     if (writes === this.#familyWrites(family).count && (!known || known.writes < writes || known.basisAt <= startedAt)) this.#current.set(family, entry);

@@ -5,6 +5,7 @@ import {renderIptables} from '../../core/iptables/render.ts';
 import type {IptablesRuleset, IptablesTable} from '../../core/iptables/ruleset.ts';
 import {traceIptables} from '../../core/iptables/trace.ts';
 import type {ChainsWritten} from '../sync/proxier.ts';
+import {ChainIndexedRuleset} from './iptables-chains.ts';
 import type {ParsedRules, RulesBackend} from './rules-backend.ts';
 
 /**
@@ -35,9 +36,11 @@ export function patchIptablesRuleset(ruleset: IptablesRuleset, written: ChainsWr
 export const iptablesBackend: RulesBackend = {
   mode: 'iptables',
   render: (model) => renderIptables(model, {includeJumps: true}),
-  parse: (text) => parseIptablesSave(text) as ParsedRules,
-  patch: (rules, tables) => patchIptablesRuleset(rules as IptablesRuleset, tables) as ParsedRules,
+  // Chain by chain where the text allows (iptables-save's output, the renderer's): see ChainIndexedRuleset.
+  parse: (text) => (ChainIndexedRuleset.of(text) ?? parseIptablesSave(text)) as ParsedRules,
+  patch: (rules, tables) => (rules instanceof ChainIndexedRuleset ? rules.patched(tables) : patchIptablesRuleset(rules as IptablesRuleset, tables)) as ParsedRules,
   format: (rules) => formatIptablesRuleset(rules as IptablesRuleset),
+  textOf: (rules) => (rules instanceof ChainIndexedRuleset ? rules.sourceText : undefined),
   diff: (desired, applied, service) => {
     const result = diffIptables(desired as IptablesRuleset, applied as IptablesRuleset, {service});
     return {equal: result.equal, groups: result.groups, text: result.text};

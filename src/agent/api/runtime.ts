@@ -8,6 +8,7 @@ import type {DiffGroup, DiffResult, ProbeParams, ProbeResult, RulesResult, Statu
 import {type Host, savedTables} from '../host/host.ts';
 import type {Logger} from '../log.ts';
 import type {RulesWriteListener, SyncOutcome} from '../sync/proxier.ts';
+import {releaseGarbage} from '../sync/sync-bookkeeping.ts';
 import {AppliedRulesCache, type AppliedRules} from './applied-rules.ts';
 import type {AgentApiHandlers} from './handlers.ts';
 import {readNodeAddresses} from './node-addresses.ts';
@@ -50,10 +51,6 @@ export interface AgentRuntime extends AgentApiHandlers {
   close(): void;
 }
 
-interface Desired {
-  text: string;
-  rules: ParsedRules;
-}
 
 interface DriftCheck {
   key: string;
@@ -98,6 +95,7 @@ export function createAgentRuntime(options: AgentRuntimeOptions): AgentRuntime {
     parse: (text) => backend.parse(text),
     patch: backend.patch && ((rules, tables) => backend.patch!(rules, tables)),
     format: backend.format && ((rules) => backend.format!(rules)),
+    textOf: backend.textOf && ((rules) => backend.textOf!(rules)),
     changes,
     now,
   });
@@ -123,7 +121,6 @@ export function createAgentRuntime(options: AgentRuntimeOptions): AgentRuntime {
       applied.writeEnded(family, written);
     },
   });
-  const desiredByModel = new WeakMap<ProxyModel, Desired>();
   let lastOutcome: SyncOutcome | undefined;
   let everSynced = false;
   let failures = 0;
@@ -171,15 +168,9 @@ export function createAgentRuntime(options: AgentRuntimeOptions): AgentRuntime {
     return present;
   };
 
-  const desiredFor = (model: ProxyModel): Desired => {
-    let desired = desiredByModel.get(model);
-    if (!desired) {
-      const text = backend.render(model);
-      desired = {text, rules: backend.parse(text)};
-      desiredByModel.set(model, desired);
-    }
-    return desired;
-  };
+  // Rendered when asked, not kept: at 10,000 services the text alone is 31 MB, and the answers
+  // that need it most (the drift check, and trace's drift question from it) are kept instead.
+  const desiredFor = (model: ProxyModel): ParsedRules => backend.parse(backend.render(model));
 
   const readApplied = (family: IPFamily): Promise<AppliedRules> =>
     applied.get(family).catch((error: Error) => {
@@ -192,8 +183,11 @@ export function createAgentRuntime(options: AgentRuntimeOptions): AgentRuntime {
   const fullDiff = (model: ProxyModel, current: AppliedRules): RulesDiff => {
     const known = fullDiffs.get(current);
     if (known && known.model === model) return known.result;
-    const result = backend.diff(desiredFor(model).rules, current.rules);
+    const result = backend.diff(desiredFor(model), current.rules);
     fullDiffs.set(current, {model, result});
+    // The diff parsed every rule of both sides: give that memory back now, not at V8's leisure;
+    // once this request is answered, when nothing on the stack holds the desired rules any more.
+    setImmediate(releaseGarbage);
     return result;
   };
 
@@ -206,7 +200,7 @@ export function createAgentRuntime(options: AgentRuntimeOptions): AgentRuntime {
     for (const [family, model] of models()) {
       const current = await readApplied(family);
       readings.push(current);
-      const result = service ? backend.diff(desiredFor(model).rules, current.rules, service) : fullDiff(model, current);
+      const result = service ? backend.diff(desiredFor(model), current.rules, service) : fullDiff(model, current);
       equal &&= result.equal;
       groups.push(...result.groups);
       texts.push({family, text: result.text});
@@ -293,7 +287,7 @@ export function createAgentRuntime(options: AgentRuntimeOptions): AgentRuntime {
     },
 
     async 'rules.desired'(): Promise<RulesResult> {
-      const parts = models().map(([family, model]) => ({family, text: desiredFor(model).text}));
+      const parts = models().map(([family, model]) => ({family, text: backend.render(model)}));
       return {mode: backend.mode, text: joinFamilies(parts), readAt: new Date(now()).toISOString()};
     },
 

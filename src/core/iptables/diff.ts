@@ -3,7 +3,7 @@
 // count; rule order inside a chain does (iptables evaluates it).
 import {isServiceChainName} from './chains.ts';
 import {parseIptablesSave} from './parse.ts';
-import {isBuiltinChain, isProxyChain, servicePortOfComment, type IptablesRule, type IptablesRuleset} from './ruleset.ts';
+import {chainKind, isBuiltinChain, isProxyChain, servicePortOfComment, type IptablesRule, type IptablesRuleset} from './ruleset.ts';
 
 /** IptablesDiffGroup: the differences of one service port ("" for rules of no service). */
 export interface IptablesDiffGroup {
@@ -26,8 +26,12 @@ export interface DiffIptablesOptions {
   service?: string;
 }
 
-/** ProxyView: the proxy's part of one table: its chains' rules, and its jump rules in other chains. */
-type ProxyView = Map<string, IptablesRule[]>;
+/**
+ * ProxyView: the proxy's part of one table: its chains' rules, and its jump rules in other chains.
+ * A chain's rules are taken when the diff comes to it, so that a ruleset read chain by chain is
+ * never held whole (at 10,000 services each side has 430,000 rules).
+ */
+type ProxyView = Map<string, () => IptablesRule[]>;
 
 interface DiffLine {
   sign: '-' | '+';
@@ -41,16 +45,16 @@ function viewOf(ruleset: IptablesRuleset): Map<string, ProxyView> {
   const views = new Map<string, ProxyView>();
   for (const table of ruleset.tables.values()) {
     const view: ProxyView = new Map();
-    for (const chain of table.chains.values()) {
+    for (const name of table.chains.keys()) {
       // The canary chain only tells whether someone flushed the table; it holds no rules.
-      if (chain.name === 'KUBE-PROXY-CANARY') continue;
-      if (chain.kind === 'proxy') {
-        view.set(chain.name, chain.rules);
+      if (name === 'KUBE-PROXY-CANARY') continue;
+      if (chainKind(table.name, name) === 'proxy') {
+        view.set(name, () => table.chains.get(name)?.rules ?? []);
         continue;
       }
       // Jump rules live in chains that are not ours; only the jumps are compared there.
-      const jumps = chain.rules.filter((rule) => rule.target && isProxyChain(rule.target.name) && !isBuiltinChain(table.name, rule.target.name));
-      if (jumps.length > 0) view.set(chain.name, jumps);
+      const jumps = table.chains.get(name)!.rules.filter((rule) => rule.target && isProxyChain(rule.target.name) && !isBuiltinChain(table.name, rule.target.name));
+      if (jumps.length > 0) view.set(name, () => jumps);
     }
     if (view.size > 0) views.set(table.name, view);
   }
@@ -203,8 +207,8 @@ export function diffIptables(desired: string | IptablesRuleset, applied: string 
     const have = appliedViews.get(table);
     const chains = [...new Set([...(want?.keys() ?? []), ...(have?.keys() ?? [])])].sort();
     for (const chain of chains) {
-      const wantRules = want?.get(chain);
-      const haveRules = have?.get(chain);
+      const wantRules = want?.get(chain)?.();
+      const haveRules = have?.get(chain)?.();
       if (wantRules && haveRules && sameTexts(wantRules, haveRules)) continue;
       const chainService = services.of(table, chain);
       const commentService = new Map<string, string | undefined>();

@@ -74,6 +74,17 @@ describe('AppliedRulesCache', () => {
     assert.deepEqual(reads, ['IPv4', 'IPv4']);
   });
 
+  it('gives the text back as read, whether the parsed rules hold it or the cache keeps it compressed', async () => {
+    for (const textOf of [iptablesBackend.textOf, undefined]) {
+      const cache = new AppliedRulesCache({read: async () => kernelV1, parse: iptablesBackend.parse, textOf, changes: watchedChanges({time: 0}), now: () => 1});
+      const reading = await cache.get('IPv4');
+      assert.ok(findChain(reading.rules as IptablesRuleset, 'nat', 'KUBE-SEP-AAAAAAAAAAAAAAAA'));
+      assert.equal(reading.text, kernelV1);
+      assert.equal(reading.text, kernelV1, 'and again');
+    }
+    assert.equal(iptablesBackend.textOf!(iptablesBackend.parse(kernelV1)), kernelV1, 'iptables rules read chain by chain hold their text');
+  });
+
   it('shares one reading between requests that arrive together', async () => {
     const clock = {time: 1000};
     const {cache, reads} = cacheOver(watchedChanges(clock), clock);

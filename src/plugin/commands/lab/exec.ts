@@ -3,9 +3,21 @@ import {execInLab} from '../../../lab/lab-control.ts';
 import {defaultLabName} from '../../../lab/lab-state.ts';
 import {PluginCommand} from '../../lib/plugin-command.ts';
 
+/**
+ * splitAtDoubleDash separates `lab exec`'s own arguments from the command's. Everything after the
+ * first `--` is the command, word for word: oclif's parser would group repeated flags and take a
+ * second `--` or a `--name` inside the command as its own, so it only sees what comes before.
+ * Without a `--`, every argument goes to the parser and the command is what it leaves positional.
+ */
+export function splitAtDoubleDash(argv: string[]): {own: string[]; command: string[] | undefined} {
+  const at = argv.indexOf('--');
+  if (at < 0) return {own: argv, command: undefined};
+  return {own: argv.slice(0, at), command: argv.slice(at + 1)};
+}
+
 export default class LabExec extends PluginCommand {
   static override summary = 'Run a command inside a lab pod, node or external client (its network namespace).';
-  static override description = `TARGET is a pod (pod-0-1), a node (node-0, or its agent pod proxyctl-agent-node-0), an external client (client-0, or just "client"), or "upstream". The command runs as root in that namespace with this terminal; its exit code is passed through.`;
+  static override description = `TARGET is a pod (pod-0-1), a node (node-0, or its agent pod proxyctl-agent-node-0), an external client (client-0, or just "client"), or "upstream". The command runs as root in that namespace with this terminal; its exit code is passed through. Everything after the first -- reaches the command unchanged.`;
 
   static override examples = [
     {description: 'A request to the demoapp ClusterIP from a pod', command: '<%= config.bin %> lab exec pod-1-1 -- curl -s http://10.96.0.10/'},
@@ -27,8 +39,11 @@ export default class LabExec extends PluginCommand {
   };
 
   async run(): Promise<void> {
-    const {args, flags, argv} = await this.parse(LabExec);
-    const command = (argv as string[]).slice(1);
+    const {own, command: afterDoubleDash} = splitAtDoubleDash(this.argv);
+    const {args, flags, argv} = await this.parse(LabExec, own);
+    const extra = (argv as string[]).slice(1);
+    if (afterDoubleDash && extra.length > 0) this.error(`lab exec: ${JSON.stringify(extra[0])} comes before --; put the whole command after --`, {exit: 2});
+    const command = afterDoubleDash ?? extra;
     const code = await execInLab(flags.name, args.target, command);
     if (code !== 0) this.exit(code);
   }

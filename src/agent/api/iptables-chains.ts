@@ -1,0 +1,315 @@
+// ChainIndexedRuleset: an iptables-save dump (or iptables-restore input of -A rules) read as an
+// IptablesRuleset whose chains are parsed one at a time, when a trace or a diff asks for them. A
+// node with 10,000 services holds 430,000 rules in 110,000 chains; a trace of one service needs
+// about thirty of those chains, and a parsed copy of all of them kept between requests is most of
+// what the agent API would hold. What is kept instead: the text, and where each chain's rules are
+// in it. A diff still walks every chain, parsing each as it goes, and keeps nothing afterwards.
+import {guessFamily, parseIptablesSave} from '../../core/iptables/parse.ts';
+import {isBuiltinChain, type IptablesChain, type IptablesRuleset, type IptablesTable, type UnknownMatch} from '../../core/iptables/ruleset.ts';
+import type {ChainsWritten} from '../sync/proxier.ts';
+
+/** Rules a partial write left in a chain, in iptables-save's spelling, and the line each had in that write's record. */
+interface WrittenChain {
+  rules: readonly string[];
+  lines: readonly number[];
+}
+
+/**
+ * Where one table's chains are. At 10,000 services a table has 110,000 chains: an object and an
+ * array per chain would be most of the index, so the runs of rule lines are kept in typed arrays
+ * by chain number.
+ */
+interface TableIndex {
+  name: string;
+  /** Chain name -> its number, in the order the dump declares them (chains a write replaced last). */
+  ids: Map<string, number>;
+  /** Policies other than "-" (the built-in chains'), by chain number. */
+  policies: Map<number, string>;
+  /** Per chain number: the first run of its rule lines in the text, [start, end, line number of the first]; start -1 for none. */
+  runs: Int32Array;
+  /** Later runs of a chain whose rules are not all together, three numbers per run as in `runs`. */
+  moreRuns: Map<number, number[]>;
+  /** Chains a partial write replaced, by their (new) number. */
+  written: Map<number, WrittenChain>;
+}
+
+interface DumpIndex {
+  text: string;
+  family: IptablesRuleset['family'];
+  /** The dump's comment lines, which say who wrote it (and so whether its rules are in iptables-save's spelling). */
+  comments: string;
+  tables: Map<string, TableIndex>;
+}
+
+/** Parsed chains a ruleset keeps for the requests to come (a trace meets about thirty). */
+const parsedChainsKept = 64;
+
+/** A table's index while the dump is read: growable arrays, made typed once it is read. */
+interface TableBuilder {
+  name: string;
+  ids: Map<string, number>;
+  policies: Map<number, string>;
+  runs: number[];
+  moreRuns: Map<number, number[]>;
+}
+
+function declare(table: TableBuilder, name: string, policy: string): number {
+  let id = table.ids.get(name);
+  if (id === undefined) {
+    id = table.ids.size;
+    table.ids.set(name, id);
+    table.runs.push(-1, -1, 0);
+  }
+  if (policy === '-') table.policies.delete(id);
+  else table.policies.set(id, policy);
+  return id;
+}
+
+/**
+ * indexDump finds every chain's rules in `text`, line by line without splitting it; undefined for
+ * input with other commands than chain declarations and -A (the caller then parses it whole).
+ */
+function indexDump(text: string, family?: IptablesRuleset['family']): DumpIndex | undefined {
+  const tables = new Map<string, TableBuilder>();
+  const comments: string[] = [];
+  let table: TableBuilder | undefined;
+  let lineNumber = 0;
+  for (let start = 0; start < text.length; ) {
+    let end = text.indexOf('\n', start);
+    if (end < 0) end = text.length;
+    const lineStart = start;
+    start = end + 1;
+    lineNumber++;
+    if (end === lineStart) continue;
+    const first = text.charCodeAt(lineStart);
+    if (first === 0x2d && text.startsWith('-A ', lineStart)) {
+      if (!table) return undefined;
+      const space = text.indexOf(' ', lineStart + 3);
+      const name = text.slice(lineStart + 3, space < 0 || space > end ? end : space);
+      let id = table.ids.get(name);
+      if (id === undefined) {
+        // iptables-restore knows the built-in chains without a declaration.
+        if (!isBuiltinChain(table.name, name)) return undefined;
+        id = declare(table, name, 'ACCEPT');
+      }
+      const runs = table.runs;
+      const more = table.moreRuns.get(id);
+      if (runs[id * 3] < 0) {
+        runs[id * 3] = lineStart;
+        runs[id * 3 + 1] = end;
+        runs[id * 3 + 2] = lineNumber;
+      } else if (!more && runs[id * 3 + 1] + 1 === lineStart) runs[id * 3 + 1] = end;
+      else if (more && more[more.length - 2] + 1 === lineStart) more[more.length - 2] = end;
+      else if (more) more.push(lineStart, end, lineNumber);
+      else table.moreRuns.set(id, [lineStart, end, lineNumber]);
+      continue;
+    }
+    const line = text.slice(lineStart, end);
+    if (line.trim() !== line) return undefined;
+    if (first === 0x23) {
+      comments.push(line);
+    } else if (first === 0x2a) {
+      const name = line.slice(1);
+      table = tables.get(name) ?? {name, ids: new Map(), policies: new Map(), runs: [], moreRuns: new Map()};
+      tables.set(name, table);
+    } else if (first === 0x3a) {
+      const match = /^:(\S+)\s+(\S+)(?:\s+\[\d+:\d+\])?$/.exec(line);
+      if (!table || !match) return undefined;
+      declare(table, match[1], match[2]);
+    } else if (line === 'COMMIT') {
+      table = undefined;
+    } else {
+      return undefined;
+    }
+  }
+  const indexes = new Map<string, TableIndex>();
+  for (const [name, built] of tables) indexes.set(name, {...built, runs: Int32Array.from(built.runs), written: new Map()});
+  return {text, family: family ?? guessFamily(text), comments: comments.join('\n'), tables: indexes};
+}
+
+/**
+ * ChainIndexedRuleset reads a dump's chains when asked. Parsed chains are kept for the requests to
+ * come, the most recently used few; iterating a table's chains (a diff, a formatted text) parses
+ * each chain and keeps none.
+ */
+export class ChainIndexedRuleset implements IptablesRuleset {
+  readonly family: IptablesRuleset['family'];
+  readonly frontEnd: IptablesRuleset['frontEnd'];
+  readonly notes: string[];
+  readonly tables: Map<string, IptablesTable>;
+  readonly #index: DumpIndex;
+  readonly #parsed = new Map<string, IptablesChain>();
+
+  private constructor(index: DumpIndex) {
+    this.#index = index;
+    this.family = index.family;
+    const header = parseIptablesSave(index.comments, {family: index.family});
+    this.frontEnd = header.frontEnd;
+    this.notes = header.notes;
+    this.tables = new Map([...index.tables.values()].map((table) => [table.name, {name: table.name, chains: new IndexedChains(this, table)}]));
+  }
+
+  /** The dump read chain by chain; undefined for input it does not index (parse that whole). */
+  static of(text: string, options: {family?: IptablesRuleset['family']} = {}): ChainIndexedRuleset | undefined {
+    const index = indexDump(text, options.family);
+    return index && new ChainIndexedRuleset(index);
+  }
+
+  /** The text these rules were read from; undefined once a partial write replaced chains of it. */
+  get sourceText(): string | undefined {
+    return [...this.#index.tables.values()].some((table) => table.written.size > 0) ? undefined : this.#index.text;
+  }
+
+  /** Rules with matches the tracer does not evaluate: every chain parsed to tell, so only when asked. */
+  get unknownMatches(): UnknownMatch[] {
+    const found: UnknownMatch[] = [];
+    for (const table of this.#index.tables.values()) for (const name of table.ids.keys()) found.push(...this.#parse(table, name).unknownMatches);
+    return found;
+  }
+
+  /**
+   * patched: these rules with the chains a partial write declared replaced by what they hold now,
+   * or gone; a new ruleset sharing the text with this one, which stays as it was. Replaced chains
+   * move to the end of their table, as a chain declared again does.
+   */
+  patched(written: readonly ChainsWritten[]): ChainIndexedRuleset {
+    const tables = new Map([...this.#index.tables].map(([name, table]) => [name, {...table, ids: new Map(table.ids), written: new Map(table.written)}]));
+    // Lines as a dump of the written chains alone would number them, header first.
+    let line = 1;
+    for (const {table: name, declared, chains, rules} of written) {
+      let table = tables.get(name);
+      if (!table) tables.set(name, (table = {name, ids: new Map(), policies: new Map(), runs: new Int32Array(0), moreRuns: new Map(), written: new Map()}));
+      line += 1 + chains.length;
+      const byChain = new Map<string, {rules: string[]; lines: number[]}>(chains.map((chain) => [chain, {rules: [], lines: []}]));
+      for (const rule of rules) {
+        line++;
+        const space = rule.indexOf(' ', 3);
+        const entry = byChain.get(rule.slice(3, space < 0 ? undefined : space));
+        entry?.rules.push(rule);
+        entry?.lines.push(line);
+      }
+      line++;
+      for (const chain of declared) {
+        const id = table.ids.get(chain);
+        // What an earlier write left in the chain goes with it, or a write a second would keep them all.
+        if (id !== undefined) table.written.delete(id);
+        table.ids.delete(chain);
+      }
+      // New numbers past every number in use: the policies and runs of the old ones stay the old chains'.
+      let next = Math.max(table.runs.length / 3 - 1, ...table.written.keys()) + 1;
+      for (const [chain, entry] of byChain) {
+        table.ids.set(chain, next);
+        table.written.set(next++, entry);
+      }
+    }
+    return new ChainIndexedRuleset({...this.#index, tables});
+  }
+
+  /** The chain, parsed once and kept among the most recently used. */
+  chain(table: TableIndex, name: string): IptablesChain | undefined {
+    if (!table.ids.has(name)) return undefined;
+    const key = `${table.name} ${name}`;
+    let chain = this.#parsed.get(key);
+    if (chain) {
+      this.#parsed.delete(key);
+    } else {
+      chain = this.#parse(table, name).chain;
+      if (this.#parsed.size >= parsedChainsKept) this.#parsed.delete(this.#parsed.keys().next().value!);
+    }
+    this.#parsed.set(key, chain);
+    return chain;
+  }
+
+  /** The chain parsed now, or the kept one; not kept. */
+  chainOnce(table: TableIndex, name: string): IptablesChain {
+    return this.#parsed.get(`${table.name} ${name}`) ?? this.#parse(table, name).chain;
+  }
+
+  /** One chain's rules as a dump of its own, with the dump's header so that they are read in the same spelling, and their lines put back. */
+  #parse(table: TableIndex, name: string): {chain: IptablesChain; unknownMatches: UnknownMatch[]} {
+    const id = table.ids.get(name)!;
+    const {text, comments, family} = this.#index;
+    const rules: string[] = [];
+    const lines: number[] = [];
+    const written = table.written.get(id);
+    if (written) {
+      rules.push(...written.rules);
+      lines.push(...written.lines);
+    } else {
+      const runs = table.runs[id * 3] < 0 ? [] : [...table.runs.subarray(id * 3, id * 3 + 3), ...(table.moreRuns.get(id) ?? [])];
+      for (let at = 0; at < runs.length; at += 3) {
+        const run = text.slice(runs[at], runs[at + 1]);
+        rules.push(run);
+        let line = runs[at + 2];
+        lines.push(line);
+        for (let next = run.indexOf('\n'); next >= 0; next = run.indexOf('\n', next + 1)) lines.push(++line);
+      }
+    }
+    const header = comments === '' ? '' : `${comments}\n`;
+    const headerLines = comments === '' ? 0 : comments.split('\n').length;
+    const policy = written ? '-' : (table.policies.get(id) ?? '-');
+    const dump = `${header}*${table.name}\n:${name} ${policy} [0:0]\n${rules.length > 0 ? `${rules.join('\n')}\n` : ''}COMMIT\n`;
+    const parsed = parseIptablesSave(dump, {family});
+    const chain = parsed.tables.get(table.name)!.chains.get(name)!;
+    // Rule k of the chain came from dump line headerLines + 3 + k (one line gives several rules only for address lists, which are not in iptables-save's output).
+    const lineOf = (line: number) => lines[line - headerLines - 3] ?? line;
+    for (const rule of chain.rules) rule.line = lineOf(rule.line);
+    return {chain, unknownMatches: parsed.unknownMatches.map((match) => ({...match, line: lineOf(match.line)}))};
+  }
+}
+
+/** A table's chains, parsed when looked up or iterated (see ChainIndexedRuleset). */
+class IndexedChains extends Map<string, IptablesChain> {
+  readonly #ruleset: ChainIndexedRuleset;
+  readonly #table: TableIndex;
+
+  constructor(ruleset: ChainIndexedRuleset, table: TableIndex) {
+    super();
+    this.#ruleset = ruleset;
+    this.#table = table;
+  }
+
+  override get size(): number {
+    return this.#table.ids.size;
+  }
+
+  override has(name: string): boolean {
+    return this.#table.ids.has(name);
+  }
+
+  override get(name: string): IptablesChain | undefined {
+    return this.#ruleset.chain(this.#table, name);
+  }
+
+  override keys(): MapIterator<string> {
+    return this.#table.ids.keys();
+  }
+
+  override *values(): MapIterator<IptablesChain> {
+    for (const name of this.#table.ids.keys()) yield this.#ruleset.chainOnce(this.#table, name);
+  }
+
+  override *entries(): MapIterator<[string, IptablesChain]> {
+    for (const name of this.#table.ids.keys()) yield [name, this.#ruleset.chainOnce(this.#table, name)];
+  }
+
+  override [Symbol.iterator](): MapIterator<[string, IptablesChain]> {
+    return this.entries();
+  }
+
+  override forEach(callback: (value: IptablesChain, key: string, map: Map<string, IptablesChain>) => void, thisArg?: unknown): void {
+    for (const [name, chain] of this.entries()) callback.call(thisArg, chain, name, this);
+  }
+
+  override set(): this {
+    throw new Error('the chains of an indexed dump are read only');
+  }
+
+  override delete(): boolean {
+    throw new Error('the chains of an indexed dump are read only');
+  }
+
+  override clear(): void {
+    throw new Error('the chains of an indexed dump are read only');
+  }
+}

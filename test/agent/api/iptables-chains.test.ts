@@ -1,0 +1,123 @@
+// ChainIndexedRuleset: a dump read chain by chain answers exactly as the dump parsed whole: the
+// same chains, rules and lines, the same traces and diffs, the same rules after a partial write.
+import assert from 'node:assert/strict';
+import {readFileSync} from 'node:fs';
+import {describe, it} from 'node:test';
+import {patchIptablesRuleset} from '../../../src/agent/api/iptables-backend.ts';
+import {ChainIndexedRuleset} from '../../../src/agent/api/iptables-chains.ts';
+import {diffIptables} from '../../../src/core/iptables/diff.ts';
+import {formatIptablesRuleset, parseIptablesSave} from '../../../src/core/iptables/parse.ts';
+import type {IptablesRuleset} from '../../../src/core/iptables/ruleset.ts';
+import {traceIptables} from '../../../src/core/iptables/trace.ts';
+import type {Packet} from '../../../src/core/trace/types.ts';
+
+const read = (path: string) => readFileSync(new URL(`../../core/iptables/${path}`, import.meta.url), 'utf8');
+const dumps = ['dumps/node-a.nft.txt', 'dumps/kube-proxy-1.20.legacy.txt', 'dumps/calico-node.nft.txt', 'dumps/node-a.restore.txt'];
+const renders = ['golden/cluster-ipv4-with-jumps.rules', 'golden/cluster-ipv4.rules', 'golden/features-ipv4.rules', 'golden/features-ipv6.rules'];
+
+function indexed(text: string): ChainIndexedRuleset {
+  const ruleset = ChainIndexedRuleset.of(text);
+  assert.ok(ruleset, 'the text is indexed');
+  return ruleset;
+}
+
+/** Every table, chain and rule as plain data, in order (the rules' parts read through their getters). */
+function contents(ruleset: IptablesRuleset) {
+  return {
+    family: ruleset.family,
+    frontEnd: ruleset.frontEnd,
+    notes: ruleset.notes,
+    unknownMatches: ruleset.unknownMatches,
+    tables: [...ruleset.tables.values()].map((table) => ({
+      name: table.name,
+      chains: [...table.chains.values()].map((chain) => ({
+        ...chain,
+        rules: chain.rules.map((rule) => ({text: rule.text, line: rule.line, chain: rule.chain, table: rule.table, comment: rule.comment, target: rule.target, matches: rule.matches, destination: rule.destination, source: rule.source})),
+      })),
+    })),
+  };
+}
+
+/** A packet to each ClusterIP, node port and external address the rules send somewhere, from a pod and from the node. */
+function packets(text: string, family: 'IPv4' | 'IPv6'): Packet[] {
+  const found: Packet[] = [];
+  const srcIP = family === 'IPv4' ? '10.244.1.20' : 'fd00:244::20';
+  for (const line of text.split('\n').filter((rule) => rule.startsWith('-A KUBE-SERVICES ') || rule.startsWith('-A KUBE-NODEPORTS '))) {
+    const [dstIP, protocol, dstPort] = [/ -d (\S+?)(?:\/(?:32|128))? /.exec(line)?.[1], / -p (tcp|udp|sctp) /.exec(line)?.[1], / --dport (\d+)/.exec(line)?.[1]];
+    if (!protocol || !dstPort) continue;
+    const to = {dstIP: dstIP ?? (family === 'IPv4' ? '10.0.0.11' : 'fd00::1'), dstPort: Number(dstPort), protocol: protocol.toUpperCase() as Packet['protocol']};
+    found.push({srcIP, ...to, origin: 'arriving', inInterface: 'cni0'}, {srcIP, ...to, origin: 'local'});
+  }
+  assert.ok(found.length > 0, 'the rules send some packet somewhere');
+  return found;
+}
+
+describe('ChainIndexedRuleset', () => {
+  for (const path of [...dumps, ...renders]) {
+    it(`${path}: the same chains and rules, traces and formatted text as the whole dump parsed`, () => {
+      const text = read(path);
+      const whole = parseIptablesSave(text);
+      const byChain = indexed(text);
+      assert.deepEqual(contents(byChain), contents(whole));
+      assert.equal(formatIptablesRuleset(byChain), formatIptablesRuleset(whole));
+      const localAddresses = whole.family === 'IPv4' ? ['10.0.0.11', '10.244.1.1'] : ['fd00::1'];
+      for (const packet of packets(text, whole.family)) {
+        assert.deepEqual(traceIptables(byChain, packet, {localAddresses}), traceIptables(whole, packet, {localAddresses}), `${packet.dstIP}:${packet.dstPort} from ${packet.origin}`);
+      }
+    });
+  }
+
+  it('diffs a render against a dump as the whole parsed rulesets do, chain by chain, both ways', () => {
+    for (const [desired, applied] of [
+      ['golden/cluster-ipv4-with-jumps.rules', 'golden/cluster-ipv4.rules'],
+      ['golden/features-ipv4.rules', 'golden/cluster-ipv4-with-jumps.rules'],
+      ['golden/cluster-ipv4-with-jumps.rules', 'dumps/node-a.nft.txt'],
+    ]) {
+      const [a, b] = [read(desired), read(applied)];
+      const expected = diffIptables(parseIptablesSave(a), parseIptablesSave(b, {family: 'IPv4'}));
+      assert.equal(expected.equal, false);
+      assert.deepEqual(diffIptables(indexed(a), indexed(b)), expected, `${desired} against ${applied}`);
+      assert.deepEqual(diffIptables(indexed(b), indexed(a)), diffIptables(parseIptablesSave(b), parseIptablesSave(a, {family: 'IPv4'})));
+      const service = expected.groups.find((group) => group.servicePort !== '')?.servicePort;
+      if (service) assert.deepEqual(diffIptables(indexed(a), indexed(b), {service}), diffIptables(parseIptablesSave(a), parseIptablesSave(b), {service}));
+    }
+  });
+
+  it('after a partial write: the replaced chains hold what the write left, deleted ones are gone, the rest as before', () => {
+    const text = read('dumps/node-a.nft.txt');
+    const svc = /:(KUBE-SVC-\S+)/.exec(text)![1];
+    const sep = /:(KUBE-SEP-\S+)/.exec(text)![1];
+    const written = [
+      {table: 'nat' as const, declared: [svc, sep, 'KUBE-SEP-NEWNEWNEWNEWNEWN'], chains: [svc, 'KUBE-SEP-NEWNEWNEWNEWNEWN'], rules: [`-A ${svc} -j KUBE-SEP-NEWNEWNEWNEWNEWN`, '-A KUBE-SEP-NEWNEWNEWNEWNEWN -p tcp -m tcp -j DNAT --to-destination 10.244.9.9:8080']},
+    ];
+    const before = indexed(text);
+    const patched = before.patched(written);
+    assert.deepEqual(contents(patched), contents(patchIptablesRuleset(parseIptablesSave(text), written)));
+    assert.equal(patched.tables.get('nat')!.chains.has(sep), false);
+    // Written again and again (a partial sync rewrites KUBE-SERVICES every time): the same rules as one write.
+    let again = patched;
+    for (let i = 0; i < 50; i++) again = again.patched(written);
+    assert.deepEqual(contents(again), contents(patched));
+    assert.equal(before.tables.get('nat')!.chains.has(sep), true, 'the rules the patch started from stay as they were');
+  });
+
+  it('parses only the chains a trace meets', () => {
+    const text = read('golden/cluster-ipv4-with-jumps.rules');
+    const ruleset = indexed(text);
+    let parsed = 0;
+    for (const table of ruleset.tables.values()) {
+      const get = table.chains.get.bind(table.chains);
+      table.chains.get = (name: string) => (parsed++, get(name));
+    }
+    const [packet] = packets(text, 'IPv4');
+    traceIptables(ruleset, packet, {localAddresses: ['10.0.0.11']});
+    const chains = [...ruleset.tables.values()].reduce((sum, table) => sum + table.chains.size, 0);
+    assert.ok(parsed > 0 && parsed < chains, `${parsed} chain lookups of ${chains} chains`);
+  });
+
+  it('leaves input with other commands than -A, or with counters, to the whole parser', () => {
+    assert.equal(ChainIndexedRuleset.of(read('dumps/node-a.legacy.txt')), undefined);
+    assert.equal(ChainIndexedRuleset.of('*nat\n:KUBE-SERVICES - [0:0]\n-I KUBE-SERVICES -j RETURN\nCOMMIT\n'), undefined);
+    assert.equal(ChainIndexedRuleset.of('*nat\n-A KUBE-NOT-DECLARED -j RETURN\nCOMMIT\n'), undefined);
+  });
+});

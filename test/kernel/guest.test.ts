@@ -1,0 +1,46 @@
+// The qemu guest (scripts/qemu/guest.ts) mounts a fresh /tmp, /run and /dev over the shared root;
+// a checkout or working directory inside them must still be there, writable, for the ipvs tests to
+// run from a clone in the temporary directory.
+import assert from 'node:assert/strict';
+import {mkdtempSync, readFileSync, rmSync, writeFileSync} from 'node:fs';
+import {tmpdir} from 'node:os';
+import {join} from 'node:path';
+import {describe, it} from 'node:test';
+import {guestUnavailableReason, hostHasIpvs, pathsUnderGuestMounts, repoRoot, runInGuest} from '../../scripts/qemu/guest.ts';
+
+describe('the qemu guest and directories under its fresh mounts', () => {
+  it('lists the directories the guest would hide, by real path, none inside another', () => {
+    const scratch = mkdtempSync(join(tmpdir(), 'proxyctl-guest-paths-'));
+    try {
+      const inside = join(scratch, 'sub');
+      assert.deepEqual(pathsUnderGuestMounts([inside, scratch, '/run/x', '/usr/src']), [scratch, '/run/x']);
+      assert.deepEqual(pathsUnderGuestMounts(['/usr/src', '/var/tmp/x', '/tmpfoo']), []);
+    } finally {
+      rmSync(scratch, {recursive: true, force: true});
+    }
+  });
+
+  it('runs a command in a working directory inside the temporary directory, and can write there', {timeout: 180_000}, async (t) => {
+    if (hostHasIpvs()) {
+      t.skip('this kernel has IP_VS: the ipvs tests run on it, no guest boots');
+      return;
+    }
+    const unavailable = guestUnavailableReason();
+    if (unavailable) {
+      t.skip(`no qemu guest can boot here: ${unavailable}`);
+      return;
+    }
+    const checkout = mkdtempSync(join(tmpdir(), 'proxyctl-guest-checkout-'));
+    try {
+      writeFileSync(join(checkout, 'marker'), 'host file\n');
+      const result = await runInGuest('cat marker; echo guest file > written; cat written; pwd', {cwd: checkout, timeoutMs: 150_000});
+      assert.equal(result.exitCode, 0, `the guest could not run in ${checkout} (exit ${result.exitCode}):\n${result.stdout}\n${result.stderr}\n${result.consoleLog}`);
+      assert.equal(result.stdout, `host file\nguest file\n${checkout}\n`);
+      assert.equal(readFileSync(join(checkout, 'marker'), 'utf8'), 'host file\n', 'the host checkout is unchanged');
+      assert.throws(() => readFileSync(join(checkout, 'written')), /ENOENT/, "the guest's writes stay in the guest");
+      t.diagnostic(`guest run: ${Math.round(result.durationMs / 1000)} s from boot to poweroff (checkout of this run: ${repoRoot})`);
+    } finally {
+      rmSync(checkout, {recursive: true, force: true});
+    }
+  });
+});
