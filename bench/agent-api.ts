@@ -10,7 +10,7 @@ import {startAgentApi} from '../src/agent/api/server.ts';
 import type {AgentApiHandlers} from '../src/agent/api/handlers.ts';
 import {CommandHost} from '../src/agent/host/command-host.ts';
 import {createLogger} from '../src/agent/log.ts';
-import type {RulesWriteListener, SyncOutcome, WrittenRules} from '../src/agent/sync/proxier.ts';
+import type {RulesWriteListener, SyncOutcome, WrittenRules} from '../src/agent/sync/types.ts';
 import type {IptablesRuleset} from '../src/core/iptables/ruleset.ts';
 import {AgentClient} from '../src/plugin/lib/agent-client.ts';
 import {forEachNode} from '../src/plugin/lib/agent-locator.ts';

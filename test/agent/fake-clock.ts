@@ -1,5 +1,5 @@
 // FakeClock: a Clock whose time moves only when a test says so; due timers fire in order.
-import type {Clock} from '../../src/agent/sync/clock.ts';
+import type {Clock} from '../../src/agent/clock.ts';
 
 interface Timer {
   id: number;

@@ -5,7 +5,7 @@
 // read the kernel.
 import {deflateRawSync, inflateRawSync} from 'node:zlib';
 import type {IPFamily} from '../../core/model/index.ts';
-import type {ChainsWritten, WrittenRules} from '../sync/proxier.ts';
+import type {ChainsWritten, WrittenRules} from '../sync/types.ts';
 import {releaseGarbage} from '../sync/sync-bookkeeping.ts';
 import type {ParsedRules} from './rules-backend.ts';
 import type {RulesetChanges} from './ruleset-changes.ts';

@@ -4,7 +4,7 @@ import {formatIptablesRuleset, parseIptablesSave} from '../../core/iptables/pars
 import {renderIptables} from '../../core/iptables/render.ts';
 import type {IptablesRuleset, IptablesTable} from '../../core/iptables/ruleset.ts';
 import {traceIptables} from '../../core/iptables/trace.ts';
-import type {ChainsWritten} from '../sync/proxier.ts';
+import type {ChainsWritten} from '../sync/types.ts';
 import {ChainIndexedRuleset} from './iptables-chains.ts';
 import type {ParsedRules, RulesBackend} from './rules-backend.ts';
 

@@ -6,7 +6,7 @@
 // in it. A diff still walks every chain, parsing each as it goes, and keeps nothing afterwards.
 import {guessFamily, parseIptablesSave} from '../../core/iptables/parse.ts';
 import {isBuiltinChain, type IptablesChain, type IptablesRuleset, type IptablesTable, type UnknownMatch} from '../../core/iptables/ruleset.ts';
-import type {ChainsWritten} from '../sync/proxier.ts';
+import type {ChainsWritten} from '../sync/types.ts';
 
 /** Rules a partial write left in a chain, in iptables-save's spelling, and the line each had in that write's record. */
 interface WrittenChain {

@@ -5,7 +5,7 @@ import type {IPFamily, ProxyModel} from '../../core/model/index.ts';
 import type {Host} from '../host/host.ts';
 import type {Packet, TraceContext, TraceResult} from '../../core/trace/types.ts';
 import type {DiffGroup, ProxyMode} from '../../protocol/methods.ts';
-import type {ChainsWritten} from '../sync/proxier.ts';
+import type {ChainsWritten} from '../sync/types.ts';
 
 /** A parsed ruleset; only the backend that made it looks inside. */
 export type ParsedRules = {readonly __parsedRules?: never};

@@ -7,7 +7,7 @@ import type {IPFamily, ProxyModel} from '../../core/model/index.ts';
 import type {DiffGroup, DiffResult, ProbeParams, ProbeResult, RulesResult, StatusResult, SyncEvent, SyncKind, SyncResult as SyncAnswer, TraceAnswer} from '../../protocol/methods.ts';
 import {type Host, savedTables} from '../host/host.ts';
 import type {Logger} from '../log.ts';
-import type {RulesWriteListener, SyncOutcome} from '../sync/proxier.ts';
+import type {RulesWriteListener, SyncOutcome} from '../sync/types.ts';
 import {releaseGarbage} from '../sync/sync-bookkeeping.ts';
 import {AppliedRulesCache, type AppliedRules} from './applied-rules.ts';
 import type {AgentApiHandlers} from './handlers.ts';

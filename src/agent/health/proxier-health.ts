@@ -1,7 +1,7 @@
 // ProxierHealth: kube-proxy's health rule. Healthy unless an update has been queued for longer than
 // healthTimeout (2 x syncPeriod) without a successful sync; the node is eligible for load-balancer
 // traffic unless it is being deleted or tainted ToBeDeletedByClusterAutoscaler.
-import {type Clock, systemClock} from '../sync/clock.ts';
+import {type Clock, systemClock} from '../clock.ts';
 
 export const toBeDeletedTaint = 'ToBeDeletedByClusterAutoscaler';
 

@@ -25,9 +25,12 @@ import {
 } from './ipvs-host.ts';
 import {removeNftablesTables} from './nftables-proxier.ts';
 import {cleanupRestoreInput, readOwnedRules} from './owned-rules.ts';
-import {type ClusterObjects, type SyncResult, withJumpRules} from './proxier.ts';
+import type {ClusterObjects} from '../watch/cluster-objects.ts';
+import {withJumpRules} from './proxier.ts';
 import type {RunReason} from './runner.ts';
-import {deleteConntrackEntries, type FamilySyncState, ProxierBase, type ProxierBaseOptions} from './sync-bookkeeping.ts';
+import {type FamilySyncState, ProxierBase, type ProxierBaseOptions} from './proxier-base.ts';
+import {deleteConntrackEntries} from './sync-bookkeeping.ts';
+import type {SyncResult} from './types.ts';
 
 export interface IpvsProxierOptions extends ProxierBaseOptions {
   host: Host;

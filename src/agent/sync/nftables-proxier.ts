@@ -14,9 +14,12 @@ import type {Host, IptablesTable} from '../host/host.ts';
 import type {Logger} from '../log.ts';
 import {planConntrackCleanup} from './conntrack-cleanup.ts';
 import {cleanupRestoreInput, readOwnedRules} from './owned-rules.ts';
-import {type ClusterObjects, fullSyncPeriod, type SyncResult} from './proxier.ts';
+import type {ClusterObjects} from '../watch/cluster-objects.ts';
+import {fullSyncPeriod} from './proxier.ts';
 import type {RunReason} from './runner.ts';
-import {deleteConntrackEntries, type FamilySyncState, ProxierBase, type ProxierBaseOptions} from './sync-bookkeeping.ts';
+import {type FamilySyncState, ProxierBase, type ProxierBaseOptions} from './proxier-base.ts';
+import {deleteConntrackEntries} from './sync-bookkeeping.ts';
+import type {SyncResult} from './types.ts';
 
 export interface NftablesProxierOptions extends ProxierBaseOptions {
   host: Host;

@@ -9,26 +9,17 @@
 // sync rewrites them all.
 import {changedServicePorts, type IPFamily, type ModelOptions, type ProxyModel, ProxyModelBuilder, portsWithIdentities} from '../../core/model/index.ts';
 import {type Host, type IptablesFrontEnd, type IptablesTable, type RestoreInput, restoreInputText, savedTables} from '../host/host.ts';
-import type {Clock} from './clock.ts';
 import {planConntrackCleanup} from './conntrack-cleanup.ts';
 import type {IptablesRuleSource, JumpRule} from './iptables-rules.ts';
 import {applyPartialWrite, declaredChains, describeDrift, type FullWriteReader, InputSpelling, isOwnedChain, matchesRecord, type OwnedRecord, type OwnedRules, proxyTables, readOwnedRules, recordOwned, settleRecord} from './owned-rules.ts';
 import type {RunReason} from './runner.ts';
-import {deleteConntrackEntries, type FamilySyncState, ProxierBase, type ProxierBaseOptions, releaseGarbage} from './sync-bookkeeping.ts';
+import type {ClusterObjects} from '../watch/cluster-objects.ts';
+import {type FamilySyncState, ProxierBase, type ProxierBaseOptions} from './proxier-base.ts';
+import {deleteConntrackEntries, releaseGarbage} from './sync-bookkeeping.ts';
+import type {ChainsWritten, RulesWriteListener, SyncResult, WrittenRules} from './types.ts';
 
 /** kube-proxy's FullSyncPeriod: the longest run of partial syncs. */
 export const fullSyncPeriod = 3_600_000;
-
-export {lastChangeTriggerTimeAnnotation} from './sync-bookkeeping.ts';
-
-/** ClusterObjects: the current Services, EndpointSlices and this node's Node, as the watches hold them. */
-export interface ClusterObjects {
-  services(): unknown[];
-  endpointSlices(): unknown[];
-  node(): unknown;
-}
-
-export type ObjectKind = 'Service' | 'EndpointSlice' | 'Node';
 
 export interface ProxierOptions extends ProxierBaseOptions {
   host: Host;
@@ -89,49 +80,6 @@ function expectedReadingMs(state: FamilyState): number | undefined {
   for (const count of state.rulesPerTable.values()) rules += count;
   const growth = Math.max(rules, readingFixedCostRules) / Math.max(state.lastReadingRules ?? 0, readingFixedCostRules);
   return state.lastReadingMs * Math.max(1, growth);
-}
-
-export interface SyncResult {
-  family: IPFamily;
-  kind: 'full' | 'partial' | 'unchanged';
-  changedServicePorts: number;
-  drift: boolean;
-}
-
-/** ChainsWritten: the chains of one table a partial write declared (so replaced or deleted), and what they hold now. */
-export interface ChainsWritten {
-  table: IptablesTable;
-  declared: string[];
-  /** The declared chains that exist after the write. */
-  chains: string[];
-  /** Their rules, as iptables-save prints them. */
-  rules: string[];
-}
-
-/** WrittenRules: what one write left in the kernel, as the proxier knows it without a new reading. */
-export type WrittenRules =
-  /** The tables read back after the write (filter, then nat, as iptables-save -t prints them); reading started at `readStartedAt`. */
-  | {kind: 'read'; text: string; readStartedAt: number}
-  /** The chains a partial write replaced; every other rule is as before the write. */
-  | {kind: 'chains'; tables: ChainsWritten[]; writtenAt: number};
-
-/** Told before each iptables-restore and after it (`written` undefined when what it left is not known). */
-export interface RulesWriteListener {
-  started(family: IPFamily): void;
-  ended(family: IPFamily, written: WrittenRules | undefined): void;
-}
-
-/** SyncOutcome: one sync of every family, as told to onSync listeners (the agent API streams it). */
-export interface SyncOutcome {
-  /** Clock time (ms) the sync started and how long it took. */
-  startedAt: number;
-  durationMs: number;
-  ok: boolean;
-  /** Per family; empty when the sync failed. */
-  results: SyncResult[];
-  /** The proxy's rules in the kernel after the sync, per table, all families together. */
-  rules: {filter: number; nat: number};
-  error?: string;
 }
 
 export class IptablesProxier extends ProxierBase<FamilyState> {

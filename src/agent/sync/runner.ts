@@ -2,7 +2,7 @@
 // the previous run ended (requests in between coalesce into one run), at least once per maxInterval,
 // and again after a failure with a backoff that doubles up to retryInterval. kube-proxy's
 // pkg/proxy/runner promises the same three bounds.
-import {type Clock, systemClock} from './clock.ts';
+import {type Clock, systemClock} from '../clock.ts';
 
 /** Why a run happens; more than one can be true. */
 export interface RunReason {

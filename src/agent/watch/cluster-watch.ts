@@ -3,7 +3,7 @@
 // selector) and, for nftables mode, the cluster's ServiceCIDRs. They fill one ObjectStore with
 // compact records (compact-object.ts).
 import type {Logger} from '../log.ts';
-import type {Clock} from '../sync/clock.ts';
+import type {Clock} from '../clock.ts';
 import type {KubernetesClient} from './kubernetes-client.ts';
 import {compactObject} from './compact-object.ts';
 import {ObjectStore, type WatchedKind} from './object-store.ts';

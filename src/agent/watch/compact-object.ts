@@ -11,7 +11,7 @@ import {
   topologyAwareHintsAnnotation,
   topologyModeAnnotation,
 } from '../../core/model/objects.ts';
-import {lastChangeTriggerTimeAnnotation} from '../sync/proxier.ts';
+import {lastChangeTriggerTimeAnnotation} from './cluster-objects.ts';
 import type {WatchedKind} from './object-store.ts';
 
 const serviceLabels = [serviceProxyNameLabel, headlessLabel];

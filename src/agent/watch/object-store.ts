@@ -1,6 +1,6 @@
 // ObjectStore: the Services, EndpointSlices, Node and ServiceCIDRs the watches hold now, keyed by
 // namespace/name, and what the proxier reads at each sync (ClusterObjects).
-import type {ClusterObjects, ObjectKind} from '../sync/proxier.ts';
+import type {ClusterObjects, ObjectKind} from './cluster-objects.ts';
 import type {WatchEventType} from './reflector.ts';
 
 /** What the agent watches: the proxier's kinds, plus ServiceCIDRs in nftables mode. */

@@ -10,7 +10,7 @@
 // before the next is asked for: the API server answers in pieces, and a 30 MB list of 10,000
 // EndpointSlices never sits in memory whole.
 import type {Logger} from '../log.ts';
-import {type Clock, systemClock} from '../sync/clock.ts';
+import {type Clock, systemClock} from '../clock.ts';
 import type {KubernetesClient, WatchHandle} from './kubernetes-client.ts';
 
 export type WatchEventType = 'ADDED' | 'MODIFIED' | 'DELETED';

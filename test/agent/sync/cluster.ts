@@ -1,5 +1,5 @@
 // Small Service / EndpointSlice / Node objects for agent tests, and an in-memory ClusterObjects.
-import type {ClusterObjects} from '../../../src/agent/sync/proxier.ts';
+import type {ClusterObjects} from '../../../src/agent/watch/cluster-objects.ts';
 
 export function service(name: string, clusterIP: string, options: {protocol?: string; port?: number; type?: string; nodePort?: number; externalTrafficPolicy?: string; healthCheckNodePort?: number} = {}) {
   return {

@@ -1,0 +1,47 @@
+// What the proxiers and their bookkeeping share, and what they tell the agent and its API: the
+// result of a sync, and what a write of iptables rules left in the kernel.
+import type {IPFamily} from '../../core/model/index.ts';
+import type {IptablesTable} from '../host/host.ts';
+
+export interface SyncResult {
+  family: IPFamily;
+  kind: 'full' | 'partial' | 'unchanged';
+  changedServicePorts: number;
+  drift: boolean;
+}
+
+/** SyncOutcome: one sync of every family, as told to onSync listeners (the agent API streams it). */
+export interface SyncOutcome {
+  /** Clock time (ms) the sync started and how long it took. */
+  startedAt: number;
+  durationMs: number;
+  ok: boolean;
+  /** Per family; empty when the sync failed. */
+  results: SyncResult[];
+  /** The proxy's rules in the kernel after the sync, per table, all families together. */
+  rules: {filter: number; nat: number};
+  error?: string;
+}
+
+/** ChainsWritten: the chains of one table a partial write declared (so replaced or deleted), and what they hold now. */
+export interface ChainsWritten {
+  table: IptablesTable;
+  declared: string[];
+  /** The declared chains that exist after the write. */
+  chains: string[];
+  /** Their rules, as iptables-save prints them. */
+  rules: string[];
+}
+
+/** WrittenRules: what one write left in the kernel, as the proxier knows it without a new reading. */
+export type WrittenRules =
+  /** The tables read back after the write (filter, then nat, as iptables-save -t prints them); reading started at `readStartedAt`. */
+  | {kind: 'read'; text: string; readStartedAt: number}
+  /** The chains a partial write replaced; every other rule is as before the write. */
+  | {kind: 'chains'; tables: ChainsWritten[]; writtenAt: number};
+
+/** Told before each iptables-restore and after it (`written` undefined when what it left is not known). */
+export interface RulesWriteListener {
+  started(family: IPFamily): void;
+  ended(family: IPFamily, written: WrittenRules | undefined): void;
+}
