@@ -47,6 +47,12 @@ export interface RenderIptablesOptions {
    * chains, once those are filled).
    */
   extraLines?: Partial<Record<IptablesTable, {start?: string[]; end?: string[]}>>;
+  /**
+   * Jump rules to insert (-I for 'prepend', -A for 'append') at the end of their table's part,
+   * in the same atomic write as the chains they lead to, once those are filled: the agent's way
+   * of adding the ones the kernel lacks without an iptables command per rule.
+   */
+  insertJumps?: IptablesJumpRule[];
 }
 
 /** A rule in a built-in chain that leads into the proxy's chains, as argv for `iptables -t TABLE -I CHAIN`. */
@@ -313,107 +319,287 @@ export function renderIptables(model: ProxyModel, options: RenderIptablesOptions
 }
 
 /**
+ * RenderedTable: what an input renderIptablesWrite made does to one table, told by the renderer
+ * rather than read back out of the text: the chains it declares (and so flushes), those it then
+ * deletes, and the rules it writes into each chain, in restore spelling (IptablesSaveSpelling
+ * gives iptables-save's). A full render (no changedServicePorts) keeps only the count of the rules
+ * of each per-service chain: at 10,000 services those are 320,000 rules in 110,000 chains.
+ */
+export interface RenderedTable {
+  declared: string[];
+  deleted: string[];
+  /** Per declared chain, its rules; a per-service chain of a full render, how many. */
+  rules: Map<string, string[] | number>;
+  /** The insertJumps of this table, as written (at the table's end, once the chains they lead to are filled). */
+  jumps: IptablesJumpRule[];
+}
+
+/** IptablesRenderRecord: what the input does, table by table, and the nat chains of each service port it writes. */
+export interface IptablesRenderRecord {
+  family: ProxyModel['family'];
+  tables: Record<IptablesTable, RenderedTable>;
+  /** Per service port whose own chains the input writes (servicePortIdentity): those chains. */
+  servicePortChains: Map<string, string[]>;
+}
+
+/** IptablesRender: an input in pieces, and its record, complete once the last piece has been taken. */
+export interface IptablesRender {
+  chunks: Generator<Buffer>;
+  record: IptablesRenderRecord;
+}
+
+/**
+ * renderIptablesWrite is renderIptablesChunks with its record: the agent learns what its write
+ * leaves from the renderer, while the input streams to iptables-restore, without keeping or
+ * re-reading the text.
+ */
+export function renderIptablesWrite(model: ProxyModel, options: RenderIptablesOptions = {}): IptablesRender {
+  const table = (): RenderedTable => ({declared: [], deleted: [], rules: new Map(), jumps: []});
+  const record: IptablesRenderRecord = {family: model.family, tables: {filter: table(), nat: table()}, servicePortChains: new Map()};
+  return {chunks: renderIptablesChunks(model, options, record), record};
+}
+
+/**
+ * TableWriter writes one table's chain declarations and rules into LineBuffers and, when the
+ * render keeps a record, notes them there as it goes.
+ */
+class TableWriter {
+  readonly chainLines = new LineBuffer();
+  readonly rules = new LineBuffer();
+  readonly #record: RenderedTable | undefined;
+  readonly #countServiceChains: boolean;
+
+  constructor(record: RenderedTable | undefined, countServiceChains: boolean) {
+    this.#record = record;
+    this.#countServiceChains = countServiceChains;
+  }
+
+  declare(chain: string): void {
+    this.chainLines.push(`:${chain} - [0:0]`);
+    this.#record?.declared.push(chain);
+  }
+
+  delete(chain: string): void {
+    this.rules.push(`-X ${chain}`);
+    this.#record?.deleted.push(chain);
+  }
+
+  /** A rule ("-A CHAIN ...") in `chain`. */
+  add(chain: string, line: string): void {
+    this.rules.push(line);
+    const record = this.#record;
+    if (!record) return;
+    const sofar = record.rules.get(chain);
+    if (this.#countServiceChains && isServiceChainName(chain)) record.rules.set(chain, ((sofar as number | undefined) ?? 0) + 1);
+    else if (sofar === undefined) record.rules.set(chain, [line]);
+    else (sofar as string[]).push(line);
+  }
+
+  /** A LineSink for rules of any chain, told from each line. */
+  readonly sink: LineSink = {
+    push: (...lines: string[]) => {
+      for (const line of lines) this.add(line.slice(3, line.indexOf(' ', 3)), line);
+    },
+  };
+}
+
+/** RenderContext: what the nat rules of every service port are written with. */
+interface RenderContext {
+  nat: TableWriter;
+  largeCluster: boolean;
+  probability: (n: number) => string;
+  detector: ReturnType<typeof localTrafficMatches>;
+  masqueradeAll: boolean;
+  primaryNodeIP: ReturnType<typeof parseIP>;
+}
+
+/**
  * renderIptablesChunks is renderIptables' output in pieces, handed out as they are ready, so that
  * iptables-restore can read the first while the rest is rendered: at 10,000 services the render
- * takes about a second, and the restore reads its input for about eight.
+ * takes about a second, and the restore reads its input for about eight. With `record`, what the
+ * input does is noted there as it is written (see renderIptablesWrite).
  *
  * Two passes over the service ports keep kube-proxy's order. The first writes the filter table and
  * declares the nat chains (iptables-restore refuses a jump to a chain not declared yet); the
  * second writes the nat rules, which are most of the output, a chunk at a time.
  */
-export function* renderIptablesChunks(model: ProxyModel, options: RenderIptablesOptions = {}): Generator<Buffer> {
-  const {changedServicePorts, existingChains, includeJumps = false, extraLines = {}} = options;
+export function* renderIptablesChunks(model: ProxyModel, options: RenderIptablesOptions = {}, record?: IptablesRenderRecord): Generator<Buffer> {
+  const {changedServicePorts, existingChains, includeJumps = false, extraLines = {}, insertJumps = []} = options;
   const writeFixedChains = changedServicePorts === undefined || options.previous === undefined || fixedChainsChange(options.previous, model, changedServicePorts);
-  const mark = masqueradeMark(model.config.masqueradeBit);
-  const detector = localTrafficMatches(model.config.localDetector);
   const plan = nodePortPlan(model);
-  const masqueradeAll = model.config.masqueradeAll;
-  const features = model.config.iptablesFeatures;
   const countLocalhost = countsLocalhostNodePorts(model);
-  const primaryNodeIP = model.nodeIPs[0] === undefined ? undefined : parseIP(model.nodeIPs[0]);
-  const MASQ = natChains.markMasq;
-
-  const filterChainLines = new LineBuffer();
-  const filterRules = new LineBuffer();
-  const natChainLines = new LineBuffer();
-  const natRules = new LineBuffer();
-  const activeNatChains = existingChains ? new Set<string>() : undefined;
+  const countServiceChains = changedServicePorts === undefined;
+  const filter = new TableWriter(record?.tables.filter, countServiceChains);
+  const nat = new TableWriter(record?.tables.nat, countServiceChains);
   // Where the fixed chains' rules go: nowhere when they are left out.
-  const fixedNat: LineSink = writeFixedChains ? natRules : discardLines;
-  const fixedFilter: LineSink = writeFixedChains ? filterRules : discardLines;
+  const fixedNat: LineSink = writeFixedChains ? nat.sink : discardLines;
+  const fixedFilter: LineSink = writeFixedChains ? filter.sink : discardLines;
+  if (writeFixedChains) declareFixedChains(model, plan, filter, nat);
 
-  if (writeFixedChains) for (const chain of Object.values(filterChains)) filterChainLines.push(`:${chain} - [0:0]`);
-  if (writeFixedChains) for (const chain of Object.values(natChains)) natChainLines.push(`:${chain} - [0:0]`);
-
-  if (plan.localhostNodePorts && writeFixedChains) {
-    // NodePorts on 127.0.0.1 need route_localnet, which lets martian packets to 127/8 in; this
-    // rule (also written by kubelet) drops them again.
-    filterChainLines.push(`:${kubeletFirewallChain} - [0:0]`);
-    filterRules.push(
-      `-A ${kubeletFirewallChain} -m comment --comment "block incoming localnet connections" -d 127.0.0.0/8 ! -s 127.0.0.0/8 -m conntrack ! --ctstate RELATED,ESTABLISHED,DNAT -j DROP`,
-    );
-  }
-
-  const largeCluster = isLargeCluster(model);
   const probabilities: string[] = [];
-  const probability = (n: number): string => (probabilities[n] ??= probabilityText(n));
+  const context: RenderContext = {
+    nat,
+    largeCluster: isLargeCluster(model),
+    probability: (n) => (probabilities[n] ??= probabilityText(n)),
+    detector: localTrafficMatches(model.config.localDetector),
+    masqueradeAll: model.config.masqueradeAll,
+    primaryNodeIP: model.nodeIPs[0] === undefined ? undefined : parseIP(model.nodeIPs[0]),
+  };
 
   // A partial render that leaves the fixed chains out, and need not tell which chains are in use,
   // writes the changed ports alone: at 10,000 services the others are most of its time.
-  const changedOnly = changedServicePorts !== undefined && !writeFixedChains && activeNatChains === undefined;
+  const tellsActiveChains = existingChains !== undefined;
+  const changedOnly = changedServicePorts !== undefined && !writeFixedChains && !tellsActiveChains;
   const ports = changedOnly ? portsWithIdentities(model, changedServicePorts) : model.servicePorts;
-  /** Per port, what the first pass learned for the second; undefined for a port whose own chains are not written. */
-  const written: Array<WrittenPort | undefined> = [];
 
   // First pass: the filter table's rules, and the nat chains declared.
+  const {written, activeNatChains} = declarePortChains(ports, {changedServicePorts, tellsActiveChains, writeFixedChains, fixedFilter, countLocalhost, nat, record});
+  const staleNatChains = declareStaleChains(model, options, activeNatChains, filter, nat);
+  writeFixedFilterRules(model, fixedFilter);
+
+  const jumps = includeJumps ? renderJumpRules(model) : [];
+  const lines = (...text: string[]): Buffer => Buffer.from(text.map((line) => `${line}\n`).join(''), 'utf8');
+  /** A table's part up to its rules: "*table", the caller's first lines, the chains declared, the jump rules. */
+  const head = (table: IptablesTable, writer: TableWriter): Buffer[] => [
+    lines(`*${table}`, ...(extraLines[table]?.start ?? []), ...(includeJumps ? builtinChains[table].map((chain) => `:${chain} ACCEPT [0:0]`) : [])),
+    ...writer.chainLines.buffers(),
+    lines(...(includeJumps ? jumpRuleLines(jumps, table) : [])),
+  ];
+  /** A table's end: the jumps to insert, the caller's last lines, COMMIT. */
+  const tail = (table: IptablesTable): Buffer => {
+    const inserted = insertJumps.filter((jump) => jump.table === table);
+    record?.tables[table].jumps.push(...inserted);
+    return lines(...inserted.map(insertLine), ...(extraLines[table]?.end ?? []), 'COMMIT');
+  };
+  yield Buffer.concat([...head('filter', filter), ...filter.rules.buffers(), tail('filter'), ...head('nat', nat)]);
+
+  // Second pass: the nat rules, in chunks.
+  writeMasqueradeRules(model, fixedNat);
   for (let index = 0; index < ports.length; index++) {
     const port = ports[index];
-    const writesChains = changedServicePorts === undefined || changedServicePorts.has(servicePortIdentity(port));
+    const own = written[index];
+    if (!own) {
+      if (writeFixedChains) writeFixedChainRules(port, fixedNat, discardLines, countLocalhost);
+      continue;
+    }
+    writeFixedChainRules(port, fixedNat, discardLines, countLocalhost, own.names);
+    writePortChains(context, port, own);
+    yield* nat.rules.takeFull();
+  }
+  for (const chain of staleNatChains) nat.delete(chain);
+  writeNodePortsJump(model, plan, fixedNat);
+  yield Buffer.concat([...nat.rules.buffers(), tail('nat')]);
+}
+
+/** declareFixedChains declares the fixed chains of both tables, and writes kubelet's KUBE-FIREWALL rule where NodePorts answer on 127.0.0.1. */
+function declareFixedChains(model: ProxyModel, plan: NodePortPlan, filter: TableWriter, nat: TableWriter): void {
+  for (const chain of Object.values(filterChains)) filter.declare(chain);
+  for (const chain of Object.values(natChains)) nat.declare(chain);
+  if (!plan.localhostNodePorts) return;
+  // NodePorts on 127.0.0.1 need route_localnet, which lets martian packets to 127/8 in; this
+  // rule (also written by kubelet) drops them again.
+  filter.declare(kubeletFirewallChain);
+  filter.add(
+    kubeletFirewallChain,
+    `-A ${kubeletFirewallChain} -m comment --comment "block incoming localnet connections" -d 127.0.0.0/8 ! -s 127.0.0.0/8 -m conntrack ! --ctstate RELATED,ESTABLISHED,DNAT -j DROP`,
+  );
+}
+
+/**
+ * declarePortChains is the first pass over the ports: their filter rules, and their own nat
+ * chains declared, for the ports whose chains are written. Returns what the second pass needs per
+ * written port, and the nat chains in use when the caller asks which are stale.
+ */
+function declarePortChains(
+  ports: ServicePort[],
+  pass: {changedServicePorts?: ReadonlySet<string>; tellsActiveChains: boolean; writeFixedChains: boolean; fixedFilter: LineSink; countLocalhost: boolean; nat: TableWriter; record?: IptablesRenderRecord},
+): {written: Array<WrittenPort | undefined>; activeNatChains: Set<string> | undefined} {
+  const {changedServicePorts, writeFixedChains, fixedFilter, countLocalhost, nat, record} = pass;
+  const activeNatChains = pass.tellsActiveChains ? new Set<string>() : undefined;
+  const written: Array<WrittenPort | undefined> = [];
+  for (let index = 0; index < ports.length; index++) {
+    const port = ports[index];
+    const identity = changedServicePorts === undefined && !record ? undefined : servicePortIdentity(port);
+    const writesChains = changedServicePorts === undefined || changedServicePorts.has(identity!);
     if (!writesChains && activeNatChains === undefined) {
       if (writeFixedChains) writeFixedChainRules(port, discardLines, fixedFilter, countLocalhost);
       continue;
     }
     const names = chainNamesOf(port);
     const chains = writeFixedChainRules(port, discardLines, fixedFilter, countLocalhost, names);
-    // Chains of a port left alone in a partial render are not declared (that would flush them),
-    // but they are still in use, so not stale.
-    const declare = (chain: string): void => {
-      if (writesChains) natChainLines.push(`:${chain} - [0:0]`);
-      activeNatChains?.add(chain);
-    };
-    if (chains.usesExternalChain) declare(names.externalChain);
-    if (chains.usesFirewallChain) declare(names.firewallChain);
-    if (port.clusterEndpoints.length > 0 && port.usesClusterEndpoints) declare(names.clusterChain);
-    if (port.localEndpoints.length > 0 && port.usesLocalEndpoints) declare(names.localChain);
     // Every endpoint chain name is hashed once, though the SVC, SVL and SEP rules all use it.
     const endpointChains = new Map<string, string>();
-    for (const endpoint of port.allReachableEndpoints) {
-      const chain = endpointChainName(port, endpoint);
-      endpointChains.set(endpoint.key, chain);
-      declare(chain);
-    }
-    if (writesChains) written[index] = {names, chains, endpointChains};
+    const own = ownChains(port, names, chains, endpointChains);
+    // Chains of a port left alone in a partial render are not declared (that would flush them),
+    // but they are still in use, so not stale.
+    if (activeNatChains) for (const chain of own) activeNatChains.add(chain);
+    if (!writesChains) continue;
+    for (const chain of own) nat.declare(chain);
+    if (record) record.servicePortChains.set(identity!, own);
+    written[index] = {names, chains, endpointChains};
   }
+  return {written, activeNatChains};
+}
 
+/** ownChains: the nat chains of the port itself (EXT, FW, SVC, SVL, SEP), in the order they are declared. */
+function ownChains(port: ServicePort, names: ChainNames, chains: PortChains, endpointChains?: Map<string, string>): string[] {
+  const own: string[] = [];
+  if (chains.usesExternalChain) own.push(names.externalChain);
+  if (chains.usesFirewallChain) own.push(names.firewallChain);
+  if (port.clusterEndpoints.length > 0 && port.usesClusterEndpoints) own.push(names.clusterChain);
+  if (port.localEndpoints.length > 0 && port.usesLocalEndpoints) own.push(names.localChain);
+  for (const endpoint of port.allReachableEndpoints) {
+    const chain = endpointChainName(port, endpoint);
+    endpointChains?.set(endpoint.key, chain);
+    own.push(chain);
+  }
+  return own;
+}
+
+/**
+ * declareStaleChains declares (so flushes) the per-service chains no port uses any more, and
+ * returns the nat ones, to be deleted once no rule jumps to them; filter ones are deleted at once.
+ * With existingChains: every such chain the kernel has. In a partial render with the previous
+ * model: those the changed ports used before and no longer use, found from those ports alone
+ * (chain names hash the service port's name, so no other port can be using them).
+ */
+function declareStaleChains(model: ProxyModel, options: RenderIptablesOptions, activeNatChains: Set<string> | undefined, filter: TableWriter, nat: TableWriter): string[] {
+  const {existingChains, changedServicePorts, previous} = options;
   const staleNatChains: string[] = [];
   if (existingChains && activeNatChains) {
     for (const table of ['filter', 'nat'] as const) {
-      const existing = existingChains.get(table);
-      if (!existing) continue;
-      for (const chain of [...existing].sort()) {
+      for (const chain of [...(existingChains.get(table) ?? [])].sort()) {
         if (!isServiceChainName(chain) || (table === 'nat' && activeNatChains.has(chain))) continue;
         // The chain line flushes it, so nothing in it still points elsewhere when it is deleted.
         if (table === 'nat') {
-          natChainLines.push(`:${chain} - [0:0]`);
+          nat.declare(chain);
           staleNatChains.push(chain);
         } else {
-          filterChainLines.push(`:${chain} - [0:0]`);
-          filterRules.push(`-X ${chain}`);
+          filter.declare(chain);
+          filter.delete(chain);
         }
       }
     }
+  } else if (changedServicePorts && previous) {
+    const stale = new Set<string>();
+    const chainsOf = (port: ServicePort): string[] => {
+      const names = chainNamesOf(port);
+      return ownChains(port, names, writeFixedChainRules(port, discardLines, discardLines, false, names));
+    };
+    for (const port of portsWithIdentities(previous, changedServicePorts)) for (const chain of chainsOf(port)) stale.add(chain);
+    for (const port of portsWithIdentities(model, changedServicePorts)) for (const chain of chainsOf(port)) stale.delete(chain);
+    for (const chain of [...stale].sort()) {
+      nat.declare(chain);
+      staleNatChains.push(chain);
+    }
   }
+  return staleNatChains;
+}
 
+/** writeFixedFilterRules: KUBE-FORWARD's rules. */
+function writeFixedFilterRules(model: ProxyModel, fixedFilter: LineSink): void {
+  const features = model.config.iptablesFeatures;
+  const mark = masqueradeMark(model.config.masqueradeBit);
   if (!features.conntrackTCPLiberal) {
     // Without nf_conntrack_tcp_be_liberal an out-of-window packet is INVALID, escapes DNAT
     // reversal and makes the client reset the connection.
@@ -424,39 +610,22 @@ export function* renderIptablesChunks(model: ProxyModel, options: RenderIptables
     `-A ${filterChains.forward} -m comment --comment "kubernetes forwarding rules" -m mark --mark ${mark}/${mark} -j ACCEPT`,
     `-A ${filterChains.forward} -m comment --comment "kubernetes forwarding conntrack rule" -m conntrack --ctstate RELATED,ESTABLISHED -j ACCEPT`,
   );
+}
 
-  const jumps = includeJumps ? renderJumpRules(model) : [];
-  const lines = (...text: string[]): Buffer => Buffer.from(text.map((line) => `${line}\n`).join(''), 'utf8');
-  /** A table's part up to its rules: "*table", the caller's first lines, the chains declared, the jump rules. */
-  const head = (table: IptablesTable, chainLines: LineBuffer): Buffer[] => [
-    lines(`*${table}`, ...(extraLines[table]?.start ?? []), ...(includeJumps ? builtinChains[table].map((chain) => `:${chain} ACCEPT [0:0]`) : [])),
-    ...chainLines.buffers(),
-    lines(...(includeJumps ? jumpRuleLines(jumps, table) : [])),
-  ];
-  const tail = (table: IptablesTable): Buffer => lines(...(extraLines[table]?.end ?? []), 'COMMIT');
-  yield Buffer.concat([...head('filter', filterChainLines), ...filterRules.buffers(), tail('filter'), ...head('nat', natChainLines)]);
-
-  // Second pass: the nat rules, in chunks.
+/** writeMasqueradeRules: KUBE-POSTROUTING's and KUBE-MARK-MASQ's rules. */
+function writeMasqueradeRules(model: ProxyModel, fixedNat: LineSink): void {
+  const mark = masqueradeMark(model.config.masqueradeBit);
   fixedNat.push(
     `-A ${natChains.postrouting} -m mark ! --mark ${mark}/${mark} -j RETURN`,
     // Clearing the mark keeps a packet that passes the stack again from being masqueraded twice.
     `-A ${natChains.postrouting} -j MARK --xor-mark ${mark}`,
-    `-A ${natChains.postrouting} -m comment --comment "kubernetes service traffic requiring SNAT" -j MASQUERADE${features.randomFully ? ' --random-fully' : ''}`,
-    `-A ${MASQ} -j MARK --or-mark ${mark}`,
+    `-A ${natChains.postrouting} -m comment --comment "kubernetes service traffic requiring SNAT" -j MASQUERADE${model.config.iptablesFeatures.randomFully ? ' --random-fully' : ''}`,
+    `-A ${natChains.markMasq} -j MARK --or-mark ${mark}`,
   );
-  for (let index = 0; index < ports.length; index++) {
-    const port = ports[index];
-    const own = written[index];
-    if (!own) {
-      if (writeFixedChains) writeFixedChainRules(port, fixedNat, discardLines, countLocalhost);
-      continue;
-    }
-    writeFixedChainRules(port, fixedNat, discardLines, countLocalhost, own.names);
-    writePortChains(port, own);
-    yield* natRules.takeFull();
-  }
-  for (const chain of staleNatChains) natRules.push(`-X ${chain}`);
+}
 
+/** writeNodePortsJump: KUBE-SERVICES' last rule(s), the jump to KUBE-NODEPORTS for the addresses NodePorts answer on. */
+function writeNodePortsJump(model: ProxyModel, plan: NodePortPlan, fixedNat: LineSink): void {
   const nodePortsComment = quote('kubernetes service nodeports; NOTE: this must be the last rule in this chain');
   if (plan.matchAll) {
     let destinations = '-m addrtype --dst-type LOCAL';
@@ -469,88 +638,87 @@ export function* renderIptablesChunks(model: ProxyModel, options: RenderIptables
       fixedNat.push(`-A ${natChains.services} -m comment --comment ${nodePortsComment} -d ${address} -j ${natChains.nodePorts}`);
     }
   }
-  yield Buffer.concat([...natRules.buffers(), tail('nat')]);
+}
 
-  /** writePortChains writes the rules of the port's own chains: SVC/SVL, EXT, FW and SEP. */
-  function writePortChains(port: ServicePort, {names, chains, endpointChains}: WrittenPort): void {
-    const name = port.key;
-    const protocol = port.protocol.toLowerCase();
-    const matchProtocol = `-m ${protocol} -p ${protocol}`;
-    const {clusterChain, localChain, externalChain, firewallChain} = names;
-    const rules = natRules;
-    const chainOf = (endpoint: Endpoint): string => endpointChains.get(endpoint.key) ?? endpointChainName(port, endpoint);
+/** writePortChains writes the rules of the port's own chains: SVC/SVL, EXT, FW and SEP. */
+function writePortChains(context: RenderContext, port: ServicePort, {names, chains, endpointChains}: WrittenPort): void {
+  const {nat, detector, masqueradeAll, primaryNodeIP, largeCluster} = context;
+  const MASQ = natChains.markMasq;
+  const name = port.key;
+  const protocol = port.protocol.toLowerCase();
+  const matchProtocol = `-m ${protocol} -p ${protocol}`;
+  const {clusterChain, localChain, externalChain, firewallChain} = names;
+  const chainOf = (endpoint: Endpoint): string => endpointChains.get(endpoint.key) ?? endpointChainName(port, endpoint);
 
-    if (chains.hasInternalEndpoints) {
-      const clusterIPMatch = `-m comment --comment ${quote(`${name} cluster IP`)} ${matchProtocol} -d ${port.clusterIP} --dport ${port.port}`;
-      if (masqueradeAll) rules.push(`-A ${chains.internalChain} ${clusterIPMatch} -j ${MASQ}`);
-      // Off-cluster clients may route the service range to any node; their traffic can leave
-      // the node again towards the endpoint, so it is masqueraded.
-      else if (detector) rules.push(`-A ${chains.internalChain} ${clusterIPMatch} ${detector.ifNotLocal} -j ${MASQ}`);
-    }
-
-    if (chains.usesExternalChain) {
-      if (!port.externalPolicyLocal) {
-        rules.push(`-A ${externalChain} -m comment --comment ${quote(`masquerade traffic for ${name} external destinations`)} -j ${MASQ}`);
-      } else {
-        // Pods reaching an external address of the service behave as if they went out to a
-        // load balancer and came back: neither traffic policy applies to them.
-        if (detector) {
-          rules.push(`-A ${externalChain} -m comment --comment ${quote(`pod traffic for ${name} external destinations`)} ${detector.ifLocal} -j ${clusterChain}`);
-        }
-        // The node itself would pick the external address as its source, so it is masqueraded.
-        rules.push(
-          `-A ${externalChain} -m comment --comment ${quote(`masquerade LOCAL traffic for ${name} external destinations`)} -m addrtype --src-type LOCAL -j ${MASQ}`,
-          `-A ${externalChain} -m comment --comment ${quote(`route LOCAL traffic for ${name} external destinations`)} -m addrtype --src-type LOCAL -j ${clusterChain}`,
-        );
-      }
-      if (chains.hasExternalEndpoints) rules.push(`-A ${externalChain} -j ${chains.externalPolicyChain}`);
-    }
-
-    if (chains.usesFirewallChain) {
-      const head = `-A ${firewallChain} -m comment --comment ${quote(`${name} loadbalancer IP`)}`;
-      let allowFromNode = false;
-      for (const range of port.loadBalancerSourceRanges) {
-        rules.push(`${head} -s ${range} -j ${externalChain}`);
-        const cidr = parseCIDR(range);
-        if (cidr && primaryNodeIP && cidrContains(cidr, primaryNodeIP)) allowFromNode = true;
-      }
-      // A node reaching a VIP-like load-balancer address that is also local loops back with
-      // the VIP as source; when the node is allowed, so is that.
-      if (allowFromNode) for (const ip of port.loadBalancerIPs) rules.push(`${head} -s ${ip} -j ${externalChain}`);
-      rules.push(`-A ${firewallChain} -m comment --comment ${quote(`other traffic to ${name} will be dropped by KUBE-PROXY-FIREWALL`)}`);
-    }
-
-    if (port.clusterEndpoints.length > 0 && port.usesClusterEndpoints) writeServiceToEndpointRules(rules, port, clusterChain, port.clusterEndpoints, chainOf);
-    if (port.localEndpoints.length > 0 && port.usesLocalEndpoints) writeServiceToEndpointRules(rules, port, localChain, port.localEndpoints, chainOf);
-
-    for (const endpoint of port.allReachableEndpoints) {
-      const chain = chainOf(endpoint);
-      const head = largeCluster ? `-A ${chain}` : `-A ${chain} -m comment --comment ${name}`;
-      // A pod reaching itself through the service must not see its own address as source.
-      rules.push(`${head} -s ${endpoint.ip} -j ${MASQ}`);
-      const affinity = port.sessionAffinity ? ` -m recent --name ${chain} --set` : '';
-      rules.push(`${head}${affinity} ${matchProtocol} -j DNAT --to-destination ${endpoint.key}`);
-    }
+  if (chains.hasInternalEndpoints) {
+    const internal = chains.internalChain;
+    const clusterIPMatch = `-m comment --comment ${quote(`${name} cluster IP`)} ${matchProtocol} -d ${port.clusterIP} --dport ${port.port}`;
+    if (masqueradeAll) nat.add(internal, `-A ${internal} ${clusterIPMatch} -j ${MASQ}`);
+    // Off-cluster clients may route the service range to any node; their traffic can leave
+    // the node again towards the endpoint, so it is masqueraded.
+    else if (detector) nat.add(internal, `-A ${internal} ${clusterIPMatch} ${detector.ifNotLocal} -j ${MASQ}`);
   }
 
-  /** writeServiceToEndpointRules: session-affinity checks first, then the random spread over the endpoints. */
-  function writeServiceToEndpointRules(rules: LineBuffer, port: ServicePort, chain: string, endpoints: Endpoint[], chainOf: (endpoint: Endpoint) => string): void {
-    const name = port.key;
-    const endpointChains = endpoints.map(chainOf);
-    const head = (endpoint: Endpoint): string => (largeCluster ? `-A ${chain}` : `-A ${chain} -m comment --comment ${quote(`${name} -> ${endpoint.key}`)}`);
-    if (port.sessionAffinity) {
-      const seconds = port.sessionAffinity.timeoutSeconds;
-      endpoints.forEach((endpoint, index) => {
-        const target = endpointChains[index];
-        rules.push(`${head(endpoint)} -m recent --name ${target} --rcheck --seconds ${seconds} --reap -j ${target}`);
-      });
+  if (chains.usesExternalChain) {
+    const add = (line: string): void => nat.add(externalChain, `-A ${externalChain} ${line}`);
+    if (!port.externalPolicyLocal) {
+      add(`-m comment --comment ${quote(`masquerade traffic for ${name} external destinations`)} -j ${MASQ}`);
+    } else {
+      // Pods reaching an external address of the service behave as if they went out to a
+      // load balancer and came back: neither traffic policy applies to them.
+      if (detector) add(`-m comment --comment ${quote(`pod traffic for ${name} external destinations`)} ${detector.ifLocal} -j ${clusterChain}`);
+      // The node itself would pick the external address as its source, so it is masqueraded.
+      add(`-m comment --comment ${quote(`masquerade LOCAL traffic for ${name} external destinations`)} -m addrtype --src-type LOCAL -j ${MASQ}`);
+      add(`-m comment --comment ${quote(`route LOCAL traffic for ${name} external destinations`)} -m addrtype --src-type LOCAL -j ${clusterChain}`);
     }
-    const count = endpoints.length;
+    if (chains.hasExternalEndpoints) add(`-j ${chains.externalPolicyChain}`);
+  }
+
+  if (chains.usesFirewallChain) {
+    const head = `-A ${firewallChain} -m comment --comment ${quote(`${name} loadbalancer IP`)}`;
+    let allowFromNode = false;
+    for (const range of port.loadBalancerSourceRanges) {
+      nat.add(firewallChain, `${head} -s ${range} -j ${externalChain}`);
+      const cidr = parseCIDR(range);
+      if (cidr && primaryNodeIP && cidrContains(cidr, primaryNodeIP)) allowFromNode = true;
+    }
+    // A node reaching a VIP-like load-balancer address that is also local loops back with
+    // the VIP as source; when the node is allowed, so is that.
+    if (allowFromNode) for (const ip of port.loadBalancerIPs) nat.add(firewallChain, `${head} -s ${ip} -j ${externalChain}`);
+    nat.add(firewallChain, `-A ${firewallChain} -m comment --comment ${quote(`other traffic to ${name} will be dropped by KUBE-PROXY-FIREWALL`)}`);
+  }
+
+  if (port.clusterEndpoints.length > 0 && port.usesClusterEndpoints) writeServiceToEndpointRules(context, port, clusterChain, port.clusterEndpoints, chainOf);
+  if (port.localEndpoints.length > 0 && port.usesLocalEndpoints) writeServiceToEndpointRules(context, port, localChain, port.localEndpoints, chainOf);
+
+  for (const endpoint of port.allReachableEndpoints) {
+    const chain = chainOf(endpoint);
+    const head = largeCluster ? `-A ${chain}` : `-A ${chain} -m comment --comment ${name}`;
+    // A pod reaching itself through the service must not see its own address as source.
+    nat.add(chain, `${head} -s ${endpoint.ip} -j ${MASQ}`);
+    const affinity = port.sessionAffinity ? ` -m recent --name ${chain} --set` : '';
+    nat.add(chain, `${head}${affinity} ${matchProtocol} -j DNAT --to-destination ${endpoint.key}`);
+  }
+}
+
+/** writeServiceToEndpointRules: session-affinity checks first, then the random spread over the endpoints. */
+function writeServiceToEndpointRules(context: RenderContext, port: ServicePort, chain: string, endpoints: Endpoint[], chainOf: (endpoint: Endpoint) => string): void {
+  const {nat, largeCluster, probability} = context;
+  const name = port.key;
+  const endpointChains = endpoints.map(chainOf);
+  const head = (endpoint: Endpoint): string => (largeCluster ? `-A ${chain}` : `-A ${chain} -m comment --comment ${quote(`${name} -> ${endpoint.key}`)}`);
+  if (port.sessionAffinity) {
+    const seconds = port.sessionAffinity.timeoutSeconds;
     endpoints.forEach((endpoint, index) => {
-      const spread = index < count - 1 ? ` -m statistic --mode random --probability ${probability(count - index)}` : '';
-      rules.push(`${head(endpoint)}${spread} -j ${endpointChains[index]}`);
+      const target = endpointChains[index];
+      nat.add(chain, `${head(endpoint)} -m recent --name ${target} --rcheck --seconds ${seconds} --reap -j ${target}`);
     });
   }
+  const count = endpoints.length;
+  endpoints.forEach((endpoint, index) => {
+    const spread = index < count - 1 ? ` -m statistic --mode random --probability ${probability(count - index)}` : '';
+    nat.add(chain, `${head(endpoint)}${spread} -j ${endpointChains[index]}`);
+  });
 }
 
 /**
@@ -562,7 +730,7 @@ function writeFixedChainRules(
   natRules: LineSink,
   filterRules: LineSink,
   countLocalhost: boolean,
-  names?: {clusterChain: string; localChain: string; externalChain: string; firewallChain: string},
+  names?: ChainNames,
 ): PortChains {
   const name = port.key;
   const protocol = port.protocol.toLowerCase();
@@ -638,7 +806,7 @@ function writeFixedChainRules(
 
 /** WrittenPort: what the first pass of renderIptablesChunks learned of a port whose own chains it writes. */
 interface WrittenPort {
-  names: ReturnType<typeof chainNamesOf>;
+  names: ChainNames;
   chains: PortChains;
   /** Endpoint key -> its KUBE-SEP chain. */
   endpointChains: Map<string, string>;
@@ -653,7 +821,14 @@ interface PortChains {
   usesFirewallChain: boolean;
 }
 
-function chainNamesOf(port: ServicePort): {clusterChain: string; localChain: string; externalChain: string; firewallChain: string} {
+interface ChainNames {
+  clusterChain: string;
+  localChain: string;
+  externalChain: string;
+  firewallChain: string;
+}
+
+function chainNamesOf(port: ServicePort): ChainNames {
   const hashed = portProtoHash(port.key, port.protocol);
   return {
     clusterChain: serviceChainPrefixes.cluster + hashed,
@@ -661,6 +836,11 @@ function chainNamesOf(port: ServicePort): {clusterChain: string; localChain: str
     externalChain: serviceChainPrefixes.external + hashed,
     firewallChain: serviceChainPrefixes.firewall + hashed,
   };
+}
+
+/** insertLine: the iptables-restore command that puts a jump rule in its built-in chain. */
+export function insertLine(jump: IptablesJumpRule): string {
+  return `${jump.position === 'prepend' ? '-I' : '-A'} ${jump.chain} ${restoreArgs(jump.rule)}`;
 }
 
 /**

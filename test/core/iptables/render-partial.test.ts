@@ -3,7 +3,7 @@
 import assert from 'node:assert/strict';
 import {describe, it} from 'node:test';
 import {buildProxyModel, changedServicePorts, servicePortIdentity, type ProxyModel} from '../../../src/core/model/index.ts';
-import {endpointChainName, renderIptables, serviceExternalChainName, servicePortChainName} from '../../../src/core/iptables/index.ts';
+import {endpointChainName, renderIptables, renderIptablesWrite, serviceExternalChainName, servicePortChainName} from '../../../src/core/iptables/index.ts';
 import {node, service, slice} from '../model/cluster-objects.ts';
 
 const web = {key: 'default/web:http', protocol: 'TCP'} as const;
@@ -70,7 +70,9 @@ describe('partial render', () => {
     const after = model(['10.244.1.5', '10.244.2.6']);
     const text = renderIptables(after, {changedServicePorts: changedServicePorts(before, after), previous: before});
     const webChains = [servicePortChainName(web), ...['10.244.1.5:8080', '10.244.2.6:8080'].map((ep) => endpointChainName(web, ep))];
-    assert.deepEqual(declaredNat(text), webChains, 'KUBE-SERVICES and the other fixed chains are neither flushed nor rewritten');
+    const gone = endpointChainName(web, '10.244.2.5:8080');
+    assert.deepEqual(declaredNat(text), [...webChains, gone], 'KUBE-SERVICES and the other fixed chains are neither flushed nor rewritten');
+    assert.ok(natLines(text).includes(`-X ${gone}`), 'the chain the changed port no longer uses is deleted');
     assert.ok(!text.includes('-A KUBE-SERVICES ') && !text.includes('-A KUBE-POSTROUTING ') && !text.includes('-A KUBE-FORWARD '));
     assert.equal(text.slice(0, text.indexOf('*nat')), '*filter\nCOMMIT\n', 'nothing in filter');
     assert.deepEqual(natLines(text).filter((line) => line.startsWith('-A ')), natLines(renderIptables(after, {changedServicePorts: changedServicePorts(before, after)})).filter((line) => webChains.some((chain) => line.startsWith(`-A ${chain} `))));
@@ -147,5 +149,46 @@ describe('stale chains', () => {
     const existing = chainsOf(m);
     assert.ok(existing.get('nat')!.has(serviceExternalChainName(web)));
     assert.ok(!renderIptables(m, {existingChains: existing, changedServicePorts: new Set()}).includes('-X '));
+  });
+});
+
+describe('the render record', () => {
+  /** Renders to text and returns the text with the record the renderer kept of it. */
+  function write(m: ProxyModel, options: Parameters<typeof renderIptablesWrite>[1]) {
+    const rendered = renderIptablesWrite(m, options);
+    const text = Buffer.concat([...rendered.chunks]).toString('utf8');
+    return {text, record: rendered.record};
+  }
+
+  it('tells the chains declared and deleted, and the rules of every chain, as the text has them', () => {
+    const before = model(['10.244.1.5', '10.244.2.5']);
+    const after = model(['10.244.1.5', '10.244.2.6']);
+    const {text, record} = write(after, {changedServicePorts: changedServicePorts(before, after), previous: before});
+    assert.deepEqual(record.tables.nat.declared, declaredNat(text));
+    assert.deepEqual(record.tables.nat.deleted, [endpointChainName(web, '10.244.2.5:8080')]);
+    const ruleLines = natLines(text).filter((line) => line.startsWith('-A '));
+    assert.deepEqual([...record.tables.nat.rules.values()].flat(), ruleLines, 'a partial render keeps every rule line');
+    assert.deepEqual(record.tables.filter.declared, []);
+    assert.deepEqual([...record.servicePortChains.keys()], [servicePortIdentity(web)]);
+    assert.deepEqual(record.servicePortChains.get(servicePortIdentity(web)), [servicePortChainName(web), ...['10.244.1.5:8080', '10.244.2.6:8080'].map((ep) => endpointChainName(web, ep))]);
+  });
+
+  it('in a full render counts the per-service chains rules and keeps the fixed chains lines', () => {
+    const m = model(['10.244.1.5', '10.244.2.5']);
+    const {text, record} = write(m, {});
+    assert.equal(record.tables.nat.rules.get(endpointChainName(web, '10.244.1.5:8080')), 2);
+    assert.equal(record.tables.nat.rules.get(servicePortChainName(web)), natLines(text).filter((line) => line.startsWith(`-A ${servicePortChainName(web)} `)).length);
+    assert.deepEqual(record.tables.nat.rules.get('KUBE-SERVICES'), natLines(text).filter((line) => line.startsWith('-A KUBE-SERVICES ')));
+    assert.deepEqual(record.tables.filter.rules.get('KUBE-FORWARD'), text.split('\n').filter((line) => line.startsWith('-A KUBE-FORWARD ')));
+    assert.equal(renderIptables(m), text, 'the record changes nothing in the text');
+  });
+
+  it('inserts the jump rules it is given at the end of their table, and records them', () => {
+    const m = model(['10.244.1.5']);
+    const jump = {table: 'nat' as const, chain: 'PREROUTING', rule: ['-m', 'comment', '--comment', 'kubernetes service portals', '-j', 'KUBE-SERVICES'], position: 'prepend' as const};
+    const {text, record} = write(m, {insertJumps: [jump]});
+    assert.match(text, /-I PREROUTING -m comment --comment "kubernetes service portals" -j KUBE-SERVICES\nCOMMIT\n$/);
+    assert.deepEqual(record.tables.nat.jumps, [jump]);
+    assert.deepEqual(record.tables.filter.jumps, []);
   });
 });
