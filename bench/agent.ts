@@ -26,12 +26,12 @@ import {mkdtemp, readFile, rm} from 'node:fs/promises';
 import {tmpdir} from 'node:os';
 import {join} from 'node:path';
 import {fileURLToPath} from 'node:url';
-import {buildProxyModel, changedServicePorts, portsWithIdentities, type ProxyModel} from '../src/core/model/index.ts';
+import {buildProxyModel, changedServicePorts, type ProxyModel} from '../src/core/model/index.ts';
 import {renderIptables} from '../src/core/iptables/render.ts';
 import {endpointMapShard, namePrefixes, servicePortNameBase} from '../src/core/nftables/names.ts';
 import {endpointTargetsMap, renderNftablesSync} from '../src/core/nftables/render.ts';
-import {loadCoreIptablesRules} from '../src/agent/sync/iptables-rules.ts';
-import {type IptablesTable, restoreInputText} from '../src/agent/host/host.ts';
+import {coreIptablesRules} from '../src/agent/sync/iptables-rules.ts';
+import {restoreInputText} from '../src/agent/host/host.ts';
 import {freeLoopbackPorts} from '../src/lab/agent-process.ts';
 import {AgentClient} from '../src/plugin/lib/agent-client.ts';
 import {startApiServer} from '../src/lab/apiserver/server.ts';
@@ -314,12 +314,10 @@ const iptablesMode: AgentBenchMode = {
     // the other fixed chains, which an endpoint change leaves as they are, are not in it.
     // The changed port's chains that the change leaves unused are deleted, as the agent does; the
     // kernel also holds services the workload does not know (default/kubernetes), which stay.
-    const rules = await loadCoreIptablesRules();
+    const rules = coreIptablesRules();
     const oneServiceInput = (from: ProxyModel, to: ProxyModel): string => {
       const changed = changedServicePorts(from, to);
-      const changedChains = portsWithIdentities(from, changed).flatMap((port) => rules.serviceChains!(from, port));
-      const existingChains = new Map<IptablesTable, Set<string>>([['filter', new Set()], ['nat', new Set(changedChains)]]);
-      const input = restoreInputText(rules.render(to, {changedServicePorts: changed, existingChains, previous: from}));
+      const input = restoreInputText(rules.render(to, {changedServicePorts: changed, previous: from}).input);
       if (input.includes(':KUBE-SERVICES ')) throw new Error('the one-service floor would rewrite KUBE-SERVICES: the change is not an endpoint change');
       return input;
     };

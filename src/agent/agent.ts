@@ -22,7 +22,7 @@ import {CommandHost} from './host/command-host.ts';
 import type {Host} from './host/host.ts';
 import type {Logger} from './log.ts';
 import {detectIptablesFeatures, readNfacctPackets} from './sync/iptables-features.ts';
-import {type IptablesRuleSource, loadCoreIptablesRules} from './sync/iptables-rules.ts';
+import {type IptablesRuleSource, coreIptablesRules} from './sync/iptables-rules.ts';
 import {nftablesRulesBackend} from './sync/nftables-backend.ts';
 import {NftablesProxier, removeNftablesTables} from './sync/nftables-proxier.ts';
 import {IptablesProxier} from './sync/proxier.ts';
@@ -74,7 +74,7 @@ export async function startAgent(config: AgentConfig, dependencies: AgentDepende
       config = {...config, mode: 'iptables'};
     }
   }
-  const rules = config.mode === 'iptables' ? (dependencies.rules ?? (await loadCoreIptablesRules())) : undefined;
+  const rules = config.mode === 'iptables' ? (dependencies.rules ?? coreIptablesRules()) : undefined;
   const client = dependencies.client ?? createKubernetesClient(loadKubeConfig(config.kubeconfig));
   const nodeName = config.hostnameOverride ?? hostname().toLowerCase();
   const families = proxyFamilies(config);

@@ -4,6 +4,7 @@
 // KUBE-KUBELET-CANARY, KUBE-MARK-DROP) and of anyone else are foreign and never touched.
 import {createHash} from 'node:crypto';
 import type {IptablesTable} from '../host/host.ts';
+import type {WrittenTable} from './iptables-rules.ts';
 
 /** Fixed chain names the proxy owns, per table. */
 export const ownedChainNames: Record<IptablesTable, readonly string[]> = {
@@ -15,9 +16,6 @@ export const ownedChainNames: Record<IptablesTable, readonly string[]> = {
 
 /** Prefixes of the per-service and per-endpoint chains (hashed names). */
 export const ownedChainPrefixes: readonly string[] = ['KUBE-SVC-', 'KUBE-SVL-', 'KUBE-SEP-', 'KUBE-EXT-', 'KUBE-FW-', 'KUBE-XLB-'];
-
-/** The kernel's own chains, which hold the jump rules into the proxy's. */
-const builtinChainNames: ReadonlySet<string> = new Set(['PREROUTING', 'INPUT', 'FORWARD', 'OUTPUT', 'POSTROUTING']);
 
 /** The tables the iptables backend writes. */
 export const proxyTables: readonly IptablesTable[] = ['filter', 'nat'];
@@ -308,21 +306,6 @@ export function applyPartialWrite(record: OwnedRecord, now: OwnedRules, written:
   }
 }
 
-/** The chains an iptables-restore input declares (and so replaces), per table. */
-export function declaredChains(input: string): Map<IptablesTable, Set<string>> {
-  const declared = new Map<IptablesTable, Set<string>>();
-  let current: Set<string> | undefined;
-  for (const line of input.split('\n')) {
-    if (line.startsWith('*')) {
-      current = new Set();
-      declared.set(line.slice(1).trim() as IptablesTable, current);
-    } else if (line.startsWith(':') && current) {
-      current.add(line.slice(1).split(/\s+/)[0]);
-    }
-  }
-  return declared;
-}
-
 /** describeDrift names a few differences between what was written and what is there now, for the log. */
 export function describeDrift(written: OwnedRecord, now: OwnedRules, limit = 3): string {
   const differences: string[] = [];
@@ -369,275 +352,77 @@ export function cleanupRestoreInput(owned: OwnedRules): string {
 }
 
 /**
- * SpellRules reads iptables-restore input and gives each chain's rules as iptables-save would
- * print them once loaded, per table; undefined when it cannot (the caller then reads the kernel).
+ * ownedAfterWrite: the proxy's part of each table in the chains a write declared, as the renderer
+ * told it (rules as iptables-save prints them); undefined when the write inserted jump rules or
+ * left a per-service chain known by its count alone (a full write: see recordAfterFullWrite).
  */
-export type SpellRules = (input: string) => Map<IptablesTable, Map<string, string[]>> | undefined;
-
-/** What a full write leaves, worked out from its input as it goes out (InputSpelling.fullWriteReader). */
-export interface FullWriteReader {
-  /** The next piece of the input. */
-  add(piece: string): void;
-  /** The record after the write (see recordAfterFullWrite); undefined for input it does not follow. */
-  finish(before: ReadonlyMap<IptablesTable, OwnedRules>): Map<IptablesTable, OwnedRecord> | undefined;
+export function ownedAfterWrite(written: Record<'filter' | 'nat', WrittenTable>): Map<IptablesTable, OwnedRules> {
+  const owned = new Map<IptablesTable, OwnedRules>();
+  for (const table of proxyTables) {
+    const {declared, deleted, rules: byChain} = written[table as 'filter' | 'nat'];
+    const gone = new Set(deleted);
+    const chains = declared.filter((chain) => isOwnedChain(table, chain) && !gone.has(chain));
+    const rules: string[] = [];
+    for (const chain of chains) {
+      const list = byChain.get(chain) ?? [];
+      if (typeof list === 'number') throw new Error(`${table} chain ${chain} is known by its rule count alone`);
+      rules.push(...list);
+    }
+    owned.set(table, {table, chains, rules, jumpRules: []});
+  }
+  return owned;
 }
 
 /**
- * InputSpelling tells what a write left in the chains it declared, in iptables-save's spelling,
- * without reading the kernel back (iptables-save takes seconds at 10,000 services). Spellings are
- * kept per input line from one write to the next: a partial sync that rewrites KUBE-SERVICES
- * changes few of its lines.
+ * recordAfterFullWrite: the proxy's part of each table after a full write, without reading the
+ * kernel back (one iptables-save takes about 5 s at 10,000 services) and without spelling all of
+ * it (parsing its 430,000 rules costs about as much): the renderer spelled the fixed chains and the
+ * jump rules it inserted, and counted the rules of each per-service chain, which the record keeps
+ * by count until the next reading settles them (settleRecord). Owned chains the write left alone
+ * and the jump rules already in place are as `before`, read just before the write, shows them.
  */
-export class InputSpelling {
-  readonly #spell: SpellRules;
-  #known = new Map<string, string>();
-
-  constructor(spell: SpellRules) {
-    this.#spell = spell;
-  }
-
-  /** The proxy's part of each table in the chains `input` declares, or undefined for input it does not follow (jumps into built-in chains). */
-  ownedAfter(input: string): Map<IptablesTable, OwnedRules> | undefined {
-    const chains = new Map<IptablesTable, string[]>();
-    const deleted = new Set<string>();
-    const lines: Array<{table: IptablesTable; chain: string; line: string}> = [];
-    let table: IptablesTable | undefined;
-    for (const line of input.split('\n')) {
-      if (line === '' || line === 'COMMIT' || line === '-Z' || line.startsWith('#')) continue;
-      if (line.startsWith('*')) {
-        table = line.slice(1) as IptablesTable;
-        if (!chains.has(table)) chains.set(table, []);
-      } else if (!table) {
-        return undefined;
-      } else if (line.startsWith(':')) {
-        const chain = line.slice(1).split(' ')[0];
-        if (isOwnedChain(table, chain)) chains.get(table)!.push(chain);
-      } else if (line.startsWith('-X ')) {
-        deleted.add(`${table} ${line.slice(3).trim()}`);
-      } else if (line.startsWith('-A ')) {
-        const chain = line.slice(3, line.indexOf(' ', 3));
-        if (isOwnedChain(table, chain)) {
-          lines.push({table, chain, line});
-          continue;
-        }
-        // Other chains (kubelet's KUBE-FIREWALL) are not part of the proxy's view unless they jump into it.
-        const target = /\s-[jg]\s+(\S+)/.exec(line)?.[1];
-        if (target !== undefined && isOwnedChain(table, target)) return undefined;
+export function recordAfterFullWrite(written: Record<'filter' | 'nat', WrittenTable>, before: ReadonlyMap<IptablesTable, OwnedRules>): Map<IptablesTable, OwnedRecord> {
+  const records = new Map<IptablesTable, OwnedRecord>();
+  for (const table of proxyTables) {
+    const {declared, deleted, rules: byChain, jumps: inserted} = written[table as 'filter' | 'nat'];
+    const previous = before.get(table);
+    const previousRules = previous ? rulesByChain(previous) : new Map<string, string[]>();
+    const replaced = new Set(declared);
+    const gone = new Set(deleted);
+    const chains = new Map<string, string>();
+    let countedChains = 0;
+    let ruleCount = 0;
+    for (const chain of previous?.chains ?? []) {
+      if (replaced.has(chain)) continue;
+      const rules = previousRules.get(chain) ?? [];
+      chains.set(freshString(chain), chainValue(chain, rules));
+      ruleCount += rules.length;
+    }
+    for (const chain of declared) {
+      if (gone.has(chain) || !isOwnedChain(table, chain)) continue;
+      const rules = byChain.get(chain) ?? [];
+      if (typeof rules === 'number') {
+        chains.set(freshString(chain), countedValue(rules));
+        countedChains++;
+        ruleCount += rules;
       } else {
-        return undefined;
+        chains.set(freshString(chain), chainValue(chain, rules));
+        ruleCount += rules.length;
       }
     }
-
-    const fresh = this.#spellNew(lines.filter((entry) => !this.#known.has(entry.line)));
-    if (!fresh) return undefined;
-    const known = new Map<string, string>();
-    const rules = new Map<IptablesTable, string[]>();
-    for (const {table: name, line} of lines) {
-      const text = this.#known.get(line) ?? fresh.get(line)!;
-      known.set(line, text);
-      const list = rules.get(name);
-      if (list) list.push(text);
-      else rules.set(name, [text]);
+    // -I puts each rule first in its chain, so the last one inserted ends up first.
+    const jumpRules = new Map<string, string[]>();
+    for (const [chain, rules] of previousRules) if (!isOwnedChain(table, chain)) jumpRules.set(chain, rules);
+    for (const {chain, rule, prepend} of inserted) {
+      const rules = jumpRules.get(chain) ?? [];
+      jumpRules.set(chain, prepend ? [rule, ...rules] : [...rules, rule]);
     }
-    this.#known = known;
-    const owned = new Map<IptablesTable, OwnedRules>();
-    for (const name of proxyTables) {
-      owned.set(name, {table: name, chains: (chains.get(name) ?? []).filter((chain) => !deleted.has(`${name} ${chain}`)), rules: rules.get(name) ?? [], jumpRules: []});
+    const jumps = new Map<string, string>();
+    for (const [chain, rules] of jumpRules) {
+      jumps.set(freshString(chain), chainValue(chain, rules));
+      ruleCount += rules.length;
     }
-    return owned;
+    records.set(table, {table, chains, jumps, ruleCount, countedChains});
   }
-
-  /**
-   * recordAfterFullWrite: the proxy's part of each table after a full write of `input`, without
-   * reading the kernel back (one iptables-save takes about 5 s at 10,000 services) and
-   * without spelling all of it (parsing its 430,000 rules costs about as much). The fixed chains
-   * and the jump rules the input adds are spelled; the per-service chains are recorded by rule
-   * count until the next reading settles them (settleRecord); owned chains the input leaves alone
-   * and the jump rules already in place are as `before`, read just before the write, shows them.
-   * Undefined for input it does not follow.
-   */
-  recordAfterFullWrite(input: string, before: ReadonlyMap<IptablesTable, OwnedRules>): Map<IptablesTable, OwnedRecord> | undefined {
-    const reader = this.fullWriteReader();
-    reader.add(input);
-    return reader.finish(before);
-  }
-
-  /**
-   * fullWriteReader: recordAfterFullWrite for an input taken in pieces as it goes out to
-   * iptables-restore, so that the 31 MB of a full sync's input at 10,000 services is never held
-   * whole. A piece may end in the middle of a line.
-   */
-  fullWriteReader(): FullWriteReader {
-    /** Per table, the per-service chains the input declares, and how many rules it gives each. */
-    const counted = new Map<IptablesTable, Map<string, number>>(proxyTables.map((name) => [name, new Map()]));
-    const fixed = new Map<IptablesTable, Set<string>>(proxyTables.map((name) => [name, new Set()]));
-    const deleted = new Map<IptablesTable, Set<string>>(proxyTables.map((name) => [name, new Set()]));
-    const spelledLines: Array<{table: IptablesTable; chain: string; line: string}> = [];
-    const addedJumps: Array<{table: IptablesTable; chain: string; line: string; prepend: boolean}> = [];
-    let table: IptablesTable | undefined;
-    // The rules of a per-service chain are counted while they follow one another (the renderer
-    // writes each chain's rules together), without a string or a map update per rule: at 10,000
-    // services there are 320,000 of them in 110,000 chains.
-    let run: {counts: Map<string, number>; chain: string; count: number} | undefined;
-    const endRun = (): boolean => {
-      if (!run) return true;
-      const sofar = run.counts.get(run.chain);
-      // Rules appended to a chain the input does not declare (so does not flush): not followed.
-      if (sofar === undefined) return false;
-      run.counts.set(run.chain, sofar + run.count);
-      run = undefined;
-      return true;
-    };
-    /** Reads the lines of `input` before `limit`; false when the input is not one it follows. */
-    const readLines = (input: string, limit: number): boolean => {
-      // Line by line without splitting.
-      for (let start = 0; start < limit; ) {
-        let end = input.indexOf('\n', start);
-        if (end < 0 || end > limit) end = limit;
-        const lineStart = start;
-        start = end + 1;
-        if (run && input.startsWith('-A ', lineStart) && input.startsWith(run.chain, lineStart + 3) && input.charCodeAt(lineStart + 3 + run.chain.length) === 0x20) {
-          run.count++;
-          continue;
-        }
-        const line = input.slice(lineStart, end);
-        if (line === '' || line === 'COMMIT' || line === '-Z' || line.startsWith('#')) continue;
-        if (line.startsWith('*')) {
-          if (!endRun()) return false;
-          table = line.slice(1) as IptablesTable;
-          if (!counted.has(table)) return false;
-          continue;
-        }
-        if (!table) return false;
-        const space = line.indexOf(' ', 3);
-        const chain = line.slice(line.startsWith(':') ? 1 : 3, space < 0 ? line.length : space);
-        if (line.startsWith(':')) {
-          if (digestedChain(chain)) counted.get(table)!.set(chain, 0);
-          else if (isOwnedChain(table, chain)) fixed.get(table)!.add(chain);
-        } else if (line.startsWith('-X ')) {
-          deleted.get(table)!.add(chain);
-        } else if (line.startsWith('-A ') && isOwnedChain(table, chain)) {
-          if (digestedChain(chain)) {
-            if (!endRun()) return false;
-            run = {counts: counted.get(table)!, chain, count: 1};
-          } else {
-            spelledLines.push({table, chain, line});
-          }
-        } else if (line.startsWith('-A ') || line.startsWith('-I ')) {
-          const target = /\s-[jg]\s+(\S+)/.exec(line)?.[1];
-          if (target !== undefined && isOwnedChain(table, target)) addedJumps.push({table, chain, line: `-A ${line.slice(3)}`, prepend: line.startsWith('-I ')});
-        } else {
-          return false;
-        }
-      }
-      return true;
-    };
-
-    let followed = true;
-    /** The start of a line whose end is in the next piece. */
-    let carry = '';
-    return {
-      add: (piece) => {
-        if (!followed) return;
-        const text = carry === '' ? piece : carry + piece;
-        const last = text.lastIndexOf('\n');
-        carry = text.slice(last + 1);
-        if (last >= 0) followed = readLines(text, last + 1);
-      },
-      finish: (before) => {
-        if (followed && carry !== '') followed = readLines(carry, carry.length);
-        carry = '';
-        if (!followed || !endRun()) return undefined;
-        const fresh = this.#spellNew([...spelledLines.filter((entry) => !this.#known.has(entry.line)), ...addedJumps]);
-        if (!fresh) return undefined;
-        // Kept for the partial writes to come, which rewrite the fixed chains whole; in fresh strings,
-        // since slices would keep the whole input alive.
-        const known = new Map<string, string>();
-        for (const {line} of spelledLines) known.set(line, this.#known.get(line) ?? fresh.get(line)!);
-        this.#known = new Map([...known].map(([line, spelled]) => [freshString(line), spelled]));
-
-        const records = new Map<IptablesTable, OwnedRecord>();
-        for (const name of proxyTables) {
-          const previous = before.get(name);
-          const previousRules = previous ? rulesByChain(previous) : new Map<string, string[]>();
-          const gone = deleted.get(name)!;
-          const fixedRules = new Map<string, string[]>();
-          for (const entry of spelledLines) {
-            if (entry.table !== name) continue;
-            const rules = fixedRules.get(entry.chain);
-            if (rules) rules.push(known.get(entry.line)!);
-            else fixedRules.set(entry.chain, [known.get(entry.line)!]);
-          }
-          const chains = new Map<string, string>();
-          let countedChains = 0;
-          let ruleCount = 0;
-          for (const chain of previous?.chains ?? []) {
-            if (counted.get(name)!.has(chain) || fixed.get(name)!.has(chain) || gone.has(chain)) continue;
-            const rules = previousRules.get(chain) ?? [];
-            chains.set(freshString(chain), chainValue(chain, rules));
-            ruleCount += rules.length;
-          }
-          for (const [chain, count] of counted.get(name)!) {
-            if (gone.has(chain)) continue;
-            chains.set(freshString(chain), countedValue(count));
-            countedChains++;
-            ruleCount += count;
-          }
-          for (const chain of fixed.get(name)!) {
-            if (gone.has(chain)) continue;
-            const rules = fixedRules.get(chain) ?? [];
-            chains.set(freshString(chain), chainValue(chain, rules));
-            ruleCount += rules.length;
-          }
-          // -I puts each rule first in its chain, so the last one added ends up first.
-          const jumpRules = new Map<string, string[]>();
-          for (const [chain, rules] of previousRules) if (!isOwnedChain(name, chain)) jumpRules.set(chain, rules);
-          for (const {table: jumpTable, chain, line, prepend} of addedJumps) {
-            if (jumpTable !== name) continue;
-            const rules = jumpRules.get(chain) ?? [];
-            const spelled = fresh.get(line)!;
-            jumpRules.set(chain, prepend ? [spelled, ...rules] : [...rules, spelled]);
-          }
-          const jumps = new Map<string, string>();
-          for (const [chain, rules] of jumpRules) {
-            jumps.set(freshString(chain), chainValue(chain, rules));
-            ruleCount += rules.length;
-          }
-          records.set(name, {table: name, chains, jumps, ruleCount, countedChains});
-        }
-        return records;
-      },
-    };
-  }
-
-  #spellNew(lines: Array<{table: IptablesTable; chain: string; line: string}>): Map<string, string> | undefined {
-    const spelled = new Map<string, string>();
-    if (lines.length === 0) return spelled;
-    const byTable = new Map<IptablesTable, Map<string, string[]>>();
-    for (const {table, chain, line} of lines) {
-      const chains = byTable.get(table) ?? new Map<string, string[]>();
-      byTable.set(table, chains);
-      const list = chains.get(chain);
-      if (list) list.push(line);
-      else chains.set(chain, [line]);
-    }
-    const dump: string[] = [];
-    for (const [table, chains] of byTable) {
-      // Built-in chains (the jump rules' PREROUTING, INPUT ...) are declared with a policy, as iptables-save does.
-      dump.push(`*${table}`, ...[...chains.keys()].map((chain) => `:${chain} ${builtinChainNames.has(chain) ? 'ACCEPT' : '-'} [0:0]`));
-      for (const list of chains.values()) dump.push(...list);
-      dump.push('COMMIT');
-    }
-    const result = this.#spell(`${dump.join('\n')}\n`);
-    if (!result) return undefined;
-    for (const [table, chains] of byTable) {
-      for (const [chain, list] of chains) {
-        const texts = result.get(table)?.get(chain);
-        // One input line, one rule: anything else (a list of addresses expanded) is not followed.
-        if (!texts || texts.length !== list.length) return undefined;
-        list.forEach((line, index) => spelled.set(line, texts[index]));
-      }
-    }
-    return spelled;
-  }
+  return records;
 }

@@ -10,8 +10,21 @@
 import {changedServicePorts, type IPFamily, type ModelOptions, type ProxyModel, ProxyModelBuilder, portsWithIdentities} from '../../core/model/index.ts';
 import {type Host, type IptablesFrontEnd, type IptablesTable, type RestoreInput, restoreInputText, savedTables} from '../host/host.ts';
 import {planConntrackCleanup} from './conntrack-cleanup.ts';
-import type {IptablesRuleSource, JumpRule} from './iptables-rules.ts';
-import {applyPartialWrite, declaredChains, describeDrift, type FullWriteReader, InputSpelling, isOwnedChain, matchesRecord, type OwnedRecord, type OwnedRules, proxyTables, readOwnedRules, recordOwned, settleRecord} from './owned-rules.ts';
+import type {IptablesRuleSource, JumpRule, RenderedWrite, WrittenTable} from './iptables-rules.ts';
+import {
+  applyPartialWrite,
+  describeDrift,
+  isOwnedChain,
+  matchesRecord,
+  type OwnedRecord,
+  type OwnedRules,
+  ownedAfterWrite,
+  proxyTables,
+  readOwnedRules,
+  recordAfterFullWrite,
+  recordOwned,
+  settleRecord,
+} from './owned-rules.ts';
 import type {RunReason} from './runner.ts';
 import type {ClusterObjects} from '../watch/cluster-objects.ts';
 import {type FamilySyncState, ProxierBase, type ProxierBaseOptions} from './proxier-base.ts';
@@ -34,8 +47,6 @@ interface FamilyState extends FamilySyncState {
   frontEnd?: IptablesFrontEnd;
   /** The proxy's rules as the last write left them, per table (known from the write's input, or read back when it cannot be followed), recorded compactly. */
   written?: Map<IptablesTable, OwnedRecord>;
-  /** Knows what a write leaves without reading the kernel, when the rule source can spell rules. */
-  spelling?: InputSpelling;
   lastFullSync?: number;
   /** When the rules were last compared with what was written (or freshly written in full). */
   lastDriftCheck?: number;
@@ -87,11 +98,7 @@ export class IptablesProxier extends ProxierBase<FamilyState> {
   readonly #writeListeners = new Set<RulesWriteListener>();
 
   constructor(options: ProxierOptions) {
-    super(options, (family) => {
-      const spell = options.rules.spellRules;
-      const spelling = spell ? new InputSpelling((input) => spell(family, input)) : undefined;
-      return {builder: new ProxyModelBuilder({...options.model, family}), spelling, needFullSync: true, rulesPerTable: new Map(), writesStarted: 0, writesEnded: 0};
-    });
+    super(options, (family) => ({builder: new ProxyModelBuilder({...options.model, family}), needFullSync: true, rulesPerTable: new Map(), writesStarted: 0, writesEnded: 0}));
     this.#options = options;
   }
 
@@ -146,41 +153,21 @@ export class IptablesProxier extends ProxierBase<FamilyState> {
 
 
   protected async syncFamily(family: IPFamily, model: ProxyModel, reason: RunReason): Promise<SyncResult> {
-    const {host, rules, metrics, log} = this.#options;
+    const {metrics, log} = this.#options;
     const state = this.families.get(family)!;
     const start = this.clock.now();
-    let full = state.needFullSync || state.lastFullSync === undefined || start - state.lastFullSync >= fullSyncPeriod;
+    const plan = this.#planSync(family, state, model, reason, start);
+    let {full, changed} = plan;
 
-    // Drift found by a background check is repaired by this sync (full), and reported with it.
-    let drift = state.driftFoundInBackground === true;
-    state.driftFoundInBackground = false;
-    // Checked at least once per syncPeriod, also when changes keep every sync from being periodic:
-    // before deciding when nothing is to be written, else with the read-back after the write.
-    // A slow reading is taken in the background instead, started early enough to conclude within
-    // syncPeriod. When one overlapped a write, and so proved nothing, the next sync takes the
-    // reading itself, as changes that never pause would otherwise leave drift unseen.
-    const {syncPeriod} = this.#options;
-    const sinceCheck = state.lastDriftCheck === undefined ? Infinity : start - state.lastDriftCheck;
-    const readingMs = expectedReadingMs(state) ?? 0;
-    const slowReading = readingMs >= backgroundReadingMs;
-    const driftCheckDue = reason.periodic || sinceCheck >= (slowReading ? Math.max(syncPeriod / 2, syncPeriod - readingMs) : syncPeriod);
-    const checkInBackground = driftCheckDue && slowReading && !state.backgroundInconclusive;
-    const readInSync = driftCheckDue && (!slowReading || state.backgroundInconclusive === true);
-    let changed = changedServicePorts(state.applied, model);
-    if (!full && state.applied && rules.rewritesUnchanged?.(state.applied, model)) {
-      // Rules of ports that did not change would keep their old spelling, and read as drift forever.
-      log.info('endpoints crossed the large-cluster threshold, which changes the rules of every service port: full sync', {family});
-      full = true;
-    }
     /** The proxy's rules read at `start`, when the drift check read them. */
     let current: Map<IptablesTable, OwnedRules> | undefined;
-    if (!full && checkInBackground && state.written && changed.size === 0) this.#checkDriftInBackground(family, state);
-    if (!full && readInSync && state.written && changed.size === 0) {
+    if (!full && plan.checkInBackground && state.written && changed.size === 0) this.#checkDriftInBackground(family, state);
+    if (!full && plan.readInSync && state.written && changed.size === 0) {
       this.#checkedAt(state, start);
       this.wholeTablesTouched = true;
       current = await this.#readOwned(family);
       if (this.#driftFrom(family, state.written, current)) {
-        drift = true;
+        plan.drift = true;
         metrics.driftRepairs.inc({ip_family: family});
         full = true;
         changed = changedServicePorts(undefined, model);
@@ -189,137 +176,16 @@ export class IptablesProxier extends ProxierBase<FamilyState> {
 
     if (!full && changed.size === 0) {
       log.detail(3, 'rules up to date', {family});
-      return {family, kind: 'unchanged', changedServicePorts: 0, drift};
+      return {family, kind: 'unchanged', changedServicePorts: 0, drift: plan.drift};
     }
 
-    /** The restore's input; a full sync's is streamed as it is rendered. */
-    let input: RestoreInput;
-    /** A partial sync's input; a full sync's once all of it is written. */
-    let text: string | undefined;
-    let existing: Map<IptablesTable, OwnedRules> | undefined;
-    const existingReadAt = current ? start : this.clock.now();
-    /** A full sync's input as it went out, kept only for the input log (--v 5). */
-    const pieces: Uint8Array[] = [];
-    /** What a full write leaves, read from its input as it goes out. */
-    let reader: FullWriteReader | undefined;
-    if (full || !state.written) {
-      this.wholeTablesTouched = true;
-      // A drift check has just read them: a repair need not read them again.
-      existing = current ?? (await this.#readOwned(family));
-      const existingChains = new Map([...existing].map(([table, owned]) => [table, new Set(owned.chains)]));
-      const jumps = missingJumpRules(rules.jumpRules(model), existing);
-      for (const jump of jumps) log.info('jump rule added', {family, table: jump.table, chain: jump.chain, rule: jump.rule.join(' ')});
-      const extraLines = {
-        // In the same atomic write as the chains they lead to, at the end of their table, once those are filled.
-        filter: {end: jumpRuleLines(jumps, 'filter')},
-        nat: {start: state.frontEnd === 'nf_tables' ? [wholeTableCache] : [], end: jumpRuleLines(jumps, 'nat')},
-      };
-      reader = state.spelling?.fullWriteReader();
-      const decoder = new TextDecoder();
-      input = passing(rules.render(model, {existingChains, extraLines}), (piece) => {
-        if (log.verbosity >= 5) pieces.push(piece);
-        if (!reader) return;
-        try {
-          // Read in strings small enough for V8's young generation, where they die at the next
-          // scavenge: a whole piece's string (256 KiB) would be a large object, kept until a full
-          // collection, and the 31 MB of them with it.
-          for (let at = 0; at < piece.length; at += decodedPieceBytes) reader.add(decoder.decode(piece.subarray(at, at + decodedPieceBytes), {stream: true}));
-        } catch (error) {
-          // Never the write's failure: the kernel is read back instead.
-          log.error('cannot follow what the write left; reading it back', {family, reason: errorText(error)});
-          reader = undefined;
-        }
-      });
-    } else if (rules.serviceChains) {
-      // Only the changed ports' chains can have become stale: name those alone, not every chain of the model.
-      // Chain names hash the service port's name, so no other port can be using them.
-      const stale = new Set<string>();
-      const previous = state.applied!;
-      for (const port of portsWithIdentities(previous, changed)) for (const chain of rules.serviceChains(previous, port)) stale.add(chain);
-      for (const port of portsWithIdentities(model, changed)) for (const chain of rules.serviceChains(model, port)) stale.delete(chain);
-      input = text = withDeletedChains(restoreInputText(rules.render(model, {changedServicePorts: changed, previous})), 'nat', [...stale].sort());
-    } else {
-      const existingChains = new Map([...state.written].map(([table, owned]) => [table, new Set(owned.chains.keys())]));
-      input = text = restoreInputText(rules.render(model, {changedServicePorts: changed, existingChains, previous: state.applied}));
-    }
-    // A partial sync after a burst of changes (thousands of services created at once) names as
-    // many chains as a full one, and pays the same quadratic chain list.
-    if (text !== undefined && !full && state.frontEnd === 'nf_tables' && declaredChainCount(text) > wholeTableCacheAbove) input = text = withWholeTableCache(text);
     const partial = !full && state.written !== undefined;
-    let now: Map<IptablesTable, OwnedRules> | undefined;
-    let written: Map<IptablesTable, OwnedRules> | undefined;
-    let fullyWritten: Map<IptablesTable, OwnedRecord> | undefined;
-    let readAt = start;
-    let readBack: string | undefined;
-    // What a full write leaves is worked out from its input and the reading just before it, while
-    // iptables-restore commits (seconds at 10,000 services) rather than after.
-    let recorded = partial;
-    const recordFullWrite = (): void => {
-      if (recorded) return;
-      recorded = true;
-      try {
-        fullyWritten = reader?.finish(existing!);
-      } catch (error) {
-        log.error('cannot follow what the write left; reading it back', {family, reason: errorText(error)});
-      }
-      reader = undefined;
-      // The agent waits for the commit now: the sync's garbage (the input, the initial lists at
-      // start) is collected while it does, instead of being held to the end of the sync.
-      releaseGarbage();
-    };
-    this.#tellWrite(family, 'started');
-    state.writesStarted++;
-    try {
-      await host.iptablesRestore(family, input, {noflush: true, inputTaken: partial ? undefined : recordFullWrite});
-      state.writesEnded = state.writesStarted;
-      const writtenAt = this.clock.now();
-      // The kernel is read back after a partial write when a drift check is due, and when the
-      // input cannot be followed.
-      recordFullWrite();
-      if (partial) written = state.spelling?.ownedAfter(text!);
-      if (partial ? readInSync || !written : !fullyWritten) {
-        this.wholeTablesTouched = true;
-        readAt = this.clock.now();
-        const tables = await this.#readTables(family);
-        now = tables.owned;
-        readBack = tables.text;
-      }
-      this.#tellWrite(family, 'ended', () => {
-        if (readBack !== undefined) return {kind: 'read', text: readBack, readStartedAt: readAt};
-        return written && chainsWritten(text!, written, writtenAt);
-      });
-    } catch (error) {
-      state.writesEnded = state.writesStarted;
-      this.#tellWrite(family, 'ended', undefined);
-      metrics.restoreFailures.inc();
-      if (!full) metrics.partialRestoreFailures.inc();
-      state.needFullSync = true;
-      throw new Error(`${family} ${full ? 'full' : 'partial'} sync: ${errorText(error)}`, {cause: error});
-    } finally {
-      // A failed full write's input as far as it went out.
-      if (log.verbosity >= 5) log.detail(5, 'iptables-restore input', {family, rules: text ?? restoreInputText(pieces)});
-    }
-
-    if (!partial) {
-      state.written = fullyWritten ?? new Map([...now!].map(([table, owned]) => [table, recordOwned(owned)]));
-      // The reading before the write checked every chain the write did not replace.
-      if (fullyWritten) this.#checkedAt(state, existingReadAt);
-    } else {
-      // The chains the write did not replace must be as they were after the previous write; reading
-      // the kernel back checks them, and the replaced ones, free of charge.
-      const declared = declaredChains(text!);
-      const expected = state.written!;
-      for (const table of proxyTables) applyPartialWrite(expected.get(table)!, (written ?? now!).get(table)!, declared.get(table) ?? new Set());
-      if (now && this.#driftFrom(family, expected, now)) {
-        drift = true;
-        metrics.driftRepairs.inc({ip_family: family});
-        state.needFullSync = true;
-        this.runner.run();
-      }
-    }
+    const write = partial ? this.#partialWrite(state, model, changed) : await this.#fullWrite(family, state, model, current, start);
+    const outcome = await this.#restore(family, state, write, {full, readInSync: plan.readInSync, start});
+    if (this.#recordWrite(family, state, write, outcome)) plan.drift = true;
     // A full sync at 10,000 services takes longer than syncPeriod: count from the reading, not the start.
-    if (now) this.#checkedAt(state, readAt);
-    else if (partial && checkInBackground) this.#checkDriftInBackground(family, state);
+    if (outcome.now) this.#checkedAt(state, outcome.readAt);
+    else if (partial && plan.checkInBackground) this.#checkDriftInBackground(family, state);
 
     await this.#cleanConntrack(family, state.applied, model, changed);
     state.applied = model;
@@ -333,7 +199,176 @@ export class IptablesProxier extends ProxierBase<FamilyState> {
     metrics.syncDuration.observe({ip_family: family}, seconds);
     (full ? metrics.syncFullDuration : metrics.syncPartialDuration).observe({ip_family: family}, seconds);
     log.detail(2, 'synced rules', {family, kind: full ? 'full' : 'partial', changedServicePorts: changed.size, servicePorts: model.servicePorts.length, seconds});
-    return {family, kind: full ? 'full' : 'partial', changedServicePorts: changed.size, drift};
+    return {family, kind: full ? 'full' : 'partial', changedServicePorts: changed.size, drift: plan.drift};
+  }
+
+  /**
+   * #planSync decides what a sync does: full or partial, which service ports changed, and whether
+   * the drift check is due, read in the sync or in the background.
+   */
+  #planSync(family: IPFamily, state: FamilyState, model: ProxyModel, reason: RunReason, start: number): SyncPlan {
+    let full = state.needFullSync || state.lastFullSync === undefined || start - state.lastFullSync >= fullSyncPeriod;
+    // Drift found by a background check is repaired by this sync (full), and reported with it.
+    const drift = state.driftFoundInBackground === true;
+    state.driftFoundInBackground = false;
+    // Checked at least once per syncPeriod, also when changes keep every sync from being periodic:
+    // before deciding when nothing is to be written, else with the read-back after the write.
+    // A slow reading is taken in the background instead, started early enough to conclude within
+    // syncPeriod. When one overlapped a write, and so proved nothing, the next sync takes the
+    // reading itself, as changes that never pause would otherwise leave drift unseen.
+    const {syncPeriod} = this.#options;
+    const sinceCheck = state.lastDriftCheck === undefined ? Infinity : start - state.lastDriftCheck;
+    const readingMs = expectedReadingMs(state) ?? 0;
+    const slowReading = readingMs >= backgroundReadingMs;
+    const driftCheckDue = reason.periodic || sinceCheck >= (slowReading ? Math.max(syncPeriod / 2, syncPeriod - readingMs) : syncPeriod);
+    const changed = changedServicePorts(state.applied, model);
+    if (!full && state.applied && this.#options.rules.rewritesUnchanged?.(state.applied, model)) {
+      // Rules of ports that did not change would keep their old spelling, and read as drift forever.
+      this.#options.log.info('endpoints crossed the large-cluster threshold, which changes the rules of every service port: full sync', {family});
+      full = true;
+    }
+    return {
+      full,
+      changed,
+      drift,
+      checkInBackground: driftCheckDue && slowReading && !state.backgroundInconclusive,
+      readInSync: driftCheckDue && (!slowReading || state.backgroundInconclusive === true),
+    };
+  }
+
+  /**
+   * #fullWrite prepares a full sync's write from a reading of the tables (`current`, when the drift
+   * check has just taken one): stale chains deleted, missing jump rules inserted. Its input is
+   * streamed as it is rendered.
+   */
+  async #fullWrite(family: IPFamily, state: FamilyState, model: ProxyModel, current: Map<IptablesTable, OwnedRules> | undefined, start: number): Promise<PreparedWrite> {
+    const {rules, log} = this.#options;
+    this.wholeTablesTouched = true;
+    // A drift check has just read them: a repair need not read them again.
+    const existingReadAt = current ? start : this.clock.now();
+    const existing = current ?? (await this.#readOwned(family));
+    const existingChains = new Map([...existing].map(([table, owned]) => [table, new Set(owned.chains)]));
+    const jumps = missingJumpRules(rules.jumpRules(model), existing);
+    for (const jump of jumps) log.info('jump rule added', {family, table: jump.table, chain: jump.chain, rule: jump.rule.join(' ')});
+    const rendered = rules.render(model, {
+      existingChains,
+      // In the same atomic write as the chains they lead to, at the end of their table, once those are filled.
+      insertJumps: jumps,
+      extraLines: {nat: {start: state.frontEnd === 'nf_tables' ? [wholeTableCache] : []}},
+    });
+    /** The input as it went out, kept only for the input log (--v 5). */
+    const pieces: Uint8Array[] = [];
+    const input = passing(rendered.input, (piece) => {
+      if (log.verbosity >= 5) pieces.push(piece);
+    });
+    return {kind: 'full', rendered, input, logText: () => restoreInputText(pieces), existing, existingReadAt};
+  }
+
+  /** #partialWrite prepares a partial sync's write: the changed ports' chains, and the fixed chains when they change. */
+  #partialWrite(state: FamilyState, model: ProxyModel, changed: Set<string>): PreparedWrite {
+    const rendered = this.#options.rules.render(model, {changedServicePorts: changed, previous: state.applied});
+    let text = restoreInputText(rendered.input);
+    // A partial sync after a burst of changes (thousands of services created at once) names as
+    // many chains as a full one, and pays the same quadratic chain list.
+    const declared = rendered.declaredChains();
+    if (state.frontEnd === 'nf_tables' && declared.filter.length + declared.nat.length > wholeTableCacheAbove) text = withWholeTableCache(text);
+    return {kind: 'partial', rendered, input: text, logText: () => text};
+  }
+
+  /**
+   * #restore writes the input with iptables-restore --noflush, and tells what it left: from the
+   * renderer's record (a full write's while iptables-restore commits, once it has taken all its
+   * input), or by reading the tables back when a drift check is due after a partial write or the
+   * record cannot be had.
+   */
+  async #restore(family: IPFamily, state: FamilyState, write: PreparedWrite, sync: {full: boolean; readInSync: boolean; start: number}): Promise<WriteOutcome> {
+    const {host, metrics, log} = this.#options;
+    const partial = write.kind === 'partial';
+    const outcome: WriteOutcome = {readAt: sync.start};
+    // What a full write leaves is worked out from the renderer's record and the reading just
+    // before it, while iptables-restore commits (seconds at 10,000 services) rather than after.
+    let recorded = partial;
+    const recordFullWrite = (): void => {
+      if (recorded || write.kind !== 'full') return;
+      recorded = true;
+      outcome.fullyWritten = this.#followed(family, () => {
+        const written = write.rendered.written();
+        return written && recordAfterFullWrite(written, write.existing);
+      });
+      // The agent waits for the commit now: the sync's garbage (the input, the initial lists at
+      // start) is collected while it does, instead of being held to the end of the sync.
+      releaseGarbage();
+    };
+    this.#tellWrite(family, 'started');
+    state.writesStarted++;
+    try {
+      await host.iptablesRestore(family, write.input, {noflush: true, inputTaken: partial ? undefined : recordFullWrite});
+      state.writesEnded = state.writesStarted;
+      const writtenAt = this.clock.now();
+      recordFullWrite();
+      const spelled = partial ? this.#followed(family, () => write.rendered.written()) : undefined;
+      if (spelled) outcome.written = this.#followed(family, () => ownedAfterWrite(spelled));
+      // The kernel is read back after a partial write when a drift check is due, and when what the
+      // write left cannot be followed.
+      let readBack: string | undefined;
+      if (partial ? sync.readInSync || !outcome.written : !outcome.fullyWritten) {
+        this.wholeTablesTouched = true;
+        outcome.readAt = this.clock.now();
+        const tables = await this.#readTables(family);
+        outcome.now = tables.owned;
+        readBack = tables.text;
+      }
+      this.#tellWrite(family, 'ended', () => {
+        if (readBack !== undefined) return {kind: 'read', text: readBack, readStartedAt: outcome.readAt};
+        return spelled && outcome.written && chainsWritten(spelled, outcome.written, writtenAt);
+      });
+    } catch (error) {
+      state.writesEnded = state.writesStarted;
+      this.#tellWrite(family, 'ended', undefined);
+      metrics.restoreFailures.inc();
+      if (!sync.full) metrics.partialRestoreFailures.inc();
+      state.needFullSync = true;
+      throw new Error(`${family} ${sync.full ? 'full' : 'partial'} sync: ${errorText(error)}`, {cause: error});
+    } finally {
+      // A failed full write's input as far as it went out.
+      if (log.verbosity >= 5) log.detail(5, 'iptables-restore input', {family, rules: write.logText()});
+    }
+    return outcome;
+  }
+
+  /** #followed: what the write left, or undefined (logged) when it cannot be told without reading the kernel back. */
+  #followed<T>(family: IPFamily, follow: () => T | undefined): T | undefined {
+    try {
+      return follow();
+    } catch (error) {
+      this.#options.log.error('cannot follow what the write left; reading it back', {family, reason: errorText(error)});
+      return undefined;
+    }
+  }
+
+  /**
+   * #recordWrite keeps what the write left as the record the next drift check compares with.
+   * True when a partial write's read-back showed drift (a full sync is then asked for).
+   */
+  #recordWrite(family: IPFamily, state: FamilyState, write: PreparedWrite, outcome: WriteOutcome): boolean {
+    if (write.kind === 'full') {
+      state.written = outcome.fullyWritten ?? new Map([...outcome.now!].map(([table, owned]) => [table, recordOwned(owned)]));
+      // The reading before the write checked every chain the write did not replace.
+      if (outcome.fullyWritten) this.#checkedAt(state, write.existingReadAt);
+      return false;
+    }
+    // The chains the write did not replace must be as they were after the previous write; reading
+    // the kernel back checks them, and the replaced ones, free of charge.
+    const declared = write.rendered.declaredChains();
+    const expected = state.written!;
+    for (const table of proxyTables) {
+      applyPartialWrite(expected.get(table)!, (outcome.written ?? outcome.now!).get(table)!, new Set(declared[table as 'filter' | 'nat']));
+    }
+    if (!outcome.now || !this.#driftFrom(family, expected, outcome.now)) return false;
+    this.#options.metrics.driftRepairs.inc({ip_family: family});
+    state.needFullSync = true;
+    this.runner.run();
+    return true;
   }
 
   override async stop(): Promise<void> {
@@ -470,17 +505,35 @@ export class IptablesProxier extends ProxierBase<FamilyState> {
 /** Chains a restore input may name before reading the whole table is cheaper than the list (about 90 services). */
 const wholeTableCacheAbove = 1000;
 
-/** declaredChainCount: the chains a restore input declares (":CHAIN" lines). */
-function declaredChainCount(input: string): number {
-  let count = input.startsWith(':') ? 1 : 0;
-  for (let at = input.indexOf('\n:'); at >= 0; at = input.indexOf('\n:', at + 2)) count++;
-  return count;
-}
-
 const wholeTableCache = '-Z';
 
-/** The size of the strings a full sync's input is read back in (see FullWriteReader). */
-const decodedPieceBytes = 32 * 1024;
+/** SyncPlan: what #planSync decided for one sync of a family. */
+interface SyncPlan {
+  full: boolean;
+  changed: Set<string>;
+  /** Drift was found (by a background check before the sync, or by this sync's). */
+  drift: boolean;
+  checkInBackground: boolean;
+  readInSync: boolean;
+}
+
+/** PreparedWrite: a sync's restore input and what the renderer tells of it. */
+type PreparedWrite = {rendered: RenderedWrite; input: RestoreInput; logText: () => string} & (
+  | {kind: 'partial'}
+  /** The proxy's rules read just before a full write, and when that reading started. */
+  | {kind: 'full'; existing: Map<IptablesTable, OwnedRules>; existingReadAt: number}
+);
+
+/** WriteOutcome: what a write left, as far as the proxier knows it. */
+interface WriteOutcome {
+  /** A full write's record, from the renderer's and the reading before it. */
+  fullyWritten?: Map<IptablesTable, OwnedRecord>;
+  /** A partial write's chains, from the renderer's record. */
+  written?: Map<IptablesTable, OwnedRules>;
+  /** The tables read back after the write, and when that reading started. */
+  now?: Map<IptablesTable, OwnedRules>;
+  readAt: number;
+}
 
 /** withWholeTableCache puts the -Z command at the start of the nat part of a partial sync's input. */
 export function withWholeTableCache(rules: string): string {
@@ -500,15 +553,16 @@ function* passing(input: RestoreInput, see: (piece: Uint8Array) => void): Genera
 }
 
 /**
- * chainsWritten: what a partial write left in the chains its input declares, from what InputSpelling
- * made of it; undefined when the input also replaced chains that are not the proxy's (their rules
- * are not followed).
+ * chainsWritten: what a partial write left in the chains it declared, as the renderer told it;
+ * undefined when the write also replaced chains that are not the proxy's (their rules are not
+ * followed).
  */
-function chainsWritten(input: string, written: Map<IptablesTable, OwnedRules>, writtenAt: number): WrittenRules | undefined {
+function chainsWritten(spelled: Record<'filter' | 'nat', WrittenTable>, written: Map<IptablesTable, OwnedRules>, writtenAt: number): WrittenRules | undefined {
   const tables: ChainsWritten[] = [];
-  for (const [table, declared] of declaredChains(input)) {
+  for (const table of proxyTables) {
+    const {declared} = spelled[table as 'filter' | 'nat'];
     const owned = written.get(table);
-    if (!owned || [...declared].some((chain) => !isOwnedChain(table, chain))) return undefined;
+    if (!owned || declared.some((chain) => !isOwnedChain(table, chain))) return undefined;
     tables.push({table, declared: [...declared], chains: owned.chains, rules: owned.rules});
   }
   return {kind: 'chains', tables, writtenAt};
@@ -540,12 +594,6 @@ export function withJumpRules(input: string, jumps: JumpRule[]): string {
 /** jumpRuleLines: the jump rules of `table` as iptables-restore commands. */
 function jumpRuleLines(jumps: JumpRule[], table: IptablesTable): string[] {
   return jumps.filter((jump) => jump.table === table).map((jump) => `${jump.position === 'prepend' ? '-I' : '-A'} ${jump.chain} ${jump.rule.map(restoreWord).join(' ')}`);
-}
-
-/** withDeletedChains flushes and deletes `chains` of `table` at the end of that table's part of the input. */
-export function withDeletedChains(input: string, table: IptablesTable, chains: string[]): string {
-  if (chains.length === 0) return input;
-  return beforeCommit(input, table, [...chains.map((chain) => `:${chain} - [0:0]`), ...chains.map((chain) => `-X ${chain}`)]);
 }
 
 function beforeCommit(input: string, table: IptablesTable, lines: string[]): string {

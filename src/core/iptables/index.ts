@@ -38,3 +38,4 @@ export {formatIptablesRuleset, IptablesParseError, parseIptablesSave, type Parse
 export {nodeAddressesComment, readNodeAddressesComment, type IptablesChain, type IptablesRule, type IptablesRuleset} from './ruleset.ts';
 export {diffIptables, type DiffIptablesOptions, type IptablesDiff, type IptablesDiffGroup} from './diff.ts';
 export {traceIptables} from './trace.ts';
+export {IptablesSaveSpelling, type SpelledTable} from './save-spelling.ts';

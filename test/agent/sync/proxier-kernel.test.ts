@@ -7,7 +7,7 @@ import {createAgentMetrics} from '../../../src/agent/health/metrics.ts';
 import {CommandHost} from '../../../src/agent/host/command-host.ts';
 import {memoryLogger} from '../../../src/agent/log.ts';
 import {cleanupProxyRules} from '../../../src/agent/sync/cleanup.ts';
-import {loadCoreIptablesRules} from '../../../src/agent/sync/iptables-rules.ts';
+import {coreIptablesRules} from '../../../src/agent/sync/iptables-rules.ts';
 import {IptablesProxier} from '../../../src/agent/sync/proxier.ts';
 import {diffIptables, parseIptablesSave, renderIptables} from '../../../src/core/iptables/index.ts';
 import {buildProxyModel} from '../../../src/core/model/index.ts';
@@ -106,7 +106,7 @@ test('a ruleset the kernel refuses leaves the old rules in place', async (t) => 
   await proxier.syncRules(requested);
   const before = inNetns(netns, ['iptables-save', '-t', 'nat']).replace(/^#.*\n/gm, '');
   const broken = {
-    render: () => '*nat\n:KUBE-SERVICES - [0:0]\n-A KUBE-SERVICES -j NO-SUCH-CHAIN\nCOMMIT\n',
+    render: () => ({input: '*nat\n:KUBE-SERVICES - [0:0]\n-A KUBE-SERVICES -j NO-SUCH-CHAIN\nCOMMIT\n', declaredChains: () => ({filter: [], nat: ['KUBE-SERVICES']}), written: () => undefined}),
     jumpRules: () => [],
   };
   const failing = new IptablesProxier({
@@ -141,7 +141,7 @@ test("crossing the large-cluster threshold either way leaves the kernel equal to
   const modelOptions = {nodeName: 'node-1', clusterCIDRs: ['10.244.0.0/16']};
   const proxier = new IptablesProxier({
     host: new CommandHost({netns}),
-    rules: await loadCoreIptablesRules(),
+    rules: coreIptablesRules(),
     objects,
     families: ['IPv4'],
     model: modelOptions,

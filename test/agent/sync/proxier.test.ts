@@ -6,7 +6,7 @@ import {ProxierHealth} from '../../../src/agent/health/proxier-health.ts';
 import {createAgentMetrics} from '../../../src/agent/health/metrics.ts';
 import type {ServiceHealthTarget} from '../../../src/agent/health/service-health.ts';
 import {memoryLogger} from '../../../src/agent/log.ts';
-import {loadCoreIptablesRules} from '../../../src/agent/sync/iptables-rules.ts';
+import {coreIptablesRules} from '../../../src/agent/sync/iptables-rules.ts';
 import {backgroundReadingMs, fullSyncPeriod, IptablesProxier} from '../../../src/agent/sync/proxier.ts';
 import {FakeClock} from '../fake-clock.ts';
 import {RecordingHost} from '../recording-host.ts';
@@ -51,7 +51,7 @@ async function coreRulesProxier(objects: MemoryObjects, clock = new FakeClock())
   const log = memoryLogger(2);
   const proxier = new IptablesProxier({
     host,
-    rules: await loadCoreIptablesRules(),
+    rules: coreIptablesRules(),
     objects,
     families: ['IPv4'],
     model: {nodeName: 'node-1', clusterCIDRs: ['10.244.0.0/16'], config: {}},
