@@ -15,6 +15,7 @@ import {
 import {cidrContains, type IPFamily, joinHostPort, parseCIDR, parseIP} from '../../core/model/index.ts';
 import {type Host, type IptablesTable, savedTables} from '../host/host.ts';
 import type {Logger} from '../log.ts';
+import {insertLine} from '../../core/iptables/index.ts';
 import type {JumpRule} from './iptables-rules.ts';
 
 /** The ipvs section of KubeProxyConfiguration, durations in ms. */
@@ -258,4 +259,22 @@ export async function cleanupIpvsMode(host: Host, log: Logger, families: IPFamil
 
 function errorText(error: unknown): string {
   return error instanceof Error ? error.message : String(error);
+}
+
+/**
+ * withJumpRules adds the missing jump rules to the ipvs layer's restore input, at the end of their
+ * table's part: in the same atomic write as the chains they lead to, once those are filled, and
+ * without a separate iptables command per rule (each one reads the whole table on iptables-nft).
+ */
+export function withJumpRules(input: string, jumps: JumpRule[]): string {
+  let text = input;
+  for (const table of new Set(jumps.map((jump) => jump.table))) text = beforeCommit(text, table, jumps.filter((jump) => jump.table === table).map(insertLine));
+  return text;
+}
+
+function beforeCommit(input: string, table: IptablesTable, lines: string[]): string {
+  const start = input.indexOf(`*${table}\n`);
+  if (start < 0) return `${input}*${table}\n${lines.join('\n')}\nCOMMIT\n`;
+  const commit = input.indexOf('\nCOMMIT\n', start);
+  return `${input.slice(0, commit + 1)}${lines.join('\n')}\n${input.slice(commit + 1)}`;
 }

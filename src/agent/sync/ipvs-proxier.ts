@@ -22,11 +22,11 @@ import {
   readIpvsKernelState,
   setIpvsTimeouts,
   setSysctls,
+  withJumpRules,
 } from './ipvs-host.ts';
 import {removeNftablesTables} from './nftables-proxier.ts';
 import {cleanupRestoreInput, readOwnedRules} from './owned-rules.ts';
 import type {ClusterObjects} from '../watch/cluster-objects.ts';
-import {withJumpRules} from './proxier.ts';
 import type {RunReason} from './runner.ts';
 import {type FamilySyncState, ProxierBase, type ProxierBaseOptions} from './proxier-base.ts';
 import {deleteConntrackEntries} from './sync-bookkeeping.ts';

@@ -580,33 +580,6 @@ export function missingJumpRules(jumps: JumpRule[], existing: Map<IptablesTable,
   return jumps.filter((jump) => !present.has(`${jump.table} ${['-A', jump.chain, ...jump.rule].join(' ')}`));
 }
 
-/**
- * withJumpRules adds the missing jump rules to the restore input, at the end of their table's
- * part: in the same atomic write as the chains they lead to, once those are filled, and without a
- * separate iptables command per rule (each one reads the whole table on iptables-nft).
- */
-export function withJumpRules(input: string, jumps: JumpRule[]): string {
-  let text = input;
-  for (const table of new Set(jumps.map((jump) => jump.table))) text = beforeCommit(text, table, jumpRuleLines(jumps, table));
-  return text;
-}
-
-/** jumpRuleLines: the jump rules of `table` as iptables-restore commands. */
-function jumpRuleLines(jumps: JumpRule[], table: IptablesTable): string[] {
-  return jumps.filter((jump) => jump.table === table).map((jump) => `${jump.position === 'prepend' ? '-I' : '-A'} ${jump.chain} ${jump.rule.map(restoreWord).join(' ')}`);
-}
-
-function beforeCommit(input: string, table: IptablesTable, lines: string[]): string {
-  const start = input.indexOf(`*${table}\n`);
-  if (start < 0) return `${input}*${table}\n${lines.join('\n')}\nCOMMIT\n`;
-  const commit = input.indexOf('\nCOMMIT\n', start);
-  return `${input.slice(0, commit + 1)}${lines.join('\n')}\n${input.slice(commit + 1)}`;
-}
-
-function restoreWord(word: string): string {
-  return /[\s"]/.test(word) || word === '' ? `"${word.replace(/"/g, '\\"')}"` : word;
-}
-
 function errorText(error: unknown): string {
   return error instanceof Error ? error.message : String(error);
 }

@@ -3,15 +3,12 @@
 // iptables-restore input, so the kernel test can load it too. Its rules are written as
 // iptables-save prints them, so what a write leaves is its own lines.
 import {createHash} from 'node:crypto';
+import {insertLine} from '../../../src/core/iptables/index.ts';
 import {portsWithIdentities, servicePortIdentity, type ProxyModel} from '../../../src/core/model/index.ts';
 import type {IptablesRuleSource, JumpRule, RenderedWrite, RenderOptions, WrittenTable} from '../../../src/agent/sync/iptables-rules.ts';
 
 export function serviceChain(identity: string): string {
   return `KUBE-SVC-${createHash('sha256').update(identity).digest('hex').slice(0, 16).toUpperCase()}`;
-}
-
-function restoreWord(word: string): string {
-  return /[\s"]/.test(word) || word === '' ? `"${word.replace(/"/g, '\\"')}"` : word;
 }
 
 export class FakeRules implements IptablesRuleSource {
@@ -22,7 +19,7 @@ export class FakeRules implements IptablesRuleSource {
     const extra = options.extraLines ?? {};
     const jumps = options.insertJumps ?? [];
     const jumpLines = (table: 'filter' | 'nat') =>
-      jumps.filter((jump) => jump.table === table).map((jump) => `${jump.position === 'prepend' ? '-I' : '-A'} ${jump.chain} ${jump.rule.map(restoreWord).join(' ')}`);
+      jumps.filter((jump) => jump.table === table).map(insertLine);
     const nat = ['*nat', ...(extra.nat?.start ?? []), ':KUBE-SERVICES - [0:0]'];
     const rules: string[] = [];
     const live = new Set<string>();
