@@ -352,9 +352,9 @@ export function cleanupRestoreInput(owned: OwnedRules): string {
 }
 
 /**
- * ownedAfterWrite: the proxy's part of each table in the chains a write declared, as the renderer
- * told it (rules as iptables-save prints them); undefined when the write inserted jump rules or
- * left a per-service chain known by its count alone (a full write: see recordAfterFullWrite).
+ * ownedAfterWrite: the proxy's part of each table in the chains a partial write declared, as the
+ * renderer told it (rules as iptables-save prints them). A full write's per-service chains are
+ * known by their rule count alone: it throws for those (see recordAfterFullWrite).
  */
 export function ownedAfterWrite(written: Record<'filter' | 'nat', WrittenTable>): Map<IptablesTable, OwnedRules> {
   const owned = new Map<IptablesTable, OwnedRules>();
