@@ -2,7 +2,7 @@
 // interface so that the proxier can be tested with hand-written rules and so that the renderer's
 // internals stay in core. A render hands back the input and what it does to the tables, so that
 // the proxier never reads its own input back.
-import {IptablesSaveSpelling, isLargeCluster, renderIptablesWrite, renderJumpRules, type SpelledTable} from '../../core/iptables/index.ts';
+import {type IptablesRenderRecord, IptablesSaveSpelling, isLargeCluster, renderIptablesWrite, renderJumpRules, type SpelledTable} from '../../core/iptables/index.ts';
 import type {IPFamily, ProxyModel} from '../../core/model/index.ts';
 import type {IptablesTable, RestoreInput} from '../host/host.ts';
 
@@ -60,6 +60,7 @@ export interface RenderedWrite {
 }
 
 export interface IptablesRuleSource {
+  /** A restore input and what it does; `written` is asked once (a full render's record is let go after it). */
   render(model: ProxyModel, options: RenderOptions): RenderedWrite;
   /** The jump rules from built-in chains; the proxier keeps them in place. */
   jumpRules(model: ProxyModel): JumpRule[];
@@ -85,10 +86,26 @@ export function coreIptablesRules(): IptablesRuleSource {
       return {
         input: chunks,
         declaredChains: () => ({filter: record.tables.filter.declared, nat: record.tables.nat.declared}),
-        written: () => spellingOf(model.family).spell(record),
+        written: () => {
+          const spelled = spellingOf(model.family).spell(record);
+          // A full render's record (110,000 chains at 10,000 services) is emptied once spelled:
+          // the generator that filled it is held until iptables-restore has committed.
+          if (options.changedServicePorts === undefined) emptyRecord(record);
+          return spelled;
+        },
       };
     },
     jumpRules: (model) => renderJumpRules(model),
     rewritesUnchanged: (previous, next) => isLargeCluster(previous) !== isLargeCluster(next),
   };
+}
+
+function emptyRecord(record: IptablesRenderRecord): void {
+  for (const table of Object.values(record.tables)) {
+    table.declared.length = 0;
+    table.deleted.length = 0;
+    table.rules.clear();
+    table.jumps.length = 0;
+  }
+  record.servicePortChains.clear();
 }

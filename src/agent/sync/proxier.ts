@@ -250,7 +250,7 @@ export class IptablesProxier extends ProxierBase<FamilyState> {
     const existingChains = new Map([...existing].map(([table, owned]) => [table, new Set(owned.chains)]));
     const jumps = missingJumpRules(rules.jumpRules(model), existing);
     for (const jump of jumps) log.info('jump rule added', {family, table: jump.table, chain: jump.chain, rule: jump.rule.join(' ')});
-    const rendered = rules.render(model, {
+    let rendered: RenderedWrite | undefined = rules.render(model, {
       existingChains,
       // In the same atomic write as the chains they lead to, at the end of their table, once those are filled.
       insertJumps: jumps,
@@ -261,7 +261,14 @@ export class IptablesProxier extends ProxierBase<FamilyState> {
     const input = passing(rendered.input, (piece) => {
       if (log.verbosity >= 5) pieces.push(piece);
     });
-    return {kind: 'full', rendered, input, logText: () => restoreInputText(pieces), existing, existingReadAt};
+    // The renderer's record of a full write (110,000 chains at 10,000 services) is let go once the
+    // drift record is made from it, not held while iptables-restore commits.
+    const takeWritten = (): ReturnType<RenderedWrite['written']> => {
+      const written = rendered?.written();
+      rendered = undefined;
+      return written;
+    };
+    return {kind: 'full', takeWritten, input, logText: () => restoreInputText(pieces), existing, existingReadAt};
   }
 
   /** #partialWrite prepares a partial sync's write: the changed ports' chains, and the fixed chains when they change. */
@@ -292,7 +299,7 @@ export class IptablesProxier extends ProxierBase<FamilyState> {
       if (recorded || write.kind !== 'full') return;
       recorded = true;
       outcome.fullyWritten = this.#followed(family, () => {
-        const written = write.rendered.written();
+        const written = write.takeWritten();
         return written && recordAfterFullWrite(written, write.existing);
       });
       // The agent waits for the commit now: the sync's garbage (the input, the initial lists at
@@ -518,10 +525,10 @@ interface SyncPlan {
 }
 
 /** PreparedWrite: a sync's restore input and what the renderer tells of it. */
-type PreparedWrite = {rendered: RenderedWrite; input: RestoreInput; logText: () => string} & (
-  | {kind: 'partial'}
-  /** The proxy's rules read just before a full write, and when that reading started. */
-  | {kind: 'full'; existing: Map<IptablesTable, OwnedRules>; existingReadAt: number}
+type PreparedWrite = {input: RestoreInput; logText: () => string} & (
+  | {kind: 'partial'; rendered: RenderedWrite}
+  /** What the renderer told of a full write (given once), the proxy's rules read just before it, and when that reading started. */
+  | {kind: 'full'; takeWritten: () => ReturnType<RenderedWrite['written']>; existing: Map<IptablesTable, OwnedRules>; existingReadAt: number}
 );
 
 /** WriteOutcome: what a write left, as far as the proxier knows it. */

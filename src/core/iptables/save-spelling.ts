@@ -32,7 +32,7 @@ export class IptablesSaveSpelling {
     this.#family = family;
   }
 
-  /** The record's tables in iptables-save's spelling; undefined when a line does not spell as one rule. */
+  /** The record's tables in iptables-save's spelling (sharing nothing with the record); undefined when a line does not spell as one rule. */
   spell(record: IptablesRenderRecord): Record<IptablesTable, SpelledTable> | undefined {
     const lines: Array<{table: IptablesTable; chain: string; line: string}> = [];
     for (const table of ['filter', 'nat'] as const) {
@@ -51,7 +51,7 @@ export class IptablesSaveSpelling {
       const rules = new Map<string, string[] | number>();
       for (const [chain, list] of rendered.rules) rules.set(chain, typeof list === 'number' ? list : list.map((line) => known.get(line)!));
       const jumps = rendered.jumps.map((jump) => ({chain: jump.chain, rule: known.get(`-A ${insertLine(jump).slice(3)}`)!, prepend: jump.position === 'prepend'}));
-      return {declared: rendered.declared, deleted: rendered.deleted, rules, jumps};
+      return {declared: [...rendered.declared], deleted: [...rendered.deleted], rules, jumps};
     };
     return {filter: spelled('filter'), nat: spelled('nat')};
   }
