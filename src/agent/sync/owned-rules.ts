@@ -414,6 +414,9 @@ export function recordAfterFullWrite(written: Record<'filter' | 'nat', WrittenTa
     const jumpRules = new Map<string, string[]>();
     for (const [chain, rules] of previousRules) if (!isOwnedChain(table, chain)) jumpRules.set(chain, rules);
     for (const {chain, rule, prepend} of inserted) {
+      // Jumps into chains that are not the proxy's (kubelet's KUBE-FIREWALL) are not part of its view.
+      const target = /\s-[jg]\s+(\S+)/.exec(rule)?.[1];
+      if (target === undefined || !isOwnedChain(table, target)) continue;
       const rules = jumpRules.get(chain) ?? [];
       jumpRules.set(chain, prepend ? [rule, ...rules] : [...rules, rule]);
     }

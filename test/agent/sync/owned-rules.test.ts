@@ -68,7 +68,7 @@ test('matchesRecord: a chain whose rules come in more than one piece, empty chai
   assert.ok(!matchesRecord(record, readOwnedRules('nat', withMore(jumpMoved))), 'the jump rule in another built-in chain');
 });
 
-test('a full write\'s record, from what the renderer told of it, matches the tables as iptables-save prints them once it is loaded', () => {
+test('a full write\'s record, from what the renderer told of it, matches the tables as iptables-save prints them once it is loaded, jumps into kubelet\'s chain left out', () => {
   const rules = coreIptablesRules();
   const objects = {
     services: Array.from({length: 6}, (_, i) => service(`svc-${i}`, {clusterIP: `10.96.0.${10 + i}`})),
@@ -80,6 +80,8 @@ test('a full write\'s record, from what the renderer told of it, matches the tab
   const rendered = rules.render(model, {
     insertJumps: [
       {table: 'filter', chain: 'FORWARD', rule: ['-j', 'KUBE-FORWARD'], position: 'prepend'},
+      // Into kubelet's chain, which the proxy writes but does not own: not part of its record.
+      {table: 'filter', chain: 'INPUT', rule: ['-j', 'KUBE-FIREWALL'], position: 'prepend'},
       {table: 'nat', chain: 'POSTROUTING', rule: ['-j', 'KUBE-POSTROUTING'], position: 'append'},
     ],
   });
