@@ -4,9 +4,6 @@ import {anonymousUser, type UserInfo} from '../access-control.ts';
 import {unauthorized} from '../api-error.ts';
 import type {ServerContext} from './context.ts';
 
-/** Who a request without credentials is: see ApiServerOptions.unauthenticated. */
-export type UnauthenticatedRequests = 'anonymous' | 'reject' | 'admin';
-
 const localAdmin: UserInfo = {username: 'system:admin', groups: ['system:masters', 'system:authenticated']};
 
 export function authenticate(context: ServerContext, req: IncomingMessage): UserInfo {

@@ -6,8 +6,10 @@ import type {ClusterStore, WriteOptions} from '../cluster-store.ts';
 import type {ObjectLog} from '../object-log.ts';
 import type {SpdyPortForwarder} from '../portforward-spdy.ts';
 import type {WebSocketPortForwarder} from '../portforward-websocket.ts';
-import type {UnauthenticatedRequests} from './authentication.ts';
 import type {Route} from './routing.ts';
+
+/** Who a request without credentials is: see ApiServerOptions.unauthenticated. */
+export type UnauthenticatedRequests = 'anonymous' | 'reject' | 'admin';
 
 export interface ServerContext {
   store: ClusterStore;
