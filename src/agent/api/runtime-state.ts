@@ -91,8 +91,18 @@ export class RuntimeState {
   private readonly fullDiffs = new WeakMap<AppliedRules, {model: ProxyModel; result: RulesDiff}>();
 
   constructor(options: RuntimeStateOptions) {
-    ({nodeName: this.nodeName, version: this.version, families: this.families, proxier: this.proxier, host: this.host, backend: this.backend, log: this.log} = options);
-    ({applied: this.applied, now: this.now, probe: this.probe, syncTimeoutMs: this.syncTimeoutMs, nodeAddresses: this.nodeAddresses} = options);
+    this.nodeName = options.nodeName;
+    this.version = options.version;
+    this.families = options.families;
+    this.proxier = options.proxier;
+    this.host = options.host;
+    this.backend = options.backend;
+    this.log = options.log;
+    this.applied = options.applied;
+    this.now = options.now;
+    this.probe = options.probe;
+    this.syncTimeoutMs = options.syncTimeoutMs;
+    this.nodeAddresses = options.nodeAddresses;
   }
 
   recordSync(outcome: SyncOutcome): void {
