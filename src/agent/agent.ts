@@ -30,6 +30,7 @@ import {IpvsProxier} from './sync/ipvs-proxier.ts';
 import {ipvsRulesBackend} from './api/ipvs-backend.ts';
 import {ClusterWatch} from './watch/cluster-watch.ts';
 import {createKubernetesClient, type KubernetesClient, loadKubeConfig} from './watch/kubernetes-client.ts';
+import {errorText} from '../core/error-text.ts';
 
 export interface AgentDependencies {
   log: Logger;
@@ -314,8 +315,4 @@ async function listenOrLog(name: string, address: string, log: Logger, start: (h
     log.error(`cannot start ${name} server`, {address, reason: errorText(error)});
     return undefined;
   }
-}
-
-function errorText(error: unknown): string {
-  return error instanceof Error ? error.message : String(error);
 }

@@ -10,6 +10,7 @@ import {request} from 'node:http';
 import {fileURLToPath} from 'node:url';
 import {parseArgs} from 'node:util';
 import type {ProbeResult, ProbeTarget} from '../../protocol/methods.ts';
+import {errorText} from '../../core/error-text.ts';
 
 /** What one connection got. */
 export type ProbeOutcome = {answered: string; pod?: string} | {failed: string};
@@ -169,7 +170,7 @@ async function main(): Promise<void> {
 
 if (import.meta.main) {
   main().catch((error: unknown) => {
-    process.stderr.write(`${error instanceof Error ? error.message : String(error)}\n`);
+    process.stderr.write(`${errorText(error)}\n`);
     process.exit(2);
   });
 }

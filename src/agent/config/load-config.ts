@@ -7,6 +7,7 @@ import {type AgentConfig, ConfigError, defaultAgentConfig, detectLocalModes, ipv
 import {formatGoDuration} from './duration.ts';
 import {applyFlags, parseFlags} from './flags.ts';
 import {applyKubeProxyConfiguration, describe} from './kube-proxy-configuration.ts';
+import {errorText} from '../../core/error-text.ts';
 
 export interface LoadedConfig {
   config: AgentConfig;
@@ -25,7 +26,7 @@ export function loadAgentConfig(argv: string[], readFile: (path: string) => stri
     try {
       text = readFile(fileName);
     } catch (error) {
-      const reason = (error as NodeJS.ErrnoException).code ?? (error instanceof Error ? error.message : String(error));
+      const reason = (error as NodeJS.ErrnoException).code ?? (errorText(error));
       throw new ConfigError(`config file ${fileName}: cannot read it: ${reason}`);
     }
     for (const path of applyKubeProxyConfiguration(text, fileName, config)) fileFields.add(path);

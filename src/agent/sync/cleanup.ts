@@ -6,6 +6,7 @@ import type {Host, IptablesTable} from '../host/host.ts';
 import type {Logger} from '../log.ts';
 import {cleanupIpvsMode} from './ipvs-host.ts';
 import {cleanupRestoreInput, readOwnedRules} from './owned-rules.ts';
+import {errorText} from '../../core/error-text.ts';
 
 const cleanedTables: readonly IptablesTable[] = ['nat', 'filter', 'mangle'];
 
@@ -59,8 +60,4 @@ export async function cleanupProxyRules(host: Host, log: Logger, families: IPFam
   const ipvs = await cleanupIpvsMode(host, log, families, options.excludeCIDRs);
   result.errors.push(...ipvs.errors);
   return result;
-}
-
-function errorText(error: unknown): string {
-  return error instanceof Error ? error.message : String(error);
 }

@@ -4,6 +4,7 @@
 import {type IptablesTable, type RestoreInput, restoreInputText} from '../host/host.ts';
 import {ownedChainPrefixes, type SpellRules} from './owned-rules.ts';
 import type {IPFamily, ProxyModel, ServicePort} from '../../core/model/index.ts';
+import {errorText} from '../../core/error-text.ts';
 
 /** A rule in a built-in chain that sends packets into the proxy's chains (PREROUTING -> KUBE-SERVICES). */
 export interface JumpRule {
@@ -67,7 +68,7 @@ export async function loadCoreIptablesRules(): Promise<IptablesRuleSource> {
   try {
     module = (await import(specifier)) as Record<string, unknown>;
   } catch (error) {
-    throw new Error(`iptables mode: cannot load the rule renderer core/iptables: ${error instanceof Error ? error.message : String(error)}`);
+    throw new Error(`iptables mode: cannot load the rule renderer core/iptables: ${errorText(error)}`);
   }
   const renderIptablesChunks = module.renderIptablesChunks;
   const renderJumpRules = module.renderJumpRules;

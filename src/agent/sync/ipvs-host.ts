@@ -16,6 +16,7 @@ import {cidrContains, type IPFamily, joinHostPort, parseCIDR, parseIP} from '../
 import {type Host, type IptablesTable, savedTables} from '../host/host.ts';
 import type {Logger} from '../log.ts';
 import type {JumpRule} from './iptables-rules.ts';
+import {errorText} from '../../core/error-text.ts';
 
 /** The ipvs section of KubeProxyConfiguration, durations in ms. */
 export interface IpvsSettings {
@@ -254,8 +255,4 @@ export async function cleanupIpvsMode(host: Host, log: Logger, families: IPFamil
   await host.ip(['link', 'show', dummyDevice]).catch(() => (deviceExists = false));
   if (deviceExists) await attempt(dummyDevice, () => host.ip(['link', 'del', dummyDevice]));
   return result;
-}
-
-function errorText(error: unknown): string {
-  return error instanceof Error ? error.message : String(error);
 }

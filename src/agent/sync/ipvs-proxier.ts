@@ -28,6 +28,7 @@ import {cleanupRestoreInput, readOwnedRules} from './owned-rules.ts';
 import {type ClusterObjects, type SyncResult, withJumpRules} from './proxier.ts';
 import type {RunReason} from './runner.ts';
 import {deleteConntrackEntries, type FamilySyncState, ProxierBase, type ProxierBaseOptions} from './sync-bookkeeping.ts';
+import {errorText} from '../../core/error-text.ts';
 
 export interface IpvsProxierOptions extends ProxierBaseOptions {
   host: Host;
@@ -307,8 +308,4 @@ function withDraining(desired: IpvsState, draining: string[]): IpvsState {
       return {...server, realServers};
     }),
   };
-}
-
-function errorText(error: unknown): string {
-  return error instanceof Error ? error.message : String(error);
 }

@@ -17,6 +17,7 @@ import {cleanupRestoreInput, readOwnedRules} from './owned-rules.ts';
 import {type ClusterObjects, fullSyncPeriod, type SyncResult} from './proxier.ts';
 import type {RunReason} from './runner.ts';
 import {deleteConntrackEntries, type FamilySyncState, ProxierBase, type ProxierBaseOptions} from './sync-bookkeeping.ts';
+import {errorText} from '../../core/error-text.ts';
 
 export interface NftablesProxierOptions extends ProxierBaseOptions {
   host: Host;
@@ -219,8 +220,4 @@ export class NftablesProxier extends ProxierBase<FamilyState> {
   async #cleanConntrack(family: IPFamily, previous: ProxyModel | undefined, next: ProxyModel): Promise<void> {
     await deleteConntrackEntries(this.#options, family, planConntrackCleanup(previous, next));
   }
-}
-
-function errorText(error: unknown): string {
-  return error instanceof Error ? error.message : String(error);
 }

@@ -15,6 +15,7 @@ import type {IptablesRuleSource, JumpRule} from './iptables-rules.ts';
 import {applyPartialWrite, declaredChains, describeDrift, type FullWriteReader, InputSpelling, isOwnedChain, matchesRecord, type OwnedRecord, type OwnedRules, proxyTables, readOwnedRules, recordOwned, settleRecord} from './owned-rules.ts';
 import type {RunReason} from './runner.ts';
 import {deleteConntrackEntries, type FamilySyncState, ProxierBase, type ProxierBaseOptions, releaseGarbage} from './sync-bookkeeping.ts';
+import {errorText} from '../../core/error-text.ts';
 
 /** kube-proxy's FullSyncPeriod: the longest run of partial syncs. */
 export const fullSyncPeriod = 3_600_000;
@@ -609,8 +610,4 @@ function beforeCommit(input: string, table: IptablesTable, lines: string[]): str
 
 function restoreWord(word: string): string {
   return /[\s"]/.test(word) || word === '' ? `"${word.replace(/"/g, '\\"')}"` : word;
-}
-
-function errorText(error: unknown): string {
-  return error instanceof Error ? error.message : String(error);
 }

@@ -13,6 +13,7 @@ import type {Logger} from '../log.ts';
 import {type Clock, systemClock} from './clock.ts';
 import type {ClusterObjects, ObjectKind, SyncOutcome, SyncResult} from './proxier.ts';
 import {BoundedFrequencyRunner, type RunReason} from './runner.ts';
+import {errorText} from '../../core/error-text.ts';
 
 /** Annotation the EndpointSlice controller sets to when the change behind the slice happened. */
 export const lastChangeTriggerTimeAnnotation = 'endpoints.kubernetes.io/last-change-trigger-time';
@@ -259,9 +260,6 @@ export async function deleteConntrackEntries(parts: {host: Host; metrics: AgentM
   }
 }
 
-function errorText(error: unknown): string {
-  return error instanceof Error ? error.message : String(error);
-}
 
 /** What every proxier keeps per IP family. */
 export interface FamilySyncState {
