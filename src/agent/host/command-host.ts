@@ -3,7 +3,8 @@
 import {execa} from 'execa';
 import type {IPFamily} from '../../core/model/index.ts';
 import type {Writable} from 'node:stream';
-import {type ConntrackFilter, type Host, HostCommandError, type IptablesFrontEnd, type IptablesTable, type RestoreInput, type RestoreOptions} from './host.ts';
+import type {IptablesTable} from '../../core/iptables/chains.ts';
+import {type ConntrackFilter, type Host, HostCommandError, type IptablesFrontEnd, type RestoreInput, type RestoreOptions} from './host.ts';
 
 export interface CommandResult {
   exitCode: number | undefined;

@@ -1,8 +1,8 @@
 // Host: every command the agent runs on the node (iptables, nft, ipset, ipvsadm, conntrack, sysctl),
 // behind one interface so that tests can record calls instead of touching a kernel.
+import type {IptablesTable} from '../../core/iptables/chains.ts';
 import type {IPFamily, Protocol} from '../../core/model/index.ts';
 
-export type IptablesTable = 'filter' | 'nat' | 'mangle' | 'raw';
 export type IptablesFrontEnd = 'nf_tables' | 'legacy';
 
 export interface RestoreOptions {

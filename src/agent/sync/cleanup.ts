@@ -2,7 +2,8 @@
 // table and family, the nftables tables of nftables mode, and ipvs mode's chains, virtual
 // servers, KUBE- sets and kube-ipvs0, keeping everything foreign.
 import type {IPFamily} from '../../core/model/index.ts';
-import type {Host, IptablesTable} from '../host/host.ts';
+import type {IptablesTable} from '../../core/iptables/chains.ts';
+import type {Host} from '../host/host.ts';
 import type {Logger} from '../log.ts';
 import {cleanupIpvsMode} from './ipvs-host.ts';
 import {cleanupRestoreInput, readOwnedRules} from './owned-rules.ts';

@@ -1,7 +1,8 @@
 // IptablesRuleSource: what the iptables proxier needs from rule rendering (core/iptables), as an
 // interface so that the proxier can be tested with hand-written rules and so that the renderer's
 // internals stay in core.
-import {type IptablesTable, type RestoreInput, restoreInputText} from '../host/host.ts';
+import type {IptablesTable} from '../../core/iptables/chains.ts';
+import {type RestoreInput, restoreInputText} from '../host/host.ts';
 import {ownedChainPrefixes, type SpellRules} from './owned-rules.ts';
 import type {IPFamily, ProxyModel, ServicePort} from '../../core/model/index.ts';
 import {errorText} from '../../core/error-text.ts';

@@ -13,7 +13,8 @@ import {
   type IpvsVirtualServer,
 } from '../../core/ipvs/index.ts';
 import {cidrContains, type IPFamily, joinHostPort, parseCIDR, parseIP} from '../../core/model/index.ts';
-import {type Host, type IptablesTable, savedTables} from '../host/host.ts';
+import type {IptablesTable} from '../../core/iptables/chains.ts';
+import {type Host, savedTables} from '../host/host.ts';
 import type {Logger} from '../log.ts';
 import type {JumpRule} from './iptables-rules.ts';
 import {errorText} from '../../core/error-text.ts';

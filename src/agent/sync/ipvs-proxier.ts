@@ -25,7 +25,7 @@ import {
 } from './ipvs-host.ts';
 import {removeNftablesTables} from './nftables-proxier.ts';
 import {cleanupRestoreInput, readOwnedRules} from './owned-rules.ts';
-import {type ClusterObjects, type SyncResult, withJumpRules} from './proxier.ts';
+import {type ClusterObjects, type FamilySyncResult, withJumpRules} from './proxier.ts';
 import type {RunReason} from './runner.ts';
 import {deleteConntrackEntries, type FamilySyncState, ProxierBase, type ProxierBaseOptions} from './sync-bookkeeping.ts';
 import {errorText} from '../../core/error-text.ts';
@@ -89,7 +89,7 @@ export class IpvsProxier extends ProxierBase<FamilyState> {
   }
 
   /** syncRules is one sync of every family (the runner's function; tests call it directly). */
-  override async syncRules(reason: RunReason = {requested: true, periodic: false, retry: false}): Promise<SyncResult[]> {
+  override async syncRules(reason: RunReason = {requested: true, periodic: false, retry: false}): Promise<FamilySyncResult[]> {
     try {
       return await super.syncRules(reason);
     } finally {
@@ -117,7 +117,7 @@ export class IpvsProxier extends ProxierBase<FamilyState> {
     for (const table of ['nat', 'filter'] as const) this.#options.metrics.iptablesRules.set({table}, totals[table]);
   }
 
-  protected async syncFamily(family: IPFamily, model: ProxyModel, reason: RunReason): Promise<SyncResult> {
+  protected async syncFamily(family: IPFamily, model: ProxyModel, reason: RunReason): Promise<FamilySyncResult> {
     const {host, metrics, log} = this.#options;
     const state = this.families.get(family)!;
     const start = this.clock.now();

@@ -3,7 +3,7 @@
 // drift detection compares and --cleanup removes. Chains of kubelet (KUBE-FIREWALL,
 // KUBE-KUBELET-CANARY, KUBE-MARK-DROP) and of anyone else are foreign and never touched.
 import {createHash} from 'node:crypto';
-import type {IptablesTable} from '../host/host.ts';
+import type {IptablesTable} from '../../core/iptables/chains.ts';
 
 /** Fixed chain names the proxy owns, per table. */
 export const ownedChainNames: Record<IptablesTable, readonly string[]> = {

@@ -8,7 +8,8 @@
 // read at least once per syncPeriod to check for drift, and if someone changed the rules, a full
 // sync rewrites them all.
 import {changedServicePorts, type IPFamily, type ModelOptions, type ProxyModel, ProxyModelBuilder, portsWithIdentities} from '../../core/model/index.ts';
-import {type Host, type IptablesFrontEnd, type IptablesTable, type RestoreInput, restoreInputText, savedTables} from '../host/host.ts';
+import type {IptablesTable} from '../../core/iptables/chains.ts';
+import {type Host, type IptablesFrontEnd, type RestoreInput, restoreInputText, savedTables} from '../host/host.ts';
 import type {Clock} from './clock.ts';
 import {planConntrackCleanup} from './conntrack-cleanup.ts';
 import type {IptablesRuleSource, JumpRule} from './iptables-rules.ts';
@@ -92,7 +93,8 @@ function expectedReadingMs(state: FamilyState): number | undefined {
   return state.lastReadingMs * Math.max(1, growth);
 }
 
-export interface SyncResult {
+/** FamilySyncResult: what one sync of one IP family did (not protocol/'s SyncResult, the answer to the plugin's sync call). */
+export interface FamilySyncResult {
   family: IPFamily;
   kind: 'full' | 'partial' | 'unchanged';
   changedServicePorts: number;
@@ -129,7 +131,7 @@ export interface SyncOutcome {
   durationMs: number;
   ok: boolean;
   /** Per family; empty when the sync failed. */
-  results: SyncResult[];
+  results: FamilySyncResult[];
   /** The proxy's rules in the kernel after the sync, per table, all families together. */
   rules: {filter: number; nat: number};
   error?: string;
@@ -198,7 +200,7 @@ export class IptablesProxier extends ProxierBase<FamilyState> {
   }
 
 
-  protected async syncFamily(family: IPFamily, model: ProxyModel, reason: RunReason): Promise<SyncResult> {
+  protected async syncFamily(family: IPFamily, model: ProxyModel, reason: RunReason): Promise<FamilySyncResult> {
     const {host, rules, metrics, log} = this.#options;
     const state = this.families.get(family)!;
     const start = this.clock.now();

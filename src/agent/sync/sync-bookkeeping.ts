@@ -11,7 +11,7 @@ import type {ServiceHealthTarget} from '../health/service-health.ts';
 import type {ConntrackFilter, Host} from '../host/host.ts';
 import type {Logger} from '../log.ts';
 import {type Clock, systemClock} from './clock.ts';
-import type {ClusterObjects, ObjectKind, SyncOutcome, SyncResult} from './proxier.ts';
+import type {ClusterObjects, ObjectKind, SyncOutcome, FamilySyncResult} from './proxier.ts';
 import {BoundedFrequencyRunner, type RunReason} from './runner.ts';
 import {errorText} from '../../core/error-text.ts';
 
@@ -97,7 +97,7 @@ export class SyncBookkeeping {
    * runSync runs one sync of every family as each proxier does: not before the initial lists
    * are in, and with the listeners told of its outcome, success or failure.
    */
-  async runSync(sync: () => Promise<SyncResult[]>, rules: () => SyncOutcome['rules']): Promise<SyncResult[]> {
+  async runSync(sync: () => Promise<FamilySyncResult[]>, rules: () => SyncOutcome['rules']): Promise<FamilySyncResult[]> {
     if (!this.initialized()) {
       this.#options.log.detail(2, 'not syncing until services, endpoint slices and the node have been listed');
       return [];
@@ -292,7 +292,7 @@ export abstract class ProxierBase<State extends FamilySyncState> {
   protected readonly runner: BoundedFrequencyRunner;
   protected readonly book: SyncBookkeeping;
   protected readonly families = new Map<IPFamily, State>();
-  protected lastResults: SyncResult[] = [];
+  protected lastResults: FamilySyncResult[] = [];
   protected lastError: string | undefined;
   /** A family's sync wrote or read whole tables: the garbage it left is collected once the sync is done. */
   protected wholeTablesTouched = false;
@@ -344,12 +344,12 @@ export abstract class ProxierBase<State extends FamilySyncState> {
     return models;
   }
 
-  status(): {initialized: boolean; lastResults: SyncResult[]; lastError: string | undefined; syncPending: boolean} {
+  status(): {initialized: boolean; lastResults: FamilySyncResult[]; lastError: string | undefined; syncPending: boolean} {
     return {initialized: this.book.initialized(), lastResults: this.lastResults, lastError: this.lastError, syncPending: this.runner.pending};
   }
 
   /** syncRules is one sync of every family (the runner's function; tests call it directly). */
-  async syncRules(reason: RunReason = {requested: true, periodic: false, retry: false}): Promise<SyncResult[]> {
+  async syncRules(reason: RunReason = {requested: true, periodic: false, retry: false}): Promise<FamilySyncResult[]> {
     return this.book.runSync(() => this.syncAll(reason), () => this.ruleTotals());
   }
 
@@ -364,11 +364,11 @@ export abstract class ProxierBase<State extends FamilySyncState> {
    * syncFamily; a family that fails does not keep the others from being written, and the sync
    * then fails as a whole.
    */
-  protected async syncAll(reason: RunReason): Promise<SyncResult[]> {
+  protected async syncAll(reason: RunReason): Promise<FamilySyncResult[]> {
     const triggers = this.book.beginSync();
     const objects = {services: this.#objects.services(), endpointSlices: this.#objects.endpointSlices(), node: this.#objects.node()};
     await this.prepareSync();
-    const results: SyncResult[] = [];
+    const results: FamilySyncResult[] = [];
     const models: ProxyModel[] = [];
     let failure: unknown;
     for (const [family, state] of this.families) {
@@ -404,7 +404,7 @@ export abstract class ProxierBase<State extends FamilySyncState> {
   protected async prepareSync(): Promise<void> {}
 
   /** Writes one family's model to the kernel. */
-  protected abstract syncFamily(family: IPFamily, model: ProxyModel, reason: RunReason): Promise<SyncResult>;
+  protected abstract syncFamily(family: IPFamily, model: ProxyModel, reason: RunReason): Promise<FamilySyncResult>;
 
   /** After every family was written: the mode's own gauges. */
   protected syncSucceeded(): void {}

@@ -15,6 +15,7 @@ export {
   serviceLocalChainName,
   servicePortChainName,
   type IptablesTable,
+  type ProxyTable,
   type ServicePortName,
 } from './chains.ts';
 export {
@@ -30,6 +31,6 @@ export {
   type RenderIptablesOptions,
 } from './render.ts';
 export {formatIptablesRuleset, IptablesParseError, parseIptablesSave, type ParseOptions} from './parse.ts';
-export {nodeAddressesComment, readNodeAddressesComment, type IptablesChain, type IptablesRule, type IptablesRuleset} from './ruleset.ts';
+export {nodeAddressesComment, readNodeAddressesComment, type IptablesChain, type IptablesRule, type IptablesRuleset, type RulesetTable} from './ruleset.ts';
 export {diffIptables, type DiffIptablesOptions, type IptablesDiff, type IptablesDiffGroup} from './diff.ts';
 export {traceIptables} from './trace.ts';
