@@ -1,10 +1,11 @@
-// AgentCommand: what every command that talks to agents shares: kubectl's connection flags and the
-// agent locator (and, from PluginCommand, how failures are printed).
+// AgentCommand: what every command that talks to agents shares: kubectl's connection flags, the
+// agent locator, asking several agents at once (and, from PluginCommand, how failures are printed).
 import {Flags} from '@oclif/core';
-import {AgentLocator} from './agent-locator.ts';
+import type {AgentClient} from './agent-client.ts';
+import {AgentLocator, forEachNode} from './agent-locator.ts';
 import {defaultAgentNamespace} from './agent-pods.ts';
 import {PluginCommand} from './plugin-command.ts';
-import {PluginError} from './plugin-error.ts';
+import {exitCodes, PluginError} from './plugin-error.ts';
 import {parseRequestTimeout} from './request-timeout.ts';
 
 export const connectionFlags = {
@@ -30,6 +31,19 @@ export interface ConnectionFlagValues {
   token?: string;
 }
 
+/** AgentFailure: a node whose agent could not be asked, and why, on one line. */
+export interface AgentFailure {
+  /** The node asked for; empty for the agent --agent-url names. */
+  node: string;
+  error: string;
+}
+
+/** AgentAnswers: what asking several agents came to: the answers by node, and the failures. */
+export interface AgentAnswers<T> {
+  answered: T[];
+  failed: AgentFailure[];
+}
+
 export abstract class AgentCommand extends PluginCommand {
   protected override async catch(error: Error & {exitCode?: number; oclif?: {exit?: number}; code?: string}): Promise<unknown> {
     // -n once named the agents' namespace; it is kubectl's -n now, and only where Services are named.
@@ -49,5 +63,45 @@ export abstract class AgentCommand extends PluginCommand {
       token: flags.token,
       timeoutMs: parseRequestTimeout(flags['request-timeout']),
     });
+  }
+
+  /**
+   * askAgents opens the agent on each node (undefined: the one --agent-url names), asks it, and
+   * closes it, `concurrency` agents at a time; one agent failing never stops the others. The
+   * failures are named on stderr and make the exit code an error; the command prints the answers,
+   * sorted by node. `progress` ("agents answered") counts them on a terminal, when given.
+   */
+  protected async askAgents<T extends {node: string}>(
+    locator: AgentLocator,
+    nodes: (string | undefined)[],
+    options: {concurrency: number; progress?: string},
+    ask: (client: AgentClient, node: string | undefined) => Promise<T>,
+  ): Promise<AgentAnswers<T>> {
+    const {concurrency, progress} = options;
+    const keys = nodes.map((node) => node ?? '');
+    const results = await forEachNode(
+      keys,
+      concurrency,
+      async (key) => {
+        const client = await locator.open(key || undefined);
+        try {
+          return await ask(client, key || undefined);
+        } finally {
+          client.close();
+        }
+      },
+      progress === undefined ? undefined : (_node, done) => this.progress(`${done}/${nodes.length} ${progress}`),
+    );
+    this.endProgress();
+    const answers: AgentAnswers<T> = {answered: [], failed: []};
+    for (const key of new Set(keys)) {
+      const result = results.get(key);
+      if (result?.ok) answers.answered.push(result.value);
+      else if (result) answers.failed.push({node: key, error: result.error});
+    }
+    answers.answered.sort((a, b) => a.node.localeCompare(b.node));
+    for (const failure of answers.failed) process.stderr.write(`error: ${failure.error}\n`);
+    if (answers.failed.length > 0) process.exitCode = exitCodes.error;
+    return answers;
   }
 }
