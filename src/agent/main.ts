@@ -40,7 +40,7 @@ export async function main(argv: string[]): Promise<number> {
 
   let agent;
   try {
-    agent = await startAgent(config, {log});
+    agent = await startAgent(loaded, {log});
   } catch (error) {
     log.error('cannot start', {reason: errorText(error)});
     return 1;

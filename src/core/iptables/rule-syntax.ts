@@ -3,7 +3,7 @@
 // iptables-restore and rules read back from the kernel compare equal.
 import {parseCIDR, parseIP} from '../model/ip.ts';
 import type {IPFamily} from '../model/types.ts';
-import type {AddressCondition, NamedCondition, RuleMatch, RuleOption, RuleTarget} from './ruleset.ts';
+import type {IptablesRule, RuleMatch, RuleOption, RuleTarget} from './ruleset.ts';
 
 /** RuleSyntaxError: the rule cannot be read; the caller adds the line number. */
 export class RuleSyntaxError extends Error {}
@@ -58,16 +58,7 @@ export function tokenizeRule(line: string): Token[] {
 }
 
 /** ParsedRuleArgs: the parts of a rule after "-A CHAIN". */
-export interface ParsedRuleArgs {
-  source?: AddressCondition;
-  destination?: AddressCondition;
-  inInterface?: NamedCondition;
-  outInterface?: NamedCondition;
-  protocol?: NamedCondition;
-  fragment?: {negated: boolean};
-  matches: RuleMatch[];
-  target?: RuleTarget;
-}
+export type ParsedRuleArgs = Pick<IptablesRule, 'source' | 'destination' | 'inInterface' | 'outInterface' | 'protocol' | 'fragment' | 'matches' | 'target'>;
 
 // How many values each known option takes. Options of modules not listed here take the words up
 // to the next option.
