@@ -168,7 +168,7 @@ export function createAgentRuntime(options: AgentRuntimeOptions): AgentRuntime {
     return present;
   };
 
-  // Rendered when asked, not kept: at 10,000 services the text alone is 31 MB, and the answers
+  // Rendered when asked, not kept: the text alone is as large as a full sync's input, and the answers
   // that need it most (the drift check, and trace's drift question from it) are kept instead.
   const desiredFor = (model: ProxyModel): ParsedRules => backend.parse(backend.render(model));
 

@@ -49,7 +49,7 @@ export interface Host {
   /**
    * iptables-save -t TABLE; without a table, every table in one reading. iptables-nft reads the
    * whole ruleset for any one table, so one reading of all costs what one of a single table
-   * does (over 4 s at 10,000 services), where two readings of two tables cost twice that.
+   * does, where two readings of two tables cost twice that.
    */
   iptablesSave(family: IPFamily, table?: IptablesTable): Promise<string>;
   /** iptables -C: true when the rule is there. */

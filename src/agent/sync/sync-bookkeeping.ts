@@ -183,14 +183,14 @@ export class SyncBookkeeping {
 /**
  * releaseGarbage collects garbage at once when the agent runs with --expose-gc (bin/proxyctl-agent
  * and the image start it so). The proxiers call it after a sync that wrote or read whole tables:
- * at 10,000 services such a sync leaves more garbage than the agent keeps (iptables mode: the
- * restore input, 40 MB, the iptables-save outputs read back, 33 MB, and their lines; the initial
- * lists at start), and V8 would hold it, and the memory under it, until its next major
- * collection, which an idle agent may not reach for minutes. One collection takes about 100 ms;
- * such syncs come at start, hourly, after drift or a failure, and at most once per syncPeriod for
+ * in a large cluster such a sync leaves more garbage than the agent keeps (iptables mode: the
+ * restore input, the iptables-save outputs read back and their lines; the initial lists at
+ * start), and V8 would hold it, and the memory under it, until its next major collection, which
+ * an idle agent may not reach for minutes. A collection is short next to such a sync, and such
+ * syncs are rare: at start, hourly, after drift or a failure, and at most once per syncPeriod for
  * the drift check. Without --expose-gc it does nothing. A last-resort collection also compacts
- * the old generation, so that the pages the garbage filled go back to the system: at 10,000
- * services RSS 3 s after the first sync goes from about 280 to 220 MiB.
+ * the old generation, so that the pages the garbage filled go back to the system (the RSS it saves:
+ * docs/agent.md, Memory).
  */
 export function releaseGarbage(): void {
   const gc = (globalThis as {gc?: (options: object) => void}).gc;
@@ -202,9 +202,8 @@ export function releaseGarbage(): void {
 /**
  * V8 keeps the subject of the last regular-expression match alive (for RegExp.lastMatch and
  * RegExp.$1). After a reading, that subject is a rule sliced out of iptables-save's output, and it
- * keeps the whole output, 33 MB at 10,000 services, until some other match runs, which in an idle
- * agent can be never: at 10,000 services RSS stayed at 220-230 MiB after a drift check instead of
- * going back to 190. A match on an empty string takes its place.
+ * keeps the whole output until some other match runs, which in an idle agent can be never (what
+ * that cost: docs/agent.md, Memory). A match on an empty string takes its place.
  */
 function forgetLastRegExpMatch(): void {
   /(?:)/.exec('');

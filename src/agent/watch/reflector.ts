@@ -7,7 +7,7 @@
 // failure lists again after the backoff; when a watch stays silent longer than the watchdog allows,
 // assume it is stuck and list again. Malformed events are dropped, never thrown. Lists come in
 // pages of 500, as client-go's pager asks for them, each page reduced to what the store keeps
-// before the next is asked for: the API server answers in pieces, and a 30 MB list of 10,000
+// before the next is asked for: the API server answers in pieces, and a large cluster's list of
 // EndpointSlices never sits in memory whole.
 import type {Logger} from '../log.ts';
 import {type Clock, systemClock} from '../sync/clock.ts';

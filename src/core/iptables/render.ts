@@ -241,7 +241,7 @@ class LineBuffer {
   // Chunks start small (a partial sync writes a few lines) and double up to 256 KiB: a streamed
   // render hands out each full chunk, and the event loop feeds the pipe one pipe's worth (64 KiB)
   // per turn, so a chunk must take less time to make than iptables-restore takes to read that
-  // (about 15 ms) for the restore never to wait.
+  // for the restore never to wait.
   #chunkSize = 16 * 1024;
   #chunks: Buffer[] = [];
   #current = Buffer.allocUnsafe(0);
@@ -314,8 +314,8 @@ export function renderIptables(model: ProxyModel, options: RenderIptablesOptions
 
 /**
  * renderIptablesChunks is renderIptables' output in pieces, handed out as they are ready, so that
- * iptables-restore can read the first while the rest is rendered: at 10,000 services the render
- * takes about a second, and the restore reads its input for about eight.
+ * iptables-restore can read the first while the rest is rendered: the render is much faster than
+ * the restore reads, so the sync takes about as long as the restore alone.
  *
  * Two passes over the service ports keep kube-proxy's order. The first writes the filter table and
  * declares the nat chains (iptables-restore refuses a jump to a chain not declared yet); the

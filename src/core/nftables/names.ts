@@ -36,8 +36,8 @@ export function endpointNameBase(port: Pick<ServicePort, 'namespace' | 'serviceN
 
 /**
  * How many endpoint-choice maps per protocol. The kernel checks every element of a data map
- * against every rule bound to it, so one map for all services costs elements x rules (minutes at
- * 10,000 services); many small maps cost a set each. Spreading service ports over this many maps
+ * against every rule bound to it, so one map for all services costs elements x rules; many small
+ * maps cost a set each. Spreading service ports over this many maps
  * keeps both small.
  */
 export const endpointMapShards = 256;
