@@ -90,3 +90,40 @@ export class ObjectProblems {
     this.sink.push(problem);
   }
 }
+
+/** ObjectHeader: an object read far enough to be named: its metadata, name and namespace. */
+export interface ObjectHeader {
+  object: JsonObject;
+  metadata: JsonObject;
+  name: string;
+  /** "default" when a namespaced object leaves it out (kubectl would put it there); undefined for a Node. */
+  namespace: string | undefined;
+  /** Where the rest of the object's problems go, under its name. */
+  problems: ObjectProblems;
+}
+
+/**
+ * readObjectHeader: the object's name (and, but for a Node, its namespace), or undefined with a
+ * Problem when `raw` is no object (consequence `notObject`) or has no usable name or namespace
+ * (consequence `unnamed`).
+ */
+export function readObjectHeader(raw: unknown, kind: 'Service' | 'EndpointSlice' | 'Node', sink: Problem[], consequences: {notObject: string; unnamed: string}): ObjectHeader | undefined {
+  if (!isJsonObject(raw)) {
+    new ObjectProblems(sink, kind, '(unnamed)').add('', `object is ${describe(raw)}, not ${/^[AEIOU]/.test(kind) ? 'an' : 'a'} ${kind}`, consequences.notObject);
+    return undefined;
+  }
+  const metadata = isJsonObject(raw.metadata) ? raw.metadata : {};
+  const name = optionalString(metadata.name);
+  const namespaceValue = kind === 'Node' ? undefined : optionalString(metadata.namespace);
+  if (name === undefined || name === invalid || name === '') {
+    const problems = new ObjectProblems(sink, kind, '(unnamed)', namespaceValue === invalid ? undefined : namespaceValue);
+    problems.add('metadata.name', name === invalid ? `${describe(metadata.name)} is not a name` : 'missing', consequences.unnamed);
+    return undefined;
+  }
+  if (namespaceValue === invalid) {
+    new ObjectProblems(sink, kind, name).add('metadata.namespace', `${describe(metadata.namespace)} is not a namespace`, consequences.unnamed);
+    return undefined;
+  }
+  const namespace = kind === 'Node' ? undefined : namespaceValue === undefined || namespaceValue === '' ? 'default' : namespaceValue;
+  return {object: raw, metadata, name, namespace, problems: new ObjectProblems(sink, kind, name, namespace)};
+}

@@ -15,6 +15,7 @@ import {
   optionalArray,
   optionalInteger,
   optionalString,
+  readObjectHeader,
   stringMap,
 } from './object-reader.ts';
 import {
@@ -71,36 +72,21 @@ const maxStickyTimeoutSeconds = 86400;
  * the other family) or because it is invalid (then a Problem says why).
  */
 export function readService(raw: unknown, options: ServiceReadOptions, sink: Problem[]): ServiceDefinition | undefined {
-  if (!isJsonObject(raw)) {
-    new ObjectProblems(sink, 'Service', '(unnamed)').add('', `object is ${describe(raw)}, not a Service`, 'skipped');
-    return undefined;
-  }
-  const metadata = isJsonObject(raw.metadata) ? raw.metadata : {};
-  const name = optionalString(metadata.name);
-  const namespaceValue = optionalString(metadata.namespace);
-  if (name === undefined || name === invalid || name === '') {
-    const problems = new ObjectProblems(sink, 'Service', '(unnamed)', namespaceValue === invalid ? undefined : namespaceValue);
-    problems.add('metadata.name', name === undefined || name === '' ? 'missing' : `${describe(metadata.name)} is not a name`, 'service skipped');
-    return undefined;
-  }
-  if (namespaceValue === invalid) {
-    new ObjectProblems(sink, 'Service', name).add('metadata.namespace', `${describe(metadata.namespace)} is not a namespace`, 'service skipped');
-    return undefined;
-  }
-  // Objects read from files often leave the namespace out; kubectl would put them in "default".
-  const namespace = namespaceValue === undefined || namespaceValue === '' ? 'default' : namespaceValue;
-  const problems = new ObjectProblems(sink, 'Service', name, namespace);
+  const header = readObjectHeader(raw, 'Service', sink, {notObject: 'skipped', unnamed: 'service skipped'});
+  if (!header) return undefined;
+  const {object, metadata, name, problems} = header;
+  const namespace = header.namespace!;
 
   const labels = stringMap(metadata.labels);
   const proxyName = labels[serviceProxyNameLabel];
   if (proxyName !== undefined && proxyName !== options.serviceProxyName) return undefined;
   if (headlessLabel in labels) return undefined;
 
-  if (!isJsonObject(raw.spec)) {
-    problems.add('spec', raw.spec === undefined ? 'missing' : 'not an object', 'service skipped');
+  if (!isJsonObject(object.spec)) {
+    problems.add('spec', object.spec === undefined ? 'missing' : 'not an object', 'service skipped');
     return undefined;
   }
-  const spec = raw.spec;
+  const spec = object.spec;
 
   const typeValue = optionalString(spec.type);
   if (typeValue === invalid || (typeValue !== undefined && !serviceTypes.has(typeValue))) {
@@ -123,7 +109,7 @@ export function readService(raw: unknown, options: ServiceReadOptions, sink: Pro
   const sourceRanges = readSourceRanges(spec, stringMap(metadata.annotations), options, problems);
 
   const externalIPs = readExternalIPs(spec, options.family, problems);
-  const loadBalancerIPs = readLoadBalancerIPs(raw.status, options.family, problems);
+  const loadBalancerIPs = readLoadBalancerIPs(object.status, options.family, problems);
 
   // apiservice.ExternalPolicyLocal: the policy only counts on NodePort and LoadBalancer services,
   // and on ClusterIP services that have externalIPs (ExternalIPs counted before family filtering).
