@@ -1,23 +1,5 @@
 // The iptables backend's public surface.
-export {
-  chainHash,
-  endpointChainName,
-  filterChains,
-  isServiceChainName,
-  kubeletFirewallChain,
-  natChains,
-  nfacctCounters,
-  perServiceChainPrefixes,
-  portProtoHash,
-  serviceChainPrefixes,
-  serviceExternalChainName,
-  serviceFirewallChainName,
-  serviceLocalChainName,
-  servicePortChainName,
-  type IptablesTable,
-  type ProxyTable,
-  type ServicePortName,
-} from './chains.ts';
+export * from './chains.ts';
 export {
   countRules,
   isLargeCluster,
