@@ -1,11 +1,11 @@
 import {Args, Flags} from '@oclif/core';
 import type {DiffResult, StatusResult} from '../../protocol/methods.ts';
-import {AgentCommand, connectionFlags, namespaceFlag} from '../lib/agent-command.ts';
+import {AgentCommand, concurrencyFlag, connectionFlags, namespaceFlag} from '../lib/agent-command.ts';
 import {objectNamespace} from '../lib/kube-config.ts';
 import {resolveServiceKey, splitServiceReference} from '../lib/service-target.ts';
 import type {AgentLocator} from '../lib/agent-locator.ts';
 import {colorDiff} from '../lib/diff-text.ts';
-import {formatAge, formatData, formatTable, palette, useColor} from '../lib/output.ts';
+import {formatAge, formatData, formatTable, outputFlag, palette, useColor} from '../lib/output.ts';
 import {exitCodes} from '../lib/plugin-error.ts';
 
 interface NodeDiff {
@@ -33,8 +33,8 @@ With --all-nodes: one line per node (mode, drifted services, last sync, agent ve
     ...connectionFlags,
     'all-nodes': Flags.boolean({summary: 'Ask every agent; print a table.', default: false}),
     service: Flags.string({summary: 'Only the rules of this service: NAME (in the -n namespace, else the context\'s) or NAMESPACE/NAME, either with :PORT.'}),
-    output: Flags.option({char: 'o', summary: 'Output format.', options: ['text', 'json', 'yaml'] as const, default: 'text'})(),
-    concurrency: Flags.integer({summary: 'Agents asked at once with --all-nodes.', default: 10, min: 1, max: 200}),
+    output: outputFlag(['text', 'json', 'yaml']),
+    concurrency: concurrencyFlag('Agents asked at once with --all-nodes.'),
   };
 
   async run(): Promise<void> {

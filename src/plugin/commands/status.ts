@@ -1,7 +1,7 @@
-import {Args, Flags} from '@oclif/core';
+import {Args} from '@oclif/core';
 import type {StatusResult} from '../../protocol/methods.ts';
-import {AgentCommand, connectionFlags} from '../lib/agent-command.ts';
-import {formatAge, formatData, formatDuration, formatTable, palette, useColor} from '../lib/output.ts';
+import {AgentCommand, concurrencyFlag, connectionFlags} from '../lib/agent-command.ts';
+import {formatAge, formatData, formatDuration, formatTable, outputFlag, palette, useColor} from '../lib/output.ts';
 
 export default class Status extends AgentCommand {
   static override summary = 'Show the proxyctl agents: mode, readiness, version, last sync, services, drift.';
@@ -17,8 +17,8 @@ export default class Status extends AgentCommand {
 
   static override flags = {
     ...connectionFlags,
-    output: Flags.option({char: 'o', summary: 'Output format.', options: ['text', 'wide', 'json', 'yaml'] as const, default: 'text'})(),
-    concurrency: Flags.integer({summary: 'Agents asked at once.', default: 10, min: 1, max: 200}),
+    output: outputFlag(['text', 'wide', 'json', 'yaml']),
+    concurrency: concurrencyFlag('Agents asked at once.'),
   };
 
   async run(): Promise<void> {

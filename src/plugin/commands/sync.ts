@@ -1,7 +1,7 @@
 import {Args, Flags} from '@oclif/core';
 import type {ProxyMode, SyncResult} from '../../protocol/methods.ts';
-import {AgentCommand, connectionFlags} from '../lib/agent-command.ts';
-import {formatData, formatDuration, formatTable, palette, useColor, type Palette} from '../lib/output.ts';
+import {AgentCommand, concurrencyFlag, connectionFlags} from '../lib/agent-command.ts';
+import {formatData, formatDuration, formatTable, outputFlag, palette, useColor, type Palette} from '../lib/output.ts';
 
 /** NodeSync: one agent's sync, with the node and the mode its rule counts are in. */
 type NodeSync = {node: string; mode: ProxyMode} & SyncResult;
@@ -21,8 +21,8 @@ export default class Sync extends AgentCommand {
     ...connectionFlags,
     'all-nodes': Flags.boolean({summary: 'Sync every agent.', default: false}),
     full: Flags.boolean({summary: 'Rewrite every chain rather than only those of changed services.', default: false}),
-    output: Flags.option({char: 'o', summary: 'Output format.', options: ['text', 'json', 'yaml'] as const, default: 'text'})(),
-    concurrency: Flags.integer({summary: 'Agents synced at once with --all-nodes.', default: 10, min: 1, max: 200}),
+    output: outputFlag(['text', 'json', 'yaml']),
+    concurrency: concurrencyFlag('Agents synced at once with --all-nodes.'),
   };
 
   async run(): Promise<void> {

@@ -8,7 +8,7 @@ import type {ProbeResult, TraceAnswer} from '../../protocol/methods.ts';
 import type {AgentClient} from '../lib/agent-client.ts';
 import {AgentCommand, connectionFlags, namespaceFlag} from '../lib/agent-command.ts';
 import {objectNamespace} from '../lib/kube-config.ts';
-import {formatAge, formatData, palette, useColor} from '../lib/output.ts';
+import {formatAge, formatData, outputFlag, palette, useColor} from '../lib/output.ts';
 import {errorLine, PluginError} from '../lib/plugin-error.ts';
 import {formatProbeText} from '../lib/probe-text.ts';
 import {endpointWarnings, nodeAddress, resolveService, resolveSource, type PacketSource, type ServiceTarget} from '../lib/service-target.ts';
@@ -51,7 +51,7 @@ Without a cluster: --rules FILE traces over a saved iptables-save dump (or "kube
     'from-netns': Flags.string({summary: 'Network namespace on the node to run --probe from (default: the --from pod\'s, else the node\'s).'}),
     via: Flags.option({summary: 'Which address of the service the packet is sent to.', options: ['cluster-ip', 'node-port', 'external-ip', 'load-balancer'] as const, default: 'cluster-ip'})(),
     probe: Flags.integer({summary: `Also open N real connections and show which endpoints answer ("--probe" alone: ${defaultProbeCount}).`, min: 1, max: 1000}),
-    output: Flags.option({char: 'o', summary: 'Output format (wide adds each rule\'s text).', options: ['text', 'wide', 'json', 'yaml'] as const, default: 'text'})(),
+    output: outputFlag(['text', 'wide', 'json', 'yaml'], "Output format (wide adds each rule's text)."),
     rules: Flags.string({summary: 'Offline: an iptables-save dump or render output to trace over ("-": stdin).', helpGroup: 'OFFLINE'}),
     src: Flags.string({summary: 'Offline: source address of the packet.', helpGroup: 'OFFLINE'}),
     dst: Flags.string({summary: 'Offline: destination as IP:PORT[/PROTO] (PROTO tcp, udp or sctp; default tcp).', helpGroup: 'OFFLINE'}),

@@ -17,6 +17,11 @@ export const connectionFlags = {
   token: Flags.string({summary: 'Bearer token for --agent-url agents that listen beyond loopback (default: the kubeconfig user\'s token).', helpGroup: 'CONNECTION'}),
 };
 
+/** --concurrency: how many agents a command asks at once. */
+export function concurrencyFlag(summary: string) {
+  return Flags.integer({summary, default: 10, min: 1, max: 200});
+}
+
 /** -n as kubectl has it: the namespace of the objects a command names (Services, pods), not of the agents. */
 export const namespaceFlag = {
   namespace: Flags.string({char: 'n', summary: "Namespace of the Services and pods named (default: the kubeconfig context's, else default)."}),
