@@ -12,6 +12,7 @@ import {
   optionalInteger,
   optionalString,
   readObjectHeader,
+  readPortEntry,
   stringMap,
 } from './object-reader.ts';
 import {serviceNameLabel} from './objects.ts';
@@ -88,19 +89,13 @@ function readSlicePorts(value: unknown, problems: ObjectProblems): SlicePort[] |
     return undefined;
   }
   const ports: SlicePort[] = [];
-  for (const [index, entry] of (list ?? []).entries()) {
+  for (const [index, value] of (list ?? []).entries()) {
     const field = `ports[${index}]`;
-    if (!isJsonObject(entry)) {
-      problems.add(field, 'not an object', 'port skipped');
-      continue;
-    }
     // kube-proxy ignores a port without a name; the controller always writes one, but files
     // written by hand leave it out for a single unnamed service port, which means "".
-    const name = optionalString(entry.name);
-    if (name === invalid) {
-      problems.add(`${field}.name`, `${describe(entry.name)} is not a port name`, 'port skipped');
-      continue;
-    }
+    const read = readPortEntry(value, field, problems);
+    if (!read) continue;
+    const {entry, name} = read;
     const protocol = optionalString(entry.protocol);
     if (protocol === invalid || (protocol !== undefined && !protocols.has(protocol))) {
       problems.add(`${field}.protocol`, `unknown protocol ${describe(entry.protocol)}`, 'port skipped');

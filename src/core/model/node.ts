@@ -1,6 +1,6 @@
 // Node -> what the proxy needs of its own node for one IP family: name, zone, addresses, pod CIDRs.
 import {parseCIDR, parseIP} from './ip.ts';
-import {describe, invalid, isJsonObject, optionalArray, readObjectHeader, stringMap} from './object-reader.ts';
+import {describe, invalid, isJsonObject, listOrNone, optionalArray, readObjectHeader, stringMap} from './object-reader.ts';
 import {zoneLabel} from './objects.ts';
 import type {IPFamily, Problem} from './types.ts';
 
@@ -25,9 +25,7 @@ export function readNode(raw: unknown, family: IPFamily, sink: Problem[]): NodeD
   if (zone) node.zone = zone;
 
   const status = isJsonObject(object.status) ? object.status : {};
-  const addresses = optionalArray(status.addresses);
-  if (addresses === invalid) problems.add('status.addresses', 'not a list', 'addresses ignored');
-  for (const [index, entry] of (addresses === invalid ? [] : (addresses ?? [])).entries()) {
+  for (const [index, entry] of listOrNone(status.addresses, 'status.addresses', 'addresses ignored', problems).entries()) {
     const field = `status.addresses[${index}]`;
     if (!isJsonObject(entry)) {
       problems.add(field, 'not an object', 'address ignored');

@@ -91,6 +91,28 @@ export class ObjectProblems {
   }
 }
 
+/** listOrNone: the list `value` holds, or none when it is absent, or none and a Problem at `field` when it is no list. */
+export function listOrNone(value: unknown, field: string, consequence: string, problems: ObjectProblems): unknown[] {
+  const list = optionalArray(value);
+  if (list !== invalid) return list ?? [];
+  problems.add(field, 'not a list', consequence);
+  return [];
+}
+
+/** readPortEntry: an entry of a ports list, an object with an optional name; undefined (with a Problem) when not. */
+export function readPortEntry(value: unknown, field: string, problems: ObjectProblems): {entry: JsonObject; name: string | undefined} | undefined {
+  if (!isJsonObject(value)) {
+    problems.add(field, 'not an object', 'port skipped');
+    return undefined;
+  }
+  const name = optionalString(value.name);
+  if (name === invalid) {
+    problems.add(`${field}.name`, `${describe(value.name)} is not a port name`, 'port skipped');
+    return undefined;
+  }
+  return {entry: value, name};
+}
+
 /** ObjectHeader: an object read far enough to be named: its metadata, name and namespace. */
 export interface ObjectHeader {
   object: JsonObject;

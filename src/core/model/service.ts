@@ -15,7 +15,9 @@ import {
   optionalArray,
   optionalInteger,
   optionalString,
+  listOrNone,
   readObjectHeader,
+  readPortEntry,
   stringMap,
 } from './object-reader.ts';
 import {
@@ -132,17 +134,11 @@ export function readService(raw: unknown, options: ServiceReadOptions, sink: Pro
     return undefined;
   }
   const seenNames = new Set<string>();
-  for (const [index, portValue] of (portsValue ?? []).entries()) {
+  for (const [index, value] of (portsValue ?? []).entries()) {
     const field = `spec.ports[${index}]`;
-    if (!isJsonObject(portValue)) {
-      problems.add(field, 'not an object', 'port skipped');
-      continue;
-    }
-    const portName = optionalString(portValue.name);
-    if (portName === invalid) {
-      problems.add(`${field}.name`, `${describe(portValue.name)} is not a port name`, 'port skipped');
-      continue;
-    }
+    const read = readPortEntry(value, field, problems);
+    if (!read) continue;
+    const {entry: portValue, name: portName} = read;
     const nameOfPort = portName ?? '';
     const detail = nameOfPort === '' ? '' : ` port ${nameOfPort}`;
     if (seenNames.has(nameOfPort)) {
@@ -343,13 +339,8 @@ function readSourceRanges(
 }
 
 function readExternalIPs(spec: Record<string, unknown>, family: IPFamily, problems: ObjectProblems): string[] {
-  const listValue = optionalArray(spec.externalIPs);
-  if (listValue === invalid) {
-    problems.add('spec.externalIPs', 'not a list', 'externalIPs ignored');
-    return [];
-  }
   const ips: string[] = [];
-  for (const [index, text] of (listValue ?? []).entries()) {
+  for (const [index, text] of listOrNone(spec.externalIPs, 'spec.externalIPs', 'externalIPs ignored', problems).entries()) {
     const ip = typeof text === 'string' ? parseIP(text) : undefined;
     if (!ip) {
       problems.add(`spec.externalIPs[${index}]`, `${describe(text)} is not an IP address`, 'address ignored');
@@ -363,13 +354,8 @@ function readExternalIPs(spec: Record<string, unknown>, family: IPFamily, proble
 /** readLoadBalancerIPs keeps ingress IPs of the family whose ipMode is VIP or unset (proxyutil.IsVIPMode). */
 function readLoadBalancerIPs(status: unknown, family: IPFamily, problems: ObjectProblems): string[] {
   const loadBalancer = isJsonObject(status) && isJsonObject(status.loadBalancer) ? status.loadBalancer : {};
-  const listValue = optionalArray(loadBalancer.ingress);
-  if (listValue === invalid) {
-    problems.add('status.loadBalancer.ingress', 'not a list', 'load-balancer IPs ignored');
-    return [];
-  }
   const ips: string[] = [];
-  for (const [index, ingress] of (listValue ?? []).entries()) {
+  for (const [index, ingress] of listOrNone(loadBalancer.ingress, 'status.loadBalancer.ingress', 'load-balancer IPs ignored', problems).entries()) {
     const field = `status.loadBalancer.ingress[${index}]`;
     if (!isJsonObject(ingress)) {
       problems.add(field, 'not an object', 'entry ignored');
