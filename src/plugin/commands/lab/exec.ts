@@ -1,6 +1,6 @@
-import {Args, Flags} from '@oclif/core';
+import {Args} from '@oclif/core';
 import {execInLab} from '../../../lab/lab-control.ts';
-import {defaultLabName} from '../../../lab/lab-state.ts';
+import {labNameFlag} from '../../lib/lab-name-flag.ts';
 import {PluginCommand} from '../../lib/plugin-command.ts';
 import {PluginError} from '../../lib/plugin-error.ts';
 
@@ -36,7 +36,7 @@ export default class LabExec extends PluginCommand {
   };
 
   static override flags = {
-    name: Flags.string({summary: 'Name of the lab.', default: defaultLabName}),
+    name: labNameFlag(),
   };
 
   async run(): Promise<void> {

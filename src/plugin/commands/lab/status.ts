@@ -1,6 +1,5 @@
-import {Flags} from '@oclif/core';
 import {requireLab} from '../../../lab/lab-control.ts';
-import {defaultLabName} from '../../../lab/lab-state.ts';
+import {labNameFlag} from '../../lib/lab-name-flag.ts';
 import {PluginCommand} from '../../lib/plugin-command.ts';
 import {formatLabStatus, readLabStatus} from '../../../lab/lab-status.ts';
 import {formatData, outputFlag} from '../../lib/output.ts';
@@ -15,7 +14,7 @@ export default class LabStatus extends PluginCommand {
   ];
 
   static override flags = {
-    name: Flags.string({summary: 'Name of the lab.', default: defaultLabName}),
+    name: labNameFlag(),
     output: outputFlag(['text', 'json', 'yaml']),
   };
 
