@@ -58,8 +58,7 @@ const addressTypes = new Set(['IPv4', 'IPv6', 'FQDN']);
 export function readEndpointSlice(raw: unknown, family: IPFamily, sink: Problem[]): SliceDefinition | undefined {
   const header = readObjectHeader(raw, 'EndpointSlice', sink, {notObject: 'skipped', unnamed: 'slice skipped'});
   if (!header) return undefined;
-  const {object, metadata, name, problems} = header;
-  const namespace = header.namespace!;
+  const {object, metadata, name, namespace, problems} = header;
 
   const addressType = optionalString(object.addressType);
   if (addressType === undefined || addressType === invalid || !addressTypes.has(addressType)) {

@@ -113,13 +113,15 @@ export function readPortEntry(value: unknown, field: string, problems: ObjectPro
   return {entry: value, name};
 }
 
+type HeaderKind = 'Service' | 'EndpointSlice' | 'Node';
+
 /** ObjectHeader: an object read far enough to be named: its metadata, name and namespace. */
-export interface ObjectHeader {
+export interface ObjectHeader<Kind extends HeaderKind> {
   object: JsonObject;
   metadata: JsonObject;
   name: string;
-  /** "default" when a namespaced object leaves it out (kubectl would put it there); undefined for a Node. */
-  namespace: string | undefined;
+  /** "default" when a namespaced object leaves it out (kubectl would put it there); none for a Node. */
+  namespace: Kind extends 'Node' ? undefined : string;
   /** Where the rest of the object's problems go, under its name. */
   problems: ObjectProblems;
 }
@@ -129,7 +131,7 @@ export interface ObjectHeader {
  * Problem when `raw` is no object (consequence `notObject`) or has no usable name or namespace
  * (consequence `unnamed`).
  */
-export function readObjectHeader(raw: unknown, kind: 'Service' | 'EndpointSlice' | 'Node', sink: Problem[], consequences: {notObject: string; unnamed: string}): ObjectHeader | undefined {
+export function readObjectHeader<Kind extends HeaderKind>(raw: unknown, kind: Kind, sink: Problem[], consequences: {notObject: string; unnamed: string}): ObjectHeader<Kind> | undefined {
   if (!isJsonObject(raw)) {
     new ObjectProblems(sink, kind, '(unnamed)').add('', `object is ${describe(raw)}, not ${/^[AEIOU]/.test(kind) ? 'an' : 'a'} ${kind}`, consequences.notObject);
     return undefined;
@@ -147,5 +149,6 @@ export function readObjectHeader(raw: unknown, kind: 'Service' | 'EndpointSlice'
     return undefined;
   }
   const namespace = kind === 'Node' ? undefined : namespaceValue === undefined || namespaceValue === '' ? 'default' : namespaceValue;
-  return {object: raw, metadata, name, namespace, problems: new ObjectProblems(sink, kind, name, namespace)};
+  const header = {object: raw, metadata, name, namespace, problems: new ObjectProblems(sink, kind, name, namespace)};
+  return header as ObjectHeader<Kind>;
 }

@@ -76,8 +76,7 @@ const maxStickyTimeoutSeconds = 86400;
 export function readService(raw: unknown, options: ServiceReadOptions, sink: Problem[]): ServiceDefinition | undefined {
   const header = readObjectHeader(raw, 'Service', sink, {notObject: 'skipped', unnamed: 'service skipped'});
   if (!header) return undefined;
-  const {object, metadata, name, problems} = header;
-  const namespace = header.namespace!;
+  const {object, metadata, name, namespace, problems} = header;
 
   const labels = stringMap(metadata.labels);
   const proxyName = labels[serviceProxyNameLabel];
