@@ -142,7 +142,7 @@ export class RuntimeState {
     return present;
   }
 
-  // Rendered when asked, not kept: at 10,000 services the text alone is 31 MB, and the answers
+  // Rendered when asked, not kept: the text alone is as large as a full sync's input, and the answers
   // that need it most (the drift check, and trace's drift question from it) are kept instead.
   desiredFor(model: ProxyModel): ParsedRules {
     return this.backend.parse(this.backend.render(model));

@@ -3,9 +3,9 @@
 import type {IPFamily} from '../model/types.ts';
 import {parseIP} from '../model/ip.ts';
 import {formatRuleArgs, parseRuleArgs, RuleSyntaxError, tokenizeRule, type ParsedRuleArgs, type Token} from './rule-syntax.ts';
-import {builtinChains, chainKind, evaluatedMatches, isBuiltinChain, readNodeAddressesComment, type AddressCondition, type IptablesChain, type IptablesRule, type IptablesRuleset, type IptablesTable} from './ruleset.ts';
+import {builtinChains, chainKind, evaluatedMatches, isBuiltinChain, readNodeAddressesComment, type AddressCondition, type IptablesChain, type IptablesRule, type IptablesRuleset, type RulesetTable} from './ruleset.ts';
 
-export type {IptablesChain, IptablesRule, IptablesRuleset, IptablesTable} from './ruleset.ts';
+export type {IptablesChain, IptablesRule, IptablesRuleset, RulesetTable} from './ruleset.ts';
 
 /** IptablesParseError names the line of the dump that could not be read, and why. */
 export class IptablesParseError extends Error {
@@ -47,7 +47,7 @@ export function parseIptablesSave(text: string, options: ParseOptions = {}): Ipt
   const family = options.family ?? guessFamily(text);
   const keepSavedText = options.keepSavedText ?? true;
   const ruleset: IptablesRuleset = {family, frontEnd: 'unknown', tables: new Map(), notes: [], unknownMatches: []};
-  let table: IptablesTable | undefined;
+  let table: RulesetTable | undefined;
   let tableLine = 0;
   const lines = text.split('\n');
 
@@ -105,7 +105,7 @@ export function parseIptablesSave(text: string, options: ParseOptions = {}): Ipt
 }
 
 /** The chain `name` of `table`; a built-in chain is declared when first named. */
-function chainOf(table: IptablesTable | undefined, lineNumber: number, name: string | undefined, raw: string): IptablesChain {
+function chainOf(table: RulesetTable | undefined, lineNumber: number, name: string | undefined, raw: string): IptablesChain {
   if (!table) throw new IptablesParseError(lineNumber, 'rule outside a table (no "*filter" / "*nat" line before it)', raw);
   if (!name) throw new IptablesParseError(lineNumber, 'chain name missing', raw);
   let chain = table.chains.get(name);
@@ -116,7 +116,7 @@ function chainOf(table: IptablesTable | undefined, lineNumber: number, name: str
 }
 
 /** One iptables-restore command line (-A, -I, -D, -N, -X, -F, -P, -Z) applied to `table`. */
-function applyRuleCommand(ruleset: IptablesRuleset, table: IptablesTable | undefined, tokens: Token[], lineNumber: number, raw: string): void {
+function applyRuleCommand(ruleset: IptablesRuleset, table: RulesetTable | undefined, tokens: Token[], lineNumber: number, raw: string): void {
   const command = tokens[0]?.text;
   const chainName = tokens[1]?.text;
   try {
@@ -221,7 +221,7 @@ function readComment(ruleset: IptablesRuleset, line: string): void {
   }
 }
 
-function declareChain(table: IptablesTable, name: string, policy: string | undefined): IptablesChain {
+function declareChain(table: RulesetTable, name: string, policy: string | undefined): IptablesChain {
   const existing = table.chains.get(name);
   if (existing) {
     if (policy !== undefined) existing.policy = policy;
@@ -312,7 +312,7 @@ const matchModule = / -m (\S+)/g;
  * plainly in iptables-save's spelling (doubled blanks, tabs, an address list, a destination it
  * cannot read at a glance): then the caller reads it in full.
  */
-function savedRule(ruleset: IptablesRuleset, table: IptablesTable, text: string, line: number, raw: string): SavedRule | undefined {
+function savedRule(ruleset: IptablesRuleset, table: RulesetTable, text: string, line: number, raw: string): SavedRule | undefined {
   if (text.includes('  ') || text.includes('\t') || addressList.test(text)) return undefined;
   const chainEnd = text.indexOf(' ', 3);
   const chain = chainEnd < 0 ? text.slice(3) : text.slice(3, chainEnd);

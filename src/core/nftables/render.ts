@@ -238,7 +238,7 @@ function localTrafficMatch(model: ProxyModel, words: FamilyWords, local: boolean
     case 'NodeCIDR':
       if (detector.cidrs.length === 0) return undefined;
       // Several CIDRs go in one named set: an anonymous set in every service chain is a kernel
-      // object each, and nft slows down with every one (minutes at 30,000 services).
+      // object each, and nft slows down with every one.
       const cidrs = outermostCIDRs(detector.cidrs);
       if (cidrs.length > 1) return `${words.ipX} saddr ${op}@${nftNames.localCIDRs}`;
       return `${words.ipX} saddr ${op}${valueList(cidrs)}`;
