@@ -7,14 +7,14 @@ import assert from 'node:assert/strict';
 import {it} from 'node:test';
 import type {EndpointSliceInput} from '../../src/core/model/index.ts';
 import {demoPorts} from './namespace-lab.ts';
-import {assertTraceAgrees, describeTrace, type NodeTracer, replies, type Sender, service, type ServiceScenario, type Target} from './service-scenario.ts';
+import {assertTraceAgrees, describeTrace, type EndpointConditions, type NodeTracer, replies, type Sender, service, type ServiceScenario, slice, type Target} from './service-scenario.ts';
 
 export const chosenEndpointIPs = {localSplit: '10.96.0.18', notReady: '10.96.0.19', terminating: '10.96.0.20', readyOverTerminating: '10.96.0.21'};
 export const localSplitNodePort = 30083;
 
 type Condition = 'ready' | 'not-ready' | 'serving-terminating' | 'terminating';
 
-const conditions: Record<Condition, {ready: boolean; serving: boolean; terminating: boolean}> = {
+const conditions: Record<Condition, EndpointConditions> = {
   ready: {ready: true, serving: true, terminating: false},
   'not-ready': {ready: false, serving: false, terminating: false},
   'serving-terminating': {ready: false, serving: true, terminating: true},
@@ -23,17 +23,7 @@ const conditions: Record<Condition, {ready: boolean; serving: boolean; terminati
 
 /** A slice of pods with their conditions: [pod name, condition]. */
 function sliceWithConditions(scenario: ServiceScenario, serviceName: string, pods: Array<[string, Condition]>): EndpointSliceInput {
-  return {
-    apiVersion: 'discovery.k8s.io/v1',
-    kind: 'EndpointSlice',
-    metadata: {name: `${serviceName}-1`, namespace: 'default', labels: {'kubernetes.io/service-name': serviceName}},
-    addressType: 'IPv4',
-    ports: [{name: 'http', protocol: 'TCP', port: demoPorts.http}],
-    endpoints: pods.map(([name, condition]) => {
-      const pod = scenario.at(name);
-      return {addresses: [pod.ip], nodeName: pod.node, conditions: conditions[condition]};
-    }),
-  };
+  return slice(serviceName, pods.map(([name, condition]) => ({...scenario.at(name), conditions: conditions[condition]})));
 }
 
 /** addChosenEndpointServices adds the services below to a started scenario, before its rules are rendered. */

@@ -4,7 +4,7 @@
 // hand, the API server gone for 30 s and back with its history moved past the agent, 60 s of
 // 1,000 EndpointSlice updates a second, the health and metrics answers, and SIGTERMs in a row.
 import assert from 'node:assert/strict';
-import {describe, it} from 'node:test';
+import {describe, it, type TestContext} from 'node:test';
 import {execInNamespace} from '../../../src/lab/netns/index.ts';
 import {fetchJsonInNetns} from '../health/fetch-in-netns.ts';
 import type {ProbeResult} from '../../../src/lab/workload/demoapp-client.ts';
@@ -34,6 +34,32 @@ const syncPeriodMs = 3000;
 const minSyncPeriodMs = 1000;
 /** Changes kept for resuming watches: small, so an outage with more changes than this ends in 410. */
 const watchWindow = 200;
+
+/**
+ * startTicker creates a selector-less service whose one endpoint (an address of 10.244.<subnet>.0/24
+ * no pod has) moves every `everyMs`, so that a sync is always due; stop() ends the ticking, also
+ * when the case fails.
+ */
+function startTicker(c: LiveCluster, t: TestContext, name: string, subnet: number, everyMs: number): {stop(): void; updates(): number} {
+  c.server.store.create('services', serviceObject(name, undefined), 'default');
+  const sliceAt = (step: number) => endpointSliceObject(name, [{ip: `10.244.${subnet}.${1 + (step % 250)}`, node: 'node-1'}]);
+  c.server.store.create('endpointslices', sliceAt(0), 'default');
+  let step = 0;
+  const timer = setInterval(() => c.server.store.update('endpointslices', sliceAt(++step) as never, 'default'), everyMs);
+  t.after(() => clearInterval(timer));
+  return {stop: () => clearInterval(timer), updates: () => step};
+}
+
+/**
+ * breakWebRules runs iptables commands in node-0 that take web's rules away, checks the ClusterIP
+ * goes nowhere without them, and returns when they were broken.
+ */
+async function breakWebRules(c: LiveCluster, commands: string[][], why: string): Promise<number> {
+  const brokenAt = Date.now();
+  for (const command of commands) await execInNamespace(c.node(0).namespace, ['iptables', '-w', '5', '-t', 'nat', ...command]);
+  assert.equal(await c.outcome(c.pod('pod-0-0').namespace, c.clusterIPOf('web')), 'refused', why);
+  return brokenAt;
+}
 
 /**
  * awaitRepair waits for web to answer again after its rules were broken at `brokenAt`, and checks
@@ -168,8 +194,6 @@ describe('live agent: faults and churn', {concurrency: false, timeout: 420_000},
     if (!c) return;
     const agent = c.agents[0];
     const node = c.node(0);
-    const client = c.pod('pod-0-0').namespace;
-    const vip = c.clusterIPOf('web');
     await sleep(syncPeriodMs); // the agent has read its rules back (a drift check) at least once since the restart
     assert.equal(agent.logged(/rules changed behind our back/).length, 0, 'untouched rules are never taken for drift: what the agent knows it wrote is what the kernel holds');
     const before = await savedRules(node);
@@ -178,11 +202,7 @@ describe('live agent: faults and churn', {concurrency: false, timeout: 420_000},
     assert.ok(svcChain, 'the web service chain exists');
     const mark = agent.lines.length;
 
-    const broken = Date.now();
-    await execInNamespace(node.namespace, ['iptables', '-w', '5', '-t', 'nat', '-F', 'KUBE-SERVICES']);
-    await execInNamespace(node.namespace, ['iptables', '-w', '5', '-t', 'nat', '-F', svcChain]);
-    await execInNamespace(node.namespace, ['iptables', '-w', '5', '-t', 'nat', '-X', svcChain]);
-    assert.equal(await c.outcome(client, vip), 'refused', 'without the rules the ClusterIP goes nowhere');
+    const broken = await breakWebRules(c, [['-F', 'KUBE-SERVICES'], ['-F', svcChain], ['-X', svcChain]], 'without the rules the ClusterIP goes nowhere');
 
     const repairedAfter = await awaitRepair(c, broken, repairsBefore);
     t.diagnostic(`repaired ${repairedAfter} ms after the rules were broken`);
@@ -194,27 +214,17 @@ describe('live agent: faults and churn', {concurrency: false, timeout: 420_000},
     const c = live(t);
     if (!c) return;
     const agent = c.agents[0];
-    const node = c.node(0);
-    const client = c.pod('pod-0-0').namespace;
-    const vip = c.clusterIPOf('web');
     // Another service's endpoints change every 400 ms: every sync is a partial one asked for by a change.
-    c.server.store.create('services', serviceObject('ticker', undefined), 'default');
-    const tickerSlice = (step: number) => endpointSliceObject('ticker', [{ip: `10.244.99.${1 + (step % 250)}`, node: 'node-1'}]);
-    c.server.store.create('endpointslices', tickerSlice(0), 'default');
-    let step = 0;
-    const ticker = setInterval(() => c.server.store.update('endpointslices', tickerSlice(++step) as never, 'default'), 400);
-    t.after(() => clearInterval(ticker));
+    const ticker = startTicker(c, t, 'ticker', 99, 400);
     await sleep(2000);
     const repairsBefore = await agent.metric('proxyctl_drift_repairs_total', {ip_family: 'IPv4'});
-    const svcChain = await serviceChainOf(node, 'default/web:http');
+    const svcChain = await serviceChainOf(c.node(0), 'default/web:http');
     assert.ok(svcChain, 'the web service chain exists');
 
-    const broken = Date.now();
-    await execInNamespace(node.namespace, ['iptables', '-w', '5', '-t', 'nat', '-F', svcChain]);
-    assert.equal(await c.outcome(client, vip), 'refused', 'an empty service chain sends the ClusterIP nowhere');
+    const broken = await breakWebRules(c, [['-F', svcChain]], 'an empty service chain sends the ClusterIP nowhere');
     const repairedAfter = await awaitRepair(c, broken, repairsBefore);
-    clearInterval(ticker);
-    t.diagnostic(`repaired ${repairedAfter} ms after the flush, ${step} ticker updates meanwhile`);
+    ticker.stop();
+    t.diagnostic(`repaired ${repairedAfter} ms after the flush, ${ticker.updates()} ticker updates meanwhile`);
     c.server.store.delete('services', 'default', 'ticker');
   });
 
@@ -370,12 +380,7 @@ describe('live agent: faults and churn', {concurrency: false, timeout: 420_000},
     const agent = c.agents[0];
     // A stop waits for the sync in progress (an iptables-restore, tens of ms); signals sent then
     // arrive mid-shutdown. An endpoint changing every 100 ms keeps a sync coming every minSyncPeriod.
-    c.server.store.create('services', serviceObject('signals', undefined), 'default');
-    const slice = (step: number) => endpointSliceObject('signals', [{ip: `10.244.98.${1 + (step % 250)}`, node: 'node-1'}]);
-    c.server.store.create('endpointslices', slice(0), 'default');
-    let step = 0;
-    const ticker = setInterval(() => c.server.store.update('endpointslices', slice(++step) as never, 'default'), 100);
-    t.after(() => clearInterval(ticker));
+    const ticker = startTicker(c, t, 'signals', 98, 100);
 
     // The stop must begin inside a sync: the agent runs again at --v 4, which logs each command as
     // it starts, and the first signal goes out when a sync's iptables-restore starts (it lasts tens
@@ -416,7 +421,7 @@ describe('live agent: faults and churn', {concurrency: false, timeout: 420_000},
       const stopAt = log.findIndex((line) => / info stopping signal=/.test(line));
       assert.ok(log.slice(stopAt).some((line) => /synced rules/.test(line)), `the sync in progress ended before the agent did:\n${log.join('\n')}`);
     }
-    clearInterval(ticker);
+    ticker.stop();
     assert.ok(during >= 1, `in ${attempts} attempts, no signal arrived while the agent was stopping`);
     // Stopped, the agent left its rules: the last endpoint it wrote is still the service's.
     assert.equal((await dnatDestinationsByServicePort(c.node(0))).get('default/signals:http')?.length, 1, 'the rules stay');
