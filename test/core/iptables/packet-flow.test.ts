@@ -43,6 +43,7 @@ interface Flow {
 const web = (spec: Parameters<typeof service>[1] = {}, extra: Partial<ServiceInput> = {}) => service('web', {clusterIP: '10.96.0.10', ports: [http], ...spec}, extra);
 const webSlice = (...endpoints: Array<{ip: string; node: string}>) => slice('web-1', 'web', endpoints);
 const threeEndpoints = webSlice(local('10.244.1.5'), local('10.244.1.6'), remote('10.244.2.5'));
+const servingTerminating = {ready: false, serving: true, terminating: true};
 const third = {'10.244.1.5:8080': 1 / 3, '10.244.1.6:8080': 1 / 3, '10.244.2.5:8080': 1 / 3};
 
 const flows: Flow[] = [
@@ -103,6 +104,43 @@ const flows: Flow[] = [
     packet: {...fromOutside, dstIP: nodeIP, dstPort: 30081},
     verdict: 'DNAT',
     endpoints: {'10.244.1.9:8080': 1},
+    masquerade: false,
+  },
+  // Endpoint choices among fewer endpoints than the service has: the chosen ones share evenly.
+  {
+    name: 'NodePort, externalTrafficPolicy Local: 2 of 3 endpoints local, a half each',
+    services: [web({type: 'NodePort', ports: [{...http, nodePort: 30081}], externalTrafficPolicy: 'Local'})],
+    slices: [threeEndpoints],
+    packet: {...fromOutside, dstIP: nodeIP, dstPort: 30081},
+    verdict: 'DNAT',
+    endpoints: {'10.244.1.5:8080': 1 / 2, '10.244.1.6:8080': 1 / 2},
+    masquerade: false,
+  },
+  {
+    name: 'ClusterIP, one of 3 endpoints not ready: a half each for the others',
+    services: [web()],
+    slices: [slice('web-1', 'web', [local('10.244.1.5'), {...local('10.244.1.6'), ready: false, serving: false}, remote('10.244.2.5')])],
+    packet: {...fromPod, dstIP: '10.96.0.10', dstPort: 80},
+    verdict: 'DNAT',
+    endpoints: {'10.244.1.5:8080': 1 / 2, '10.244.2.5:8080': 1 / 2},
+    masquerade: false,
+  },
+  {
+    name: 'ClusterIP, none ready: the 2 serving terminating endpoints of 3',
+    services: [web()],
+    slices: [slice('web-1', 'web', [{...local('10.244.1.5'), ...servingTerminating}, {...local('10.244.1.6'), ready: false, serving: false, terminating: true}, {...remote('10.244.2.5'), ...servingTerminating}])],
+    packet: {...fromPod, dstIP: '10.96.0.10', dstPort: 80},
+    verdict: 'DNAT',
+    endpoints: {'10.244.1.5:8080': 1 / 2, '10.244.2.5:8080': 1 / 2},
+    masquerade: false,
+  },
+  {
+    name: 'ClusterIP, one ready endpoint wins over 2 serving terminating ones',
+    services: [web()],
+    slices: [slice('web-1', 'web', [local('10.244.1.5'), {...local('10.244.1.6'), ...servingTerminating}, {...remote('10.244.2.5'), ...servingTerminating}])],
+    packet: {...fromPod, dstIP: '10.96.0.10', dstPort: 80},
+    verdict: 'DNAT',
+    endpoints: {'10.244.1.5:8080': 1},
     masquerade: false,
   },
   {
