@@ -391,10 +391,11 @@ export async function startLiveCluster(options: LiveClusterOptions): Promise<Liv
       node: (index) => lab.topology.nodes[index],
       pod: (name) => findPod(lab.topology, name),
       clusterIPOf: (service) => (server.store.get('services', 'default', service) as unknown as {spec: {clusterIP: string}}).spec.clusterIP,
-      relabel: (pod, labels) =>
+      relabel: (pod, labels) => {
         server.store.mutate('pods', 'default', pod, (object) => {
           object.metadata.labels = labels;
-        }),
+        });
+      },
       outcome,
       answers: async (namespace, host, port) => (await outcome(namespace, host, port)) === 'reply',
       close,
