@@ -26,7 +26,7 @@ export interface AppliedRulesOptions {
   /**
    * The text parsed rules were read from, when they keep it (iptables' ChainIndexedRuleset does):
    * the cache then keeps no text of its own. Without it the cache keeps the text compressed once
-   * the rules are parsed (nftables' JSON listing is 20 MB at 10,000 services and is only shown).
+   * the rules are parsed (nftables' JSON listing is large, and only shown).
    */
   textOf?(rules: ParsedRules): string | undefined;
   /** Replaces the written chains in parsed rules (a new value; the old one stays as it was); without it, writes of chains make the next request read the kernel. */

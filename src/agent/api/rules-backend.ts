@@ -6,6 +6,7 @@ import type {Host} from '../host/host.ts';
 import type {Packet, TraceContext, TraceResult} from '../../core/trace/types.ts';
 import type {DiffGroup, ProxyMode} from '../../protocol/methods.ts';
 import type {ChainsWritten} from '../sync/types.ts';
+import {errorText} from '../../core/error-text.ts';
 
 /** A parsed ruleset; only the backend that made it looks inside. */
 export type ParsedRules = {readonly __parsedRules?: never};
@@ -48,6 +49,6 @@ export async function loadIptablesBackend(): Promise<RulesBackend> {
     const module = (await import(specifier)) as typeof import('./iptables-backend.ts');
     return module.iptablesBackend;
   } catch (error) {
-    throw new Error(`iptables mode: cannot load core/iptables (parse, diff, trace, render): ${error instanceof Error ? error.message : String(error)}`);
+    throw new Error(`iptables mode: cannot load core/iptables (parse, diff, trace, render): ${errorText(error)}`);
   }
 }

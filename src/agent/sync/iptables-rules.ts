@@ -4,7 +4,8 @@
 // the proxier never reads its own input back.
 import {type IptablesRenderRecord, IptablesSaveSpelling, isLargeCluster, renderIptablesWrite, renderJumpRules, type SpelledTable} from '../../core/iptables/index.ts';
 import type {IPFamily, ProxyModel} from '../../core/model/index.ts';
-import type {IptablesTable, RestoreInput} from '../host/host.ts';
+import type {IptablesTable} from '../../core/iptables/chains.ts';
+import type {RestoreInput} from '../host/host.ts';
 
 /** A rule in a built-in chain that sends packets into the proxy's chains (PREROUTING -> KUBE-SERVICES). */
 export interface JumpRule {
@@ -88,7 +89,7 @@ export function coreIptablesRules(): IptablesRuleSource {
         declaredChains: () => ({filter: record.tables.filter.declared, nat: record.tables.nat.declared}),
         written: () => {
           const spelled = spellingOf(model.family).spell(record);
-          // A full render's record (110,000 chains at 10,000 services) is emptied once spelled:
+          // A full render's record (every chain of the tables) is emptied once spelled:
           // the generator that filled it is held until iptables-restore has committed.
           if (options.changedServicePorts === undefined) emptyRecord(record);
           return spelled;

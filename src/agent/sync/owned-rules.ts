@@ -3,7 +3,7 @@
 // drift detection compares and --cleanup removes. Chains of kubelet (KUBE-FIREWALL,
 // KUBE-KUBELET-CANARY, KUBE-MARK-DROP) and of anyone else are foreign and never touched.
 import {createHash} from 'node:crypto';
-import type {IptablesTable} from '../host/host.ts';
+import type {IptablesTable} from '../../core/iptables/chains.ts';
 import type {WrittenTable} from './iptables-rules.ts';
 
 /** Fixed chain names the proxy owns, per table. */
@@ -78,7 +78,7 @@ export function readOwnedRules(table: IptablesTable, saveText: string): OwnedRul
     // Packet counters ("[12:3456] -A ...", iptables-save -c) never mean a rule changed.
     const text = line.charCodeAt(0) === 0x5b ? line.replace(/^\[\d+:\d+\]\s+/, '') : line;
     // Most rules are in the proxy's chains: those are told without a match object or a chain name
-    // cut out per rule (at 10,000 services that was 40 MB of garbage per reading).
+    // cut out per rule (in a large cluster that was most of a reading's garbage).
     if (text.startsWith('-A ') && isOwnedChainAt(table, text, 3)) {
       rules.push(text);
       continue;
@@ -114,11 +114,11 @@ export function rulesByChain(owned: OwnedRules): Map<string, string[]> {
 /**
  * OwnedRecord: the proxy's part of one table as the proxier keeps it from one sync to the next,
  * to compare with what the kernel holds later. At 10,000 services a table's OwnedRules is 430,000
- * rule strings, sliced out of an iptables-save output of 33 MB that they keep alive. The record
+ * rule strings, sliced out of an iptables-save output that they keep alive whole. The record
  * keeps instead, per owned chain, either its rules (joined, in fresh strings: the fixed chains
  * such as KUBE-SERVICES, so that drift in them is logged rule by rule) or, for the hashed
  * per-service chains (KUBE-SVC-, KUBE-SEP- ...), a 96-bit digest of its rules and their count in
- * one 15-character string: about 110 bytes a chain, name included, instead of the chain's text.
+ * one 15-character string, instead of the chain's text.
  * After a full write that was not read back, a per-service chain is known only by its rule count
  * (a 3-character value, see countedValue) until the next reading settles it (settleRecord).
  */
@@ -218,7 +218,7 @@ export function matchesRecord(record: OwnedRecord, now: OwnedRules): boolean {
   // Same size, and every chain the kernel has recorded: the record's chains are the kernel's.
   for (const chain of now.chains) if (!record.chains.has(chain)) return false;
   // iptables-save prints each chain's rules together: compared run by run, nothing is grouped
-  // or kept (at 10,000 services, grouping 430,000 rules by chain held 40 MB through the check).
+  // or kept (grouping every rule by chain held a large part of the reading again through the check).
   const rules = now.rules;
   const compared = new Set<string>();
   let foreignChains = 0;
@@ -375,8 +375,8 @@ export function ownedAfterWrite(written: Record<'filter' | 'nat', WrittenTable>)
 
 /**
  * recordAfterFullWrite: the proxy's part of each table after a full write, without reading the
- * kernel back (one iptables-save takes about 5 s at 10,000 services) and without spelling all of
- * it (parsing its 430,000 rules costs about as much): the renderer spelled the fixed chains and the
+ * kernel back (slow on a large ruleset: docs/agent.md, Drift repair) and without spelling all of
+ * it (parsing every rule costs about as much): the renderer spelled the fixed chains and the
  * jump rules it inserted, and counted the rules of each per-service chain, which the record keeps
  * by count until the next reading settles them (settleRecord). Owned chains the write left alone
  * and the jump rules already in place are as `before`, read just before the write, shows them.

@@ -10,7 +10,7 @@ import {type Clock, systemClock} from '../clock.ts';
 import type {BoundedFrequencyRunner, RunReason} from './runner.ts';
 import {createSyncRunner, releaseGarbage, serviceHealthTargets, SyncBookkeeping} from './sync-bookkeeping.ts';
 import type {ClusterObjects, ObjectKind} from '../watch/cluster-objects.ts';
-import type {SyncOutcome, SyncResult} from './types.ts';
+import type {SyncOutcome, FamilySyncResult} from './types.ts';
 
 /** What every proxier keeps per IP family. */
 export interface FamilySyncState {
@@ -43,7 +43,7 @@ export abstract class ProxierBase<State extends FamilySyncState> {
   protected readonly runner: BoundedFrequencyRunner;
   protected readonly book: SyncBookkeeping;
   protected readonly families = new Map<IPFamily, State>();
-  protected lastResults: SyncResult[] = [];
+  protected lastResults: FamilySyncResult[] = [];
   protected lastError: string | undefined;
   /** A family's sync wrote or read whole tables: the garbage it left is collected once the sync is done. */
   protected wholeTablesTouched = false;
@@ -95,12 +95,12 @@ export abstract class ProxierBase<State extends FamilySyncState> {
     return models;
   }
 
-  status(): {initialized: boolean; lastResults: SyncResult[]; lastError: string | undefined; syncPending: boolean} {
+  status(): {initialized: boolean; lastResults: FamilySyncResult[]; lastError: string | undefined; syncPending: boolean} {
     return {initialized: this.book.initialized(), lastResults: this.lastResults, lastError: this.lastError, syncPending: this.runner.pending};
   }
 
   /** syncRules is one sync of every family (the runner's function; tests call it directly). */
-  async syncRules(reason: RunReason = {requested: true, periodic: false, retry: false}): Promise<SyncResult[]> {
+  async syncRules(reason: RunReason = {requested: true, periodic: false, retry: false}): Promise<FamilySyncResult[]> {
     return this.book.runSync(() => this.syncAll(reason), () => this.ruleTotals());
   }
 
@@ -115,11 +115,11 @@ export abstract class ProxierBase<State extends FamilySyncState> {
    * syncFamily; a family that fails does not keep the others from being written, and the sync
    * then fails as a whole.
    */
-  protected async syncAll(reason: RunReason): Promise<SyncResult[]> {
+  protected async syncAll(reason: RunReason): Promise<FamilySyncResult[]> {
     const triggers = this.book.beginSync();
     const objects = {services: this.#objects.services(), endpointSlices: this.#objects.endpointSlices(), node: this.#objects.node()};
     await this.prepareSync();
-    const results: SyncResult[] = [];
+    const results: FamilySyncResult[] = [];
     const models: ProxyModel[] = [];
     let failure: unknown;
     for (const [family, state] of this.families) {
@@ -155,7 +155,7 @@ export abstract class ProxierBase<State extends FamilySyncState> {
   protected async prepareSync(): Promise<void> {}
 
   /** Writes one family's model to the kernel. */
-  protected abstract syncFamily(family: IPFamily, model: ProxyModel, reason: RunReason): Promise<SyncResult>;
+  protected abstract syncFamily(family: IPFamily, model: ProxyModel, reason: RunReason): Promise<FamilySyncResult>;
 
   /** After every family was written: the mode's own gauges. */
   protected syncSucceeded(): void {}

@@ -8,7 +8,9 @@
 // read at least once per syncPeriod to check for drift, and if someone changed the rules, a full
 // sync rewrites them all.
 import {changedServicePorts, type IPFamily, type ModelOptions, type ProxyModel, ProxyModelBuilder, portsWithIdentities} from '../../core/model/index.ts';
-import {type Host, type IptablesFrontEnd, type IptablesTable, type RestoreInput, restoreInputText, savedTables} from '../host/host.ts';
+import type {IptablesTable} from '../../core/iptables/chains.ts';
+import {type Host, type IptablesFrontEnd, type RestoreInput, restoreInputText, savedTables} from '../host/host.ts';
+import {errorText} from '../../core/error-text.ts';
 import {planConntrackCleanup} from './conntrack-cleanup.ts';
 import type {IptablesRuleSource, JumpRule, RenderedWrite, WrittenTable} from './iptables-rules.ts';
 import {
@@ -29,7 +31,7 @@ import type {RunReason} from './runner.ts';
 import type {ClusterObjects} from '../watch/cluster-objects.ts';
 import {type FamilySyncState, ProxierBase, type ProxierBaseOptions} from './proxier-base.ts';
 import {deleteConntrackEntries, releaseGarbage} from './sync-bookkeeping.ts';
-import type {ChainsWritten, RulesWriteListener, SyncResult, WrittenRules} from './types.ts';
+import type {ChainsWritten, RulesWriteListener, FamilySyncResult, WrittenRules} from './types.ts';
 
 /** kube-proxy's FullSyncPeriod: the longest run of partial syncs. */
 export const fullSyncPeriod = 3_600_000;
@@ -66,16 +68,16 @@ interface FamilyState extends FamilySyncState {
 }
 
 /**
- * A reading of the tables this slow or slower (10,000 services: 5-9 s for iptables-save and the
- * comparison) is taken for the drift check outside the syncs, so that changes need not wait for
- * it; faster ones, within the sync that found the check due.
+ * A reading of the tables this slow or slower (a large cluster's: see docs/agent.md, Drift
+ * repair) is taken for the drift check outside the syncs, so that changes need not wait for it;
+ * faster ones, within the sync that found the check due.
  */
 export const backgroundReadingMs = 1000;
 
 /**
  * A reading of fewer of the proxy's rules than this takes about as long as one of this many:
- * iptables-save starting and reading the ruleset's skeleton (about 15 ms) costs as much as reading
- * a thousand rules or so.
+ * iptables-save starting and reading the ruleset's skeleton costs as much as reading a thousand
+ * rules or so (docs/agent.md, Figures behind the code).
  */
 const readingFixedCostRules = 1000;
 
@@ -152,7 +154,7 @@ export class IptablesProxier extends ProxierBase<FamilyState> {
   }
 
 
-  protected async syncFamily(family: IPFamily, model: ProxyModel, reason: RunReason): Promise<SyncResult> {
+  protected async syncFamily(family: IPFamily, model: ProxyModel, reason: RunReason): Promise<FamilySyncResult> {
     const {metrics, log} = this.#options;
     const state = this.families.get(family)!;
     const start = this.clock.now();
@@ -261,7 +263,7 @@ export class IptablesProxier extends ProxierBase<FamilyState> {
     const input = passing(rendered.input, (piece) => {
       if (log.verbosity >= 5) pieces.push(piece);
     });
-    // The renderer's record of a full write (110,000 chains at 10,000 services) is let go once the
+    // The renderer's record of a full write (every chain of the tables) is let go once the
     // drift record is made from it, not held while iptables-restore commits.
     const takeWritten = (): ReturnType<RenderedWrite['written']> => {
       const written = rendered?.written();
@@ -502,8 +504,8 @@ export class IptablesProxier extends ProxierBase<FamilyState> {
 /**
  * iptables-nft's restore with --noflush first notes every chain its input names, one linear
  * insertion into a sorted list per command, to read just those from the kernel. A full sync names
- * every chain (about 11 per service): at 1,000 services that list costs seconds, at 10,000 it would
- * take most of an hour. A command that names no chain makes it read the whole table instead and
+ * every chain (about 11 per service), so the list makes a full sync quadratic in the services (see
+ * docs/agent.md, How a sync works). A command that names no chain makes it read the whole table instead and
  * skip the list. `-Z` (zero the table's counters) is the one such command that changes no rule; its
  * price is that the nat counters restart from zero at each full sync, which those of our own rules
  * do anyway since a full sync rewrites all of them. Partial syncs usually name few chains and go
@@ -544,8 +546,8 @@ interface WriteOutcome {
 
 /** withWholeTableCache puts the -Z command at the start of the nat part of a partial sync's input. */
 export function withWholeTableCache(rules: string): string {
-  // Sliced and joined rather than replaced by a regular expression: at 10,000 services the input is
-  // 45 MB, and a replace would copy all of it once more.
+  // Sliced and joined rather than replaced by a regular expression: the input holds whole tables,
+  // and a replace would copy all of it once more.
   const at = rules.startsWith('*nat\n') ? 0 : rules.indexOf('\n*nat\n') + 1;
   if (at === 0 && !rules.startsWith('*nat\n')) return rules;
   return `${rules.slice(0, at + 5)}${wholeTableCache}\n${rules.slice(at + 5)}`;
@@ -585,8 +587,4 @@ export function missingJumpRules(jumps: JumpRule[], existing: Map<IptablesTable,
   const present = new Set<string>();
   for (const owned of existing.values()) for (const rule of owned.kubeJumps ?? owned.jumpRules) present.add(`${owned.table} ${ruleWords(rule).join(' ')}`);
   return jumps.filter((jump) => !present.has(`${jump.table} ${['-A', jump.chain, ...jump.rule].join(' ')}`));
-}
-
-function errorText(error: unknown): string {
-  return error instanceof Error ? error.message : String(error);
 }

@@ -11,7 +11,8 @@ import type {ConntrackFilter, Host} from '../host/host.ts';
 import type {Logger} from '../log.ts';
 import type {Clock} from '../clock.ts';
 import {lastChangeTriggerTimeAnnotation, type ObjectKind} from '../watch/cluster-objects.ts';
-import type {SyncOutcome, SyncResult} from './types.ts';
+import type {SyncOutcome, FamilySyncResult} from './types.ts';
+import {errorText} from '../../core/error-text.ts';
 import {BoundedFrequencyRunner, type RunReason} from './runner.ts';
 
 /** When the changes a sync covers happened, per EndpointSlice (for the network programming latency). */
@@ -93,7 +94,7 @@ export class SyncBookkeeping {
    * runSync runs one sync of every family as each proxier does: not before the initial lists
    * are in, and with the listeners told of its outcome, success or failure.
    */
-  async runSync(sync: () => Promise<SyncResult[]>, rules: () => SyncOutcome['rules']): Promise<SyncResult[]> {
+  async runSync(sync: () => Promise<FamilySyncResult[]>, rules: () => SyncOutcome['rules']): Promise<FamilySyncResult[]> {
     if (!this.initialized()) {
       this.#options.log.detail(2, 'not syncing until services, endpoint slices and the node have been listed');
       return [];
@@ -179,14 +180,14 @@ export class SyncBookkeeping {
 /**
  * releaseGarbage collects garbage at once when the agent runs with --expose-gc (bin/proxyctl-agent
  * and the image start it so). The proxiers call it after a sync that wrote or read whole tables:
- * at 10,000 services such a sync leaves more garbage than the agent keeps (iptables mode: the
- * restore input, 40 MB, the iptables-save outputs read back, 33 MB, and their lines; the initial
- * lists at start), and V8 would hold it, and the memory under it, until its next major
- * collection, which an idle agent may not reach for minutes. One collection takes about 100 ms;
- * such syncs come at start, hourly, after drift or a failure, and at most once per syncPeriod for
+ * in a large cluster such a sync leaves more garbage than the agent keeps (iptables mode: the
+ * restore input, the iptables-save outputs read back and their lines; the initial lists at
+ * start), and V8 would hold it, and the memory under it, until its next major collection, which
+ * an idle agent may not reach for minutes. A collection is short next to such a sync, and such
+ * syncs are rare: at start, hourly, after drift or a failure, and at most once per syncPeriod for
  * the drift check. Without --expose-gc it does nothing. A last-resort collection also compacts
- * the old generation, so that the pages the garbage filled go back to the system: at 10,000
- * services RSS 3 s after the first sync goes from about 280 to 220 MiB.
+ * the old generation, so that the pages the garbage filled go back to the system (the RSS it saves:
+ * docs/agent.md, Memory).
  */
 export function releaseGarbage(): void {
   const gc = (globalThis as {gc?: (options: object) => void}).gc;
@@ -198,9 +199,8 @@ export function releaseGarbage(): void {
 /**
  * V8 keeps the subject of the last regular-expression match alive (for RegExp.lastMatch and
  * RegExp.$1). After a reading, that subject is a rule sliced out of iptables-save's output, and it
- * keeps the whole output, 33 MB at 10,000 services, until some other match runs, which in an idle
- * agent can be never: at 10,000 services RSS stayed at 220-230 MiB after a drift check instead of
- * going back to 190. A match on an empty string takes its place.
+ * keeps the whole output until some other match runs, which in an idle agent can be never (what
+ * that cost: docs/agent.md, Memory). A match on an empty string takes its place.
  */
 function forgetLastRegExpMatch(): void {
   /(?:)/.exec('');
@@ -256,6 +256,3 @@ export async function deleteConntrackEntries(parts: {host: Host; metrics: AgentM
   }
 }
 
-function errorText(error: unknown): string {
-  return error instanceof Error ? error.message : String(error);
-}

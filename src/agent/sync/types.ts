@@ -1,9 +1,10 @@
 // What the proxiers and their bookkeeping share, and what they tell the agent and its API: the
 // result of a sync, and what a write of iptables rules left in the kernel.
 import type {IPFamily} from '../../core/model/index.ts';
-import type {IptablesTable} from '../host/host.ts';
+import type {IptablesTable} from '../../core/iptables/chains.ts';
 
-export interface SyncResult {
+/** FamilySyncResult: what one sync of one IP family did (not protocol/'s SyncResult, the answer to the plugin's sync call). */
+export interface FamilySyncResult {
   family: IPFamily;
   kind: 'full' | 'partial' | 'unchanged';
   changedServicePorts: number;
@@ -17,7 +18,7 @@ export interface SyncOutcome {
   durationMs: number;
   ok: boolean;
   /** Per family; empty when the sync failed. */
-  results: SyncResult[];
+  results: FamilySyncResult[];
   /** The proxy's rules in the kernel after the sync, per table, all families together. */
   rules: {filter: number; nat: number};
   error?: string;

@@ -5,7 +5,7 @@
 // -m comment --comment X -m tcp --dport 80"). The parser knows the second from the first, checked
 // equal to the kernel's for every rule the renderer writes (test/kernel/iptables.test.ts).
 import type {IPFamily} from '../model/types.ts';
-import type {IptablesTable} from './chains.ts';
+import type {ProxyTable} from './chains.ts';
 import {parseIptablesSave} from './parse.ts';
 import {type IptablesRenderRecord, insertLine} from './render.ts';
 import {isBuiltinChain} from './ruleset.ts';
@@ -33,8 +33,8 @@ export class IptablesSaveSpelling {
   }
 
   /** The record's tables in iptables-save's spelling (sharing nothing with the record); undefined when a line does not spell as one rule. */
-  spell(record: IptablesRenderRecord): Record<IptablesTable, SpelledTable> | undefined {
-    const lines: Array<{table: IptablesTable; chain: string; line: string}> = [];
+  spell(record: IptablesRenderRecord): Record<ProxyTable, SpelledTable> | undefined {
+    const lines: Array<{table: ProxyTable; chain: string; line: string}> = [];
     for (const table of ['filter', 'nat'] as const) {
       const rendered = record.tables[table];
       for (const [chain, rules] of rendered.rules) if (typeof rules !== 'number') for (const line of rules) lines.push({table, chain, line});
@@ -46,7 +46,7 @@ export class IptablesSaveSpelling {
     for (const {line} of lines) known.set(line, this.#known.get(line) ?? fresh.get(line)!);
     // Kept for the renders to come; in fresh strings, since slices would keep the whole input alive.
     this.#known = known;
-    const spelled = (table: IptablesTable): SpelledTable => {
+    const spelled = (table: ProxyTable): SpelledTable => {
       const rendered = record.tables[table];
       const rules = new Map<string, string[] | number>();
       for (const [chain, list] of rendered.rules) rules.set(chain, typeof list === 'number' ? list : list.map((line) => known.get(line)!));
@@ -56,10 +56,10 @@ export class IptablesSaveSpelling {
     return {filter: spelled('filter'), nat: spelled('nat')};
   }
 
-  #spellNew(lines: Array<{table: IptablesTable; chain: string; line: string}>): Map<string, string> | undefined {
+  #spellNew(lines: Array<{table: ProxyTable; chain: string; line: string}>): Map<string, string> | undefined {
     const spelled = new Map<string, string>();
     if (lines.length === 0) return spelled;
-    const byTable = new Map<IptablesTable, Map<string, string[]>>();
+    const byTable = new Map<ProxyTable, Map<string, string[]>>();
     for (const {table, chain, line} of lines) {
       const chains = byTable.get(table) ?? new Map<string, string[]>();
       byTable.set(table, chains);

@@ -238,7 +238,7 @@ function localTrafficMatch(model: ProxyModel, words: FamilyWords, local: boolean
     case 'NodeCIDR':
       if (detector.cidrs.length === 0) return undefined;
       // Several CIDRs go in one named set: an anonymous set in every service chain is a kernel
-      // object each, and nft slows down with every one (minutes at 30,000 services).
+      // object each, and nft slows down with every one.
       const cidrs = outermostCIDRs(detector.cidrs);
       if (cidrs.length > 1) return `${words.ipX} saddr ${op}@${nftNames.localCIDRs}`;
       return `${words.ipX} saddr ${op}${valueList(cidrs)}`;
@@ -578,14 +578,15 @@ export function renderNftablesSync(model: ProxyModel, options: NftablesRenderOpt
   const key = setupKey(model, options);
   const previous = options.existing;
   const partial = previous !== undefined && options.changedServicePorts !== undefined && previous.family === model.family && previous.setupKey === key;
-  return partial ? renderPartialSync(model, options.changedServicePorts!, words, previous, now) : renderFullSync(model, options, words, key, now);
+  return partial ? renderPartialSync(model, options, words, previous, now) : renderFullSync(model, options, words, key, now);
 }
 
-/** renderFullSync: the whole table in one transaction, and the state it leaves. */
+/** The whole table in one transaction; chains of `options.existing` no longer used are flushed and recorded as stale. */
 function renderFullSync(model: ProxyModel, options: NftablesRenderOptions, words: FamilyWords, key: string, now: number): NftablesSync {
   const previous = options.existing;
   const out: string[] = [];
   const t = `${words.ipX} ${tableName}`;
+
   const state: NftablesState = {family: model.family, setupKey: key, footprints: new Map(), elements: new Map(), nextOffset: 0, staleChains: new Map(), targetMaps: new Set()};
   if (options.recreateTable) out.push(`add table ${t}`, `delete table ${t}`);
   renderSetup(model, options, words, out);
@@ -634,17 +635,18 @@ function renderFullSync(model: ProxyModel, options: NftablesRenderOptions, words
   return {script: out.join('\n') + '\n', kind: 'full', state};
 }
 
-/**
- * renderPartialSync replaces the footprints of changed service ports. The state is updated in
- * place, so that the cost follows the change, not the cluster.
- */
-function renderPartialSync(model: ProxyModel, changedServicePorts: ReadonlySet<string>, words: FamilyWords, state: NftablesState, now: number): NftablesSync {
+/** The chains and elements of the changed service ports only, on top of `state` (updated in place). */
+function renderPartialSync(model: ProxyModel, options: NftablesRenderOptions, words: FamilyWords, previous: NftablesState, now: number): NftablesSync {
   const out: string[] = [];
   const t = `${words.ipX} ${tableName}`;
+
+  // Partial: replace the footprints of changed service ports. The state is updated in place, so
+  // that the cost follows the change, not the cluster.
+  const state = previous;
   const ports = new Map<string, ServicePort>();
   for (const port of model.servicePorts) {
     const identity = servicePortIdentity(port);
-    if (changedServicePorts.has(identity)) ports.set(identity, port);
+    if (options.changedServicePorts!.has(identity)) ports.set(identity, port);
   }
   const touched = new Map<string, {before?: {count: number; value?: string}; element: NftElement}>();
   const touch = (element: NftElement) => {
@@ -662,7 +664,7 @@ function renderPartialSync(model: ProxyModel, changedServicePorts: ReadonlySet<s
   const oldSets = new Set<string>();
   const newSets = new Set<string>();
   const written: Footprint[] = [];
-  for (const identity of [...changedServicePorts].sort()) {
+  for (const identity of [...options.changedServicePorts!].sort()) {
     const old = state.footprints.get(identity);
     const port = ports.get(identity);
     const oldBlocks = new Map((old?.blocks ?? []).map((block) => [block.chain, block]));
