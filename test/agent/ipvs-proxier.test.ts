@@ -11,12 +11,12 @@ import {memoryLogger} from '../../src/agent/log.ts';
 import {cleanupProxyRules} from '../../src/agent/sync/cleanup.ts';
 import {IpvsProxier} from '../../src/agent/sync/ipvs-proxier.ts';
 import {liveConnections} from '../../src/agent/sync/ipvs-host.ts';
-import {ipvsRulesBackend, parseIpvsStateText} from "../../src/agent/api/ipvs-backend.ts";
+import {ipvsRulesBackend, parseIpvsStateText} from "../../src/agent/api/rules/ipvs.ts";
 import {diffIpvs, formatIpvsadmRestore, type Ipset, type IpvsVirtualServer, parseIpvsadmSave, renderIpvs, virtualServerKey} from '../../src/core/ipvs/index.ts';
 import {buildProxyModel, joinHostPort} from '../../src/core/model/index.ts';
 import {HostCommandError, restoreInputText} from '../../src/agent/host/host.ts';
 import {createAgentRuntime} from '../../src/agent/api/runtime.ts';
-import {unwatchedRulesetChanges} from '../../src/agent/api/ruleset-changes.ts';
+import {unwatchedRulesetChanges} from '../../src/agent/applied/ruleset-changes.ts';
 import {RecordingHost} from './recording-host.ts';
 import {MemoryObjects, node, service, slice} from './sync/cluster.ts';
 

@@ -115,10 +115,15 @@ export type WrittenRules =
   /** The chains a partial write replaced; every other rule is as before the write. */
   | {kind: 'chains'; tables: ChainsWritten[]; writtenAt: number};
 
-/** Told before each iptables-restore and after it (`written` undefined when what it left is not known). */
+/**
+ * Told before each iptables-restore and after it (`written` undefined when what it left is not
+ * known), and of each reading of the tables taken with no write in flight (the drift check's),
+ * with when it started.
+ */
 export interface RulesWriteListener {
   started(family: IPFamily): void;
   ended(family: IPFamily, written: WrittenRules | undefined): void;
+  reading?(family: IPFamily, text: string, startedAt: number): void;
 }
 
 /** SyncOutcome: one sync of every family, as told to onSync listeners (the agent API streams it). */
@@ -168,6 +173,15 @@ export class IptablesProxier extends ProxierBase<FamilyState> {
     return () => this.#writeListeners.delete(listener);
   }
 
+  /**
+   * readApplied reads the proxy's tables as iptables-save prints them (filter, then nat), for
+   * whoever must know what the kernel holds now (the plugin's API); listeners are told of it as of
+   * any reading.
+   */
+  async readApplied(family: IPFamily): Promise<string> {
+    return (await this.#readTables(family)).text;
+  }
+
   /** `written` is worked out only when someone listens. */
   #tellWrite(family: IPFamily, phase: 'started' | 'ended', written?: () => WrittenRules | undefined): void {
     if (this.#writeListeners.size === 0) return;
@@ -181,6 +195,16 @@ export class IptablesProxier extends ProxierBase<FamilyState> {
       try {
         if (phase === 'started') listener.started(family);
         else listener.ended(family, rules);
+      } catch (error) {
+        this.#options.log.error('rules write listener failed', {reason: errorText(error)});
+      }
+    }
+  }
+
+  #tellReading(family: IPFamily, text: string, startedAt: number): void {
+    for (const listener of this.#writeListeners) {
+      try {
+        listener.reading?.(family, text, startedAt);
       } catch (error) {
         this.#options.log.error('rules write listener failed', {reason: errorText(error)});
       }
@@ -466,9 +490,12 @@ export class IptablesProxier extends ProxierBase<FamilyState> {
   async #readTables(family: IPFamily): Promise<{owned: Map<IptablesTable, OwnedRules>; text: string}> {
     // One reading of every table: iptables-nft reads the whole ruleset for either table.
     const startedAt = this.clock.now();
+    const state = this.families.get(family)!;
+    const writes = state.writesStarted;
+    const idle = state.writesEnded === writes;
     const save = await this.#options.host.iptablesSave(family);
     const tables = {owned: new Map(proxyTables.map((table) => [table, readOwnedRules(table, save)])), text: savedTables(save, proxyTables)};
-    const state = this.families.get(family)!;
+    if (idle && state.writesStarted === writes) this.#tellReading(family, tables.text, startedAt);
     state.lastReadingMs = this.clock.now() - startedAt;
     state.lastReadingRules = 0;
     for (const owned of tables.owned.values()) state.lastReadingRules += owned.rules.length;

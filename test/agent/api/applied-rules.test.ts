@@ -3,9 +3,9 @@
 // anyone else's change, and read every time when nothing watches the ruleset.
 import assert from 'node:assert/strict';
 import {describe, it} from 'node:test';
-import {AppliedRulesCache} from '../../../src/agent/api/applied-rules.ts';
-import {iptablesBackend} from '../../../src/agent/api/iptables-backend.ts';
-import {unwatchedRulesetChanges, type RulesetChanges} from '../../../src/agent/api/ruleset-changes.ts';
+import {AppliedState} from '../../../src/agent/applied/applied-state.ts';
+import {iptablesBackend} from '../../../src/agent/api/rules/iptables.ts';
+import {unwatchedRulesetChanges, type RulesetChanges} from '../../../src/agent/applied/ruleset-changes.ts';
 import {findChain, type IptablesRuleset} from '../../../src/core/iptables/ruleset.ts';
 import {traceIptables} from '../../../src/core/iptables/trace.ts';
 
@@ -40,7 +40,7 @@ function watchedChanges(clock: {time: number}): RulesetChanges & {foreignChange(
 function cacheOver(changes: RulesetChanges, clock = {time: 1000}) {
   let kernel = kernelV1;
   const reads: string[] = [];
-  const cache = new AppliedRulesCache({
+  const cache = new AppliedState({
     read: async (family) => {
       reads.push(family);
       await new Promise((resolve) => setTimeout(resolve, 5));
@@ -57,7 +57,7 @@ function cacheOver(changes: RulesetChanges, clock = {time: 1000}) {
 
 const packet = {srcIP: '10.244.2.9', dstIP: '10.96.0.10', dstPort: 80, protocol: 'TCP' as const, origin: 'arriving' as const};
 
-describe('AppliedRulesCache', () => {
+describe('AppliedState', () => {
   it('reads once while nothing changes, and again after a foreign change', async () => {
     const clock = {time: 1000};
     const changes = watchedChanges(clock);
@@ -76,7 +76,7 @@ describe('AppliedRulesCache', () => {
 
   it('gives the text back as read, whether the parsed rules hold it or the cache keeps it compressed', async () => {
     for (const textOf of [iptablesBackend.textOf, undefined]) {
-      const cache = new AppliedRulesCache({read: async () => kernelV1, parse: iptablesBackend.parse, textOf, changes: watchedChanges({time: 0}), now: () => 1});
+      const cache = new AppliedState({read: async () => kernelV1, parse: iptablesBackend.parse, textOf, changes: watchedChanges({time: 0}), now: () => 1});
       const reading = await cache.get('IPv4');
       assert.ok(findChain(reading.rules as IptablesRuleset, 'nat', 'KUBE-SEP-AAAAAAAAAAAAAAAA'));
       assert.equal(reading.text, kernelV1);
@@ -105,8 +105,8 @@ describe('AppliedRulesCache', () => {
     const clock = {time: 1000};
     const {cache, reads} = cacheOver(watchedChanges(clock), clock);
     const before = await cache.get('IPv4');
-    cache.writeStarted('IPv4');
-    cache.writeEnded('IPv4', {
+    cache.started('IPv4');
+    cache.ended('IPv4', {
       kind: 'chains',
       writtenAt: 5000,
       tables: [
@@ -138,8 +138,8 @@ describe('AppliedRulesCache', () => {
   it('takes a full write\'s read-back as the rules, without reading the kernel itself', async () => {
     const clock = {time: 1000};
     const {cache, reads} = cacheOver(watchedChanges(clock), clock);
-    cache.writeStarted('IPv4');
-    cache.writeEnded('IPv4', {kind: 'read', text: kernelV1, readStartedAt: clock.time++});
+    cache.started('IPv4');
+    cache.ended('IPv4', {kind: 'read', text: kernelV1, readStartedAt: clock.time++});
     const applied = await cache.get('IPv4');
     assert.deepEqual(reads, []);
     assert.ok(findChain(applied.rules as IptablesRuleset, 'nat', 'KUBE-SEP-AAAAAAAAAAAAAAAA'));
@@ -149,12 +149,12 @@ describe('AppliedRulesCache', () => {
     const clock = {time: 1000};
     const {cache, reads} = cacheOver(watchedChanges(clock), clock);
     await cache.get('IPv4');
-    cache.writeStarted('IPv4');
+    cache.started('IPv4');
     let answered = false;
     const waiting = cache.get('IPv4').then((rules) => ((answered = true), rules));
     await new Promise((resolve) => setTimeout(resolve, 20));
     assert.equal(answered, false, 'no answer from the rules before the write');
-    cache.writeEnded('IPv4', undefined);
+    cache.ended('IPv4', undefined);
     await waiting;
     assert.deepEqual(reads, ['IPv4', 'IPv4']);
   });
@@ -164,8 +164,8 @@ describe('AppliedRulesCache', () => {
     const {cache, reads} = cacheOver(watchedChanges(clock), clock);
     const reading = cache.get('IPv4');
     while (reads.length === 0) await new Promise((resolve) => setImmediate(resolve));
-    cache.writeStarted('IPv4');
-    cache.writeEnded('IPv4', {kind: 'chains', writtenAt: clock.time++, tables: [{table: 'nat', declared: ['KUBE-SVC-CCCCCCCCCCCCCCCC'], chains: ['KUBE-SVC-CCCCCCCCCCCCCCCC'], rules: []}]});
+    cache.started('IPv4');
+    cache.ended('IPv4', {kind: 'chains', writtenAt: clock.time++, tables: [{table: 'nat', declared: ['KUBE-SVC-CCCCCCCCCCCCCCCC'], chains: ['KUBE-SVC-CCCCCCCCCCCCCCCC'], rules: []}]});
     await reading;
     await cache.get('IPv4');
     assert.deepEqual(reads, ['IPv4', 'IPv4'], 'the write was not in the first reading: read again');
