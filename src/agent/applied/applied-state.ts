@@ -1,5 +1,6 @@
-// AppliedState: what the kernel holds, per IP family, the one copy the agent keeps of it. The
-// proxier publishes into it (RulesWriteListener): each write it starts and what the write left (the
+// AppliedState: what the kernel holds, per IP family: the agent's one copy of the kernel's rules
+// (the proxier keeps only a record of what it wrote, to compare its readings with). The proxier
+// publishes into it (RulesWriteListener): each write it starts and what the write left (the
 // chains a partial sync wrote, or the rules a full sync read back), and each reading of the tables
 // it takes for its drift check. The plugin's API reads it; when it holds nothing current, the
 // proxier's own reader reads the kernel (iptables-save takes seconds at 10,000 services, so a
