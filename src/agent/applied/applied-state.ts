@@ -48,8 +48,9 @@ export interface AppliedStateOptions {
   /** Longest wait for a write in progress to be reported (default 60 s); past it, the kernel is read. */
   writeWaitMs?: number;
   /**
-   * The processes the host starts: those that write rules (`writer`) while a reported write runs
-   * are the agent's own, and the changes the monitor reports for them are not foreign.
+   * The processes the host starts: those that write rules (`writer`, default iptables-restore and
+   * nft) while a reported write runs are the agent's own, and the changes the monitor reports for
+   * them are not foreign.
    */
   spawns?: Host['onSpawn'];
   writer?: RegExp;
@@ -84,7 +85,7 @@ export class AppliedState implements RulesWriteListener {
 
   constructor(options: AppliedStateOptions) {
     this.#options = options;
-    const writer = options.writer ?? /(?:^|\/)ip6?tables-restore$/;
+    const writer = options.writer ?? /(?:^|\/)(?:ip6?tables-restore|nft)$/;
     this.#stopWatchingSpawns = options.spawns?.((pid, command) => {
       if (this.#writesRunning > 0 && command.some((word) => writer.test(word))) this.#ownWritersEnded.push(options.changes.ownWriter(pid));
     });
