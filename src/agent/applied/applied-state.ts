@@ -217,7 +217,10 @@ export class AppliedState implements RulesWriteListener {
       get rules() {
         const known = rules ?? parsed?.deref();
         if (known) return known;
+        const again = raw === undefined;
         const fresh = parse(raw ?? inflateRawSync(compressed!).toString());
+        // Parsing a whole listing again leaves its garbage: collected once the request is answered.
+        if (again) setImmediate(releaseGarbage);
         if (textOf?.(fresh)) rules = fresh;
         else {
           compressed ??= deflateRawSync(raw!, {level: 1});

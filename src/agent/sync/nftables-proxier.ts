@@ -83,23 +83,23 @@ export class NftablesProxier extends ProxierBase<FamilyState> {
     return () => this.#writeListeners.delete(listener);
   }
 
-  /** readApplied lists the table as `nft -j list table` prints it (an empty listing when there is none yet). */
+  /** readApplied lists the table as `nft -j list table` prints it (an empty listing when there is none yet); the listing is the caller's, listeners are not told of it. */
   async readApplied(family: IPFamily): Promise<string> {
     try {
-      return await this.#list(family);
+      return await this.#list(family, false);
     } catch {
       // No table yet: nothing applied.
       return '{"nftables": []}';
     }
   }
 
-  /** The table as `nft -j list table` prints it; listeners are told of a listing no transaction overlapped. */
-  async #list(family: IPFamily): Promise<string> {
+  /** The table as `nft -j list table` prints it; listeners are told (`tell`) of a listing no transaction overlapped. */
+  async #list(family: IPFamily, tell = true): Promise<string> {
     const startedAt = this.clock.now();
     const writes = this.#writes;
     const idle = !this.#writing;
     const listed = await this.#options.host.nft(['-j', 'list', 'table', nftFamily(family), 'kube-proxy']);
-    if (idle && writes === this.#writes) this.#tell((listener) => listener.reading?.(family, listed, startedAt));
+    if (tell && idle && writes === this.#writes) this.#tell((listener) => listener.reading?.(family, listed, startedAt));
     return listed;
   }
 

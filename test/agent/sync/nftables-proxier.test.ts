@@ -91,7 +91,9 @@ test('nftables proxier: full then partial syncs, stale chains deleted later, dri
   const [repaired] = await proxier.syncRules(periodic);
   assert.deepEqual([repaired.kind, repaired.drift], ['full', true]);
   assert.deepEqual(heard.slice(-3), ['reading of the table', 'started', 'ended unknown'], 'the drift check\'s listing, then the repair');
+  const toldBefore = heard.length;
   assert.equal(JSON.stringify(JSON.parse(await proxier.readApplied('IPv4'))), JSON.stringify(JSON.parse(inNetns(netns, ['nft', '-j', 'list', 'table', 'ip', 'kube-proxy']))));
+  assert.equal(heard.length, toldBefore, 'a listing asked for is the caller\'s, not told');
   assert.match(inNetns(netns, ['nft', 'list', 'map', 'ip', 'kube-proxy', 'service-ips']), /10\.96\.0\.10 \. tcp \. 80 : goto service-/);
   assert.match(await metrics.registry.metrics(), /proxyctl_drift_repairs_total\{ip_family="IPv4"\} 1/);
 
