@@ -100,9 +100,12 @@ export class AppliedState implements RulesWriteListener {
    * A reading of the tables the proxier took (its drift check), starting at `startedAt` with no
    * write of its own in flight: kept when it is newer than what is known, so that the next request
    * need not read the kernel itself. A reading that adds nothing (the rules known are current) is
-   * dropped, so that answers prepared from them (the drift check) stay valid.
+   * dropped, so that answers prepared from them (the drift check) stay valid; so is every reading
+   * while the monitor does not watch (each request reads the kernel then).
    */
   reading(family: IPFamily, text: string, startedAt: number): void {
+    // Unwatched, no request trusts what is kept: it would only hold the text.
+    if (!this.#options.changes.watching()) return;
     const writes = this.#familyWrites(family);
     if (writes.running || startedAt <= (writes.lastEndedAt ?? -Infinity)) return;
     if (this.current(family)) return;
