@@ -176,10 +176,10 @@ export class IptablesProxier extends ProxierBase<FamilyState> {
   /**
    * readApplied reads the proxy's tables as iptables-save prints them (filter, then nat), for
    * whoever must know what the kernel holds now (the plugin's API). The reading is the caller's:
-   * listeners are not told of it.
+   * listeners are not told of it, and the proxy's rules are not picked out of it.
    */
   async readApplied(family: IPFamily): Promise<string> {
-    return (await this.#readTables(family, false)).text;
+    return savedTables(await this.#options.host.iptablesSave(family), proxyTables);
   }
 
   /** `written` is worked out only when someone listens. */
@@ -487,7 +487,7 @@ export class IptablesProxier extends ProxierBase<FamilyState> {
   }
 
   /** The proxy's part of its tables, and the tables as iptables-save printed them (filter, then nat). */
-  async #readTables(family: IPFamily, tell = true): Promise<{owned: Map<IptablesTable, OwnedRules>; text: string}> {
+  async #readTables(family: IPFamily): Promise<{owned: Map<IptablesTable, OwnedRules>; text: string}> {
     // One reading of every table: iptables-nft reads the whole ruleset for either table.
     const startedAt = this.clock.now();
     const state = this.families.get(family)!;
@@ -495,7 +495,7 @@ export class IptablesProxier extends ProxierBase<FamilyState> {
     const idle = state.writesEnded === writes;
     const save = await this.#options.host.iptablesSave(family);
     const tables = {owned: new Map(proxyTables.map((table) => [table, readOwnedRules(table, save)])), text: savedTables(save, proxyTables)};
-    if (tell && idle && state.writesStarted === writes) this.#tellReading(family, tables.text, startedAt);
+    if (idle && state.writesStarted === writes) this.#tellReading(family, tables.text, startedAt);
     state.lastReadingMs = this.clock.now() - startedAt;
     state.lastReadingRules = 0;
     for (const owned of tables.owned.values()) state.lastReadingRules += owned.rules.length;
