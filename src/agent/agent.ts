@@ -1,9 +1,9 @@
-// startAgent: wires one node agent together from an AgentConfig: watches -> object store ->
+// startAgent: wires one node agent together from a checked AgentConfig: watches -> object store ->
 // proxier -> host, with the healthz, metrics and service health servers. main.ts runs it as a
 // process; the lab can run it in-process with its own host, rules and client.
 import {readFileSync} from 'node:fs';
 import {hostname} from 'node:os';
-import {type IPFamily, type LocalDetector, parseCIDR, parseIP, type ProxyConfig} from '../core/model/index.ts';
+import type {IPFamily, LocalDetector, ParsedIP, ProxyConfig} from '../core/model/index.ts';
 import {type AccessReviewer, kubernetesAccessReviewer} from './api/access.ts';
 import {iptablesBackend} from './api/rules/iptables.ts';
 import type {RulesBackend} from './api/rules/backend.ts';
@@ -12,7 +12,7 @@ import {readNodeAddresses} from './api/node-addresses.ts';
 import {createAgentRuntime} from './api/runtime.ts';
 import {type AgentApi, isLoopbackHost, startAgentApi} from './api/server.ts';
 import {type AgentConfig, syncPeriods} from './config/agent-config.ts';
-import {parseHostPort} from './config/load-config.ts';
+import type {AgentAddresses, BindAddress, CheckedConfig} from './config/load-config.ts';
 import {startHealthServer} from './health/health-server.ts';
 import type {HttpEndpoint} from './health/http-listen.ts';
 import {type AgentMetrics, createAgentMetrics} from './health/metrics.ts';
@@ -31,6 +31,7 @@ import {IpvsProxier} from './sync/ipvs-proxier.ts';
 import {ipvsRulesBackend} from './api/rules/ipvs.ts';
 import {ClusterWatch} from './watch/cluster-watch.ts';
 import {createKubernetesClient, type KubernetesClient, loadKubeConfig} from './watch/kubernetes-client.ts';
+import {errorText} from '../core/error-text.ts';
 
 export interface AgentDependencies {
   log: Logger;
@@ -61,8 +62,10 @@ export interface RunningAgent {
   stop(): Promise<void>;
 }
 
-export async function startAgent(config: AgentConfig, dependencies: AgentDependencies): Promise<RunningAgent> {
+export async function startAgent(checked: CheckedConfig, dependencies: AgentDependencies): Promise<RunningAgent> {
   const {log} = dependencies;
+  const {addresses} = checked;
+  let {config} = checked;
   const host = dependencies.host ?? new CommandHost({netns: config.netns, onCommand: (command) => log.detail(4, 'run', {command: command.join(' ')})});
   if (config.mode === 'ipvs') {
     // As kube-proxy does: without IP_VS in the kernel, ipvs mode falls back to iptables mode.
@@ -78,7 +81,7 @@ export async function startAgent(config: AgentConfig, dependencies: AgentDepende
   const rules = config.mode === 'iptables' ? (dependencies.rules ?? (await loadCoreIptablesRules())) : undefined;
   const client = dependencies.client ?? createKubernetesClient(loadKubeConfig(config.kubeconfig));
   const nodeName = config.hostnameOverride ?? hostname().toLowerCase();
-  const families = proxyFamilies(config);
+  const families = proxyFamilies(addresses);
   const {syncPeriod, minSyncPeriod} = syncPeriods(config);
 
   // kube-proxy's iptables proxier checks these at start; core renders from the answer.
@@ -97,7 +100,7 @@ export async function startAgent(config: AgentConfig, dependencies: AgentDepende
     families,
     model: {
       nodeName,
-      nodeIPs: bindAddressNodeIPs(config.bindAddress),
+      nodeIPs: bindAddressNodeIPs(addresses.bindAddress),
       clusterCIDRs: config.clusterCIDRs,
       detectLocalMode: config.detectLocalMode === 'NodeCIDR' ? 'NodeCIDR' : config.detectLocalMode === 'ClusterCIDR' ? 'ClusterCIDR' : undefined,
       config: {...proxyConfig(config), ...(iptablesFeatures && {iptablesFeatures})},
@@ -149,11 +152,11 @@ export async function startAgent(config: AgentConfig, dependencies: AgentDepende
   try {
     // Switching modes: each mode removes the other's rules at start, as kube-proxy does.
     if (rules !== undefined) await removeNftablesTables(host, families, log);
-    running.healthz = await listenOrLog('healthz', config.healthzBindAddress, log, (host, port) => startHealthServer({host, port, health, metrics}));
-    running.metricsServer = await listenOrLog('metrics', config.metricsBindAddress, log, (host, port) =>
+    running.healthz = await listenOrLog('healthz', addresses.healthz, log, (host, port) => startHealthServer({host, port, health, metrics}));
+    running.metricsServer = await listenOrLog('metrics', addresses.metrics, log, (host, port) =>
       startMetricsServer({host, port, registry: metrics.registry, mode: config.mode, configz: () => config}),
     );
-    running.api = await startApiOrLog(config, {nodeName, families, proxier, host, log, accessReviewer: dependencies.accessReviewer, backend: dependencies.rulesBackend});
+    running.api = await startApiOrLog(config, addresses.api, {nodeName, families, proxier, host, log, accessReviewer: dependencies.accessReviewer, backend: dependencies.rulesBackend});
     await proxier.start();
   } catch (error) {
     await running.api?.stop();
@@ -182,11 +185,11 @@ export async function startAgent(config: AgentConfig, dependencies: AgentDepende
  */
 async function startApiOrLog(
   config: AgentConfig,
+  address: BindAddress | undefined,
   parts: {nodeName: string; families: IPFamily[]; proxier: AgentProxier; host: Host; log: Logger; accessReviewer?: AccessReviewer; backend?: RulesBackend},
 ): Promise<AgentApi | undefined> {
   const {log, host} = parts;
-  if (config.apiBindAddress === '') return undefined;
-  const address = parseHostPort(config.apiBindAddress)!;
+  if (address === undefined) return undefined;
   const {proxier} = parts;
   const appliedServiceCIDRs = () => (proxier instanceof NftablesProxier ? proxier.appliedServiceCIDRs : []);
   const backend =
@@ -257,14 +260,11 @@ function agentVersion(): string {
 }
 
 /** IPv4, plus IPv6 when the cluster CIDRs or the bind address say the cluster has it. */
-export function proxyFamilies(config: AgentConfig): IPFamily[] {
+export function proxyFamilies(addresses: Pick<AgentAddresses, 'clusterCIDRs' | 'bindAddress'>): IPFamily[] {
   const families = new Set<IPFamily>();
-  for (const text of config.clusterCIDRs) {
-    const cidr = parseCIDR(text);
-    if (cidr) families.add(cidr.family);
-  }
-  const bind = parseIP(config.bindAddress);
-  if (bind && !/^(0\.0\.0\.0|::)$/.test(bind.text)) families.add(bind.family);
+  for (const cidr of addresses.clusterCIDRs) families.add(cidr.family);
+  const bind = addresses.bindAddress;
+  if (!/^(0\.0\.0\.0|::)$/.test(bind.text)) families.add(bind.family);
   if (families.size === 0) families.add('IPv4');
   return [...families].sort();
 }
@@ -285,9 +285,8 @@ function proxyConfig(config: AgentConfig): Partial<ProxyConfig> {
   return result;
 }
 
-function bindAddressNodeIPs(bindAddress: string): string[] | undefined {
-  const ip = parseIP(bindAddress);
-  return ip && !/^(0\.0\.0\.0|::)$/.test(ip.text) ? [ip.text] : undefined;
+function bindAddressNodeIPs(ip: ParsedIP): string[] | undefined {
+  return !/^(0\.0\.0\.0|::)$/.test(ip.text) ? [ip.text] : undefined;
 }
 
 /** Health check ports listen on every address unless nodePortAddresses limits them (as kube-proxy). */
@@ -298,20 +297,15 @@ function serviceHealthHosts(nodePortAddresses: string[]): string[] | undefined {
   return cidrs.every((cidr) => cidr.startsWith('127.') || cidr === '::1/128') ? ['127.0.0.1'] : undefined;
 }
 
-async function listenOrLog(name: string, address: string, log: Logger, start: (host: string, port: number) => Promise<HttpEndpoint>): Promise<HttpEndpoint | undefined> {
-  if (address === '') return undefined;
-  const parsed = parseHostPort(address)!;
+async function listenOrLog(name: string, address: BindAddress | undefined, log: Logger, start: (host: string, port: number) => Promise<HttpEndpoint>): Promise<HttpEndpoint | undefined> {
+  if (address === undefined) return undefined;
   try {
-    const endpoint = await start(parsed.host, parsed.port);
+    const endpoint = await start(address.host, address.port);
     log.info(`${name} server listening`, {address: `${endpoint.host}:${endpoint.port}`});
     return endpoint;
   } catch (error) {
     // kube-proxy goes on without the server unless bindAddressHardFail; so do we.
-    log.error(`cannot start ${name} server`, {address, reason: errorText(error)});
+    log.error(`cannot start ${name} server`, {address: address.text, reason: errorText(error)});
     return undefined;
   }
-}
-
-function errorText(error: unknown): string {
-  return error instanceof Error ? error.message : String(error);
 }

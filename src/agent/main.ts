@@ -9,6 +9,7 @@ import {startAgent} from './agent.ts';
 import {CommandHost} from './host/command-host.ts';
 import {createLogger} from './log.ts';
 import {cleanupProxyRules} from './sync/cleanup.ts';
+import {errorText} from '../core/error-text.ts';
 
 /** Exit codes: 0 done, 1 failed while running, 2 refused settings (as flag parsing errors are). */
 export async function main(argv: string[]): Promise<number> {
@@ -39,9 +40,9 @@ export async function main(argv: string[]): Promise<number> {
 
   let agent;
   try {
-    agent = await startAgent(config, {log});
+    agent = await startAgent(loaded, {log});
   } catch (error) {
-    log.error('cannot start', {reason: error instanceof Error ? error.message : String(error)});
+    log.error('cannot start', {reason: errorText(error)});
     return 1;
   }
   // The handlers stay until the process exits: with none, a second SIGTERM or Ctrl-C during the

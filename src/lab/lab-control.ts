@@ -13,7 +13,8 @@ import type {SupervisorMessage} from './supervisor.ts';
 import {siblingProgram} from './workload/launch.ts';
 
 export const proxyModes = ['iptables', 'nftables', 'ipvs'] as const;
-// Each pod is a Node process of about 60 MB: 200 pods take 12 GB.
+// Each pod is a Node process of its own: the pod limit keeps a lab within one machine's memory
+// (the figure: src/lab/README.md).
 export const labLimits = {nodes: {min: 1, max: 20}, podsPerNode: {min: 0, max: 50}, pods: 200} as const;
 
 export interface UpOptions {

@@ -9,6 +9,7 @@ import type {KubeObject} from './apiserver/object-log.ts';
 import {agentNamespace, demoServices} from './lab-objects.ts';
 import {labContextName, type LabState} from './lab-state.ts';
 import {siblingProgram} from './workload/launch.ts';
+import {errorText} from '../core/error-text.ts';
 
 export interface LabStatus {
   name: string;
@@ -92,7 +93,7 @@ export async function readLabStatus(state: LabState): Promise<LabStatus> {
         listObjects(state.apiServer.url, '/apis/discovery.k8s.io/v1/endpointslices', token),
       ]);
     } catch (error) {
-      apiServerError = `the API server at ${state.apiServer.url} did not answer: ${error instanceof Error ? error.message : String(error)}`;
+      apiServerError = `the API server at ${state.apiServer.url} did not answer: ${errorText(error)}`;
     }
   } else apiServerError = 'the API server is not started yet';
 

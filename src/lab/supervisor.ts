@@ -13,6 +13,7 @@ import {buildCluster, clusterAddressing, clusterPods, deleteNamespacesWithPrefix
 import {count} from './lab-status.ts';
 import {labPodResolver} from './pod-port-forward.ts';
 import {DemoAppGroup, type RunningDemoApp} from './workload/launch.ts';
+import {errorText} from '../core/error-text.ts';
 
 /** SupervisorMessage: what the supervisor tells `lab up` over IPC. */
 export type SupervisorMessage = {type: 'progress'; text: string} | {type: 'ready'; state: LabState} | {type: 'failed'; message: string};
@@ -269,9 +270,6 @@ export class LabSupervisor {
   }
 }
 
-function describeError(error: unknown): string {
-  return error instanceof Error ? error.message : String(error);
-}
 
 async function main(): Promise<void> {
   const {values} = parseArgs({options: {spec: {type: 'string'}}});
@@ -296,7 +294,7 @@ async function main(): Promise<void> {
   } catch (error) {
     // A signal asked for the stop; its handler removes the lab and exits.
     if (supervisor.stopRequested) return;
-    const message = describeError(error);
+    const message = errorText(error);
     supervisor.state.phase = 'failed';
     supervisor.state.error = message;
     await supervisor.shutdown();

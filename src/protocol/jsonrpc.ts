@@ -72,6 +72,15 @@ function validId(id: unknown): id is RequestId {
   return (typeof id === 'string' && id.length <= maxIdLength) || (typeof id === 'number' && Number.isFinite(id));
 }
 
+/** parseMessage: one message's JSON value, or why it is no JSON. */
+function parseMessage(text: string): {message: unknown} | {error: string} {
+  try {
+    return {message: JSON.parse(text)};
+  } catch (err) {
+    return {error: (err as Error).message};
+  }
+}
+
 /** IncomingRequest: what the agent makes of one message. */
 export type IncomingRequest =
   | {kind: 'request'; request: RpcRequest}
@@ -81,12 +90,9 @@ export type IncomingRequest =
 
 /** Sorts a message a client sent into a request, a notification, or the error to answer it with. */
 export function readRequest(text: string): IncomingRequest {
-  let message: unknown;
-  try {
-    message = JSON.parse(text);
-  } catch (err) {
-    return {kind: 'invalid', response: failure(null, errorCodes.parseError, `parse error: ${(err as Error).message}`)};
-  }
+  const parsed = parseMessage(text);
+  if ('error' in parsed) return {kind: 'invalid', response: failure(null, errorCodes.parseError, `parse error: ${parsed.error}`)};
+  const {message} = parsed;
   if (Array.isArray(message)) {
     return {kind: 'invalid', response: failure(null, errorCodes.invalidRequest, 'invalid request: batches are not supported; send one request per message')};
   }
@@ -112,12 +118,9 @@ export type IncomingAnswer =
 
 /** Sorts a message an agent sent into a response or a notification; `problem` says what is wrong otherwise. */
 export function readAnswer(text: string): IncomingAnswer {
-  let message: unknown;
-  try {
-    message = JSON.parse(text);
-  } catch (err) {
-    return {kind: 'invalid', problem: `not JSON: ${(err as Error).message}`};
-  }
+  const parsed = parseMessage(text);
+  if ('error' in parsed) return {kind: 'invalid', problem: `not JSON: ${parsed.error}`};
+  const {message} = parsed;
   if (!isObject(message)) return {kind: 'invalid', problem: 'not a JSON object'};
   if (message.jsonrpc !== '2.0') return {kind: 'invalid', problem: 'jsonrpc is not "2.0"'};
   if (!Object.hasOwn(message, 'id')) {

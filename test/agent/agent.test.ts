@@ -7,6 +7,7 @@ import {join} from 'node:path';
 import {test} from 'node:test';
 import {startAgent} from '../../src/agent/agent.ts';
 import {defaultAgentConfig} from '../../src/agent/config/agent-config.ts';
+import {validateAgentConfig} from '../../src/agent/config/load-config.ts';
 import {memoryLogger} from '../../src/agent/log.ts';
 import {startApiServer} from '../../src/lab/apiserver/server.ts';
 import {createNetns, inNetns, isRoot} from './netns.ts';
@@ -38,7 +39,7 @@ test('agent: a Service and its EndpointSlice become rules in the namespace; stop
   Object.assign(config, {kubeconfig, hostnameOverride: 'node-1', netns, healthzBindAddress: '127.0.0.1:0', metricsBindAddress: '127.0.0.1:0', clusterCIDRs: ['10.244.0.0/16']});
   config.iptables.minSyncPeriod = 100;
   const log = memoryLogger(2);
-  const agent = await startAgent(config, {log, rules: new FakeRules()});
+  const agent = await startAgent(validateAgentConfig(config), {log, rules: new FakeRules()});
   let stopped = false;
   t.after(() => (stopped ? undefined : agent.stop()));
 

@@ -7,6 +7,7 @@ import {join} from 'node:path';
 import {test} from 'node:test';
 import {startAgent} from '../../src/agent/agent.ts';
 import {defaultAgentConfig} from '../../src/agent/config/agent-config.ts';
+import {validateAgentConfig} from '../../src/agent/config/load-config.ts';
 import {memoryLogger} from '../../src/agent/log.ts';
 import {startApiServer} from '../../src/lab/apiserver/server.ts';
 import {hostHasIpvs} from '../../scripts/qemu/guest.ts';
@@ -35,7 +36,7 @@ test('agent: --proxy-mode ipvs without IP_VS falls back to iptables mode and log
   Object.assign(config, {mode: 'ipvs', kubeconfig, hostnameOverride: 'node-1', netns, healthzBindAddress: '', metricsBindAddress: '', clusterCIDRs: ['10.244.0.0/16']});
   config.iptables.minSyncPeriod = 100;
   const log = memoryLogger(2);
-  const agent = await startAgent(config, {log, rules: new FakeRules()});
+  const agent = await startAgent(validateAgentConfig(config), {log, rules: new FakeRules()});
   t.after(() => agent.stop());
 
   assert.ok(log.lines.some((line) => line.includes("can't use the IPVS proxier, falling back to iptables mode")), log.lines.join('\n'));

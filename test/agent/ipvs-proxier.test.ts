@@ -5,8 +5,6 @@
 // foreign. The same against a real kernel: test/kernel/ipvs-agent.test.ts.
 import assert from 'node:assert/strict';
 import {test} from 'node:test';
-import {createAgentMetrics} from '../../src/agent/health/metrics.ts';
-import {ProxierHealth} from '../../src/agent/health/proxier-health.ts';
 import {memoryLogger} from '../../src/agent/log.ts';
 import {cleanupProxyRules} from '../../src/agent/sync/cleanup.ts';
 import {IpvsProxier} from '../../src/agent/sync/ipvs-proxier.ts';
@@ -19,9 +17,8 @@ import {createAgentRuntime} from '../../src/agent/api/runtime.ts';
 import {unwatchedRulesetChanges} from '../../src/agent/applied/ruleset-changes.ts';
 import {RecordingHost} from './recording-host.ts';
 import {MemoryObjects, node, service, slice} from './sync/cluster.ts';
+import {everyListReceived, periodic, proxierOptions, requested} from './sync/proxier-fixture.ts';
 
-const requested = {requested: true, periodic: false, retry: false};
-const periodic = {requested: false, periodic: true, retry: false};
 
 /** A node's ipvs state in memory, driven by the same commands the kernel tools take. */
 class IpvsHost extends RecordingHost {
@@ -140,23 +137,16 @@ class IpvsHost extends RecordingHost {
 function start(options: {objects: MemoryObjects; host?: IpvsHost; excludeCIDRs?: string[]; scheduler?: string; now?: () => number}) {
   const host = options.host ?? new IpvsHost();
   host.sysctls.set('net.ipv4.vs.conntrack', '0');
-  const log = memoryLogger(2);
-  const metrics = createAgentMetrics();
-  const proxier = new IpvsProxier({
+  const settings = proxierOptions({
     host,
     objects: options.objects,
-    families: ['IPv4'],
     model: {nodeName: 'node-1', clusterCIDRs: ['10.244.0.0/16']},
     ipvs: {scheduler: options.scheduler ?? 'rr', excludeCIDRs: options.excludeCIDRs ?? [], strictARP: false, tcpTimeout: 900_000, tcpFinTimeout: 5000, udpTimeout: 0},
-    syncPeriod: 30_000,
-    minSyncPeriod: 0,
-    metrics,
-    health: new ProxierHealth(60_000),
-    log,
+    log: memoryLogger(2),
     clock: {now: options.now ?? (() => Date.now()), setTimer: () => undefined, clearTimer: () => undefined},
   });
-  for (const kind of ['Service', 'EndpointSlice', 'Node'] as const) proxier.markSynced(kind);
-  return {host, proxier, log, metrics};
+  const proxier = everyListReceived(new IpvsProxier(settings));
+  return {host, proxier, log: settings.log, metrics: settings.metrics};
 }
 
 function objectsWithWeb(ips = ['10.244.2.5', '10.244.2.6']) {

@@ -2,7 +2,8 @@
 // COMMIT), a conntrack table of deletions, and sysctls; it records every call, and a test can make
 // the next commands fail or change rules behind the agent's back.
 import type {IPFamily} from '../../src/core/model/index.ts';
-import {type ConntrackFilter, type Host, HostCommandError, type IptablesFrontEnd, type IptablesTable, type RestoreInput, type RestoreOptions, restoreInputText} from '../../src/agent/host/host.ts';
+import type {IptablesTable} from '../../src/core/iptables/chains.ts';
+import {type ConntrackFilter, type Host, HostCommandError, type IptablesFrontEnd, type RestoreInput, type RestoreOptions, restoreInputText} from '../../src/agent/host/host.ts';
 
 const builtinChains: Record<IptablesTable, string[]> = {
   filter: ['INPUT', 'FORWARD', 'OUTPUT'],

@@ -4,6 +4,7 @@
 // and checks the tracer predicted what the kernel did. Runs through iptables-nft and iptables-legacy.
 import {after, before, describe} from 'node:test';
 import {parseIptablesSave, renderIptables, traceIptables} from '../../src/core/iptables/index.ts';
+import {addChosenEndpointServices, registerChosenEndpointCases} from './chosen-endpoints.ts';
 import {kernelUnavailable, nodeAddresses, restoreIptables, saveIptables} from './namespace-lab.ts';
 import {firstPacket, type NodeTracer, ServiceScenario, sharedServiceCases} from './service-scenario.ts';
 
@@ -20,6 +21,7 @@ for (const frontEnd of ['nft', 'legacy'] as const) {
     before(async () => {
       if (kernelUnavailable) return;
       const lab = await scenario.start();
+      addChosenEndpointServices(scenario);
       // Every node gets the rules its own proxy would write; node-1's differ for Local policies.
       for (const entry of lab.topology.nodes) {
         await restoreIptables(entry, renderIptables(scenario.modelFor(entry), {includeJumps: true}), frontEnd);
@@ -30,5 +32,6 @@ for (const frontEnd of ['nft', 'legacy'] as const) {
     after(() => scenario.close());
 
     sharedServiceCases(scenario, trace);
+    registerChosenEndpointCases(scenario, trace);
   });
 }

@@ -5,21 +5,14 @@
 // ClusterIP's unknown port is rejected. Without the rule the node would route the packet to its
 // upstream, which refuses everything: so "timeout" here means the agent's rule dropped it.
 import assert from 'node:assert/strict';
-import {after, before, describe, it, type TestContext} from 'node:test';
+import {describe, it} from 'node:test';
 import {execInNamespace} from '../../src/lab/netns/index.ts';
 import type {ProbeResult} from '../../src/lab/workload/demoapp-client.ts';
-import {kernelUnavailable, type LiveCluster, probe, repliedPods, serviceObject, startLiveCluster, until} from '../agent/live/live-cluster.ts';
+import {type LiveCluster, liveClusterSuite, probe, repliedPods, serviceObject, until} from '../agent/live/live-cluster.ts';
 
 /** Outside the API server's service range (10.96.0.0/12): only the agent's flag names it. */
 const flagCIDR = '172.31.0.0/16';
 const unusedServiceIP = '10.96.200.200';
-
-let cluster: LiveCluster | undefined;
-
-function live(t: TestContext): LiveCluster | undefined {
-  if (!cluster) t.skip(`needs root: ${kernelUnavailable}`);
-  return cluster;
-}
 
 /** The destinations of the "Drop traffic to unallocated ClusterIPs" rule in the node's table, or [] without one. */
 async function droppedCIDRs(c: LiveCluster): Promise<string[]> {
@@ -40,26 +33,18 @@ async function connect(c: LiveCluster, address: string, port = 80): Promise<Prob
 }
 
 describe('nftables mode drops traffic to unused addresses of the service CIDRs', {concurrency: false, timeout: 180_000}, () => {
-  before(async () => {
-    if (kernelUnavailable) return;
-    cluster = await startLiveCluster({
-      nodes: 1,
-      podsPerNode: 2,
-      externalClients: 0,
-      servers: {'pod-0-1': {app: 'web'}},
-      agent: {extraFlags: ['--proxy-mode=nftables', `--service-cluster-ip-range=${flagCIDR}`]},
-    });
-    cluster.server.store.create('services', serviceObject('web', {app: 'web'}), 'default');
-  });
-  after(async () => {
-    await cluster?.close();
-  });
+  const {live} = liveClusterSuite(
+    {nodes: 1, podsPerNode: 2, externalClients: 0, servers: {'pod-0-1': {app: 'web'}}, agent: {extraFlags: ['--proxy-mode=nftables', `--service-cluster-ip-range=${flagCIDR}`]}},
+    async (cluster) => {
+      cluster.server.store.create('services', serviceObject('web', {app: 'web'}), 'default');
+    },
+  );
 
   it("takes the API server's ServiceCIDR `kubernetes`: an unused address is dropped, an unknown port of a ClusterIP refused", async (t) => {
     const c = live(t);
     if (!c) return;
     await waitForDrop(c, ['10.96.0.0/12']);
-    const web = (c.server.store.get('services', 'default', 'web').spec as {clusterIP: string}).clusterIP;
+    const web = c.clusterIPOf('web');
     await until('web answers', async () => (await connect(c, web)) === 'reply', 20_000);
     assert.deepEqual(repliedPods(await probe(c.pod('pod-0-0').namespace, {protocol: 'tcp', host: web, port: 80, timeoutMs: 3000}), 'web'), ['pod-0-1']);
     assert.equal(await connect(c, unusedServiceIP), 'timeout', `${unusedServiceIP} is in 10.96.0.0/12 and no ClusterIP`);

@@ -9,6 +9,7 @@ import {after, before, describe, it} from 'node:test';
 import {buildProxyModel, changedServicePorts, type EndpointSliceInput, type ProxyModel, type ServiceInput} from '../../src/core/model/index.ts';
 import {diffNftables, parseNftablesJson, parseNftablesScript, renderNftables, renderNftablesSync, traceNftables, type NftablesState, type NftRuleset} from '../../src/core/nftables/index.ts';
 import {createNamespace, deleteNamespace, execInNamespace, newNamespacePrefix, type NodeDescription} from '../../src/lab/netns/index.ts';
+import {addChosenEndpointServices, registerChosenEndpointCases} from './chosen-endpoints.ts';
 import {kernelUnavailable, nodeAddresses} from './namespace-lab.ts';
 import {assertTraceAgrees, clusterIPs, describeTrace, firstPacket, nodePorts, type NodeTracer, replies, ServiceScenario, serviceCIDR, sharedServiceCases, slice, type Target} from './service-scenario.ts';
 
@@ -53,6 +54,7 @@ describe('nftables rules in the kernel', {concurrency: false, timeout: 120_000},
   before(async () => {
     if (kernelUnavailable) return;
     const lab = await scenario.start();
+    addChosenEndpointServices(scenario);
     // Every node gets the rules its own proxy would write; node-1's differ for Local policies.
     for (const entry of lab.topology.nodes) {
       const model = scenario.modelFor(entry);
@@ -71,6 +73,7 @@ describe('nftables rules in the kernel', {concurrency: false, timeout: 120_000},
   });
 
   sharedServiceCases(scenario, trace);
+  registerChosenEndpointCases(scenario, trace);
 
   it('a port no service defines on a ClusterIP is rejected by the node', async (t) => {
     if (!scenario.skipUnlessLab(t)) return;

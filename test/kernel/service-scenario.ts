@@ -30,14 +30,17 @@ export function service(name: string, spec: NonNullable<ServiceInput['spec']>, s
   return {apiVersion: 'v1', kind: 'Service', metadata: {name, namespace: 'default'}, spec: {type: 'ClusterIP', ports: [httpPort], ...spec, clusterIPs: [spec.clusterIP!]}, ...(status ? {status} : {})};
 }
 
-export function slice(serviceName: string, pods: Array<{ip: string; node: string}>, udp = false): EndpointSliceInput {
+/** Endpoint conditions; a slice's endpoints are ready unless given others. */
+export type EndpointConditions = {ready: boolean; serving: boolean; terminating: boolean};
+
+export function slice(serviceName: string, pods: Array<{ip: string; node: string; conditions?: EndpointConditions}>, udp = false): EndpointSliceInput {
   return {
     apiVersion: 'discovery.k8s.io/v1',
     kind: 'EndpointSlice',
     metadata: {name: `${serviceName}-1`, namespace: 'default', labels: {'kubernetes.io/service-name': serviceName}},
     addressType: 'IPv4',
     ports: [{name: 'http', protocol: 'TCP', port: demoPorts.http}, ...(udp ? [{name: 'dns', protocol: 'UDP', port: demoPorts.udp}] : [])],
-    endpoints: pods.map((pod) => ({addresses: [pod.ip], nodeName: pod.node, conditions: {ready: true, serving: true, terminating: false}})),
+    endpoints: pods.map((pod) => ({addresses: [pod.ip], nodeName: pod.node, conditions: pod.conditions ?? {ready: true, serving: true, terminating: false}})),
   };
 }
 

@@ -12,6 +12,7 @@ import type {TestContext} from 'node:test';
 import assert from 'node:assert/strict';
 import {startAgent, type RunningAgent} from '../../src/agent/agent.ts';
 import {defaultAgentConfig} from '../../src/agent/config/agent-config.ts';
+import {validateAgentConfig} from '../../src/agent/config/load-config.ts';
 import {memoryLogger} from '../../src/agent/log.ts';
 import {startApiServer, type ApiServer} from '../../src/lab/apiserver/server.ts';
 import {startDemoApp} from '../../src/lab/workload/launch.ts';
@@ -172,7 +173,7 @@ export async function startAgentCluster(t: TestContext): Promise<AgentCluster> {
   // No periodic resync during a test: drift must stay until the test asks for a sync.
   config.iptables.syncPeriod = 600_000;
   const log = memoryLogger(2);
-  const agent = await startAgent(config, {log});
+  const agent = await startAgent(validateAgentConfig(config), {log});
   t.after(() => agent.stop());
   assert.ok(agent.api, `the agent API did not start:\n${log.lines.filter((line) => / (warn|error) /.test(line)).join('\n')}`);
   agentPort = agent.api.port;

@@ -6,6 +6,7 @@ import assert from 'node:assert/strict';
 import {test, type TestContext} from 'node:test';
 import {startAgent, type RunningAgent} from '../../src/agent/agent.ts';
 import {defaultAgentConfig, type ProxyMode} from '../../src/agent/config/agent-config.ts';
+import {validateAgentConfig} from '../../src/agent/config/load-config.ts';
 import {memoryLogger} from '../../src/agent/log.ts';
 import {describeRun, inNetns, isRoot, runPlugin, startAgentCluster, until, type AgentCluster} from './agent-cluster.ts';
 
@@ -42,7 +43,7 @@ async function restartAgent(t: TestContext, cluster: AgentCluster, running: Runn
     clusterCIDRs: ['10.244.0.0/16'],
   });
   const log = memoryLogger(2);
-  const agent = await startAgent(config, {log});
+  const agent = await startAgent(validateAgentConfig(config), {log});
   t.after(() => agent.stop());
   try {
     await until(`the first ${mode} sync`, () => agent.proxier.status().lastResults.length > 0);

@@ -7,6 +7,7 @@ import {problemField} from '../../protocol/schema.ts';
 import type {Limits} from '../../protocol/version.ts';
 import type {Logger} from '../log.ts';
 import type {AgentApiHandlers, AnsweredMethod} from './handlers.ts';
+import {errorText} from '../../core/error-text.ts';
 
 export interface ConnectionOptions {
   handlers: AgentApiHandlers;
@@ -105,7 +106,7 @@ export class AgentConnection {
       const result = method === 'events.subscribe' ? this.subscribe() : await this.call(method, params);
       return success(id, result);
     } catch (err) {
-      const cause = err instanceof Error ? err.message : String(err);
+      const cause = errorText(err);
       this.options.log.warn('agent api: method failed', {peer: this.options.peer, method, error: cause});
       return failure(id, errorCodes.serverError, `${method} failed: ${cause}`, {method, cause});
     }

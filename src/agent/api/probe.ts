@@ -10,6 +10,7 @@ import {request} from 'node:http';
 import {fileURLToPath} from 'node:url';
 import {parseArgs} from 'node:util';
 import type {ProbeResult, ProbeTarget} from '../../protocol/methods.ts';
+import {errorText} from '../../core/error-text.ts';
 
 /** What one connection got. */
 export type ProbeOutcome = {answered: string; pod?: string} | {failed: string};
@@ -52,16 +53,34 @@ function failureReason(error: NodeJS.ErrnoException): string {
   }
 }
 
-function probeTcp(target: ProbeTarget, timeoutMs: number): Promise<ProbeOutcome> {
+/**
+ * firstOutcome runs one connection: `start` opens it and returns how to close it; the first
+ * outcome it reports, or "timed out" after timeoutMs, is the answer, and the connection is closed.
+ */
+function firstOutcome(timeoutMs: number, start: (finish: (outcome: ProbeOutcome) => void) => () => void): Promise<ProbeOutcome> {
   return new Promise((resolve) => {
     let settled = false;
+    let close: (() => void) | undefined;
     const finish = (outcome: ProbeOutcome) => {
       if (settled) return;
       settled = true;
       clearTimeout(timer);
-      req.destroy();
+      close?.();
       resolve(outcome);
     };
+    const timer = setTimeout(() => finish({failed: 'timed out'}), timeoutMs);
+    try {
+      close = start(finish);
+    } catch (error) {
+      clearTimeout(timer);
+      throw error;
+    }
+    if (settled) close();
+  });
+}
+
+function probeTcp(target: ProbeTarget, timeoutMs: number): Promise<ProbeOutcome> {
+  return firstOutcome(timeoutMs, (finish) => {
     const req = request({host: target.ip, port: target.port, path: '/', agent: false, headers: {connection: 'close'}}, (response) => {
       let body = '';
       response.setEncoding('utf8');
@@ -70,27 +89,19 @@ function probeTcp(target: ProbeTarget, timeoutMs: number): Promise<ProbeOutcome>
       response.on('error', (error) => finish({failed: failureReason(error)}));
     });
     req.on('error', (error: NodeJS.ErrnoException) => finish({failed: failureReason(error)}));
-    const timer = setTimeout(() => finish({failed: 'timed out'}), timeoutMs);
     req.end();
+    return () => req.destroy();
   });
 }
 
 function probeUdp(target: ProbeTarget, timeoutMs: number): Promise<ProbeOutcome> {
-  return new Promise((resolve) => {
+  return firstOutcome(timeoutMs, (finish) => {
     // Connected, so that an ICMP port unreachable comes back as ECONNREFUSED.
     const socket = createSocket(target.ip.includes(':') ? 'udp6' : 'udp4');
-    let settled = false;
-    const finish = (outcome: ProbeOutcome) => {
-      if (settled) return;
-      settled = true;
-      clearTimeout(timer);
-      socket.close();
-      resolve(outcome);
-    };
-    const timer = setTimeout(() => finish({failed: 'timed out'}), timeoutMs);
     socket.on('error', (error: NodeJS.ErrnoException) => finish({failed: failureReason(error)}));
     socket.on('message', (message) => finish(whoAnswered(message.toString('utf8'))));
     socket.connect(target.port, target.ip, () => socket.send('probe\n'));
+    return () => socket.close();
   });
 }
 
@@ -169,7 +180,7 @@ async function main(): Promise<void> {
 
 if (import.meta.main) {
   main().catch((error: unknown) => {
-    process.stderr.write(`${error instanceof Error ? error.message : String(error)}\n`);
+    process.stderr.write(`${errorText(error)}\n`);
     process.exit(2);
   });
 }

@@ -3,7 +3,7 @@
 // publishes into it (RulesWriteListener): each write it starts and what the write left (the
 // chains a partial sync wrote, or the rules a full sync read back), and each reading of the tables
 // it takes for its drift check. The plugin's API reads it; when it holds nothing current, the
-// proxier's own reader reads the kernel (iptables-save takes seconds at 10,000 services, so a
+// proxier's own reader reads the kernel (iptables-save is slow on a large node, so a
 // reading the drift check already took is not taken again). Changes by anyone else are seen in one
 // place, the ruleset monitor (RulesetChanges): a foreign change makes the next request read the
 // kernel, and the proxier's next drift check repairs it.
@@ -33,8 +33,8 @@ export interface AppliedStateOptions {
   /**
    * The text parsed rules were read from, when they keep it (iptables' ChainIndexedRuleset does):
    * the cache then keeps no text of its own. Without it the cache keeps the text compressed once
-   * the rules are parsed (nftables' JSON listing is 20 MB at 10,000 services and is only shown),
-   * and their parsed form only while something uses it (it is parsed again for the next request).
+   * the rules are parsed (nftables' JSON listing is large, and only shown), and their parsed form
+   * only while something uses it (it is parsed again for the next request).
    */
   textOf?(rules: ParsedRules): string | undefined;
   /** Replaces the written chains in parsed rules (a new value; the old one stays as it was); without it, writes of chains make the next request read the kernel. */
@@ -212,7 +212,7 @@ export class AppliedState implements RulesWriteListener {
     let rules: ParsedRules | undefined;
     let compressed: Buffer | undefined;
     // Rules that do not hold their text are parsed again when asked for after V8 collected them:
-    // nftables' parsed listing is 30 MiB at 10,000 services, kept only while a request uses it.
+    // nftables' parsed listing is kept only while a request uses it.
     let parsed: WeakRef<ParsedRules> | undefined;
     return {
       family,

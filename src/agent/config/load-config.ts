@@ -1,15 +1,39 @@
 // loadAgentConfig: defaults, then the --config file, then the flags on top (flags win, as in
-// kube-proxy), then every value checked. A refused setting throws ConfigError naming it.
+// kube-proxy), then every value checked, and the addresses parsed once for the agent to use as
+// they are. A refused setting throws ConfigError naming it.
 import {existsSync, readFileSync} from 'node:fs';
 import {join} from 'node:path';
-import {parseCIDR, parseIP} from '../../core/model/index.ts';
+import {parseCIDR, parseIP, type ParsedCIDR, type ParsedIP} from '../../core/model/index.ts';
 import {type AgentConfig, ConfigError, defaultAgentConfig, detectLocalModes, ipvsSchedulers, proxyModes} from './agent-config.ts';
 import {formatGoDuration} from './duration.ts';
 import {applyFlags, parseFlags} from './flags.ts';
 import {applyKubeProxyConfiguration, describe} from './kube-proxy-configuration.ts';
+import {errorText} from '../../core/error-text.ts';
 
-export interface LoadedConfig {
+/** BindAddress: a server's "IP:port" setting, as written and parsed. */
+export interface BindAddress {
+  text: string;
+  host: string;
+  port: number;
+}
+
+/** AgentAddresses: the addresses of an AgentConfig, parsed when it was checked. */
+export interface AgentAddresses {
+  bindAddress: ParsedIP;
+  clusterCIDRs: ParsedCIDR[];
+  /** Each server's address; undefined when its setting is empty (the server is off). */
+  healthz: BindAddress | undefined;
+  metrics: BindAddress | undefined;
+  api: BindAddress | undefined;
+}
+
+/** CheckedConfig: an AgentConfig validateAgentConfig accepted, with the addresses it parsed. */
+export interface CheckedConfig {
   config: AgentConfig;
+  addresses: AgentAddresses;
+}
+
+export interface LoadedConfig extends CheckedConfig {
   /** --help was given. */
   help: boolean;
 }
@@ -25,7 +49,7 @@ export function loadAgentConfig(argv: string[], readFile: (path: string) => stri
     try {
       text = readFile(fileName);
     } catch (error) {
-      const reason = (error as NodeJS.ErrnoException).code ?? (error instanceof Error ? error.message : String(error));
+      const reason = (error as NodeJS.ErrnoException).code ?? (errorText(error));
       throw new ConfigError(`config file ${fileName}: cannot read it: ${reason}`);
     }
     for (const path of applyKubeProxyConfiguration(text, fileName, config)) fileFields.add(path);
@@ -37,15 +61,15 @@ export function loadAgentConfig(argv: string[], readFile: (path: string) => stri
     if (fileFields.has(path)) return `config file ${config.configFile}: ${path}`;
     return path;
   };
-  validateAgentConfig(config, source);
-  return {config, help: flags.help};
+  return {...validateAgentConfig(config, source), help: flags.help};
 }
 
 /**
  * validateAgentConfig checks what the type alone does not, as kube-proxy's validation does; `source`
- * names where a setting came from (a flag, or a field of the file). Also normalises a few values.
+ * names where a setting came from (a flag, or a field of the file). Also normalises a few values,
+ * and hands on the addresses it parsed.
  */
-export function validateAgentConfig(config: AgentConfig, source: (path: string) => string = (path) => path): void {
+export function validateAgentConfig(config: AgentConfig, source: (path: string) => string = (path) => path): CheckedConfig {
   const refuse = (path: string, value: unknown, why: string): never => {
     throw new ConfigError(`${source(path)}: ${describe(value)} ${why}`);
   };
@@ -74,20 +98,21 @@ export function validateAgentConfig(config: AgentConfig, source: (path: string) 
   }
   if (config.configSyncPeriod <= 0) refuse('configSyncPeriod', formatGoDuration(config.configSyncPeriod), 'is not greater than 0');
 
-  if (!parseIP(config.bindAddress)) refuse('bindAddress', config.bindAddress, 'is not an IP address');
-  for (const field of ['healthzBindAddress', 'metricsBindAddress', 'apiBindAddress'] as const) {
-    if (config[field] !== '' && parseHostPort(config[field]) === undefined) {
-      refuse(field, config[field], 'is not IP:port (like 0.0.0.0:10256 or [::1]:10249)');
-    }
-  }
+  const bindAddress = parseIP(config.bindAddress) ?? refuse('bindAddress', config.bindAddress, 'is not an IP address');
+  const server = (field: 'healthzBindAddress' | 'metricsBindAddress' | 'apiBindAddress'): BindAddress | undefined => {
+    const text = config[field];
+    if (text === '') return undefined;
+    const parsed = parseHostPort(text) ?? refuse(field, text, 'is not IP:port (like 0.0.0.0:10256 or [::1]:10249)');
+    return {text, ...parsed};
+  };
+  const servers = {healthz: server('healthzBindAddress'), metrics: server('metricsBindAddress'), api: server('apiBindAddress')};
 
+  const parsedCIDRs = {clusterCIDR: [] as ParsedCIDR[], serviceCIDRs: [] as ParsedCIDR[]};
   for (const [field, cidrs] of [['clusterCIDR', config.clusterCIDRs], ['serviceCIDRs', config.serviceCIDRs]] as const) {
-    const families = new Set<string>();
     for (const text of cidrs) {
-      const cidr = parseCIDR(text);
-      if (!cidr) refuse(field, text, 'is not a CIDR');
-      else if (families.has(cidr.family)) refuse(field, cidrs.join(','), `has two ${cidr.family} CIDRs (at most one per family)`);
-      else families.add(cidr.family);
+      const cidr = parseCIDR(text) ?? refuse(field, text, 'is not a CIDR');
+      if (parsedCIDRs[field].some((other) => other.family === cidr.family)) refuse(field, cidrs.join(','), `has two ${cidr.family} CIDRs (at most one per family)`);
+      parsedCIDRs[field].push(cidr);
     }
   }
 
@@ -121,6 +146,7 @@ export function validateAgentConfig(config: AgentConfig, source: (path: string) 
     refuse('netns', config.netns, 'is not a network namespace name');
   }
   if (!Number.isInteger(config.verbosity) || config.verbosity < 0) refuse('logging.verbosity', config.verbosity, 'is not 0 or more');
+  return {config, addresses: {bindAddress, clusterCIDRs: parsedCIDRs.clusterCIDR, ...servers}};
 
   function checkSection(name: 'iptables' | 'nftables', section: {masqueradeBit: number; syncPeriod: number; minSyncPeriod: number}): void {
     if (section.masqueradeBit < 0 || section.masqueradeBit > 31) refuse(`${name}.masqueradeBit`, section.masqueradeBit, 'is not in 0-31');

@@ -3,7 +3,8 @@
 import {execa} from 'execa';
 import type {IPFamily} from '../../core/model/index.ts';
 import type {Writable} from 'node:stream';
-import {type ConntrackFilter, type Host, HostCommandError, type IptablesFrontEnd, type IptablesTable, type RestoreInput, type RestoreOptions} from './host.ts';
+import type {IptablesTable} from '../../core/iptables/chains.ts';
+import {type ConntrackFilter, type Host, HostCommandError, type IptablesFrontEnd, type RestoreInput, type RestoreOptions} from './host.ts';
 
 export interface CommandResult {
   exitCode: number | undefined;
@@ -25,14 +26,14 @@ export type CommandRunner = (command: string[], options?: CommandRunOptions) => 
 
 export const execaRunner: CommandRunner = async (command, {input, started, inputTaken} = {}) => {
   // cleanup: false. execa would otherwise register exit and signal handlers around every command
-  // (about 5 ms a command), to kill it should the agent exit first; a restore the agent started
+  // (a cost on every command), to kill it should the agent exit first; a restore the agent started
   // is better left to commit or fail on its own, atomically, than killed halfway.
   const subprocess = execa(command[0], command.slice(1), {reject: false, stripFinalNewline: false, cleanup: false, env: {LC_ALL: 'C'}});
   if (subprocess.pid !== undefined) started?.(subprocess.pid);
   // Written to stdin here rather than given as execa's `input`: execa keeps a subprocess's options,
   // input included, for as long as the subprocess object lives, and that outlives the command until
-  // Node closes the process handle. A full restore's input is 40 MB at 10,000 services, and the
-  // collection right after the sync (releaseGarbage) would find it still held.
+  // Node closes the process handle. A full restore's input holds whole tables, and the collection
+  // right after the sync (releaseGarbage) would find it still held.
   let inputFailure: unknown;
   if (input !== undefined && subprocess.stdin) {
     writeInput(subprocess.stdin, input, inputTaken).catch((error: unknown) => {

@@ -1,8 +1,8 @@
 // Host: every command the agent runs on the node (iptables, nft, ipset, ipvsadm, conntrack, sysctl),
 // behind one interface so that tests can record calls instead of touching a kernel.
+import type {IptablesTable} from '../../core/iptables/chains.ts';
 import type {IPFamily, Protocol} from '../../core/model/index.ts';
 
-export type IptablesTable = 'filter' | 'nat' | 'mangle' | 'raw';
 export type IptablesFrontEnd = 'nf_tables' | 'legacy';
 
 export interface RestoreOptions {
@@ -49,7 +49,7 @@ export interface Host {
   /**
    * iptables-save -t TABLE; without a table, every table in one reading. iptables-nft reads the
    * whole ruleset for any one table, so one reading of all costs what one of a single table
-   * does (over 4 s at 10,000 services), where two readings of two tables cost twice that.
+   * does, where two readings of two tables cost twice that.
    */
   iptablesSave(family: IPFamily, table?: IptablesTable): Promise<string>;
   /** iptables -C: true when the rule is there. */

@@ -2,12 +2,29 @@
 // table and family, the nftables tables of nftables mode, and ipvs mode's chains, virtual
 // servers, KUBE- sets and kube-ipvs0, keeping everything foreign.
 import type {IPFamily} from '../../core/model/index.ts';
-import type {Host, IptablesTable} from '../host/host.ts';
+import type {IptablesTable} from '../../core/iptables/chains.ts';
+import type {Host} from '../host/host.ts';
 import type {Logger} from '../log.ts';
 import {cleanupIpvsMode} from './ipvs-host.ts';
-import {cleanupRestoreInput, readOwnedRules} from './owned-rules.ts';
+import {cleanupRestoreInput, type OwnedRules, readOwnedRules} from './owned-rules.ts';
+import {errorText} from '../../core/error-text.ts';
 
 const cleanedTables: readonly IptablesTable[] = ['nat', 'filter', 'mangle'];
+
+/**
+ * readOwnedTable: the proxy's part of one table, or undefined when the table cannot be read: a
+ * kernel without IPv6 or without the mangle table has nothing of ours there (logged as `unreadable`).
+ */
+export async function readOwnedTable(host: Host, log: Logger, family: IPFamily, table: IptablesTable, unreadable = 'cannot read table; skipped'): Promise<OwnedRules | undefined> {
+  let save: string;
+  try {
+    save = await host.iptablesSave(family, table);
+  } catch (error) {
+    log.detail(1, unreadable, {family, table, reason: errorText(error)});
+    return undefined;
+  }
+  return readOwnedRules(table, save);
+}
 
 export interface CleanupResult {
   removedChains: number;
@@ -20,15 +37,8 @@ export async function cleanupProxyRules(host: Host, log: Logger, families: IPFam
   const result: CleanupResult = {removedChains: 0, removedJumpRules: 0, errors: []};
   for (const family of families) {
     for (const table of cleanedTables) {
-      let save: string;
-      try {
-        save = await host.iptablesSave(family, table);
-      } catch (error) {
-        // A kernel without IPv6 or without the mangle table has nothing of ours there.
-        log.detail(1, 'cannot read table; skipped', {family, table, reason: errorText(error)});
-        continue;
-      }
-      const owned = readOwnedRules(table, save);
+      const owned = await readOwnedTable(host, log, family, table);
+      if (!owned) continue;
       const input = cleanupRestoreInput(owned);
       if (input === '') continue;
       try {
@@ -59,8 +69,4 @@ export async function cleanupProxyRules(host: Host, log: Logger, families: IPFam
   const ipvs = await cleanupIpvsMode(host, log, families, options.excludeCIDRs);
   result.errors.push(...ipvs.errors);
   return result;
-}
-
-function errorText(error: unknown): string {
-  return error instanceof Error ? error.message : String(error);
 }

@@ -6,6 +6,7 @@ import {nfacctCounters} from '../../core/iptables/chains.ts';
 import type {IPFamily, IptablesFeatures} from '../../core/model/index.ts';
 import type {Host} from '../host/host.ts';
 import type {Logger} from '../log.ts';
+import {errorText} from '../../core/error-text.ts';
 
 /** The kube-proxy nfacct objects, in the order kube-proxy ensures them. */
 export const kubeProxyNfacctCounters: readonly string[] = [nfacctCounters.ctStateInvalidDropped, nfacctCounters.localhostNodePortsAccepted];
@@ -70,8 +71,4 @@ export async function readNfacctPackets(host: Host, name: string): Promise<numbe
 function compareVersions(a: number[], b: number[]): number {
   for (let index = 0; index < Math.max(a.length, b.length); index++) if ((a[index] ?? 0) !== (b[index] ?? 0)) return (a[index] ?? 0) - (b[index] ?? 0);
   return 0;
-}
-
-function errorText(error: unknown): string {
-  return error instanceof Error ? error.message : String(error);
 }

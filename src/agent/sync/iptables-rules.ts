@@ -1,9 +1,11 @@
 // IptablesRuleSource: what the iptables proxier needs from rule rendering (core/iptables), as an
 // interface so that the proxier can be tested with hand-written rules and so that the renderer's
 // internals stay in core.
-import {type IptablesTable, type RestoreInput, restoreInputText} from '../host/host.ts';
+import type {IptablesTable} from '../../core/iptables/chains.ts';
+import {type RestoreInput, restoreInputText} from '../host/host.ts';
 import {ownedChainPrefixes, type SpellRules} from './owned-rules.ts';
 import type {IPFamily, ProxyModel, ServicePort} from '../../core/model/index.ts';
+import {errorText} from '../../core/error-text.ts';
 
 /** A rule in a built-in chain that sends packets into the proxy's chains (PREROUTING -> KUBE-SERVICES). */
 export interface JumpRule {
@@ -67,7 +69,7 @@ export async function loadCoreIptablesRules(): Promise<IptablesRuleSource> {
   try {
     module = (await import(specifier)) as Record<string, unknown>;
   } catch (error) {
-    throw new Error(`iptables mode: cannot load the rule renderer core/iptables: ${error instanceof Error ? error.message : String(error)}`);
+    throw new Error(`iptables mode: cannot load the rule renderer core/iptables: ${errorText(error)}`);
   }
   const renderIptablesChunks = module.renderIptablesChunks;
   const renderJumpRules = module.renderJumpRules;

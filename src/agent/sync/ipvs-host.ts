@@ -13,9 +13,11 @@ import {
   type IpvsVirtualServer,
 } from '../../core/ipvs/index.ts';
 import {cidrContains, type IPFamily, joinHostPort, parseCIDR, parseIP} from '../../core/model/index.ts';
-import {type Host, type IptablesTable, savedTables} from '../host/host.ts';
+import type {IptablesTable} from '../../core/iptables/chains.ts';
+import {type Host, savedTables} from '../host/host.ts';
 import type {Logger} from '../log.ts';
 import type {JumpRule} from './iptables-rules.ts';
+import {errorText} from '../../core/error-text.ts';
 
 /** The ipvs section of KubeProxyConfiguration, durations in ms. */
 export interface IpvsSettings {
@@ -254,8 +256,4 @@ export async function cleanupIpvsMode(host: Host, log: Logger, families: IPFamil
   await host.ip(['link', 'show', dummyDevice]).catch(() => (deviceExists = false));
   if (deviceExists) await attempt(dummyDevice, () => host.ip(['link', 'del', dummyDevice]));
   return result;
-}
-
-function errorText(error: unknown): string {
-  return error instanceof Error ? error.message : String(error);
 }

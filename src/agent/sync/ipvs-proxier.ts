@@ -11,6 +11,7 @@
 import {diffIpvs, ipvsIptablesChains, planIpvsSync, realServerKey, renderIpvs, type IpvsState, virtualServerKey} from '../../core/ipvs/index.ts';
 import {changedServicePorts, cidrContains, type IPFamily, joinHostPort, type ModelOptions, parseCIDR, parseIP, type ProxyModel, ProxyModelBuilder} from '../../core/model/index.ts';
 import type {Host} from '../host/host.ts';
+import {readOwnedTable} from './cleanup.ts';
 import {planConntrackCleanup} from './conntrack-cleanup.ts';
 import {
   changeBoundAddresses,
@@ -24,10 +25,11 @@ import {
   setSysctls,
 } from './ipvs-host.ts';
 import {removeNftablesTables} from './nftables-proxier.ts';
-import {cleanupRestoreInput, readOwnedRules} from './owned-rules.ts';
-import {type ClusterObjects, type SyncResult, withJumpRules} from './proxier.ts';
+import {cleanupRestoreInput} from './owned-rules.ts';
+import {type ClusterObjects, type FamilySyncResult, withJumpRules} from './proxier.ts';
 import type {RunReason} from './runner.ts';
 import {deleteConntrackEntries, type FamilySyncState, ProxierBase, type ProxierBaseOptions} from './sync-bookkeeping.ts';
+import {errorText} from '../../core/error-text.ts';
 
 export interface IpvsProxierOptions extends ProxierBaseOptions {
   host: Host;
@@ -88,7 +90,7 @@ export class IpvsProxier extends ProxierBase<FamilyState> {
   }
 
   /** syncRules is one sync of every family (the runner's function; tests call it directly). */
-  override async syncRules(reason: RunReason = {requested: true, periodic: false, retry: false}): Promise<SyncResult[]> {
+  override async syncRules(reason: RunReason = {requested: true, periodic: false, retry: false}): Promise<FamilySyncResult[]> {
     try {
       return await super.syncRules(reason);
     } finally {
@@ -116,7 +118,7 @@ export class IpvsProxier extends ProxierBase<FamilyState> {
     for (const table of ['nat', 'filter'] as const) this.#options.metrics.iptablesRules.set({table}, totals[table]);
   }
 
-  protected async syncFamily(family: IPFamily, model: ProxyModel, reason: RunReason): Promise<SyncResult> {
+  protected async syncFamily(family: IPFamily, model: ProxyModel, reason: RunReason): Promise<FamilySyncResult> {
     const {host, metrics, log} = this.#options;
     const state = this.families.get(family)!;
     const start = this.clock.now();
@@ -244,14 +246,8 @@ export class IpvsProxier extends ProxierBase<FamilyState> {
     const {host, log} = this.#options;
     for (const family of this.families.keys()) {
       for (const table of ['nat', 'filter', 'mangle'] as const) {
-        let save: string;
-        try {
-          save = await host.iptablesSave(family, table);
-        } catch (error) {
-          log.detail(1, 'cannot read iptables table; nothing to clean there', {family, table, reason: errorText(error)});
-          continue;
-        }
-        const owned = readOwnedRules(table, save);
+        const owned = await readOwnedTable(host, log, family, table, 'cannot read iptables table; nothing to clean there');
+        if (!owned) continue;
         const kept = new Set<string>(table === 'mangle' ? [] : ipvsIptablesChains[table]);
         const chains = owned.chains.filter((chain) => !kept.has(chain));
         if (chains.length === 0) continue;
@@ -307,8 +303,4 @@ function withDraining(desired: IpvsState, draining: string[]): IpvsState {
       return {...server, realServers};
     }),
   };
-}
-
-function errorText(error: unknown): string {
-  return error instanceof Error ? error.message : String(error);
 }

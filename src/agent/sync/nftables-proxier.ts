@@ -10,13 +10,15 @@ import {changedServicePorts, type IPFamily, type ModelOptions, type ProxyModel, 
 import {diffNftables} from '../../core/nftables/diff.ts';
 import {parseNftablesJson, parseNftablesScript} from '../../core/nftables/parse.ts';
 import {deleteStaleChains, nftablesCleanupScript, type NftablesState, renderNftables, renderNftablesSync} from '../../core/nftables/render.ts';
-import type {Host, IptablesTable} from '../host/host.ts';
+import type {IptablesTable} from '../../core/iptables/chains.ts';
+import type {Host} from '../host/host.ts';
 import type {Logger} from '../log.ts';
 import {planConntrackCleanup} from './conntrack-cleanup.ts';
 import {cleanupRestoreInput, readOwnedRules} from './owned-rules.ts';
-import {type ClusterObjects, fullSyncPeriod, type RulesWriteListener, type SyncResult} from './proxier.ts';
+import {type ClusterObjects, fullSyncPeriod, type FamilySyncResult, type RulesWriteListener} from './proxier.ts';
 import type {RunReason} from './runner.ts';
 import {deleteConntrackEntries, type FamilySyncState, ProxierBase, type ProxierBaseOptions} from './sync-bookkeeping.ts';
+import {errorText} from '../../core/error-text.ts';
 
 export interface NftablesProxierOptions extends ProxierBaseOptions {
   host: Host;
@@ -139,7 +141,7 @@ export class NftablesProxier extends ProxierBase<FamilyState> {
   }
 
 
-  protected async syncFamily(family: IPFamily, model: ProxyModel, reason: RunReason): Promise<SyncResult> {
+  protected async syncFamily(family: IPFamily, model: ProxyModel, reason: RunReason): Promise<FamilySyncResult> {
     const nodeAddresses = this.#nodeAddressesThisSync;
     const {host, metrics, log} = this.#options;
     const state = this.families.get(family)!;
@@ -272,8 +274,4 @@ export class NftablesProxier extends ProxierBase<FamilyState> {
   async #cleanConntrack(family: IPFamily, previous: ProxyModel | undefined, next: ProxyModel): Promise<void> {
     await deleteConntrackEntries(this.#options, family, planConntrackCleanup(previous, next));
   }
-}
-
-function errorText(error: unknown): string {
-  return error instanceof Error ? error.message : String(error);
 }

@@ -3,7 +3,7 @@
 // drift detection compares and --cleanup removes. Chains of kubelet (KUBE-FIREWALL,
 // KUBE-KUBELET-CANARY, KUBE-MARK-DROP) and of anyone else are foreign and never touched.
 import {createHash} from 'node:crypto';
-import type {IptablesTable} from '../host/host.ts';
+import type {IptablesTable} from '../../core/iptables/chains.ts';
 
 /** Fixed chain names the proxy owns, per table. */
 export const ownedChainNames: Record<IptablesTable, readonly string[]> = {
@@ -80,7 +80,7 @@ export function readOwnedRules(table: IptablesTable, saveText: string): OwnedRul
     // Packet counters ("[12:3456] -A ...", iptables-save -c) never mean a rule changed.
     const text = line.charCodeAt(0) === 0x5b ? line.replace(/^\[\d+:\d+\]\s+/, '') : line;
     // Most rules are in the proxy's chains: those are told without a match object or a chain name
-    // cut out per rule (at 10,000 services that was 40 MB of garbage per reading).
+    // cut out per rule (in a large cluster that was most of a reading's garbage).
     if (text.startsWith('-A ') && isOwnedChainAt(table, text, 3)) {
       rules.push(text);
       continue;
@@ -116,11 +116,11 @@ export function rulesByChain(owned: OwnedRules): Map<string, string[]> {
 /**
  * OwnedRecord: the proxy's part of one table as the proxier keeps it from one sync to the next,
  * to compare with what the kernel holds later. At 10,000 services a table's OwnedRules is 430,000
- * rule strings, sliced out of an iptables-save output of 33 MB that they keep alive. The record
+ * rule strings, sliced out of an iptables-save output that they keep alive whole. The record
  * keeps instead, per owned chain, either its rules (joined, in fresh strings: the fixed chains
  * such as KUBE-SERVICES, so that drift in them is logged rule by rule) or, for the hashed
  * per-service chains (KUBE-SVC-, KUBE-SEP- ...), a 96-bit digest of its rules and their count in
- * one 15-character string: about 110 bytes a chain, name included, instead of the chain's text.
+ * one 15-character string, instead of the chain's text.
  * After a full write that was not read back, a per-service chain is known only by its rule count
  * (a 3-character value, see countedValue) until the next reading settles it (settleRecord).
  */
@@ -220,7 +220,7 @@ export function matchesRecord(record: OwnedRecord, now: OwnedRules): boolean {
   // Same size, and every chain the kernel has recorded: the record's chains are the kernel's.
   for (const chain of now.chains) if (!record.chains.has(chain)) return false;
   // iptables-save prints each chain's rules together: compared run by run, nothing is grouped
-  // or kept (at 10,000 services, grouping 430,000 rules by chain held 40 MB through the check).
+  // or kept (grouping every rule by chain held a large part of the reading again through the check).
   const rules = now.rules;
   const compared = new Set<string>();
   let foreignChains = 0;
@@ -384,7 +384,7 @@ export interface FullWriteReader {
 
 /**
  * InputSpelling tells what a write left in the chains it declared, in iptables-save's spelling,
- * without reading the kernel back (iptables-save takes seconds at 10,000 services). Spellings are
+ * without reading the kernel back (iptables-save is slow on a large ruleset). Spellings are
  * kept per input line from one write to the next: a partial sync that rewrites KUBE-SERVICES
  * changes few of its lines.
  */
@@ -449,8 +449,8 @@ export class InputSpelling {
 
   /**
    * recordAfterFullWrite: the proxy's part of each table after a full write of `input`, without
-   * reading the kernel back (one iptables-save takes about 5 s at 10,000 services) and
-   * without spelling all of it (parsing its 430,000 rules costs about as much). The fixed chains
+   * reading the kernel back (slow on a large ruleset: docs/agent.md, Drift repair) and without
+   * spelling all of it (parsing every rule costs about as much). The fixed chains
    * and the jump rules the input adds are spelled; the per-service chains are recorded by rule
    * count until the next reading settles them (settleRecord); owned chains the input leaves alone
    * and the jump rules already in place are as `before`, read just before the write, shows them.
@@ -464,8 +464,8 @@ export class InputSpelling {
 
   /**
    * fullWriteReader: recordAfterFullWrite for an input taken in pieces as it goes out to
-   * iptables-restore, so that the 31 MB of a full sync's input at 10,000 services is never held
-   * whole. A piece may end in the middle of a line.
+   * iptables-restore, so that a full sync's input is never held whole. A piece may end in the
+   * middle of a line.
    */
   fullWriteReader(): FullWriteReader {
     /** Per table, the per-service chains the input declares, and how many rules it gives each. */

@@ -8,13 +8,15 @@
 // read at least once per syncPeriod to check for drift, and if someone changed the rules, a full
 // sync rewrites them all.
 import {changedServicePorts, type IPFamily, type ModelOptions, type ProxyModel, ProxyModelBuilder, portsWithIdentities} from '../../core/model/index.ts';
-import {type Host, type IptablesFrontEnd, type IptablesTable, type RestoreInput, restoreInputText, savedTables} from '../host/host.ts';
+import type {IptablesTable} from '../../core/iptables/chains.ts';
+import {type Host, type IptablesFrontEnd, type RestoreInput, restoreInputText, savedTables} from '../host/host.ts';
 import type {Clock} from './clock.ts';
 import {planConntrackCleanup} from './conntrack-cleanup.ts';
 import type {IptablesRuleSource, JumpRule} from './iptables-rules.ts';
 import {applyPartialWrite, declaredChains, describeDrift, type FullWriteReader, InputSpelling, isOwnedChain, matchesRecord, type OwnedRecord, type OwnedRules, proxyTables, readOwnedRules, recordOwned, settleRecord} from './owned-rules.ts';
 import type {RunReason} from './runner.ts';
 import {deleteConntrackEntries, type FamilySyncState, ProxierBase, type ProxierBaseOptions, releaseGarbage} from './sync-bookkeeping.ts';
+import {errorText} from '../../core/error-text.ts';
 
 /** kube-proxy's FullSyncPeriod: the longest run of partial syncs. */
 export const fullSyncPeriod = 3_600_000;
@@ -64,16 +66,16 @@ interface FamilyState extends FamilySyncState {
 }
 
 /**
- * A reading of the tables this slow or slower (10,000 services: 5-9 s for iptables-save and the
- * comparison) is taken for the drift check outside the syncs, so that changes need not wait for
- * it; faster ones, within the sync that found the check due.
+ * A reading of the tables this slow or slower (a large cluster's: see docs/agent.md, Drift
+ * repair) is taken for the drift check outside the syncs, so that changes need not wait for it;
+ * faster ones, within the sync that found the check due.
  */
 export const backgroundReadingMs = 1000;
 
 /**
  * A reading of fewer of the proxy's rules than this takes about as long as one of this many:
- * iptables-save starting and reading the ruleset's skeleton (about 15 ms) costs as much as reading
- * a thousand rules or so.
+ * iptables-save starting and reading the ruleset's skeleton costs as much as reading a thousand
+ * rules or so (docs/agent.md, Figures behind the code).
  */
 const readingFixedCostRules = 1000;
 
@@ -91,7 +93,8 @@ function expectedReadingMs(state: FamilyState): number | undefined {
   return state.lastReadingMs * Math.max(1, growth);
 }
 
-export interface SyncResult {
+/** FamilySyncResult: what one sync of one IP family did (not protocol/'s SyncResult, the answer to the plugin's sync call). */
+export interface FamilySyncResult {
   family: IPFamily;
   kind: 'full' | 'partial' | 'unchanged';
   changedServicePorts: number;
@@ -133,7 +136,7 @@ export interface SyncOutcome {
   durationMs: number;
   ok: boolean;
   /** Per family; empty when the sync failed. */
-  results: SyncResult[];
+  results: FamilySyncResult[];
   /** The proxy's rules in the kernel after the sync, per table, all families together. */
   rules: {filter: number; nat: number};
   error?: string;
@@ -221,7 +224,7 @@ export class IptablesProxier extends ProxierBase<FamilyState> {
   }
 
 
-  protected async syncFamily(family: IPFamily, model: ProxyModel, reason: RunReason): Promise<SyncResult> {
+  protected async syncFamily(family: IPFamily, model: ProxyModel, reason: RunReason): Promise<FamilySyncResult> {
     const {host, rules, metrics, log} = this.#options;
     const state = this.families.get(family)!;
     const start = this.clock.now();
@@ -297,8 +300,8 @@ export class IptablesProxier extends ProxierBase<FamilyState> {
         if (!reader) return;
         try {
           // Read in strings small enough for V8's young generation, where they die at the next
-          // scavenge: a whole piece's string (256 KiB) would be a large object, kept until a full
-          // collection, and the 31 MB of them with it.
+          // scavenge: a whole piece's string would be a large object, kept until a full
+          // collection, and the whole input with it.
           for (let at = 0; at < piece.length; at += decodedPieceBytes) reader.add(decoder.decode(piece.subarray(at, at + decodedPieceBytes), {stream: true}));
         } catch (error) {
           // Never the write's failure: the kernel is read back instead.
@@ -539,8 +542,8 @@ export class IptablesProxier extends ProxierBase<FamilyState> {
 /**
  * iptables-nft's restore with --noflush first notes every chain its input names, one linear
  * insertion into a sorted list per command, to read just those from the kernel. A full sync names
- * every chain (about 11 per service): at 1,000 services that list costs seconds, at 10,000 it would
- * take most of an hour. A command that names no chain makes it read the whole table instead and
+ * every chain (about 11 per service), so the list makes a full sync quadratic in the services (see
+ * docs/agent.md, How a sync works). A command that names no chain makes it read the whole table instead and
  * skip the list. `-Z` (zero the table's counters) is the one such command that changes no rule; its
  * price is that the nat counters restart from zero at each full sync, which those of our own rules
  * do anyway since a full sync rewrites all of them. Partial syncs usually name few chains and go
@@ -563,8 +566,8 @@ const decodedPieceBytes = 32 * 1024;
 
 /** withWholeTableCache puts the -Z command at the start of the nat part of a partial sync's input. */
 export function withWholeTableCache(rules: string): string {
-  // Sliced and joined rather than replaced by a regular expression: at 10,000 services the input is
-  // 45 MB, and a replace would copy all of it once more.
+  // Sliced and joined rather than replaced by a regular expression: the input holds whole tables,
+  // and a replace would copy all of it once more.
   const at = rules.startsWith('*nat\n') ? 0 : rules.indexOf('\n*nat\n') + 1;
   if (at === 0 && !rules.startsWith('*nat\n')) return rules;
   return `${rules.slice(0, at + 5)}${wholeTableCache}\n${rules.slice(at + 5)}`;
@@ -636,8 +639,4 @@ function beforeCommit(input: string, table: IptablesTable, lines: string[]): str
 
 function restoreWord(word: string): string {
   return /[\s"]/.test(word) || word === '' ? `"${word.replace(/"/g, '\\"')}"` : word;
-}
-
-function errorText(error: unknown): string {
-  return error instanceof Error ? error.message : String(error);
 }

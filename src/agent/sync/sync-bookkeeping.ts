@@ -11,8 +11,9 @@ import type {ServiceHealthTarget} from '../health/service-health.ts';
 import type {ConntrackFilter, Host} from '../host/host.ts';
 import type {Logger} from '../log.ts';
 import {type Clock, systemClock} from './clock.ts';
-import type {ClusterObjects, ObjectKind, SyncOutcome, SyncResult} from './proxier.ts';
+import type {ClusterObjects, ObjectKind, SyncOutcome, FamilySyncResult} from './proxier.ts';
 import {BoundedFrequencyRunner, type RunReason} from './runner.ts';
+import {errorText} from '../../core/error-text.ts';
 
 /** Annotation the EndpointSlice controller sets to when the change behind the slice happened. */
 export const lastChangeTriggerTimeAnnotation = 'endpoints.kubernetes.io/last-change-trigger-time';
@@ -96,7 +97,7 @@ export class SyncBookkeeping {
    * runSync runs one sync of every family as each proxier does: not before the initial lists
    * are in, and with the listeners told of its outcome, success or failure.
    */
-  async runSync(sync: () => Promise<SyncResult[]>, rules: () => SyncOutcome['rules']): Promise<SyncResult[]> {
+  async runSync(sync: () => Promise<FamilySyncResult[]>, rules: () => SyncOutcome['rules']): Promise<FamilySyncResult[]> {
     if (!this.initialized()) {
       this.#options.log.detail(2, 'not syncing until services, endpoint slices and the node have been listed');
       return [];
@@ -182,14 +183,14 @@ export class SyncBookkeeping {
 /**
  * releaseGarbage collects garbage at once when the agent runs with --expose-gc (bin/proxyctl-agent
  * and the image start it so). The proxiers call it after a sync that wrote or read whole tables:
- * at 10,000 services such a sync leaves more garbage than the agent keeps (iptables mode: the
- * restore input, 40 MB, the iptables-save outputs read back, 33 MB, and their lines; the initial
- * lists at start), and V8 would hold it, and the memory under it, until its next major
- * collection, which an idle agent may not reach for minutes. One collection takes about 100 ms;
- * such syncs come at start, hourly, after drift or a failure, and at most once per syncPeriod for
+ * in a large cluster such a sync leaves more garbage than the agent keeps (iptables mode: the
+ * restore input, the iptables-save outputs read back and their lines; the initial lists at
+ * start), and V8 would hold it, and the memory under it, until its next major collection, which
+ * an idle agent may not reach for minutes. A collection is short next to such a sync, and such
+ * syncs are rare: at start, hourly, after drift or a failure, and at most once per syncPeriod for
  * the drift check. Without --expose-gc it does nothing. A last-resort collection also compacts
- * the old generation, so that the pages the garbage filled go back to the system: at 10,000
- * services RSS 3 s after the first sync goes from about 280 to 220 MiB.
+ * the old generation, so that the pages the garbage filled go back to the system (the RSS it saves:
+ * docs/agent.md, Memory).
  */
 export function releaseGarbage(): void {
   const gc = (globalThis as {gc?: (options: object) => void}).gc;
@@ -201,9 +202,8 @@ export function releaseGarbage(): void {
 /**
  * V8 keeps the subject of the last regular-expression match alive (for RegExp.lastMatch and
  * RegExp.$1). After a reading, that subject is a rule sliced out of iptables-save's output, and it
- * keeps the whole output, 33 MB at 10,000 services, until some other match runs, which in an idle
- * agent can be never: at 10,000 services RSS stayed at 220-230 MiB after a drift check instead of
- * going back to 190. A match on an empty string takes its place.
+ * keeps the whole output until some other match runs, which in an idle agent can be never (what
+ * that cost: docs/agent.md, Memory). A match on an empty string takes its place.
  */
 function forgetLastRegExpMatch(): void {
   /(?:)/.exec('');
@@ -259,9 +259,6 @@ export async function deleteConntrackEntries(parts: {host: Host; metrics: AgentM
   }
 }
 
-function errorText(error: unknown): string {
-  return error instanceof Error ? error.message : String(error);
-}
 
 /** What every proxier keeps per IP family. */
 export interface FamilySyncState {
@@ -294,7 +291,7 @@ export abstract class ProxierBase<State extends FamilySyncState> {
   protected readonly runner: BoundedFrequencyRunner;
   protected readonly book: SyncBookkeeping;
   protected readonly families = new Map<IPFamily, State>();
-  protected lastResults: SyncResult[] = [];
+  protected lastResults: FamilySyncResult[] = [];
   protected lastError: string | undefined;
   /** A family's sync wrote or read whole tables: the garbage it left is collected once the sync is done. */
   protected wholeTablesTouched = false;
@@ -346,12 +343,12 @@ export abstract class ProxierBase<State extends FamilySyncState> {
     return models;
   }
 
-  status(): {initialized: boolean; lastResults: SyncResult[]; lastError: string | undefined; syncPending: boolean} {
+  status(): {initialized: boolean; lastResults: FamilySyncResult[]; lastError: string | undefined; syncPending: boolean} {
     return {initialized: this.book.initialized(), lastResults: this.lastResults, lastError: this.lastError, syncPending: this.runner.pending};
   }
 
   /** syncRules is one sync of every family (the runner's function; tests call it directly). */
-  async syncRules(reason: RunReason = {requested: true, periodic: false, retry: false}): Promise<SyncResult[]> {
+  async syncRules(reason: RunReason = {requested: true, periodic: false, retry: false}): Promise<FamilySyncResult[]> {
     return this.book.runSync(() => this.syncAll(reason), () => this.ruleTotals());
   }
 
@@ -366,11 +363,11 @@ export abstract class ProxierBase<State extends FamilySyncState> {
    * syncFamily; a family that fails does not keep the others from being written, and the sync
    * then fails as a whole.
    */
-  protected async syncAll(reason: RunReason): Promise<SyncResult[]> {
+  protected async syncAll(reason: RunReason): Promise<FamilySyncResult[]> {
     const triggers = this.book.beginSync();
     const objects = {services: this.#objects.services(), endpointSlices: this.#objects.endpointSlices(), node: this.#objects.node()};
     await this.prepareSync();
-    const results: SyncResult[] = [];
+    const results: FamilySyncResult[] = [];
     const models: ProxyModel[] = [];
     let failure: unknown;
     for (const [family, state] of this.families) {
@@ -406,7 +403,7 @@ export abstract class ProxierBase<State extends FamilySyncState> {
   protected async prepareSync(): Promise<void> {}
 
   /** Writes one family's model to the kernel. */
-  protected abstract syncFamily(family: IPFamily, model: ProxyModel, reason: RunReason): Promise<SyncResult>;
+  protected abstract syncFamily(family: IPFamily, model: ProxyModel, reason: RunReason): Promise<FamilySyncResult>;
 
   /** After every family was written: the mode's own gauges. */
   protected syncSucceeded(): void {}

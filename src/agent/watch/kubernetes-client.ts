@@ -25,9 +25,9 @@ export interface KubernetesClient {
   watch(path: string, query: Record<string, string>, onEvent: (type: string, object: unknown) => void, onDone: (error?: unknown) => void): Promise<WatchHandle>;
 }
 
-/** ApiError: the API server answered a request with an error status. */
-export class ApiError extends Error {
-  override name = 'ApiError';
+/** ApiRequestError: a request to the API server was answered with an error status. */
+export class ApiRequestError extends Error {
+  override name = 'ApiRequestError';
   readonly statusCode: number;
   constructor(message: string, statusCode: number) {
     super(message);
@@ -92,7 +92,7 @@ function getJson(url: URL, options: RequestOptions): Promise<unknown> {
         const status = response.statusCode ?? 0;
         if (status !== 200) {
           const message = (body as {message?: unknown})?.message;
-          reject(new ApiError(`GET ${url.pathname}: ${status} ${typeof message === 'string' ? message : text.slice(0, 200)}`, status));
+          reject(new ApiRequestError(`GET ${url.pathname}: ${status} ${typeof message === 'string' ? message : text.slice(0, 200)}`, status));
           return;
         }
         if (body === undefined) reject(new Error(`GET ${url.pathname}: the answer is not JSON`));

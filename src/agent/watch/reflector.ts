@@ -7,11 +7,12 @@
 // failure lists again after the backoff; when a watch stays silent longer than the watchdog allows,
 // assume it is stuck and list again. Malformed events are dropped, never thrown. Lists come in
 // pages of 500, as client-go's pager asks for them, each page reduced to what the store keeps
-// before the next is asked for: the API server answers in pieces, and a 30 MB list of 10,000
+// before the next is asked for: the API server answers in pieces, and a large cluster's list of
 // EndpointSlices never sits in memory whole.
 import type {Logger} from '../log.ts';
 import {type Clock, systemClock} from '../sync/clock.ts';
 import type {KubernetesClient, WatchHandle} from './kubernetes-client.ts';
+import {errorText} from '../../core/error-text.ts';
 
 export type WatchEventType = 'ADDED' | 'MODIFIED' | 'DELETED';
 
@@ -158,7 +159,7 @@ export class Reflector {
         try {
           items.push(this.#keep(item));
         } catch (error) {
-          this.#options.log.error('listed object dropped', {resource: this.#options.name, object: objectName(item), reason: error instanceof Error ? error.message : String(error)});
+          this.#options.log.error('listed object dropped', {resource: this.#options.name, object: objectName(item), reason: errorText(error)});
         }
       }
       // Every page carries the version of the snapshot the first one was cut from.
@@ -265,7 +266,7 @@ export class Reflector {
     try {
       this.#options.onEvent(type, this.#keep(object));
     } catch (error) {
-      this.#options.log.error('handling a watch event failed', {resource: this.#options.name, reason: error instanceof Error ? error.message : String(error)});
+      this.#options.log.error('handling a watch event failed', {resource: this.#options.name, reason: errorText(error)});
     }
   }
 
@@ -324,7 +325,7 @@ function isConnectionFailure(error: unknown): boolean {
 function errorChainText(error: unknown): string {
   const parts: string[] = [];
   for (let cause = error, depth = 0; cause !== undefined && cause !== null && depth < 5; cause = (cause as {cause?: unknown}).cause, depth++) {
-    parts.push(cause instanceof Error ? cause.message : String(cause));
+    parts.push(errorText(cause));
   }
   return parts.join(': ');
 }

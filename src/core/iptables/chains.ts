@@ -1,10 +1,14 @@
 // Chain names of the iptables backend: kube-proxy's fixed chains and its hashed per-service and
 // per-endpoint chain names, computed exactly as kube-proxy computes them so that rules written by
 // kube-proxy and by proxyctl name the same chains.
-import {hash} from 'node:crypto';
 import type {Endpoint, Protocol, ServicePort} from '../model/types.ts';
+import {sha256Base32} from '../name-hash.ts';
 
-export type IptablesTable = 'filter' | 'nat';
+/** IptablesTable: a table of iptables, by the name iptables-save prints after its "*". */
+export type IptablesTable = 'filter' | 'nat' | 'mangle' | 'raw';
+
+/** ProxyTable: a table kube-proxy's rules live in, and so one that render writes. */
+export type ProxyTable = Extract<IptablesTable, 'filter' | 'nat'>;
 
 /** Fixed chains kube-proxy fills in the filter table, in the order it declares them. */
 export const filterChains = {
@@ -56,27 +60,12 @@ export function isServiceChainName(chain: string): boolean {
   return perServiceChainPrefixes.some((prefix) => chain.startsWith(prefix));
 }
 
-const base32Alphabet = 'ABCDEFGHIJKLMNOPQRSTUVWXYZ234567';
-
 /**
  * chainHash is kube-proxy's name hash: SHA-256 of the text, standard base32, first 16
  * characters (80 bits, so the first 10 bytes of the digest decide it).
  */
 export function chainHash(text: string): string {
-  const digest = hash('sha256', text, 'buffer');
-  let out = '';
-  let buffer = 0;
-  let bits = 0;
-  for (let index = 0; index < 10; index++) {
-    buffer = (buffer << 8) | digest[index];
-    bits += 8;
-    while (bits >= 5) {
-      bits -= 5;
-      out += base32Alphabet[(buffer >> bits) & 31];
-    }
-    buffer &= (1 << bits) - 1;
-  }
-  return out;
+  return sha256Base32(text, 16);
 }
 
 /** The part of a service port that names its chains. */

@@ -1,22 +1,5 @@
 // The iptables backend's public surface.
-export {
-  chainHash,
-  endpointChainName,
-  filterChains,
-  isServiceChainName,
-  kubeletFirewallChain,
-  natChains,
-  nfacctCounters,
-  perServiceChainPrefixes,
-  portProtoHash,
-  serviceChainPrefixes,
-  serviceExternalChainName,
-  serviceFirewallChainName,
-  serviceLocalChainName,
-  servicePortChainName,
-  type IptablesTable,
-  type ServicePortName,
-} from './chains.ts';
+export * from './chains.ts';
 export {
   countRules,
   isLargeCluster,
@@ -30,6 +13,6 @@ export {
   type RenderIptablesOptions,
 } from './render.ts';
 export {formatIptablesRuleset, IptablesParseError, parseIptablesSave, type ParseOptions} from './parse.ts';
-export {nodeAddressesComment, readNodeAddressesComment, type IptablesChain, type IptablesRule, type IptablesRuleset} from './ruleset.ts';
+export {nodeAddressesComment, readNodeAddressesComment, type IptablesChain, type IptablesRule, type IptablesRuleset, type RulesetTable} from './ruleset.ts';
 export {diffIptables, type DiffIptablesOptions, type IptablesDiff, type IptablesDiffGroup} from './diff.ts';
 export {traceIptables} from './trace.ts';

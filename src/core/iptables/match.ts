@@ -139,17 +139,74 @@ export function portInSpec(spec: string, port: number): boolean | undefined {
 
 const firstPacketTcpFlags = new Set(['SYN']);
 
+/** One check per option of `match`, or undefined when `handler` cannot read one of them. */
+function optionChecks(match: RuleMatch, handler: (entry: RuleOption) => Check | undefined): Check[] | undefined {
+  const checks: Check[] = [];
+  for (const entry of match.options) {
+    const check = handler(entry);
+    if (!check) return undefined;
+    checks.push(check);
+  }
+  return checks;
+}
+
+/** An option of -m tcp, udp, sctp or udplite. */
+function transportOptionCheck(module: string, entry: RuleOption): Check | undefined {
+  switch (entry.name) {
+    case 'dport': {
+      const spec = entry.values[0];
+      return (state) => {
+        const inside = portInSpec(spec, state.dstPort);
+        return inside === undefined ? `port "${spec}" of -m ${module} cannot be read` : inside !== entry.negated;
+      };
+    }
+    case 'sport':
+      return () => `-m ${module} --sport tests the source port, which the trace does not know`;
+    case 'tcp-flags': {
+      const [maskText, setText] = entry.values;
+      const mask = maskText === 'ALL' ? ['FIN', 'SYN', 'RST', 'PSH', 'ACK', 'URG'] : maskText.split(',');
+      const set = setText === 'NONE' ? [] : setText === 'ALL' ? mask : setText.split(',');
+      const matches = mask.every((flag) => firstPacketTcpFlags.has(flag) === set.includes(flag));
+      return () => matches !== entry.negated;
+    }
+    default:
+      return undefined;
+  }
+}
+
+/** An option of -m conntrack or -m state. */
+function conntrackOptionCheck(entry: RuleOption): Check | undefined {
+  switch (entry.name) {
+    case 'ctstate':
+    case 'state': {
+      const states = entry.values[0].split(',');
+      return (state) => {
+        const current = new Set<string>([state.ctState]);
+        if (state.dnatDone) current.add('DNAT');
+        return states.some((name) => current.has(name)) !== entry.negated;
+      };
+    }
+    case 'ctproto':
+      return (state) => (state.protocol === entry.values[0].toLowerCase()) !== entry.negated;
+    case 'ctorigdst':
+    case 'ctorigsrc': {
+      const cidr = parseCIDR(entry.values[0].includes('/') ? entry.values[0] : `${entry.values[0]}/${entry.values[0].includes(':') ? 128 : 32}`);
+      if (!cidr) return undefined;
+      return (state) => cidrContains(cidr, entry.name === 'ctorigdst' ? state.originalDst : state.src) !== entry.negated;
+    }
+    case 'ctorigdstport':
+      return (state) => {
+        const inside = portInSpec(entry.values[0], state.originalDstPort);
+        return inside === undefined ? `--ctorigdstport ${entry.values[0]} cannot be read` : inside !== entry.negated;
+      };
+    default:
+      return undefined;
+  }
+}
+
 function matchChecks(match: RuleMatch): Check[] {
   const unknown = (what: string): Check[] => [() => what];
-  const checks: Check[] = [];
-  const each = (handler: (entry: RuleOption) => Check | undefined): Check[] | undefined => {
-    for (const entry of match.options) {
-      const check = handler(entry);
-      if (!check) return undefined;
-      checks.push(check);
-    }
-    return checks;
-  };
+  const each = (handler: (entry: RuleOption) => Check | undefined): Check[] | undefined => optionChecks(match, handler);
   switch (match.module) {
     case 'comment':
       return [];
@@ -161,28 +218,7 @@ function matchChecks(match: RuleMatch): Check[] {
     case 'sctp':
     case 'udplite': {
       const module = match.module;
-      const result = each((entry) => {
-        switch (entry.name) {
-          case 'dport': {
-            const spec = entry.values[0];
-            return (state) => {
-              const inside = portInSpec(spec, state.dstPort);
-              return inside === undefined ? `port "${spec}" of -m ${module} cannot be read` : inside !== entry.negated;
-            };
-          }
-          case 'sport':
-            return () => `-m ${module} --sport tests the source port, which the trace does not know`;
-          case 'tcp-flags': {
-            const [maskText, setText] = entry.values;
-            const mask = maskText === 'ALL' ? ['FIN', 'SYN', 'RST', 'PSH', 'ACK', 'URG'] : maskText.split(',');
-            const set = setText === 'NONE' ? [] : setText === 'ALL' ? mask : setText.split(',');
-            const matches = mask.every((flag) => firstPacketTcpFlags.has(flag) === set.includes(flag));
-            return () => matches !== entry.negated;
-          }
-          default:
-            return undefined;
-        }
-      });
+      const result = each((entry) => transportOptionCheck(module, entry));
       const protocolCheck: Check = (state) => state.protocol === module;
       return result ? [protocolCheck, ...result] : [protocolCheck, ...unknown(`unknown match option of -m ${module}`)];
     }
@@ -228,34 +264,7 @@ function matchChecks(match: RuleMatch): Check[] {
     }
     case 'conntrack':
     case 'state': {
-      const result = each((entry) => {
-        switch (entry.name) {
-          case 'ctstate':
-          case 'state': {
-            const states = entry.values[0].split(',');
-            return (state) => {
-              const current = new Set<string>([state.ctState]);
-              if (state.dnatDone) current.add('DNAT');
-              return states.some((name) => current.has(name)) !== entry.negated;
-            };
-          }
-          case 'ctproto':
-            return (state) => (state.protocol === entry.values[0].toLowerCase()) !== entry.negated;
-          case 'ctorigdst':
-          case 'ctorigsrc': {
-            const cidr = parseCIDR(entry.values[0].includes('/') ? entry.values[0] : `${entry.values[0]}/${entry.values[0].includes(':') ? 128 : 32}`);
-            if (!cidr) return undefined;
-            return (state) => cidrContains(cidr, entry.name === 'ctorigdst' ? state.originalDst : state.src) !== entry.negated;
-          }
-          case 'ctorigdstport':
-            return (state) => {
-              const inside = portInSpec(entry.values[0], state.originalDstPort);
-              return inside === undefined ? `--ctorigdstport ${entry.values[0]} cannot be read` : inside !== entry.negated;
-            };
-          default:
-            return undefined;
-        }
-      });
+      const result = each(conntrackOptionCheck);
       return result ?? unknown(`-m ${match.module} option not evaluated by the trace`);
     }
     case 'recent': {

@@ -3,9 +3,9 @@
 import type {IPFamily} from '../model/types.ts';
 import {parseIP} from '../model/ip.ts';
 import {formatRuleArgs, parseRuleArgs, RuleSyntaxError, tokenizeRule, type ParsedRuleArgs, type Token} from './rule-syntax.ts';
-import {builtinChains, chainKind, evaluatedMatches, isBuiltinChain, readNodeAddressesComment, type AddressCondition, type IptablesChain, type IptablesRule, type IptablesRuleset, type IptablesTable} from './ruleset.ts';
+import {builtinChains, chainKind, evaluatedMatches, isBuiltinChain, readNodeAddressesComment, type AddressCondition, type IptablesChain, type IptablesRule, type IptablesRuleset, type RulesetTable} from './ruleset.ts';
 
-export type {IptablesChain, IptablesRule, IptablesRuleset, IptablesTable} from './ruleset.ts';
+export type {IptablesChain, IptablesRule, IptablesRuleset, RulesetTable} from './ruleset.ts';
 
 /** IptablesParseError names the line of the dump that could not be read, and why. */
 export class IptablesParseError extends Error {
@@ -47,19 +47,9 @@ export function parseIptablesSave(text: string, options: ParseOptions = {}): Ipt
   const family = options.family ?? guessFamily(text);
   const keepSavedText = options.keepSavedText ?? true;
   const ruleset: IptablesRuleset = {family, frontEnd: 'unknown', tables: new Map(), notes: [], unknownMatches: []};
-  let table: IptablesTable | undefined;
+  let table: RulesetTable | undefined;
   let tableLine = 0;
   const lines = text.split('\n');
-
-  const chainOf = (lineNumber: number, name: string | undefined, raw: string): IptablesChain => {
-    if (!table) throw new IptablesParseError(lineNumber, 'rule outside a table (no "*filter" / "*nat" line before it)', raw);
-    if (!name) throw new IptablesParseError(lineNumber, 'chain name missing', raw);
-    let chain = table.chains.get(name);
-    // iptables-restore knows the built-in chains without a declaration.
-    if (!chain && isBuiltinChain(table.name, name)) chain = declareChain(table, name, 'ACCEPT');
-    if (!chain) throw new IptablesParseError(lineNumber, `chain ${name} is not declared in table ${table.name}`, raw);
-    return chain;
-  };
 
   for (let index = 0; index < lines.length; index++) {
     const lineNumber = index + 1;
@@ -98,7 +88,7 @@ export function parseIptablesSave(text: string, options: ParseOptions = {}): Ipt
     if (keepSavedText && ruleset.frontEnd !== 'unknown' && table && ruleLine.startsWith('-A ')) {
       const saved = savedRule(ruleset, table, ruleLine, lineNumber, raw);
       if (saved) {
-        chainOf(lineNumber, saved.chain, raw).rules.push(saved);
+        chainOf(table, lineNumber, saved.chain, raw).rules.push(saved);
         continue;
       }
     }
@@ -108,92 +98,108 @@ export function parseIptablesSave(text: string, options: ParseOptions = {}): Ipt
     } catch (error) {
       throw new IptablesParseError(lineNumber, (error as Error).message, raw);
     }
-    const command = tokens[0]?.text;
-    const chainName = tokens[1]?.text;
-    try {
-      switch (command) {
-        case '-A':
-        case '--append': {
-          const chain = chainOf(lineNumber, chainName, raw);
-          chain.rules.push(...readRules(ruleset, chain, tokens.slice(2), lineNumber));
-          break;
-        }
-        case '-I':
-        case '--insert': {
-          const chain = chainOf(lineNumber, chainName, raw);
-          let rest = tokens.slice(2);
-          let position = 1;
-          if (rest[0] && /^\d+$/.test(rest[0].text)) {
-            position = Number(rest[0].text);
-            rest = rest.slice(1);
-          }
-          if (position < 1 || position > chain.rules.length + 1) throw new RuleSyntaxError(`no position ${position} in chain ${chain.name} (it has ${chain.rules.length} rules)`);
-          chain.rules.splice(position - 1, 0, ...readRules(ruleset, chain, rest, lineNumber));
-          break;
-        }
-        case '-D':
-        case '--delete': {
-          const chain = chainOf(lineNumber, chainName, raw);
-          const rest = tokens.slice(2);
-          if (rest.length === 1 && /^\d+$/.test(rest[0].text)) {
-            const position = Number(rest[0].text);
-            if (position < 1 || position > chain.rules.length) throw new RuleSyntaxError(`no rule ${position} in chain ${chain.name}`);
-            chain.rules.splice(position - 1, 1);
-            break;
-          }
-          for (const rule of readRules(ruleset, chain, rest, lineNumber)) {
-            const found = chain.rules.findIndex((candidate) => candidate.text === rule.text);
-            if (found < 0) throw new RuleSyntaxError(`no such rule in chain ${chain.name}`);
-            chain.rules.splice(found, 1);
-          }
-          break;
-        }
-        case '-N':
-        case '--new-chain':
-          if (!table) throw new IptablesParseError(lineNumber, 'chain created outside a table', raw);
-          if (!chainName) throw new IptablesParseError(lineNumber, 'chain name missing', raw);
-          if (table.chains.has(chainName)) throw new RuleSyntaxError(`chain ${chainName} already exists`);
-          declareChain(table, chainName, undefined);
-          break;
-        case '-X':
-        case '--delete-chain':
-          if (!table) throw new IptablesParseError(lineNumber, 'chain deleted outside a table', raw);
-          if (chainName === undefined) {
-            for (const [name, chain] of table.chains) if (chain.kind !== 'builtin') table.chains.delete(name);
-          } else {
-            const chain = chainOf(lineNumber, chainName, raw);
-            if (chain.kind === 'builtin') throw new RuleSyntaxError(`built-in chain ${chain.name} cannot be deleted`);
-            table.chains.delete(chain.name);
-          }
-          break;
-        case '-F':
-        case '--flush':
-          if (!table) throw new IptablesParseError(lineNumber, 'chain flushed outside a table', raw);
-          if (chainName === undefined) for (const chain of table.chains.values()) chain.rules = [];
-          else chainOf(lineNumber, chainName, raw).rules = [];
-          break;
-        case '-P':
-        case '--policy': {
-          const chain = chainOf(lineNumber, chainName, raw);
-          const policy = tokens[2]?.text;
-          if (chain.kind !== 'builtin') throw new RuleSyntaxError(`only built-in chains have a policy, not ${chain.name}`);
-          if (policy !== 'ACCEPT' && policy !== 'DROP') throw new RuleSyntaxError('policy must be ACCEPT or DROP');
-          chain.policy = policy;
-          break;
-        }
-        case '-Z':
-        case '--zero':
-          break;
-        default:
-          throw new RuleSyntaxError('not a table ("*nat"), chain (":NAME POLICY"), rule ("-A CHAIN ...") or COMMIT line');
-      }
-    } catch (error) {
-      if (error instanceof RuleSyntaxError) throw new IptablesParseError(lineNumber, error.message, raw);
-      throw error;
-    }
+    applyRuleCommand(ruleset, table, tokens, lineNumber, raw);
   }
   if (table) ruleset.notes.push(`table ${table.name} (line ${tableLine}) has no COMMIT: the dump may be cut short`);
   return ruleset;
+}
+
+/** The chain `name` of `table`; a built-in chain is declared when first named. */
+function chainOf(table: RulesetTable | undefined, lineNumber: number, name: string | undefined, raw: string): IptablesChain {
+  if (!table) throw new IptablesParseError(lineNumber, 'rule outside a table (no "*filter" / "*nat" line before it)', raw);
+  if (!name) throw new IptablesParseError(lineNumber, 'chain name missing', raw);
+  let chain = table.chains.get(name);
+  // iptables-restore knows the built-in chains without a declaration.
+  if (!chain && isBuiltinChain(table.name, name)) chain = declareChain(table, name, 'ACCEPT');
+  if (!chain) throw new IptablesParseError(lineNumber, `chain ${name} is not declared in table ${table.name}`, raw);
+  return chain;
+}
+
+/** One iptables-restore command line (-A, -I, -D, -N, -X, -F, -P, -Z) applied to `table`. */
+function applyRuleCommand(ruleset: IptablesRuleset, table: RulesetTable | undefined, tokens: Token[], lineNumber: number, raw: string): void {
+  const command = tokens[0]?.text;
+  const chainName = tokens[1]?.text;
+  try {
+    switch (command) {
+      case '-A':
+      case '--append': {
+        const chain = chainOf(table, lineNumber, chainName, raw);
+        chain.rules.push(...readRules(ruleset, chain, tokens.slice(2), lineNumber));
+        break;
+      }
+      case '-I':
+      case '--insert': {
+        const chain = chainOf(table, lineNumber, chainName, raw);
+        let rest = tokens.slice(2);
+        let position = 1;
+        if (rest[0] && /^\d+$/.test(rest[0].text)) {
+          position = Number(rest[0].text);
+          rest = rest.slice(1);
+        }
+        if (position < 1 || position > chain.rules.length + 1) throw new RuleSyntaxError(`no position ${position} in chain ${chain.name} (it has ${chain.rules.length} rules)`);
+        chain.rules.splice(position - 1, 0, ...readRules(ruleset, chain, rest, lineNumber));
+        break;
+      }
+      case '-D':
+      case '--delete': {
+        const chain = chainOf(table, lineNumber, chainName, raw);
+        const rest = tokens.slice(2);
+        if (rest.length === 1 && /^\d+$/.test(rest[0].text)) {
+          const position = Number(rest[0].text);
+          if (position < 1 || position > chain.rules.length) throw new RuleSyntaxError(`no rule ${position} in chain ${chain.name}`);
+          chain.rules.splice(position - 1, 1);
+          break;
+        }
+        for (const rule of readRules(ruleset, chain, rest, lineNumber)) {
+          const found = chain.rules.findIndex((candidate) => candidate.text === rule.text);
+          if (found < 0) throw new RuleSyntaxError(`no such rule in chain ${chain.name}`);
+          chain.rules.splice(found, 1);
+        }
+        break;
+      }
+      case '-N':
+      case '--new-chain':
+        if (!table) throw new IptablesParseError(lineNumber, 'chain created outside a table', raw);
+        if (!chainName) throw new IptablesParseError(lineNumber, 'chain name missing', raw);
+        if (table.chains.has(chainName)) throw new RuleSyntaxError(`chain ${chainName} already exists`);
+        declareChain(table, chainName, undefined);
+        break;
+      case '-X':
+      case '--delete-chain':
+        if (!table) throw new IptablesParseError(lineNumber, 'chain deleted outside a table', raw);
+        if (chainName === undefined) {
+          for (const [name, chain] of table.chains) if (chain.kind !== 'builtin') table.chains.delete(name);
+        } else {
+          const chain = chainOf(table, lineNumber, chainName, raw);
+          if (chain.kind === 'builtin') throw new RuleSyntaxError(`built-in chain ${chain.name} cannot be deleted`);
+          table.chains.delete(chain.name);
+        }
+        break;
+      case '-F':
+      case '--flush':
+        if (!table) throw new IptablesParseError(lineNumber, 'chain flushed outside a table', raw);
+        if (chainName === undefined) for (const chain of table.chains.values()) chain.rules = [];
+        else chainOf(table, lineNumber, chainName, raw).rules = [];
+        break;
+      case '-P':
+      case '--policy': {
+        const chain = chainOf(table, lineNumber, chainName, raw);
+        const policy = tokens[2]?.text;
+        if (chain.kind !== 'builtin') throw new RuleSyntaxError(`only built-in chains have a policy, not ${chain.name}`);
+        if (policy !== 'ACCEPT' && policy !== 'DROP') throw new RuleSyntaxError('policy must be ACCEPT or DROP');
+        chain.policy = policy;
+        break;
+      }
+      case '-Z':
+      case '--zero':
+        break;
+      default:
+        throw new RuleSyntaxError('not a table ("*nat"), chain (":NAME POLICY"), rule ("-A CHAIN ...") or COMMIT line');
+    }
+  } catch (error) {
+    if (error instanceof RuleSyntaxError) throw new IptablesParseError(lineNumber, error.message, raw);
+    throw error;
+  }
 }
 
 function readComment(ruleset: IptablesRuleset, line: string): void {
@@ -215,7 +221,7 @@ function readComment(ruleset: IptablesRuleset, line: string): void {
   }
 }
 
-function declareChain(table: IptablesTable, name: string, policy: string | undefined): IptablesChain {
+function declareChain(table: RulesetTable, name: string, policy: string | undefined): IptablesChain {
   const existing = table.chains.get(name);
   if (existing) {
     if (policy !== undefined) existing.policy = policy;
@@ -306,7 +312,7 @@ const matchModule = / -m (\S+)/g;
  * plainly in iptables-save's spelling (doubled blanks, tabs, an address list, a destination it
  * cannot read at a glance): then the caller reads it in full.
  */
-function savedRule(ruleset: IptablesRuleset, table: IptablesTable, text: string, line: number, raw: string): SavedRule | undefined {
+function savedRule(ruleset: IptablesRuleset, table: RulesetTable, text: string, line: number, raw: string): SavedRule | undefined {
   if (text.includes('  ') || text.includes('\t') || addressList.test(text)) return undefined;
   const chainEnd = text.indexOf(' ', 3);
   const chain = chainEnd < 0 ? text.slice(3) : text.slice(3, chainEnd);

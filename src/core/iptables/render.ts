@@ -13,7 +13,7 @@ import {
   nfacctCounters,
   portProtoHash,
   serviceChainPrefixes,
-  type IptablesTable,
+  type ProxyTable,
 } from './chains.ts';
 
 export interface RenderIptablesOptions {
@@ -46,12 +46,12 @@ export interface RenderIptablesOptions {
    * such as -Z), `end` right before COMMIT (rules in built-in chains that lead to the proxy's
    * chains, once those are filled).
    */
-  extraLines?: Partial<Record<IptablesTable, {start?: string[]; end?: string[]}>>;
+  extraLines?: Partial<Record<ProxyTable, {start?: string[]; end?: string[]}>>;
 }
 
 /** A rule in a built-in chain that leads into the proxy's chains, as argv for `iptables -t TABLE -I CHAIN`. */
 export interface IptablesJumpRule {
-  table: IptablesTable;
+  table: ProxyTable;
   chain: string;
   rule: string[];
   position: 'prepend' | 'append';
@@ -79,7 +79,7 @@ export function masqueradeMark(bit: number): string {
   return `0x${(2 ** bit).toString(16)}`;
 }
 
-const builtinChains: Record<IptablesTable, readonly string[]> = {
+const builtinChains: Record<ProxyTable, readonly string[]> = {
   filter: ['INPUT', 'FORWARD', 'OUTPUT'],
   nat: ['PREROUTING', 'INPUT', 'OUTPUT', 'POSTROUTING'],
 };
@@ -90,7 +90,7 @@ const builtinChains: Record<IptablesTable, readonly string[]> = {
  * the render writes that chain (IPv4 with localhost NodePorts).
  */
 export function renderJumpRules(model: ProxyModel): IptablesJumpRule[] {
-  const jump = (table: IptablesTable, chain: string, target: string, comment: string, newOnly: boolean): IptablesJumpRule => ({
+  const jump = (table: ProxyTable, chain: string, target: string, comment: string, newOnly: boolean): IptablesJumpRule => ({
     table,
     chain,
     rule: [...(newOnly ? ['-m', 'conntrack', '--ctstate', 'NEW'] : []), '-m', 'comment', '--comment', comment, '-j', target],
@@ -122,8 +122,8 @@ export function renderJumpRules(model: ProxyModel): IptablesJumpRule[] {
 }
 
 /** countRules counts the rules (-A / -I lines) per table in iptables-restore or iptables-save text. */
-export function countRules(text: string): Record<IptablesTable, number> {
-  const counts: Record<IptablesTable, number> = {filter: 0, nat: 0};
+export function countRules(text: string): Record<ProxyTable, number> {
+  const counts: Record<ProxyTable, number> = {filter: 0, nat: 0};
   let table: string | undefined;
   for (const line of text.split('\n')) {
     if (line.startsWith('*')) table = line.slice(1).trim();
@@ -241,7 +241,7 @@ class LineBuffer {
   // Chunks start small (a partial sync writes a few lines) and double up to 256 KiB: a streamed
   // render hands out each full chunk, and the event loop feeds the pipe one pipe's worth (64 KiB)
   // per turn, so a chunk must take less time to make than iptables-restore takes to read that
-  // (about 15 ms) for the restore never to wait.
+  // for the restore never to wait.
   #chunkSize = 16 * 1024;
   #chunks: Buffer[] = [];
   #current = Buffer.allocUnsafe(0);
@@ -314,8 +314,8 @@ export function renderIptables(model: ProxyModel, options: RenderIptablesOptions
 
 /**
  * renderIptablesChunks is renderIptables' output in pieces, handed out as they are ready, so that
- * iptables-restore can read the first while the rest is rendered: at 10,000 services the render
- * takes about a second, and the restore reads its input for about eight.
+ * iptables-restore can read the first while the rest is rendered: the render is much faster than
+ * the restore reads, so the sync takes about as long as the restore alone.
  *
  * Two passes over the service ports keep kube-proxy's order. The first writes the filter table and
  * declares the nat chains (iptables-restore refuses a jump to a chain not declared yet); the
@@ -428,12 +428,12 @@ export function* renderIptablesChunks(model: ProxyModel, options: RenderIptables
   const jumps = includeJumps ? renderJumpRules(model) : [];
   const lines = (...text: string[]): Buffer => Buffer.from(text.map((line) => `${line}\n`).join(''), 'utf8');
   /** A table's part up to its rules: "*table", the caller's first lines, the chains declared, the jump rules. */
-  const head = (table: IptablesTable, chainLines: LineBuffer): Buffer[] => [
+  const head = (table: ProxyTable, chainLines: LineBuffer): Buffer[] => [
     lines(`*${table}`, ...(extraLines[table]?.start ?? []), ...(includeJumps ? builtinChains[table].map((chain) => `:${chain} ACCEPT [0:0]`) : [])),
     ...chainLines.buffers(),
     lines(...(includeJumps ? jumpRuleLines(jumps, table) : [])),
   ];
-  const tail = (table: IptablesTable): Buffer => lines(...(extraLines[table]?.end ?? []), 'COMMIT');
+  const tail = (table: ProxyTable): Buffer => lines(...(extraLines[table]?.end ?? []), 'COMMIT');
   yield Buffer.concat([...head('filter', filterChainLines), ...filterRules.buffers(), tail('filter'), ...head('nat', natChainLines)]);
 
   // Second pass: the nat rules, in chunks.
@@ -667,7 +667,7 @@ function chainNamesOf(port: ServicePort): {clusterChain: string; localChain: str
  * jumpRuleLines writes the jump rules of one table as they stand after kube-proxy ensured them
  * on empty built-in chains: each prepended rule lands before the ones ensured earlier.
  */
-function jumpRuleLines(jumps: IptablesJumpRule[], table: IptablesTable): string[] {
+function jumpRuleLines(jumps: IptablesJumpRule[], table: ProxyTable): string[] {
   const lines: string[] = [];
   for (const chain of builtinChains[table]) {
     const inChain = jumps.filter((jump) => jump.table === table && jump.chain === chain);

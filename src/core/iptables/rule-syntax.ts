@@ -3,7 +3,7 @@
 // iptables-restore and rules read back from the kernel compare equal.
 import {parseCIDR, parseIP} from '../model/ip.ts';
 import type {IPFamily} from '../model/types.ts';
-import type {AddressCondition, NamedCondition, RuleMatch, RuleOption, RuleTarget} from './ruleset.ts';
+import type {AddressCondition, IptablesRule, RuleMatch, RuleOption, RuleTarget} from './ruleset.ts';
 
 /** RuleSyntaxError: the rule cannot be read; the caller adds the line number. */
 export class RuleSyntaxError extends Error {}
@@ -58,16 +58,7 @@ export function tokenizeRule(line: string): Token[] {
 }
 
 /** ParsedRuleArgs: the parts of a rule after "-A CHAIN". */
-export interface ParsedRuleArgs {
-  source?: AddressCondition;
-  destination?: AddressCondition;
-  inInterface?: NamedCondition;
-  outInterface?: NamedCondition;
-  protocol?: NamedCondition;
-  fragment?: {negated: boolean};
-  matches: RuleMatch[];
-  target?: RuleTarget;
-}
+export type ParsedRuleArgs = Pick<IptablesRule, 'source' | 'destination' | 'inInterface' | 'outInterface' | 'protocol' | 'fragment' | 'matches' | 'target'>;
 
 // How many values each known option takes. Options of modules not listed here take the words up
 // to the next option.
@@ -186,6 +177,11 @@ export function parseRuleArgs(tokens: Token[], family: IPFamily): ParsedRuleArgs
     }
     return token.text;
   };
+  // The value is read before the negation is taken: next() notes a "!" between option and value (the old syntax).
+  const addressCondition = (word: string, option: '-s' | '-d'): AddressCondition => {
+    const cidr = canonicalAddress(next(word), family, option);
+    return {cidr, negated: takeNegation()};
+  };
   const takeNegation = (): boolean => {
     const negated = negatePending;
     negatePending = false;
@@ -227,15 +223,11 @@ export function parseRuleArgs(tokens: Token[], family: IPFamily): ParsedRuleArgs
         break;
       case '-s': case '--source': case '--src':
         if (parsed.source) throw new RuleSyntaxError('-s given twice');
-        parsed.source = {cidr: '', negated: false};
-        parsed.source.cidr = canonicalAddress(next(word), family, '-s');
-        parsed.source.negated = takeNegation();
+        parsed.source = addressCondition(word, '-s');
         break;
       case '-d': case '--destination': case '--dst':
         if (parsed.destination) throw new RuleSyntaxError('-d given twice');
-        parsed.destination = {cidr: '', negated: false};
-        parsed.destination.cidr = canonicalAddress(next(word), family, '-d');
-        parsed.destination.negated = takeNegation();
+        parsed.destination = addressCondition(word, '-d');
         break;
       case '-i': case '--in-interface': {
         const name = next(word);

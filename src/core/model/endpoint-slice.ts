@@ -11,6 +11,8 @@ import {
   optionalBoolean,
   optionalInteger,
   optionalString,
+  readObjectHeader,
+  readPortEntry,
   stringMap,
 } from './object-reader.ts';
 import {serviceNameLabel} from './objects.ts';
@@ -54,28 +56,13 @@ const addressTypes = new Set(['IPv4', 'IPv6', 'FQDN']);
  * (with a Problem).
  */
 export function readEndpointSlice(raw: unknown, family: IPFamily, sink: Problem[]): SliceDefinition | undefined {
-  if (!isJsonObject(raw)) {
-    new ObjectProblems(sink, 'EndpointSlice', '(unnamed)').add('', `object is ${describe(raw)}, not an EndpointSlice`, 'skipped');
-    return undefined;
-  }
-  const metadata = isJsonObject(raw.metadata) ? raw.metadata : {};
-  const name = optionalString(metadata.name);
-  const namespaceValue = optionalString(metadata.namespace);
-  if (name === undefined || name === invalid || name === '') {
-    const problems = new ObjectProblems(sink, 'EndpointSlice', '(unnamed)', namespaceValue === invalid ? undefined : namespaceValue);
-    problems.add('metadata.name', name === undefined || name === '' ? 'missing' : `${describe(metadata.name)} is not a name`, 'slice skipped');
-    return undefined;
-  }
-  if (namespaceValue === invalid) {
-    new ObjectProblems(sink, 'EndpointSlice', name).add('metadata.namespace', `${describe(metadata.namespace)} is not a namespace`, 'slice skipped');
-    return undefined;
-  }
-  const namespace = namespaceValue === undefined || namespaceValue === '' ? 'default' : namespaceValue;
-  const problems = new ObjectProblems(sink, 'EndpointSlice', name, namespace);
+  const header = readObjectHeader(raw, 'EndpointSlice', sink, {notObject: 'skipped', unnamed: 'slice skipped'});
+  if (!header) return undefined;
+  const {object, metadata, name, namespace, problems} = header;
 
-  const addressType = optionalString(raw.addressType);
+  const addressType = optionalString(object.addressType);
   if (addressType === undefined || addressType === invalid || !addressTypes.has(addressType)) {
-    const cause = addressType === undefined ? 'missing' : `unknown address type ${describe(raw.addressType)}`;
+    const cause = addressType === undefined ? 'missing' : `unknown address type ${describe(object.addressType)}`;
     problems.add('addressType', cause, 'slice skipped');
     return undefined;
   }
@@ -87,9 +74,9 @@ export function readEndpointSlice(raw: unknown, family: IPFamily, sink: Problem[
     return undefined;
   }
 
-  const ports = readSlicePorts(raw.ports, problems);
+  const ports = readSlicePorts(object.ports, problems);
   if (ports === undefined) return undefined;
-  const endpoints = readSliceEndpoints(raw.endpoints, family, namespace, problems);
+  const endpoints = readSliceEndpoints(object.endpoints, family, namespace, problems);
   if (endpoints === undefined) return undefined;
   return {namespace, name, serviceName, ports, endpoints};
 }
@@ -101,19 +88,13 @@ function readSlicePorts(value: unknown, problems: ObjectProblems): SlicePort[] |
     return undefined;
   }
   const ports: SlicePort[] = [];
-  for (const [index, entry] of (list ?? []).entries()) {
+  for (const [index, value] of (list ?? []).entries()) {
     const field = `ports[${index}]`;
-    if (!isJsonObject(entry)) {
-      problems.add(field, 'not an object', 'port skipped');
-      continue;
-    }
     // kube-proxy ignores a port without a name; the controller always writes one, but files
     // written by hand leave it out for a single unnamed service port, which means "".
-    const name = optionalString(entry.name);
-    if (name === invalid) {
-      problems.add(`${field}.name`, `${describe(entry.name)} is not a port name`, 'port skipped');
-      continue;
-    }
+    const read = readPortEntry(value, field, problems);
+    if (!read) continue;
+    const {entry, name} = read;
     const protocol = optionalString(entry.protocol);
     if (protocol === invalid || (protocol !== undefined && !protocols.has(protocol))) {
       problems.add(`${field}.protocol`, `unknown protocol ${describe(entry.protocol)}`, 'port skipped');

@@ -1,6 +1,7 @@
 // Manifest text (multi-document YAML, or JSON: one object, a v1 List or a typed *List) -> the
 // Kubernetes objects it holds, sorted into the kinds the model reads.
 import {parseAllDocuments} from 'yaml';
+import {errorText} from '../error-text.ts';
 
 /** ManifestProblem is a document (or List item) that could not be read, and why. */
 export interface ManifestProblem {
@@ -170,7 +171,7 @@ function collectItems(items: unknown[], location: Location, inherited: Location[
 }
 
 function firstLine(error: unknown): string {
-  const message = error instanceof Error ? error.message : String(error);
+  const message = errorText(error);
   return message.split('\n')[0].trim();
 }
 

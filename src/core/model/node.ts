@@ -1,6 +1,6 @@
 // Node -> what the proxy needs of its own node for one IP family: name, zone, addresses, pod CIDRs.
 import {parseCIDR, parseIP} from './ip.ts';
-import {describe, invalid, isJsonObject, ObjectProblems, optionalArray, optionalString, stringMap} from './object-reader.ts';
+import {describe, invalid, isJsonObject, listOrNone, optionalArray, readObjectHeader, stringMap} from './object-reader.ts';
 import {zoneLabel} from './objects.ts';
 import type {IPFamily, Problem} from './types.ts';
 
@@ -17,25 +17,15 @@ export interface NodeDefinition {
 
 /** readNode returns the node's facts of one family, or undefined (with a Problem) if it has no name. */
 export function readNode(raw: unknown, family: IPFamily, sink: Problem[]): NodeDefinition | undefined {
-  if (!isJsonObject(raw)) {
-    new ObjectProblems(sink, 'Node', '(unnamed)').add('', `object is ${describe(raw)}, not a Node`, 'node ignored');
-    return undefined;
-  }
-  const metadata = isJsonObject(raw.metadata) ? raw.metadata : {};
-  const name = optionalString(metadata.name);
-  if (name === undefined || name === invalid || name === '') {
-    new ObjectProblems(sink, 'Node', '(unnamed)').add('metadata.name', name === invalid ? `${describe(metadata.name)} is not a name` : 'missing', 'node ignored');
-    return undefined;
-  }
-  const problems = new ObjectProblems(sink, 'Node', name);
+  const header = readObjectHeader(raw, 'Node', sink, {notObject: 'node ignored', unnamed: 'node ignored'});
+  if (!header) return undefined;
+  const {object, metadata, name, problems} = header;
   const node: NodeDefinition = {name, internalIPs: [], externalIPs: [], podCIDRs: []};
   const zone = stringMap(metadata.labels)[zoneLabel];
   if (zone) node.zone = zone;
 
-  const status = isJsonObject(raw.status) ? raw.status : {};
-  const addresses = optionalArray(status.addresses);
-  if (addresses === invalid) problems.add('status.addresses', 'not a list', 'addresses ignored');
-  for (const [index, entry] of (addresses === invalid ? [] : (addresses ?? [])).entries()) {
+  const status = isJsonObject(object.status) ? object.status : {};
+  for (const [index, entry] of listOrNone(status.addresses, 'status.addresses', 'addresses ignored', problems).entries()) {
     const field = `status.addresses[${index}]`;
     if (!isJsonObject(entry)) {
       problems.add(field, 'not an object', 'address ignored');
@@ -52,7 +42,7 @@ export function readNode(raw: unknown, family: IPFamily, sink: Problem[]): NodeD
     if (!list.includes(ip.text)) list.push(ip.text);
   }
 
-  const spec = isJsonObject(raw.spec) ? raw.spec : {};
+  const spec = isJsonObject(object.spec) ? object.spec : {};
   const podCIDRs = optionalArray(spec.podCIDRs);
   const cidrEntries: Array<{text: unknown; field: string}> = [];
   if (podCIDRs === invalid) problems.add('spec.podCIDRs', 'not a list', 'pod CIDRs ignored');

@@ -90,3 +90,65 @@ export class ObjectProblems {
     this.sink.push(problem);
   }
 }
+
+/** listOrNone: the list `value` holds, or none when it is absent, or none and a Problem at `field` when it is no list. */
+export function listOrNone(value: unknown, field: string, consequence: string, problems: ObjectProblems): unknown[] {
+  const list = optionalArray(value);
+  if (list !== invalid) return list ?? [];
+  problems.add(field, 'not a list', consequence);
+  return [];
+}
+
+/** readPortEntry: an entry of a ports list, an object with an optional name; undefined (with a Problem) when not. */
+export function readPortEntry(value: unknown, field: string, problems: ObjectProblems): {entry: JsonObject; name: string | undefined} | undefined {
+  if (!isJsonObject(value)) {
+    problems.add(field, 'not an object', 'port skipped');
+    return undefined;
+  }
+  const name = optionalString(value.name);
+  if (name === invalid) {
+    problems.add(`${field}.name`, `${describe(value.name)} is not a port name`, 'port skipped');
+    return undefined;
+  }
+  return {entry: value, name};
+}
+
+type HeaderKind = 'Service' | 'EndpointSlice' | 'Node';
+
+/** ObjectHeader: an object read far enough to be named: its metadata, name and namespace. */
+export interface ObjectHeader<Kind extends HeaderKind> {
+  object: JsonObject;
+  metadata: JsonObject;
+  name: string;
+  /** "default" when a namespaced object leaves it out (kubectl would put it there); none for a Node. */
+  namespace: Kind extends 'Node' ? undefined : string;
+  /** Where the rest of the object's problems go, under its name. */
+  problems: ObjectProblems;
+}
+
+/**
+ * readObjectHeader: the object's name (and, but for a Node, its namespace), or undefined with a
+ * Problem when `raw` is no object (consequence `notObject`) or has no usable name or namespace
+ * (consequence `unnamed`).
+ */
+export function readObjectHeader<Kind extends HeaderKind>(raw: unknown, kind: Kind, sink: Problem[], consequences: {notObject: string; unnamed: string}): ObjectHeader<Kind> | undefined {
+  if (!isJsonObject(raw)) {
+    new ObjectProblems(sink, kind, '(unnamed)').add('', `object is ${describe(raw)}, not ${/^[AEIOU]/.test(kind) ? 'an' : 'a'} ${kind}`, consequences.notObject);
+    return undefined;
+  }
+  const metadata = isJsonObject(raw.metadata) ? raw.metadata : {};
+  const name = optionalString(metadata.name);
+  const namespaceValue = kind === 'Node' ? undefined : optionalString(metadata.namespace);
+  if (name === undefined || name === invalid || name === '') {
+    const problems = new ObjectProblems(sink, kind, '(unnamed)', namespaceValue === invalid ? undefined : namespaceValue);
+    problems.add('metadata.name', name === invalid ? `${describe(metadata.name)} is not a name` : 'missing', consequences.unnamed);
+    return undefined;
+  }
+  if (namespaceValue === invalid) {
+    new ObjectProblems(sink, kind, name).add('metadata.namespace', `${describe(metadata.namespace)} is not a namespace`, consequences.unnamed);
+    return undefined;
+  }
+  const namespace = kind === 'Node' ? undefined : namespaceValue === undefined || namespaceValue === '' ? 'default' : namespaceValue;
+  const header = {object: raw, metadata, name, namespace, problems: new ObjectProblems(sink, kind, name, namespace)};
+  return header as ObjectHeader<Kind>;
+}

@@ -15,6 +15,9 @@ import {
   optionalArray,
   optionalInteger,
   optionalString,
+  listOrNone,
+  readObjectHeader,
+  readPortEntry,
   stringMap,
 } from './object-reader.ts';
 import {
@@ -71,36 +74,20 @@ const maxStickyTimeoutSeconds = 86400;
  * the other family) or because it is invalid (then a Problem says why).
  */
 export function readService(raw: unknown, options: ServiceReadOptions, sink: Problem[]): ServiceDefinition | undefined {
-  if (!isJsonObject(raw)) {
-    new ObjectProblems(sink, 'Service', '(unnamed)').add('', `object is ${describe(raw)}, not a Service`, 'skipped');
-    return undefined;
-  }
-  const metadata = isJsonObject(raw.metadata) ? raw.metadata : {};
-  const name = optionalString(metadata.name);
-  const namespaceValue = optionalString(metadata.namespace);
-  if (name === undefined || name === invalid || name === '') {
-    const problems = new ObjectProblems(sink, 'Service', '(unnamed)', namespaceValue === invalid ? undefined : namespaceValue);
-    problems.add('metadata.name', name === undefined || name === '' ? 'missing' : `${describe(metadata.name)} is not a name`, 'service skipped');
-    return undefined;
-  }
-  if (namespaceValue === invalid) {
-    new ObjectProblems(sink, 'Service', name).add('metadata.namespace', `${describe(metadata.namespace)} is not a namespace`, 'service skipped');
-    return undefined;
-  }
-  // Objects read from files often leave the namespace out; kubectl would put them in "default".
-  const namespace = namespaceValue === undefined || namespaceValue === '' ? 'default' : namespaceValue;
-  const problems = new ObjectProblems(sink, 'Service', name, namespace);
+  const header = readObjectHeader(raw, 'Service', sink, {notObject: 'skipped', unnamed: 'service skipped'});
+  if (!header) return undefined;
+  const {object, metadata, name, namespace, problems} = header;
 
   const labels = stringMap(metadata.labels);
   const proxyName = labels[serviceProxyNameLabel];
   if (proxyName !== undefined && proxyName !== options.serviceProxyName) return undefined;
   if (headlessLabel in labels) return undefined;
 
-  if (!isJsonObject(raw.spec)) {
-    problems.add('spec', raw.spec === undefined ? 'missing' : 'not an object', 'service skipped');
+  if (!isJsonObject(object.spec)) {
+    problems.add('spec', object.spec === undefined ? 'missing' : 'not an object', 'service skipped');
     return undefined;
   }
-  const spec = raw.spec;
+  const spec = object.spec;
 
   const typeValue = optionalString(spec.type);
   if (typeValue === invalid || (typeValue !== undefined && !serviceTypes.has(typeValue))) {
@@ -123,7 +110,7 @@ export function readService(raw: unknown, options: ServiceReadOptions, sink: Pro
   const sourceRanges = readSourceRanges(spec, stringMap(metadata.annotations), options, problems);
 
   const externalIPs = readExternalIPs(spec, options.family, problems);
-  const loadBalancerIPs = readLoadBalancerIPs(raw.status, options.family, problems);
+  const loadBalancerIPs = readLoadBalancerIPs(object.status, options.family, problems);
 
   // apiservice.ExternalPolicyLocal: the policy only counts on NodePort and LoadBalancer services,
   // and on ClusterIP services that have externalIPs (ExternalIPs counted before family filtering).
@@ -146,17 +133,11 @@ export function readService(raw: unknown, options: ServiceReadOptions, sink: Pro
     return undefined;
   }
   const seenNames = new Set<string>();
-  for (const [index, portValue] of (portsValue ?? []).entries()) {
+  for (const [index, value] of (portsValue ?? []).entries()) {
     const field = `spec.ports[${index}]`;
-    if (!isJsonObject(portValue)) {
-      problems.add(field, 'not an object', 'port skipped');
-      continue;
-    }
-    const portName = optionalString(portValue.name);
-    if (portName === invalid) {
-      problems.add(`${field}.name`, `${describe(portValue.name)} is not a port name`, 'port skipped');
-      continue;
-    }
+    const read = readPortEntry(value, field, problems);
+    if (!read) continue;
+    const {entry: portValue, name: portName} = read;
     const nameOfPort = portName ?? '';
     const detail = nameOfPort === '' ? '' : ` port ${nameOfPort}`;
     if (seenNames.has(nameOfPort)) {
@@ -357,13 +338,8 @@ function readSourceRanges(
 }
 
 function readExternalIPs(spec: Record<string, unknown>, family: IPFamily, problems: ObjectProblems): string[] {
-  const listValue = optionalArray(spec.externalIPs);
-  if (listValue === invalid) {
-    problems.add('spec.externalIPs', 'not a list', 'externalIPs ignored');
-    return [];
-  }
   const ips: string[] = [];
-  for (const [index, text] of (listValue ?? []).entries()) {
+  for (const [index, text] of listOrNone(spec.externalIPs, 'spec.externalIPs', 'externalIPs ignored', problems).entries()) {
     const ip = typeof text === 'string' ? parseIP(text) : undefined;
     if (!ip) {
       problems.add(`spec.externalIPs[${index}]`, `${describe(text)} is not an IP address`, 'address ignored');
@@ -377,13 +353,8 @@ function readExternalIPs(spec: Record<string, unknown>, family: IPFamily, proble
 /** readLoadBalancerIPs keeps ingress IPs of the family whose ipMode is VIP or unset (proxyutil.IsVIPMode). */
 function readLoadBalancerIPs(status: unknown, family: IPFamily, problems: ObjectProblems): string[] {
   const loadBalancer = isJsonObject(status) && isJsonObject(status.loadBalancer) ? status.loadBalancer : {};
-  const listValue = optionalArray(loadBalancer.ingress);
-  if (listValue === invalid) {
-    problems.add('status.loadBalancer.ingress', 'not a list', 'load-balancer IPs ignored');
-    return [];
-  }
   const ips: string[] = [];
-  for (const [index, ingress] of (listValue ?? []).entries()) {
+  for (const [index, ingress] of listOrNone(loadBalancer.ingress, 'status.loadBalancer.ingress', 'load-balancer IPs ignored', problems).entries()) {
     const field = `status.loadBalancer.ingress[${index}]`;
     if (!isJsonObject(ingress)) {
       problems.add(field, 'not an object', 'entry ignored');

@@ -1,11 +1,10 @@
 // Names of the per-service objects in the kube-proxy table, computed as kube-proxy's nftables
 // proxier computes them ("HASH-namespace/name/protocol/port"), so its chains and ours compare.
-import {createHash} from 'node:crypto';
 import type {Endpoint, ServicePort} from '../model/types.ts';
+import {base32Alphabet, sha256Base32} from '../name-hash.ts';
 
 /** nft's limit on object names is 256; kube-proxy keeps 16 for the longest prefix. */
 const nameBaseLengthMax = 256 - 16;
-const base32Alphabet = 'ABCDEFGHIJKLMNOPQRSTUVWXYZ234567';
 
 export const tableName = 'kube-proxy';
 
@@ -19,19 +18,8 @@ export const namePrefixes = {
   affinity: 'affinity-',
 } as const;
 
-/** The first 8 characters of the base32 (RFC 4648) text of the name's SHA-256. */
-function hashPrefix(name: string): string {
-  const digest = createHash('sha256').update(name).digest();
-  // 8 base32 characters are 40 bits: the first 5 bytes.
-  let bits = 0n;
-  for (let index = 0; index < 5; index++) bits = (bits << 8n) | BigInt(digest[index]);
-  let text = '';
-  for (let index = 7; index >= 0; index--) text += base32Alphabet[Number((bits >> BigInt(index * 5)) & 31n)];
-  return text;
-}
-
 function hashAndTruncate(name: string): string {
-  const hashed = `${hashPrefix(name)}-${name}`;
+  const hashed = `${sha256Base32(name, 8)}-${name}`;
   return hashed.length > nameBaseLengthMax ? `${hashed.slice(0, nameBaseLengthMax - 3)}...` : hashed;
 }
 
@@ -48,8 +36,8 @@ export function endpointNameBase(port: Pick<ServicePort, 'namespace' | 'serviceN
 
 /**
  * How many endpoint-choice maps per protocol. The kernel checks every element of a data map
- * against every rule bound to it, so one map for all services costs elements x rules (minutes at
- * 10,000 services); many small maps cost a set each. Spreading service ports over this many maps
+ * against every rule bound to it, so one map for all services costs elements x rules; many small
+ * maps cost a set each. Spreading service ports over this many maps
  * keeps both small.
  */
 export const endpointMapShards = 256;

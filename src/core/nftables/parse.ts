@@ -274,6 +274,15 @@ function splitTopLevel(text: string, separator: string): string[] {
 }
 
 /** splitComment separates a trailing `comment "..."` from a rule or element. */
+/** changeObject applies a script's delete, flush or add/create of one named chain or set; add and create keep one already there. */
+function changeObject<T>(objects: Map<string, T>, verb: string, name: string, flush: (object: T) => void, create: () => T): void {
+  if (verb === 'delete') objects.delete(name);
+  else if (verb === 'flush') {
+    const object = objects.get(name);
+    if (object) flush(object);
+  } else if (!objects.has(name)) objects.set(name, create());
+}
+
 function splitComment(text: string): {text: string; comment?: string} {
   const match = /^(.*?)\s*comment "((?:[^"\\]|\\.)*)"(.*)$/.exec(text);
   if (!match) return {text: text.trim()};
@@ -318,17 +327,13 @@ export function parseNftablesScript(script: string, base?: NftRuleset): NftRules
         }
         break;
       case 'chain':
-        if (verb === 'delete') ruleset.chains.delete(name!);
-        else if (verb === 'flush') {
-          const chain = ruleset.chains.get(name!);
-          if (chain) chain.rules = [];
-        } else if (!ruleset.chains.has(name!)) {
+        changeObject(ruleset.chains, verb, name!, (chain) => (chain.rules = []), () => {
           const base = /type (\w+) hook (\w+) priority ([^;]+?)\s*;/.exec(rest);
           const priorityText = base?.[3].replace(/\s+/g, '') ?? '';
           const named = /^([a-z]+)([+-]\d+)?$/.exec(priorityText);
           const priority = named && named[1] in priorityNames ? priorityNames[named[1]] + Number(named[2] ?? 0) : Number(priorityText);
-          ruleset.chains.set(name!, base ? {name: name!, type: base[1], hook: base[2], priority, policy: 'accept', rules: []} : {name: name!, rules: []});
-        }
+          return base ? {name: name!, type: base[1], hook: base[2], priority, policy: 'accept', rules: []} : {name: name!, rules: []};
+        });
         break;
       case 'rule': {
         let chain = ruleset.chains.get(name!);
@@ -339,15 +344,11 @@ export function parseNftablesScript(script: string, base?: NftRuleset): NftRules
       }
       case 'set':
       case 'map':
-        if (verb === 'delete') ruleset.sets.delete(name!);
-        else if (verb === 'flush') {
-          const set = ruleset.sets.get(name!);
-          if (set) set.elements = [];
-        } else if (!ruleset.sets.has(name!)) {
+        changeObject(ruleset.sets, verb, name!, (set) => (set.elements = []), () => {
           const flags = /flags ([\w,]+)/.exec(rest)?.[1].split(',') ?? [];
           const timeout = /timeout (\d+)s/.exec(rest);
-          ruleset.sets.set(name!, {name: name!, kind: object, flags, ...(timeout ? {timeoutSeconds: Number(timeout[1])} : {}), elements: []});
-        }
+          return {name: name!, kind: object, flags, ...(timeout ? {timeoutSeconds: Number(timeout[1])} : {}), elements: []};
+        });
         break;
       case 'element': {
         const set = ruleset.sets.get(name!);

@@ -238,7 +238,7 @@ function localTrafficMatch(model: ProxyModel, words: FamilyWords, local: boolean
     case 'NodeCIDR':
       if (detector.cidrs.length === 0) return undefined;
       // Several CIDRs go in one named set: an anonymous set in every service chain is a kernel
-      // object each, and nft slows down with every one (minutes at 30,000 services).
+      // object each, and nft slows down with every one.
       const cidrs = outermostCIDRs(detector.cidrs);
       if (cidrs.length > 1) return `${words.ipX} saddr ${op}@${nftNames.localCIDRs}`;
       return `${words.ipX} saddr ${op}${valueList(cidrs)}`;
@@ -578,57 +578,67 @@ export function renderNftablesSync(model: ProxyModel, options: NftablesRenderOpt
   const key = setupKey(model, options);
   const previous = options.existing;
   const partial = previous !== undefined && options.changedServicePorts !== undefined && previous.family === model.family && previous.setupKey === key;
+  return partial ? renderPartialSync(model, options, words, previous, now) : renderFullSync(model, options, words, key, now);
+}
+
+/** The whole table in one transaction; chains of `options.existing` no longer used are flushed and recorded as stale. */
+function renderFullSync(model: ProxyModel, options: NftablesRenderOptions, words: FamilyWords, key: string, now: number): NftablesSync {
+  const previous = options.existing;
   const out: string[] = [];
   const t = `${words.ipX} ${tableName}`;
 
-  if (!partial) {
-    const state: NftablesState = {family: model.family, setupKey: key, footprints: new Map(), elements: new Map(), nextOffset: 0, staleChains: new Map(), targetMaps: new Set()};
-    if (options.recreateTable) out.push(`add table ${t}`, `delete table ${t}`);
-    renderSetup(model, options, words, out);
-    if (previous && !options.recreateTable && previous.family === model.family) {
-      for (const map of previous.targetMaps) {
-        out.push(`flush map ${t} ${map}`);
-        state.targetMaps.add(map);
-      }
+  const state: NftablesState = {family: model.family, setupKey: key, footprints: new Map(), elements: new Map(), nextOffset: 0, staleChains: new Map(), targetMaps: new Set()};
+  if (options.recreateTable) out.push(`add table ${t}`, `delete table ${t}`);
+  renderSetup(model, options, words, out);
+  if (previous && !options.recreateTable && previous.family === model.family) {
+    for (const map of previous.targetMaps) {
+      out.push(`flush map ${t} ${map}`);
+      state.targetMaps.add(map);
     }
-    const allocator: BlockAllocator = {
-      allocate(chain, map, targets) {
-        const block = {chain, map, offset: state.nextOffset, targets};
-        state.nextOffset += Math.max(targets.length, 1);
-        return block;
-      },
-    };
-    const elements: NftElement[] = [];
-    for (const port of model.servicePorts) {
-      const footprint = footprintOf(model, port, words, allocator);
-      state.footprints.set(servicePortIdentity(port), footprint);
-      for (const element of footprint.elements) {
-        const held = heldElement(state, element);
-        if (held) holdElement(state, held.first, held.count + 1);
-        else {
-          holdElement(state, element, 1);
-          elements.push(element);
-        }
-      }
-      pushTargetMaps(out, words, footprint, state.targetMaps);
-      pushFootprintObjects(out, words, footprint);
-    }
-    const activeChains = new Set([...state.footprints.values()].flatMap((footprint) => footprint.chains.map((chain) => chain.name)));
-    const activeSets = new Set([...state.footprints.values()].flatMap((footprint) => footprint.affinitySets.map((set) => set.name)));
-    if (previous && !options.recreateTable) {
-      for (const footprint of previous.footprints.values()) {
-        for (const {name} of footprint.chains) if (!activeChains.has(name) && !previous.staleChains.has(name)) {
-          out.push(`flush chain ${t} ${name}`);
-          state.staleChains.set(name, now);
-        }
-        for (const set of footprint.affinitySets) if (!activeSets.has(set.name)) out.push(`delete set ${t} ${set.name}`);
-      }
-      for (const [name, since] of previous.staleChains) if (!activeChains.has(name)) state.staleChains.set(name, since);
-    }
-    for (const footprint of state.footprints.values()) pushFootprintRules(out, words, footprint);
-    pushElements(out, 'add', words, elements);
-    return {script: out.join('\n') + '\n', kind: 'full', state};
   }
+  const allocator: BlockAllocator = {
+    allocate(chain, map, targets) {
+      const block = {chain, map, offset: state.nextOffset, targets};
+      state.nextOffset += Math.max(targets.length, 1);
+      return block;
+    },
+  };
+  const elements: NftElement[] = [];
+  for (const port of model.servicePorts) {
+    const footprint = footprintOf(model, port, words, allocator);
+    state.footprints.set(servicePortIdentity(port), footprint);
+    for (const element of footprint.elements) {
+      const held = heldElement(state, element);
+      if (held) holdElement(state, held.first, held.count + 1);
+      else {
+        holdElement(state, element, 1);
+        elements.push(element);
+      }
+    }
+    pushTargetMaps(out, words, footprint, state.targetMaps);
+    pushFootprintObjects(out, words, footprint);
+  }
+  const activeChains = new Set([...state.footprints.values()].flatMap((footprint) => footprint.chains.map((chain) => chain.name)));
+  const activeSets = new Set([...state.footprints.values()].flatMap((footprint) => footprint.affinitySets.map((set) => set.name)));
+  if (previous && !options.recreateTable) {
+    for (const footprint of previous.footprints.values()) {
+      for (const {name} of footprint.chains) if (!activeChains.has(name) && !previous.staleChains.has(name)) {
+        out.push(`flush chain ${t} ${name}`);
+        state.staleChains.set(name, now);
+      }
+      for (const set of footprint.affinitySets) if (!activeSets.has(set.name)) out.push(`delete set ${t} ${set.name}`);
+    }
+    for (const [name, since] of previous.staleChains) if (!activeChains.has(name)) state.staleChains.set(name, since);
+  }
+  for (const footprint of state.footprints.values()) pushFootprintRules(out, words, footprint);
+  pushElements(out, 'add', words, elements);
+  return {script: out.join('\n') + '\n', kind: 'full', state};
+}
+
+/** The chains and elements of the changed service ports only, on top of `state` (updated in place). */
+function renderPartialSync(model: ProxyModel, options: NftablesRenderOptions, words: FamilyWords, previous: NftablesState, now: number): NftablesSync {
+  const out: string[] = [];
+  const t = `${words.ipX} ${tableName}`;
 
   // Partial: replace the footprints of changed service ports. The state is updated in place, so
   // that the cost follows the change, not the cluster.

@@ -254,6 +254,15 @@ export class EndpointSliceController {
       if (triggerTime > 0) out[triggerTimeAnnotation] = rfc3339(triggerTime);
       return out;
     };
+    const rewrite = (slice: KubeObject, want: DesiredSlice) =>
+      this.store.mutate('endpointslices', namespace, slice.metadata.name, (s) => {
+        s.metadata.labels = labels;
+        s.metadata.annotations = annotations(s.metadata.annotations);
+        s.metadata.ownerReferences = ownerReferences;
+        s.endpoints = want.endpoints;
+        if (want.ports) s.ports = want.ports;
+        else delete s.ports;
+      });
     const leftovers: DesiredSlice[] = [];
     for (const want of desired) {
       const candidates = unused.get(groupKey(want.addressType, want.ports));
@@ -264,14 +273,7 @@ export class EndpointSliceController {
       }
       const same = sameJson(slice.endpoints, want.endpoints) && sameJson(slice.metadata.labels, labels) && sameJson(slice.metadata.ownerReferences, ownerReferences);
       if (same) continue;
-      this.store.mutate('endpointslices', namespace, slice.metadata.name, (s) => {
-        s.metadata.labels = labels;
-        s.metadata.annotations = annotations(s.metadata.annotations);
-        s.metadata.ownerReferences = ownerReferences;
-        s.endpoints = want.endpoints;
-        if (want.ports) s.ports = want.ports;
-        else delete s.ports;
-      });
+      rewrite(slice, want);
     }
     // Slices of a changed port mapping are rewritten in place rather than deleted and created.
     const spare = [...unused.values()].flat();
@@ -279,14 +281,7 @@ export class EndpointSliceController {
       const slice = spare.find((s) => s.addressType === want.addressType);
       if (slice) {
         spare.splice(spare.indexOf(slice), 1);
-        this.store.mutate('endpointslices', namespace, slice.metadata.name, (s) => {
-          s.metadata.labels = labels;
-          s.metadata.annotations = annotations(s.metadata.annotations);
-          s.metadata.ownerReferences = ownerReferences;
-          s.endpoints = want.endpoints;
-          if (want.ports) s.ports = want.ports;
-          else delete s.ports;
-        });
+        rewrite(slice, want);
         continue;
       }
       const body: KubeObject = {

@@ -1,7 +1,6 @@
 // ClusterIP allocation from the service CIDRs and NodePort allocation from the node port range.
 import {isIPv4, isIPv6} from 'node:net';
-
-export type IPFamily = 'IPv4' | 'IPv6';
+import type {IPFamily} from '../../core/model/types.ts';
 
 export function ipFamilyOf(ip: string): IPFamily | undefined {
   if (isIPv4(ip)) return 'IPv4';

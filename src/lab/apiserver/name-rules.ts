@@ -7,37 +7,24 @@ const dns1123LabelRe = /^[a-z0-9]([-a-z0-9]*[a-z0-9])?$/;
 const dns1123SubdomainRe = /^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$/;
 const dns1035LabelRe = /^[a-z]([-a-z0-9]*[a-z0-9])?$/;
 
-export function dns1123LabelErrors(value: string): string[] {
+/** nameFormErrors: kube-apiserver's complaints about a name of a form with a length limit and a pattern. */
+function nameFormErrors(value: string, maxLength: number, pattern: RegExp, mismatch: string): string[] {
   const errs: string[] = [];
-  if (value.length > 63) errs.push('must be no more than 63 characters');
-  if (!dns1123LabelRe.test(value)) {
-    errs.push(
-      "a lowercase RFC 1123 label must consist of lower case alphanumeric characters or '-', and must start and end with an alphanumeric character (e.g. 'my-name',  or '123-abc', regex used for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?')",
-    );
-  }
+  if (value.length > maxLength) errs.push(`must be no more than ${maxLength} characters`);
+  if (!pattern.test(value)) errs.push(mismatch);
   return errs;
+}
+
+export function dns1123LabelErrors(value: string): string[] {
+  return nameFormErrors(value, 63, dns1123LabelRe, "a lowercase RFC 1123 label must consist of lower case alphanumeric characters or '-', and must start and end with an alphanumeric character (e.g. 'my-name',  or '123-abc', regex used for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?')");
 }
 
 export function dns1123SubdomainErrors(value: string): string[] {
-  const errs: string[] = [];
-  if (value.length > 253) errs.push('must be no more than 253 characters');
-  if (!dns1123SubdomainRe.test(value)) {
-    errs.push(
-      "a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', and must start and end with an alphanumeric character (e.g. 'example.com', regex used for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*')",
-    );
-  }
-  return errs;
+  return nameFormErrors(value, 253, dns1123SubdomainRe, "a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', and must start and end with an alphanumeric character (e.g. 'example.com', regex used for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*')");
 }
 
 export function dns1035LabelErrors(value: string): string[] {
-  const errs: string[] = [];
-  if (value.length > 63) errs.push('must be no more than 63 characters');
-  if (!dns1035LabelRe.test(value)) {
-    errs.push(
-      "a DNS-1035 label must consist of lower case alphanumeric characters or '-', start with an alphabetic character, and end with an alphanumeric character (e.g. 'my-name',  or 'abc-123', regex used for validation is '[a-z]([-a-z0-9]*[a-z0-9])?')",
-    );
-  }
-  return errs;
+  return nameFormErrors(value, 63, dns1035LabelRe, "a DNS-1035 label must consist of lower case alphanumeric characters or '-', start with an alphabetic character, and end with an alphanumeric character (e.g. 'my-name',  or 'abc-123', regex used for validation is '[a-z]([-a-z0-9]*[a-z0-9])?')");
 }
 
 /** IANA_SVC_NAME, the form of container port names and named targetPorts. */

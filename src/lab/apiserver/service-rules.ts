@@ -1,7 +1,8 @@
 // Services: defaulting, validation and ClusterIP / NodePort allocation as kube-apiserver does them.
 import {isIP} from 'node:net';
 import {fieldError, internalError, invalid, type ApiError, type FieldError} from './api-error.ts';
-import {ClusterIPAllocator, ipFamilyOf, NodePortAllocator, type IPFamily} from './ip-allocator.ts';
+import type {IPFamily} from '../../core/model/types.ts';
+import {ClusterIPAllocator, ipFamilyOf, NodePortAllocator} from './ip-allocator.ts';
 import type {KubeObject} from './object-log.ts';
 import {cidrErrors} from './servicecidr-rules.ts';
 import {dns1123LabelErrors, dns1123SubdomainErrors, portNameErrors, portNumberErrors, validateLabels, validateObjectMeta} from './name-rules.ts';

@@ -1,6 +1,7 @@
 // Running iproute2's `ip` (alone, as a batch, or inside a namespace) and telling clearly why the
 // machine cannot do network namespaces when it cannot.
 import {execa} from 'execa';
+import {errorText} from '../../core/error-text.ts';
 
 /** NetnsError: an `ip` command failed; the message holds the command, what it was for, and stderr. */
 export class NetnsError extends Error {
@@ -83,7 +84,7 @@ export async function netnsUnavailableReason(): Promise<string | undefined> {
     await checkNetnsSupport();
     return undefined;
   } catch (error) {
-    return error instanceof Error ? error.message : String(error);
+    return errorText(error);
   }
 }
 

@@ -8,6 +8,7 @@ import {createSocket} from 'node:dgram';
 import {request} from 'node:http';
 import {parseArgs} from 'node:util';
 import {type DemoReply, isDemoReply, plainIPv4} from './demo-reply.ts';
+import {errorText} from '../../core/error-text.ts';
 
 export type ProbeProtocol = 'tcp' | 'udp';
 
@@ -152,7 +153,7 @@ async function main(): Promise<void> {
 
 if (import.meta.main) {
   main().catch((error: unknown) => {
-    process.stderr.write(`${error instanceof Error ? error.message : String(error)}\n`);
+    process.stderr.write(`${errorText(error)}\n`);
     process.exit(2);
   });
 }

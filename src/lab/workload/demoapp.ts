@@ -8,6 +8,7 @@ import {createServer, type Server} from 'node:http';
 import {networkInterfaces} from 'node:os';
 import {parseArgs} from 'node:util';
 import {type DemoReply, plainIPv4} from './demo-reply.ts';
+import {errorText} from '../../core/error-text.ts';
 
 export interface DemoAppOptions {
   name: string;
@@ -100,7 +101,7 @@ async function main(): Promise<void> {
 
 if (import.meta.main) {
   main().catch((error: unknown) => {
-    process.stderr.write(`${error instanceof Error ? error.message : String(error)}\n`);
+    process.stderr.write(`${errorText(error)}\n`);
     process.exit(1);
   });
 }

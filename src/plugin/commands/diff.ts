@@ -1,11 +1,11 @@
 import {Args, Flags} from '@oclif/core';
 import type {DiffResult, StatusResult} from '../../protocol/methods.ts';
-import {AgentCommand, connectionFlags, namespaceFlag} from '../lib/agent-command.ts';
+import {AgentCommand, concurrencyFlag, connectionFlags, namespaceFlag} from '../lib/agent-command.ts';
 import {objectNamespace} from '../lib/kube-config.ts';
 import {resolveServiceKey, splitServiceReference} from '../lib/service-target.ts';
-import {type AgentLocator, forEachNode} from '../lib/agent-locator.ts';
+import type {AgentLocator} from '../lib/agent-locator.ts';
 import {colorDiff} from '../lib/diff-text.ts';
-import {formatAge, formatData, formatTable, palette, useColor} from '../lib/output.ts';
+import {formatAge, formatData, formatTable, outputFlag, palette, useColor} from '../lib/output.ts';
 import {exitCodes} from '../lib/plugin-error.ts';
 
 interface NodeDiff {
@@ -33,8 +33,8 @@ With --all-nodes: one line per node (mode, drifted services, last sync, agent ve
     ...connectionFlags,
     'all-nodes': Flags.boolean({summary: 'Ask every agent; print a table.', default: false}),
     service: Flags.string({summary: 'Only the rules of this service: NAME (in the -n namespace, else the context\'s) or NAMESPACE/NAME, either with :PORT.'}),
-    output: Flags.option({char: 'o', summary: 'Output format.', options: ['text', 'json', 'yaml'] as const, default: 'text'})(),
-    concurrency: Flags.integer({summary: 'Agents asked at once with --all-nodes.', default: 10, min: 1, max: 200}),
+    output: outputFlag(['text', 'json', 'yaml']),
+    concurrency: concurrencyFlag('Agents asked at once with --all-nodes.'),
   };
 
   async run(): Promise<void> {
@@ -42,30 +42,11 @@ With --all-nodes: one line per node (mode, drifted services, last sync, agent ve
     const locator = this.locator(flags);
     const nodes = await locator.chooseNodes(args.node, flags['all-nodes']);
     const params = flags.service ? {service: await serviceKey(locator, flags.service, flags.namespace)} : {};
-    const results = await forEachNode(
-      nodes.map((node) => node ?? ''),
-      flags.concurrency,
-      async (node): Promise<NodeDiff> => {
-        const client = await locator.open(node || undefined);
-        try {
-          const [status, diff] = await Promise.all([client.call('status', {}), client.call('diff', params)]);
-          return {node: status.node, status, diff};
-        } finally {
-          client.close();
-        }
-      },
-      (_node, done) => (flags['all-nodes'] ? this.progress(`${done}/${nodes.length} agents answered`) : undefined),
-    );
-    this.endProgress();
-
-    const answered: NodeDiff[] = [];
-    const failed: {node: string; error: string}[] = [];
-    for (const [node, result] of results) {
-      if (result.ok) answered.push(result.value);
-      else failed.push({node, error: result.error});
-    }
-    answered.sort((a, b) => a.node.localeCompare(b.node));
-    for (const failure of failed) process.stderr.write(`error: ${failure.error}\n`);
+    const progress = flags['all-nodes'] ? 'agents answered' : undefined;
+    const {answered, failed} = await this.askAgents(locator, nodes, {concurrency: flags.concurrency, progress}, async (client): Promise<NodeDiff> => {
+      const [status, diff] = await Promise.all([client.call('status', {}), client.call('diff', params)]);
+      return {node: status.node, status, diff};
+    });
 
     const color = useColor(flags.output);
     if (flags.output === 'json' || flags.output === 'yaml') {
@@ -76,8 +57,7 @@ With --all-nodes: one line per node (mode, drifted services, last sync, agent ve
     } else {
       for (const {diff} of answered) if (!diff.equal) process.stdout.write(`${colorDiff(diff.text.replace(/\n?$/, ''), palette(color))}\n`);
     }
-    if (failed.length > 0) process.exitCode = exitCodes.error;
-    else if (answered.some(({diff}) => !diff.equal)) process.exitCode = exitCodes.differs;
+    if (failed.length === 0 && answered.some(({diff}) => !diff.equal)) process.exitCode = exitCodes.differs;
   }
 }
 

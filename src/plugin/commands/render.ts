@@ -1,5 +1,5 @@
 import {Command, Flags} from '@oclif/core';
-import {formatData} from '../lib/output.ts';
+import {formatData, outputFlag} from '../lib/output.ts';
 import {InputError, readOfflineModel} from '../lib/model-input.ts';
 import {ipvsParts, renderModes, renderRules} from '../lib/render-rules.ts';
 
@@ -55,7 +55,7 @@ In iptables mode the first line, a comment, records the node addresses the rules
     'pod-bridge-interface': Flags.string({summary: 'Bridge the pods hang off (with --detect-local bridge-interface).'}),
     'pod-interface-name-prefix': Flags.string({summary: "Prefix of the pods' interfaces (with --detect-local interface-name-prefix)."}),
     'localhost-nodeports': Flags.option({summary: 'Accept NodePort connections on 127.0.0.1 (iptables mode, IPv4).', options: ['true', 'false'] as const})(),
-    output: Flags.option({char: 'o', summary: 'Output format.', options: ['text', 'json'] as const, default: 'text'})(),
+    output: outputFlag(['text', 'json']),
   };
 
   async run(): Promise<void> {

@@ -1,9 +1,7 @@
-import {Args, Flags} from '@oclif/core';
+import {Args} from '@oclif/core';
 import type {StatusResult} from '../../protocol/methods.ts';
-import {AgentCommand, connectionFlags} from '../lib/agent-command.ts';
-import {forEachNode} from '../lib/agent-locator.ts';
-import {formatAge, formatData, formatDuration, formatTable, palette, useColor} from '../lib/output.ts';
-import {exitCodes} from '../lib/plugin-error.ts';
+import {AgentCommand, concurrencyFlag, connectionFlags} from '../lib/agent-command.ts';
+import {formatAge, formatData, formatDuration, formatTable, outputFlag, palette, useColor} from '../lib/output.ts';
 
 export default class Status extends AgentCommand {
   static override summary = 'Show the proxyctl agents: mode, readiness, version, last sync, services, drift.';
@@ -19,44 +17,20 @@ export default class Status extends AgentCommand {
 
   static override flags = {
     ...connectionFlags,
-    output: Flags.option({char: 'o', summary: 'Output format.', options: ['text', 'wide', 'json', 'yaml'] as const, default: 'text'})(),
-    concurrency: Flags.integer({summary: 'Agents asked at once.', default: 10, min: 1, max: 200}),
+    output: outputFlag(['text', 'wide', 'json', 'yaml']),
+    concurrency: concurrencyFlag('Agents asked at once.'),
   };
 
   async run(): Promise<void> {
     const {args, flags} = await this.parse(Status);
     const locator = this.locator(flags);
     const nodes = args.node === undefined && !locator.direct ? await locator.nodes() : [args.node];
-    const results = await forEachNode(
-      nodes.map((node) => node ?? ''),
-      flags.concurrency,
-      async (node) => {
-        const client = await locator.open(node || undefined);
-        try {
-          return await client.call('status', {});
-        } finally {
-          client.close();
-        }
-      },
-      (_node, done) => this.progress(`${done}/${nodes.length} agents answered`),
-    );
-    this.endProgress();
-
-    const answered: StatusResult[] = [];
-    const failed: {node: string; error: string}[] = [];
-    for (const [node, result] of results) {
-      if (result.ok) answered.push(result.value);
-      else failed.push({node, error: result.error});
-    }
-    answered.sort((a, b) => a.node.localeCompare(b.node));
-    for (const failure of failed) process.stderr.write(`error: ${failure.error}\n`);
-
+    const {answered, failed} = await this.askAgents(locator, nodes, {concurrency: flags.concurrency, progress: 'agents answered'}, (client) => client.call('status', {}));
     if (flags.output === 'json' || flags.output === 'yaml') {
       process.stdout.write(formatData({agents: answered, errors: failed}, flags.output));
     } else if (answered.length > 0) {
       process.stdout.write(statusTable(answered, flags.output === 'wide', useColor(flags.output)));
     }
-    if (failed.length > 0) process.exitCode = exitCodes.error;
   }
 }
 

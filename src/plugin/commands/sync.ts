@@ -1,9 +1,10 @@
 import {Args, Flags} from '@oclif/core';
 import type {ProxyMode, SyncResult} from '../../protocol/methods.ts';
-import {AgentCommand, connectionFlags} from '../lib/agent-command.ts';
-import {forEachNode} from '../lib/agent-locator.ts';
-import {formatData, formatDuration, formatTable, palette, useColor, type Palette} from '../lib/output.ts';
-import {exitCodes} from '../lib/plugin-error.ts';
+import {AgentCommand, concurrencyFlag, connectionFlags} from '../lib/agent-command.ts';
+import {formatData, formatDuration, formatTable, outputFlag, palette, useColor, type Palette} from '../lib/output.ts';
+
+/** NodeSync: one agent's sync, with the node and the mode its rule counts are in. */
+type NodeSync = {node: string; mode: ProxyMode} & SyncResult;
 
 export default class Sync extends AgentCommand {
   static override summary = 'Make an agent sync its rules now and wait for the result.';
@@ -20,39 +21,19 @@ export default class Sync extends AgentCommand {
     ...connectionFlags,
     'all-nodes': Flags.boolean({summary: 'Sync every agent.', default: false}),
     full: Flags.boolean({summary: 'Rewrite every chain rather than only those of changed services.', default: false}),
-    output: Flags.option({char: 'o', summary: 'Output format.', options: ['text', 'json', 'yaml'] as const, default: 'text'})(),
-    concurrency: Flags.integer({summary: 'Agents synced at once with --all-nodes.', default: 10, min: 1, max: 200}),
+    output: outputFlag(['text', 'json', 'yaml']),
+    concurrency: concurrencyFlag('Agents synced at once with --all-nodes.'),
   };
 
   async run(): Promise<void> {
     const {args, flags} = await this.parse(Sync);
     const locator = this.locator(flags);
     const nodes = await locator.chooseNodes(args.node, flags['all-nodes']);
-    const results = await forEachNode(
-      nodes.map((node) => node ?? ''),
-      flags.concurrency,
-      async (node): Promise<{node: string; mode: ProxyMode} & SyncResult> => {
-        const client = await locator.open(node || undefined);
-        try {
-          // The mode says what the rule counts are: nftables keeps every rule in one table.
-          const status = await client.call('status', {});
-          return {node: node || status.node, mode: status.mode, ...(await client.call('sync', flags.full ? {full: true} : {}))};
-        } finally {
-          client.close();
-        }
-      },
-      (_node, done) => this.progress(`${done}/${nodes.length} agents synced`),
-    );
-    this.endProgress();
-
-    const synced: ({node: string; mode: ProxyMode} & SyncResult)[] = [];
-    const failed: {node: string; error: string}[] = [];
-    for (const [node, result] of results) {
-      if (result.ok) synced.push(result.value);
-      else failed.push({node, error: result.error});
-    }
-    synced.sort((a, b) => a.node.localeCompare(b.node));
-    for (const failure of failed) process.stderr.write(`error: ${failure.error}\n`);
+    const {answered: synced, failed} = await this.askAgents(locator, nodes, {concurrency: flags.concurrency, progress: 'agents synced'}, async (client, node): Promise<NodeSync> => {
+      // The mode says what the rule counts are: nftables keeps every rule in one table.
+      const status = await client.call('status', {});
+      return {node: node ?? status.node, mode: status.mode, ...(await client.call('sync', flags.full ? {full: true} : {}))};
+    });
     if (flags.output === 'json' || flags.output === 'yaml') {
       process.stdout.write(formatData(flags['all-nodes'] ? {nodes: synced, errors: failed} : (synced[0] ?? {errors: failed}), flags.output));
     } else if (synced.length > 0) {
@@ -60,7 +41,6 @@ export default class Sync extends AgentCommand {
       const rows = synced.map((result) => [result.node, result.mode, result.kind, formatDuration(result.durationMs), ruleCounts(result), driftText(result, c)]);
       process.stdout.write(formatTable(['NODE', 'MODE', 'SYNC', 'DURATION', 'RULES', 'DRIFT'], rows));
     }
-    if (failed.length > 0) process.exitCode = exitCodes.error;
   }
 }
 
@@ -75,7 +55,7 @@ function driftText(result: SyncResult, c: Palette): string {
 }
 
 /** The rules the kernel holds after the sync, in the terms of the agent's mode. */
-function ruleCounts(result: {mode: ProxyMode} & SyncResult): string {
+function ruleCounts(result: NodeSync): string {
   if (result.mode === 'nftables') return `${result.rules.nat + result.rules.filter} in table kube-proxy`;
   // iptables mode, and ipvs mode's iptables layer.
   return `${result.rules.nat} nat, ${result.rules.filter} filter`;

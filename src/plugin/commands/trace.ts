@@ -1,14 +1,15 @@
+import type {KubeConfig} from '@kubernetes/client-node';
 import {Args, Flags} from '@oclif/core';
 import {readFileSync} from 'node:fs';
 import {isIP} from 'node:net';
 import {parseIptablesSave, traceIptables} from '../../core/iptables/index.ts';
 import type {Packet, TraceResult} from '../../core/trace/types.ts';
 import type {ProbeResult, TraceAnswer} from '../../protocol/methods.ts';
+import type {AgentClient} from '../lib/agent-client.ts';
 import {AgentCommand, connectionFlags, namespaceFlag} from '../lib/agent-command.ts';
-import {forEachNode} from '../lib/agent-locator.ts';
 import {objectNamespace} from '../lib/kube-config.ts';
-import {formatAge, formatData, palette, useColor} from '../lib/output.ts';
-import {errorLine, exitCodes, PluginError} from '../lib/plugin-error.ts';
+import {formatAge, formatData, outputFlag, palette, useColor} from '../lib/output.ts';
+import {errorLine, PluginError} from '../lib/plugin-error.ts';
 import {formatProbeText} from '../lib/probe-text.ts';
 import {endpointWarnings, nodeAddress, resolveService, resolveSource, type PacketSource, type ServiceTarget} from '../lib/service-target.ts';
 import {formatTraceText} from '../lib/trace-text.ts';
@@ -50,7 +51,7 @@ Without a cluster: --rules FILE traces over a saved iptables-save dump (or "kube
     'from-netns': Flags.string({summary: 'Network namespace on the node to run --probe from (default: the --from pod\'s, else the node\'s).'}),
     via: Flags.option({summary: 'Which address of the service the packet is sent to.', options: ['cluster-ip', 'node-port', 'external-ip', 'load-balancer'] as const, default: 'cluster-ip'})(),
     probe: Flags.integer({summary: `Also open N real connections and show which endpoints answer ("--probe" alone: ${defaultProbeCount}).`, min: 1, max: 1000}),
-    output: Flags.option({char: 'o', summary: 'Output format (wide adds each rule\'s text).', options: ['text', 'wide', 'json', 'yaml'] as const, default: 'text'})(),
+    output: outputFlag(['text', 'wide', 'json', 'yaml'], "Output format (wide adds each rule's text)."),
     rules: Flags.string({summary: 'Offline: an iptables-save dump or render output to trace over ("-": stdin).', helpGroup: 'OFFLINE'}),
     src: Flags.string({summary: 'Offline: source address of the packet.', helpGroup: 'OFFLINE'}),
     dst: Flags.string({summary: 'Offline: destination as IP:PORT[/PROTO] (PROTO tcp, udp or sctp; default tcp).', helpGroup: 'OFFLINE'}),
@@ -98,18 +99,10 @@ Without a cluster: --rules FILE traces over a saved iptables-save dump (or "kube
     else if (source) throw new PluginError(`--from ${flags.from} is an address, not a pod: name the node it enters with --node`);
     else nodes = await locator.chooseNodes(undefined, false);
 
-    const results = await forEachNode(nodes.map((node) => node ?? ''), 5, (node) => this.traceOnNode(locator, node || undefined, target, source, flags), (_node, done) =>
-      nodes.length > 1 ? this.progress(`${done}/${nodes.length} nodes traced`) : undefined,
+    const progress = nodes.length > 1 ? 'nodes traced' : undefined;
+    const {answered: traced, failed} = await this.askAgents(locator, nodes, {concurrency: 5, progress}, (client, node) =>
+      this.traceOnNode(client, config, node, target, source, flags),
     );
-    this.endProgress();
-
-    const traced: NodeTrace[] = [];
-    const failed: {node: string; error: string}[] = [];
-    for (const [node, result] of results) {
-      if (result.ok) traced.push(result.value);
-      else failed.push({node, error: result.error});
-    }
-    for (const failure of failed) process.stderr.write(`error: ${failure.error}\n`);
 
     if (flags.output === 'json' || flags.output === 'yaml') {
       const data = traced.map(({node, trace, probe}) => ({node, service: target.servicePort, ...trace, ...(probe ? {probe} : {})}));
@@ -126,64 +119,58 @@ Without a cluster: --rules FILE traces over a saved iptables-save dump (or "kube
       });
       process.stdout.write(blocks.join('\n'));
     }
-    if (failed.length > 0) process.exitCode = exitCodes.error;
   }
 
   private async traceOnNode(
-    locator: ReturnType<AgentCommand['locator']>,
+    client: AgentClient,
+    config: KubeConfig,
     node: string | undefined,
     target: ServiceTarget,
     source: PacketSource | undefined,
     flags: {via: string; probe?: number; 'from-netns'?: string; from?: string},
   ): Promise<NodeTrace> {
-    const client = await locator.open(node);
-    try {
-      const agentNode = node ?? (await client.call('status', {})).node;
-      const config = locator.kubeConfig();
-      const family = isIP(target.clusterIPs[0]) === 6 ? 6 : 4;
-      let dstIP: string;
-      let dstPort = target.port;
-      if (flags.via === 'node-port') {
-        if (!target.nodePort) throw new PluginError(`service ${target.servicePort} has no NodePort (type ${target.type})`);
-        dstIP = await nodeAddress(config, agentNode, family);
-        dstPort = target.nodePort;
-      } else if (flags.via === 'external-ip') {
-        if (target.externalIPs.length === 0) throw new PluginError(`service ${target.servicePort} has no externalIPs`);
-        dstIP = target.externalIPs[0];
-      } else if (flags.via === 'load-balancer') {
-        if (target.loadBalancerIPs.length === 0) throw new PluginError(`service ${target.servicePort} has no load-balancer IP in its status`);
-        dstIP = target.loadBalancerIPs[0];
-      } else {
-        dstIP = target.clusterIPs[0];
-      }
-      const packet: Packet = source
-        ? {srcIP: source.ip, dstIP, dstPort, protocol: target.protocol, origin: 'arriving'}
-        : {srcIP: await nodeAddress(config, agentNode, family), dstIP, dstPort, protocol: target.protocol, origin: 'local'};
-      const trace = await client.call('trace', {packet, service: target.servicePort});
-      const warnings = [...trace.warnings];
-      // The tracer already names a service without endpoints; the API server adds why and which pods.
-      const tracerSaysNoEndpoints = warnings.some((warning) => warning.includes('has no endpoints'));
-      for (const warning of endpointWarnings(target)) {
-        if (tracerSaysNoEndpoints && warning.includes('has no endpoints')) continue;
-        if (!warnings.includes(warning)) warnings.push(warning);
-      }
-      const answer: NodeTrace = {node: agentNode, trace: {...trace, warnings}};
-
-      if (flags.probe !== undefined) {
-        const netns = flags['from-netns'] ?? source?.netns;
-        if (source && !netns) {
-          throw new PluginError(
-            `--probe from ${flags.from}: cannot tell which network namespace to connect from (no lab.proxyctl.dev/netns annotation): leave out --from to probe from the node, or name one with --from-netns`,
-          );
-        }
-        const probe = await client.call('probe', {...(netns ? {from: {netns}} : {}), target: {ip: dstIP, port: dstPort, protocol: target.protocol}, count: flags.probe});
-        const from = source?.pod ? `pod ${source.pod}` : source?.externalClient ? `external client ${source.externalClient}` : netns ? `network namespace ${netns}` : `node ${agentNode}`;
-        answer.probe = {...probe, count: flags.probe, from};
-      }
-      return answer;
-    } finally {
-      client.close();
+    const agentNode = node ?? (await client.call('status', {})).node;
+    const family = isIP(target.clusterIPs[0]) === 6 ? 6 : 4;
+    let dstIP: string;
+    let dstPort = target.port;
+    if (flags.via === 'node-port') {
+      if (!target.nodePort) throw new PluginError(`service ${target.servicePort} has no NodePort (type ${target.type})`);
+      dstIP = await nodeAddress(config, agentNode, family);
+      dstPort = target.nodePort;
+    } else if (flags.via === 'external-ip') {
+      if (target.externalIPs.length === 0) throw new PluginError(`service ${target.servicePort} has no externalIPs`);
+      dstIP = target.externalIPs[0];
+    } else if (flags.via === 'load-balancer') {
+      if (target.loadBalancerIPs.length === 0) throw new PluginError(`service ${target.servicePort} has no load-balancer IP in its status`);
+      dstIP = target.loadBalancerIPs[0];
+    } else {
+      dstIP = target.clusterIPs[0];
     }
+    const packet: Packet = source
+      ? {srcIP: source.ip, dstIP, dstPort, protocol: target.protocol, origin: 'arriving'}
+      : {srcIP: await nodeAddress(config, agentNode, family), dstIP, dstPort, protocol: target.protocol, origin: 'local'};
+    const trace = await client.call('trace', {packet, service: target.servicePort});
+    const warnings = [...trace.warnings];
+    // The tracer already names a service without endpoints; the API server adds why and which pods.
+    const tracerSaysNoEndpoints = warnings.some((warning) => warning.includes('has no endpoints'));
+    for (const warning of endpointWarnings(target)) {
+      if (tracerSaysNoEndpoints && warning.includes('has no endpoints')) continue;
+      if (!warnings.includes(warning)) warnings.push(warning);
+    }
+    const answer: NodeTrace = {node: agentNode, trace: {...trace, warnings}};
+
+    if (flags.probe !== undefined) {
+      const netns = flags['from-netns'] ?? source?.netns;
+      if (source && !netns) {
+        throw new PluginError(
+          `--probe from ${flags.from}: cannot tell which network namespace to connect from (no lab.proxyctl.dev/netns annotation): leave out --from to probe from the node, or name one with --from-netns`,
+        );
+      }
+      const probe = await client.call('probe', {...(netns ? {from: {netns}} : {}), target: {ip: dstIP, port: dstPort, protocol: target.protocol}, count: flags.probe});
+      const from = source?.pod ? `pod ${source.pod}` : source?.externalClient ? `external client ${source.externalClient}` : netns ? `network namespace ${netns}` : `node ${agentNode}`;
+      answer.probe = {...probe, count: flags.probe, from};
+    }
+    return answer;
   }
 
   private traceOffline(flags: {rules?: string; src?: string; dst?: string; 'node-ip'?: string[]; 'in-interface'?: string; origin: string; output: string}): void {

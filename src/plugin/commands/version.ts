@@ -1,12 +1,11 @@
-import {Flags} from '@oclif/core';
 import {protocolName} from '../../protocol/version.ts';
-import {formatData} from '../lib/output.ts';
+import {formatData, outputFlag} from '../lib/output.ts';
 import {PluginCommand} from '../lib/plugin-command.ts';
 
 export default class Version extends PluginCommand {
   static override summary = "Print the version of the proxyctl plugin (-o json: and the agent protocol it speaks; agents' versions are in status).";
   static override examples = ['<%= config.bin %> version', '<%= config.bin %> version -o json'];
-  static override flags = {output: Flags.option({char: 'o', summary: 'Output format.', options: ['text', 'json', 'yaml'] as const, default: 'text'})()};
+  static override flags = {output: outputFlag(['text', 'json', 'yaml'])};
 
   async run(): Promise<void> {
     const {flags} = await this.parse(Version);

@@ -1,9 +1,15 @@
 // How the plugin prints: data on stdout in the format asked for, colour only for people.
+import {Flags} from '@oclif/core';
 import {stringify as toYaml} from 'yaml';
 import Table from 'cli-table3';
 
 export const outputFormats = ['text', 'json', 'yaml', 'wide'] as const;
 export type OutputFormat = (typeof outputFormats)[number];
+
+/** outputFlag: kubectl's -o, offering the formats a command prints, text by default. */
+export function outputFlag<const Formats extends readonly OutputFormat[]>(formats: Formats, summary = 'Output format.') {
+  return Flags.option({char: 'o', summary, options: formats, default: 'text' as Formats[number]})();
+}
 
 /**
  * useColor follows the habits of kubectl and of every terminal program: never for machines (-o

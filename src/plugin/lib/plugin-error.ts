@@ -1,5 +1,6 @@
 // PluginError: a failure the plugin reports as one line (what went wrong and what to do) with its
 // exit code. kubectl diff's convention holds for every command: 1 means "differs", >1 an error.
+import {errorText} from '../../core/error-text.ts';
 
 export const exitCodes = {
   ok: 0,
@@ -20,6 +21,6 @@ export class PluginError extends Error {
 
 /** The message of anything thrown, on one line. */
 export function errorLine(error: unknown): string {
-  const text = error instanceof Error ? error.message : String(error);
+  const text = errorText(error);
   return text.replace(/\s*\n\s*/g, ' ').trim();
 }

@@ -4,22 +4,23 @@
 // hand, the API server gone for 30 s and back with its history moved past the agent, 60 s of
 // 1,000 EndpointSlice updates a second, the health and metrics answers, and SIGTERMs in a row.
 import assert from 'node:assert/strict';
-import {after, before, describe, it, type TestContext} from 'node:test';
+import {describe, it, type TestContext} from 'node:test';
 import {execInNamespace} from '../../../src/lab/netns/index.ts';
 import {fetchJsonInNetns} from '../health/fetch-in-netns.ts';
 import type {ProbeResult} from '../../../src/lab/workload/demoapp-client.ts';
 import {
   dnatDestinationsByServicePort,
   demoPorts,
-  kernelUnavailable,
+  endpointSliceObject,
   type LiveCluster,
+  liveClusterSuite,
   metricValue,
   probe,
   repliedPods,
   savedRules,
+  serviceChainOf,
   serviceObject,
   sleep,
-  startLiveCluster,
   until,
 } from './live-cluster.ts';
 
@@ -34,31 +35,48 @@ const minSyncPeriodMs = 1000;
 /** Changes kept for resuming watches: small, so an outage with more changes than this ends in 410. */
 const watchWindow = 200;
 
-let cluster: LiveCluster | undefined;
-
-function live(t: TestContext): LiveCluster | undefined {
-  if (!cluster) t.skip(`needs root: ${kernelUnavailable}`);
-  return cluster;
+/**
+ * startTicker creates a selector-less service whose one endpoint (an address of 10.244.<subnet>.0/24
+ * no pod has) moves every `everyMs`, so that a sync is always due; stop() ends the ticking, also
+ * when the case fails.
+ */
+function startTicker(c: LiveCluster, t: TestContext, name: string, subnet: number, everyMs: number): {stop(): void; updates(): number} {
+  c.server.store.create('services', serviceObject(name, undefined), 'default');
+  const sliceAt = (step: number) => endpointSliceObject(name, [{ip: `10.244.${subnet}.${1 + (step % 250)}`, node: 'node-1'}]);
+  c.server.store.create('endpointslices', sliceAt(0), 'default');
+  let step = 0;
+  const timer = setInterval(() => c.server.store.update('endpointslices', sliceAt(++step) as never, 'default'), everyMs);
+  t.after(() => clearInterval(timer));
+  return {stop: () => clearInterval(timer), updates: () => step};
 }
 
-function clusterIPOf(name: string): string {
-  return (cluster!.server.store.get('services', 'default', name) as unknown as {spec: {clusterIP: string}}).spec.clusterIP;
+/**
+ * breakWebRules runs iptables commands in node-0 that take web's rules away, checks the ClusterIP
+ * goes nowhere without them, and returns when they were broken.
+ */
+async function breakWebRules(c: LiveCluster, commands: string[][], why: string): Promise<number> {
+  const brokenAt = Date.now();
+  for (const command of commands) await execInNamespace(c.node(0).namespace, ['iptables', '-w', '5', '-t', 'nat', ...command]);
+  assert.equal(await c.outcome(c.pod('pod-0-0').namespace, c.clusterIPOf('web')), 'refused', why);
+  return brokenAt;
 }
 
-function relabel(pod: string, labels: Record<string, string>): void {
-  cluster!.server.store.mutate('pods', 'default', pod, (object) => {
-    object.metadata.labels = labels;
-  });
-}
-
-async function answers(namespace: string, host: string): Promise<boolean> {
-  return (await probe(namespace, {protocol: 'tcp', host, port: 80, timeoutMs: 1000}))[0].outcome === 'reply';
+/**
+ * awaitRepair waits for web to answer again after its rules were broken at `brokenAt`, and checks
+ * that came within one syncPeriod (plus the sync itself and the probe that saw it) and that the
+ * agent counted the repair.
+ */
+async function awaitRepair(c: LiveCluster, brokenAt: number, repairsBefore: number): Promise<number> {
+  await until('web to answer again', () => c.answers(c.pod('pod-0-0').namespace, c.clusterIPOf('web')), syncPeriodMs + 5000);
+  const repairedAfter = Date.now() - brokenAt;
+  assert.ok(repairedAfter <= syncPeriodMs + 2000, `repaired after ${repairedAfter} ms (syncPeriod ${syncPeriodMs} ms)`);
+  assert.ok((await c.agents[0].metric('proxyctl_drift_repairs_total', {ip_family: 'IPv4'})) >= repairsBefore + 1, 'the repair is counted');
+  return repairedAfter;
 }
 
 describe('live agent: faults and churn', {concurrency: false, timeout: 420_000}, () => {
-  before(async () => {
-    if (kernelUnavailable) return;
-    cluster = await startLiveCluster({
+  const {live} = liveClusterSuite(
+    {
       nodes: 2,
       podsPerNode: 3,
       externalClients: 1,
@@ -67,13 +85,12 @@ describe('live agent: faults and churn', {concurrency: false, timeout: 420_000},
       relay: true,
       apiServer: {watchWindow},
       agent: {syncPeriod: `${syncPeriodMs / 1000}s`, minSyncPeriod: `${minSyncPeriodMs / 1000}s`},
-    });
-    cluster.server.store.create('services', serviceObject('web', {app: 'web'}), 'default');
-    await until('web answers', () => answers(cluster!.pod('pod-0-0').namespace, clusterIPOf('web')), 10_000);
-  });
-  after(async () => {
-    await cluster?.close();
-  });
+    },
+    async (cluster) => {
+      cluster.server.store.create('services', serviceObject('web', {app: 'web'}), 'default');
+      await until('web answers', () => cluster.answers(cluster.pod('pod-0-0').namespace, cluster.clusterIPOf('web')), 10_000);
+    },
+  );
 
   it('/healthz, /livez, a healthCheckNodePort and /metrics answer as kube-proxy', async (t) => {
     const c = live(t);
@@ -97,10 +114,10 @@ describe('live agent: faults and churn', {concurrency: false, timeout: 420_000},
     const check = () => fetchJsonInNetns(c.lab.topology.externalClients[0].namespace, `http://${c.node(0).ip}:${port}/`);
     await until('the health check port to answer 503 with no endpoint', async () => (await check()).status !== undefined, 5000);
     assert.deepEqual(await check(), {status: 503, json: {service: {namespace: 'default', name: 'local'}, localEndpoints: 0, serviceProxyHealthy: true}});
-    relabel('pod-0-2', {app: 'local'});
+    c.relabel('pod-0-2', {app: 'local'});
     await until('the health check port to answer 200 with one local endpoint', async () => (await check()).status === 200, 5000);
     assert.equal((await check()).json.localEndpoints, 1);
-    relabel('pod-0-2', {app: 'spare'});
+    c.relabel('pod-0-2', {app: 'spare'});
     await until('503 again', async () => (await check()).status === 503, 5000);
     c.server.store.delete('services', 'default', 'local');
     await until('the health check port to close', async () => (await check()).error === 'ECONNREFUSED', 5000);
@@ -143,7 +160,7 @@ describe('live agent: faults and churn', {concurrency: false, timeout: 420_000},
     if (!c) return;
     const agent = c.agents[0];
     const client = c.pod('pod-0-0').namespace;
-    const target = {protocol: 'tcp' as const, host: clusterIPOf('web'), port: 80, timeoutMs: 1000};
+    const target = {protocol: 'tcp' as const, host: c.clusterIPOf('web'), port: 80, timeoutMs: 1000};
     const before = await savedRules(c.node(0));
 
     const results: ProbeResult[] = [];
@@ -177,29 +194,19 @@ describe('live agent: faults and churn', {concurrency: false, timeout: 420_000},
     if (!c) return;
     const agent = c.agents[0];
     const node = c.node(0);
-    const client = c.pod('pod-0-0').namespace;
-    const vip = clusterIPOf('web');
     await sleep(syncPeriodMs); // the agent has read its rules back (a drift check) at least once since the restart
     assert.equal(agent.logged(/rules changed behind our back/).length, 0, 'untouched rules are never taken for drift: what the agent knows it wrote is what the kernel holds');
     const before = await savedRules(node);
     const repairsBefore = await agent.metric('proxyctl_drift_repairs_total', {ip_family: 'IPv4'});
-    const svcChain = (await execInNamespace(node.namespace, ['iptables-save', '-t', 'nat'])).stdout.split('\n').find((line) => line.startsWith('-A KUBE-SVC-') && line.includes('default/web:http'))?.split(' ')[1];
+    const svcChain = await serviceChainOf(node, 'default/web:http');
     assert.ok(svcChain, 'the web service chain exists');
     const mark = agent.lines.length;
 
-    const broken = Date.now();
-    await execInNamespace(node.namespace, ['iptables', '-w', '5', '-t', 'nat', '-F', 'KUBE-SERVICES']);
-    await execInNamespace(node.namespace, ['iptables', '-w', '5', '-t', 'nat', '-F', svcChain]);
-    await execInNamespace(node.namespace, ['iptables', '-w', '5', '-t', 'nat', '-X', svcChain]);
-    assert.equal((await probe(client, {protocol: 'tcp', host: vip, port: 80, timeoutMs: 1000}))[0].outcome, 'refused', 'without the rules the ClusterIP goes nowhere');
+    const broken = await breakWebRules(c, [['-F', 'KUBE-SERVICES'], ['-F', svcChain], ['-X', svcChain]], 'without the rules the ClusterIP goes nowhere');
 
-    await until('web to answer again', () => answers(client, vip), syncPeriodMs + 5000);
-    const repairedAfter = Date.now() - broken;
+    const repairedAfter = await awaitRepair(c, broken, repairsBefore);
     t.diagnostic(`repaired ${repairedAfter} ms after the rules were broken`);
-    // One syncPeriod, plus the sync itself and the probe that saw it.
-    assert.ok(repairedAfter <= syncPeriodMs + 2000, `repaired after ${repairedAfter} ms (syncPeriod ${syncPeriodMs} ms)`);
     assert.equal(await savedRules(node), before, 'the rules are back as they were');
-    assert.ok((await agent.metric('proxyctl_drift_repairs_total', {ip_family: 'IPv4'})) >= repairsBefore + 1, 'the repair is counted');
     assert.ok(agent.logged(/warn rules changed behind our back/, mark).length >= 1, 'the drift is logged');
   });
 
@@ -207,37 +214,17 @@ describe('live agent: faults and churn', {concurrency: false, timeout: 420_000},
     const c = live(t);
     if (!c) return;
     const agent = c.agents[0];
-    const node = c.node(0);
-    const client = c.pod('pod-0-0').namespace;
-    const vip = clusterIPOf('web');
     // Another service's endpoints change every 400 ms: every sync is a partial one asked for by a change.
-    c.server.store.create('services', serviceObject('ticker', undefined), 'default');
-    const tickerSlice = (step: number) => ({
-      apiVersion: 'discovery.k8s.io/v1',
-      kind: 'EndpointSlice',
-      metadata: {name: 'ticker-1', namespace: 'default', labels: {'kubernetes.io/service-name': 'ticker'}},
-      addressType: 'IPv4',
-      ports: [{name: 'http', protocol: 'TCP', port: demoPorts.http}],
-      endpoints: [{addresses: [`10.244.99.${1 + (step % 250)}`], conditions: {ready: true}, nodeName: 'node-1'}],
-    });
-    c.server.store.create('endpointslices', tickerSlice(0), 'default');
-    let step = 0;
-    const ticker = setInterval(() => c.server.store.update('endpointslices', tickerSlice(++step) as never, 'default'), 400);
-    t.after(() => clearInterval(ticker));
+    const ticker = startTicker(c, t, 'ticker', 99, 400);
     await sleep(2000);
     const repairsBefore = await agent.metric('proxyctl_drift_repairs_total', {ip_family: 'IPv4'});
-    const svcChain = (await execInNamespace(node.namespace, ['iptables-save', '-t', 'nat'])).stdout.split('\n').find((line) => line.startsWith('-A KUBE-SVC-') && line.includes('default/web:http'))?.split(' ')[1];
+    const svcChain = await serviceChainOf(c.node(0), 'default/web:http');
     assert.ok(svcChain, 'the web service chain exists');
 
-    const broken = Date.now();
-    await execInNamespace(node.namespace, ['iptables', '-w', '5', '-t', 'nat', '-F', svcChain]);
-    assert.equal((await probe(client, {protocol: 'tcp', host: vip, port: 80, timeoutMs: 1000}))[0].outcome, 'refused', 'an empty service chain sends the ClusterIP nowhere');
-    await until('web to answer again', () => answers(client, vip), syncPeriodMs + 5000);
-    const repairedAfter = Date.now() - broken;
-    clearInterval(ticker);
-    t.diagnostic(`repaired ${repairedAfter} ms after the flush, ${step} ticker updates meanwhile`);
-    assert.ok(repairedAfter <= syncPeriodMs + 2000, `repaired after ${repairedAfter} ms (syncPeriod ${syncPeriodMs} ms)`);
-    assert.ok((await agent.metric('proxyctl_drift_repairs_total', {ip_family: 'IPv4'})) >= repairsBefore + 1, 'the repair is counted');
+    const broken = await breakWebRules(c, [['-F', svcChain]], 'an empty service chain sends the ClusterIP nowhere');
+    const repairedAfter = await awaitRepair(c, broken, repairsBefore);
+    ticker.stop();
+    t.diagnostic(`repaired ${repairedAfter} ms after the flush, ${ticker.updates()} ticker updates meanwhile`);
     c.server.store.delete('services', 'default', 'ticker');
   });
 
@@ -250,8 +237,8 @@ describe('live agent: faults and churn', {concurrency: false, timeout: 420_000},
     const agent = c.agents[0];
     const client = c.pod('pod-0-0').namespace;
     c.server.store.create('services', serviceObject('doomed', {app: 'web'}), 'default');
-    const doomedIP = clusterIPOf('doomed');
-    await until('doomed answers', () => answers(client, doomedIP), 5000);
+    const doomedIP = c.clusterIPOf('doomed');
+    await until('doomed answers', () => c.answers(client, doomedIP), 5000);
     const mark = agent.lines.length;
 
     await c.relay!.down();
@@ -260,13 +247,13 @@ describe('live agent: faults and churn', {concurrency: false, timeout: 420_000},
     // While it is away: a new service with an endpoint, a deleted one, and enough other writes to
     // move the server's history window past every resourceVersion the agent holds.
     c.server.store.create('services', serviceObject('late', {app: 'late'}), 'default');
-    relabel('pod-0-2', {app: 'late'});
+    c.relabel('pod-0-2', {app: 'late'});
     c.server.store.delete('services', 'default', 'doomed');
     for (let i = 0; i < watchWindow + 50; i++) c.server.store.create('configmaps', {apiVersion: 'v1', kind: 'ConfigMap', metadata: {name: `filler-${i}`}, data: {i: String(i)}}, 'default');
     await c.server.settle();
-    const lateIP = clusterIPOf('late');
-    assert.equal((await probe(client, {protocol: 'tcp', host: lateIP, port: 80, timeoutMs: 1000}))[0].outcome, 'refused', 'the agent has not seen late yet');
-    assert.equal((await probe(client, {protocol: 'tcp', host: doomedIP, port: 80, timeoutMs: 1000}))[0].outcome, 'reply', 'nor the deletion');
+    const lateIP = c.clusterIPOf('late');
+    assert.equal((await c.outcome(client, lateIP)), 'refused', 'the agent has not seen late yet');
+    assert.equal((await c.outcome(client, doomedIP)), 'reply', 'nor the deletion');
     await sleep(outageMs - (Date.now() - stopped));
 
     await c.relay!.up();
@@ -277,16 +264,16 @@ describe('live agent: faults and churn', {concurrency: false, timeout: 420_000},
     assert.ok(servicesFailures.length >= 5, `the agent kept trying meanwhile:\n${servicesFailures.join('\n')}`);
     assert.ok(servicesFailures.some((line) => / retryInSeconds=16\b/.test(line)), `its backoff grew to 16 s:\n${servicesFailures.join('\n')}`);
     const back = Date.now();
-    await until('late to answer', () => answers(client, lateIP), 40_000);
-    await until('doomed to be refused', async () => (await probe(client, {protocol: 'tcp', host: doomedIP, port: 80, timeoutMs: 1000}))[0].outcome === 'refused', 5000);
+    await until('late to answer', () => c.answers(client, lateIP), 40_000);
+    await until('doomed to be refused', async () => (await c.outcome(client, doomedIP)) === 'refused', 5000);
     const convergedAfter = Date.now() - back;
     t.diagnostic(`converged ${convergedAfter} ms after the API server came back`);
     // The next reconnect attempt comes at most one backoff step (at most the 30 s cap) after the server returns.
     assert.ok(convergedAfter <= 30_000 + 5000, `converged ${convergedAfter} ms after the API server came back`);
     assert.ok(agent.logged(/watch expired \(410\); listing again resource=services/, mark).length >= 1, `the services watch resumed into 410:\n${agent.logged(/API server|watch|list/, mark).join('\n')}`);
     assert.ok(agent.logged(/watch expired \(410\); listing again resource=endpointslices/, mark).length >= 1, 'so did the endpointslices watch');
-    repliedPods(await probe(client, {protocol: 'tcp', host: clusterIPOf('web'), port: 80, timeoutMs: 1000}, 5), 'web throughout');
-    relabel('pod-0-2', {app: 'spare'});
+    repliedPods(await probe(client, {protocol: 'tcp', host: c.clusterIPOf('web'), port: 80, timeoutMs: 1000}, 5), 'web throughout');
+    c.relabel('pod-0-2', {app: 'spare'});
   });
 
   it('churn (1,000 EndpointSlice updates/s for 60 s): syncs coalesce, rules match the end state within minSyncPeriod, memory comes back', async (t) => {
@@ -298,14 +285,7 @@ describe('live agent: faults and churn', {concurrency: false, timeout: 420_000},
     const seconds = 60;
     // Endpoints of churned services are addresses no pod has: only the rules are checked here.
     const endpointsOf = (step: number) => [0, 1, 2].map((k) => `10.244.${100 + ((step + k) % 100)}.${1 + ((step * 7 + k * 31) % 250)}`);
-    const slice = (index: number, step: number) => ({
-      apiVersion: 'discovery.k8s.io/v1',
-      kind: 'EndpointSlice',
-      metadata: {name: `churn-${index}-1`, namespace: 'default', labels: {'kubernetes.io/service-name': `churn-${index}`}},
-      addressType: 'IPv4',
-      ports: [{name: 'http', protocol: 'TCP', port: demoPorts.http}],
-      endpoints: endpointsOf(step).map((ip) => ({addresses: [ip], conditions: {ready: true}, nodeName: 'node-1'})),
-    });
+    const slice = (index: number, step: number) => endpointSliceObject(`churn-${index}`, endpointsOf(step).map((ip) => ({ip, node: 'node-1'})));
     for (let i = 0; i < services; i++) {
       c.server.store.create('services', serviceObject(`churn-${i}`, undefined), 'default');
       c.server.store.create('endpointslices', slice(i, i), 'default');
@@ -400,19 +380,7 @@ describe('live agent: faults and churn', {concurrency: false, timeout: 420_000},
     const agent = c.agents[0];
     // A stop waits for the sync in progress (an iptables-restore, tens of ms); signals sent then
     // arrive mid-shutdown. An endpoint changing every 100 ms keeps a sync coming every minSyncPeriod.
-    c.server.store.create('services', serviceObject('signals', undefined), 'default');
-    const slice = (step: number) => ({
-      apiVersion: 'discovery.k8s.io/v1',
-      kind: 'EndpointSlice',
-      metadata: {name: 'signals-1', namespace: 'default', labels: {'kubernetes.io/service-name': 'signals'}},
-      addressType: 'IPv4',
-      ports: [{name: 'http', protocol: 'TCP', port: demoPorts.http}],
-      endpoints: [{addresses: [`10.244.98.${1 + (step % 250)}`], conditions: {ready: true}, nodeName: 'node-1'}],
-    });
-    c.server.store.create('endpointslices', slice(0), 'default');
-    let step = 0;
-    const ticker = setInterval(() => c.server.store.update('endpointslices', slice(++step) as never, 'default'), 100);
-    t.after(() => clearInterval(ticker));
+    const ticker = startTicker(c, t, 'signals', 98, 100);
 
     // The stop must begin inside a sync: the agent runs again at --v 4, which logs each command as
     // it starts, and the first signal goes out when a sync's iptables-restore starts (it lasts tens
@@ -453,7 +421,7 @@ describe('live agent: faults and churn', {concurrency: false, timeout: 420_000},
       const stopAt = log.findIndex((line) => / info stopping signal=/.test(line));
       assert.ok(log.slice(stopAt).some((line) => /synced rules/.test(line)), `the sync in progress ended before the agent did:\n${log.join('\n')}`);
     }
-    clearInterval(ticker);
+    ticker.stop();
     assert.ok(during >= 1, `in ${attempts} attempts, no signal arrived while the agent was stopping`);
     // Stopped, the agent left its rules: the last endpoint it wrote is still the service's.
     assert.equal((await dnatDestinationsByServicePort(c.node(0))).get('default/signals:http')?.length, 1, 'the rules stay');

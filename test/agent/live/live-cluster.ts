@@ -4,6 +4,7 @@
 // node, each writing its rules into its node's namespace with --netns. Everything goes away on
 // close(), on failure too.
 import assert from 'node:assert/strict';
+import {after, before, type TestContext} from 'node:test';
 import {type ChildProcess, spawn} from 'node:child_process';
 import {existsSync} from 'node:fs';
 import {mkdtemp, rm, writeFile} from 'node:fs/promises';
@@ -18,7 +19,7 @@ import {nodeObject, podStatus} from '../../../src/lab/lab-objects.ts';
 import {execInNamespace, type NodeDescription, type PodDescription} from '../../../src/lab/netns/index.ts';
 import type {ProbeResult, ProbeTarget} from '../../../src/lab/workload/demoapp-client.ts';
 import {probeFromNamespace} from '../../../src/lab/workload/launch.ts';
-import {demoPorts, findPod, type KernelLab, startKernelLab} from '../../kernel/namespace-lab.ts';
+import {demoPorts, findPod, type KernelLab, kernelUnavailable, startKernelLab} from '../../kernel/namespace-lab.ts';
 
 export {demoPorts, findPod, kernelUnavailable} from '../../kernel/namespace-lab.ts';
 
@@ -297,7 +298,41 @@ export interface LiveCluster {
   agents: AgentChild[];
   node(index: number): NodeDescription;
   pod(name: string): PodDescription;
+  /** The ClusterIP the API server allocated to a service of the default namespace. */
+  clusterIPOf(service: string): string;
+  /** relabel gives a pod new labels; the EndpointSlice controller follows. */
+  relabel(pod: string, labels: Record<string, string>): void;
+  /** What one TCP request from a namespace to host:port meets (1 s timeout). */
+  outcome(namespace: string, host: string, port?: number): Promise<ProbeResult['outcome']>;
+  answers(namespace: string, host: string, port?: number): Promise<boolean>;
   close(): Promise<void>;
+}
+
+/** A describe block's cluster: live(t) returns it, or skips the case with the reason it cannot run. */
+export interface LiveSuite {
+  live(t: TestContext): LiveCluster | undefined;
+}
+
+/**
+ * liveClusterSuite registers, inside a describe block, the hooks that start one live cluster
+ * before its cases (then `ready`, the block's own first objects) and close it after them.
+ */
+export function liveClusterSuite(options: LiveClusterOptions, ready: (cluster: LiveCluster) => Promise<void> = async () => {}): LiveSuite {
+  let cluster: LiveCluster | undefined;
+  before(async () => {
+    if (kernelUnavailable) return;
+    cluster = await startLiveCluster(options);
+    await ready(cluster);
+  });
+  after(async () => {
+    await cluster?.close();
+  });
+  return {
+    live(t) {
+      if (!cluster) t.skip(`needs root: ${kernelUnavailable}`);
+      return cluster;
+    },
+  };
 }
 
 export async function startLiveCluster(options: LiveClusterOptions): Promise<LiveCluster> {
@@ -347,6 +382,7 @@ export async function startLiveCluster(options: LiveClusterOptions): Promise<Liv
     }
     for (const agent of agents) await agent.waitSynced();
 
+    const outcome = async (namespace: string, host: string, port = 80) => (await probe(namespace, {protocol: 'tcp', host, port, timeoutMs: 1000}))[0].outcome;
     return {
       lab,
       server,
@@ -354,6 +390,14 @@ export async function startLiveCluster(options: LiveClusterOptions): Promise<Liv
       agents,
       node: (index) => lab.topology.nodes[index],
       pod: (name) => findPod(lab.topology, name),
+      clusterIPOf: (service) => (server.store.get('services', 'default', service) as unknown as {spec: {clusterIP: string}}).spec.clusterIP,
+      relabel: (pod, labels) => {
+        server.store.mutate('pods', 'default', pod, (object) => {
+          object.metadata.labels = labels;
+        });
+      },
+      outcome,
+      answers: async (namespace, host, port) => (await outcome(namespace, host, port)) === 'reply',
       close,
     };
   } catch (error) {
@@ -394,6 +438,24 @@ export function serviceObject(name: string, selector: Record<string, string> | u
     metadata: {name, namespace: 'default'},
     spec: {...(selector ? {selector} : {}), ports: [{name: 'http', protocol: 'TCP', port: 80, targetPort: demoPorts.http}], ...spec},
   };
+}
+
+/** An EndpointSlice of a service's http port, every endpoint ready; addresses need not be pods'. */
+export function endpointSliceObject(serviceName: string, endpoints: Array<{ip: string; node: string}>): KubeObject {
+  return {
+    apiVersion: 'discovery.k8s.io/v1',
+    kind: 'EndpointSlice',
+    metadata: {name: `${serviceName}-1`, namespace: 'default', labels: {'kubernetes.io/service-name': serviceName}},
+    addressType: 'IPv4',
+    ports: [{name: 'http', protocol: 'TCP', port: demoPorts.http}],
+    endpoints: endpoints.map((endpoint) => ({addresses: [endpoint.ip], conditions: {ready: true}, nodeName: endpoint.node})),
+  };
+}
+
+/** The name of a service port's KUBE-SVC- chain in the node's nat table, or undefined. */
+export async function serviceChainOf(node: NodeDescription, servicePort: string): Promise<string | undefined> {
+  const {stdout} = await execInNamespace(node.namespace, ['iptables-save', '-t', 'nat']);
+  return stdout.split('\n').find((line) => line.startsWith('-A KUBE-SVC-') && line.includes(servicePort))?.split(' ')[1];
 }
 
 export function probe(namespace: string, target: ProbeTarget, count = 1): Promise<ProbeResult[]> {

@@ -6,20 +6,13 @@
 // hand-made on a raw socket).
 import assert from 'node:assert/strict';
 import {spawnSync} from 'node:child_process';
-import {after, before, describe, it, type TestContext} from 'node:test';
+import {describe, it} from 'node:test';
 import {execInNamespace} from '../../../src/lab/netns/index.ts';
-import {demoPorts, kernelUnavailable, type LiveCluster, metricValue, probe, repliedPods, savedRules, serviceObject, sleep, startLiveCluster, until} from './live-cluster.ts';
+import {demoPorts, type LiveCluster, liveClusterSuite, metricValue, probe, repliedPods, savedRules, serviceObject, sleep, until} from './live-cluster.ts';
 
 const localhostMetric = 'kubeproxy_iptables_localhost_nodeports_accepted_packets_total';
 const invalidMetric = 'kubeproxy_iptables_ct_state_invalid_dropped_packets_total';
 const hasPython = spawnSync('sh', ['-c', 'command -v python3'], {stdio: 'ignore'}).status === 0;
-
-let cluster: LiveCluster | undefined;
-
-function live(t: TestContext): LiveCluster | undefined {
-  if (!cluster) t.skip(`needs root: ${kernelUnavailable}`);
-  return cluster;
-}
 
 /** The packets an nfacct object of the node holds, as `nfacct get` prints them. */
 async function nfacctPackets(c: LiveCluster, name: string): Promise<number> {
@@ -49,13 +42,7 @@ raw.sendto(header, (dst, 0))
 `;
 
 describe('live agent: kube-proxy nfacct counters and their metrics', {concurrency: false, timeout: 180_000}, () => {
-  before(async () => {
-    if (kernelUnavailable) return;
-    cluster = await startLiveCluster({nodes: 1, podsPerNode: 2, externalClients: 0, servers: {'pod-0-1': {app: 'web'}}, agent: {minSyncPeriod: '1s', syncPeriod: '3s'}});
-  });
-  after(async () => {
-    await cluster?.close();
-  });
+  const {live} = liveClusterSuite({nodes: 1, podsPerNode: 2, externalClients: 0, servers: {'pod-0-1': {app: 'web'}}, agent: {minSyncPeriod: '1s', syncPeriod: '3s'}});
 
   it('creates the nfacct objects and writes the counting rules, as kube-proxy does where the kernel has xt_nfacct', async (t) => {
     const c = live(t);

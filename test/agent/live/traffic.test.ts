@@ -6,19 +6,18 @@
 // node or the external client.
 import assert from 'node:assert/strict';
 import {fileURLToPath} from 'node:url';
-import {after, before, describe, it, type TestContext} from 'node:test';
+import {describe, it} from 'node:test';
 import {execInNamespace, spawnInNamespace} from '../../../src/lab/netns/index.ts';
 import {fetchJsonInNetns} from '../health/fetch-in-netns.ts';
 import {
   dnatDestinations,
   demoPorts,
-  kernelUnavailable,
-  type LiveCluster,
+  endpointSliceObject,
+  liveClusterSuite,
   probe,
   repliedPods,
   serviceObject,
   sleep,
-  startLiveCluster,
   until,
 } from './live-cluster.ts';
 
@@ -32,31 +31,8 @@ const servers = {
 /** "Within a few seconds": minSyncPeriod (1 s) plus watch delivery and one sync, with room for a busy machine. */
 const programmingBudgetMs = 5000;
 
-let cluster: LiveCluster | undefined;
-
-function live(t: TestContext): LiveCluster | undefined {
-  if (!cluster) t.skip(`needs root: ${kernelUnavailable}`);
-  return cluster;
-}
-
-function clusterIPOf(name: string): string {
-  return (cluster!.server.store.get('services', 'default', name) as unknown as {spec: {clusterIP: string}}).spec.clusterIP;
-}
-
-function relabel(pod: string, labels: Record<string, string>): void {
-  cluster!.server.store.mutate('pods', 'default', pod, (object) => {
-    object.metadata.labels = labels;
-  });
-}
-
 describe('live agent: traffic through services it programs', {concurrency: false, timeout: 240_000}, () => {
-  before(async () => {
-    if (kernelUnavailable) return;
-    cluster = await startLiveCluster({nodes: 2, podsPerNode: 3, externalClients: 1, servers, agent: {minSyncPeriod: '1s', syncPeriod: '30s'}});
-  });
-  after(async () => {
-    await cluster?.close();
-  });
+  const {live} = liveClusterSuite({nodes: 2, podsPerNode: 3, externalClients: 1, servers, agent: {minSyncPeriod: '1s', syncPeriod: '30s'}});
 
   it('a Service applied is reachable from a pod, another node and its NodePort within seconds; scaled to zero it refuses; back it answers', async (t) => {
     const c = live(t);
@@ -66,12 +42,11 @@ describe('live agent: traffic through services it programs', {concurrency: false
     const clusterIP = created.spec.clusterIP;
     const nodePort = created.spec.ports[0].nodePort;
     const http = {protocol: 'tcp' as const, port: 80, host: clusterIP, timeoutMs: 1000};
-    const answers = async (namespace: string, target = http) => (await probe(namespace, target))[0].outcome === 'reply';
 
-    await until('web from pod-0-0', () => answers(c.pod('pod-0-0').namespace), programmingBudgetMs);
-    await until('web from pod-1-0 on the other node', () => answers(c.pod('pod-1-0').namespace), programmingBudgetMs);
+    await until('web from pod-0-0', () => c.answers(c.pod('pod-0-0').namespace, clusterIP), programmingBudgetMs);
+    await until('web from pod-1-0 on the other node', () => c.answers(c.pod('pod-1-0').namespace, clusterIP), programmingBudgetMs);
     const external = {protocol: 'tcp' as const, host: c.node(0).ip, port: nodePort, timeoutMs: 1000};
-    await until('the NodePort from the external client', () => answers(c.lab.topology.externalClients[0].namespace, external), programmingBudgetMs);
+    await until('the NodePort from the external client', () => c.answers(c.lab.topology.externalClients[0].namespace, external.host, nodePort), programmingBudgetMs);
     const reachableAfter = Date.now() - applied;
     assert.ok(reachableAfter <= programmingBudgetMs, `reachable from everywhere after ${reachableAfter} ms`);
     // Both endpoints, from both nodes.
@@ -81,24 +56,24 @@ describe('live agent: traffic through services it programs', {concurrency: false
     repliedPods(await probe(c.lab.topology.externalClients[0].namespace, {...external, host: c.node(1).ip}, 3), 'external -> node-1 NodePort');
 
     // Scale to zero: no pod matches any more, the controller empties the slice.
-    relabel('pod-0-1', {app: 'web-off', dns: 'yes'});
-    relabel('pod-1-1', {app: 'web-off', dns: 'yes'});
-    await until('web refused from pod-1-0', async () => (await probe(c.pod('pod-1-0').namespace, http))[0].outcome === 'refused', programmingBudgetMs);
-    await until('the NodePort refused', async () => (await probe(c.lab.topology.externalClients[0].namespace, external))[0].outcome === 'refused', programmingBudgetMs);
+    c.relabel('pod-0-1', {app: 'web-off', dns: 'yes'});
+    c.relabel('pod-1-1', {app: 'web-off', dns: 'yes'});
+    await until('web refused from pod-1-0', async () => (await c.outcome(c.pod('pod-1-0').namespace, clusterIP)) === 'refused', programmingBudgetMs);
+    await until('the NodePort refused', async () => (await c.outcome(c.lab.topology.externalClients[0].namespace, external.host, nodePort)) === 'refused', programmingBudgetMs);
     const refused = await probe(c.pod('pod-0-0').namespace, http, 3);
     for (const result of refused) assert.equal(result.outcome, 'refused', `no endpoints: ${JSON.stringify(result)}`);
 
-    relabel('pod-0-1', {app: 'web', dns: 'yes'});
-    relabel('pod-1-1', {app: 'web', dns: 'yes'});
-    await until('web back from pod-1-0', () => answers(c.pod('pod-1-0').namespace), programmingBudgetMs);
-    await until('the NodePort back', () => answers(c.lab.topology.externalClients[0].namespace, external), programmingBudgetMs);
+    c.relabel('pod-0-1', {app: 'web', dns: 'yes'});
+    c.relabel('pod-1-1', {app: 'web', dns: 'yes'});
+    await until('web back from pod-1-0', () => c.answers(c.pod('pod-1-0').namespace, clusterIP), programmingBudgetMs);
+    await until('the NodePort back', () => c.answers(c.lab.topology.externalClients[0].namespace, external.host, nodePort), programmingBudgetMs);
   });
 
   it('a pod deleted leaves the rules; terminating endpoints are used only while no endpoint is ready', async (t) => {
     const c = live(t);
     if (!c) return;
     c.server.store.create('services', serviceObject('grace', {app: 'grace'}), 'default');
-    const http = {protocol: 'tcp' as const, port: 80, host: clusterIPOf('grace'), timeoutMs: 1000};
+    const http = {protocol: 'tcp' as const, port: 80, host: c.clusterIPOf('grace'), timeoutMs: 1000};
     const client = c.pod('pod-0-0').namespace;
     const both = ['pod-0-2', 'pod-1-2'];
     const answering = async () => new Set((await probe(client, http, 20)).flatMap((result) => (result.outcome === 'reply' ? [result.reply.pod] : [])));
@@ -118,7 +93,7 @@ describe('live agent: traffic through services it programs', {concurrency: false
 
     // Gone for good: refused.
     for (const pod of both) c.server.store.delete('pods', 'default', pod, {gracePeriodSeconds: 0});
-    await until('grace refused', async () => (await probe(client, http))[0].outcome === 'refused', programmingBudgetMs);
+    await until('grace refused', async () => (await c.outcome(client, http.host)) === 'refused', programmingBudgetMs);
     assert.deepEqual(await dnatDestinations(c.node(0), 'default/grace:http'), []);
     assert.deepEqual(await dnatDestinations(c.node(1), 'default/grace:http'), []);
   });
@@ -139,22 +114,13 @@ describe('live agent: traffic through services it programs', {concurrency: false
       spec: {type: 'ClusterIP', clusterIP: '10.96.300.7', clusterIPs: ['10.96.300.7'], ports: [{name: 'http', protocol: 'TCP', port: 80, targetPort: 8080}]},
     });
     c.server.store.create('services', serviceObject('manual', undefined), 'default');
-    log.write('discovery.k8s.io/endpointslices', 'ADDED', {
-      apiVersion: 'discovery.k8s.io/v1',
-      kind: 'EndpointSlice',
-      metadata: {name: 'manual-1', namespace: 'default', uid: 'manual-1-uid', labels: {'kubernetes.io/service-name': 'manual'}, creationTimestamp: new Date().toISOString()},
-      addressType: 'IPv4',
-      ports: [{name: 'http', protocol: 'TCP', port: demoPorts.http}],
-      endpoints: [
-        {addresses: ['10.244.0.999'], conditions: {ready: true}, nodeName: 'node-0'},
-        {addresses: [c.pod('pod-1-1').ip], conditions: {ready: true}, nodeName: c.pod('pod-1-1').node},
-      ],
-    });
+    const manual = endpointSliceObject('manual', [{ip: '10.244.0.999', node: 'node-0'}, {ip: c.pod('pod-1-1').ip, node: c.pod('pod-1-1').node}]);
+    log.write('discovery.k8s.io/endpointslices', 'ADDED', {...manual, metadata: {...manual.metadata, uid: 'manual-1-uid', creationTimestamp: new Date().toISOString()}});
 
-    const http = {protocol: 'tcp' as const, port: 80, host: clusterIPOf('manual'), timeoutMs: 1000};
-    await until('manual answers from its good endpoint', async () => (await probe(c.pod('pod-0-0').namespace, http))[0].outcome === 'reply', programmingBudgetMs);
+    const http = {protocol: 'tcp' as const, port: 80, host: c.clusterIPOf('manual'), timeoutMs: 1000};
+    await until('manual answers from its good endpoint', () => c.answers(c.pod('pod-0-0').namespace, http.host), programmingBudgetMs);
     assert.deepEqual(new Set(repliedPods(await probe(c.pod('pod-0-0').namespace, http, 10), 'manual')), new Set(['pod-1-1']));
-    repliedPods(await probe(c.pod('pod-1-0').namespace, {...http, host: clusterIPOf('web')}, 5), 'web next to the bad objects');
+    repliedPods(await probe(c.pod('pod-1-0').namespace, {...http, host: c.clusterIPOf('web')}, 5), 'web next to the bad objects');
 
     for (const [index, agent] of c.agents.entries()) {
       const service = await agent.waitForLog(/warn object skipped object="Service default\/broken"/, {from: marks[index]});
@@ -173,7 +139,7 @@ describe('live agent: traffic through services it programs', {concurrency: false
     const c = live(t);
     if (!c) return;
     c.server.store.create('services', {...serviceObject('dns', {dns: 'yes'}), spec: {selector: {dns: 'yes'}, ports: [{name: 'dns', protocol: 'UDP', port: 53, targetPort: demoPorts.udp}]}}, 'default');
-    const vip = clusterIPOf('dns');
+    const vip = c.clusterIPOf('dns');
     const client = c.pod('pod-0-0');
     await until('dns answers', async () => (await probe(client.namespace, {protocol: 'udp', host: vip, port: 53, timeoutMs: 500}))[0].outcome === 'reply', programmingBudgetMs);
     const deletedBefore = await c.agents[0].metric('kubeproxy_conntrack_reconciler_deleted_entries_total', {ip_family: 'IPv4'});
@@ -199,7 +165,7 @@ describe('live agent: traffic through services it programs', {concurrency: false
 
     // The endpoint leaves the service; its server keeps running and would answer a stale entry.
     const removedAt = replies.length;
-    relabel(endpoint, {app: 'web'});
+    c.relabel(endpoint, {app: 'web'});
     await until(`the flow to move to ${other}`, () => replies.slice(removedAt).some((reply) => reply.pod === other), programmingBudgetMs);
     const movedAt = replies.length;
     await sleep(2000);
@@ -213,14 +179,14 @@ describe('live agent: traffic through services it programs', {concurrency: false
     const deletedAfter = await c.agents[0].metric('kubeproxy_conntrack_reconciler_deleted_entries_total', {ip_family: 'IPv4'});
     assert.ok(deletedAfter > deletedBefore, `conntrack deletions counted (${deletedBefore} -> ${deletedAfter})`);
     assert.ok(c.agents[0].logged(new RegExp(`conntrack entries deleted .*${endpointIP.replace(/\./g, '\\.')}`)).length > 0, 'the deletion is logged');
-    relabel(endpoint, {app: 'web', dns: 'yes'});
+    c.relabel(endpoint, {app: 'web', dns: 'yes'});
   });
 
   it('externalTrafficPolicy Local: each node answers its healthCheckNodePort on its own IP with its own local endpoint count', async (t) => {
     const c = live(t);
     if (!c) return;
     // Only pod-0-1 (on node-0) is selected at first.
-    relabel('pod-0-1', {app: 'web', dns: 'yes', lb: 'local'});
+    c.relabel('pod-0-1', {app: 'web', dns: 'yes', lb: 'local'});
     const created = c.server.store.create('services', serviceObject('lb-local', {lb: 'local'}, {type: 'LoadBalancer', externalTrafficPolicy: 'Local'}), 'default') as unknown as {spec: {healthCheckNodePort: number}};
     const port = created.spec.healthCheckNodePort;
     assert.ok(port >= 30000 && port <= 32767, `a healthCheckNodePort from the NodePort range: ${port}`);
@@ -234,19 +200,19 @@ describe('live agent: traffic through services it programs', {concurrency: false
     assert.deepEqual(await check(1), {status: 503, json: body(0)});
 
     // An endpoint on node-1 too: each node counts its own.
-    relabel('pod-1-1', {app: 'web', dns: 'yes', lb: 'local'});
+    c.relabel('pod-1-1', {app: 'web', dns: 'yes', lb: 'local'});
     await until('node-1 to answer 200', async () => (await check(1)).status === 200, programmingBudgetMs);
     assert.deepEqual(await check(1), {status: 200, json: body(1)});
     assert.deepEqual(await check(0), {status: 200, json: body(1)});
 
     // Gone from node-0: it is taken out of the load balancer, node-1 stays in.
-    relabel('pod-0-1', {app: 'web', dns: 'yes'});
+    c.relabel('pod-0-1', {app: 'web', dns: 'yes'});
     await until('node-0 to answer 503', async () => (await check(0)).status === 503, programmingBudgetMs);
     assert.deepEqual(await check(1), {status: 200, json: body(1)});
     for (const [index, agent] of c.agents.entries()) assert.deepEqual(agent.logged(/cannot open health check port/), [], `agent on node-${index} opened its port`);
 
     c.server.store.delete('services', 'default', 'lb-local');
-    relabel('pod-1-1', {app: 'web', dns: 'yes'});
+    c.relabel('pod-1-1', {app: 'web', dns: 'yes'});
     for (const node of [0, 1]) await until(`node-${node}'s health check port to close`, async () => (await check(node)).error === 'ECONNREFUSED', programmingBudgetMs);
   });
 

@@ -3,7 +3,7 @@
 // iptables-restore input, so the kernel test can load it too.
 import {createHash} from 'node:crypto';
 import {type IPFamily, servicePortIdentity, type ProxyModel, type ServicePort} from '../../../src/core/model/index.ts';
-import type {IptablesTable} from '../../../src/agent/host/host.ts';
+import type {IptablesTable} from '../../../src/core/iptables/chains.ts';
 import type {IptablesRuleSource, JumpRule, RenderOptions} from '../../../src/agent/sync/iptables-rules.ts';
 
 export function serviceChain(identity: string): string {

@@ -2,17 +2,13 @@
 // checked with `nft -j list table` inside the namespace. Root only.
 import assert from 'node:assert/strict';
 import {test} from 'node:test';
-import {ProxierHealth} from '../../../src/agent/health/proxier-health.ts';
-import {createAgentMetrics} from '../../../src/agent/health/metrics.ts';
 import {CommandHost} from '../../../src/agent/host/command-host.ts';
-import {memoryLogger} from '../../../src/agent/log.ts';
 import {NftablesProxier} from '../../../src/agent/sync/nftables-proxier.ts';
 import {parseNftablesJson} from '../../../src/core/nftables/parse.ts';
 import {createNetns, inNetns, isRoot} from '../netns.ts';
 import {MemoryObjects, service, slice} from './cluster.ts';
+import {everyListReceived, periodic, proxierOptions, requested} from './proxier-fixture.ts';
 
-const requested = {requested: true, periodic: false, retry: false};
-const periodic = {requested: false, periodic: true, retry: false};
 
 function endpointsOf(netns: string): string[] {
   const table = parseNftablesJson(inNetns(netns, ['nft', '-j', 'list', 'table', 'ip', 'kube-proxy']));
@@ -36,21 +32,13 @@ test('nftables proxier: full then partial syncs, stale chains deleted later, dri
   });
   let now = 1_000_000;
   const host = new CommandHost({netns});
-  const metrics = createAgentMetrics();
-  const log = memoryLogger();
-  const proxier = new NftablesProxier({
+  const options = proxierOptions({
     host,
     objects,
-    families: ['IPv4'],
-    model: {nodeName: 'node-1'},
-    syncPeriod: 30_000,
-    minSyncPeriod: 0,
-    metrics,
-    health: new ProxierHealth(60_000),
-    log,
     clock: {now: () => now, setTimer: (callback: () => void, ms: number) => setTimeout(callback, ms), clearTimer: (timer: unknown) => clearTimeout(timer as NodeJS.Timeout)},
   });
-  for (const kind of ['Service', 'EndpointSlice', 'Node'] as const) proxier.markSynced(kind);
+  const {metrics} = options;
+  const proxier = everyListReceived(new NftablesProxier(options));
   await proxier.start();
   t.after(() => proxier.stop());
   // What the agent API's applied state hears: each transaction, and each listing the drift check takes.

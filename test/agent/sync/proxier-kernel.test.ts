@@ -2,8 +2,6 @@
 // CommandHost, a small ruleset; checked with iptables-save inside the namespace. Root only.
 import assert from 'node:assert/strict';
 import {test} from 'node:test';
-import {ProxierHealth} from '../../../src/agent/health/proxier-health.ts';
-import {createAgentMetrics} from '../../../src/agent/health/metrics.ts';
 import {CommandHost} from '../../../src/agent/host/command-host.ts';
 import {memoryLogger} from '../../../src/agent/log.ts';
 import {cleanupProxyRules} from '../../../src/agent/sync/cleanup.ts';
@@ -14,28 +12,11 @@ import {buildProxyModel} from '../../../src/core/model/index.ts';
 import {createNetns, inNetns, isRoot} from '../netns.ts';
 import {MemoryObjects, service, slice} from './cluster.ts';
 import {FakeRules, serviceChain} from './fake-rules.ts';
-
-const requested = {requested: true, periodic: false, retry: false};
-const periodic = {requested: false, periodic: true, retry: false};
+import {everyListReceived, periodic, proxierOptions, requested} from './proxier-fixture.ts';
 
 function kernelProxier(netns: string, objects: MemoryObjects) {
-  const host = new CommandHost({netns});
-  const metrics = createAgentMetrics();
-  const log = memoryLogger();
-  const proxier = new IptablesProxier({
-    host,
-    rules: new FakeRules(),
-    objects,
-    families: ['IPv4'],
-    model: {nodeName: 'node-1'},
-    syncPeriod: 30_000,
-    minSyncPeriod: 0,
-    metrics,
-    health: new ProxierHealth(60_000),
-    log,
-  });
-  for (const kind of ['Service', 'EndpointSlice', 'Node'] as const) proxier.markSynced(kind);
-  return {host, proxier, metrics, log};
+  const options = proxierOptions({host: new CommandHost({netns}), rules: new FakeRules(), objects});
+  return {...options, proxier: everyListReceived(new IptablesProxier(options))};
 }
 
 test('rules land in the namespace, change partially, survive tampering, and --cleanup keeps foreign rules', async (t) => {
@@ -109,19 +90,7 @@ test('a ruleset the kernel refuses leaves the old rules in place', async (t) => 
     render: () => '*nat\n:KUBE-SERVICES - [0:0]\n-A KUBE-SERVICES -j NO-SUCH-CHAIN\nCOMMIT\n',
     jumpRules: () => [],
   };
-  const failing = new IptablesProxier({
-    host,
-    rules: broken,
-    objects,
-    families: ['IPv4'],
-    model: {nodeName: 'node-1'},
-    syncPeriod: 30_000,
-    minSyncPeriod: 0,
-    metrics,
-    health: new ProxierHealth(60_000),
-    log: memoryLogger(),
-  });
-  for (const kind of ['Service', 'EndpointSlice', 'Node'] as const) failing.markSynced(kind);
+  const failing = everyListReceived(new IptablesProxier(proxierOptions({host, rules: broken, objects, metrics})));
   await assert.rejects(failing.syncRules(requested), /IPv4 full sync: ip netns exec pxa-\w+ iptables-restore -w 5 -W 100000 --noflush: exit \d+/);
   assert.equal(inNetns(netns, ['iptables-save', '-t', 'nat']).replace(/^#.*\n/gm, ''), before, 'iptables-restore is atomic');
 });
@@ -139,19 +108,7 @@ test("crossing the large-cluster threshold either way leaves the kernel equal to
     slices: [slice('web-1', 'web', ips(500, 10)), slice('web-2', 'web', ips(499, 20)), slice('api-1', 'api', ['10.244.2.9'])],
   });
   const modelOptions = {nodeName: 'node-1', clusterCIDRs: ['10.244.0.0/16']};
-  const proxier = new IptablesProxier({
-    host: new CommandHost({netns}),
-    rules: await loadCoreIptablesRules(),
-    objects,
-    families: ['IPv4'],
-    model: modelOptions,
-    syncPeriod: 30_000,
-    minSyncPeriod: 0,
-    metrics: createAgentMetrics(),
-    health: new ProxierHealth(60_000),
-    log: memoryLogger(),
-  });
-  for (const kind of ['Service', 'EndpointSlice', 'Node'] as const) proxier.markSynced(kind);
+  const proxier = everyListReceived(new IptablesProxier(proxierOptions({host: new CommandHost({netns}), rules: await loadCoreIptablesRules(), objects, model: modelOptions})));
   /** What `kubectl proxyctl diff` compares: the desired rules rendered from the objects against the kernel's. */
   const drift = (): string => {
     const model = buildProxyModel({services: objects.services(), endpointSlices: objects.endpointSlices(), node: objects.node()}, {family: 'IPv4', ...modelOptions});

@@ -13,9 +13,10 @@ import {FakeClock} from '../fake-clock.ts';
 import {RecordingHost} from '../recording-host.ts';
 import {MemoryObjects, service, slice} from './cluster.ts';
 import {FakeRules, serviceChain} from './fake-rules.ts';
+import {everyListReceived, periodic, proxierOptions, requested} from './proxier-fixture.ts';
 
-const periodic = {requested: false, periodic: true, retry: false};
-const requested = {requested: true, periodic: false, retry: false};
+
+const clusterModel = {nodeName: 'node-1', clusterCIDRs: ['10.244.0.0/16'], config: {}};
 
 function setup(
   objects = new MemoryObjects({services: [service('web', '10.96.0.10'), service('api', '10.96.0.1')], slices: [slice('web-1', 'web', ['10.244.2.5']), slice('api-1', 'api', ['10.244.2.9'])]}),
@@ -28,21 +29,11 @@ function setup(
   const health = new ProxierHealth(60_000, clock);
   const log = memoryLogger(2);
   const healthTargets: ServiceHealthTarget[][] = [];
-  const proxier = new IptablesProxier({
-    host,
-    rules,
-    objects,
-    families: ['IPv4'],
-    model: {nodeName: 'node-1', clusterCIDRs: ['10.244.0.0/16'], config: {}},
-    syncPeriod: 30_000,
-    minSyncPeriod: 1_000,
-    metrics,
-    health,
-    log,
-    clock,
-    serviceHealth: {sync: async (targets) => void healthTargets.push(targets)},
-  });
-  for (const kind of ['Service', 'EndpointSlice', 'Node'] as const) proxier.markSynced(kind);
+  const proxier = everyListReceived(
+    new IptablesProxier(
+      proxierOptions({host, rules, objects, model: clusterModel, minSyncPeriod: 1_000, metrics, health, log, clock, serviceHealth: {sync: async (targets: ServiceHealthTarget[]) => void healthTargets.push(targets)}}),
+    ),
+  );
   return {clock, host, rules, metrics, health, log, proxier, objects, healthTargets};
 }
 
@@ -50,20 +41,7 @@ function setup(
 async function coreRulesProxier(objects: MemoryObjects, clock = new FakeClock()) {
   const host = new RecordingHost();
   const log = memoryLogger(2);
-  const proxier = new IptablesProxier({
-    host,
-    rules: await loadCoreIptablesRules(),
-    objects,
-    families: ['IPv4'],
-    model: {nodeName: 'node-1', clusterCIDRs: ['10.244.0.0/16'], config: {}},
-    syncPeriod: 30_000,
-    minSyncPeriod: 1_000,
-    metrics: createAgentMetrics(),
-    health: new ProxierHealth(60_000, clock),
-    log,
-    clock,
-  });
-  for (const kind of ['Service', 'EndpointSlice', 'Node'] as const) proxier.markSynced(kind);
+  const proxier = everyListReceived(new IptablesProxier(proxierOptions({host, rules: await loadCoreIptablesRules(), objects, model: clusterModel, minSyncPeriod: 1_000, log, clock})));
   return {host, log, proxier, clock};
 }
 
@@ -79,18 +57,7 @@ async function metricValue(metrics: ReturnType<typeof createAgentMetrics>, name:
 
 test('nothing is written before services, endpoint slices and the node are listed', async () => {
   const host = new RecordingHost();
-  const proxier = new IptablesProxier({
-    host,
-    rules: new FakeRules(),
-    objects: new MemoryObjects(),
-    families: ['IPv4'],
-    model: {nodeName: 'node-1'},
-    syncPeriod: 30_000,
-    minSyncPeriod: 1_000,
-    metrics: createAgentMetrics(),
-    health: new ProxierHealth(60_000),
-    log: memoryLogger(),
-  });
+  const proxier = new IptablesProxier(proxierOptions({host, rules: new FakeRules(), objects: new MemoryObjects(), minSyncPeriod: 1_000}));
   proxier.markSynced('Service');
   proxier.markSynced('EndpointSlice');
   assert.deepEqual(await proxier.syncRules(requested), []);

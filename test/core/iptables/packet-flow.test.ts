@@ -9,7 +9,7 @@ import {traceIptables} from '../../../src/core/iptables/trace.ts';
 import {buildProxyModel, type ModelOptions} from '../../../src/core/model/build.ts';
 import type {EndpointSliceInput, ServiceInput} from '../../../src/core/model/objects.ts';
 import type {Packet, TraceResult, TraceVerdict} from '../../../src/core/trace/types.ts';
-import {node, service, slice} from '../model/cluster-objects.ts';
+import {type EndpointSpec, node, service, slice} from '../model/cluster-objects.ts';
 
 // This node: node-1, 10.240.0.11, pods 10.244.1.0/24 behind cni0 (10.244.1.1); node-2 holds 10.244.2.0/24.
 const nodeIP = '10.240.0.11';
@@ -43,6 +43,17 @@ interface Flow {
 const web = (spec: Parameters<typeof service>[1] = {}, extra: Partial<ServiceInput> = {}) => service('web', {clusterIP: '10.96.0.10', ports: [http], ...spec}, extra);
 const webSlice = (...endpoints: Array<{ip: string; node: string}>) => slice('web-1', 'web', endpoints);
 const threeEndpoints = webSlice(local('10.244.1.5'), local('10.244.1.6'), remote('10.244.2.5'));
+const servingTerminating = {ready: false, serving: true, terminating: true};
+/** podToWeb: a pod's connection to web's ClusterIP, with these endpoints, reaching `endpoints` unmasqueraded. */
+const podToWeb = (name: string, webEndpoints: EndpointSpec[], endpoints: Record<string, number>): Flow => ({
+  name,
+  services: [web()],
+  slices: [slice('web-1', 'web', webEndpoints)],
+  packet: {...fromPod, dstIP: '10.96.0.10', dstPort: 80},
+  verdict: 'DNAT',
+  endpoints,
+  masquerade: false,
+});
 const third = {'10.244.1.5:8080': 1 / 3, '10.244.1.6:8080': 1 / 3, '10.244.2.5:8080': 1 / 3};
 
 const flows: Flow[] = [
@@ -105,6 +116,23 @@ const flows: Flow[] = [
     endpoints: {'10.244.1.9:8080': 1},
     masquerade: false,
   },
+  // Endpoint choices among fewer endpoints than the service has: the chosen ones share evenly.
+  {
+    name: 'NodePort, externalTrafficPolicy Local: 2 of 3 endpoints local, a half each',
+    services: [web({type: 'NodePort', ports: [{...http, nodePort: 30081}], externalTrafficPolicy: 'Local'})],
+    slices: [threeEndpoints],
+    packet: {...fromOutside, dstIP: nodeIP, dstPort: 30081},
+    verdict: 'DNAT',
+    endpoints: {'10.244.1.5:8080': 1 / 2, '10.244.1.6:8080': 1 / 2},
+    masquerade: false,
+  },
+  podToWeb('ClusterIP, one of 3 endpoints not ready: a half each for the others', [local('10.244.1.5'), {...local('10.244.1.6'), ready: false, serving: false}, remote('10.244.2.5')], {'10.244.1.5:8080': 1 / 2, '10.244.2.5:8080': 1 / 2}),
+  podToWeb(
+    'ClusterIP, none ready: the 2 serving terminating endpoints of 3',
+    [{...local('10.244.1.5'), ...servingTerminating}, {...local('10.244.1.6'), ready: false, serving: false, terminating: true}, {...remote('10.244.2.5'), ...servingTerminating}],
+    {'10.244.1.5:8080': 1 / 2, '10.244.2.5:8080': 1 / 2},
+  ),
+  podToWeb('ClusterIP, one ready endpoint wins over 2 serving terminating ones', [local('10.244.1.5'), {...local('10.244.1.6'), ...servingTerminating}, {...remote('10.244.2.5'), ...servingTerminating}], {'10.244.1.5:8080': 1}),
   {
     name: 'NodePort, externalTrafficPolicy Local, no local endpoint: dropped',
     services: [web({type: 'NodePort', ports: [{...http, nodePort: 30082}], externalTrafficPolicy: 'Local'})],

@@ -21,7 +21,13 @@ const services = [
   service('ext', {clusterIP: '10.96.0.16', externalIPs: ['198.51.100.16']}),
   service('sticky', {clusterIP: '10.96.0.17', sessionAffinity: 'ClientIP'}),
   service('dns', {clusterIP: '10.96.0.18', ports: [{name: 'dns', protocol: 'UDP', port: 53, targetPort: 5353}]}),
+  // Services that choose among fewer endpoints than they have.
+  service('local-split', {clusterIP: '10.96.0.19', type: 'NodePort', externalTrafficPolicy: 'Local', ports: port(30019)}),
+  service('not-ready', {clusterIP: '10.96.0.20'}),
+  service('terminating', {clusterIP: '10.96.0.21'}),
+  service('ready-over-terminating', {clusterIP: '10.96.0.22'}),
 ];
+const servingTerminating = {ready: false, serving: true, terminating: true};
 const here = (ip: string) => ({ip, node: 'node-1'});
 const there = (ip: string) => ({ip, node: 'node-2'});
 const slices = [
@@ -33,6 +39,10 @@ const slices = [
   slice('ext-1', 'ext', [there('10.244.2.16')]),
   slice('sticky-1', 'sticky', [here('10.244.1.17'), there('10.244.2.17')]),
   {...slice('dns-1', 'dns', [there('10.244.2.18')]), ports: [{name: 'dns', protocol: 'UDP', port: 5353}]},
+  slice('local-split-1', 'local-split', [here('10.244.1.19'), here('10.244.1.29'), there('10.244.2.19')]),
+  slice('not-ready-1', 'not-ready', [here('10.244.1.20'), {...there('10.244.2.20'), ready: false, serving: false}, there('10.244.2.30')]),
+  slice('terminating-1', 'terminating', [{...here('10.244.1.21'), ...servingTerminating}, {...there('10.244.2.21'), ready: false, serving: false, terminating: true}, {...there('10.244.2.31'), ...servingTerminating}]),
+  slice('ready-over-terminating-1', 'ready-over-terminating', [here('10.244.1.22'), {...there('10.244.2.22'), ...servingTerminating}, {...there('10.244.2.32'), ...servingTerminating}]),
 ];
 const model = buildProxyModel({services, endpointSlices: slices, node: node('node-1')}, {family: 'IPv4', clusterCIDRs: ['10.244.0.0/16']});
 const table = parseNftablesScript(renderNftables(model, {serviceCIDRs: ['10.96.0.0/16']}));
@@ -71,6 +81,10 @@ const rows: Row[] = [
   {name: 'externalIP', src: '10.240.0.100', dst: '198.51.100.16', port: 80, verdict: 'DNAT', endpoints: ['10.244.2.16:8080'], masquerade: true},
   {name: 'session affinity, new client', src: '10.244.1.9', dst: '10.96.0.17', port: 80, verdict: 'DNAT', endpoints: ['10.244.1.17:8080', '10.244.2.17:8080'], masquerade: false},
   {name: 'UDP', src: '10.244.1.9', dst: '10.96.0.18', port: 53, protocol: 'UDP', verdict: 'DNAT', endpoints: ['10.244.2.18:5353'], masquerade: false},
+  {name: 'NodePort, Local policy, 2 of 3 endpoints local', src: '10.240.0.100', dst: nodeIP, port: 30019, verdict: 'DNAT', endpoints: ['10.244.1.19:8080', '10.244.1.29:8080'], masquerade: false},
+  {name: 'one of 3 endpoints not ready', src: '10.244.1.9', dst: '10.96.0.20', port: 80, verdict: 'DNAT', endpoints: ['10.244.1.20:8080', '10.244.2.30:8080'], masquerade: false},
+  {name: 'none ready: the 2 serving terminating endpoints of 3', src: '10.244.1.9', dst: '10.96.0.21', port: 80, verdict: 'DNAT', endpoints: ['10.244.1.21:8080', '10.244.2.31:8080'], masquerade: false},
+  {name: 'one ready endpoint wins over 2 serving terminating ones', src: '10.244.1.9', dst: '10.96.0.22', port: 80, verdict: 'DNAT', endpoints: ['10.244.1.22:8080'], masquerade: false},
   {name: 'UDP port on a TCP service', src: '10.244.1.9', dst: '10.96.0.10', port: 80, protocol: 'UDP', verdict: 'REJECT'},
 ];
 
@@ -86,6 +100,9 @@ describe('traceNftables over a rendered table', () => {
         const total = result.branches.reduce((sum, branch) => sum + branch.probability, 0);
         assert.ok(Math.abs(total - 1) < 1e-9, seen);
         for (const branch of result.branches) assert.ok(Math.abs(branch.probability - 1 / row.endpoints.length) < 1e-9, seen);
+        // An endpoint choice whose modulus counts more endpoints than it chose has paths that find
+        // no map element and end elsewhere.
+        assert.deepEqual(result.warnings.filter((warning) => warning.startsWith('paths end differently')), [], seen);
       }
       if (row.masquerade !== undefined) for (const branch of result.branches) assert.equal(branch.masquerade, row.masquerade, seen);
       if (row.servicePort) assert.equal(result.servicePort, row.servicePort, seen);

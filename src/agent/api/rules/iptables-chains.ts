@@ -5,7 +5,7 @@
 // what the agent API would hold. What is kept instead: the text, and where each chain's rules are
 // in it. A diff still walks every chain, parsing each as it goes, and keeps nothing afterwards.
 import {guessFamily, parseIptablesSave} from '../../../core/iptables/parse.ts';
-import {isBuiltinChain, type IptablesChain, type IptablesRuleset, type IptablesTable, type UnknownMatch} from '../../../core/iptables/ruleset.ts';
+import {isBuiltinChain, type IptablesChain, type IptablesRuleset, type RulesetTable, type UnknownMatch} from '../../../core/iptables/ruleset.ts';
 import type {ChainsWritten} from '../../sync/proxier.ts';
 
 /** Rules a partial write left in a chain, in iptables-save's spelling, and the line each had in that write's record. */
@@ -136,7 +136,7 @@ export class ChainIndexedRuleset implements IptablesRuleset {
   readonly family: IptablesRuleset['family'];
   readonly frontEnd: IptablesRuleset['frontEnd'];
   readonly notes: string[];
-  readonly tables: Map<string, IptablesTable>;
+  readonly tables: Map<string, RulesetTable>;
   readonly #index: DumpIndex;
   readonly #parsed = new Map<string, IptablesChain>();
 

@@ -2,7 +2,7 @@
 import {diffIptables} from '../../../core/iptables/diff.ts';
 import {formatIptablesRuleset, parseIptablesSave} from '../../../core/iptables/parse.ts';
 import {renderIptables} from '../../../core/iptables/render.ts';
-import type {IptablesRuleset, IptablesTable} from '../../../core/iptables/ruleset.ts';
+import type {IptablesRuleset, RulesetTable} from '../../../core/iptables/ruleset.ts';
 import {traceIptables} from '../../../core/iptables/trace.ts';
 import type {ChainsWritten} from '../../sync/proxier.ts';
 import {ChainIndexedRuleset} from './iptables-chains.ts';
@@ -27,7 +27,7 @@ export function patchIptablesRuleset(ruleset: IptablesRuleset, written: ChainsWr
       replaced.add(`${table} ${chain}`);
     }
     for (const [name, chain] of fresh.tables.get(table)?.chains ?? []) chains.set(name, chain);
-    tables.set(table, {name: table, chains} satisfies IptablesTable);
+    tables.set(table, {name: table, chains} satisfies RulesetTable);
   }
   const unknownMatches = [...ruleset.unknownMatches.filter((match) => !replaced.has(`${match.table} ${match.chain}`)), ...fresh.unknownMatches];
   return {...ruleset, tables, unknownMatches};

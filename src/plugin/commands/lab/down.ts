@@ -1,6 +1,5 @@
-import {Flags} from '@oclif/core';
 import {downLab} from '../../../lab/lab-control.ts';
-import {defaultLabName} from '../../../lab/lab-state.ts';
+import {labNameFlag} from '../../lib/lab-name-flag.ts';
 import {PluginCommand} from '../../lib/plugin-command.ts';
 
 export default class LabDown extends PluginCommand {
@@ -13,7 +12,7 @@ export default class LabDown extends PluginCommand {
   ];
 
   static override flags = {
-    name: Flags.string({summary: 'Name of the lab.', default: defaultLabName}),
+    name: labNameFlag(),
   };
 
   async run(): Promise<void> {

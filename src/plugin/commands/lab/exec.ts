@@ -1,7 +1,8 @@
-import {Args, Flags} from '@oclif/core';
+import {Args} from '@oclif/core';
 import {execInLab} from '../../../lab/lab-control.ts';
-import {defaultLabName} from '../../../lab/lab-state.ts';
+import {labNameFlag} from '../../lib/lab-name-flag.ts';
 import {PluginCommand} from '../../lib/plugin-command.ts';
+import {PluginError} from '../../lib/plugin-error.ts';
 
 /**
  * splitAtDoubleDash separates `lab exec`'s own arguments from the command's. Everything after the
@@ -35,14 +36,14 @@ export default class LabExec extends PluginCommand {
   };
 
   static override flags = {
-    name: Flags.string({summary: 'Name of the lab.', default: defaultLabName}),
+    name: labNameFlag(),
   };
 
   async run(): Promise<void> {
     const {own, command: afterDoubleDash} = splitAtDoubleDash(this.argv);
     const {args, flags, argv} = await this.parse(LabExec, own);
     const extra = (argv as string[]).slice(1);
-    if (afterDoubleDash && extra.length > 0) this.error(`lab exec: ${JSON.stringify(extra[0])} comes before --; put the whole command after --`, {exit: 2});
+    if (afterDoubleDash && extra.length > 0) throw new PluginError(`lab exec: ${JSON.stringify(extra[0])} comes before --; put the whole command after --`);
     const command = afterDoubleDash ?? extra;
     const code = await execInLab(flags.name, args.target, command);
     if (code !== 0) this.exit(code);

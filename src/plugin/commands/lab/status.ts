@@ -1,9 +1,8 @@
-import {Flags} from '@oclif/core';
 import {requireLab} from '../../../lab/lab-control.ts';
-import {defaultLabName} from '../../../lab/lab-state.ts';
+import {labNameFlag} from '../../lib/lab-name-flag.ts';
 import {PluginCommand} from '../../lib/plugin-command.ts';
 import {formatLabStatus, readLabStatus} from '../../../lab/lab-status.ts';
-import {formatData} from '../../lib/output.ts';
+import {formatData, outputFlag} from '../../lib/output.ts';
 
 export default class LabStatus extends PluginCommand {
   static override summary = "Show a lab's nodes, agents, pods, external client and services, and how to use them.";
@@ -15,8 +14,8 @@ export default class LabStatus extends PluginCommand {
   ];
 
   static override flags = {
-    name: Flags.string({summary: 'Name of the lab.', default: defaultLabName}),
-    output: Flags.option({char: 'o', summary: 'Output format.', options: ['text', 'json', 'yaml'] as const, default: 'text'})(),
+    name: labNameFlag(),
+    output: outputFlag(['text', 'json', 'yaml']),
   };
 
   async run(): Promise<void> {

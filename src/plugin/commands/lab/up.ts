@@ -1,6 +1,6 @@
 import {Flags} from '@oclif/core';
 import {labLimits, proxyModes, upLab} from '../../../lab/lab-control.ts';
-import {defaultLabName} from '../../../lab/lab-state.ts';
+import {labNameFlag} from '../../lib/lab-name-flag.ts';
 import {PluginCommand} from '../../lib/plugin-command.ts';
 import {formatLabStatus, readLabStatus} from '../../../lab/lab-status.ts';
 
@@ -18,7 +18,7 @@ Returns once nodes, pods and agents are ready; the lab keeps running in the back
   static override flags = {
     nodes: Flags.integer({summary: 'Number of nodes.', default: 2, min: labLimits.nodes.min, max: labLimits.nodes.max}),
     'pods-per-node': Flags.integer({summary: 'Demo pods on each node.', default: 3, min: labLimits.podsPerNode.min, max: labLimits.podsPerNode.max}),
-    name: Flags.string({summary: 'Name of the lab; several labs can run side by side.', default: defaultLabName}),
+    name: labNameFlag('Name of the lab; several labs can run side by side.'),
     'proxy-mode': Flags.option({summary: 'Proxy mode of the agents.', options: proxyModes, default: 'iptables'})(),
     agents: Flags.boolean({summary: 'Start one agent per node; --no-agents builds the cluster without any proxy.', default: true, allowNo: true}),
   };

@@ -1,0 +1,33 @@
+// The status method: the node's mode, last sync, counts and the last drift check, answered at once.
+import type {StatusResult} from '../../../protocol/methods.ts';
+import {syncKind, type RuntimeState} from '../runtime-state.ts';
+
+export async function answerStatus(state: RuntimeState): Promise<StatusResult> {
+  const {proxier, families, applied, lastOutcome} = state;
+  const byFamily = proxier.appliedModels();
+  const services = new Set<string>();
+  const endpoints = new Set<string>();
+  for (const model of byFamily.values()) {
+    for (const port of model.servicePorts) {
+      services.add(`${port.namespace}/${port.serviceName}`);
+      for (const endpoint of port.endpoints) endpoints.add(endpoint.key);
+    }
+  }
+  // status answers at once with the last drift check (checkedAt says when); a stale one is
+  // redone in the background, since on a large node a check reads the kernel for seconds.
+  const check = state.drift;
+  if (byFamily.size > 0 && !state.driftCurrent(state.drift)) state.warmUp();
+  const readings = families.map((family) => applied.last(family)?.readAt).filter((at): at is number => at !== undefined);
+  return {
+    node: state.nodeName,
+    mode: state.backend.mode,
+    version: state.version,
+    ready: state.everSynced,
+    lastSync: lastOutcome ? {at: new Date(lastOutcome.startedAt).toISOString(), durationMs: lastOutcome.durationMs, kind: syncKind(lastOutcome), ok: lastOutcome.ok} : null,
+    services: services.size,
+    endpoints: endpoints.size,
+    drift: {services: check?.services ?? [], checkedAt: check?.checkedAt ?? null},
+    syncFailures: state.failures,
+    rulesReadAt: readings.length > 0 ? new Date(Math.max(...readings)).toISOString() : null,
+  };
+}

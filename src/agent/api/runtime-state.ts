@@ -1,0 +1,237 @@
+// RuntimeState: what the agent API's method handlers share, handed to each of them: the proxier's
+// models, the applied rules, the last sync and the drift check, and the work they have in common
+// (reading the kernel, the full diff, waiting for a sync).
+import type {IPFamily, ProxyModel} from '../../core/model/index.ts';
+import type {DiffGroup, DiffResult, ProbeParams, ProbeResult, SyncEvent, SyncKind} from '../../protocol/methods.ts';
+import type {Host} from '../host/host.ts';
+import type {Logger} from '../log.ts';
+import type {SyncOutcome} from '../sync/proxier.ts';
+import {releaseGarbage} from '../sync/sync-bookkeeping.ts';
+import type {AppliedRules, AppliedState} from '../applied/applied-state.ts';
+import type {ParsedRules, RulesBackend, RulesDiff} from './rules/backend.ts';
+
+/** What the method handlers need of the proxier: its models and its syncs. */
+export interface ProxierSyncs {
+  appliedModels(): Map<IPFamily, ProxyModel>;
+  status(): {initialized: boolean};
+  requestSync(options?: {full?: boolean}): void;
+  onSync(listener: (outcome: SyncOutcome) => void): () => void;
+}
+
+export interface DriftCheck {
+  key: string;
+  /** The applied rules the check compared, per family. */
+  readings: AppliedRules[];
+  services: string[];
+  checkedAt: string;
+}
+
+export interface RuntimeStateOptions {
+  nodeName: string;
+  version: string;
+  families: IPFamily[];
+  proxier: ProxierSyncs;
+  host: Host;
+  backend: RulesBackend;
+  log: Logger;
+  applied: AppliedState;
+  now: () => number;
+  syncTimeoutMs: number;
+  nodeAddresses: () => Promise<string[]>;
+  probe: (params: ProbeParams, netns: string | undefined) => Promise<ProbeResult>;
+}
+
+const addressesTtlMs = 5000;
+
+export function syncKind(outcome: SyncOutcome): SyncKind {
+  return outcome.results.some((result) => result.kind === 'full') ? 'full' : 'partial';
+}
+
+function toEvent(outcome: SyncOutcome): SyncEvent {
+  const event: SyncEvent = {at: new Date(outcome.startedAt).toISOString(), durationMs: outcome.durationMs, kind: syncKind(outcome), ok: outcome.ok};
+  if (outcome.ok) event.rules = outcome.rules;
+  else event.error = outcome.error ?? 'unknown error';
+  return event;
+}
+
+/** Rules of several families in one text: each under a header line naming the family. */
+export function joinFamilies(parts: {family: IPFamily; text: string}[]): string {
+  if (parts.length === 1) return parts[0].text;
+  return parts.map((part) => `# ${part.family}\n${part.text}`).join('\n');
+}
+
+function driftedServices(groups: DiffGroup[]): string[] {
+  return groups.filter((group) => group.added.length > 0 || group.removed.length > 0).map((group) => group.servicePort || '(rules of no service)');
+}
+
+export class RuntimeState {
+  readonly nodeName: string;
+  readonly version: string;
+  readonly families: IPFamily[];
+  readonly proxier: ProxierSyncs;
+  readonly host: Host;
+  readonly backend: RulesBackend;
+  readonly log: Logger;
+  readonly applied: AppliedState;
+  readonly now: () => number;
+  readonly probe: (params: ProbeParams, netns: string | undefined) => Promise<ProbeResult>;
+  readonly listeners = new Set<(event: SyncEvent) => void>();
+  lastOutcome: SyncOutcome | undefined;
+  everSynced = false;
+  failures = 0;
+  drift: DriftCheck | undefined;
+  closed = false;
+  private readonly syncTimeoutMs: number;
+  private readonly nodeAddresses: () => Promise<string[]>;
+  private addresses: {list: string[]; at: number} | undefined;
+  private warming: Promise<void> | undefined;
+  private warmAgain = false;
+  // At 10,000 services a diff takes seconds, filtered to one service or not: compute the whole
+  // diff once per (reading of the kernel, model) and answer trace's drift question from it.
+  private readonly fullDiffs = new WeakMap<AppliedRules, {model: ProxyModel; result: RulesDiff}>();
+
+  constructor(options: RuntimeStateOptions) {
+    this.nodeName = options.nodeName;
+    this.version = options.version;
+    this.families = options.families;
+    this.proxier = options.proxier;
+    this.host = options.host;
+    this.backend = options.backend;
+    this.log = options.log;
+    this.applied = options.applied;
+    this.now = options.now;
+    this.probe = options.probe;
+    this.syncTimeoutMs = options.syncTimeoutMs;
+    this.nodeAddresses = options.nodeAddresses;
+  }
+
+  recordSync(outcome: SyncOutcome): void {
+    this.lastOutcome = outcome;
+    if (outcome.ok) this.everSynced = true;
+    else this.failures++;
+    const event = toEvent(outcome);
+    for (const listener of this.listeners) listener(event);
+    if (outcome.ok) this.warmUp();
+  }
+
+  // After a sync, prepare what the next trace or diff needs (desired rules, a fresh reading of the
+  // kernel, the drift check), so that the plugin does not wait seconds for it on a large node.
+  warmUp(): void {
+    if (this.warming) {
+      this.warmAgain = true;
+      return;
+    }
+    this.warming = (async () => {
+      await new Promise((resolve) => setImmediate(resolve));
+      await this.currentDrift();
+    })()
+      .catch((error: Error) => this.log.detail(2, 'agent api: preparing rules after a sync failed', {reason: error.message}))
+      .finally(() => {
+        this.warming = undefined;
+        if (this.warmAgain && !this.closed) {
+          this.warmAgain = false;
+          this.warmUp();
+        }
+      });
+  }
+
+  models(): [IPFamily, ProxyModel][] {
+    const byFamily = this.proxier.appliedModels();
+    const present = this.families.filter((family) => byFamily.has(family)).map((family): [IPFamily, ProxyModel] => [family, byFamily.get(family)!]);
+    if (present.length === 0) throw new Error(`node ${this.nodeName} has no rules yet: the agent has not finished its first sync (it waits for the lists of services, endpoint slices and its node)`);
+    return present;
+  }
+
+  // Rendered when asked, not kept: the text alone is as large as a full sync's input, and the answers
+  // that need it most (the drift check, and trace's drift question from it) are kept instead.
+  desiredFor(model: ProxyModel): ParsedRules {
+    return this.backend.parse(this.backend.render(model));
+  }
+
+  readApplied(family: IPFamily): Promise<AppliedRules> {
+    return this.applied.get(family).catch((error: Error) => {
+      throw new Error(`cannot read the rules on node ${this.nodeName}: ${error.message}`);
+    });
+  }
+
+  fullDiff(model: ProxyModel, current: AppliedRules): RulesDiff {
+    const known = this.fullDiffs.get(current);
+    if (known && known.model === model) return known.result;
+    const result = this.backend.diff(this.desiredFor(model), current.rules);
+    this.fullDiffs.set(current, {model, result});
+    // The diff parsed every rule of both sides: give that memory back now, not at V8's leisure;
+    // once this request is answered, when nothing on the stack holds the desired rules any more.
+    setImmediate(releaseGarbage);
+    return result;
+  }
+
+  async diffAll(service?: string): Promise<DiffResult> {
+    const groups: DiffGroup[] = [];
+    const texts: {family: IPFamily; text: string}[] = [];
+    let equal = true;
+    let readAt = Infinity;
+    const readings: AppliedRules[] = [];
+    for (const [family, model] of this.models()) {
+      const current = await this.readApplied(family);
+      readings.push(current);
+      const result = service ? this.backend.diff(this.desiredFor(model), current.rules, service) : this.fullDiff(model, current);
+      equal &&= result.equal;
+      groups.push(...result.groups);
+      texts.push({family, text: result.text});
+      readAt = Math.min(readAt, current.readAt);
+    }
+    const answer: DiffResult = {equal, groups, text: equal ? '' : joinFamilies(texts.filter((part) => part.text !== '')), readAt: new Date(readAt).toISOString()};
+    if (!service) {
+      const services = driftedServices(groups);
+      if (services.length > 0 && (this.drift?.services.join() ?? '') !== services.join()) this.log.warn('agent api: applied rules differ from the desired ones', {services: services.slice(0, 5).join(',')});
+      this.drift = {key: this.driftKey(), readings, services, checkedAt: answer.readAt};
+    }
+    return answer;
+  }
+
+  // A drift check stays valid while neither the kernel's rules (the cache's readings) nor the desired ones change.
+  private driftKey(): string {
+    return `${this.proxier.appliedModels().size}:${this.lastOutcome?.startedAt ?? 0}`;
+  }
+
+  driftCurrent(check: DriftCheck | undefined): check is DriftCheck {
+    return check !== undefined && check.key === this.driftKey() && check.readings.every((reading) => this.applied.current(reading.family) === reading);
+  }
+
+  async currentDrift(): Promise<DriftCheck | undefined> {
+    if (this.driftCurrent(this.drift)) {
+      // Confirms the readings (waits for the change monitor) before trusting the check.
+      for (const reading of this.drift.readings) await this.readApplied(reading.family);
+      if (this.driftCurrent(this.drift)) return this.drift;
+    }
+    try {
+      await this.diffAll();
+    } catch (error) {
+      this.log.detail(2, 'agent api: drift check failed', {reason: (error as Error).message});
+    }
+    return this.drift;
+  }
+
+  async localAddresses(): Promise<string[]> {
+    if (this.addresses && this.now() - this.addresses.at < addressesTtlMs) return this.addresses.list;
+    const list = await this.nodeAddresses();
+    this.addresses = {list, at: this.now()};
+    return list;
+  }
+
+  waitForSync(requestedAt: number): Promise<SyncOutcome> {
+    return new Promise((resolve, reject) => {
+      const timer = setTimeout(() => {
+        stop();
+        reject(new Error(`no sync finished within ${this.syncTimeoutMs / 1000} s on node ${this.nodeName}; the agent's log says why`));
+      }, this.syncTimeoutMs);
+      const stop = this.proxier.onSync((outcome) => {
+        // A sync that was already running may not include what the caller wants written.
+        if (outcome.startedAt < requestedAt) return;
+        clearTimeout(timer);
+        stop();
+        resolve(outcome);
+      });
+    });
+  }
+}

@@ -1,0 +1,62 @@
+// The create (and pods/binding), update and patch verbs; the status subresource is the same verbs
+// with WriteOptions.subresource "status", which the store's rules tell apart.
+import {fieldError, invalid, methodNotAllowed, unsupportedMediaType} from '../api-error.ts';
+import {ClusterStore, type WriteOptions} from '../cluster-store.ts';
+import {endpointSliceFromV1beta1} from '../endpointslice-rules.ts';
+import {ObjectLog, type KubeObject} from '../object-log.ts';
+import type {ResourceType} from '../resources.ts';
+import type {ResourceHandler} from './context.ts';
+import {readBody} from './request-body.ts';
+import {sendJson, sendObject} from './response.ts';
+import type {Route} from './routing.ts';
+import {accept, checkKind, isV1beta1Slice, present} from './served-version.ts';
+
+export const createObject: ResourceHandler = async ({store}, {req, res, url, route, writeOptions}) => {
+  const {type} = route;
+  if (route.name && route.subresource === 'binding') {
+    const body = await readBody(req);
+    const target = body?.target?.name;
+    if (!target) throw invalid('Binding', '', route.name, [fieldError.required('target.name')]);
+    store.bind(route.namespace!, route.name, target);
+    sendJson(res, 201, {kind: 'Status', apiVersion: 'v1', metadata: {}, status: 'Success', code: 201});
+    return;
+  }
+  if (route.name || (type.namespaced && !route.namespace)) throw methodNotAllowed();
+  const body = accept(type, await readBody(req));
+  checkKind(type, body);
+  const created = store.create(type, body, route.namespace, writeOptions);
+  sendObject(req, res, url, type, 201, created);
+};
+
+export const updateObject: ResourceHandler = async ({store}, {req, res, url, route, writeOptions}) => {
+  const {type} = route;
+  if (!route.name) throw methodNotAllowed();
+  const body = accept(type, await readBody(req));
+  checkKind(type, body);
+  const updated = store.update(type, body, route.namespace, writeOptions, route.name);
+  sendObject(req, res, url, type, 200, updated);
+};
+
+export const patchObject: ResourceHandler = async ({store}, {req, res, url, route, writeOptions}) => {
+  const {type} = route;
+  if (!route.name) throw methodNotAllowed();
+  const contentType = req.headers['content-type'] ?? '';
+  if (contentType.startsWith('application/apply-patch')) throw unsupportedMediaType(contentType);
+  const patch = await readBody(req);
+  const patched = isV1beta1Slice(type)
+    ? patchThroughV1beta1(store, type, route, contentType, patch, writeOptions)
+    : store.patch(type, route.namespace, route.name, contentType, patch, writeOptions);
+  sendObject(req, res, url, type, 200, patched);
+};
+
+function patchThroughV1beta1(store: ClusterStore, type: ResourceType, route: Route, contentType: string, patch: unknown, writeOptions: WriteOptions): KubeObject {
+  // Patch the v1beta1 form, then store it converted back.
+  const current = present(type, store.get(type, route.namespace, route.name!));
+  const scratch = new ClusterStore(new ObjectLog(2), store.network);
+  scratch.log.write('namespaces', 'ADDED', {metadata: {name: route.namespace!}});
+  scratch.log.write(type.storageKey, 'ADDED', structuredClone(current));
+  const patched = scratch.patch(type, route.namespace, route.name!, contentType, patch, {dryRun: true});
+  const body = endpointSliceFromV1beta1(patched);
+  body.metadata.resourceVersion = undefined;
+  return store.update(type, body, route.namespace, writeOptions, route.name);
+}
