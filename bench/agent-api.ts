@@ -3,8 +3,8 @@
 // after anyone else's change), and
 // `diff --all-nodes` fan-out across 200 agents simulated in this process.
 import {buildProxyModel, type ProxyModel} from '../src/core/model/index.ts';
-import {iptablesBackend} from '../src/agent/api/iptables-backend.ts';
-import {watchNftRuleset, unwatchedRulesetChanges} from '../src/agent/api/ruleset-changes.ts';
+import {iptablesBackend} from '../src/agent/api/rules/iptables.ts';
+import {watchNftRuleset, unwatchedRulesetChanges} from '../src/agent/applied/ruleset-changes.ts';
 import {createAgentRuntime} from '../src/agent/api/runtime.ts';
 import {startAgentApi} from '../src/agent/api/server.ts';
 import type {AgentApiHandlers} from '../src/agent/api/handlers.ts';

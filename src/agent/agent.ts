@@ -5,8 +5,9 @@ import {readFileSync} from 'node:fs';
 import {hostname} from 'node:os';
 import type {IPFamily, LocalDetector, ParsedIP, ProxyConfig} from '../core/model/index.ts';
 import {type AccessReviewer, kubernetesAccessReviewer} from './api/access.ts';
-import {loadIptablesBackend, type RulesBackend} from './api/rules-backend.ts';
-import {unwatchedRulesetChanges, watchNftRuleset} from './api/ruleset-changes.ts';
+import {iptablesBackend} from './api/rules/iptables.ts';
+import type {RulesBackend} from './api/rules/backend.ts';
+import {unwatchedRulesetChanges, watchNftRuleset} from './applied/ruleset-changes.ts';
 import {readNodeAddresses} from './api/node-addresses.ts';
 import {createAgentRuntime} from './api/runtime.ts';
 import {type AgentApi, isLoopbackHost, startAgentApi} from './api/server.ts';
@@ -23,11 +24,11 @@ import type {Host} from './host/host.ts';
 import type {Logger} from './log.ts';
 import {detectIptablesFeatures, readNfacctPackets} from './sync/iptables-features.ts';
 import {type IptablesRuleSource, coreIptablesRules} from './sync/iptables-rules.ts';
-import {nftablesRulesBackend} from './sync/nftables-backend.ts';
+import {nftablesRulesBackend} from './api/rules/nftables.ts';
 import {NftablesProxier, removeNftablesTables} from './sync/nftables-proxier.ts';
 import {IptablesProxier} from './sync/proxier.ts';
 import {IpvsProxier} from './sync/ipvs-proxier.ts';
-import {ipvsRulesBackend} from './api/ipvs-backend.ts';
+import {ipvsRulesBackend} from './api/rules/ipvs.ts';
 import {ClusterWatch} from './watch/cluster-watch.ts';
 import {createKubernetesClient, type KubernetesClient, loadKubeConfig} from './watch/kubernetes-client.ts';
 import {errorText} from '../core/error-text.ts';
@@ -189,15 +190,10 @@ async function startApiOrLog(
 ): Promise<AgentApi | undefined> {
   const {log, host} = parts;
   if (address === undefined) return undefined;
-  let backend = parts.backend;
-  try {
-    const {proxier} = parts;
-    const appliedServiceCIDRs = () => (proxier instanceof NftablesProxier ? proxier.appliedServiceCIDRs : []);
-    backend ??= config.mode === 'nftables' ? nftablesRulesBackend({serviceCIDRs: appliedServiceCIDRs}) : config.mode === 'ipvs' ? ipvsRulesBackend({scheduler: config.ipvs.scheduler}) : await loadIptablesBackend();
-  } catch (error) {
-    log.error('cannot start the plugin API', {address: config.apiBindAddress, reason: errorText(error)});
-    return undefined;
-  }
+  const {proxier} = parts;
+  const appliedServiceCIDRs = () => (proxier instanceof NftablesProxier ? proxier.appliedServiceCIDRs : []);
+  const backend =
+    parts.backend ?? (config.mode === 'nftables' ? nftablesRulesBackend({serviceCIDRs: appliedServiceCIDRs}) : config.mode === 'ipvs' ? ipvsRulesBackend({scheduler: config.ipvs.scheduler}) : iptablesBackend);
   const frontEnd = config.mode === 'nftables' ? 'nf_tables' : await host.iptablesFrontEnd(parts.families[0]).catch(() => undefined);
   // Legacy iptables changes are invisible to nft monitor: read the kernel for every request then.
   // ipvs mode's virtual servers, sets and addresses change unseen by nft monitor: read them for every request.

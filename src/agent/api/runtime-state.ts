@@ -7,8 +7,8 @@ import type {Host} from '../host/host.ts';
 import type {Logger} from '../log.ts';
 import type {SyncOutcome} from '../sync/types.ts';
 import {releaseGarbage} from '../sync/sync-bookkeeping.ts';
-import type {AppliedRules, AppliedRulesCache} from './applied-rules.ts';
-import type {ParsedRules, RulesBackend, RulesDiff} from './rules-backend.ts';
+import type {AppliedRules, AppliedState} from '../applied/applied-state.ts';
+import type {ParsedRules, RulesBackend, RulesDiff} from './rules/backend.ts';
 
 /** What the method handlers need of the proxier: its models and its syncs. */
 export interface ProxierSyncs {
@@ -34,7 +34,7 @@ export interface RuntimeStateOptions {
   host: Host;
   backend: RulesBackend;
   log: Logger;
-  applied: AppliedRulesCache;
+  applied: AppliedState;
   now: () => number;
   syncTimeoutMs: number;
   nodeAddresses: () => Promise<string[]>;
@@ -72,7 +72,7 @@ export class RuntimeState {
   readonly host: Host;
   readonly backend: RulesBackend;
   readonly log: Logger;
-  readonly applied: AppliedRulesCache;
+  readonly applied: AppliedState;
   readonly now: () => number;
   readonly probe: (params: ProbeParams, netns: string | undefined) => Promise<ProbeResult>;
   readonly listeners = new Set<(event: SyncEvent) => void>();

@@ -8,7 +8,7 @@ import type {ProbeParams, ProbeResult} from '../../protocol/methods.ts';
 import {type Host, savedTables} from '../host/host.ts';
 import type {Logger} from '../log.ts';
 import type {RulesWriteListener} from '../sync/types.ts';
-import {AppliedRulesCache} from './applied-rules.ts';
+import {AppliedState} from '../applied/applied-state.ts';
 import type {AgentApiHandlers} from './handlers.ts';
 import {answerAppliedRules, answerDesiredRules} from './methods/rules.ts';
 import {answerStatus} from './methods/status.ts';
@@ -16,14 +16,16 @@ import {answerSync} from './methods/sync.ts';
 import {answerTrace} from './methods/trace.ts';
 import {readNodeAddresses} from './node-addresses.ts';
 import {probeHere, probeInNetns} from './probe.ts';
-import type {RulesBackend} from './rules-backend.ts';
-import type {RulesetChanges} from './ruleset-changes.ts';
+import type {RulesetChanges} from '../applied/ruleset-changes.ts';
+import type {RulesBackend} from './rules/backend.ts';
 import {RuntimeState, type ProxierSyncs} from './runtime-state.ts';
 
 /** ProxierView: what the runtime needs of the proxier (IptablesProxier has it). */
 export interface ProxierView extends ProxierSyncs {
-  /** Tells of each write of rules and what it left (the iptables proxier does): the cached rules then follow the agent's own writes without reading the kernel. */
+  /** Tells of each write of rules and what it left, and of its readings (the iptables and nftables proxiers do): the applied state then follows them without reading the kernel. */
   onWrite?(listener: RulesWriteListener): () => void;
+  /** Reads the kernel's rules as the backend parses them, with the proxier's own reader. */
+  readApplied?(family: IPFamily): Promise<string>;
 }
 
 export interface AgentRuntimeOptions {
@@ -58,37 +60,22 @@ export function createAgentRuntime(options: AgentRuntimeOptions): AgentRuntime {
   const nodeAddresses = options.nodeAddresses ?? (() => readNodeAddresses(host.netns));
   const probe = options.probe ?? ((params, netns) => (netns ? probeInNetns(netns, params.target, params.count) : probeHere(params.target, params.count)));
 
-  const applied = new AppliedRulesCache({
-    read: async (family) => (backend.readApplied ? backend.readApplied(host, family) : savedTables(await host.iptablesSave(family), ['filter', 'nat'])),
+  // The kernel's rules as the proxier publishes them (its writes and drift-check readings); a
+  // reading of its own is taken only by a proxier that does not publish them (ipvs).
+  const applied = new AppliedState({
+    read: proxier.readApplied
+      ? (family) => proxier.readApplied!(family)
+      : async (family) => (backend.readApplied ? backend.readApplied(host, family) : savedTables(await host.iptablesSave(family), ['filter', 'nat'])),
     parse: (text) => backend.parse(text),
     patch: backend.patch && ((rules, tables) => backend.patch!(rules, tables)),
     format: backend.format && ((rules) => backend.format!(rules)),
     textOf: backend.textOf && ((rules) => backend.textOf!(rules)),
     changes,
     now,
+    // Only a proxier that says what it wrote can vouch for its writers' changes.
+    spawns: proxier.onWrite && host.onSpawn?.bind(host),
   });
-
-  // The agent's own writes reach the cache from the proxier; the generations nft monitor reports
-  // for them are not someone else's change. Only a proxier that says what it wrote can vouch for them.
-  let writesRunning = 0;
-  let ownWritersEnded: (() => void)[] = [];
-  const stopWatchingSpawns = proxier.onWrite
-    ? host.onSpawn?.((pid, command) => {
-        if (writesRunning > 0 && command.some((word) => /(?:^|\/)ip6?tables-restore$/.test(word))) ownWritersEnded.push(changes.ownWriter(pid));
-      })
-    : undefined;
-  const stopWatchingWrites = proxier.onWrite?.({
-    started: (family) => {
-      writesRunning++;
-      applied.writeStarted(family);
-    },
-    ended: (family, written) => {
-      writesRunning--;
-      for (const ended of ownWritersEnded) ended();
-      ownWritersEnded = [];
-      applied.writeEnded(family, written);
-    },
-  });
+  const stopFollowingProxier = proxier.onWrite?.(applied);
 
   const state = new RuntimeState({nodeName, version, families, proxier, host, backend, log, applied, now, syncTimeoutMs, nodeAddresses, probe});
   const stopWatchingSyncs = proxier.onSync((outcome) => state.recordSync(outcome));
@@ -112,9 +99,8 @@ export function createAgentRuntime(options: AgentRuntimeOptions): AgentRuntime {
       state.closed = true;
       stopWatchingSyncs();
       state.listeners.clear();
-      stopWatchingWrites?.();
-      stopWatchingSpawns?.();
-      changes.close();
+      stopFollowingProxier?.();
+      applied.close();
     },
   };
 }

@@ -20,7 +20,7 @@ import {fullSyncPeriod} from './proxier.ts';
 import type {RunReason} from './runner.ts';
 import {type FamilySyncState, ProxierBase, type ProxierBaseOptions} from './proxier-base.ts';
 import {deleteConntrackEntries} from './sync-bookkeeping.ts';
-import type {FamilySyncResult} from './types.ts';
+import type {FamilySyncResult, RulesWriteListener} from './types.ts';
 import {errorText} from '../../core/error-text.ts';
 
 export interface NftablesProxierOptions extends ProxierBaseOptions {
@@ -66,6 +66,10 @@ export class NftablesProxier extends ProxierBase<FamilyState> {
   /** The node's addresses as read for the sync in progress (nodePortAddresses as CIDRs). */
   #nodeAddressesThisSync: string[] | undefined;
   #appliedServiceCIDRs: string[] = [];
+  readonly #writeListeners = new Set<RulesWriteListener>();
+  /** Transactions started, and whether one runs: a listing that overlapped one is not told. */
+  #writes = 0;
+  #writing = false;
 
   constructor(options: NftablesProxierOptions) {
     super(options, (family) => ({builder: new ProxyModelBuilder({...options.model, family}), needFullSync: true, rules: 0}));
@@ -76,6 +80,55 @@ export class NftablesProxier extends ProxierBase<FamilyState> {
   async start(): Promise<void> {
     await this.#cleanupIptablesMode();
     this.startRunner();
+  }
+
+  /** onWrite tells `listener` of every transaction (what it left is not followed: undefined) and of each listing the drift check takes. */
+  onWrite(listener: RulesWriteListener): () => void {
+    this.#writeListeners.add(listener);
+    return () => this.#writeListeners.delete(listener);
+  }
+
+  /** readApplied lists the table as `nft -j list table` prints it (an empty listing when there is none yet); the listing is the caller's, listeners are not told of it. */
+  async readApplied(family: IPFamily): Promise<string> {
+    try {
+      return await this.#list(family, false);
+    } catch {
+      // No table yet: nothing applied.
+      return '{"nftables": []}';
+    }
+  }
+
+  /** The table as `nft -j list table` prints it; listeners are told (`tell`) of a listing no transaction overlapped. */
+  async #list(family: IPFamily, tell = true): Promise<string> {
+    const startedAt = this.clock.now();
+    const writes = this.#writes;
+    const idle = !this.#writing;
+    const listed = await this.#options.host.nft(['-j', 'list', 'table', nftFamily(family), 'kube-proxy']);
+    if (tell && idle && writes === this.#writes) this.#tell((listener) => listener.reading?.(family, listed, startedAt));
+    return listed;
+  }
+
+  #tell(call: (listener: RulesWriteListener) => void): void {
+    for (const listener of this.#writeListeners) {
+      try {
+        call(listener);
+      } catch (error) {
+        this.#options.log.error('rules write listener failed', {reason: errorText(error)});
+      }
+    }
+  }
+
+  /** One nft transaction, with the listeners told before and after it. */
+  async #write(family: IPFamily, script: string): Promise<void> {
+    this.#writes++;
+    this.#writing = true;
+    this.#tell((listener) => listener.started(family));
+    try {
+      await this.#options.host.nft(['-f', '-'], script);
+    } finally {
+      this.#writing = false;
+      this.#tell((listener) => listener.ended(family, undefined));
+    }
   }
 
   /** The service CIDRs the last successful write dropped the unused addresses of. */
@@ -128,7 +181,7 @@ export class NftablesProxier extends ProxierBase<FamilyState> {
     });
     log.detail(5, 'nft transaction', {family, script: sync.script});
     try {
-      if (sync.script !== '') await host.nft(['-f', '-'], sync.script);
+      if (sync.script !== '') await this.#write(family, sync.script);
     } catch (error) {
       metrics.restoreFailures.inc();
       if (!full) metrics.partialRestoreFailures.inc();
@@ -159,7 +212,7 @@ export class NftablesProxier extends ProxierBase<FamilyState> {
   async #drift(family: IPFamily, applied: ProxyModel, options: {serviceCIDRs?: string[]; nodeAddresses?: string[]}): Promise<string | undefined> {
     let listed: string;
     try {
-      listed = await this.#options.host.nft(['-j', 'list', 'table', nftFamily(family), 'kube-proxy']);
+      listed = await this.#list(family);
     } catch (error) {
       return `cannot list the table: ${errorText(error)}`;
     }
@@ -175,7 +228,7 @@ export class NftablesProxier extends ProxierBase<FamilyState> {
     const due = deleteStaleChains(state.nft, this.clock.now());
     if (!due) return;
     try {
-      await this.#options.host.nft(['-f', '-'], due.script);
+      await this.#write(family, due.script);
       state.nft = due.state;
       this.#options.log.detail(2, 'deleted stale chains', {family, chains: state.nft.staleChains.size});
     } catch (error) {

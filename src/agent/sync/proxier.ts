@@ -125,6 +125,15 @@ export class IptablesProxier extends ProxierBase<FamilyState> {
     return () => this.#writeListeners.delete(listener);
   }
 
+  /**
+   * readApplied reads the proxy's tables as iptables-save prints them (filter, then nat), for
+   * whoever must know what the kernel holds now (the plugin's API). The reading is the caller's:
+   * listeners are not told of it, and the proxy's rules are not picked out of it.
+   */
+  async readApplied(family: IPFamily): Promise<string> {
+    return savedTables(await this.#options.host.iptablesSave(family), proxyTables);
+  }
+
   /** `written` is worked out only when someone listens. */
   #tellWrite(family: IPFamily, phase: 'started' | 'ended', written?: () => WrittenRules | undefined): void {
     if (this.#writeListeners.size === 0) return;
@@ -138,6 +147,16 @@ export class IptablesProxier extends ProxierBase<FamilyState> {
       try {
         if (phase === 'started') listener.started(family);
         else listener.ended(family, rules);
+      } catch (error) {
+        this.#options.log.error('rules write listener failed', {reason: errorText(error)});
+      }
+    }
+  }
+
+  #tellReading(family: IPFamily, text: string, startedAt: number): void {
+    for (const listener of this.#writeListeners) {
+      try {
+        listener.reading?.(family, text, startedAt);
       } catch (error) {
         this.#options.log.error('rules write listener failed', {reason: errorText(error)});
       }
@@ -458,9 +477,12 @@ export class IptablesProxier extends ProxierBase<FamilyState> {
   async #readTables(family: IPFamily): Promise<{owned: Map<IptablesTable, OwnedRules>; text: string}> {
     // One reading of every table: iptables-nft reads the whole ruleset for either table.
     const startedAt = this.clock.now();
+    const state = this.families.get(family)!;
+    const writes = state.writesStarted;
+    const idle = state.writesEnded === writes;
     const save = await this.#options.host.iptablesSave(family);
     const tables = {owned: new Map(proxyTables.map((table) => [table, readOwnedRules(table, save)])), text: savedTables(save, proxyTables)};
-    const state = this.families.get(family)!;
+    if (idle && state.writesStarted === writes) this.#tellReading(family, tables.text, startedAt);
     state.lastReadingMs = this.clock.now() - startedAt;
     state.lastReadingRules = 0;
     for (const owned of tables.owned.values()) state.lastReadingRules += owned.rules.length;

@@ -41,8 +41,13 @@ export type WrittenRules =
   /** The chains a partial write replaced; every other rule is as before the write. */
   | {kind: 'chains'; tables: ChainsWritten[]; writtenAt: number};
 
-/** Told before each iptables-restore and after it (`written` undefined when what it left is not known). */
+/**
+ * Told before each iptables-restore and after it (`written` undefined when what it left is not
+ * known), and of each reading of the tables taken with no write in flight (the drift check's),
+ * with when it started.
+ */
 export interface RulesWriteListener {
   started(family: IPFamily): void;
   ended(family: IPFamily, written: WrittenRules | undefined): void;
+  reading?(family: IPFamily, text: string, startedAt: number): void;
 }

@@ -1,11 +1,14 @@
-// The applied-rules cache: read the kernel once, follow the agent's own writes without reading it
-// again (the chains a partial write replaced, or a full write's read-back), read it again after
-// anyone else's change, and read every time when nothing watches the ruleset.
+// The applied state: read the kernel once, follow the agent's own writes without reading it again
+// (the chains a partial write replaced, or a full write's read-back), take the readings the
+// proxier's drift check publishes, read it again after anyone else's change, and read every time
+// when nothing watches the ruleset.
 import assert from 'node:assert/strict';
 import {describe, it} from 'node:test';
-import {AppliedRulesCache} from '../../../src/agent/api/applied-rules.ts';
-import {iptablesBackend} from '../../../src/agent/api/iptables-backend.ts';
-import {unwatchedRulesetChanges, type RulesetChanges} from '../../../src/agent/api/ruleset-changes.ts';
+import {setFlagsFromString} from 'node:v8';
+import {runInNewContext} from 'node:vm';
+import {AppliedState} from '../../../src/agent/applied/applied-state.ts';
+import {iptablesBackend} from '../../../src/agent/api/rules/iptables.ts';
+import {unwatchedRulesetChanges, type RulesetChanges} from '../../../src/agent/applied/ruleset-changes.ts';
 import {findChain, type IptablesRuleset} from '../../../src/core/iptables/ruleset.ts';
 import {traceIptables} from '../../../src/core/iptables/trace.ts';
 
@@ -40,7 +43,7 @@ function watchedChanges(clock: {time: number}): RulesetChanges & {foreignChange(
 function cacheOver(changes: RulesetChanges, clock = {time: 1000}) {
   let kernel = kernelV1;
   const reads: string[] = [];
-  const cache = new AppliedRulesCache({
+  const cache = new AppliedState({
     read: async (family) => {
       reads.push(family);
       await new Promise((resolve) => setTimeout(resolve, 5));
@@ -57,7 +60,7 @@ function cacheOver(changes: RulesetChanges, clock = {time: 1000}) {
 
 const packet = {srcIP: '10.244.2.9', dstIP: '10.96.0.10', dstPort: 80, protocol: 'TCP' as const, origin: 'arriving' as const};
 
-describe('AppliedRulesCache', () => {
+describe('AppliedState', () => {
   it('reads once while nothing changes, and again after a foreign change', async () => {
     const clock = {time: 1000};
     const changes = watchedChanges(clock);
@@ -76,7 +79,7 @@ describe('AppliedRulesCache', () => {
 
   it('gives the text back as read, whether the parsed rules hold it or the cache keeps it compressed', async () => {
     for (const textOf of [iptablesBackend.textOf, undefined]) {
-      const cache = new AppliedRulesCache({read: async () => kernelV1, parse: iptablesBackend.parse, textOf, changes: watchedChanges({time: 0}), now: () => 1});
+      const cache = new AppliedState({read: async () => kernelV1, parse: iptablesBackend.parse, textOf, changes: watchedChanges({time: 0}), now: () => 1});
       const reading = await cache.get('IPv4');
       assert.ok(findChain(reading.rules as IptablesRuleset, 'nat', 'KUBE-SEP-AAAAAAAAAAAAAAAA'));
       assert.equal(reading.text, kernelV1);
@@ -96,6 +99,8 @@ describe('AppliedRulesCache', () => {
 
   it('reads the kernel for every request when nothing watches the ruleset', async () => {
     const {cache, reads} = cacheOver(unwatchedRulesetChanges());
+    cache.reading('IPv4', kernelV1, 1);
+    assert.equal(cache.last('IPv4'), undefined, 'a published reading is not kept: no request could trust it');
     await cache.get('IPv4');
     await cache.get('IPv4');
     assert.deepEqual(reads, ['IPv4', 'IPv4']);
@@ -105,8 +110,8 @@ describe('AppliedRulesCache', () => {
     const clock = {time: 1000};
     const {cache, reads} = cacheOver(watchedChanges(clock), clock);
     const before = await cache.get('IPv4');
-    cache.writeStarted('IPv4');
-    cache.writeEnded('IPv4', {
+    cache.started('IPv4');
+    cache.ended('IPv4', {
       kind: 'chains',
       writtenAt: 5000,
       tables: [
@@ -138,8 +143,8 @@ describe('AppliedRulesCache', () => {
   it('takes a full write\'s read-back as the rules, without reading the kernel itself', async () => {
     const clock = {time: 1000};
     const {cache, reads} = cacheOver(watchedChanges(clock), clock);
-    cache.writeStarted('IPv4');
-    cache.writeEnded('IPv4', {kind: 'read', text: kernelV1, readStartedAt: clock.time++});
+    cache.started('IPv4');
+    cache.ended('IPv4', {kind: 'read', text: kernelV1, readStartedAt: clock.time++});
     const applied = await cache.get('IPv4');
     assert.deepEqual(reads, []);
     assert.ok(findChain(applied.rules as IptablesRuleset, 'nat', 'KUBE-SEP-AAAAAAAAAAAAAAAA'));
@@ -149,12 +154,12 @@ describe('AppliedRulesCache', () => {
     const clock = {time: 1000};
     const {cache, reads} = cacheOver(watchedChanges(clock), clock);
     await cache.get('IPv4');
-    cache.writeStarted('IPv4');
+    cache.started('IPv4');
     let answered = false;
     const waiting = cache.get('IPv4').then((rules) => ((answered = true), rules));
     await new Promise((resolve) => setTimeout(resolve, 20));
     assert.equal(answered, false, 'no answer from the rules before the write');
-    cache.writeEnded('IPv4', undefined);
+    cache.ended('IPv4', undefined);
     await waiting;
     assert.deepEqual(reads, ['IPv4', 'IPv4']);
   });
@@ -164,10 +169,62 @@ describe('AppliedRulesCache', () => {
     const {cache, reads} = cacheOver(watchedChanges(clock), clock);
     const reading = cache.get('IPv4');
     while (reads.length === 0) await new Promise((resolve) => setImmediate(resolve));
-    cache.writeStarted('IPv4');
-    cache.writeEnded('IPv4', {kind: 'chains', writtenAt: clock.time++, tables: [{table: 'nat', declared: ['KUBE-SVC-CCCCCCCCCCCCCCCC'], chains: ['KUBE-SVC-CCCCCCCCCCCCCCCC'], rules: []}]});
+    cache.started('IPv4');
+    cache.ended('IPv4', {kind: 'chains', writtenAt: clock.time++, tables: [{table: 'nat', declared: ['KUBE-SVC-CCCCCCCCCCCCCCCC'], chains: ['KUBE-SVC-CCCCCCCCCCCCCCCC'], rules: []}]});
     await reading;
     await cache.get('IPv4');
     assert.deepEqual(reads, ['IPv4', 'IPv4'], 'the write was not in the first reading: read again');
+  });
+
+  it('answers from a reading the proxier published, and keeps what it knows when the reading adds nothing', async () => {
+    const clock = {time: 1000};
+    const changes = watchedChanges(clock);
+    const {cache, reads} = cacheOver(changes, clock);
+    cache.started('IPv4');
+    cache.ended('IPv4', undefined);
+    cache.reading('IPv4', kernelV1, clock.time++);
+    const published = await cache.get('IPv4');
+    assert.deepEqual(reads, [], 'the drift check\'s reading was taken, not a reading of its own');
+    assert.ok(findChain(published.rules as IptablesRuleset, 'nat', 'KUBE-SEP-AAAAAAAAAAAAAAAA'));
+    cache.reading('IPv4', kernelV1.replace('10.96.0.10/32', '10.96.0.12/32'), clock.time++);
+    assert.equal(await cache.get('IPv4'), published, 'nothing changed since: the answers prepared from it stay');
+
+    changes.foreignChange();
+    cache.reading('IPv4', kernelV1.replace('10.96.0.10/32', '10.96.0.13/32'), clock.time++);
+    const afterForeign = await cache.get('IPv4');
+    assert.deepEqual(reads, [], 'a reading after the foreign change is current');
+    assert.match(afterForeign.text, /10\.96\.0\.13/);
+  });
+
+  it('drops a published reading that started before a write ended, or while one runs', async () => {
+    const clock = {time: 1000};
+    const {cache, reads} = cacheOver(watchedChanges(clock), clock);
+    const startedBefore = clock.time++;
+    cache.started('IPv4');
+    cache.reading('IPv4', kernelV1, clock.time++);
+    cache.ended('IPv4', undefined);
+    cache.reading('IPv4', kernelV1, startedBefore);
+    await cache.get('IPv4');
+    assert.deepEqual(reads, ['IPv4'], 'neither reading shows the write: the kernel was read');
+  });
+
+  it('parses rules that do not hold their text again once they were collected, from the text it kept', async () => {
+    let parses = 0;
+    const parse = (text: string) => {
+      parses++;
+      return iptablesBackend.parse(text.replace(/^(?=\*nat)/m, '# Generated by iptables-save v1.8.9 (nf_tables)\n'));
+    };
+    const cache = new AppliedState({read: async () => kernelV1, parse, changes: watchedChanges({time: 0}), now: () => 1});
+    const reading = await cache.get('IPv4');
+    assert.equal(parses, 1);
+    assert.equal(reading.rules, reading.rules, 'kept while in use');
+    assert.equal(parses, 1);
+    // A major collection once nothing uses them (a WeakRef keeps its target to the end of the turn).
+    await new Promise((resolve) => setImmediate(resolve));
+    setFlagsFromString('--expose-gc');
+    (runInNewContext('gc') as () => void)();
+    assert.ok(findChain(reading.rules as IptablesRuleset, 'nat', 'KUBE-SEP-AAAAAAAAAAAAAAAA'));
+    assert.equal(parses, 2, 'parsed again from the text kept');
+    assert.equal(reading.text, kernelV1, 'the text, from its compressed copy');
   });
 });

@@ -3,8 +3,8 @@
 import assert from 'node:assert/strict';
 import {readFileSync} from 'node:fs';
 import {describe, it} from 'node:test';
-import {patchIptablesRuleset} from '../../../src/agent/api/iptables-backend.ts';
-import {ChainIndexedRuleset} from '../../../src/agent/api/iptables-chains.ts';
+import {patchIptablesRuleset} from '../../../src/agent/api/rules/iptables.ts';
+import {ChainIndexedRuleset} from '../../../src/agent/api/rules/iptables-chains.ts';
 import {diffIptables} from '../../../src/core/iptables/diff.ts';
 import {formatIptablesRuleset, parseIptablesSave} from '../../../src/core/iptables/parse.ts';
 import type {IptablesRuleset} from '../../../src/core/iptables/ruleset.ts';

@@ -5,9 +5,9 @@ import assert from 'node:assert/strict';
 import {execFileSync} from 'node:child_process';
 import {randomBytes} from 'node:crypto';
 import {test} from 'node:test';
-import {AppliedRulesCache} from '../../../src/agent/api/applied-rules.ts';
-import {iptablesBackend} from '../../../src/agent/api/iptables-backend.ts';
-import {parseGenerationLine, watchNftRuleset} from '../../../src/agent/api/ruleset-changes.ts';
+import {AppliedState} from '../../../src/agent/applied/applied-state.ts';
+import {iptablesBackend} from '../../../src/agent/api/rules/iptables.ts';
+import {parseGenerationLine, watchNftRuleset} from '../../../src/agent/applied/ruleset-changes.ts';
 import {CommandHost} from '../../../src/agent/host/command-host.ts';
 import {memoryLogger} from '../../../src/agent/log.ts';
 import {findChain, type IptablesRuleset} from '../../../src/core/iptables/ruleset.ts';
@@ -33,7 +33,7 @@ test('applied rules: the agent\'s own write is followed without a reading; a for
 
   const host = new CommandHost({netns});
   const reads: number[] = [];
-  const cache = new AppliedRulesCache({
+  const cache = new AppliedState({
     read: async () => {
       reads.push(Date.now());
       return (await host.iptablesSave('IPv4', 'filter')) + (await host.iptablesSave('IPv4', 'nat'));
@@ -55,11 +55,11 @@ test('applied rules: the agent\'s own write is followed without a reading; a for
   // The agent's own write, with its process id told to the monitor as the agent does.
   const writers: (() => void)[] = [];
   const stop = host.onSpawn((pid) => writers.push(changes.ownWriter(pid)));
-  cache.writeStarted('IPv4');
+  cache.started('IPv4');
   await host.iptablesRestore('IPv4', '*nat\n:KUBE-SVC-AAAAAAAAAAAAAAAA - [0:0]\n-A KUBE-SVC-AAAAAAAAAAAAAAAA -j RETURN\nCOMMIT\n', {noflush: true});
   stop();
   const writtenAt = Date.now();
-  cache.writeEnded('IPv4', {kind: 'chains', tables: [{table: 'nat', declared: ['KUBE-SVC-AAAAAAAAAAAAAAAA'], chains: ['KUBE-SVC-AAAAAAAAAAAAAAAA'], rules: ['-A KUBE-SVC-AAAAAAAAAAAAAAAA -j RETURN']}], writtenAt});
+  cache.ended('IPv4', {kind: 'chains', tables: [{table: 'nat', declared: ['KUBE-SVC-AAAAAAAAAAAAAAAA'], chains: ['KUBE-SVC-AAAAAAAAAAAAAAAA'], rules: ['-A KUBE-SVC-AAAAAAAAAAAAAAAA -j RETURN']}], writtenAt});
   writers.forEach((ended) => ended());
   const afterOwn = await cache.get('IPv4');
   assert.equal(reads.length, 1, 'the own write was not read back');

@@ -2,7 +2,7 @@
 // and a dropped element shows up under its service.
 import assert from 'node:assert/strict';
 import {test} from 'node:test';
-import {nftablesBackend, parseNftablesText} from '../../../src/agent/sync/nftables-backend.ts';
+import {nftablesBackend, parseNftablesText} from '../../../src/agent/api/rules/nftables.ts';
 import {buildProxyModel} from '../../../src/core/model/index.ts';
 import {MemoryObjects, service, slice} from './cluster.ts';
 

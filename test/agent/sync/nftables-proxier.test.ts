@@ -41,6 +41,13 @@ test('nftables proxier: full then partial syncs, stale chains deleted later, dri
   const proxier = everyListReceived(new NftablesProxier(options));
   await proxier.start();
   t.after(() => proxier.stop());
+  // What the agent API's applied state hears: each transaction, and each listing the drift check takes.
+  const heard: string[] = [];
+  proxier.onWrite({
+    started: () => heard.push('started'),
+    ended: (_family, written) => heard.push(`ended ${written?.kind ?? 'unknown'}`),
+    reading: (_family, text) => heard.push(`reading ${JSON.parse(text).nftables.some((entry: {map?: {name: string}}) => entry.map?.name === 'service-ips') ? 'of the table' : 'of nothing'}`),
+  });
 
   const nat = inNetns(netns, ['iptables-save', '-t', 'nat']);
   assert.ok(!nat.includes('KUBE-SERVICES'), 'iptables mode rules removed at start');
@@ -49,6 +56,8 @@ test('nftables proxier: full then partial syncs, stale chains deleted later, dri
   const [first] = await proxier.syncRules(requested);
   assert.equal(first.kind, 'full');
   assert.deepEqual(endpointsOf(netns), ['10.244.2.3 . 8080', '10.244.2.5 . 8080']);
+  // (The runner's own first sync may run beside this one.)
+  assert.deepEqual([...new Set(heard.splice(0))], ['started', 'ended unknown'], 'a full sync lists nothing');
 
   objects.slicesByName.set('web-1', slice('web-1', 'web', ['10.244.2.6']));
   const [partial] = await proxier.syncRules(requested);
@@ -69,6 +78,10 @@ test('nftables proxier: full then partial syncs, stale chains deleted later, dri
   inNetns(netns, ['nft', 'flush', 'map', 'ip', 'kube-proxy', 'service-ips']);
   const [repaired] = await proxier.syncRules(periodic);
   assert.deepEqual([repaired.kind, repaired.drift], ['full', true]);
+  assert.deepEqual(heard.slice(-3), ['reading of the table', 'started', 'ended unknown'], 'the drift check\'s listing, then the repair');
+  const toldBefore = heard.length;
+  assert.equal(JSON.stringify(JSON.parse(await proxier.readApplied('IPv4'))), JSON.stringify(JSON.parse(inNetns(netns, ['nft', '-j', 'list', 'table', 'ip', 'kube-proxy']))));
+  assert.equal(heard.length, toldBefore, 'a listing asked for is the caller\'s, not told');
   assert.match(inNetns(netns, ['nft', 'list', 'map', 'ip', 'kube-proxy', 'service-ips']), /10\.96\.0\.10 \. tcp \. 80 : goto service-/);
   assert.match(await metrics.registry.metrics(), /proxyctl_drift_repairs_total\{ip_family="IPv4"\} 1/);
 

@@ -5,6 +5,7 @@ import {test} from 'node:test';
 import {ProxierHealth} from '../../../src/agent/health/proxier-health.ts';
 import {createAgentMetrics} from '../../../src/agent/health/metrics.ts';
 import type {ServiceHealthTarget} from '../../../src/agent/health/service-health.ts';
+import {savedTables} from '../../../src/agent/host/host.ts';
 import {memoryLogger} from '../../../src/agent/log.ts';
 import {coreIptablesRules} from '../../../src/agent/sync/iptables-rules.ts';
 import {backgroundReadingMs, fullSyncPeriod, IptablesProxier} from '../../../src/agent/sync/proxier.ts';
@@ -232,6 +233,32 @@ test('a full write is not read back; the next reading records each service chain
   assert.equal(result.kind, 'full');
   assert.match(await host.iptablesSave('IPv4', 'nat'), new RegExp(`-A ${webChain} .*--to-destination 10.244.2.5:8080`));
   assert.equal(await metricValue(metrics, 'proxyctl_drift_repairs_total', {ip_family: 'IPv4'}), 1);
+});
+
+test('listeners hear of each write and of each reading the drift check takes, with the text it read; readApplied reads for its caller alone', async () => {
+  const {host, proxier, clock} = setup();
+  const heard: string[] = [];
+  const readings: {text: string; startedAt: number}[] = [];
+  proxier.onWrite({
+    started: () => heard.push('started'),
+    ended: (_family, written) => heard.push(`ended ${written?.kind ?? 'unknown'}`),
+    reading: (_family, text, startedAt) => {
+      heard.push('reading');
+      readings.push({text, startedAt});
+    },
+  });
+  await proxier.syncRules(requested);
+  // The reading before the first full write, then the write, known from its input but not as text.
+  assert.deepEqual(heard, ['reading', 'started', 'ended unknown']);
+  await clock.advance(30_000);
+  const checkStartedAt = clock.now();
+  assert.equal((await proxier.syncRules(periodic))[0].drift, false);
+  assert.deepEqual(heard.slice(3), ['reading'], 'the drift check\'s reading');
+  assert.equal(readings[1].startedAt, checkStartedAt);
+  assert.equal(readings[1].text, savedTables(await host.iptablesSave('IPv4'), ['filter', 'nat']), 'filter, then nat, as iptables-save prints them');
+  assert.match(readings[1].text, /^-A KUBE-SERVICES -d 10\.96\.0\.10\/32 /m);
+  assert.equal(await proxier.readApplied('IPv4'), readings[1].text);
+  assert.deepEqual(heard.slice(4), [], 'a reading asked for is the caller\'s, not told again');
 });
 
 test('with the real renderer too, a full write is known from its input, jump rules included, and not read back', async () => {

@@ -14,11 +14,11 @@ import {
   renderIpvs,
   traceIpvs,
   virtualServerKey,
-} from '../../core/ipvs/index.ts';
-import type {IPFamily} from '../../core/model/index.ts';
-import type {Host} from '../host/host.ts';
-import {readIpvsKernelState} from '../sync/ipvs-host.ts';
-import type {ParsedRules, RulesBackend} from './rules-backend.ts';
+} from '../../../core/ipvs/index.ts';
+import type {IPFamily} from '../../../core/model/index.ts';
+import type {Host} from '../../host/host.ts';
+import {readIpvsKernelState} from '../../sync/ipvs-host.ts';
+import type {ParsedRules, RulesBackend} from './backend.ts';
 
 const sections = {
   ipvsadm: '#### virtual and real servers (ipvsadm)',

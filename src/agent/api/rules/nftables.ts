@@ -1,13 +1,10 @@
 // The nftables backend's RulesBackend for the agent API: core/nftables' render, parse, diff and
-// trace, and the applied rules read with `nft -j list table`.
-import type {IPFamily} from '../../core/model/index.ts';
-import {diffNftables} from '../../core/nftables/diff.ts';
-import {type NftRuleset, parseNftablesJson, parseNftablesScript} from '../../core/nftables/parse.ts';
-import {renderNftables} from '../../core/nftables/render.ts';
-import {traceNftables} from '../../core/nftables/trace.ts';
-import type {ParsedRules, RulesBackend} from '../api/rules-backend.ts';
-import type {Host} from '../host/host.ts';
-import {nftFamily} from './nftables-proxier.ts';
+// trace. The applied rules are the proxier's listing (`nft -j list table`, NftablesProxier.readApplied).
+import {diffNftables} from '../../../core/nftables/diff.ts';
+import {type NftRuleset, parseNftablesJson, parseNftablesScript} from '../../../core/nftables/parse.ts';
+import {renderNftables} from '../../../core/nftables/render.ts';
+import {traceNftables} from '../../../core/nftables/trace.ts';
+import type {ParsedRules, RulesBackend} from './backend.ts';
 
 /** parseNftablesText reads either the kernel's JSON listing or an `nft -f` script render wrote. */
 export function parseNftablesText(text: string): NftRuleset {
@@ -31,12 +28,4 @@ export const nftablesBackend: RulesBackend = {
     return {equal: result.equal, groups: result.groups, text: result.text};
   },
   trace: (rules, packet, context) => traceNftables(rules as NftRuleset, packet, context),
-  readApplied: async (host: Host, family: IPFamily) => {
-    try {
-      return await host.nft(['-j', 'list', 'table', nftFamily(family), 'kube-proxy']);
-    } catch {
-      // No table yet: nothing applied.
-      return '{"nftables": []}';
-    }
-  },
 };

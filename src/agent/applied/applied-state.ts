@@ -1,14 +1,21 @@
-// AppliedRulesCache: the rules in the kernel, parsed, per IP family, kept current without reading
-// the kernel again (iptables-save takes seconds at 10,000 services): the agent's own writes are
-// applied to the cached rules as the proxier reports them (the chains a partial sync wrote, or the
-// rules a full sync read back), and a change by anyone else (RulesetChanges) makes the next request
-// read the kernel.
+// AppliedState: what the kernel holds, per IP family: the agent's one copy of the kernel's rules
+// (the proxier keeps only a record of what it wrote, to compare its readings with). The proxier
+// publishes into it (RulesWriteListener): each write it starts and what the write left (the
+// chains a partial sync wrote, or the rules a full sync read back), and each reading of the tables
+// it takes for its drift check. The plugin's API reads it; when it holds nothing current, the
+// proxier's own reader reads the kernel (iptables-save is slow on a large node, so a
+// reading the drift check already took is not taken again). Changes by anyone else are seen in one
+// place, the ruleset monitor (RulesetChanges): a foreign change makes the next request read the
+// kernel, and the proxier's next drift check repairs it.
 import {deflateRawSync, inflateRawSync} from 'node:zlib';
 import type {IPFamily} from '../../core/model/index.ts';
-import type {ChainsWritten, WrittenRules} from '../sync/types.ts';
+import type {Host} from '../host/host.ts';
+import type {ChainsWritten, RulesWriteListener, WrittenRules} from '../sync/types.ts';
 import {releaseGarbage} from '../sync/sync-bookkeeping.ts';
-import type {ParsedRules} from './rules-backend.ts';
 import type {RulesetChanges} from './ruleset-changes.ts';
+
+/** Rules as the API's backend parsed them; only the backend looks inside. */
+export type ParsedRules = {readonly __parsedRules?: never};
 
 export interface AppliedRules {
   family: IPFamily;
@@ -19,14 +26,15 @@ export interface AppliedRules {
   readAt: number;
 }
 
-export interface AppliedRulesOptions {
-  /** The proxy's tables as the kernel tools print them (iptables-save -t filter + -t nat). */
+export interface AppliedStateOptions {
+  /** Reads the proxy's tables as the kernel tools print them (iptables-save -t filter + -t nat): the proxier's reader. */
   read(family: IPFamily): Promise<string>;
   parse(text: string): ParsedRules;
   /**
    * The text parsed rules were read from, when they keep it (iptables' ChainIndexedRuleset does):
    * the cache then keeps no text of its own. Without it the cache keeps the text compressed once
-   * the rules are parsed (nftables' JSON listing is large, and only shown).
+   * the rules are parsed (nftables' JSON listing is large, and only shown), and their parsed form
+   * only while something uses it (it is parsed again for the next request).
    */
   textOf?(rules: ParsedRules): string | undefined;
   /** Replaces the written chains in parsed rules (a new value; the old one stays as it was); without it, writes of chains make the next request read the kernel. */
@@ -39,6 +47,13 @@ export interface AppliedRulesOptions {
   settleWaitMs?: number;
   /** Longest wait for a write in progress to be reported (default 60 s); past it, the kernel is read. */
   writeWaitMs?: number;
+  /**
+   * The processes the host starts: those that write rules (`writer`, default iptables-restore and
+   * nft) while a reported write runs are the agent's own, and the changes the monitor reports for
+   * them are not foreign.
+   */
+  spawns?: Host['onSpawn'];
+  writer?: RegExp;
 }
 
 interface Entry extends AppliedRules {
@@ -53,16 +68,50 @@ interface FamilyWrites {
   count: number;
   /** Set while a write runs: resolves when it is reported. */
   running?: {done: Promise<void>; finish(): void};
+  /** When the last write was reported (a reading that started before may miss it). */
+  lastEndedAt?: number;
 }
 
-export class AppliedRulesCache {
-  readonly #options: AppliedRulesOptions;
+export class AppliedState implements RulesWriteListener {
+  readonly #options: AppliedStateOptions;
   readonly #current = new Map<IPFamily, Entry>();
   readonly #writes = new Map<IPFamily, FamilyWrites>();
   readonly #reading = new Map<IPFamily, {writes: number; startedAt: number; promise: Promise<AppliedRules>}>();
 
-  constructor(options: AppliedRulesOptions) {
+  /** Writes started and not yet reported, all families. */
+  #writesRunning = 0;
+  #ownWritersEnded: (() => void)[] = [];
+  readonly #stopWatchingSpawns?: () => void;
+
+  constructor(options: AppliedStateOptions) {
     this.#options = options;
+    const writer = options.writer ?? /(?:^|\/)(?:ip6?tables-restore|nft)$/;
+    this.#stopWatchingSpawns = options.spawns?.((pid, command) => {
+      if (this.#writesRunning > 0 && command.some((word) => writer.test(word))) this.#ownWritersEnded.push(options.changes.ownWriter(pid));
+    });
+  }
+
+  close(): void {
+    this.#stopWatchingSpawns?.();
+    this.#options.changes.close();
+  }
+
+  /**
+   * A reading of the tables the proxier took (its drift check), starting at `startedAt` with no
+   * write of its own in flight: kept when it is newer than what is known, so that the next request
+   * need not read the kernel itself. A reading that adds nothing (the rules known are current) is
+   * dropped, so that answers prepared from them (the drift check) stay valid; so is every reading
+   * while the monitor does not watch (each request reads the kernel then).
+   */
+  reading(family: IPFamily, text: string, startedAt: number): void {
+    // Unwatched, no request trusts what is kept: it would only hold the text.
+    if (!this.#options.changes.watching()) return;
+    const writes = this.#familyWrites(family);
+    if (writes.running || startedAt <= (writes.lastEndedAt ?? -Infinity)) return;
+    if (this.current(family)) return;
+    const known = this.#current.get(family);
+    if (known && known.writes === writes.count && known.basisAt >= startedAt) return;
+    this.#current.set(family, this.#entryOf(family, text, {readAt: startedAt, basisAt: startedAt, writes: writes.count}));
   }
 
   /** The rules as the kernel holds them now: cached when only the agent's own writes changed them since they were read. */
@@ -103,9 +152,10 @@ export class AppliedRulesCache {
   }
 
   /** One of the agent's writes begins: until it is reported, the cached rules are not current. */
-  writeStarted(family: IPFamily): void {
+  started(family: IPFamily): void {
     const writes = this.#familyWrites(family);
     writes.count++;
+    this.#writesRunning++;
     if (!writes.running) {
       let finish = (): void => {};
       const done = new Promise<void>((resolve) => (finish = resolve));
@@ -114,7 +164,7 @@ export class AppliedRulesCache {
   }
 
   /** The write ended: `written` is what it left, undefined when that is not known (it failed, or it was a full write not read back). */
-  writeEnded(family: IPFamily, written: WrittenRules | undefined): void {
+  ended(family: IPFamily, written: WrittenRules | undefined): void {
     const writes = this.#familyWrites(family);
     const previous = this.#current.get(family);
     this.#current.delete(family);
@@ -138,6 +188,10 @@ export class AppliedRulesCache {
     }
     writes.running?.finish();
     writes.running = undefined;
+    writes.lastEndedAt = this.#options.now();
+    this.#writesRunning = Math.max(0, this.#writesRunning - 1);
+    for (const ownEnded of this.#ownWritersEnded) ownEnded();
+    this.#ownWritersEnded = [];
   }
 
   #familyWrites(family: IPFamily): FamilyWrites {
@@ -157,19 +211,30 @@ export class AppliedRulesCache {
     let raw: string | undefined = text;
     let rules: ParsedRules | undefined;
     let compressed: Buffer | undefined;
+    // Rules that do not hold their text are parsed again when asked for after V8 collected them:
+    // nftables' parsed listing is kept only while a request uses it.
+    let parsed: WeakRef<ParsedRules> | undefined;
     return {
       family,
       ...times,
       get rules() {
-        if (rules) return rules;
-        rules = parse(raw!);
-        if (!textOf?.(rules)) compressed = deflateRawSync(raw!, {level: 1});
+        const known = rules ?? parsed?.deref();
+        if (known) return known;
+        const again = raw === undefined;
+        const fresh = parse(raw ?? inflateRawSync(compressed!).toString());
+        // Parsing a whole listing again leaves its garbage: collected once the request is answered.
+        if (again) setImmediate(releaseGarbage);
+        if (textOf?.(fresh)) rules = fresh;
+        else {
+          compressed ??= deflateRawSync(raw!, {level: 1});
+          parsed = new WeakRef(fresh);
+        }
         raw = undefined;
-        return rules;
+        return fresh;
       },
       get text() {
         if (raw !== undefined) return raw;
-        return textOf?.(rules!) ?? inflateRawSync(compressed!).toString();
+        return (rules && textOf?.(rules)) ?? inflateRawSync(compressed!).toString();
       },
     };
   }

@@ -1,15 +1,17 @@
 // RulesBackend: the pure parts of a proxy backend that the agent API answers with (render the
 // desired rules, parse what the kernel holds, diff the two, trace a packet), behind one interface so
-// that the runtime does not care which mode wrote the rules.
-import type {IPFamily, ProxyModel} from '../../core/model/index.ts';
-import type {Host} from '../host/host.ts';
-import type {Packet, TraceContext, TraceResult} from '../../core/trace/types.ts';
-import type {DiffGroup, ProxyMode} from '../../protocol/methods.ts';
-import type {ChainsWritten} from '../sync/types.ts';
-import {errorText} from '../../core/error-text.ts';
+// that the runtime does not care which mode wrote the rules. The three backends sit beside it:
+// iptables.ts, nftables.ts, ipvs.ts.
+import type {IPFamily, ProxyModel} from '../../../core/model/index.ts';
+import type {Host} from '../../host/host.ts';
+import type {Packet, TraceContext, TraceResult} from '../../../core/trace/types.ts';
+import type {DiffGroup, ProxyMode} from '../../../protocol/methods.ts';
+import type {ParsedRules} from '../../applied/applied-state.ts';
+import type {ChainsWritten} from '../../sync/types.ts';
+import {errorText} from '../../../core/error-text.ts';
 
 /** A parsed ruleset; only the backend that made it looks inside. */
-export type ParsedRules = {readonly __parsedRules?: never};
+export type {ParsedRules} from '../../applied/applied-state.ts';
 
 export interface RulesDiff {
   equal: boolean;
@@ -39,16 +41,3 @@ export interface RulesBackend {
   readApplied?(host: Host, family: IPFamily): Promise<string>;
 }
 
-/**
- * loadIptablesBackend binds to core/iptables at run time, as loadCoreIptablesRules does, so that
- * the agent starts (and its other parts test) without it; the API then reports why it is off.
- */
-export async function loadIptablesBackend(): Promise<RulesBackend> {
-  const specifier = `./iptables-backend${import.meta.url.endsWith('.ts') ? '.ts' : '.js'}`;
-  try {
-    const module = (await import(specifier)) as typeof import('./iptables-backend.ts');
-    return module.iptablesBackend;
-  } catch (error) {
-    throw new Error(`iptables mode: cannot load core/iptables (parse, diff, trace, render): ${errorText(error)}`);
-  }
-}

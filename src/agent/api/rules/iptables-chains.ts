@@ -4,9 +4,9 @@
 // about thirty of those chains, and a parsed copy of all of them kept between requests is most of
 // what the agent API would hold. What is kept instead: the text, and where each chain's rules are
 // in it. A diff still walks every chain, parsing each as it goes, and keeps nothing afterwards.
-import {guessFamily, parseIptablesSave} from '../../core/iptables/parse.ts';
-import {isBuiltinChain, type IptablesChain, type IptablesRuleset, type RulesetTable, type UnknownMatch} from '../../core/iptables/ruleset.ts';
-import type {ChainsWritten} from '../sync/types.ts';
+import {guessFamily, parseIptablesSave} from '../../../core/iptables/parse.ts';
+import {isBuiltinChain, type IptablesChain, type IptablesRuleset, type RulesetTable, type UnknownMatch} from '../../../core/iptables/ruleset.ts';
+import type {ChainsWritten} from '../../sync/types.ts';
 
 /** Rules a partial write left in a chain, in iptables-save's spelling, and the line each had in that write's record. */
 interface WrittenChain {

@@ -1,12 +1,12 @@
 // The iptables backend's RulesBackend: core/iptables' render, parse, diff and trace.
-import {diffIptables} from '../../core/iptables/diff.ts';
-import {formatIptablesRuleset, parseIptablesSave} from '../../core/iptables/parse.ts';
-import {renderIptables} from '../../core/iptables/render.ts';
-import type {IptablesRuleset, RulesetTable} from '../../core/iptables/ruleset.ts';
-import {traceIptables} from '../../core/iptables/trace.ts';
-import type {ChainsWritten} from '../sync/types.ts';
+import {diffIptables} from '../../../core/iptables/diff.ts';
+import {formatIptablesRuleset, parseIptablesSave} from '../../../core/iptables/parse.ts';
+import {renderIptables} from '../../../core/iptables/render.ts';
+import type {IptablesRuleset, RulesetTable} from '../../../core/iptables/ruleset.ts';
+import {traceIptables} from '../../../core/iptables/trace.ts';
+import type {ChainsWritten} from '../../sync/types.ts';
 import {ChainIndexedRuleset} from './iptables-chains.ts';
-import type {ParsedRules, RulesBackend} from './rules-backend.ts';
+import type {ParsedRules, RulesBackend} from './backend.ts';
 
 /**
  * patchIptablesRuleset: `ruleset` with the declared chains of `written` replaced by what they hold
