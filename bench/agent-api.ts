@@ -26,13 +26,19 @@ export async function benchAgentApi(): Promise<void> {
 }
 
 async function benchTrace(serviceCount: number, endpointsPerService: number): Promise<void> {
-  heading('agent API: trace over the applied rules', `${serviceCount.toLocaleString('en-US')} services x ${endpointsPerService} endpoints, one node, client over WebSocket on loopback`);
+  heading(
+    'agent API: trace over the applied rules',
+    `${serviceCount.toLocaleString('en-US')} services x ${endpointsPerService} endpoints, one node, client over WebSocket on loopback`,
+  );
   if (!isRoot) {
     skipped('trace latency', 'needs root (the rules go into a scratch network namespace)');
     return;
   }
   const workload = makeWorkload(serviceCount, endpointsPerService);
-  const model: ProxyModel = buildProxyModel({services: workload.services, endpointSlices: workload.endpointSlices, node: workload.node}, {family: 'IPv4', nodeName: benchNodeName, clusterCIDRs: [benchClusterCIDR]});
+  const model: ProxyModel = buildProxyModel(
+    {services: workload.services, endpointSlices: workload.endpointSlices, node: workload.node},
+    {family: 'IPv4', nodeName: benchNodeName, clusterCIDRs: [benchClusterCIDR]},
+  );
   const netns = scratchNamespace('agent-api');
   try {
     // As in the agent: the monitor runs before the rules are written; the proxier tells the API of
@@ -50,7 +56,16 @@ async function benchTrace(serviceCount: number, endpointsPerService: number): Pr
         return () => writeListeners.delete(listener);
       },
     };
-    const runtime = createAgentRuntime({nodeName: benchNodeName, version: 'bench', families: ['IPv4'], proxier, host, backend: iptablesBackend, changes, log: quiet});
+    const runtime = createAgentRuntime({
+      nodeName: benchNodeName,
+      version: 'bench',
+      families: ['IPv4'],
+      proxier,
+      host,
+      backend: iptablesBackend,
+      changes,
+      log: quiet,
+    });
     // The namespace starts empty: the full write need not keep anything (--noflush would make
     // iptables-nft note every chain the input names, which at 10,000 services takes most of an hour).
     const write = async (input: string, noflush: boolean, written: () => Promise<WrittenRules>): Promise<void> => {
@@ -66,9 +81,14 @@ async function benchTrace(serviceCount: number, endpointsPerService: number): Pr
         return {kind: 'read', text: (await host.iptablesSave('IPv4', 'filter')) + (await host.iptablesSave('IPv4', 'nat')), readStartedAt};
       }),
     );
-    figure({name: 'full write + read-back (the proxier\'s full sync)', value: load.ms, unit: 'ms'});
+    figure({name: "full write + read-back (the proxier's full sync)", value: load.ms, unit: 'ms'});
     const settled = await timed(() => changes.settled(60_000));
-    figure({name: 'nft monitor reports the restore', value: settled.ms, unit: 'ms', note: settled.result ? 'caught up' : 'not within 60 s: the cache is not trusted'});
+    figure({
+      name: 'nft monitor reports the restore',
+      value: settled.ms,
+      unit: 'ms',
+      note: settled.result ? 'caught up' : 'not within 60 s: the cache is not trusted',
+    });
     const api = await startAgentApi({host: '127.0.0.1', port: 0, handlers: runtime, log: quiet});
     const client = await AgentClient.connect({url: api.url, timeoutMs: 0, label: 'the bench agent'});
     try {
@@ -77,23 +97,54 @@ async function benchTrace(serviceCount: number, endpointsPerService: number): Pr
       const packet = {srcIP: '10.128.0.5', dstIP: last.clusterIP, dstPort: last.port, protocol: last.protocol, origin: 'arriving' as const};
       const service = `${last.namespace}/${last.serviceName}`;
       const cold = await timed(() => client.call('trace', {packet, service}));
-      figure({name: 'first trace (parses the full sync\'s read-back, renders and diffs)', value: cold.ms, unit: 'ms', floor: {name: 'iptables-save (not run by the trace)', value: save.ms}});
+      figure({
+        name: "first trace (parses the full sync's read-back, renders and diffs)",
+        value: cold.ms,
+        unit: 'ms',
+        floor: {name: 'iptables-save (not run by the trace)', value: save.ms},
+      });
       const warm: number[] = [];
       for (let i = 0; i < 20; i++) warm.push((await timed(() => client.call('trace', {packet, service}))).ms);
       warm.sort((a, b) => a - b);
-      figure({name: 'trace, rules unchanged: p50', value: percentile(warm, 50), unit: 'ms', note: 'goal < 200 ms; answered from the cached rules'});
-      figure({name: 'trace, rules unchanged: p95', value: percentile(warm, 95), unit: 'ms', note: `rules read at ${(cold.result as {readAt: string}).readAt}`});
+      figure({
+        name: 'trace, rules unchanged: p50',
+        value: percentile(warm, 50),
+        unit: 'ms',
+        note: 'goal < 200 ms; answered from the cached rules',
+      });
+      figure({
+        name: 'trace, rules unchanged: p95',
+        value: percentile(warm, 95),
+        unit: 'ms',
+        note: `rules read at ${(cold.result as {readAt: string}).readAt}`,
+      });
       figure({name: 'agent heap after the cache is full', value: mib(process.memoryUsage().heapUsed), unit: 'MiB'});
 
       // The agent's own partial write: the last service's chain rewritten, followed from its input.
       const desired = iptablesBackend.parse(rendered) as IptablesRuleset;
-      const svcChain = [...desired.tables.get('nat')!.chains.values()].find((chain) => chain.name.startsWith('KUBE-SVC-') && chain.rules.some((rule) => rule.comment?.includes(service)))!;
+      const svcChain = [...desired.tables.get('nat')!.chains.values()].find(
+        (chain) => chain.name.startsWith('KUBE-SVC-') && chain.rules.some((rule) => rule.comment?.includes(service)),
+      )!;
       const svcRules = svcChain.rules.map((rule) => rule.text);
       const partial = `*nat\n:${svcChain.name} - [0:0]\n${svcRules.join('\n')}\nCOMMIT\n`;
-      const partialWrite = await timed(() => write(partial, true, async () => ({kind: 'chains', writtenAt: Date.now(), tables: [{table: 'nat', declared: [svcChain.name], chains: [svcChain.name], rules: svcRules}]})));
+      const partialWrite = await timed(() =>
+        write(partial, true, async () => ({
+          kind: 'chains',
+          writtenAt: Date.now(),
+          tables: [{table: 'nat', declared: [svcChain.name], chains: [svcChain.name], rules: svcRules}],
+        })),
+      );
       // The trace waits for nft monitor to report the write (so that a foreign change made meanwhile is not missed): timed beside it.
-      const [afterOwn, monitorCaughtUp] = await Promise.all([timed(() => client.call('trace', {packet, service})), timed(() => changes.settled(60_000))]);
-      figure({name: 'trace right after an own partial write (cache patched)', value: afterOwn.ms, unit: 'ms', note: `write ${Math.round(partialWrite.ms)} ms; verdict ${afterOwn.result.verdict}, drifted ${afterOwn.result.drifted}, rules read at ${afterOwn.result.readAt}`});
+      const [afterOwn, monitorCaughtUp] = await Promise.all([
+        timed(() => client.call('trace', {packet, service})),
+        timed(() => changes.settled(60_000)),
+      ]);
+      figure({
+        name: 'trace right after an own partial write (cache patched)',
+        value: afterOwn.ms,
+        unit: 'ms',
+        note: `write ${Math.round(partialWrite.ms)} ms; verdict ${afterOwn.result.verdict}, drifted ${afterOwn.result.drifted}, rules read at ${afterOwn.result.readAt}`,
+      });
       figure({name: '  of which nft monitor catching up with the write', value: monitorCaughtUp.ms, unit: 'ms'});
       const afterOwnAgain = await timed(() => client.call('trace', {packet, service}));
       figure({name: 'next trace after the own write', value: afterOwnAgain.ms, unit: 'ms'});
@@ -101,7 +152,12 @@ async function benchTrace(serviceCount: number, endpointsPerService: number): Pr
       // Someone else's change, asked about the moment it is made: the trace must read the kernel again.
       runIn(netns, ['iptables', '-t', 'nat', '-I', 'KUBE-SERVICES', '1', '-j', 'RETURN']);
       const changed = await timed(() => client.call('trace', {packet, service}));
-      figure({name: 'trace right after a foreign change (re-read)', value: changed.ms, unit: 'ms', note: `verdict ${changed.result.verdict}, drifted ${changed.result.drifted}`});
+      figure({
+        name: 'trace right after a foreign change (re-read)',
+        value: changed.ms,
+        unit: 'ms',
+        note: `verdict ${changed.result.verdict}, drifted ${changed.result.drifted}`,
+      });
     } finally {
       client.close();
       await api.stop();
@@ -113,13 +169,39 @@ async function benchTrace(serviceCount: number, endpointsPerService: number): Pr
 }
 
 async function benchDiffAllNodes(agentCount: number): Promise<void> {
-  heading('plugin: diff --all-nodes fan-out', `${agentCount} agents in this process (status + diff each, agents answer at once), concurrency 10, WebSocket on loopback`);
-  const status = {node: '', mode: 'iptables', version: 'bench', ready: true, lastSync: {at: new Date().toISOString(), durationMs: 12, kind: 'full', ok: true}, services: 100, endpoints: 1000, drift: {services: [], checkedAt: new Date().toISOString()}, syncFailures: 0, rulesReadAt: new Date().toISOString()};
+  heading(
+    'plugin: diff --all-nodes fan-out',
+    `${agentCount} agents in this process (status + diff each, agents answer at once), concurrency 10, WebSocket on loopback`,
+  );
+  const status = {
+    node: '',
+    mode: 'iptables',
+    version: 'bench',
+    ready: true,
+    lastSync: {at: new Date().toISOString(), durationMs: 12, kind: 'full', ok: true},
+    services: 100,
+    endpoints: 1000,
+    drift: {services: [], checkedAt: new Date().toISOString()},
+    syncFailures: 0,
+    rulesReadAt: new Date().toISOString(),
+  };
   const apis: {node: string; api: Awaited<ReturnType<typeof startAgentApi>>}[] = [];
   for (let i = 0; i < agentCount; i++) {
     const node = `node-${i}`;
-    const diff = i % 50 === 7 ? {equal: false, groups: [{servicePort: 'default/web:http', added: ['-A KUBE-SERVICES -j X'], removed: []}], text: '--- desired\n+++ applied\n', readAt: new Date().toISOString()} : {equal: true, groups: [], text: '', readAt: new Date().toISOString()};
-    const handlers = {status: async () => ({...status, node}), diff: async () => diff, onSync: () => () => {}} as unknown as AgentApiHandlers;
+    const diff =
+      i % 50 === 7
+        ? {
+            equal: false,
+            groups: [{servicePort: 'default/web:http', added: ['-A KUBE-SERVICES -j X'], removed: []}],
+            text: '--- desired\n+++ applied\n',
+            readAt: new Date().toISOString(),
+          }
+        : {equal: true, groups: [], text: '', readAt: new Date().toISOString()};
+    const handlers = {
+      status: async () => ({...status, node}),
+      diff: async () => diff,
+      onSync: () => () => {},
+    } as unknown as AgentApiHandlers;
     apis.push({node, api: await startAgentApi({host: '127.0.0.1', port: 0, handlers, log: quiet})});
   }
   try {
@@ -129,7 +211,11 @@ async function benchDiffAllNodes(agentCount: number): Promise<void> {
         apis.map((entry) => entry.node),
         10,
         async (node) => {
-          const client = await AgentClient.connect({url: apis.find((entry) => entry.node === node)!.api.url, timeoutMs: 30_000, label: node});
+          const client = await AgentClient.connect({
+            url: apis.find((entry) => entry.node === node)!.api.url,
+            timeoutMs: 30_000,
+            label: node,
+          });
           try {
             const [s, d] = await Promise.all([client.call('status', {}), client.call('diff', {})]);
             return {s, d};
@@ -140,8 +226,18 @@ async function benchDiffAllNodes(agentCount: number): Promise<void> {
       ),
     );
     const differing = [...run.result.values()].filter((result) => result.ok && !result.value.d.equal).length;
-    figure({name: `diff --all-nodes, ${agentCount} agents`, value: run.ms, unit: 'ms', note: `${differing} differ, ${[...run.result.values()].filter((r) => !r.ok).length} failed`});
-    figure({name: 'RSS growth during the fan-out', value: mib(process.memoryUsage().rss - rssBefore), unit: 'MiB', note: 'client and 200 agents share this process'});
+    figure({
+      name: `diff --all-nodes, ${agentCount} agents`,
+      value: run.ms,
+      unit: 'ms',
+      note: `${differing} differ, ${[...run.result.values()].filter((r) => !r.ok).length} failed`,
+    });
+    figure({
+      name: 'RSS growth during the fan-out',
+      value: mib(process.memoryUsage().rss - rssBefore),
+      unit: 'MiB',
+      note: 'client and 200 agents share this process',
+    });
   } finally {
     for (const {api} of apis) await api.stop();
   }

@@ -51,10 +51,17 @@ const changeRounds = 9;
 /** Two syncPeriods (the default 30 s) after the first sync, and a few seconds for the second drift check to end. */
 const settledAfterDriftChecksMs = 65_000;
 
-export async function benchAgent(sizes = [1000, 10000], endpointsPerService = 10, modeName: 'iptables' | 'nftables' = 'iptables'): Promise<void> {
+export async function benchAgent(
+  sizes = [1000, 10000],
+  endpointsPerService = 10,
+  modeName: 'iptables' | 'nftables' = 'iptables',
+): Promise<void> {
   const mode = modeName === 'nftables' ? nftablesMode : iptablesMode;
   if (!isRoot) {
-    heading(`agent (${mode.name} mode): start, endpoint change, memory`, 'a proxyctl-agent process writing into a scratch network namespace');
+    heading(
+      `agent (${mode.name} mode): start, endpoint change, memory`,
+      'a proxyctl-agent process writing into a scratch network namespace',
+    );
     skipped('every figure', `needs root (scratch network namespaces, ${mode.name} inside them)`);
     return;
   }
@@ -62,7 +69,10 @@ export async function benchAgent(sizes = [1000, 10000], endpointsPerService = 10
   for (const size of sizes) overheads.push({size, ms: await benchSize(size, endpointsPerService, mode)});
   if (overheads.length > 1) {
     const [first, last] = [overheads[0], overheads.at(-1)!];
-    heading(`agent (${mode.name} mode): what the agent adds to one endpoint change, by cluster size`, `median change latency minus the median of the ${mode.changeFloorName} floor as the same monitor saw it`);
+    heading(
+      `agent (${mode.name} mode): what the agent adds to one endpoint change, by cluster size`,
+      `median change latency minus the median of the ${mode.changeFloorName} floor as the same monitor saw it`,
+    );
     for (const entry of overheads) figure({name: `${entry.size.toLocaleString('en-US')} services`, value: entry.ms, unit: 'ms'});
     figure({
       name: `${last.size.toLocaleString('en-US')} vs ${first.size.toLocaleString('en-US')} services`,
@@ -76,7 +86,10 @@ export async function benchAgent(sizes = [1000, 10000], endpointsPerService = 10
 
 async function benchSize(serviceCount: number, endpointsPerService: number, mode: AgentBenchMode): Promise<number> {
   const workload = makeWorkload(serviceCount, endpointsPerService);
-  heading(`agent (${mode.name} mode): start, endpoint change, memory`, `${workload.label}, one TCP port each, ClusterIP; agent process with --netns, embedded API server`);
+  heading(
+    `agent (${mode.name} mode): start, endpoint change, memory`,
+    `${workload.label}, one TCP port each, ClusterIP; agent process with --netns, embedded API server`,
+  );
   const modelOptions = {family: 'IPv4' as const, nodeName: benchNodeName, clusterCIDRs: [benchClusterCIDR]};
   const model = buildProxyModel({services: workload.services, endpointSlices: workload.endpointSlices, node: workload.node}, modelOptions);
 
@@ -186,8 +199,14 @@ async function benchSize(serviceCount: number, endpointsPerService: number, mode
     }
     latencies.sort((a, b) => a - b);
     const changeMs = percentile(latencies, 50);
-    const changeFloor = percentile(floorAlone.sort((a, b) => a - b), 50);
-    const changeFloorSeen = percentile(floorSeen.sort((a, b) => a - b), 50);
+    const changeFloor = percentile(
+      floorAlone.sort((a, b) => a - b),
+      50,
+    );
+    const changeFloorSeen = percentile(
+      floorSeen.sort((a, b) => a - b),
+      50,
+    );
     const fullFloorAfter = await loadFloor();
 
     const fullFloorMs = (fullFloorBefore.ms + fullFloorAfter.ms) / 2;
@@ -198,7 +217,9 @@ async function benchSize(serviceCount: number, endpointsPerService: number, mode
       floor: {name: mode.fullFloorName, value: fullFloorMs, goal: mode.fullFloorGoal},
       note:
         `the sync itself ${(syncSeconds * 1000).toFixed(0)} ms; floor ${(fullFloorBefore.ms / 1000).toFixed(2)} s before the agent, ${(fullFloorAfter.ms / 1000).toFixed(2)} s after` +
-        (mode.fullSyncGoalMs !== undefined ? `; goal <= ${mode.fullSyncGoalMs / 1000} s ${startMs <= mode.fullSyncGoalMs ? 'met' : 'NOT met'}` : ''),
+        (mode.fullSyncGoalMs !== undefined
+          ? `; goal <= ${mode.fullSyncGoalMs / 1000} s ${startMs <= mode.fullSyncGoalMs ? 'met' : 'NOT met'}`
+          : ''),
     });
 
     figure({
@@ -211,16 +232,47 @@ async function benchSize(serviceCount: number, endpointsPerService: number, mode
         `the floor's write seen ${changeFloorSeen.toFixed(0)} ms after it started` +
         (mode.changeGoalMs !== undefined ? `; goal <= ${mode.changeGoalMs} ms ${changeMs <= mode.changeGoalMs ? 'met' : 'NOT met'}` : ''),
     });
-    figure({name: 'agent RSS after the first sync', value: mib(rssAfterStart.rss), unit: 'MiB', note: `peak ${mib(rssAfterStart.peak).toFixed(0)} MiB, ${heapText(heapAfterStart)}; goal < 200 MiB`});
-    figure({name: 'agent RSS 2 s after the first sync', value: mib(rssSettled.rss), unit: 'MiB', note: `${heapText(heapSettled)}; goal < 200 MiB`});
-    if (rssChecked) figure({name: `agent RSS after the endpoint changes and two drift checks (${settledAfterDriftChecksMs / 1000} s after the first sync)`, value: mib(rssChecked.rss), unit: 'MiB', note: `peak ${mib(rssChecked.peak).toFixed(0)} MiB; goal < 200 MiB`});
+    figure({
+      name: 'agent RSS after the first sync',
+      value: mib(rssAfterStart.rss),
+      unit: 'MiB',
+      note: `peak ${mib(rssAfterStart.peak).toFixed(0)} MiB, ${heapText(heapAfterStart)}; goal < 200 MiB`,
+    });
+    figure({
+      name: 'agent RSS 2 s after the first sync',
+      value: mib(rssSettled.rss),
+      unit: 'MiB',
+      note: `${heapText(heapSettled)}; goal < 200 MiB`,
+    });
+    if (rssChecked)
+      figure({
+        name: `agent RSS after the endpoint changes and two drift checks (${settledAfterDriftChecksMs / 1000} s after the first sync)`,
+        value: mib(rssChecked.rss),
+        unit: 'MiB',
+        note: `peak ${mib(rssChecked.peak).toFixed(0)} MiB; goal < 200 MiB`,
+      });
     if (apiUse) {
       const {traces, diffs, during, settled} = apiUse;
       const ms = (list: number[]) => list.map((value) => value.toFixed(0)).join(', ');
-      figure({name: `agent RSS after ${traces.length} traces and ${diffs.length} diffs through its API`, value: mib(during.rss), unit: 'MiB', note: `traces ${ms(traces)} ms, diffs ${ms(diffs)} ms; goal < 250 MiB`});
-      figure({name: '  peak while the API read and parsed the rules', value: mib(during.peak), unit: 'MiB', note: 'VmHWM, reset just before the first trace'});
+      figure({
+        name: `agent RSS after ${traces.length} traces and ${diffs.length} diffs through its API`,
+        value: mib(during.rss),
+        unit: 'MiB',
+        note: `traces ${ms(traces)} ms, diffs ${ms(diffs)} ms; goal < 250 MiB`,
+      });
+      figure({
+        name: '  peak while the API read and parsed the rules',
+        value: mib(during.peak),
+        unit: 'MiB',
+        note: 'VmHWM, reset just before the first trace',
+      });
       const end = agent.finalRss;
-      figure({name: '  RSS 2 s later', value: mib(settled.rss), unit: 'MiB', note: `${agent.finalHeap ? heapText(agent.finalHeap) : 'JS heap unknown'}${end ? `; at stop ${mib(end.rss).toFixed(0)} MiB` : ''}`});
+      figure({
+        name: '  RSS 2 s later',
+        value: mib(settled.rss),
+        unit: 'MiB',
+        note: `${agent.finalHeap ? heapText(agent.finalHeap) : 'JS heap unknown'}${end ? `; at stop ${mib(end.rss).toFixed(0)} MiB` : ''}`,
+      });
     }
     return changeMs - changeFloorSeen;
   } finally {
@@ -253,7 +305,8 @@ async function useAgentApi(agent: AgentRun, model: ProxyModel): Promise<ApiUse> 
       const port = model.servicePorts[Math.floor(((i + 0.5) * model.servicePorts.length) / apiTraces)];
       const packet = {srcIP: '10.128.0.5', dstIP: port.clusterIP, dstPort: port.port, protocol: port.protocol, origin: 'arriving' as const};
       const trace = await timed(() => client.call('trace', {packet, service: `${port.namespace}/${port.serviceName}`}));
-      if (trace.result.verdict !== 'DNAT') throw new Error(`trace of ${port.namespace}/${port.serviceName} through the agent API: ${trace.result.verdict}, not DNAT`);
+      if (trace.result.verdict !== 'DNAT')
+        throw new Error(`trace of ${port.namespace}/${port.serviceName} through the agent API: ${trace.result.verdict}, not DNAT`);
       traces.push(trace.ms);
     }
     const diffs: number[] = [];
@@ -292,7 +345,12 @@ interface AgentBenchMode {
    * has stopped): service `s`'s endpoint at `oldAddress` moved to `newAddress` (`next`), written
    * straight to the kernel, and the way back to `current`.
    */
-  floorChange(namespace: string, current: ProxyModel, next: ProxyModel, change: {s: number; oldAddress: string; newAddress: string}): Promise<{forward(): Promise<unknown>; back(): Promise<unknown>}>;
+  floorChange(
+    namespace: string,
+    current: ProxyModel,
+    next: ProxyModel,
+    change: {s: number; oldAddress: string; newAddress: string},
+  ): Promise<{forward(): Promise<unknown>; back(): Promise<unknown>}>;
 }
 
 const iptablesMode: AgentBenchMode = {
@@ -306,7 +364,8 @@ const iptablesMode: AgentBenchMode = {
   },
   monitor: monitorKinds.xtables,
   // The endpoint chain's new DNAT rule, as xtables-monitor prints it: " EVENT: -4 -t nat -A KUBE-SEP-… -j DNAT --to-destination ADDRESS:8080".
-  changeApplied: (_model, _s, newAddress) => (line) => line.includes(' -t nat -A ') && line.endsWith(` --to-destination ${newAddress}:8080`),
+  changeApplied: (_model, _s, newAddress) => (line) =>
+    line.includes(' -t nat -A ') && line.endsWith(` --to-destination ${newAddress}:8080`),
   changeFloorName: `one-service iptables-restore --noflush (p50 of ${changeRounds})`,
   changeFloorGoal: 1.2,
   async floorChange(namespace, current, next) {
@@ -318,7 +377,8 @@ const iptablesMode: AgentBenchMode = {
     const oneServiceInput = (from: ProxyModel, to: ProxyModel): string => {
       const changed = changedServicePorts(from, to);
       const input = restoreInputText(rules.render(to, {changedServicePorts: changed, previous: from}).input);
-      if (input.includes(':KUBE-SERVICES ')) throw new Error('the one-service floor would rewrite KUBE-SERVICES: the change is not an endpoint change');
+      if (input.includes(':KUBE-SERVICES '))
+        throw new Error('the one-service floor would rewrite KUBE-SERVICES: the change is not an endpoint change');
       return input;
     };
     const [forward, back] = [oneServiceInput(current, next), oneServiceInput(next, current)];
@@ -338,7 +398,8 @@ const nftablesMode: AgentBenchMode = {
   fullSyncGoalMs: 10_000,
   monitor: monitorKinds.nft,
   // The endpoint map's new element, "KEY : ADDRESS . PORT".
-  changeApplied: (_model, _s, newAddress) => (line) => line.startsWith('add element ip kube-proxy ') && line.includes(` : ${newAddress} . 8080`),
+  changeApplied: (_model, _s, newAddress) => (line) =>
+    line.startsWith('add element ip kube-proxy ') && line.includes(` : ${newAddress} . 8080`),
   changeFloorName: `one-element nft transaction on the full table (p50 of ${changeRounds})`,
   changeGoalMs: 100,
   async floorChange(namespace, current, _next, {s, oldAddress, newAddress}) {
@@ -349,8 +410,12 @@ const nftablesMode: AgentBenchMode = {
     const listed = runIn(namespace, ['nft', 'list', 'map', 'ip', 'kube-proxy', map]);
     const key = new RegExp(`(\\d+) : ${oldAddress.replaceAll('.', '\\.')} \\. 8080\\b`).exec(listed)?.[1];
     if (key === undefined) throw new Error(`no element for ${oldAddress} in ${map}`);
-    const replace = (address: string) => `delete element ip kube-proxy ${map} { ${key} }\nadd element ip kube-proxy ${map} { ${key} : ${address} . 8080 }\n`;
-    return {forward: () => runInAsync(namespace, ['nft', '-f', '-'], replace(newAddress)), back: () => runInAsync(namespace, ['nft', '-f', '-'], replace(oldAddress))};
+    const replace = (address: string) =>
+      `delete element ip kube-proxy ${map} { ${key} }\nadd element ip kube-proxy ${map} { ${key} : ${address} . 8080 }\n`;
+    return {
+      forward: () => runInAsync(namespace, ['nft', '-f', '-'], replace(newAddress)),
+      back: () => runInAsync(namespace, ['nft', '-f', '-'], replace(oldAddress)),
+    };
   },
 };
 
@@ -366,7 +431,9 @@ function loadWorkload(store: Awaited<ReturnType<typeof startApiServer>>['store']
     return copy;
   };
   workload.services.forEach((service, index) => store.log.write('services', 'ADDED', stamp(service, index, 'svc')));
-  workload.endpointSlices.forEach((slice, index) => store.log.write('discovery.k8s.io/endpointslices', 'ADDED', stamp(slice, index, 'eps')));
+  workload.endpointSlices.forEach((slice, index) =>
+    store.log.write('discovery.k8s.io/endpointslices', 'ADDED', stamp(slice, index, 'eps')),
+  );
 }
 
 /** The agent's V8 heap from its /metrics: bytes in use, and bytes V8 holds per space (what counts in RSS), and memory outside the heap that V8 knows of. */
@@ -451,8 +518,14 @@ async function startAgentRun(namespace: string, kubeconfig: string, mode: 'iptab
     const page = await (await fetch(`http://127.0.0.1:${metricsPort}/metrics`)).text();
     const value = (name: string) => Number(new RegExp(`^${name} (\\S+)`, 'm').exec(page)?.[1] ?? NaN);
     const spaces = new Map<string, number>();
-    for (const match of page.matchAll(/^nodejs_heap_space_size_total_bytes\{space="(\w+)"\} (\S+)/gm)) spaces.set(match[1], Number(match[2]));
-    return {used: value('nodejs_heap_size_used_bytes'), total: value('nodejs_heap_size_total_bytes'), spaces, external: value('nodejs_external_memory_bytes')};
+    for (const match of page.matchAll(/^nodejs_heap_space_size_total_bytes\{space="(\w+)"\} (\S+)/gm))
+      spaces.set(match[1], Number(match[2]));
+    return {
+      used: value('nodejs_heap_size_used_bytes'),
+      total: value('nodejs_heap_size_total_bytes'),
+      spaces,
+      external: value('nodejs_external_memory_bytes'),
+    };
   };
   const run: AgentRun = {
     startedAt,
@@ -481,7 +554,8 @@ async function startAgentRun(namespace: string, kubeconfig: string, mode: 'iptab
         const index = lines.findIndex((line, i) => i >= from && pattern.test(line));
         if (index >= 0) return {line: lines[index], at: arrivals[index]};
         if (exited) throw new Error(`agent ended before logging ${pattern}:\n${lines.slice(-10).join('\n')}`);
-        if (performance.now() > deadline) throw new Error(`agent did not log ${pattern} within ${timeoutMs / 1000} s:\n${lines.slice(-10).join('\n')}`);
+        if (performance.now() > deadline)
+          throw new Error(`agent did not log ${pattern} within ${timeoutMs / 1000} s:\n${lines.slice(-10).join('\n')}`);
         await new Promise((resolve) => setTimeout(resolve, 5));
       }
     },
@@ -498,4 +572,3 @@ async function startAgentRun(namespace: string, kubeconfig: string, mode: 'iptab
   };
   return run;
 }
-

@@ -6,7 +6,10 @@ import {figure, heading, mib, percentile, timed} from './report.ts';
 import {endpointSliceFor} from './workload.ts';
 
 export async function benchApiServerWatch(watchers = 50, objects = 10000): Promise<void> {
-  heading('lab API server: watch fan-out', `${watchers} client-node watchers of endpointslices; ${objects.toLocaleString('en-US')} EndpointSlices created, then each updated once (${(2 * objects).toLocaleString('en-US')} events per watcher)`);
+  heading(
+    'lab API server: watch fan-out',
+    `${watchers} client-node watchers of endpointslices; ${objects.toLocaleString('en-US')} EndpointSlices created, then each updated once (${(2 * objects).toLocaleString('en-US')} events per watcher)`,
+  );
   const server = await startApiServer({port: 0, watchWindow: 4 * objects});
   const rssBefore = process.memoryUsage().rss;
   try {
@@ -48,7 +51,11 @@ export async function benchApiServerWatch(watchers = 50, objects = 10000): Promi
           if (generation === 0) server.store.create('endpointslices', slice as never, 'bench');
           else {
             const current = server.store.get('endpointslices', 'bench', slice.metadata!.name!) as {metadata: {resourceVersion: string}};
-            server.store.update('endpointslices', {...slice, metadata: {...slice.metadata, resourceVersion: current.metadata.resourceVersion}} as never, 'bench');
+            server.store.update(
+              'endpointslices',
+              {...slice, metadata: {...slice.metadata, resourceVersion: current.metadata.resourceVersion}} as never,
+              'bench',
+            );
           }
           // Let the server stream while writes go on, as a real stream of API writes would.
           if (s % 500 === 0) await new Promise((resolve) => setImmediate(resolve));

@@ -16,7 +16,10 @@ async function benchSize(serviceCount: number, endpointsPerService: number): Pro
   heading('iptables: render, parse, trace', `${workload.label}, one TCP port each, ClusterIP, cluster CIDR ${benchClusterCIDR}`);
   const heapBefore = process.memoryUsage().heapUsed;
   const model = await timed(() =>
-    buildProxyModel({services: workload.services, endpointSlices: workload.endpointSlices, node: workload.node}, {family: 'IPv4', nodeName: benchNodeName, clusterCIDRs: [benchClusterCIDR]}),
+    buildProxyModel(
+      {services: workload.services, endpointSlices: workload.endpointSlices, node: workload.node},
+      {family: 'IPv4', nodeName: benchNodeName, clusterCIDRs: [benchClusterCIDR]},
+    ),
   );
   const render = await timed(() => renderIptables(model.result, {includeJumps: true}));
   const heapAfter = process.memoryUsage().heapUsed;
@@ -45,7 +48,12 @@ async function benchSize(serviceCount: number, endpointsPerService: number): Pro
     floor: restoreFloor === undefined ? undefined : {name: 'iptables-restore of the result', value: restoreFloor, goal: 0.25},
   });
   if (restoreFloor === undefined) skipped('iptables-restore floor', 'needs root (a scratch network namespace)');
-  figure({name: 'heap held by model + rules', value: mib(heapAfter - heapBefore), unit: 'MiB', note: `peak RSS so far ${mib(process.resourceUsage().maxRSS * 1024).toFixed(0)} MiB`});
+  figure({
+    name: 'heap held by model + rules',
+    value: mib(heapAfter - heapBefore),
+    unit: 'MiB',
+    note: `peak RSS so far ${mib(process.resourceUsage().maxRSS * 1024).toFixed(0)} MiB`,
+  });
 
   const parse = await timed(() => parseIptablesSave(dump));
   figure({
@@ -56,7 +64,13 @@ async function benchSize(serviceCount: number, endpointsPerService: number): Pro
   });
 
   // The last service is the worst case for iptables: its rule is last in KUBE-SERVICES.
-  const packet = {srcIP: '10.128.0.1', dstIP: serviceIP(serviceCount - 1), dstPort: 80, protocol: 'TCP' as const, origin: 'arriving' as const};
+  const packet = {
+    srcIP: '10.128.0.1',
+    dstIP: serviceIP(serviceCount - 1),
+    dstPort: 80,
+    protocol: 'TCP' as const,
+    origin: 'arriving' as const,
+  };
   const times: number[] = [];
   for (let i = 0; i < 21; i++) times.push((await timed(() => traceIptables(parse.result, packet, {localAddresses: [benchNodeIP]}))).ms);
   times.sort((a, b) => a - b);

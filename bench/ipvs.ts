@@ -3,7 +3,17 @@
 // into an empty network namespace. The kernel needs IP_VS; on a host without it the whole
 // benchmark runs inside the qemu guest (scripts/qemu/guest.ts), so both sides share one CPU model.
 import {buildProxyModel} from '../src/core/model/index.ts';
-import {diffIpvs, formatIpsetRestore, formatIpvsadmRestore, parseIpsetSave, parseIpvsadmSave, planIpvsSync, renderIpvs, traceIpvs, type IpvsState} from '../src/core/ipvs/index.ts';
+import {
+  diffIpvs,
+  formatIpsetRestore,
+  formatIpvsadmRestore,
+  parseIpsetSave,
+  parseIpvsadmSave,
+  planIpvsSync,
+  renderIpvs,
+  traceIpvs,
+  type IpvsState,
+} from '../src/core/ipvs/index.ts';
 import {guestUnavailableReason, hostHasIpvs, runInGuest} from '../scripts/qemu/guest.ts';
 import {deleteNamespace, isRoot, runIn, scratchNamespace} from './netns.ts';
 import {figure, heading, percentile, skipped, timed} from './report.ts';
@@ -16,7 +26,7 @@ export async function benchIpvs(sizes = [1000, 10000], endpointsPerService = 10)
       skipped('ipvs benchmark', `this kernel has no IP_VS and no qemu guest: ${unavailable}`);
       return;
     }
-    console.log('   (this kernel has no IP_VS: running in a qemu guest with Debian\'s kernel, software-emulated CPU)');
+    console.log("   (this kernel has no IP_VS: running in a qemu guest with Debian's kernel, software-emulated CPU)");
     const program = `import('./bench/ipvs.ts').then((m) => m.benchIpvs(${JSON.stringify(sizes)}, ${endpointsPerService}))`;
     const result = await runInGuest([process.execPath, '--input-type=module', '-e', program], {
       memoryMiB: 3072,
@@ -24,7 +34,8 @@ export async function benchIpvs(sizes = [1000, 10000], endpointsPerService = 10)
       onStdout: (chunk) => process.stdout.write(chunk),
       onStderr: (chunk) => process.stderr.write(chunk),
     });
-    if (result.exitCode !== 0) console.log(`   guest run failed (exit ${result.exitCode ?? 'none'}${result.timedOut ? ', timed out' : ''})`);
+    if (result.exitCode !== 0)
+      console.log(`   guest run failed (exit ${result.exitCode ?? 'none'}${result.timedOut ? ', timed out' : ''})`);
     return;
   }
   for (const size of sizes) await benchSize(size, endpointsPerService);
@@ -38,7 +49,9 @@ async function benchSize(serviceCount: number, endpointsPerService: number): Pro
 
   // Full sync as the proxy computes it: model, render, the restore texts, the diff against an empty node.
   const full = await timed(() => {
-    const state = renderIpvs(buildProxyModel({services: workload.services, endpointSlices: workload.endpointSlices, node: workload.node}, options));
+    const state = renderIpvs(
+      buildProxyModel({services: workload.services, endpointSlices: workload.endpointSlices, node: workload.node}, options),
+    );
     const texts = {ipvs: formatIpvsadmRestore(state.virtualServers), sets: formatIpsetRestore(state.sets, 'IPv4')};
     return {state, texts, diff: diffIpvs(state, empty)};
   });
@@ -75,15 +88,31 @@ async function benchSize(serviceCount: number, endpointsPerService: number): Pro
   }
   const floor = setsFloor + ipvsFloor;
 
-  figure({name: `full sync compute (${servers.toLocaleString('en-US')} virtual servers)`, value: full.ms, unit: 'ms', floor: {name: 'ipset restore + ipvsadm-restore', value: floor}});
+  figure({
+    name: `full sync compute (${servers.toLocaleString('en-US')} virtual servers)`,
+    value: full.ms,
+    unit: 'ms',
+    floor: {name: 'ipset restore + ipvsadm-restore', value: floor},
+  });
   figure({name: '  of which ipset restore', value: setsFloor, unit: 'ms'});
   figure({name: '  of which ipvsadm-restore', value: ipvsFloor, unit: 'ms'});
-  figure({name: `one-endpoint change (${changedLines} changes planned)`, value: change.ms, unit: 'ms', floor: {name: 'ipset restore + ipvsadm-restore', value: floor}});
+  figure({
+    name: `one-endpoint change (${changedLines} changes planned)`,
+    value: change.ms,
+    unit: 'ms',
+    floor: {name: 'ipset restore + ipvsadm-restore', value: floor},
+  });
   figure({name: '  applying that plan (ipvsadm -R + ipset restore)', value: changeApply, unit: 'ms'});
   const parse = await timed(() => ({virtualServers: parseIpvsadmSave(readBack.ipvs), sets: parseIpsetSave(readBack.sets)}));
   figure({name: 'parse ipvsadm -Sn + ipset save', value: parse.ms, unit: 'ms'});
   const applied: IpvsState = {...full.result.state, ...parse.result};
-  const packet = {srcIP: '10.128.0.1', dstIP: serviceIP(serviceCount - 1), dstPort: 80, protocol: 'TCP' as const, origin: 'arriving' as const};
+  const packet = {
+    srcIP: '10.128.0.1',
+    dstIP: serviceIP(serviceCount - 1),
+    dstPort: 80,
+    protocol: 'TCP' as const,
+    origin: 'arriving' as const,
+  };
   const times: number[] = [];
   for (let i = 0; i < 21; i++) times.push((await timed(() => traceIpvs(applied, packet, {localAddresses: [benchNodeIP]}))).ms);
   times.sort((a, b) => a - b);

@@ -24,7 +24,10 @@ const runs = 7;
 
 export async function benchLabTrace(serviceCount = 10_000, endpointsPerService = 10): Promise<void> {
   const label = `${serviceCount.toLocaleString('en-US')} services x ${endpointsPerService} endpoints`;
-  heading('lab: kubectl proxyctl trace end to end', `one-node lab, ${label} (ClusterIP, one TCP port each), plugin as a new process through the port-forward`);
+  heading(
+    'lab: kubectl proxyctl trace end to end',
+    `one-node lab, ${label} (ClusterIP, one TCP port each), plugin as a new process through the port-forward`,
+  );
   if (!isRoot) {
     skipped('every figure', 'needs root (the lab builds network namespaces)');
     return;
@@ -41,22 +44,34 @@ export async function benchLabTrace(serviceCount = 10_000, endpointsPerService =
     figure({name: `create ${label} through the API server`, value: created.ms, unit: 'ms'});
 
     const env = {...process.env, KUBECONFIG: state.kubeconfig, NO_COLOR: '1'};
-    const traceLast = () => execFileAsync(plugin, ['trace', `svc-${serviceCount - 1}`, '--node', 'node-0', '-o', 'json'], {env, maxBuffer: 64 << 20});
+    const traceLast = () =>
+      execFileAsync(plugin, ['trace', `svc-${serviceCount - 1}`, '--node', 'node-0', '-o', 'json'], {env, maxBuffer: 64 << 20});
     // Synced when the last service traces to its endpoints.
     const synced = await timed(async () => {
       const deadline = Date.now() + 600_000;
       for (;;) {
-        const answer = await traceLast().then((run) => JSON.parse(run.stdout) as {verdict: string; branches?: unknown[]}).catch(() => undefined);
+        const answer = await traceLast()
+          .then((run) => JSON.parse(run.stdout) as {verdict: string; branches?: unknown[]})
+          .catch(() => undefined);
         if (answer?.verdict === 'DNAT' && answer.branches?.length === endpointsPerService) return;
-        if (Date.now() > deadline) throw new Error(`svc-${serviceCount - 1} did not trace to its ${endpointsPerService} endpoints within 600 s`);
+        if (Date.now() > deadline)
+          throw new Error(`svc-${serviceCount - 1} did not trace to its ${endpointsPerService} endpoints within 600 s`);
         await new Promise((resolve) => setTimeout(resolve, 1000));
       }
     });
-    figure({name: 'until the agent traces the last service', value: synced.ms, unit: 'ms', note: 'its sync, then its first reading of the kernel'});
+    figure({
+      name: 'until the agent traces the last service',
+      value: synced.ms,
+      unit: 'ms',
+      note: 'its sync, then its first reading of the kernel',
+    });
 
     const startup: number[] = [];
     for (let i = 0; i < runs; i++) startup.push((await timed(() => execFileAsync(plugin, ['--version'], {env}))).ms);
-    const floor = percentile(startup.sort((a, b) => a - b), 50);
+    const floor = percentile(
+      startup.sort((a, b) => a - b),
+      50,
+    );
     const traces: number[] = [];
     for (let i = 0; i < runs; i++) traces.push((await timed(traceLast)).ms);
     traces.sort((a, b) => a - b);
@@ -116,7 +131,10 @@ async function createServices(config: KubeConfig, serviceCount: number, endpoint
   const core = config.makeApiClient(CoreV1Api);
   const discovery = config.makeApiClient(DiscoveryV1Api);
   const create = async (s: number) => {
-    const service: V1Service = {metadata: {name: `svc-${s}`, namespace: 'default'}, spec: {type: 'ClusterIP', ports: [{name: 'http', protocol: 'TCP', port: 80, targetPort: 8080}]}};
+    const service: V1Service = {
+      metadata: {name: `svc-${s}`, namespace: 'default'},
+      spec: {type: 'ClusterIP', ports: [{name: 'http', protocol: 'TCP', port: 80, targetPort: 8080}]},
+    };
     await core.createNamespacedService({namespace: 'default', body: service});
     const endpoints = [];
     // 10.250.0.0/16 and up: addresses no lab pod has, on other nodes (the trace predicts, nothing is probed).

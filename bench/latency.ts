@@ -9,7 +9,15 @@
 import {buildProxyModel, type EndpointSliceInput, type ProxyModel, type ServiceInput} from '../src/core/model/index.ts';
 import {renderIptables} from '../src/core/iptables/index.ts';
 import {renderNftables} from '../src/core/nftables/index.ts';
-import {buildCluster, deleteNamespacesWithPrefix, destroyCluster, execInNamespace, netnsUnavailableReason, newNamespacePrefix, type ClusterTopology} from '../src/lab/netns/index.ts';
+import {
+  buildCluster,
+  deleteNamespacesWithPrefix,
+  destroyCluster,
+  execInNamespace,
+  netnsUnavailableReason,
+  newNamespacePrefix,
+  type ClusterTopology,
+} from '../src/lab/netns/index.ts';
 import {DemoAppGroup} from '../src/lab/workload/launch.ts';
 import {percentile, timed} from './report.ts';
 import {benchNodeName, serviceIP} from './workload.ts';
@@ -46,7 +54,12 @@ function latencyModel(count: number, backendIP: string, topology: ClusterTopolog
       apiVersion: 'v1',
       kind: 'Service',
       metadata: {name, namespace: 'bench'},
-      spec: {type: 'ClusterIP', clusterIP: serviceIP(index), clusterIPs: [serviceIP(index)], ports: [{name: 'http', protocol: 'TCP', port: servicePort, targetPort: backendPort}]},
+      spec: {
+        type: 'ClusterIP',
+        clusterIP: serviceIP(index),
+        clusterIPs: [serviceIP(index)],
+        ports: [{name: 'http', protocol: 'TCP', port: servicePort, targetPort: backendPort}],
+      },
     });
     endpointSlices.push({
       apiVersion: 'discovery.k8s.io/v1',
@@ -57,7 +70,12 @@ function latencyModel(count: number, backendIP: string, topology: ClusterTopolog
       endpoints: [{addresses: [backendIP], nodeName: benchNodeName, conditions: {ready: true}}],
     });
   }
-  const node = {apiVersion: 'v1', kind: 'Node', metadata: {name: benchNodeName}, status: {addresses: [{type: 'InternalIP', address: nodeIP}]}};
+  const node = {
+    apiVersion: 'v1',
+    kind: 'Node',
+    metadata: {name: benchNodeName},
+    status: {addresses: [{type: 'InternalIP', address: nodeIP}]},
+  };
   return buildProxyModel({services, endpointSlices, node}, {family: 'IPv4', clusterCIDRs: [topology.clusterCIDR], nodeName: benchNodeName});
 }
 
@@ -77,7 +95,9 @@ function lastServiceRule(rules: string): {ip: string; position: number} {
  * shared machine.
  */
 async function connectTimes(namespace: string, ip: string, count: number, port = servicePort): Promise<number[]> {
-  const {stdout} = await execInNamespace(namespace, ['chrt', '-f', '10', process.execPath, connectTimer, ip, String(port), String(count)], {timeoutMs: 600_000});
+  const {stdout} = await execInNamespace(namespace, ['chrt', '-f', '10', process.execPath, connectTimer, ip, String(port), String(count)], {
+    timeoutMs: 600_000,
+  });
   return JSON.parse(stdout) as number[];
 }
 
@@ -109,9 +129,15 @@ export async function runLatencyBench(options: LatencyBenchOptions = {}): Promis
   const connections = options.connections ?? 2_000;
   const modes = options.modes ?? ['iptables', 'nftables'];
   const rounds = Math.max(1, Math.min(10, Math.floor(connections / 100)));
-  console.log(`   workload: N ClusterIP services x 1 endpoint (one TCP port each), ${connections.toLocaleString('en-US')} connections per figure, one after the other, in ${rounds} rounds interleaved across figures`);
-  console.log('   path: client pod namespace -> node namespace (rules) -> backend pod namespace; time from connect() to the established socket');
-  console.log('   target: the service whose rule is last in KUBE-SERVICES (iptables worst case: every other service rule is tried first); nftables finds it in the service-ips map');
+  console.log(
+    `   workload: N ClusterIP services x 1 endpoint (one TCP port each), ${connections.toLocaleString('en-US')} connections per figure, one after the other, in ${rounds} rounds interleaved across figures`,
+  );
+  console.log(
+    '   path: client pod namespace -> node namespace (rules) -> backend pod namespace; time from connect() to the established socket',
+  );
+  console.log(
+    '   target: the service whose rule is last in KUBE-SERVICES (iptables worst case: every other service rule is tried first); nftables finds it in the service-ips map',
+  );
 
   const prefix = newNamespacePrefix();
   const apps = new DemoAppGroup();
@@ -122,10 +148,20 @@ export async function runLatencyBench(options: LatencyBenchOptions = {}): Promis
   try {
     const {stdout: version} = await execInNamespace(topology.nodes[0].namespace, ['iptables', '-V']);
     console.log(`   iptables front end: ${version.trim()}`);
-    await apps.start(topology.nodes.map((node) => ({namespace: node.pods[1].namespace, name: node.pods[1].name, httpPort: backendPort, udpPort: 5353})));
+    await apps.start(
+      topology.nodes.map((node) => ({namespace: node.pods[1].namespace, name: node.pods[1].name, httpPort: backendPort, udpPort: 5353})),
+    );
     const floorNode = topology.nodes.at(-1)!;
     await connectTimes(floorNode.pods[0].namespace, floorNode.pods[1].ip, 50, backendPort);
-    setups.push({count: 0, mode: 'no rules', client: floorNode.pods[0].namespace, target: floorNode.pods[1].ip, port: backendPort, loadMs: 0, times: []});
+    setups.push({
+      count: 0,
+      mode: 'no rules',
+      client: floorNode.pods[0].namespace,
+      target: floorNode.pods[1].ip,
+      port: backendPort,
+      loadMs: 0,
+      times: [],
+    });
     let nodeIndex = 0;
     for (const count of counts) {
       for (const mode of modes) {
@@ -139,7 +175,9 @@ export async function runLatencyBench(options: LatencyBenchOptions = {}): Promis
             ? execInNamespace(node.namespace, ['iptables-restore', '-w', '5'], {input: iptablesRules, timeoutMs: 600_000})
             : execInNamespace(node.namespace, ['nft', '-f', '-'], {input: renderNftables(model), timeoutMs: 600_000}),
         );
-        console.log(`   ${count.toLocaleString('en-US').padStart(6)} services  ${mode.padEnd(8)}  rules loaded in ${(loaded.ms / 1000).toFixed(1)} s; target ${target.ip}:${servicePort}, KUBE-SERVICES rule ${target.position.toLocaleString('en-US')} of ${target.position.toLocaleString('en-US')}`);
+        console.log(
+          `   ${count.toLocaleString('en-US').padStart(6)} services  ${mode.padEnd(8)}  rules loaded in ${(loaded.ms / 1000).toFixed(1)} s; target ${target.ip}:${servicePort}, KUBE-SERVICES rule ${target.position.toLocaleString('en-US')} of ${target.position.toLocaleString('en-US')}`,
+        );
         // The first connections fill the neighbour and route caches; they are not counted.
         await connectTimes(client.namespace, target.ip, 50);
         // Forget the warm-up's connections, so that every timed SYN starts a new conntrack entry.
@@ -149,7 +187,8 @@ export async function runLatencyBench(options: LatencyBenchOptions = {}): Promis
     }
     for (let round = 0; round < rounds; round++) {
       const perRound = Math.floor(connections / rounds) + (round < connections % rounds ? 1 : 0);
-      for (const setup of round % 2 === 0 ? setups : [...setups].reverse()) setup.times.push(...(await connectTimes(setup.client, setup.target, perRound, setup.port)));
+      for (const setup of round % 2 === 0 ? setups : [...setups].reverse())
+        setup.times.push(...(await connectTimes(setup.client, setup.target, perRound, setup.port)));
     }
   } finally {
     await apps.stopAll();
@@ -163,10 +202,14 @@ export async function runLatencyBench(options: LatencyBenchOptions = {}): Promis
   });
   for (const figure of figures) {
     if (figure.mode === 'no rules') {
-      console.log(`   floor: no proxy rules, straight to the backend pod  p50 ${ms(figure.p50).padStart(10)}  p99 ${ms(figure.p99).padStart(10)}`);
+      console.log(
+        `   floor: no proxy rules, straight to the backend pod  p50 ${ms(figure.p50).padStart(10)}  p99 ${ms(figure.p99).padStart(10)}`,
+      );
       continue;
     }
-    console.log(`   ${figure.count.toLocaleString('en-US').padStart(6)} services  ${figure.mode.padEnd(8)}  p50 ${ms(figure.p50).padStart(10)}  p99 ${ms(figure.p99).padStart(10)}`);
+    console.log(
+      `   ${figure.count.toLocaleString('en-US').padStart(6)} services  ${figure.mode.padEnd(8)}  p50 ${ms(figure.p50).padStart(10)}  p99 ${ms(figure.p99).padStart(10)}`,
+    );
   }
   for (const mode of modes) {
     const own = figures.filter((figure) => figure.mode === mode);
@@ -174,7 +217,9 @@ export async function runLatencyBench(options: LatencyBenchOptions = {}): Promis
     const [first, last] = [own[0], own.at(-1)!];
     const p99Ratio = last.p99 / first.p99;
     const goal = mode === 'nftables' ? (p99Ratio <= 1.2 ? '  goal <= 1.2x met' : '  goal <= 1.2x NOT met') : '';
-    console.log(`   ${mode.padEnd(8)} ${last.count.toLocaleString('en-US')} / ${first.count.toLocaleString('en-US')} services: p50 ${(last.p50 / first.p50).toFixed(2)}x, p99 ${p99Ratio.toFixed(2)}x${goal}`);
+    console.log(
+      `   ${mode.padEnd(8)} ${last.count.toLocaleString('en-US')} / ${first.count.toLocaleString('en-US')} services: p50 ${(last.p50 / first.p50).toFixed(2)}x, p99 ${p99Ratio.toFixed(2)}x${goal}`,
+    );
   }
 }
 

@@ -125,8 +125,15 @@ export async function startRulesetMonitor(namespace: string, kind: MonitorKind, 
       runIn(namespace, undo);
       // Each probe is a new ruleset generation, which makes a monitor that is still reading the
       // ruleset (nft monitor at 10,000 services: seconds) start its reading over: wait longer each time.
-      if (await monitor.waitFor(reported, mark, Math.min(1000 * 2 ** probe, 30_000)).then(() => true, () => false)) return monitor;
-      if (ended || performance.now() > deadline) throw new Error(`${name} in ${namespace} did not start listening within ${startTimeoutMs / 1000} s`);
+      if (
+        await monitor.waitFor(reported, mark, Math.min(1000 * 2 ** probe, 30_000)).then(
+          () => true,
+          () => false,
+        )
+      )
+        return monitor;
+      if (ended || performance.now() > deadline)
+        throw new Error(`${name} in ${namespace} did not start listening within ${startTimeoutMs / 1000} s`);
     }
   } catch (error) {
     monitor.stop();

@@ -5,7 +5,14 @@ import {performance} from 'node:perf_hooks';
 import {buildProxyModel, changedServicePorts, type EndpointSliceInput, type ProxyModel} from '../src/core/model/index.ts';
 import {endpointNameBase, servicePortNameBase} from '../src/core/nftables/names.ts';
 import {renderNftablesSync} from '../src/core/nftables/render.ts';
-import {createNamespace, deleteNamespace, deleteNamespacesWithPrefix, execInNamespace, netnsUnavailableReason, newNamespacePrefix} from '../src/lab/netns/index.ts';
+import {
+  createNamespace,
+  deleteNamespace,
+  deleteNamespacesWithPrefix,
+  execInNamespace,
+  netnsUnavailableReason,
+  newNamespacePrefix,
+} from '../src/lab/netns/index.ts';
 import {benchClusterCIDR, benchNodeName, makeWorkload, type Workload} from './workload.ts';
 
 export interface NftablesBenchOptions {
@@ -35,7 +42,10 @@ async function nftLoad(namespace: string, script: string): Promise<void> {
 }
 
 function modelOf(workload: Workload): ProxyModel {
-  return buildProxyModel({services: workload.services, endpointSlices: workload.endpointSlices, node: workload.node}, {family: 'IPv4', clusterCIDRs: [benchClusterCIDR], nodeName: benchNodeName});
+  return buildProxyModel(
+    {services: workload.services, endpointSlices: workload.endpointSlices, node: workload.node},
+    {family: 'IPv4', clusterCIDRs: [benchClusterCIDR], nodeName: benchNodeName},
+  );
 }
 
 /**
@@ -46,8 +56,17 @@ function kubeProxyShapedScript(model: ProxyModel, only?: string): string {
   const t = 'ip kube-proxy';
   const out: string[] = [];
   if (!only) {
-    out.push(`add table ${t}`, `add chain ${t} nat-prerouting { type nat hook prerouting priority -100 ; }`, `add chain ${t} services`, `add chain ${t} mark-for-masquerade`);
-    out.push(`add map ${t} service-ips { type ipv4_addr . inet_proto . inet_service : verdict ; }`, `add rule ${t} nat-prerouting jump services`, `add rule ${t} services ip daddr . meta l4proto . th dport vmap @service-ips`);
+    out.push(
+      `add table ${t}`,
+      `add chain ${t} nat-prerouting { type nat hook prerouting priority -100 ; }`,
+      `add chain ${t} services`,
+      `add chain ${t} mark-for-masquerade`,
+    );
+    out.push(
+      `add map ${t} service-ips { type ipv4_addr . inet_proto . inet_service : verdict ; }`,
+      `add rule ${t} nat-prerouting jump services`,
+      `add rule ${t} services ip daddr . meta l4proto . th dport vmap @service-ips`,
+    );
   }
   const elements: string[] = [];
   for (const port of model.servicePorts) {
@@ -55,14 +74,22 @@ function kubeProxyShapedScript(model: ProxyModel, only?: string): string {
     const chain = `service-${servicePortNameBase(port)}`;
     const endpoints = port.clusterEndpoints.map((endpoint) => ({endpoint, chain: `endpoint-${endpointNameBase(port, endpoint)}`}));
     for (const name of [chain, ...endpoints.map((entry) => entry.chain)]) out.push(`add chain ${t} ${name}`, `flush chain ${t} ${name}`);
-    out.push(`add rule ${t} ${chain} ip daddr ${port.clusterIP} tcp dport ${port.port} ip saddr != ${benchClusterCIDR} jump mark-for-masquerade`);
-    out.push(`add rule ${t} ${chain} numgen random mod ${endpoints.length} vmap { ${endpoints.map((entry, index) => `${index} : goto ${entry.chain}`).join(', ')} }`);
+    out.push(
+      `add rule ${t} ${chain} ip daddr ${port.clusterIP} tcp dport ${port.port} ip saddr != ${benchClusterCIDR} jump mark-for-masquerade`,
+    );
+    out.push(
+      `add rule ${t} ${chain} numgen random mod ${endpoints.length} vmap { ${endpoints.map((entry, index) => `${index} : goto ${entry.chain}`).join(', ')} }`,
+    );
     for (const {endpoint, chain: endpointChain} of endpoints) {
-      out.push(`add rule ${t} ${endpointChain} ip saddr ${endpoint.ip} jump mark-for-masquerade`, `add rule ${t} ${endpointChain} meta l4proto tcp dnat to ${endpoint.ip}:${endpoint.port}`);
+      out.push(
+        `add rule ${t} ${endpointChain} ip saddr ${endpoint.ip} jump mark-for-masquerade`,
+        `add rule ${t} ${endpointChain} meta l4proto tcp dnat to ${endpoint.ip}:${endpoint.port}`,
+      );
     }
     elements.push(`${port.clusterIP} . tcp . ${port.port} : goto ${chain}`);
   }
-  for (let start = 0; start < elements.length; start += 500) out.push(`add element ${t} service-ips { ${elements.slice(start, start + 500).join(', ')} }`);
+  for (let start = 0; start < elements.length; start += 500)
+    out.push(`add element ${t} service-ips { ${elements.slice(start, start + 500).join(', ')} }`);
   return out.join('\n') + '\n';
 }
 
@@ -87,7 +114,9 @@ async function benchSync(options: NftablesBenchOptions, log: (line: string) => v
     const built = await timed(() => modelOf(workload));
     const rendered = await timed(() => renderNftablesSync(built.value));
     const loaded = await timed(() => nftLoad(ours, rendered.value.script));
-    log(`  proxyctl full sync: model ${millis(built.ms)} + render ${millis(rendered.ms)} + nft -f ${seconds(loaded.ms)} = ${seconds(built.ms + rendered.ms + loaded.ms)} (${(rendered.value.script.length / 1e6).toFixed(1)} MB script)`);
+    log(
+      `  proxyctl full sync: model ${millis(built.ms)} + render ${millis(rendered.ms)} + nft -f ${seconds(loaded.ms)} = ${seconds(built.ms + rendered.ms + loaded.ms)} (${(rendered.value.script.length / 1e6).toFixed(1)} MB script)`,
+    );
 
     let state = rendered.value.state;
     let model = built.value;
@@ -98,7 +127,13 @@ async function benchSync(options: NftablesBenchOptions, log: (line: string) => v
       const changed = await timed(() => changedServicePorts(model, next.value));
       const partial = await timed(() => renderNftablesSync(next.value, {existing: state, changedServicePorts: changed.value}));
       const applied = await timed(() => nftLoad(ours, partial.value.script));
-      rounds.push({model: next.ms, changes: changed.ms, render: partial.ms, apply: applied.ms, lines: partial.value.script.trim().split('\n').length});
+      rounds.push({
+        model: next.ms,
+        changes: changed.ms,
+        render: partial.ms,
+        apply: applied.ms,
+        lines: partial.value.script.trim().split('\n').length,
+      });
       state = partial.value.state;
       model = next.value;
     }
@@ -118,9 +153,12 @@ async function benchSync(options: NftablesBenchOptions, log: (line: string) => v
     log(`  kube-proxy-shaped floor, full load: nft -f ${seconds(floorLoad.ms)} (${(floorScript.length / 1e6).toFixed(1)} MB script)`);
     const middle = built.value.servicePorts[Math.floor(built.value.servicePorts.length / 2)];
     const floorPartial: number[] = [];
-    for (let round = 0; round < 3; round++) floorPartial.push((await timed(() => nftLoad(floor, kubeProxyShapedScript(built.value, middle.key)))).ms);
+    for (let round = 0; round < 3; round++)
+      floorPartial.push((await timed(() => nftLoad(floor, kubeProxyShapedScript(built.value, middle.key)))).ms);
     log(`  kube-proxy-shaped floor, one-service transaction: nft -f ${millis(percentile(floorPartial, 0.5))}`);
-    log(`  ratio proxyctl / floor: full ${(loaded.ms / floorLoad.ms).toFixed(3)}, one change ${(median((r) => r.apply) / percentile(floorPartial, 0.5)).toFixed(3)} (nft -f only)`);
+    log(
+      `  ratio proxyctl / floor: full ${(loaded.ms / floorLoad.ms).toFixed(3)}, one change ${(median((r) => r.apply) / percentile(floorPartial, 0.5)).toFixed(3)} (nft -f only)`,
+    );
   } finally {
     await deleteNamespace(ours).catch(() => undefined);
     await deleteNamespace(floor).catch(() => undefined);

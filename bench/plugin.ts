@@ -62,13 +62,30 @@ export async function benchPlugin(): Promise<void> {
   let startFloor = {name: 'node -e 0', ...node};
   if (kubectl) {
     startFloor = {name: 'kubectl + a no-op plugin', ...(await median(['kubectl', 'proxyctlbenchnoop'], env))};
-    figure({name: 'kubectl proxyctlbenchnoop (a shell script)', value: startFloor.p50, unit: 'ms', note: `min ${startFloor.min.toFixed(0)} ms: kubectl finding and starting a plugin`});
+    figure({
+      name: 'kubectl proxyctlbenchnoop (a shell script)',
+      value: startFloor.p50,
+      unit: 'ms',
+      note: `min ${startFloor.min.toFixed(0)} ms: kubectl finding and starting a plugin`,
+    });
   }
   rmSync(noopDir, {recursive: true, force: true});
   const version = await median([...plugin, '--version'], env);
-  figure({name: `${plugin.join(' ')} --version`, value: version.p50, unit: 'ms', floor: {name: startFloor.name, value: startFloor.p50}, note: `min ${version.min.toFixed(0)} ms; goal <= ${goals.version} ms ${version.p50 <= goals.version ? 'met' : 'NOT met'}`});
+  figure({
+    name: `${plugin.join(' ')} --version`,
+    value: version.p50,
+    unit: 'ms',
+    floor: {name: startFloor.name, value: startFloor.p50},
+    note: `min ${version.min.toFixed(0)} ms; goal <= ${goals.version} ms ${version.p50 <= goals.version ? 'met' : 'NOT met'}`,
+  });
   const help = await median([...plugin, '--help'], env);
-  figure({name: `${plugin.join(' ')} --help`, value: help.p50, unit: 'ms', floor: {name: startFloor.name, value: startFloor.p50}, note: `min ${help.min.toFixed(0)} ms`});
+  figure({
+    name: `${plugin.join(' ')} --help`,
+    value: help.p50,
+    unit: 'ms',
+    floor: {name: startFloor.name, value: startFloor.p50},
+    note: `min ${help.min.toFixed(0)} ms`,
+  });
   if (!isRoot) {
     skipped('status and trace', 'need root (the lab builds network namespaces)');
     return;
@@ -81,7 +98,9 @@ export async function benchPlugin(): Promise<void> {
   try {
     const state = await upLab({name, nodes: 2, podsPerNode: 3});
     const labEnv = {...env, KUBECONFIG: state.kubeconfig};
-    const apiFloor = kubectl ? {name: 'kubectl get svc', ...(await median(['kubectl', 'get', 'svc'], labEnv))} : {name: 'node -e 0', ...node};
+    const apiFloor = kubectl
+      ? {name: 'kubectl get svc', ...(await median(['kubectl', 'get', 'svc'], labEnv))}
+      : {name: 'node -e 0', ...node};
     const commands = {status: ['status'], trace: ['trace', 'demoapp', '--node', 'node-1']};
     for (const [command, argv] of Object.entries(commands) as [keyof typeof commands, string[]][]) {
       const cold = await median([...plugin, ...argv], labEnv);
@@ -100,7 +119,12 @@ export async function benchPlugin(): Promise<void> {
         floor: {name: apiFloor.name, value: apiFloor.p50},
         note: `min ${cold.min.toFixed(0)} ms; goal <= ${goal} ms ${cold.p50 <= goal ? 'met' : 'NOT met'}`,
       });
-      figure({name: `  the same, in a loaded plugin`, value: percentile(loaded, 50), unit: 'ms', note: `min ${loaded[0].toFixed(0)} ms: API server, port-forward, agent`});
+      figure({
+        name: `  the same, in a loaded plugin`,
+        value: percentile(loaded, 50),
+        unit: 'ms',
+        note: `min ${loaded[0].toFixed(0)} ms: API server, port-forward, agent`,
+      });
     }
   } finally {
     process.off('SIGINT', interrupted).off('SIGTERM', interrupted);

@@ -9,11 +9,13 @@ const benches: Record<string, {about: string; run: () => Promise<void>}> = {
     run: async () => (await import('./iptables.ts')).benchIptables(),
   },
   agent: {
-    about: 'proxyctl-agent process at 1,000 and 10,000 services x 10 endpoints: start to first sync, one endpoint change, RSS, vs iptables-restore',
+    about:
+      'proxyctl-agent process at 1,000 and 10,000 services x 10 endpoints: start to first sync, one endpoint change, RSS, vs iptables-restore',
     run: async () => (await import('./agent.ts')).benchAgent(),
   },
   'agent-nftables': {
-    about: 'proxyctl-agent process in nftables mode at 1,000 and 10,000 services x 10 endpoints: start to first sync (goal <= 10 s), one endpoint change API write -> kernel (goal <= 100 ms), RSS, vs nft -f',
+    about:
+      'proxyctl-agent process in nftables mode at 1,000 and 10,000 services x 10 endpoints: start to first sync (goal <= 10 s), one endpoint change API write -> kernel (goal <= 100 ms), RSS, vs nft -f',
     run: async () => (await import('./agent.ts')).benchAgent([1000, 10000], 10, 'nftables'),
   },
   apiserver: {
@@ -25,11 +27,13 @@ const benches: Record<string, {about: string; run: () => Promise<void>}> = {
     run: async () => (await import('./agent-api.ts')).benchAgentApi(),
   },
   nftables: {
-    about: 'nftables sync at 10,000 services x 10 endpoints (full, one endpoint change) next to a kube-proxy-shaped table; first-packet latency is `latency`',
+    about:
+      'nftables sync at 10,000 services x 10 endpoints (full, one endpoint change) next to a kube-proxy-shaped table; first-packet latency is `latency`',
     run: async () => (await import('./nftables.ts')).runNftablesBench(),
   },
   ipvs: {
-    about: 'ipvs full sync and one endpoint change at 1,000 and 10,000 services x 10 endpoints vs ipset restore + ipvsadm-restore (in the qemu guest when this kernel has no IP_VS)',
+    about:
+      'ipvs full sync and one endpoint change at 1,000 and 10,000 services x 10 endpoints vs ipset restore + ipvsadm-restore (in the qemu guest when this kernel has no IP_VS)',
     run: async () => (await import('./ipvs.ts')).benchIpvs(),
   },
   lab: {
@@ -38,21 +42,30 @@ const benches: Record<string, {about: string; run: () => Promise<void>}> = {
       const {timeLabUp} = await import('../src/lab/lab-bench.ts');
       const timing = await timeLabUp({nodes: 3, podsPerNode: 10});
       const goalMs = 10_000;
-      console.log(`   lab up, ${timing.nodes} nodes x ${timing.podsPerNode} pods: ${(timing.upMs / 1000).toFixed(2)} s (goal < ${goalMs / 1000} s ${timing.upMs < goalMs ? 'met' : 'NOT met'})`);
-      console.log(`   supervisor steps, seconds from its start: ${Object.entries(timing.steps).map(([step, ms]) => `${step} ${(ms / 1000).toFixed(2)}`).join(', ')}`);
+      console.log(
+        `   lab up, ${timing.nodes} nodes x ${timing.podsPerNode} pods: ${(timing.upMs / 1000).toFixed(2)} s (goal < ${goalMs / 1000} s ${timing.upMs < goalMs ? 'met' : 'NOT met'})`,
+      );
+      console.log(
+        `   supervisor steps, seconds from its start: ${Object.entries(timing.steps)
+          .map(([step, ms]) => `${step} ${(ms / 1000).toFixed(2)}`)
+          .join(', ')}`,
+      );
       console.log(`   lab down: ${(timing.downMs / 1000).toFixed(2)} s`);
     },
   },
   'lab-trace': {
-    about: 'kubectl proxyctl trace end to end in a one-node lab whose agent proxies 10,000 services x 10 endpoints (goal < 200 ms), as a new process and in a loaded plugin',
+    about:
+      'kubectl proxyctl trace end to end in a one-node lab whose agent proxies 10,000 services x 10 endpoints (goal < 200 ms), as a new process and in a loaded plugin',
     run: async () => (await import('./lab-trace.ts')).benchLabTrace(),
   },
   plugin: {
-    about: 'kubectl proxyctl as a new process: --version (goal <= 150 ms) and --help vs kubectl running a no-op plugin, status and trace in a two-node lab (goal <= 400 ms) vs kubectl get svc',
+    about:
+      'kubectl proxyctl as a new process: --version (goal <= 150 ms) and --help vs kubectl running a no-op plugin, status and trace in a two-node lab (goal <= 400 ms) vs kubectl get svc',
     run: async () => (await import('./plugin.ts')).benchPlugin(),
   },
   latency: {
-    about: 'first-packet latency (TCP connect through a ClusterIP), p50/p99 at 1,000 / 10,000 / 30,000 services, iptables vs nftables mode (goal: nftables p99 at 30,000 within 1.2x of 1,000)',
+    about:
+      'first-packet latency (TCP connect through a ClusterIP), p50/p99 at 1,000 / 10,000 / 30,000 services, iptables vs nftables mode (goal: nftables p99 at 30,000 within 1.2x of 1,000)',
     run: async () => (await import('./latency.ts')).runLatencyBench(),
   },
 };

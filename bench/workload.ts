@@ -35,7 +35,12 @@ export function makeWorkload(serviceCount: number, endpointsPerService: number):
       apiVersion: 'v1',
       kind: 'Service',
       metadata: {name, namespace: 'bench'},
-      spec: {type: 'ClusterIP', clusterIP: serviceIP(s), clusterIPs: [serviceIP(s)], ports: [{name: 'http', protocol: 'TCP', port: 80, targetPort: 8080}]},
+      spec: {
+        type: 'ClusterIP',
+        clusterIP: serviceIP(s),
+        clusterIPs: [serviceIP(s)],
+        ports: [{name: 'http', protocol: 'TCP', port: 80, targetPort: 8080}],
+      },
     });
     endpointSlices.push(endpointSliceFor(s, endpointsPerService));
   }

@@ -26,7 +26,10 @@ const importMetaUrlOfTscOutput: Plugin = {
       const contents = await readFile(path, 'utf8');
       if (!contents.includes('import.meta.url')) return undefined;
       const tscOutput = `../src/${relative(sourceDir, path).replace(/\.ts$/, '.js')}`;
-      return {contents: contents.replaceAll('import.meta.url', `new URL(${JSON.stringify(tscOutput)}, import.meta.url).href`), loader: 'ts'};
+      return {
+        contents: contents.replaceAll('import.meta.url', `new URL(${JSON.stringify(tscOutput)}, import.meta.url).href`),
+        loader: 'ts',
+      };
     });
   },
 };

@@ -17,7 +17,8 @@ function functionName(node: ts.Node, source: ts.SourceFile): string {
   const named = node as ts.Node & {name?: ts.Node};
   if (named.name) return named.name.getText(source);
   const parent = node.parent;
-  if (ts.isVariableDeclaration(parent) || ts.isPropertyAssignment(parent) || ts.isPropertyDeclaration(parent)) return parent.name.getText(source);
+  if (ts.isVariableDeclaration(parent) || ts.isPropertyAssignment(parent) || ts.isPropertyDeclaration(parent))
+    return parent.name.getText(source);
   return '(anonymous)';
 }
 

@@ -23,17 +23,34 @@ function onPath(command: string): boolean {
 
 /** Optional: the qemu guest that runs the ipvs kernel tests (they say so when they skip); a failed install is no error. */
 const optional: Record<string, string> = {'qemu-system-x86_64': 'qemu-system-x86', busybox: 'busybox-static', cpio: 'cpio'};
-const missingOptional = [...new Set(Object.entries(optional).filter(([cmd]) => !onPath(cmd)).map(([, pkg]) => pkg))];
+const missingOptional = [
+  ...new Set(
+    Object.entries(optional)
+      .filter(([cmd]) => !onPath(cmd))
+      .map(([, pkg]) => pkg),
+  ),
+];
 if (missingOptional.length > 0 && process.getuid?.() === 0) {
   console.error(`installing optional Debian packages: ${missingOptional.join(' ')}`);
-  spawnSync('apt-get', ['install', '-y', '--no-install-recommends', ...missingOptional], {stdio: 'inherit', env: {...process.env, DEBIAN_FRONTEND: 'noninteractive'}});
+  spawnSync('apt-get', ['install', '-y', '--no-install-recommends', ...missingOptional], {
+    stdio: 'inherit',
+    env: {...process.env, DEBIAN_FRONTEND: 'noninteractive'},
+  });
 }
 
-const missing = [...new Set(Object.entries(needed).filter(([cmd]) => !onPath(cmd)).map(([, pkg]) => pkg))];
+const missing = [
+  ...new Set(
+    Object.entries(needed)
+      .filter(([cmd]) => !onPath(cmd))
+      .map(([, pkg]) => pkg),
+  ),
+];
 if (missing.length === 0) process.exit(0);
 
 if (process.getuid?.() !== 0) {
-  console.error(`proxyctl needs these Debian packages: ${missing.join(' ')}. Install them as root: apt-get install -y ${missing.join(' ')}`);
+  console.error(
+    `proxyctl needs these Debian packages: ${missing.join(' ')}. Install them as root: apt-get install -y ${missing.join(' ')}`,
+  );
   process.exit(0); // root-only tests say they skip; the rest can still run
 }
 

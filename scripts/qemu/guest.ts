@@ -5,7 +5,22 @@
 // Use from code: `await runInGuest(['ipvsadm', '-Ln'])`; from a shell:
 //   node scripts/qemu/guest.ts [--timeout SECONDS] [--memory MIB] -- COMMAND [ARGS...]
 import {spawn, spawnSync} from 'node:child_process';
-import {existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, realpathSync, renameSync, rmSync, writeFileSync, chmodSync, copyFileSync, openSync, closeSync, readSync} from 'node:fs';
+import {
+  existsSync,
+  mkdirSync,
+  mkdtempSync,
+  readdirSync,
+  readFileSync,
+  realpathSync,
+  renameSync,
+  rmSync,
+  writeFileSync,
+  chmodSync,
+  copyFileSync,
+  openSync,
+  closeSync,
+  readSync,
+} from 'node:fs';
 import {tmpdir} from 'node:os';
 import {dirname, join, resolve} from 'node:path';
 import {fileURLToPath} from 'node:url';
@@ -87,8 +102,15 @@ function run(command: string, args: string[], options: {cwd?: string; input?: Bu
  * and returns why a guest cannot be booted here, or undefined when it can.
  */
 export function guestUnavailableReason(): string | undefined {
-  if (process.platform !== 'linux' || process.arch !== 'x64') return `qemu guest needs linux/x64, this is ${process.platform}/${process.arch}`;
-  const missing = () => [...new Set(Object.entries(hostTools).filter(([cmd]) => !onPath(cmd)).map(([, pkg]) => pkg))];
+  if (process.platform !== 'linux' || process.arch !== 'x64')
+    return `qemu guest needs linux/x64, this is ${process.platform}/${process.arch}`;
+  const missing = () => [
+    ...new Set(
+      Object.entries(hostTools)
+        .filter(([cmd]) => !onPath(cmd))
+        .map(([, pkg]) => pkg),
+    ),
+  ];
   let packages = missing();
   if (packages.length > 0 && process.getuid?.() === 0 && onPath('apt-get')) {
     const env = {...process.env, DEBIAN_FRONTEND: 'noninteractive'};
@@ -138,7 +160,13 @@ function moduleLoadOrder(releaseDir: string, names: string[]): string[] {
     const [file, rest] = line.split(':');
     if (!file) continue;
     deps.set(file, rest.trim().split(/\s+/).filter(Boolean));
-    byName.set(file.replace(/^.*\//, '').replace(/\.ko(\.\w+)?$/, '').replace(/-/g, '_'), file);
+    byName.set(
+      file
+        .replace(/^.*\//, '')
+        .replace(/\.ko(\.\w+)?$/, '')
+        .replace(/-/g, '_'),
+      file,
+    );
   }
   const builtin = new Set(
     readFileSync(join(releaseDir, 'modules.builtin'), 'utf8')
@@ -341,35 +369,64 @@ export async function runInGuest(command: string[] | string, options: GuestRunOp
   ].join('\n');
   const scriptPath = join(runDir, 'run.sh');
   writeFileSync(scriptPath, `${script}\n`);
-  writeFileSync(`${scriptPath}.keep`, pathsUnderGuestMounts([cwd, repoRoot]).map((path) => `${path}\n`).join(''));
+  writeFileSync(
+    `${scriptPath}.keep`,
+    pathsUnderGuestMounts([cwd, repoRoot])
+      .map((path) => `${path}\n`)
+      .join(''),
+  );
   const stdoutPath = join(runDir, 'stdout');
   const stderrPath = join(runDir, 'stderr');
   const consolePath = join(runDir, 'console');
   const share = (tag: string, path: string) => [
-    '-fsdev', `local,id=${tag},path=${path},security_model=none,readonly=on,multidevs=remap`,
-    '-device', `virtio-9p-pci,fsdev=${tag},mount_tag=${tag}`,
+    '-fsdev',
+    `local,id=${tag},path=${path},security_model=none,readonly=on,multidevs=remap`,
+    '-device',
+    `virtio-9p-pci,fsdev=${tag},mount_tag=${tag}`,
   ];
   const args = [
-    '-accel', 'tcg,thread=multi',
-    '-machine', 'q35',
+    '-accel',
+    'tcg,thread=multi',
+    '-machine',
+    'q35',
     // Without PKU: V8 protects its JIT pages with memory protection keys when the CPU has them,
     // and under TCG's emulation of them Node dies now and then with "Check failed:
     // it->second.Size() > offset" (V8's JIT page tracking), in the test runner or the agent.
-    '-cpu', 'max,pku=off',
-    '-smp', String(options.cpus ?? 2),
-    '-m', String(options.memoryMiB ?? 1536),
-    '-display', 'none', '-vga', 'none', '-monitor', 'none', '-nic', 'none', '-no-reboot',
-    '-serial', `file:${consolePath}`,
-    '-kernel', image.kernel,
-    '-initrd', image.initramfs,
-    '-append', `console=ttyS0 quiet loglevel=3 panic=-1 rdinit=/init proxyctl.script=${scriptPath}`,
+    '-cpu',
+    'max,pku=off',
+    '-smp',
+    String(options.cpus ?? 2),
+    '-m',
+    String(options.memoryMiB ?? 1536),
+    '-display',
+    'none',
+    '-vga',
+    'none',
+    '-monitor',
+    'none',
+    '-nic',
+    'none',
+    '-no-reboot',
+    '-serial',
+    `file:${consolePath}`,
+    '-kernel',
+    image.kernel,
+    '-initrd',
+    image.initramfs,
+    '-append',
+    `console=ttyS0 quiet loglevel=3 panic=-1 rdinit=/init proxyctl.script=${scriptPath}`,
     ...share('hostroot', '/'),
     ...share('modules', image.modulesRoot),
-    '-device', 'virtio-serial-pci',
-    '-chardev', `file,id=stdout,path=${stdoutPath}`,
-    '-device', 'virtserialport,chardev=stdout,name=stdout',
-    '-chardev', `file,id=stderr,path=${stderrPath}`,
-    '-device', 'virtserialport,chardev=stderr,name=stderr',
+    '-device',
+    'virtio-serial-pci',
+    '-chardev',
+    `file,id=stdout,path=${stdoutPath}`,
+    '-device',
+    'virtserialport,chardev=stdout,name=stdout',
+    '-chardev',
+    `file,id=stderr,path=${stderrPath}`,
+    '-device',
+    'virtserialport,chardev=stderr,name=stderr',
   ];
 
   const qemu = spawn('qemu-system-x86_64', args, {stdio: ['ignore', 'ignore', 'pipe']});
@@ -471,7 +528,9 @@ async function main(argv: string[]): Promise<number> {
     else if (flag === '--memory') options.memoryMiB = Number(value);
     else if (flag === '--cwd') options.cwd = value;
     else {
-      console.error(`usage: node scripts/qemu/guest.ts [--timeout SECONDS] [--memory MIB] [--cwd DIR] -- COMMAND [ARGS...]\nunknown flag ${flag}`);
+      console.error(
+        `usage: node scripts/qemu/guest.ts [--timeout SECONDS] [--memory MIB] [--cwd DIR] -- COMMAND [ARGS...]\nunknown flag ${flag}`,
+      );
       return 2;
     }
   }

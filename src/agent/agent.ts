@@ -66,7 +66,8 @@ export async function startAgent(checked: CheckedConfig, dependencies: AgentDepe
   const {log} = dependencies;
   const {addresses} = checked;
   let {config} = checked;
-  const host = dependencies.host ?? new CommandHost({netns: config.netns, onCommand: (command) => log.detail(4, 'run', {command: command.join(' ')})});
+  const host =
+    dependencies.host ?? new CommandHost({netns: config.netns, onCommand: (command) => log.detail(4, 'run', {command: command.join(' ')})});
   if (config.mode === 'ipvs') {
     // As kube-proxy does: without IP_VS in the kernel, ipvs mode falls back to iptables mode.
     const reason = await host.ipvsadm(['-Ln']).then(
@@ -86,13 +87,21 @@ export async function startAgent(checked: CheckedConfig, dependencies: AgentDepe
 
   // kube-proxy's iptables proxier checks these at start; core renders from the answer.
   const iptablesFeatures = rules !== undefined ? await detectIptablesFeatures(host, log, {families, createCounters: true}) : undefined;
-  const metrics = createAgentMetrics({processMetrics: true, nfacct: rules !== undefined ? (counter) => readNfacctPackets(host, counter) : undefined});
+  const metrics = createAgentMetrics({
+    processMetrics: true,
+    nfacct: rules !== undefined ? (counter) => readNfacctPackets(host, counter) : undefined,
+  });
   const health = new ProxierHealth(2 * syncPeriod);
   const serviceHealth = new ServiceHealthServers({
     hosts: serviceHealthHosts(config.nodePortAddresses),
     netns: config.netns,
     proxyHealthy: () => health.state().healthy,
-    onError: (target, error) => log.error('cannot open health check port', {service: `${target.namespace}/${target.name}`, port: target.healthCheckNodePort, reason: errorText(error)}),
+    onError: (target, error) =>
+      log.error('cannot open health check port', {
+        service: `${target.namespace}/${target.name}`,
+        port: target.healthCheckNodePort,
+        reason: errorText(error),
+      }),
   });
   const proxierOptions = {
     host,
@@ -102,7 +111,8 @@ export async function startAgent(checked: CheckedConfig, dependencies: AgentDepe
       nodeName,
       nodeIPs: bindAddressNodeIPs(addresses.bindAddress),
       clusterCIDRs: config.clusterCIDRs,
-      detectLocalMode: config.detectLocalMode === 'NodeCIDR' ? 'NodeCIDR' : config.detectLocalMode === 'ClusterCIDR' ? 'ClusterCIDR' : undefined,
+      detectLocalMode:
+        config.detectLocalMode === 'NodeCIDR' ? 'NodeCIDR' : config.detectLocalMode === 'ClusterCIDR' ? 'ClusterCIDR' : undefined,
       config: {...proxyConfig(config), ...(iptablesFeatures && {iptablesFeatures})},
     } as const,
     syncPeriod,
@@ -117,7 +127,11 @@ export async function startAgent(checked: CheckedConfig, dependencies: AgentDepe
       ? new IptablesProxier({...proxierOptions, rules})
       : config.mode === 'ipvs'
         ? new IpvsProxier({...proxierOptions, ipvs: config.ipvs})
-        : new NftablesProxier({...proxierOptions, nodeAddresses: () => readNodeAddresses(host.netns), serviceCIDRs: () => serviceCIDRs.current});
+        : new NftablesProxier({
+            ...proxierOptions,
+            nodeAddresses: () => readNodeAddresses(host.netns),
+            serviceCIDRs: () => serviceCIDRs.current,
+          });
   const watch: ClusterWatch = new ClusterWatch({
     client,
     nodeName,
@@ -135,7 +149,11 @@ export async function startAgent(checked: CheckedConfig, dependencies: AgentDepe
     // Checked first: an initial list calls this once per object, 20,000 times at 10,000 services.
     if (log.verbosity >= 3) {
       const metadata = (object as {metadata?: {namespace?: string; name?: string}}).metadata;
-      log.detail(3, 'object changed', {kind, object: `${metadata?.namespace ? `${metadata.namespace}/` : ''}${metadata?.name}`, change: type});
+      log.detail(3, 'object changed', {
+        kind,
+        object: `${metadata?.namespace ? `${metadata.namespace}/` : ''}${metadata?.name}`,
+        change: type,
+      });
     }
     if (kind !== 'ServiceCIDR') proxier.onChange(kind, type === 'DELETED' && kind === 'Node' ? undefined : object);
     else if (serviceCIDRs.refresh()) {
@@ -152,11 +170,21 @@ export async function startAgent(checked: CheckedConfig, dependencies: AgentDepe
   try {
     // Switching modes: each mode removes the other's rules at start, as kube-proxy does.
     if (rules !== undefined) await removeNftablesTables(host, families, log);
-    running.healthz = await listenOrLog('healthz', addresses.healthz, log, (host, port) => startHealthServer({host, port, health, metrics}));
+    running.healthz = await listenOrLog('healthz', addresses.healthz, log, (host, port) =>
+      startHealthServer({host, port, health, metrics}),
+    );
     running.metricsServer = await listenOrLog('metrics', addresses.metrics, log, (host, port) =>
       startMetricsServer({host, port, registry: metrics.registry, mode: config.mode, configz: () => config}),
     );
-    running.api = await startApiOrLog(config, addresses.api, {nodeName, families, proxier, host, log, accessReviewer: dependencies.accessReviewer, backend: dependencies.rulesBackend});
+    running.api = await startApiOrLog(config, addresses.api, {
+      nodeName,
+      families,
+      proxier,
+      host,
+      log,
+      accessReviewer: dependencies.accessReviewer,
+      backend: dependencies.rulesBackend,
+    });
     await proxier.start();
   } catch (error) {
     await running.api?.stop();
@@ -165,7 +193,13 @@ export async function startAgent(checked: CheckedConfig, dependencies: AgentDepe
     await running.metricsServer?.close();
     throw error;
   }
-  log.info('agent started', {node: nodeName, mode: config.mode, families: families.join(','), netns: config.netns, syncPeriodSeconds: syncPeriod / 1000});
+  log.info('agent started', {
+    node: nodeName,
+    mode: config.mode,
+    families: families.join(','),
+    netns: config.netns,
+    syncPeriodSeconds: syncPeriod / 1000,
+  });
 
   running.stop = async () => {
     await running.api?.stop();
@@ -186,26 +220,54 @@ export async function startAgent(checked: CheckedConfig, dependencies: AgentDepe
 async function startApiOrLog(
   config: AgentConfig,
   address: BindAddress | undefined,
-  parts: {nodeName: string; families: IPFamily[]; proxier: AgentProxier; host: Host; log: Logger; accessReviewer?: AccessReviewer; backend?: RulesBackend},
+  parts: {
+    nodeName: string;
+    families: IPFamily[];
+    proxier: AgentProxier;
+    host: Host;
+    log: Logger;
+    accessReviewer?: AccessReviewer;
+    backend?: RulesBackend;
+  },
 ): Promise<AgentApi | undefined> {
   const {log, host} = parts;
   if (address === undefined) return undefined;
   const {proxier} = parts;
   const appliedServiceCIDRs = () => (proxier instanceof NftablesProxier ? proxier.appliedServiceCIDRs : []);
   const backend =
-    parts.backend ?? (config.mode === 'nftables' ? nftablesRulesBackend({serviceCIDRs: appliedServiceCIDRs}) : config.mode === 'ipvs' ? ipvsRulesBackend({scheduler: config.ipvs.scheduler}) : iptablesBackend);
+    parts.backend ??
+    (config.mode === 'nftables'
+      ? nftablesRulesBackend({serviceCIDRs: appliedServiceCIDRs})
+      : config.mode === 'ipvs'
+        ? ipvsRulesBackend({scheduler: config.ipvs.scheduler})
+        : iptablesBackend);
   const frontEnd = config.mode === 'nftables' ? 'nf_tables' : await host.iptablesFrontEnd(parts.families[0]).catch(() => undefined);
   // Legacy iptables changes are invisible to nft monitor: read the kernel for every request then.
   // ipvs mode's virtual servers, sets and addresses change unseen by nft monitor: read them for every request.
-  const changes = frontEnd === 'nf_tables' && config.mode !== 'ipvs' ? await watchNftRuleset({netns: host.netns, log}) : unwatchedRulesetChanges();
-  const runtime = createAgentRuntime({nodeName: parts.nodeName, version: agentVersion(), families: parts.families, proxier: parts.proxier, host, backend, changes, log});
+  const changes =
+    frontEnd === 'nf_tables' && config.mode !== 'ipvs' ? await watchNftRuleset({netns: host.netns, log}) : unwatchedRulesetChanges();
+  const runtime = createAgentRuntime({
+    nodeName: parts.nodeName,
+    version: agentVersion(),
+    families: parts.families,
+    proxier: parts.proxier,
+    host,
+    backend,
+    changes,
+    log,
+  });
   try {
-    const auth = isLoopbackHost(address.host) ? undefined : (parts.accessReviewer ?? kubernetesAccessReviewer(loadKubeConfig(config.kubeconfig)));
+    const auth = isLoopbackHost(address.host)
+      ? undefined
+      : (parts.accessReviewer ?? kubernetesAccessReviewer(loadKubeConfig(config.kubeconfig)));
     const api = await startAgentApi({host: address.host, port: address.port, handlers: runtime, auth, nodeName: parts.nodeName, log});
-    return {...api, stop: async () => {
-      await api.stop();
-      runtime.close();
-    }};
+    return {
+      ...api,
+      stop: async () => {
+        await api.stop();
+        runtime.close();
+      },
+    };
   } catch (error) {
     runtime.close();
     log.error('cannot start the plugin API', {address: config.apiBindAddress, reason: errorText(error)});
@@ -280,7 +342,8 @@ function proxyConfig(config: AgentConfig): Partial<ProxyConfig> {
   };
   let detector: LocalDetector | undefined;
   if (config.detectLocalMode === 'BridgeInterface') detector = {mode: 'BridgeInterface', interfaceName: config.detectLocal.bridgeInterface};
-  if (config.detectLocalMode === 'InterfaceNamePrefix') detector = {mode: 'InterfaceNamePrefix', interfacePrefix: config.detectLocal.interfaceNamePrefix};
+  if (config.detectLocalMode === 'InterfaceNamePrefix')
+    detector = {mode: 'InterfaceNamePrefix', interfacePrefix: config.detectLocal.interfaceNamePrefix};
   if (detector) result.localDetector = detector;
   return result;
 }
@@ -297,7 +360,12 @@ function serviceHealthHosts(nodePortAddresses: string[]): string[] | undefined {
   return cidrs.every((cidr) => cidr.startsWith('127.') || cidr === '::1/128') ? ['127.0.0.1'] : undefined;
 }
 
-async function listenOrLog(name: string, address: BindAddress | undefined, log: Logger, start: (host: string, port: number) => Promise<HttpEndpoint>): Promise<HttpEndpoint | undefined> {
+async function listenOrLog(
+  name: string,
+  address: BindAddress | undefined,
+  log: Logger,
+  start: (host: string, port: number) => Promise<HttpEndpoint>,
+): Promise<HttpEndpoint | undefined> {
   if (address === undefined) return undefined;
   try {
     const endpoint = await start(address.host, address.port);

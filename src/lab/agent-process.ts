@@ -129,7 +129,11 @@ export class AgentProcess {
     return new Promise((resolve, reject) => {
       const timer = setTimeout(() => {
         done();
-        reject(new Error(`agent on ${this.state.node} has not synced its rules after ${timeoutMs / 1000} s; its log ${this.state.log} ends:\n${lastLines(this.state.log)}`));
+        reject(
+          new Error(
+            `agent on ${this.state.node} has not synced its rules after ${timeoutMs / 1000} s; its log ${this.state.log} ends:\n${lastLines(this.state.log)}`,
+          ),
+        );
       }, timeoutMs);
       const check = setInterval(() => {
         if (this.#synced) {
@@ -139,7 +143,11 @@ export class AgentProcess {
       }, 50);
       const onExit = (reason: string) => {
         done();
-        reject(new Error(`agent on ${this.state.node} ${reason} before its first sync; its log ${this.state.log} ends:\n${lastLines(this.state.log)}`));
+        reject(
+          new Error(
+            `agent on ${this.state.node} ${reason} before its first sync; its log ${this.state.log} ends:\n${lastLines(this.state.log)}`,
+          ),
+        );
       };
       const done = () => {
         clearTimeout(timer);

@@ -7,7 +7,18 @@ import {readdir, readFile, stat} from 'node:fs/promises';
 import {constants} from 'node:os';
 import {join} from 'node:path';
 import {lastLines} from './agent-process.ts';
-import {type LabSpec, type LabState, claimLabDir, checkLabName, LabError, labDir, labNamespacePrefix, labStateRoot, readLabState, removeLabDir} from './lab-state.ts';
+import {
+  type LabSpec,
+  type LabState,
+  claimLabDir,
+  checkLabName,
+  LabError,
+  labDir,
+  labNamespacePrefix,
+  labStateRoot,
+  readLabState,
+  removeLabDir,
+} from './lab-state.ts';
 import {checkNetnsSupport, deleteNamespacesWithPrefix, listNamespaces, NetnsUnavailableError} from './netns/index.ts';
 import type {SupervisorMessage} from './supervisor.ts';
 import {siblingProgram} from './workload/launch.ts';
@@ -35,12 +46,15 @@ export interface UpOptions {
 export function checkLabSpec(options: Pick<UpOptions, 'name' | 'nodes' | 'podsPerNode' | 'proxyMode' | 'agents'>): LabSpec {
   checkLabName(options.name);
   const range = (flag: string, value: number, limits: {min: number; max: number}) => {
-    if (!Number.isInteger(value) || value < limits.min || value > limits.max) throw new LabError(`--${flag} ${value}: must be a whole number from ${limits.min} to ${limits.max}`);
+    if (!Number.isInteger(value) || value < limits.min || value > limits.max)
+      throw new LabError(`--${flag} ${value}: must be a whole number from ${limits.min} to ${limits.max}`);
   };
   range('nodes', options.nodes, labLimits.nodes);
   range('pods-per-node', options.podsPerNode, labLimits.podsPerNode);
   if (options.nodes * options.podsPerNode > labLimits.pods) {
-    throw new LabError(`--nodes ${options.nodes} x --pods-per-node ${options.podsPerNode}: at most ${labLimits.pods} pods in all (each runs its own demo server process)`);
+    throw new LabError(
+      `--nodes ${options.nodes} x --pods-per-node ${options.podsPerNode}: at most ${labLimits.pods} pods in all (each runs its own demo server process)`,
+    );
   }
   const proxyMode = options.proxyMode ?? 'iptables';
   if (!proxyModes.includes(proxyMode)) throw new LabError(`--proxy-mode ${proxyMode}: must be one of ${proxyModes.join(', ')}`);
@@ -169,17 +183,30 @@ function waitForSupervisor(child: ChildProcess, spec: LabSpec, options: UpOption
       else resolve(state!);
     };
     const onAbort = () => finish(new LabError(`lab up ${spec.name} interrupted; what it had made is removed`, {exitCode: 130}));
-    const timer = setTimeout(() => finish(new LabError(`lab ${spec.name} was not ready after ${timeoutMs / 1000} s; its log ends:\n${lastLines(join(labDir(spec.name), 'supervisor.log'))}`)), timeoutMs);
+    const timer = setTimeout(
+      () =>
+        finish(
+          new LabError(
+            `lab ${spec.name} was not ready after ${timeoutMs / 1000} s; its log ends:\n${lastLines(join(labDir(spec.name), 'supervisor.log'))}`,
+          ),
+        ),
+      timeoutMs,
+    );
     options.signal?.addEventListener('abort', onAbort, {once: true});
     if (options.signal?.aborted) onAbort();
     child.on('message', (message: SupervisorMessage) => {
       if (message.type === 'progress') options.onProgress?.(message.text);
       else if (message.type === 'ready') finish(undefined, message.state);
-      else if (message.type === 'failed') finish(new LabError(`lab up ${spec.name} failed, and what it had made is removed: ${message.message}`));
+      else if (message.type === 'failed')
+        finish(new LabError(`lab up ${spec.name} failed, and what it had made is removed: ${message.message}`));
     });
     child.on('exit', (code, signal) => {
       const log = lastLines(join(labDir(spec.name), 'supervisor.log'), 10);
-      finish(new LabError(`lab ${spec.name}: its supervisor ${signal ? `was killed by ${signal}` : `exited with code ${code}`} before the lab was ready${log ? `; its log ends:\n${log}` : ''}`));
+      finish(
+        new LabError(
+          `lab ${spec.name}: its supervisor ${signal ? `was killed by ${signal}` : `exited with code ${code}`} before the lab was ready${log ? `; its log ends:\n${log}` : ''}`,
+        ),
+      );
     });
   });
 }
@@ -299,7 +326,9 @@ export function resolveExecTarget(state: LabState, target: string): ExecTarget {
   const wanted = target === 'client' ? 'client-0' : target.replace(/^(default|kube-system)\//, '');
   const found = targets.find((candidate) => candidate.name === wanted || candidate.namespace === target);
   if (found) return found;
-  const names = targets.filter((candidate) => candidate.kind !== 'network' && !candidate.name.startsWith('proxyctl-agent-')).map((candidate) => candidate.name);
+  const names = targets
+    .filter((candidate) => candidate.kind !== 'network' && !candidate.name.startsWith('proxyctl-agent-'))
+    .map((candidate) => candidate.name);
   const shown = names.length > 12 ? `${names.slice(0, 12).join(', ')}, ... (${names.length} in all)` : names.join(', ');
   throw new LabError(`lab ${state.spec.name} has no node, pod or client named ${JSON.stringify(target)}; try one of: ${shown}`);
 }
@@ -310,10 +339,15 @@ export async function requireLab(name: string): Promise<LabState> {
   const state = await runningLab(name);
   if (state) return state;
   const stale = await readLabState(name).catch(() => undefined);
-  if (stale) throw new LabError(`lab ${name} is not running (its supervisor ${stale.supervisorPid} is gone); clear its remains with \`kubectl proxyctl lab down --name ${name}\``);
+  if (stale)
+    throw new LabError(
+      `lab ${name} is not running (its supervisor ${stale.supervisorPid} is gone); clear its remains with \`kubectl proxyctl lab down --name ${name}\``,
+    );
   const others = (await labNames()).filter((other) => other !== name);
   const elsewhere = others.length > 0 ? ` (labs here: ${others.join(', ')}; pick one with --name)` : '';
-  throw new LabError(`no lab named ${name} is running; start one with \`kubectl proxyctl lab up${name === 'proxyctl' ? '' : ` --name ${name}`}\`${elsewhere}`);
+  throw new LabError(
+    `no lab named ${name} is running; start one with \`kubectl proxyctl lab up${name === 'proxyctl' ? '' : ` --name ${name}`}\`${elsewhere}`,
+  );
 }
 
 /**

@@ -34,8 +34,23 @@ export interface DemoServiceInfo {
 
 // Fixed addresses, those of examples/cluster.yaml, so that the docs' commands work in every lab.
 export const demoServices: DemoServiceInfo[] = [
-  {name: 'demoapp', type: 'ClusterIP', clusterIP: '10.96.0.10', port: 80, protocol: 'TCP', what: `HTTP, ${demoReplicas} replicas (app=demoapp)`},
-  {name: 'demoapp-nodeport', type: 'NodePort', clusterIP: '10.96.0.80', port: 80, protocol: 'TCP', nodePort: 30080, what: 'HTTP on every node address, port 30080'},
+  {
+    name: 'demoapp',
+    type: 'ClusterIP',
+    clusterIP: '10.96.0.10',
+    port: 80,
+    protocol: 'TCP',
+    what: `HTTP, ${demoReplicas} replicas (app=demoapp)`,
+  },
+  {
+    name: 'demoapp-nodeport',
+    type: 'NodePort',
+    clusterIP: '10.96.0.80',
+    port: 80,
+    protocol: 'TCP',
+    nodePort: 30080,
+    what: 'HTTP on every node address, port 30080',
+  },
   {name: 'demoapp-udp', type: 'ClusterIP', clusterIP: '10.96.0.53', port: 53, protocol: 'UDP', what: 'UDP echo'},
   {name: 'empty', type: 'ClusterIP', clusterIP: '10.96.0.99', port: 80, protocol: 'TCP', what: 'no endpoints: connections are refused'},
 ];
@@ -71,7 +86,16 @@ export function nodeObject(node: NodeDescription, index: number, now: string): K
         {type: 'InternalIP', address: node.ip},
         {type: 'Hostname', address: node.name},
       ],
-      conditions: [{type: 'Ready', status: 'True', reason: 'KubeletReady', message: 'lab node namespace is up', lastHeartbeatTime: now, lastTransitionTime: now}],
+      conditions: [
+        {
+          type: 'Ready',
+          status: 'True',
+          reason: 'KubeletReady',
+          message: 'lab node namespace is up',
+          lastHeartbeatTime: now,
+          lastTransitionTime: now,
+        },
+      ],
       nodeInfo: {
         kubeletVersion,
         kubeProxyVersion: '',
@@ -201,12 +225,34 @@ export function agentPodObject(node: NodeDescription, agentUrl: string, now: str
         },
       ],
     },
-    status: podStatus({hostIP: node.ip, podIP: node.ip, ready: false, running: false, now, containerName: 'proxyctl-agent', image: agentImage}),
+    status: podStatus({
+      hostIP: node.ip,
+      podIP: node.ip,
+      ready: false,
+      running: false,
+      now,
+      containerName: 'proxyctl-agent',
+      image: agentImage,
+    }),
   };
 }
 
-export function agentPodStatus(node: NodeDescription, state: {ready: boolean; pid?: number; restarts: number}, now: string): KubeObject['status'] {
-  return podStatus({hostIP: node.ip, podIP: node.ip, ready: state.ready, running: state.pid !== undefined, now, containerName: 'proxyctl-agent', image: agentImage, pid: state.pid, restartCount: state.restarts});
+export function agentPodStatus(
+  node: NodeDescription,
+  state: {ready: boolean; pid?: number; restarts: number},
+  now: string,
+): KubeObject['status'] {
+  return podStatus({
+    hostIP: node.ip,
+    podIP: node.ip,
+    ready: state.ready,
+    running: state.pid !== undefined,
+    now,
+    containerName: 'proxyctl-agent',
+    image: agentImage,
+    pid: state.pid,
+    restartCount: state.restarts,
+  });
 }
 
 export function demoServiceObjects(): KubeObject[] {
@@ -220,8 +266,14 @@ export function demoServiceObjects(): KubeObject[] {
   const [clusterIP, nodePort, udp, empty] = demoServices;
   return [
     service(clusterIP, {selector, ports: [{name: 'http', protocol: 'TCP', port: 80, targetPort: demoPorts.http}]}),
-    service(nodePort, {selector, ports: [{name: 'http', protocol: 'TCP', port: 80, targetPort: demoPorts.http, nodePort: nodePort.nodePort}]}),
+    service(nodePort, {
+      selector,
+      ports: [{name: 'http', protocol: 'TCP', port: 80, targetPort: demoPorts.http, nodePort: nodePort.nodePort}],
+    }),
     service(udp, {selector, ports: [{name: 'echo', protocol: 'UDP', port: 53, targetPort: demoPorts.udp}]}),
-    service(empty, {selector: {app: 'nothing-has-this-label'}, ports: [{name: 'http', protocol: 'TCP', port: 80, targetPort: demoPorts.http}]}),
+    service(empty, {
+      selector: {app: 'nothing-has-this-label'},
+      ports: [{name: 'http', protocol: 'TCP', port: 80, targetPort: demoPorts.http}],
+    }),
   ];
 }

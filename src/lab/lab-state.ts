@@ -18,7 +18,9 @@ const labNamePattern = /^[a-z0-9]([a-z0-9-]{0,30}[a-z0-9])?$/;
 /** checkLabName throws a message naming the flag when NAME cannot be a lab name. */
 export function checkLabName(name: string): string {
   if (!labNamePattern.test(name)) {
-    throw new LabError(`--name ${JSON.stringify(name)}: a lab name is 1-32 lowercase letters, digits or '-', starting and ending with a letter or digit`);
+    throw new LabError(
+      `--name ${JSON.stringify(name)}: a lab name is 1-32 lowercase letters, digits or '-', starting and ending with a letter or digit`,
+    );
   }
   return name;
 }
@@ -124,7 +126,9 @@ export async function readLabState(name: string): Promise<LabState | undefined> 
   try {
     return JSON.parse(text) as LabState;
   } catch (error) {
-    throw new LabError(`lab ${name}: ${labStatePath(name)} is not valid JSON (${(error as Error).message}); \`kubectl proxyctl lab down --name ${name}\` removes the lab anyway`);
+    throw new LabError(
+      `lab ${name}: ${labStatePath(name)} is not valid JSON (${(error as Error).message}); \`kubectl proxyctl lab down --name ${name}\` removes the lab anyway`,
+    );
   }
 }
 

@@ -54,7 +54,10 @@ async function adminToken(kubeconfig: string): Promise<string | undefined> {
 }
 
 async function listObjects(base: string, path: string, token: string | undefined): Promise<KubeObject[]> {
-  const response = await fetch(`${base}${path}`, {headers: token ? {authorization: `Bearer ${token}`} : {}, signal: AbortSignal.timeout(5000)});
+  const response = await fetch(`${base}${path}`, {
+    headers: token ? {authorization: `Bearer ${token}`} : {},
+    signal: AbortSignal.timeout(5000),
+  });
   if (!response.ok) throw new Error(`GET ${path}: HTTP ${response.status}`);
   return ((await response.json()) as {items: KubeObject[]}).items;
 }
@@ -97,14 +100,21 @@ export async function readLabStatus(state: LabState): Promise<LabStatus> {
     }
   } else apiServerError = 'the API server is not started yet';
 
-  const podObject = (namespace: string, name: string) => pods.find((pod) => pod.metadata.namespace === namespace && pod.metadata.name === name);
+  const podObject = (namespace: string, name: string) =>
+    pods.find((pod) => pod.metadata.namespace === namespace && pod.metadata.name === name);
   const readyEndpoints = (service: KubeObject) =>
     slices
-      .filter((slice) => slice.metadata.namespace === service.metadata.namespace && slice.metadata.labels?.['kubernetes.io/service-name'] === service.metadata.name)
+      .filter(
+        (slice) =>
+          slice.metadata.namespace === service.metadata.namespace &&
+          slice.metadata.labels?.['kubernetes.io/service-name'] === service.metadata.name,
+      )
       .flatMap((slice) => (slice.endpoints ?? []) as Array<{conditions?: {ready?: boolean}}>)
       .filter((endpoint) => endpoint.conditions?.ready !== false).length;
   const ready = state.readyAt ? (Date.parse(state.readyAt) - Date.parse(state.startedAt)) / 1000 : undefined;
-  const runningModes = new Set((await Promise.all(state.agents.map((agent) => agentProxyMode(agent.metricsPort)))).filter((mode) => mode !== undefined));
+  const runningModes = new Set(
+    (await Promise.all(state.agents.map((agent) => agentProxyMode(agent.metricsPort)))).filter((mode) => mode !== undefined),
+  );
   const runningMode = runningModes.size === 1 ? [...runningModes][0] : undefined;
 
   return {
@@ -147,10 +157,23 @@ export async function readLabStatus(state: LabState): Promise<LabStatus> {
     pods: (topology?.nodes ?? []).flatMap((node) =>
       node.pods.map((pod) => {
         const object = podObject('default', pod.name);
-        return {name: pod.name, node: node.name, ip: pod.ip, app: String(object?.metadata.labels?.app ?? (object ? '' : '(deleted)')), ready: conditionTrue(object, 'Ready'), netns: pod.namespace};
+        return {
+          name: pod.name,
+          node: node.name,
+          ip: pod.ip,
+          app: String(object?.metadata.labels?.app ?? (object ? '' : '(deleted)')),
+          ready: conditionTrue(object, 'Ready'),
+          netns: pod.namespace,
+        };
       }),
     ),
-    externalClients: (topology?.externalClients ?? []).map((client) => ({name: client.name, ip: client.ip, netns: client.namespace, routes: client.routes, gateway: client.gateway})),
+    externalClients: (topology?.externalClients ?? []).map((client) => ({
+      name: client.name,
+      ip: client.ip,
+      netns: client.namespace,
+      routes: client.routes,
+      gateway: client.gateway,
+    })),
     services: services.map((service) => ({
       namespace: service.metadata.namespace ?? '',
       name: service.metadata.name,
@@ -189,12 +212,16 @@ export function usageExamples(status: LabStatus): string[] {
   const lastNode = status.nodes.at(-1);
   const client = status.externalClients[0];
   const demoClient = `${process.execPath} ${siblingProgram('workload/demoapp-client', import.meta.url)}`;
-  const get = (host: string, port: number) => (onPath('curl') ? `curl -s http://${host}:${port}/` : `${demoClient} --host ${host} --port ${port}`);
+  const get = (host: string, port: number) =>
+    onPath('curl') ? `curl -s http://${host}:${port}/` : `${demoClient} --host ${host} --port ${port}`;
   const exec = (target: string, command: string) => `kubectl proxyctl lab exec${nameFlag} ${target} -- ${command}`;
   const examples: Array<[string, string?]> = [
     [`export KUBECONFIG=${status.kubeconfig}`],
     ['kubectl get nodes,pods,services,endpointslices -o wide'],
-    [`KUBECONFIG=$HOME/.kube/config:${status.kubeconfig} kubectl --context ${status.context} get nodes`, 'beside your other clusters (the names are this lab\'s own)'],
+    [
+      `KUBECONFIG=$HOME/.kube/config:${status.kubeconfig} kubectl --context ${status.context} get nodes`,
+      "beside your other clusters (the names are this lab's own)",
+    ],
   ];
   if (toolbox) {
     examples.push(
@@ -202,15 +229,30 @@ export function usageExamples(status: LabStatus): string[] {
       [exec(toolbox.name, get(empty.clusterIP, empty.port)), `${empty.name}: refused, no endpoints`],
     );
   }
-  if (client && lastNode) examples.push([exec(client.name, get(lastNode.ip, nodePort.nodePort!)), `${nodePort.name} from outside the cluster`]);
+  if (client && lastNode)
+    examples.push([exec(client.name, get(lastNode.ip, nodePort.nodePort!)), `${nodePort.name} from outside the cluster`]);
   // What an operator would run on the node to see the rules of the lab's mode.
-  const rulesCommand: Record<string, string> = {iptables: 'iptables-save -t nat', nftables: 'nft list table ip kube-proxy', ipvs: 'ipvsadm -Ln'};
+  const rulesCommand: Record<string, string> = {
+    iptables: 'iptables-save -t nat',
+    nftables: 'nft list table ip kube-proxy',
+    ipvs: 'ipvsadm -Ln',
+  };
   const showRules = rulesCommand[status.runningMode ?? status.proxyMode];
   if (lastNode && showRules) examples.push([exec(lastNode.name, showRules), `the rules on ${lastNode.name}`]);
   if (toolbox) {
-    examples.push([`kubectl proxyctl trace ${clusterIP.name} --from ${toolbox.name} --probe 5`, 'the path through the rules, then 5 real requests']);
-    if (client && lastNode) examples.push([`kubectl proxyctl trace ${nodePort.name} --via node-port --from ${client.name} --node ${lastNode.name} --probe 5`, `the NodePort on ${lastNode.name} as ${client.name} reaches it`]);
-    examples.push([exec(toolbox.name, `${demoClient} --protocol udp --host ${udp.clusterIP} --port ${udp.port}`), `${udp.name}: the UDP echo`]);
+    examples.push([
+      `kubectl proxyctl trace ${clusterIP.name} --from ${toolbox.name} --probe 5`,
+      'the path through the rules, then 5 real requests',
+    ]);
+    if (client && lastNode)
+      examples.push([
+        `kubectl proxyctl trace ${nodePort.name} --via node-port --from ${client.name} --node ${lastNode.name} --probe 5`,
+        `the NodePort on ${lastNode.name} as ${client.name} reaches it`,
+      ]);
+    examples.push([
+      exec(toolbox.name, `${demoClient} --protocol udp --host ${udp.clusterIP} --port ${udp.port}`),
+      `${udp.name}: the UDP echo`,
+    ]);
   }
   examples.push([`kubectl proxyctl lab down${nameFlag}`]);
   // Comments line up after the commands that fit on a line; longer commands carry theirs above.
@@ -231,7 +273,9 @@ export function formatLabStatus(status: LabStatus): string {
       : status.runningMode
         ? `agents in ${status.runningMode} mode (asked for ${status.proxyMode}; see the agents' logs for why)`
         : `agents in ${status.proxyMode} mode`;
-  out.push(`Lab ${status.name}: ${status.phase}, ${count(status.nodes.length, 'node')}, ${count(status.pods.length, 'pod')}, ${agents} (started ${status.startedAt}${built}, supervisor pid ${status.supervisorPid})`);
+  out.push(
+    `Lab ${status.name}: ${status.phase}, ${count(status.nodes.length, 'node')}, ${count(status.pods.length, 'pod')}, ${agents} (started ${status.startedAt}${built}, supervisor pid ${status.supervisorPid})`,
+  );
   out.push(`API server  ${status.apiServer ?? '-'}`, `kubeconfig  ${status.kubeconfig} (context ${status.context})`);
   if (status.apiServerError) out.push(`warning: ${status.apiServerError}`);
   out.push('');
@@ -243,23 +287,43 @@ export function formatLabStatus(status: LabStatus): string {
         node.ip,
         node.podCIDR,
         yesNo(node.ready),
-        node.agent ? `${node.agent.ready ? 'synced' : node.agent.pid ? 'starting' : 'not running'}${node.agent.restarts ? ` (${node.agent.restarts} restarts)` : ''}` : '-',
-        node.agent ? `healthz ${new URL(node.agent.healthz).port}, metrics ${new URL(node.agent.metrics).port}, api ${new URL(node.agent.api).port}` : '',
+        node.agent
+          ? `${node.agent.ready ? 'synced' : node.agent.pid ? 'starting' : 'not running'}${node.agent.restarts ? ` (${node.agent.restarts} restarts)` : ''}`
+          : '-',
+        node.agent
+          ? `healthz ${new URL(node.agent.healthz).port}, metrics ${new URL(node.agent.metrics).port}, api ${new URL(node.agent.api).port}`
+          : '',
       ]),
     ]),
   );
   if (status.pods.length > 0) {
     out.push('');
-    out.push(columns([['POD', 'NODE', 'IP', 'APP', 'READY'], ...status.pods.map((pod) => [pod.name, pod.node, pod.ip, pod.app, yesNo(pod.ready)])]));
+    out.push(
+      columns([
+        ['POD', 'NODE', 'IP', 'APP', 'READY'],
+        ...status.pods.map((pod) => [pod.name, pod.node, pod.ip, pod.app, yesNo(pod.ready)]),
+      ]),
+    );
   }
   out.push('');
-  out.push(columns([['EXTERNAL CLIENT', 'IP', 'ROUTES'], ...status.externalClients.map((client) => [client.name, client.ip, `${client.routes.join(', ')} via ${client.gateway}`])]));
+  out.push(
+    columns([
+      ['EXTERNAL CLIENT', 'IP', 'ROUTES'],
+      ...status.externalClients.map((client) => [client.name, client.ip, `${client.routes.join(', ')} via ${client.gateway}`]),
+    ]),
+  );
   if (status.services.length > 0) {
     out.push('');
     out.push(
       columns([
         ['SERVICE', 'TYPE', 'CLUSTER-IP', 'PORT(S)', 'READY ENDPOINTS'],
-        ...status.services.map((service) => [`${service.namespace}/${service.name}`, service.type, service.clusterIP, service.ports, String(service.endpoints)]),
+        ...status.services.map((service) => [
+          `${service.namespace}/${service.name}`,
+          service.type,
+          service.clusterIP,
+          service.ports,
+          String(service.endpoints),
+        ]),
       ]),
     );
   }

@@ -31,7 +31,9 @@ export function labPodResolver(options: LabPortForwardOptions): PodAddressResolv
       };
       const hostPort = ports[port];
       if (hostPort === undefined) {
-        throw new Error(`${what} serves no port ${port} (api ${agentContainerPorts.api}, healthz ${agentContainerPorts.healthz}, metrics ${agentContainerPorts.metrics})`);
+        throw new Error(
+          `${what} serves no port ${port} (api ${agentContainerPorts.api}, healthz ${agentContainerPorts.healthz}, metrics ${agentContainerPorts.metrics})`,
+        );
       }
       return {host: '127.0.0.1', port: hostPort};
     }
@@ -45,7 +47,9 @@ export function labPodResolver(options: LabPortForwardOptions): PodAddressResolv
 
 /** connectInNamespace opens a TCP stream to 127.0.0.1:port inside the namespace; rejects with the dial error. */
 export function connectInNamespace(namespace: string, port: number): Promise<Duplex> {
-  const child = spawn('ip', ['netns', 'exec', namespace, process.execPath, siblingProgram('netns-relay', import.meta.url), String(port)], {stdio: ['pipe', 'pipe', 'pipe']});
+  const child = spawn('ip', ['netns', 'exec', namespace, process.execPath, siblingProgram('netns-relay', import.meta.url), String(port)], {
+    stdio: ['pipe', 'pipe', 'pipe'],
+  });
   return new Promise((resolve, reject) => {
     let said = '';
     const fail = (message: string) => {

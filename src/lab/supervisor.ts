@@ -7,9 +7,26 @@ import {parseArgs} from 'node:util';
 import {join} from 'node:path';
 import {type ApiServer, startApiServer} from './apiserver/server.ts';
 import {AgentProcess, freeLoopbackPorts} from './agent-process.ts';
-import {agentNamespace, agentPodName, agentPodObject, agentPodStatus, demoPodObject, demoPodRoles, demoPorts, demoServiceObjects, nodeObject} from './lab-objects.ts';
+import {
+  agentNamespace,
+  agentPodName,
+  agentPodObject,
+  agentPodStatus,
+  demoPodObject,
+  demoPodRoles,
+  demoPorts,
+  demoServiceObjects,
+  nodeObject,
+} from './lab-objects.ts';
 import {type LabSpec, type LabState, labClusterName, labDir, labNamespacePrefix, removeLabDir, writeLabState} from './lab-state.ts';
-import {buildCluster, clusterAddressing, clusterPods, deleteNamespacesWithPrefix, describeCluster, type NodeDescription} from './netns/index.ts';
+import {
+  buildCluster,
+  clusterAddressing,
+  clusterPods,
+  deleteNamespacesWithPrefix,
+  describeCluster,
+  type NodeDescription,
+} from './netns/index.ts';
 import {count} from './lab-status.ts';
 import {labPodResolver} from './pod-port-forward.ts';
 import {DemoAppGroup, type RunningDemoApp} from './workload/launch.ts';
@@ -98,10 +115,18 @@ export class LabSupervisor {
     // Recorded before anything exists, so that `lab down` from another shell finds all of it.
     this.state.topology = planned;
     await this.#save();
-    const topology = await buildCluster({prefix: this.state.prefix, nodes: spec.nodes, podsPerNode: spec.podsPerNode, externalClient: true});
+    const topology = await buildCluster({
+      prefix: this.state.prefix,
+      nodes: spec.nodes,
+      podsPerNode: spec.podsPerNode,
+      externalClient: true,
+    });
     this.state.topology = topology;
     this.#continue();
-    this.#step('namespaces', `network: ${count(topology.nodes.length, 'node')}, ${count(clusterPods(topology).length, 'pod')}, 1 external client (${topology.namespaces.length} namespaces)`);
+    this.#step(
+      'namespaces',
+      `network: ${count(topology.nodes.length, 'node')}, ${count(clusterPods(topology).length, 'pod')}, 1 external client (${topology.namespaces.length} namespaces)`,
+    );
 
     const server = await startApiServer({
       port: 0,
@@ -118,7 +143,8 @@ export class LabSupervisor {
     const roles = demoPodRoles(topology.nodes);
     for (const [index, node] of topology.nodes.entries()) {
       server.store.create('nodes', nodeObject(node, index, now), undefined, {keepStatus: true});
-      for (const pod of node.pods) server.store.create('pods', demoPodObject(pod, node.ip, roles.get(pod.name) ?? 'toolbox', now), 'default', {keepStatus: true});
+      for (const pod of node.pods)
+        server.store.create('pods', demoPodObject(pod, node.ip, roles.get(pod.name) ?? 'toolbox', now), 'default', {keepStatus: true});
     }
     for (const service of demoServiceObjects()) server.store.create('services', service, 'default');
     await server.settle();
@@ -145,7 +171,9 @@ export class LabSupervisor {
   async #startWorkloads(nodes: NodeDescription[]): Promise<void> {
     const server = this.#server!;
     const pods = nodes.flatMap((node) => node.pods);
-    const apps = await this.#apps.start(pods.map((pod) => ({namespace: pod.namespace, name: pod.name, httpPort: demoPorts.http, udpPort: demoPorts.udp})));
+    const apps = await this.#apps.start(
+      pods.map((pod) => ({namespace: pod.namespace, name: pod.name, httpPort: demoPorts.http, udpPort: demoPorts.udp})),
+    );
     for (const app of apps) {
       this.#appsByPod.set(app.name, app);
       this.state.workloads[app.name] = app.pid;
@@ -181,7 +209,9 @@ export class LabSupervisor {
         restarts: 0,
       };
       this.state.agents.push(agentState);
-      server.store.create('pods', agentPodObject(node, `ws://127.0.0.1:${apiPort}`, new Date().toISOString()), agentNamespace, {keepStatus: true});
+      server.store.create('pods', agentPodObject(node, `ws://127.0.0.1:${apiPort}`, new Date().toISOString()), agentNamespace, {
+        keepStatus: true,
+      });
       const agent = new AgentProcess({
         state: agentState,
         kubeconfig: this.state.kubeconfig,
@@ -218,7 +248,12 @@ export class LabSupervisor {
         } catch {
           // already gone
         }
-        server.store.create('pods', agentPodObject(node, `ws://127.0.0.1:${agent.state.apiPort}`, new Date().toISOString()), agentNamespace, {keepStatus: true});
+        server.store.create(
+          'pods',
+          agentPodObject(node, `ws://127.0.0.1:${agent.state.apiPort}`, new Date().toISOString()),
+          agentNamespace,
+          {keepStatus: true},
+        );
       });
     } finally {
       this.#replacing.delete(name);
@@ -229,7 +264,11 @@ export class LabSupervisor {
   #agentChanged(node: NodeDescription, agent: AgentProcess): void {
     const server = this.#server;
     if (!server || this.#shutdown) return;
-    const status = agentPodStatus(node, {ready: agent.synced, pid: agent.state.pid, restarts: agent.state.restarts}, new Date().toISOString());
+    const status = agentPodStatus(
+      node,
+      {ready: agent.synced, pid: agent.state.pid, restarts: agent.state.restarts},
+      new Date().toISOString(),
+    );
     try {
       server.store.mutate('pods', agentNamespace, agent.state.pod, (pod) => void (pod.status = status), {subresource: 'status'});
     } catch {
@@ -269,7 +308,6 @@ export class LabSupervisor {
     this.#apps.killAllNow();
   }
 }
-
 
 async function main(): Promise<void> {
   const {values} = parseArgs({options: {spec: {type: 'string'}}});

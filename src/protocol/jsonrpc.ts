@@ -94,12 +94,19 @@ export function readRequest(text: string): IncomingRequest {
   if ('error' in parsed) return {kind: 'invalid', response: failure(null, errorCodes.parseError, `parse error: ${parsed.error}`)};
   const {message} = parsed;
   if (Array.isArray(message)) {
-    return {kind: 'invalid', response: failure(null, errorCodes.invalidRequest, 'invalid request: batches are not supported; send one request per message')};
+    return {
+      kind: 'invalid',
+      response: failure(null, errorCodes.invalidRequest, 'invalid request: batches are not supported; send one request per message'),
+    };
   }
-  if (!isObject(message)) return {kind: 'invalid', response: failure(null, errorCodes.invalidRequest, 'invalid request: a request must be a JSON object')};
+  if (!isObject(message))
+    return {kind: 'invalid', response: failure(null, errorCodes.invalidRequest, 'invalid request: a request must be a JSON object')};
   const hasId = Object.hasOwn(message, 'id');
   const id = hasId && validId(message.id) ? message.id : null;
-  const invalid = (why: string): IncomingRequest => ({kind: 'invalid', response: failure(id, errorCodes.invalidRequest, `invalid request: ${why}`)});
+  const invalid = (why: string): IncomingRequest => ({
+    kind: 'invalid',
+    response: failure(id, errorCodes.invalidRequest, `invalid request: ${why}`),
+  });
   if (message.jsonrpc !== '2.0') return invalid('jsonrpc must be "2.0"');
   if (hasId && !validId(message.id)) return invalid(`id must be a string (at most ${maxIdLength} characters) or a number`);
   if (typeof message.method !== 'string' || message.method.length === 0) return invalid('method must be a non-empty string');

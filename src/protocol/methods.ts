@@ -148,13 +148,13 @@ export interface EventsDropped {
 
 /** MethodTypes maps each method to its params and result. */
 export interface MethodTypes {
-  'status': {params: NoParams; result: StatusResult};
+  status: {params: NoParams; result: StatusResult};
   'rules.desired': {params: RulesParams; result: RulesResult};
   'rules.applied': {params: RulesParams; result: RulesResult};
-  'diff': {params: DiffParams; result: DiffResult};
-  'trace': {params: TraceParams; result: TraceAnswer};
-  'probe': {params: ProbeParams; result: ProbeResult};
-  'sync': {params: SyncParams; result: SyncResult};
+  diff: {params: DiffParams; result: DiffResult};
+  trace: {params: TraceParams; result: TraceAnswer};
+  probe: {params: ProbeParams; result: ProbeResult};
+  sync: {params: SyncParams; result: SyncResult};
   'events.subscribe': {params: NoParams; result: SubscribeResult};
 }
 
@@ -208,7 +208,10 @@ export const statusResultSchema: Schema<StatusResult> = object(
 );
 
 const rulesParams: Schema<RulesParams> = object({format: optional(oneOf(['text']))}, strict);
-export const rulesResultSchema: Schema<RulesResult> = object({mode: proxyMode, text: string({maxLength: Number.MAX_SAFE_INTEGER}), readAt: timestamp()}, lenient);
+export const rulesResultSchema: Schema<RulesResult> = object(
+  {mode: proxyMode, text: string({maxLength: Number.MAX_SAFE_INTEGER}), readAt: timestamp()},
+  lenient,
+);
 
 const diffParams: Schema<DiffParams> = object({service: optional(serviceFilter)}, strict);
 export const diffResultSchema: Schema<DiffResult> = object(
@@ -238,11 +241,25 @@ const traceParams: Schema<TraceParams> = object({packet: packetSchema, service: 
 
 const hook = oneOf(['PREROUTING', 'INPUT', 'FORWARD', 'OUTPUT', 'POSTROUTING']);
 const traceHop = object(
-  {hook, table: string(), chain: string(), rule: string({maxLength: 64 * 1024}), target: string(), explanation: string({maxLength: 64 * 1024})},
+  {
+    hook,
+    table: string(),
+    chain: string(),
+    rule: string({maxLength: 64 * 1024}),
+    target: string(),
+    explanation: string({maxLength: 64 * 1024}),
+  },
   lenient,
 );
 const answeredPacket = object(
-  {srcIP: ipAddress(), dstIP: ipAddress(), dstPort: port, protocol, origin: oneOf(['arriving', 'local']), inInterface: optional(string({maxLength: 15}))},
+  {
+    srcIP: ipAddress(),
+    dstIP: ipAddress(),
+    dstPort: port,
+    protocol,
+    origin: oneOf(['arriving', 'local']),
+    inInterface: optional(string({maxLength: 15})),
+  },
   lenient,
 );
 export const traceAnswerSchema: Schema<TraceAnswer> = object(
@@ -292,7 +309,10 @@ export const probeResultSchema: Schema<ProbeResult> = object(
 );
 
 const syncParams: Schema<SyncParams> = object({full: optional(boolean())}, strict);
-export const syncResultSchema: Schema<SyncResult> = object({durationMs: number({min: 0}), kind: syncKind, rules: ruleCounts, driftBefore: optional(driftReport)}, lenient);
+export const syncResultSchema: Schema<SyncResult> = object(
+  {durationMs: number({min: 0}), kind: syncKind, rules: ruleCounts, driftBefore: optional(driftReport)},
+  lenient,
+);
 
 const subscribeResult: Schema<SubscribeResult> = object({events: array(string({maxLength: 64}))}, lenient);
 
@@ -316,13 +336,13 @@ export interface MethodSpec<M extends MethodName> {
 }
 
 export const methodSpecs: {[M in MethodName]: MethodSpec<M>} = {
-  'status': {params: noParams, result: statusResultSchema, access: 'read', summary: 'node, mode, readiness, last sync, drift'},
+  status: {params: noParams, result: statusResultSchema, access: 'read', summary: 'node, mode, readiness, last sync, drift'},
   'rules.desired': {params: rulesParams, result: rulesResultSchema, access: 'read', summary: 'the rules the agent means to have'},
   'rules.applied': {params: rulesParams, result: rulesResultSchema, access: 'read', summary: 'the rules read from the kernel'},
-  'diff': {params: diffParams, result: diffResultSchema, access: 'read', summary: 'desired against applied rules'},
-  'trace': {params: traceParams, result: traceAnswerSchema, access: 'read', summary: 'a packet through the applied rules'},
-  'probe': {params: probeParams, result: probeResultSchema, access: 'act', summary: 'real connections to a service from the node'},
-  'sync': {params: syncParams, result: syncResultSchema, access: 'act', summary: 'sync the rules now'},
+  diff: {params: diffParams, result: diffResultSchema, access: 'read', summary: 'desired against applied rules'},
+  trace: {params: traceParams, result: traceAnswerSchema, access: 'read', summary: 'a packet through the applied rules'},
+  probe: {params: probeParams, result: probeResultSchema, access: 'act', summary: 'real connections to a service from the node'},
+  sync: {params: syncParams, result: syncResultSchema, access: 'act', summary: 'sync the rules now'},
   'events.subscribe': {params: noParams, result: subscribeResult, access: 'read', summary: 'receive events.sync after each sync'},
 };
 

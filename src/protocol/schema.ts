@@ -45,7 +45,8 @@ export function string(rules: StringRules = {}): Schema<string> {
   return {
     check: (value, path) => {
       if (typeof value !== 'string') return `${path}: must be a string, got ${kindOf(value)}`;
-      if (value.length < minLength) return minLength === 1 ? `${path}: must not be empty` : `${path}: must be at least ${minLength} characters long`;
+      if (value.length < minLength)
+        return minLength === 1 ? `${path}: must not be empty` : `${path}: must be at least ${minLength} characters long`;
       if (value.length > maxLength) return `${path}: must be at most ${maxLength} characters long, got ${value.length}`;
       if (pattern && !pattern.test(value)) return `${path}: must be ${patternHint ?? `like ${pattern}`}, got ${shown(value)}`;
       return null;

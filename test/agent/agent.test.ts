@@ -31,12 +31,24 @@ test('agent: a Service and its EndpointSlice become rules in the namespace; stop
   t.after(() => rm(dir, {recursive: true, force: true}));
   const server = await startApiServer({port: 0});
   t.after(() => server.stop());
-  server.store.create('nodes', {apiVersion: 'v1', kind: 'Node', metadata: {name: 'node-1'}, status: {addresses: [{type: 'InternalIP', address: '10.240.0.11'}]}});
+  server.store.create('nodes', {
+    apiVersion: 'v1',
+    kind: 'Node',
+    metadata: {name: 'node-1'},
+    status: {addresses: [{type: 'InternalIP', address: '10.240.0.11'}]},
+  });
   const kubeconfig = join(dir, 'kubeconfig');
   await server.writeKubeconfig(kubeconfig);
 
   const config = defaultAgentConfig();
-  Object.assign(config, {kubeconfig, hostnameOverride: 'node-1', netns, healthzBindAddress: '127.0.0.1:0', metricsBindAddress: '127.0.0.1:0', clusterCIDRs: ['10.244.0.0/16']});
+  Object.assign(config, {
+    kubeconfig,
+    hostnameOverride: 'node-1',
+    netns,
+    healthzBindAddress: '127.0.0.1:0',
+    metricsBindAddress: '127.0.0.1:0',
+    clusterCIDRs: ['10.244.0.0/16'],
+  });
   config.iptables.minSyncPeriod = 100;
   const log = memoryLogger(2);
   const agent = await startAgent(validateAgentConfig(config), {log, rules: new FakeRules()});
@@ -46,7 +58,16 @@ test('agent: a Service and its EndpointSlice become rules in the namespace; stop
   const natRules = () => inNetns(netns, ['iptables-save', '-t', 'nat']);
   await until('the kubernetes service rules', () => natRules().includes('default/kubernetes'));
 
-  const created = server.store.create('services', {apiVersion: 'v1', kind: 'Service', metadata: {name: 'web', namespace: 'default'}, spec: {ports: [{name: 'http', port: 80, targetPort: 8080, protocol: 'TCP'}]}}, 'default') as unknown as {spec: {clusterIP: string}};
+  const created = server.store.create(
+    'services',
+    {
+      apiVersion: 'v1',
+      kind: 'Service',
+      metadata: {name: 'web', namespace: 'default'},
+      spec: {ports: [{name: 'http', port: 80, targetPort: 8080, protocol: 'TCP'}]},
+    },
+    'default',
+  ) as unknown as {spec: {clusterIP: string}};
   server.store.create(
     'endpointslices',
     {
@@ -59,7 +80,10 @@ test('agent: a Service and its EndpointSlice become rules in the namespace; stop
     },
     'default',
   );
-  await until('the web service rules', () => natRules().includes(`-d ${created.spec.clusterIP}/32`) && natRules().includes('10.244.2.5:8080'));
+  await until(
+    'the web service rules',
+    () => natRules().includes(`-d ${created.spec.clusterIP}/32`) && natRules().includes('10.244.2.5:8080'),
+  );
 
   const healthz = await fetch(`${agent.healthz!.url}/healthz`);
   assert.equal(healthz.status, 200);
@@ -69,7 +93,13 @@ test('agent: a Service and its EndpointSlice become rules in the namespace; stop
   assert.match(metrics, /kubeproxy_sync_proxy_rules_service_changes_total [1-9]/);
 
   // The node is about to be deleted by the autoscaler: /healthz says so, /livez does not.
-  server.store.update('nodes', {apiVersion: 'v1', kind: 'Node', metadata: {name: 'node-1'}, spec: {taints: [{key: 'ToBeDeletedByClusterAutoscaler', effect: 'NoSchedule'}]}, status: {addresses: [{type: 'InternalIP', address: '10.240.0.11'}]}});
+  server.store.update('nodes', {
+    apiVersion: 'v1',
+    kind: 'Node',
+    metadata: {name: 'node-1'},
+    spec: {taints: [{key: 'ToBeDeletedByClusterAutoscaler', effect: 'NoSchedule'}]},
+    status: {addresses: [{type: 'InternalIP', address: '10.240.0.11'}]},
+  });
   await until('healthz 503', async () => (await fetch(`${agent.healthz!.url}/healthz`)).status === 503);
   assert.equal((await fetch(`${agent.healthz!.url}/livez`)).status, 200);
 

@@ -28,18 +28,34 @@ test('agent: --proxy-mode ipvs without IP_VS falls back to iptables mode and log
   t.after(() => rm(dir, {recursive: true, force: true}));
   const server = await startApiServer({port: 0});
   t.after(() => server.stop());
-  server.store.create('nodes', {apiVersion: 'v1', kind: 'Node', metadata: {name: 'node-1'}, status: {addresses: [{type: 'InternalIP', address: '10.240.0.11'}]}});
+  server.store.create('nodes', {
+    apiVersion: 'v1',
+    kind: 'Node',
+    metadata: {name: 'node-1'},
+    status: {addresses: [{type: 'InternalIP', address: '10.240.0.11'}]},
+  });
   const kubeconfig = join(dir, 'kubeconfig');
   await server.writeKubeconfig(kubeconfig);
 
   const config = defaultAgentConfig();
-  Object.assign(config, {mode: 'ipvs', kubeconfig, hostnameOverride: 'node-1', netns, healthzBindAddress: '', metricsBindAddress: '', clusterCIDRs: ['10.244.0.0/16']});
+  Object.assign(config, {
+    mode: 'ipvs',
+    kubeconfig,
+    hostnameOverride: 'node-1',
+    netns,
+    healthzBindAddress: '',
+    metricsBindAddress: '',
+    clusterCIDRs: ['10.244.0.0/16'],
+  });
   config.iptables.minSyncPeriod = 100;
   const log = memoryLogger(2);
   const agent = await startAgent(validateAgentConfig(config), {log, rules: new FakeRules()});
   t.after(() => agent.stop());
 
-  assert.ok(log.lines.some((line) => line.includes("can't use the IPVS proxier, falling back to iptables mode")), log.lines.join('\n'));
+  assert.ok(
+    log.lines.some((line) => line.includes("can't use the IPVS proxier, falling back to iptables mode")),
+    log.lines.join('\n'),
+  );
   const deadline = Date.now() + 15_000;
   while (!inNetns(netns, ['iptables-save', '-t', 'nat']).includes('default/kubernetes')) {
     if (Date.now() > deadline) assert.fail('iptables mode never wrote the kubernetes service rules');

@@ -9,8 +9,16 @@ import {memoryLogger} from '../../src/agent/log.ts';
 import {cleanupProxyRules} from '../../src/agent/sync/cleanup.ts';
 import {IpvsProxier} from '../../src/agent/sync/ipvs-proxier.ts';
 import {liveConnections} from '../../src/agent/sync/ipvs-host.ts';
-import {ipvsRulesBackend, parseIpvsStateText} from "../../src/agent/api/rules/ipvs.ts";
-import {diffIpvs, formatIpvsadmRestore, type Ipset, type IpvsVirtualServer, parseIpvsadmSave, renderIpvs, virtualServerKey} from '../../src/core/ipvs/index.ts';
+import {ipvsRulesBackend, parseIpvsStateText} from '../../src/agent/api/rules/ipvs.ts';
+import {
+  diffIpvs,
+  formatIpvsadmRestore,
+  type Ipset,
+  type IpvsVirtualServer,
+  parseIpvsadmSave,
+  renderIpvs,
+  virtualServerKey,
+} from '../../src/core/ipvs/index.ts';
 import {buildProxyModel, joinHostPort} from '../../src/core/model/index.ts';
 import {HostCommandError, restoreInputText} from '../../src/agent/host/host.ts';
 import {createAgentRuntime} from '../../src/agent/api/runtime.ts';
@@ -18,7 +26,6 @@ import {unwatchedRulesetChanges} from '../../src/agent/applied/ruleset-changes.t
 import {RecordingHost} from './recording-host.ts';
 import {MemoryObjects, node, service, slice} from './sync/cluster.ts';
 import {everyListReceived, periodic, proxierOptions, requested} from './sync/proxier-fixture.ts';
-
 
 /** A node's ipvs state in memory, driven by the same commands the kernel tools take. */
 class IpvsHost extends RecordingHost {
@@ -33,7 +40,8 @@ class IpvsHost extends RecordingHost {
   override async ipvsadm(args: string[], input?: string): Promise<string> {
     this.calls.push(`ipvsadm ${args.join(' ')}`);
     if (args[0] === '-Sn') return formatIpvsadmRestore([...this.servers.values()]);
-    if (args[0] === '-Lnc') return `IPVS connection entries\npro expire state       source             virtual            destination\n${this.connections}`;
+    if (args[0] === '-Lnc')
+      return `IPVS connection entries\npro expire state       source             virtual            destination\n${this.connections}`;
     if (args[0] === '-R') {
       this.inputs.push({command: 'ipvsadm -R', input: input!});
       for (const line of input!.trim().split('\n')) this.#ipvsLine(line);
@@ -55,7 +63,10 @@ class IpvsHost extends RecordingHost {
         this.servers.set(key, parseIpvsadmSave(`${line}\n`)[0]);
         return;
       case '-E':
-        Object.assign(server!, {scheduler: option('-s') ?? server!.scheduler, persistenceTimeout: option('-p') === undefined ? undefined : Number(option('-p'))});
+        Object.assign(server!, {
+          scheduler: option('-s') ?? server!.scheduler,
+          persistenceTimeout: option('-p') === undefined ? undefined : Number(option('-p')),
+        });
         return;
       case '-D':
         if (!server) throw new HostCommandError(['ipvsadm', '-R'], 1, 'No such service');
@@ -72,7 +83,13 @@ class IpvsHost extends RecordingHost {
   override async ipset(args: string[], input?: string): Promise<string> {
     this.calls.push(`ipset ${args.join(' ')}`);
     if (args[0] === 'save') {
-      return [...this.sets.values()].map((set) => [`create ${set.name} ${set.type} family inet`, ...set.entries.map((entry) => `add ${set.name} ${entry}`)].join('\n')).join('\n') + '\n';
+      return (
+        [...this.sets.values()]
+          .map((set) =>
+            [`create ${set.name} ${set.type} family inet`, ...set.entries.map((entry) => `add ${set.name} ${entry}`)].join('\n'),
+          )
+          .join('\n') + '\n'
+      );
     }
     if (args[0] === 'destroy') this.sets.delete(args[1]);
     if (args[0] === 'restore') {
@@ -95,7 +112,9 @@ class IpvsHost extends RecordingHost {
     const command = args.join(' ');
     if (command === 'link show kube-ipvs0' || command === '-j addr show dev kube-ipvs0') {
       if (!this.device) throw new HostCommandError(['ip', ...args], 1, 'Device "kube-ipvs0" does not exist.');
-      return command.startsWith('-j') ? JSON.stringify([{ifname: 'kube-ipvs0', addr_info: [...this.addresses].map((local) => ({local}))}]) : '';
+      return command.startsWith('-j')
+        ? JSON.stringify([{ifname: 'kube-ipvs0', addr_info: [...this.addresses].map((local) => ({local}))}])
+        : '';
     }
     if (command === 'link add kube-ipvs0 type dummy') this.device = true;
     if (command === 'link del kube-ipvs0') {
@@ -130,7 +149,7 @@ class IpvsHost extends RecordingHost {
 
   /** The node's state for one family, as the API reads it. */
   async applied() {
-    return parseIpvsStateText(await ipvsRulesBackend().readApplied!(this, "IPv4"));
+    return parseIpvsStateText(await ipvsRulesBackend().readApplied!(this, 'IPv4'));
   }
 }
 
@@ -141,7 +160,14 @@ function start(options: {objects: MemoryObjects; host?: IpvsHost; excludeCIDRs?:
     host,
     objects: options.objects,
     model: {nodeName: 'node-1', clusterCIDRs: ['10.244.0.0/16']},
-    ipvs: {scheduler: options.scheduler ?? 'rr', excludeCIDRs: options.excludeCIDRs ?? [], strictARP: false, tcpTimeout: 900_000, tcpFinTimeout: 5000, udpTimeout: 0},
+    ipvs: {
+      scheduler: options.scheduler ?? 'rr',
+      excludeCIDRs: options.excludeCIDRs ?? [],
+      strictARP: false,
+      tcpTimeout: 900_000,
+      tcpFinTimeout: 5000,
+      udpTimeout: 0,
+    },
     log: memoryLogger(2),
     clock: {now: options.now ?? (() => Date.now()), setTimer: () => undefined, clearTimer: () => undefined},
   });
@@ -157,12 +183,18 @@ function objectsWithWeb(ips = ['10.244.2.5', '10.244.2.6']) {
 }
 
 function desiredOf(objects: MemoryObjects) {
-  const model = buildProxyModel({services: objects.services(), endpointSlices: objects.endpointSlices(), node: node()}, {family: 'IPv4', nodeName: 'node-1', clusterCIDRs: ['10.244.0.0/16']});
+  const model = buildProxyModel(
+    {services: objects.services(), endpointSlices: objects.endpointSlices(), node: node()},
+    {family: 'IPv4', nodeName: 'node-1', clusterCIDRs: ['10.244.0.0/16']},
+  );
   return renderIpvs(model, {scheduler: 'rr'});
 }
 
 function webReals(host: IpvsHost): string[] {
-  return host.servers.get('TCP 10.96.0.10:80')!.realServers.map((real) => `${real.address}:${real.weight}`).sort();
+  return host.servers
+    .get('TCP 10.96.0.10:80')!
+    .realServers.map((real) => `${real.address}:${real.weight}`)
+    .sort();
 }
 
 test('ipvs proxier: the first sync prepares the node and writes the whole state with ipvsadm -R, never a table clear', async () => {
@@ -201,8 +233,14 @@ test('ipvs proxier: an endpoint change writes only that real server and its set 
   const [partial] = await proxier.syncRules(requested);
   assert.deepEqual([partial.kind, partial.changedServicePorts], ['partial', 1]);
   assert.equal(host.calls.filter((call) => call === 'ipvsadm -Sn').length, readsBefore, 'a partial sync does not read the kernel');
-  assert.deepEqual(host.inputsOf('ipvsadm -R').at(-1)!.trim().split('\n').sort(), ['-a -t 10.96.0.10:80 -r 10.244.2.7:8080 -m -w 1', '-e -t 10.96.0.10:80 -r 10.244.2.6:8080 -m -w 0'].sort());
-  assert.deepEqual(host.inputsOf('ipset restore').at(-1)!.trim().split('\n').sort(), ['add KUBE-LOOP-BACK 10.244.2.7,tcp:8080,10.244.2.7 -exist', 'del KUBE-LOOP-BACK 10.244.2.6,tcp:8080,10.244.2.6 -exist'].sort());
+  assert.deepEqual(
+    host.inputsOf('ipvsadm -R').at(-1)!.trim().split('\n').sort(),
+    ['-a -t 10.96.0.10:80 -r 10.244.2.7:8080 -m -w 1', '-e -t 10.96.0.10:80 -r 10.244.2.6:8080 -m -w 0'].sort(),
+  );
+  assert.deepEqual(
+    host.inputsOf('ipset restore').at(-1)!.trim().split('\n').sort(),
+    ['add KUBE-LOOP-BACK 10.244.2.7,tcp:8080,10.244.2.7 -exist', 'del KUBE-LOOP-BACK 10.244.2.6,tcp:8080,10.244.2.6 -exist'].sort(),
+  );
   assert.deepEqual(webReals(host), ['10.244.2.5:1', '10.244.2.6:0', '10.244.2.7:1']);
   assert.deepEqual(proxier.draining().get('IPv4'), ['TCP 10.96.0.10:80 -> 10.244.2.6:8080']);
 
@@ -214,7 +252,10 @@ test('ipvs proxier: an endpoint change writes only that real server and its set 
   assert.deepEqual(webReals(host), ['10.244.2.5:1', '10.244.2.7:1']);
   assert.equal(host.inputsOf('ipvsadm -R').at(-1)!.trim(), '-d -t 10.96.0.10:80 -r 10.244.2.6:8080');
   assert.deepEqual(proxier.draining().get('IPv4'), []);
-  assert.ok(log.lines.some((line) => line.includes('real server deleted')), log.lines.join('\n'));
+  assert.ok(
+    log.lines.some((line) => line.includes('real server deleted')),
+    log.lines.join('\n'),
+  );
 
   // Without connections a removed real server goes at once, without a weight-0 step.
   host.connections = '';
@@ -230,13 +271,21 @@ test('ipvs proxier: a drain ends at the bound even with live connections; UDP re
   const {host, proxier} = start({objects, now: () => now});
   await proxier.start();
   await proxier.syncRules(requested);
-  host.connections = 'TCP 14:58  ESTABLISHED 10.244.1.9:40000   10.96.0.10:80      10.244.2.6:8080\nUDP 04:58  UDP         10.244.1.9:40001   10.96.0.53:53      10.244.2.3:8080\n';
+  host.connections =
+    'TCP 14:58  ESTABLISHED 10.244.1.9:40000   10.96.0.10:80      10.244.2.6:8080\nUDP 04:58  UDP         10.244.1.9:40001   10.96.0.53:53      10.244.2.3:8080\n';
   objects.slicesByName.set('web-1', slice('web-1', 'web', ['10.244.2.5']));
   objects.slicesByName.set('dns-1', slice('dns-1', 'dns', ['10.244.2.4'], {protocol: 'UDP'}));
   await proxier.syncRules(requested);
   assert.deepEqual(webReals(host), ['10.244.2.5:1', '10.244.2.6:0']);
-  assert.deepEqual(host.servers.get('UDP 10.96.0.53:53')!.realServers.map((real) => real.address), ['10.244.2.4'], 'UDP goes at once');
-  assert.ok(host.conntrackDeletes.some((filter) => filter.protocol === 'UDP' && filter.origDst === '10.96.0.53' && filter.dstNat === '10.244.2.3'), 'stale UDP entries to the old endpoint deleted');
+  assert.deepEqual(
+    host.servers.get('UDP 10.96.0.53:53')!.realServers.map((real) => real.address),
+    ['10.244.2.4'],
+    'UDP goes at once',
+  );
+  assert.ok(
+    host.conntrackDeletes.some((filter) => filter.protocol === 'UDP' && filter.origDst === '10.96.0.53' && filter.dstNat === '10.244.2.3'),
+    'stale UDP entries to the old endpoint deleted',
+  );
   now += 15 * 60_000;
   await proxier.syncRules(requested);
   assert.deepEqual(webReals(host), ['10.244.2.5:1']);
@@ -253,7 +302,10 @@ test('ipvs proxier: a deleted UDP service loses its virtual server, set entries 
   assert.ok(!host.servers.has('UDP 10.96.0.53:53'));
   assert.ok(!host.addresses.has('10.96.0.53'));
   assert.ok(![...host.sets.values()].some((set) => set.entries.some((entry) => entry.startsWith('10.96.0.53,'))));
-  assert.ok(host.conntrackDeletes.some((filter) => filter.protocol === 'UDP' && filter.origDst === '10.96.0.53' && filter.dport === 53), JSON.stringify(host.conntrackDeletes));
+  assert.ok(
+    host.conntrackDeletes.some((filter) => filter.protocol === 'UDP' && filter.origDst === '10.96.0.53' && filter.dport === 53),
+    JSON.stringify(host.conntrackDeletes),
+  );
   assert.ok(host.servers.has('TCP 10.96.0.10:80'), 'web untouched');
 });
 
@@ -295,7 +347,10 @@ test('ipvs proxier: a failed write makes the next sync full, reading the kernel 
     return original(args, input);
   };
   await assert.rejects(proxier.syncRules(requested), /partial sync: .*Memory allocation problem/);
-  assert.equal((await metrics.registry.getSingleMetric('kubeproxy_sync_proxy_rules_iptables_restore_failures_total')!.get()).values[0].value, 1);
+  assert.equal(
+    (await metrics.registry.getSingleMetric('kubeproxy_sync_proxy_rules_iptables_restore_failures_total')!.get()).values[0].value,
+    1,
+  );
   const [result] = await proxier.syncRules(requested);
   assert.equal(result.kind, 'full');
   assert.deepEqual(webReals(host), ['10.244.2.5:1']);
@@ -314,9 +369,14 @@ test('ipvs proxier: the API backend diffs and traces the applied state', async (
   await host.ipvsadm(['-R'], '-d -t 10.96.0.10:80 -r 10.244.2.5:8080\n');
   const drifted = backend.diff(desired, backend.parse(await backend.readApplied!(host, 'IPv4')), 'default/web');
   assert.equal(drifted.equal, false);
-  assert.deepEqual(drifted.groups.map((group) => [group.servicePort, group.added]), [['default/web:p', ['-a -t 10.96.0.10:80 -r 10.244.2.5:8080 -m -w 1']]]);
+  assert.deepEqual(
+    drifted.groups.map((group) => [group.servicePort, group.added]),
+    [['default/web:p', ['-a -t 10.96.0.10:80 -r 10.244.2.5:8080 -m -w 1']]],
+  );
   assert.equal(backend.diff(desired, backend.parse(await backend.readApplied!(host, 'IPv4')), 'default/dns').equal, true);
-  const trace = backend.trace(applied, {srcIP: '10.244.1.9', dstIP: '10.96.0.10', protocol: 'TCP', dstPort: 80, srcPort: 40000} as never, {localAddresses: ['10.240.0.11']});
+  const trace = backend.trace(applied, {srcIP: '10.244.1.9', dstIP: '10.96.0.10', protocol: 'TCP', dstPort: 80, srcPort: 40000} as never, {
+    localAddresses: ['10.240.0.11'],
+  });
   assert.equal(trace.servicePort, 'default/web:p');
 });
 
@@ -355,7 +415,14 @@ test('liveConnections counts connections that may still carry data, by real serv
 
 test('ipvs proxier: at start, iptables mode chains go; the chains ipvs mode shares stay until its first sync rewrites them', async () => {
   const host = new IpvsHost();
-  for (const line of [':KUBE-SERVICES - [0:0]', ':KUBE-SVC-AAAA - [0:0]', ':KUBE-NODEPORTS - [0:0]', ':KUBE-MARK-MASQ - [0:0]', ':DOCKER - [0:0]']) host.tamper('IPv4', 'nat', line);
+  for (const line of [
+    ':KUBE-SERVICES - [0:0]',
+    ':KUBE-SVC-AAAA - [0:0]',
+    ':KUBE-NODEPORTS - [0:0]',
+    ':KUBE-MARK-MASQ - [0:0]',
+    ':DOCKER - [0:0]',
+  ])
+    host.tamper('IPv4', 'nat', line);
   host.tamper('IPv4', 'nat', '-A KUBE-SERVICES -d 10.96.0.10/32 -p tcp -m tcp --dport 80 -j KUBE-SVC-AAAA');
   host.tamper('IPv4', 'nat', '-A KUBE-SERVICES -m addrtype --dst-type LOCAL -j KUBE-NODEPORTS');
   host.tamper('IPv4', 'nat', '-A KUBE-SVC-AAAA -j KUBE-MARK-MASQ');
@@ -369,7 +436,11 @@ test('ipvs proxier: at start, iptables mode chains go; the chains ipvs mode shar
   assert.match(nat, /:DOCKER/);
   await proxier.syncRules(requested);
   const synced = await host.iptablesSave('IPv4', 'nat');
-  assert.equal(synced.match(/-A PREROUTING -m comment --comment "kubernetes service portals" -j KUBE-SERVICES/g)?.length, 1, 'the jump is not added twice');
+  assert.equal(
+    synced.match(/-A PREROUTING -m comment --comment "kubernetes service portals" -j KUBE-SERVICES/g)?.length,
+    1,
+    'the jump is not added twice',
+  );
   assert.match(synced, /-A KUBE-SERVICES -m set --match-set KUBE-CLUSTER-IP dst,dst -j ACCEPT/);
 });
 
@@ -404,7 +475,10 @@ test('agent API in ipvs mode: status, rules.desired/applied, diff and trace answ
     // A real server removed behind the agent's back: diff names it, trace says the service drifted.
     await host.ipvsadm(['-R'], '-d -t 10.96.0.10:80 -r 10.244.2.5:8080\n');
     const diff = await runtime.diff({service: 'default/web'});
-    assert.deepEqual(diff.groups.map((group) => [group.servicePort, group.added]), [['default/web:p', ['-a -t 10.96.0.10:80 -r 10.244.2.5:8080 -m -w 1']]]);
+    assert.deepEqual(
+      diff.groups.map((group) => [group.servicePort, group.added]),
+      [['default/web:p', ['-a -t 10.96.0.10:80 -r 10.244.2.5:8080 -m -w 1']]],
+    );
     const drifted = await runtime.trace({packet, service: 'default/web'});
     assert.equal(drifted.drifted, true);
     assert.equal(drifted.branches.length, 1);

@@ -45,14 +45,21 @@ test('DaemonSet: host network, node-critical, capabilities, lock file, modules, 
   const [account] = documents('rbac.yaml');
   const [configMap] = documents('configmap.yaml');
   assert.equal(pod.serviceAccountName, account.metadata.name, 'runs as the ServiceAccount rbac.yaml grants');
-  assert.equal(pod.volumes.find((volume: any) => volume.name === 'config')?.configMap?.name, configMap.metadata.name, 'mounts the ConfigMap');
+  assert.equal(
+    pod.volumes.find((volume: any) => volume.name === 'config')?.configMap?.name,
+    configMap.metadata.name,
+    'mounts the ConfigMap',
+  );
   assert.equal(daemonSet.metadata.namespace, 'kube-system');
   assert.equal(daemonSet.spec.template.metadata.labels['app.kubernetes.io/name'], 'proxyctl-agent');
   assert.equal(daemonSet.spec.updateStrategy.type, 'RollingUpdate');
   assert.equal(pod.hostNetwork, true);
   assert.equal(pod.priorityClassName, 'system-node-critical');
   assert.ok(pod.tolerations.some((toleration: any) => toleration.operator === 'Exists'));
-  assert.ok(container.securityContext.privileged || ['NET_ADMIN', 'NET_RAW'].every((cap) => container.securityContext.capabilities.add.includes(cap)));
+  assert.ok(
+    container.securityContext.privileged ||
+      ['NET_ADMIN', 'NET_RAW'].every((cap) => container.securityContext.capabilities.add.includes(cap)),
+  );
   assert.deepEqual([container.readinessProbe.httpGet.path, container.readinessProbe.httpGet.port], ['/healthz', 10256]);
   assert.deepEqual([container.livenessProbe.httpGet.path, container.livenessProbe.httpGet.port], ['/livez', 10256]);
   const mounts = Object.fromEntries(container.volumeMounts.map((mount: any) => [mount.mountPath, mount]));
@@ -66,7 +73,8 @@ test('DaemonSet: host network, node-critical, capabilities, lock file, modules, 
 test('the image has the netfilter tools on Node 24 (Debian)', () => {
   const dockerfile = readFileSync(new URL('../../manifests/Dockerfile', import.meta.url), 'utf8');
   assert.match(dockerfile, /^FROM node:24-bookworm/m);
-  for (const pkg of ['iptables', 'nftables', 'ipset', 'ipvsadm', 'conntrack', 'nfacct']) assert.match(dockerfile, new RegExp(`\\b${pkg}\\b`));
+  for (const pkg of ['iptables', 'nftables', 'ipset', 'ipvsadm', 'conntrack', 'nfacct'])
+    assert.match(dockerfile, new RegExp(`\\b${pkg}\\b`));
 });
 
 test('the image starts the agent as bin/proxyctl-agent does: same Node flags, same memory settings, the tree-shaken client-node', () => {
@@ -103,7 +111,11 @@ describe('the RBAC manifests applied with kubectl to the lab API server', () => 
   let dir: string;
   let kubectlPath: string;
   const kubectl = async (...args: string[]) => {
-    const result = await execa(kubectlPath, ['--kubeconfig', join(dir, 'kubeconfig'), ...args], {env: {HOME: dir, NO_COLOR: '1'}, reject: false, timeout: 30_000});
+    const result = await execa(kubectlPath, ['--kubeconfig', join(dir, 'kubeconfig'), ...args], {
+      env: {HOME: dir, NO_COLOR: '1'},
+      reject: false,
+      timeout: 30_000,
+    });
     assert.equal(result.exitCode, 0, `kubectl ${args.join(' ')}: ${String(result.stderr)}`);
     return String(result.stdout);
   };
@@ -112,13 +124,30 @@ describe('the RBAC manifests applied with kubectl to the lab API server', () => 
     const review = {
       apiVersion: 'authorization.k8s.io/v1',
       kind: 'SubjectAccessReview',
-      spec: {user, groups, resourceAttributes: {verb: access.verb, resource: access.resource, subresource: access.subresource, group: access.group ?? '', namespace: access.namespace, name: access.name}},
+      spec: {
+        user,
+        groups,
+        resourceAttributes: {
+          verb: access.verb,
+          resource: access.resource,
+          subresource: access.subresource,
+          group: access.group ?? '',
+          namespace: access.namespace,
+          name: access.name,
+        },
+      },
     };
-    const result = await execa(kubectlPath, ['--kubeconfig', join(dir, 'kubeconfig'), 'create', '-f', '-', '-o', 'json'], {input: JSON.stringify(review), env: {HOME: dir}, reject: false, timeout: 30_000});
+    const result = await execa(kubectlPath, ['--kubeconfig', join(dir, 'kubeconfig'), 'create', '-f', '-', '-o', 'json'], {
+      input: JSON.stringify(review),
+      env: {HOME: dir},
+      reject: false,
+      timeout: 30_000,
+    });
     assert.equal(result.exitCode, 0, String(result.stderr));
     return (JSON.parse(String(result.stdout)) as {status: {allowed: boolean}}).status.allowed;
   };
-  const describeAccess = (access: Access) => `${access.verb} ${access.group ? `${access.group}/` : ''}${access.resource}${access.subresource ? `/${access.subresource}` : ''}${access.namespace ? ` in ${access.namespace}` : ''}`;
+  const describeAccess = (access: Access) =>
+    `${access.verb} ${access.group ? `${access.group}/` : ''}${access.resource}${access.subresource ? `/${access.subresource}` : ''}${access.namespace ? ` in ${access.namespace}` : ''}`;
 
   before(async () => {
     const script = await execa(join(repo, 'scripts/debian-kubectl.sh'), [], {reject: true});
@@ -132,8 +161,12 @@ describe('the RBAC manifests applied with kubectl to the lab API server', () => 
     if (dir) await rm(dir, {recursive: true, force: true});
   });
 
-  test('kubectl apply creates the agent\'s and the plugin users\' RBAC objects and the ConfigMap', async () => {
-    const applied = (await kubectl('apply', '-f', manifest('rbac.yaml'), '-f', manifest('configmap.yaml'), '-f', manifest('plugin-rbac.yaml'))).trim().split('\n');
+  test("kubectl apply creates the agent's and the plugin users' RBAC objects and the ConfigMap", async () => {
+    const applied = (
+      await kubectl('apply', '-f', manifest('rbac.yaml'), '-f', manifest('configmap.yaml'), '-f', manifest('plugin-rbac.yaml'))
+    )
+      .trim()
+      .split('\n');
     assert.deepEqual(applied, [
       'serviceaccount/proxyctl-agent created',
       'clusterrole.rbac.authorization.k8s.io/proxyctl-agent created',
@@ -144,9 +177,11 @@ describe('the RBAC manifests applied with kubectl to the lab API server', () => 
       'clusterrole.rbac.authorization.k8s.io/proxyctl-user created',
       'clusterrolebinding.rbac.authorization.k8s.io/proxyctl-users created',
     ]);
-    const stored = JSON.parse(await kubectl('get', 'configmap', '-n', 'kube-system', 'proxyctl-agent', '-o', 'json')) as {data: Record<string, string>};
+    const stored = JSON.parse(await kubectl('get', 'configmap', '-n', 'kube-system', 'proxyctl-agent', '-o', 'json')) as {
+      data: Record<string, string>;
+    };
     const {config} = loadAgentConfig(['--config', 'config.conf'], () => stored.data['config.conf']);
-    assert.equal(config.mode, 'iptables', 'the stored ConfigMap loads as the agent\'s settings');
+    assert.equal(config.mode, 'iptables', "the stored ConfigMap loads as the agent's settings");
   });
 
   test("the agent's ServiceAccount may do what the agent does, and no more", async () => {
@@ -195,6 +230,10 @@ describe('the RBAC manifests applied with kubectl to the lab API server', () => 
     ]) {
       assert.equal(await allowed(user, member, access), false, `proxyctl-users may not ${describeAccess(access)}`);
     }
-    assert.equal(await allowed('mallory', ['system:authenticated'], plugin[1]), false, 'someone outside the group may not port-forward to an agent');
+    assert.equal(
+      await allowed('mallory', ['system:authenticated'], plugin[1]),
+      false,
+      'someone outside the group may not port-forward to an agent',
+    );
   });
 });

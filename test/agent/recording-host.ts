@@ -3,7 +3,15 @@
 // the next commands fail or change rules behind the agent's back.
 import type {IPFamily} from '../../src/core/model/index.ts';
 import type {IptablesTable} from '../../src/core/iptables/chains.ts';
-import {type ConntrackFilter, type Host, HostCommandError, type IptablesFrontEnd, type RestoreInput, type RestoreOptions, restoreInputText} from '../../src/agent/host/host.ts';
+import {
+  type ConntrackFilter,
+  type Host,
+  HostCommandError,
+  type IptablesFrontEnd,
+  type RestoreInput,
+  type RestoreOptions,
+  restoreInputText,
+} from '../../src/agent/host/host.ts';
 
 const builtinChains: Record<IptablesTable, string[]> = {
   filter: ['INPUT', 'FORWARD', 'OUTPUT'],
@@ -95,7 +103,13 @@ export class RecordingHost implements Host {
     return this.table(family, table).get(chain)?.includes(joinRule(rule)) ?? false;
   }
 
-  async iptablesAddRule(family: IPFamily, table: IptablesTable, chain: string, rule: string[], position: 'prepend' | 'append'): Promise<void> {
+  async iptablesAddRule(
+    family: IPFamily,
+    table: IptablesTable,
+    chain: string,
+    rule: string[],
+    position: 'prepend' | 'append',
+  ): Promise<void> {
     this.calls.push(`iptables ${position === 'prepend' ? '-I' : '-A'} ${family} ${table} ${chain}`);
     this.tamper(family, table, `${position === 'prepend' ? '-I' : '-A'} ${chain} ${joinRule(rule)}`);
   }
@@ -129,7 +143,9 @@ export class RecordingHost implements Host {
     else if (verb === 'add') throw new HostCommandError(['nfacct', ...args], 1, 'nfacct v1.0.2: error: File exists');
     const packets = this.nfacctObjects.get(name);
     if (packets === undefined) throw new HostCommandError(['nfacct', ...args], 1, 'nfacct v1.0.2: error: No such file or directory');
-    return verb === 'get' ? `{ pkts = ${String(packets).padStart(20, '0')}, bytes = ${String(packets * 60).padStart(20, '0')} } = ${name};\n` : '';
+    return verb === 'get'
+      ? `{ pkts = ${String(packets).padStart(20, '0')}, bytes = ${String(packets * 60).padStart(20, '0')} } = ${name};\n`
+      : '';
   }
 
   async nft(args: string[]): Promise<string> {
@@ -160,7 +176,12 @@ export class RecordingHost implements Host {
 
   async sysctlRead(name: string): Promise<string> {
     const value = this.sysctls.get(name);
-    if (value === undefined) throw new HostCommandError(['sysctl', '-n', name], 255, `sysctl: cannot stat /proc/sys/${name.replaceAll('.', '/')}: No such file or directory`);
+    if (value === undefined)
+      throw new HostCommandError(
+        ['sysctl', '-n', name],
+        255,
+        `sysctl: cannot stat /proc/sys/${name.replaceAll('.', '/')}: No such file or directory`,
+      );
     return value;
   }
 

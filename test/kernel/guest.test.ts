@@ -34,7 +34,11 @@ describe('the qemu guest and directories under its fresh mounts', () => {
     try {
       writeFileSync(join(checkout, 'marker'), 'host file\n');
       const result = await runInGuest('cat marker; echo guest file > written; cat written; pwd', {cwd: checkout, timeoutMs: 150_000});
-      assert.equal(result.exitCode, 0, `the guest could not run in ${checkout} (exit ${result.exitCode}):\n${result.stdout}\n${result.stderr}\n${result.consoleLog}`);
+      assert.equal(
+        result.exitCode,
+        0,
+        `the guest could not run in ${checkout} (exit ${result.exitCode}):\n${result.stdout}\n${result.stderr}\n${result.consoleLog}`,
+      );
       assert.equal(result.stdout, `host file\nguest file\n${checkout}\n`);
       assert.equal(readFileSync(join(checkout, 'marker'), 'utf8'), 'host file\n', 'the host checkout is unchanged');
       assert.throws(() => readFileSync(join(checkout, 'written')), /ENOENT/, "the guest's writes stay in the guest");

@@ -18,12 +18,19 @@ export function itRunsInGuest(fileUrl: string, options: {timeoutMs: number; memo
     const result = await runTestFileInGuest(file, {memoryMiB: options.memoryMiB ?? 2048, timeoutMs: options.timeoutMs});
     if (result.crashedFirstRun) {
       // Each of its lines marked as the guest's, so that its own test report is not taken for this run's.
-      const output = `${result.crashedFirstRun.stdout}\n${result.crashedFirstRun.stderr}`.split('\n').map((line) => `guest's first run | ${line}`);
+      const output = `${result.crashedFirstRun.stdout}\n${result.crashedFirstRun.stderr}`
+        .split('\n')
+        .map((line) => `guest's first run | ${line}`);
       t.diagnostic(`the guest's first run ended before any test started and was run again:\n${output.join('\n')}`);
     }
-    for (const line of result.stdout.split('\n').filter((text) => /^ℹ (tests|pass|fail|skipped|duration_ms)|^\s+[✔✖] /.test(text))) t.diagnostic(`guest: ${line.trim()}`);
+    for (const line of result.stdout.split('\n').filter((text) => /^ℹ (tests|pass|fail|skipped|duration_ms)|^\s+[✔✖] /.test(text)))
+      t.diagnostic(`guest: ${line.trim()}`);
     t.diagnostic(`guest run: ${Math.round(result.durationMs / 1000)} s from boot to poweroff`);
-    assert.equal(result.exitCode, 0, `the guest's test run failed (exit ${result.exitCode}${result.timedOut ? ', timed out' : ''}):\n${result.stdout}\n${result.stderr}\n${result.exitCode === undefined ? result.consoleLog : ''}`);
+    assert.equal(
+      result.exitCode,
+      0,
+      `the guest's test run failed (exit ${result.exitCode}${result.timedOut ? ', timed out' : ''}):\n${result.stdout}\n${result.stderr}\n${result.exitCode === undefined ? result.consoleLog : ''}`,
+    );
     assert.match(result.stdout, /ℹ fail 0/, result.stdout);
     assert.match(result.stdout, /ℹ skipped 0/, `cases skipped in the guest:\n${result.stdout}`);
   });

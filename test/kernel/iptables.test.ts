@@ -15,7 +15,10 @@ for (const frontEnd of ['nft', 'legacy'] as const) {
   const savedRules = new Map<string, string>();
 
   /** trace walks the rules read back from the entry node. */
-  const trace: NodeTracer = (entry, sender, target) => traceIptables(parseIptablesSave(savedRules.get(entry.name)!), firstPacket(sender, target), {localAddresses: scenario.localAddresses.get(entry.name)!});
+  const trace: NodeTracer = (entry, sender, target) =>
+    traceIptables(parseIptablesSave(savedRules.get(entry.name)!), firstPacket(sender, target), {
+      localAddresses: scenario.localAddresses.get(entry.name)!,
+    });
 
   describe(`iptables rules in the kernel (iptables-${frontEnd})`, {concurrency: false, timeout: 120_000}, () => {
     before(async () => {

@@ -16,7 +16,16 @@ import {parseBoundAddresses, parseIpsetSave, parseIpvsadmSave} from '../../src/c
 import {execInNamespace, spawnInNamespace} from '../../src/lab/netns/index.ts';
 import {hostHasIpvs} from '../../scripts/qemu/guest.ts';
 import {itRunsInGuest} from './in-guest.ts';
-import {AgentChild, kernelUnavailable, type LiveCluster, probe, repliedPods, serviceObject, startLiveCluster, until} from '../agent/live/live-cluster.ts';
+import {
+  AgentChild,
+  kernelUnavailable,
+  type LiveCluster,
+  probe,
+  repliedPods,
+  serviceObject,
+  startLiveCluster,
+  until,
+} from '../agent/live/live-cluster.ts';
 import {freeLoopbackPorts} from '../../src/lab/agent-process.ts';
 import {AgentClient} from '../../src/plugin/lib/agent-client.ts';
 
@@ -87,7 +96,10 @@ describe('agent in ipvs mode on a kernel with IP_VS', {concurrency: false, timeo
     await writeFile(kubeconfig, cluster.server.kubeconfig(), {mode: 0o600});
     const [healthz, metrics, api] = await freeLoopbackPorts(3);
     apiPort = api;
-    const agent = new AgentChild(cluster.node(0), kubeconfig, [healthz, metrics], {verbosity: 2, extraFlags: ['--config', file, `--api-bind-address=127.0.0.1:${api}`]});
+    const agent = new AgentChild(cluster.node(0), kubeconfig, [healthz, metrics], {
+      verbosity: 2,
+      extraFlags: ['--config', file, `--api-bind-address=127.0.0.1:${api}`],
+    });
     cluster.agents.push(agent);
     agent.start();
     try {
@@ -109,7 +121,13 @@ describe('agent in ipvs mode on a kernel with IP_VS', {concurrency: false, timeo
     assert.deepEqual(agent.logged(/falling back/), [], agent.lines.join('\n'));
     await agent.waitForLog(/agent started.*mode=ipvs/);
     await inNode(['ip', 'link', 'show', 'kube-ipvs0']);
-    for (const [name, value] of [['net.ipv4.vs.conntrack', '1'], ['net.ipv4.vs.expire_nodest_conn', '1'], ['net.ipv4.vs.expire_quiescent_template', '1'], ['net.ipv4.conf.all.arp_ignore', '1'], ['net.ipv4.conf.all.arp_announce', '2']]) {
+    for (const [name, value] of [
+      ['net.ipv4.vs.conntrack', '1'],
+      ['net.ipv4.vs.expire_nodest_conn', '1'],
+      ['net.ipv4.vs.expire_quiescent_template', '1'],
+      ['net.ipv4.conf.all.arp_ignore', '1'],
+      ['net.ipv4.conf.all.arp_announce', '2'],
+    ]) {
       assert.equal((await inNode(['sysctl', '-n', name])).trim(), value, name);
     }
     assert.match(await inNode(['ipvsadm', '-L', '--timeout']), /Timeout \(tcp tcpfin udp\): \d+ 2 \d+/, 'tcpFinTimeout 2s');
@@ -120,17 +138,27 @@ describe('agent in ipvs mode on a kernel with IP_VS', {concurrency: false, timeo
     if (!c) return;
     c.server.store.create('services', serviceObject('web', {app: 'web'}), 'default');
     const vip = clusterIPOf('web');
-    await until('the virtual server of web with both pods', async () => {
-      const server = (await virtualServers()).find((candidate) => candidate.address === vip && candidate.port === 80);
-      return server?.realServers.length === 2;
-    }, 30_000);
+    await until(
+      'the virtual server of web with both pods',
+      async () => {
+        const server = (await virtualServers()).find((candidate) => candidate.address === vip && candidate.port === 80);
+        return server?.realServers.length === 2;
+      },
+      30_000,
+    );
     const server = (await virtualServers()).find((candidate) => candidate.address === vip && candidate.port === 80)!;
     assert.equal(server.scheduler, 'rr');
-    assert.deepEqual(server.realServers.map((real) => `${real.address}:${real.port}:${real.weight}`).sort(), [`${podIP('pod-0-1')}:8080:1`, `${podIP('pod-0-2')}:8080:1`].sort());
+    assert.deepEqual(
+      server.realServers.map((real) => `${real.address}:${real.port}:${real.weight}`).sort(),
+      [`${podIP('pod-0-1')}:8080:1`, `${podIP('pod-0-2')}:8080:1`].sort(),
+    );
     assert.ok((await boundAddresses()).includes(vip), 'the ClusterIP is on kube-ipvs0');
     const clusterSet = parseIpsetSave(await inNode(['ipset', 'save'])).find((set) => set.name === 'KUBE-CLUSTER-IP')!;
     assert.ok(clusterSet.entries.includes(`${vip},tcp:80`), clusterSet.entries.join(' '));
-    const pods = repliedPods(await probe(c.pod('pod-0-0').namespace, {protocol: 'tcp', host: vip, port: 80, timeoutMs: 4000}, 6), 'web from pod-0-0');
+    const pods = repliedPods(
+      await probe(c.pod('pod-0-0').namespace, {protocol: 'tcp', host: vip, port: 80, timeoutMs: 4000}, 6),
+      'web from pod-0-0',
+    );
     assert.deepEqual([...new Set(pods)].sort(), ['pod-0-1', 'pod-0-2'], 'rr spreads over both endpoints');
   });
 
@@ -144,7 +172,9 @@ describe('agent in ipvs mode on a kernel with IP_VS', {concurrency: false, timeo
       const diff = await client.call('diff', {});
       assert.equal(diff.equal, true, diff.text);
       const vip = clusterIPOf('web');
-      const trace = await client.call('trace', {packet: {srcIP: podIP('pod-0-0'), dstIP: vip, dstPort: 80, protocol: 'TCP', origin: 'arriving'}});
+      const trace = await client.call('trace', {
+        packet: {srcIP: podIP('pod-0-0'), dstIP: vip, dstPort: 80, protocol: 'TCP', origin: 'arriving'},
+      });
       assert.equal(trace.servicePort, 'default/web:http');
       assert.equal(trace.drifted, false);
       assert.deepEqual(trace.branches.length, 2, JSON.stringify(trace.branches));
@@ -159,11 +189,17 @@ describe('agent in ipvs mode on a kernel with IP_VS', {concurrency: false, timeo
     if (!c) return;
     const vip = clusterIPOf('web');
     // A connection that stays open: the demo server keeps an idle HTTP connection.
-    const holder = spawnInNamespace(c.pod('pod-0-0').namespace, [process.execPath, '-e', `const s=require('node:net').connect(80,${JSON.stringify(vip)});s.on('connect',()=>console.log('open'));s.on('error',()=>{});setInterval(()=>{},1000)`]);
+    const holder = spawnInNamespace(c.pod('pod-0-0').namespace, [
+      process.execPath,
+      '-e',
+      `const s=require('node:net').connect(80,${JSON.stringify(vip)});s.on('connect',()=>console.log('open'));s.on('error',()=>{});setInterval(()=>{},1000)`,
+    ]);
     t.after(() => holder.kill('SIGKILL'));
     let held: string | undefined;
     await until('the held connection in ipvsadm -Lnc', async () => {
-      const line = (await inNode(['ipvsadm', '-Lnc'])).split('\n').find((text) => text.includes(`${vip}:80`) && text.includes('ESTABLISHED'));
+      const line = (await inNode(['ipvsadm', '-Lnc']))
+        .split('\n')
+        .find((text) => text.includes(`${vip}:80`) && text.includes('ESTABLISHED'));
       held = line?.trim().split(/\s+/)[5];
       return held !== undefined;
     });
@@ -177,16 +213,26 @@ describe('agent in ipvs mode on a kernel with IP_VS', {concurrency: false, timeo
       return server?.realServers.some((real) => real.address === heldIP && real.weight === 0) ?? false;
     });
     // Draining: new connections go to the other endpoint only, while the real server stays.
-    const others = repliedPods(await probe(c.pod('pod-0-0').namespace, {protocol: 'tcp', host: vip, port: 80, timeoutMs: 4000}, 4), 'web while draining');
+    const others = repliedPods(
+      await probe(c.pod('pod-0-0').namespace, {protocol: 'tcp', host: vip, port: 80, timeoutMs: 4000}, 4),
+      'web while draining',
+    );
     assert.deepEqual([...new Set(others)], [heldPod === 'pod-0-1' ? 'pod-0-2' : 'pod-0-1']);
     const server = (await virtualServers()).find((candidate) => candidate.address === vip && candidate.port === 80)!;
-    assert.ok(server.realServers.some((real) => real.address === heldIP), 'still there while its connection lives');
+    assert.ok(
+      server.realServers.some((real) => real.address === heldIP),
+      'still there while its connection lives',
+    );
 
     holder.kill('SIGKILL');
-    const ms = await until(`${heldPod}'s real server deleted`, async () => {
-      const current = (await virtualServers()).find((candidate) => candidate.address === vip && candidate.port === 80);
-      return current !== undefined && !current.realServers.some((real) => real.address === heldIP);
-    }, 30_000);
+    const ms = await until(
+      `${heldPod}'s real server deleted`,
+      async () => {
+        const current = (await virtualServers()).find((candidate) => candidate.address === vip && candidate.port === 80);
+        return current !== undefined && !current.realServers.some((real) => real.address === heldIP);
+      },
+      30_000,
+    );
     t.diagnostic(`real server deleted ${ms} ms after its last connection closed`);
     assert.ok(c.agents[0].logged(/real server draining at weight 0/).length > 0);
   });
@@ -199,10 +245,17 @@ describe('agent in ipvs mode on a kernel with IP_VS', {concurrency: false, timeo
     await until('web gone from IPVS, the sets and kube-ipvs0', async () => {
       const servers = await virtualServers();
       const sets = parseIpsetSave(await inNode(['ipset', 'save']));
-      return !servers.some((server) => server.address === vip) && !(await boundAddresses()).includes(vip) && !sets.some((set) => set.entries.some((entry) => entry.startsWith(`${vip},`)));
+      return (
+        !servers.some((server) => server.address === vip) &&
+        !(await boundAddresses()).includes(vip) &&
+        !sets.some((set) => set.entries.some((entry) => entry.startsWith(`${vip},`)))
+      );
     });
     // The kubernetes Service stays.
-    assert.ok((await virtualServers()).some((server) => server.port === 443), 'the default kubernetes Service keeps its virtual server');
+    assert.ok(
+      (await virtualServers()).some((server) => server.port === 443),
+      'the default kubernetes Service keeps its virtual server',
+    );
   });
 
   it('--cleanup removes virtual servers, KUBE- sets, kube-ipvs0 and the iptables layer; foreign state stays', async (t) => {
@@ -217,12 +270,23 @@ describe('agent in ipvs mode on a kernel with IP_VS', {concurrency: false, timeo
     const namespace = c.node(0).namespace;
     // proxyctl-agent's main with the flags, in this process: a second Node start costs half a minute under emulation.
     assert.equal(await agentMain(['--cleanup', '--netns', namespace, '--v', '2']), 0);
-    assert.deepEqual((await virtualServers()).map((server) => `${server.address}:${server.port}`), ['192.0.2.10:80']);
+    assert.deepEqual(
+      (await virtualServers()).map((server) => `${server.address}:${server.port}`),
+      ['192.0.2.10:80'],
+    );
     const sets = parseIpsetSave(await inNode(['ipset', 'save']), '');
-    assert.deepEqual(sets.map((set) => set.name), ['foreign-set']);
-    const link = await inNode(['ip', 'link', 'show', 'kube-ipvs0']).then(() => 'present', () => 'gone');
+    assert.deepEqual(
+      sets.map((set) => set.name),
+      ['foreign-set'],
+    );
+    const link = await inNode(['ip', 'link', 'show', 'kube-ipvs0']).then(
+      () => 'present',
+      () => 'gone',
+    );
     assert.equal(link, 'gone', 'kube-ipvs0 is gone');
-    const saved = (await inNode(['iptables-save'])).split('\n').filter((line) => /KUBE-/.test(line) && !/KUBE-(FIREWALL|KUBELET-CANARY|MARK-DROP)/.test(line));
+    const saved = (await inNode(['iptables-save']))
+      .split('\n')
+      .filter((line) => /KUBE-/.test(line) && !/KUBE-(FIREWALL|KUBELET-CANARY|MARK-DROP)/.test(line));
     assert.deepEqual(saved, [], 'no KUBE- chain or rule of the proxy remains');
     assert.match(await inNode(['iptables-save', '-t', 'nat']), /:FOREIGN-CHAIN/);
   });

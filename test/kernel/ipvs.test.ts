@@ -25,13 +25,24 @@ import {execInNamespace, type NodeDescription} from '../../src/lab/netns/index.t
 import {hostHasIpvs} from '../../scripts/qemu/guest.ts';
 import {itRunsInGuest} from './in-guest.ts';
 import {demoPorts, kernelUnavailable, nodeAddresses, restoreIptables, saveIptables} from './namespace-lab.ts';
-import {clusterIPs, firstPacket, type ModeBehaviour, type NodeTracer, replies, ServiceScenario, sharedServiceCases, slice} from './service-scenario.ts';
+import {
+  clusterIPs,
+  firstPacket,
+  type ModeBehaviour,
+  type NodeTracer,
+  replies,
+  ServiceScenario,
+  sharedServiceCases,
+  slice,
+} from './service-scenario.ts';
 
 /** Where this file's cases run: here (root, kernel with IP_VS), in a qemu guest, or nowhere (and why). */
 const inGuest = process.env.PROXYCTL_IN_GUEST === '1';
 const runHere = !kernelUnavailable && (inGuest || hostHasIpvs());
 
-const scenario = new ServiceScenario(() => (kernelUnavailable ? `needs root: ${kernelUnavailable}` : 'runs in the qemu guest (see the guest case)'));
+const scenario = new ServiceScenario(() =>
+  kernelUnavailable ? `needs root: ${kernelUnavailable}` : 'runs in the qemu guest (see the guest case)',
+);
 const desiredStates = new Map<string, IpvsState>();
 const appliedStates = new Map<string, IpvsState>();
 
@@ -40,7 +51,14 @@ const appliedStates = new Map<string, IpvsState>();
  * answers instead of a DROP rule), rr spreads exactly evenly, hairpin is masqueraded through
  * KUBE-LOOP-BACK, and the emulated guest is slower.
  */
-const ipvsBehaviour: ModeBehaviour = {noLocalEndpoint: 'not-delivered', hairpinSource: 'masqueraded', spread: 'round-robin', probeTimeoutMs: 4000, dropTimeoutMs: 2000, refusalWithinMs: 2000};
+const ipvsBehaviour: ModeBehaviour = {
+  noLocalEndpoint: 'not-delivered',
+  hairpinSource: 'masqueraded',
+  spread: 'round-robin',
+  probeTimeoutMs: 4000,
+  dropTimeoutMs: 2000,
+  refusalWithinMs: 2000,
+};
 
 /** desiredFor renders what the proxy on `entry` wants for these objects. */
 function desiredFor(entry: NodeDescription, slices: EndpointSliceInput[]): IpvsState {
@@ -51,7 +69,14 @@ function desiredFor(entry: NodeDescription, slices: EndpointSliceInput[]): IpvsS
 async function applyIpvsState(entry: NodeDescription, state: IpvsState): Promise<void> {
   const inNode = (command: string[], input?: string) => execInNamespace(entry.namespace, command, input === undefined ? {} : {input});
   // kube-proxy's ipvs sysctls: conntrack for the iptables layer's masquerade, quick expiry of dead real servers.
-  await inNode(['sysctl', '-qw', 'net.ipv4.ip_forward=1', 'net.ipv4.vs.conntrack=1', 'net.ipv4.vs.expire_nodest_conn=1', 'net.ipv4.vs.expire_quiescent_template=1']);
+  await inNode([
+    'sysctl',
+    '-qw',
+    'net.ipv4.ip_forward=1',
+    'net.ipv4.vs.conntrack=1',
+    'net.ipv4.vs.expire_nodest_conn=1',
+    'net.ipv4.vs.expire_quiescent_template=1',
+  ]);
   await inNode(['ip', 'link', 'add', 'kube-ipvs0', 'type', 'dummy']);
   for (const address of state.boundAddresses) await inNode(['ip', 'addr', 'add', `${address}/32`, 'dev', 'kube-ipvs0']);
   await inNode(['ipset', 'restore'], formatIpsetRestore(state.sets, state.family));
@@ -71,7 +96,8 @@ async function readIpvsState(entry: NodeDescription): Promise<IpvsState> {
   };
 }
 
-const trace: NodeTracer = (entry, sender, target) => traceIpvs(appliedStates.get(entry.name)!, firstPacket(sender, target), {localAddresses: scenario.localAddresses.get(entry.name)!});
+const trace: NodeTracer = (entry, sender, target) =>
+  traceIpvs(appliedStates.get(entry.name)!, firstPacket(sender, target), {localAddresses: scenario.localAddresses.get(entry.name)!});
 
 describe('ipvs mode in a kernel with IP_VS', {concurrency: false, timeout: 900_000}, () => {
   if (!runHere && !kernelUnavailable) {
@@ -108,23 +134,34 @@ describe('ipvs mode in a kernel with IP_VS', {concurrency: false, timeout: 900_0
     if (!scenario.skipUnlessLab(t)) return;
     const entry = scenario.node(0);
     const at = (name: string) => scenario.at(name);
-    const slices = scenario.slices.map((candidate) => (candidate.metadata?.name === 'web-1' ? slice('web', [at('pod-0-1'), at('pod-0-2')], true) : candidate));
+    const slices = scenario.slices.map((candidate) =>
+      candidate.metadata?.name === 'web-1' ? slice('web', [at('pod-0-1'), at('pod-0-2')], true) : candidate,
+    );
     const desired = desiredFor(entry, slices);
     const plan = planIpvsSync(desired, await readIpvsState(entry));
     const removed = `TCP ${clusterIPs.web}:80 -> ${at('pod-1-0').ip}:${demoPorts.http}`;
     assert.ok(plan.draining.includes(removed), `draining ${plan.draining.join(', ')}`);
     assert.deepEqual([plan.bind, plan.unbind], [[], []]);
-    assert.ok(plan.ipvsadm.trim().split('\n').length <= 2 && plan.ipvsadm.includes('-w 0'), `only the changed real servers:\n${plan.ipvsadm}`);
+    assert.ok(
+      plan.ipvsadm.trim().split('\n').length <= 2 && plan.ipvsadm.includes('-w 0'),
+      `only the changed real servers:\n${plan.ipvsadm}`,
+    );
     // ipvsadm -R adds to the table; ipvsadm-restore would clear it first.
     await execInNamespace(entry.namespace, ['ipvsadm', '-R'], {input: plan.ipvsadm});
     if (plan.ipset) await execInNamespace(entry.namespace, ['ipset', 'restore'], {input: plan.ipset});
 
     const after = await readIpvsState(entry);
     const web = after.virtualServers.find((server) => server.address === clusterIPs.web && server.port === 80)!;
-    assert.deepEqual(web.realServers.map((real) => `${real.address}:${real.weight}`).sort(), [`${at('pod-0-1').ip}:1`, `${at('pod-0-2').ip}:1`, `${at('pod-1-0').ip}:0`].sort());
+    assert.deepEqual(
+      web.realServers.map((real) => `${real.address}:${real.weight}`).sort(),
+      [`${at('pod-0-1').ip}:1`, `${at('pod-0-2').ip}:1`, `${at('pod-1-0').ip}:0`].sort(),
+    );
     assert.equal(planIpvsSync(desired, after).changes, 0, 'nothing left to change while the endpoint drains');
     const sender = scenario.pod('pod-0-0');
-    const results = replies(await scenario.send(sender, {protocol: 'tcp', ip: clusterIPs.web, port: 80}, 10, ipvsBehaviour.probeTimeoutMs), 'after the incremental sync');
+    const results = replies(
+      await scenario.send(sender, {protocol: 'tcp', ip: clusterIPs.web, port: 80}, 10, ipvsBehaviour.probeTimeoutMs),
+      'after the incremental sync',
+    );
     assert.deepEqual([...new Set(results.map((result) => result.reply.pod))].sort(), ['pod-0-1', 'pod-0-2']);
 
     // Both of the service's ports (TCP 80 and UDP 53) drained pod-1-0.

@@ -19,11 +19,22 @@ async function droppedCIDRs(c: LiveCluster): Promise<string[]> {
   const {stdout} = await execInNamespace(c.node(0).namespace, ['nft', 'list', 'chain', 'ip', 'kube-proxy', 'cluster-ips-check']);
   const rule = stdout.split('\n').find((line) => line.includes('Drop traffic to unallocated ClusterIPs'));
   const match = rule ? /ip daddr (\{ [^}]+ \}|\S+) drop/.exec(rule) : null;
-  return match ? match[1].replace(/[{}]/g, '').split(',').map((cidr) => cidr.trim()).filter(Boolean).sort() : [];
+  return match
+    ? match[1]
+        .replace(/[{}]/g, '')
+        .split(',')
+        .map((cidr) => cidr.trim())
+        .filter(Boolean)
+        .sort()
+    : [];
 }
 
 async function waitForDrop(c: LiveCluster, expected: string[]): Promise<void> {
-  await until(`the drop rule for ${expected.join(',') || 'nothing'}`, async () => JSON.stringify(await droppedCIDRs(c)) === JSON.stringify([...expected].sort()), 20_000);
+  await until(
+    `the drop rule for ${expected.join(',') || 'nothing'}`,
+    async () => JSON.stringify(await droppedCIDRs(c)) === JSON.stringify([...expected].sort()),
+    20_000,
+  );
 }
 
 /** What a new TCP connection from pod-0-0 to address:80 meets. */
@@ -34,7 +45,13 @@ async function connect(c: LiveCluster, address: string, port = 80): Promise<Prob
 
 describe('nftables mode drops traffic to unused addresses of the service CIDRs', {concurrency: false, timeout: 180_000}, () => {
   const {live} = liveClusterSuite(
-    {nodes: 1, podsPerNode: 2, externalClients: 0, servers: {'pod-0-1': {app: 'web'}}, agent: {extraFlags: ['--proxy-mode=nftables', `--service-cluster-ip-range=${flagCIDR}`]}},
+    {
+      nodes: 1,
+      podsPerNode: 2,
+      externalClients: 0,
+      servers: {'pod-0-1': {app: 'web'}},
+      agent: {extraFlags: ['--proxy-mode=nftables', `--service-cluster-ip-range=${flagCIDR}`]},
+    },
     async (cluster) => {
       cluster.server.store.create('services', serviceObject('web', {app: 'web'}), 'default');
     },
@@ -46,7 +63,9 @@ describe('nftables mode drops traffic to unused addresses of the service CIDRs',
     await waitForDrop(c, ['10.96.0.0/12']);
     const web = c.clusterIPOf('web');
     await until('web answers', async () => (await connect(c, web)) === 'reply', 20_000);
-    assert.deepEqual(repliedPods(await probe(c.pod('pod-0-0').namespace, {protocol: 'tcp', host: web, port: 80, timeoutMs: 3000}), 'web'), ['pod-0-1']);
+    assert.deepEqual(repliedPods(await probe(c.pod('pod-0-0').namespace, {protocol: 'tcp', host: web, port: 80, timeoutMs: 3000}), 'web'), [
+      'pod-0-1',
+    ]);
     assert.equal(await connect(c, unusedServiceIP), 'timeout', `${unusedServiceIP} is in 10.96.0.0/12 and no ClusterIP`);
     assert.equal(await connect(c, web, 81), 'refused', 'a ClusterIP port no service defines is rejected');
     // While ServiceCIDR objects exist, the flag's range is not used: the upstream refuses.

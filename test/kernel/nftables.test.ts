@@ -6,19 +6,50 @@
 // primary IP only) and partial transactions.
 import assert from 'node:assert/strict';
 import {after, before, describe, it} from 'node:test';
-import {buildProxyModel, changedServicePorts, type EndpointSliceInput, type ProxyModel, type ServiceInput} from '../../src/core/model/index.ts';
-import {diffNftables, parseNftablesJson, parseNftablesScript, renderNftables, renderNftablesSync, traceNftables, type NftablesState, type NftRuleset} from '../../src/core/nftables/index.ts';
+import {
+  buildProxyModel,
+  changedServicePorts,
+  type EndpointSliceInput,
+  type ProxyModel,
+  type ServiceInput,
+} from '../../src/core/model/index.ts';
+import {
+  diffNftables,
+  parseNftablesJson,
+  parseNftablesScript,
+  renderNftables,
+  renderNftablesSync,
+  traceNftables,
+  type NftablesState,
+  type NftRuleset,
+} from '../../src/core/nftables/index.ts';
 import {createNamespace, deleteNamespace, execInNamespace, newNamespacePrefix, type NodeDescription} from '../../src/lab/netns/index.ts';
 import {addChosenEndpointServices, registerChosenEndpointCases} from './chosen-endpoints.ts';
 import {kernelUnavailable, nodeAddresses} from './namespace-lab.ts';
-import {assertTraceAgrees, clusterIPs, describeTrace, firstPacket, nodePorts, type NodeTracer, replies, ServiceScenario, serviceCIDR, sharedServiceCases, slice, type Target} from './service-scenario.ts';
+import {
+  assertTraceAgrees,
+  clusterIPs,
+  describeTrace,
+  firstPacket,
+  nodePorts,
+  type NodeTracer,
+  replies,
+  ServiceScenario,
+  serviceCIDR,
+  sharedServiceCases,
+  slice,
+  type Target,
+} from './service-scenario.ts';
 
 const scenario = new ServiceScenario();
 const savedRules = new Map<string, string>();
 const syncStates = new Map<string, {model: ProxyModel; state: NftablesState; applied: NftRuleset}>();
 
 /** trace walks the table read back from the entry node. */
-const trace: NodeTracer = (entry, sender, target) => traceNftables(parseNftablesJson(savedRules.get(entry.name)!), firstPacket(sender, target), {localAddresses: scenario.localAddresses.get(entry.name)!});
+const trace: NodeTracer = (entry, sender, target) =>
+  traceNftables(parseNftablesJson(savedRules.get(entry.name)!), firstPacket(sender, target), {
+    localAddresses: scenario.localAddresses.get(entry.name)!,
+  });
 
 /**
  * assertSameTable: the table the kernel lists holds exactly the chains, rules and elements the
@@ -26,10 +57,29 @@ const trace: NodeTracer = (entry, sender, target) => traceNftables(parseNftables
  */
 function assertSameTable(expected: NftRuleset, listed: NftRuleset, what: string): void {
   const chains = (ruleset: NftRuleset) =>
-    Object.fromEntries([...ruleset.chains.values()].map((chain) => [chain.name, {hook: chain.hook, priority: chain.priority, rules: chain.rules.map((rule) => (rule.comment ? `${rule.text} comment "${rule.comment}"` : rule.text))}]));
+    Object.fromEntries(
+      [...ruleset.chains.values()].map((chain) => [
+        chain.name,
+        {
+          hook: chain.hook,
+          priority: chain.priority,
+          rules: chain.rules.map((rule) => (rule.comment ? `${rule.text} comment "${rule.comment}"` : rule.text)),
+        },
+      ]),
+    );
   const sets = (ruleset: NftRuleset) =>
     Object.fromEntries(
-      [...ruleset.sets.values()].map((set) => [set.name, set.name.startsWith('affinity-') ? [] : set.elements.map((element) => `${element.key}${element.comment ? ` comment ${element.comment}` : ''}${element.value !== undefined ? ` : ${element.value}` : ''}`).sort()]),
+      [...ruleset.sets.values()].map((set) => [
+        set.name,
+        set.name.startsWith('affinity-')
+          ? []
+          : set.elements
+              .map(
+                (element) =>
+                  `${element.key}${element.comment ? ` comment ${element.comment}` : ''}${element.value !== undefined ? ` : ${element.value}` : ''}`,
+              )
+              .sort(),
+      ]),
     );
   assert.deepEqual(chains(listed), chains(expected), `${what}: chains and rules`);
   assert.deepEqual(sets(listed), sets(expected), `${what}: sets and maps`);
@@ -46,7 +96,11 @@ async function listNftables(entry: NodeDescription): Promise<string> {
 
 /** conntrackEntries: the node's connection-tracking entries toward one address and port. */
 async function conntrackEntries(entry: NodeDescription, target: Target): Promise<string> {
-  const {stdout} = await execInNamespace(entry.namespace, ['sh', '-c', `conntrack -L -p ${target.protocol} -d ${target.ip} --dport ${target.port} 2>/dev/null || true`]);
+  const {stdout} = await execInNamespace(entry.namespace, [
+    'sh',
+    '-c',
+    `conntrack -L -p ${target.protocol} -d ${target.ip} --dport ${target.port} 2>/dev/null || true`,
+  ]);
   return stdout.trim();
 }
 
@@ -69,7 +123,8 @@ describe('nftables rules in the kernel', {concurrency: false, timeout: 120_000},
 
   it('the kernel lists the table exactly as the script wrote it', (t) => {
     if (!scenario.skipUnlessLab(t)) return;
-    for (const entry of scenario.lab!.topology.nodes) assertSameTable(syncStates.get(entry.name)!.applied, parseNftablesJson(savedRules.get(entry.name)!), entry.name);
+    for (const entry of scenario.lab!.topology.nodes)
+      assertSameTable(syncStates.get(entry.name)!.applied, parseNftablesJson(savedRules.get(entry.name)!), entry.name);
   });
 
   sharedServiceCases(scenario, trace);
@@ -117,7 +172,9 @@ describe('nftables rules in the kernel', {concurrency: false, timeout: 120_000},
     const entry = scenario.node(0);
     const before = syncStates.get(entry.name)!;
     const at = (name: string) => scenario.at(name);
-    const changedSlices = scenario.slices.map((candidate) => (candidate.metadata?.name === 'np-cluster-1' ? slice('np-cluster', [at('pod-1-0'), at('pod-0-2')]) : candidate));
+    const changedSlices = scenario.slices.map((candidate) =>
+      candidate.metadata?.name === 'np-cluster-1' ? slice('np-cluster', [at('pod-1-0'), at('pod-0-2')]) : candidate,
+    );
     const model = scenario.modelFor(entry, changedSlices);
     const changed = changedServicePorts(before.model, model);
     assert.deepEqual([...changed], ['default/np-cluster:http/TCP']);
@@ -141,7 +198,10 @@ describe('nftables rules in the kernel', {concurrency: false, timeout: 120_000},
     savedRules.set(entry.name, await listNftables(entry));
     assertSameTable(applied, parseNftablesJson(savedRules.get(entry.name)!), 'after the partial sync');
     // A full render of the new model differs from the kernel only in endpoint-map keys, which diff ignores.
-    const drift = diffNftables(parseNftablesScript(renderNftables(model, {serviceCIDRs: [serviceCIDR]})), parseNftablesJson(savedRules.get(entry.name)!));
+    const drift = diffNftables(
+      parseNftablesScript(renderNftables(model, {serviceCIDRs: [serviceCIDR]})),
+      parseNftablesJson(savedRules.get(entry.name)!),
+    );
     assert.equal(drift.text, '');
     assert.ok(drift.equal);
 
@@ -159,7 +219,12 @@ describe('nftables IPv6 table in the kernel', {timeout: 60_000}, () => {
       return;
     }
     const v6Port = {name: 'http', protocol: 'TCP', port: 80, targetPort: 8080};
-    const v6Service = (name: string, clusterIP: string, spec: Partial<NonNullable<ServiceInput['spec']>> = {}, status?: ServiceInput['status']): ServiceInput => ({
+    const v6Service = (
+      name: string,
+      clusterIP: string,
+      spec: Partial<NonNullable<ServiceInput['spec']>> = {},
+      status?: ServiceInput['status'],
+    ): ServiceInput => ({
       apiVersion: 'v1',
       kind: 'Service',
       metadata: {name, namespace: 'default'},
@@ -178,10 +243,31 @@ describe('nftables IPv6 table in the kernel', {timeout: 60_000}, () => {
       {
         services: [
           v6Service('web6', 'fd00::10'),
-          v6Service('sticky6', 'fd00::11', {sessionAffinity: 'ClientIP', type: 'LoadBalancer', loadBalancerSourceRanges: ['2001:db8::/64'], ports: [{...v6Port, nodePort: 30001}]}, {loadBalancer: {ingress: [{ip: '2001:db8:1::1'}]}}),
+          v6Service(
+            'sticky6',
+            'fd00::11',
+            {
+              sessionAffinity: 'ClientIP',
+              type: 'LoadBalancer',
+              loadBalancerSourceRanges: ['2001:db8::/64'],
+              ports: [{...v6Port, nodePort: 30001}],
+            },
+            {loadBalancer: {ingress: [{ip: '2001:db8:1::1'}]}},
+          ),
         ],
-        endpointSlices: [v6Slice('web6', [['fd00:10:244:1::5', 'node-1']]), v6Slice('sticky6', [['fd00:10:244:1::6', 'node-1'], ['fd00:10:244:2::6', 'node-2']])],
-        node: {apiVersion: 'v1', kind: 'Node', metadata: {name: 'node-1'}, status: {addresses: [{type: 'InternalIP', address: 'fd00:10:240::11'}]}},
+        endpointSlices: [
+          v6Slice('web6', [['fd00:10:244:1::5', 'node-1']]),
+          v6Slice('sticky6', [
+            ['fd00:10:244:1::6', 'node-1'],
+            ['fd00:10:244:2::6', 'node-2'],
+          ]),
+        ],
+        node: {
+          apiVersion: 'v1',
+          kind: 'Node',
+          metadata: {name: 'node-1'},
+          status: {addresses: [{type: 'InternalIP', address: 'fd00:10:240::11'}]},
+        },
       },
       {family: 'IPv6', clusterCIDRs: ['fd00:10:244::/48']},
     );
@@ -193,8 +279,15 @@ describe('nftables IPv6 table in the kernel', {timeout: 60_000}, () => {
       await execInNamespace(namespace, ['nft', '-f', '-'], {input: script});
       const listed = (await execInNamespace(namespace, ['nft', '-j', 'list', 'table', 'ip6', 'kube-proxy'])).stdout;
       assertSameTable(parseNftablesScript(script), parseNftablesJson(listed), 'IPv6');
-      const result = traceNftables(parseNftablesJson(listed), {srcIP: 'fd00:10:244:1::9', dstIP: 'fd00::10', dstPort: 80, protocol: 'TCP', origin: 'arriving'}, {localAddresses: ['fd00:10:240::11']});
-      assert.deepEqual(result.branches.map((branch) => branch.endpoint), ['[fd00:10:244:1::5]:8080']);
+      const result = traceNftables(
+        parseNftablesJson(listed),
+        {srcIP: 'fd00:10:244:1::9', dstIP: 'fd00::10', dstPort: 80, protocol: 'TCP', origin: 'arriving'},
+        {localAddresses: ['fd00:10:240::11']},
+      );
+      assert.deepEqual(
+        result.branches.map((branch) => branch.endpoint),
+        ['[fd00:10:244:1::5]:8080'],
+      );
     } finally {
       await deleteNamespace(namespace);
     }

@@ -20,27 +20,50 @@ export const servers = ['pod-0-1', 'pod-0-2', 'pod-0-3', 'pod-1-0'];
 export const loadBalancerIP = '10.250.0.30';
 export const externalIP = '10.250.0.20';
 export const serviceCIDR = '10.96.0.0/16';
-export const clusterIPs = {web: '10.96.0.10', sticky: '10.96.0.11', empty: '10.96.0.12', external: '10.96.0.13', hairpin: '10.96.0.14', npCluster: '10.96.0.15', npLocal: '10.96.0.16', lb: '10.96.0.17'};
+export const clusterIPs = {
+  web: '10.96.0.10',
+  sticky: '10.96.0.11',
+  empty: '10.96.0.12',
+  external: '10.96.0.13',
+  hairpin: '10.96.0.14',
+  npCluster: '10.96.0.15',
+  npLocal: '10.96.0.16',
+  lb: '10.96.0.17',
+};
 export const nodePorts = {cluster: 30080, local: 30081, lb: 30082};
 
 const httpPort = {name: 'http', protocol: 'TCP', port: 80, targetPort: demoPorts.http};
 const dnsPort = {name: 'dns', protocol: 'UDP', port: 53, targetPort: demoPorts.udp};
 
 export function service(name: string, spec: NonNullable<ServiceInput['spec']>, status?: ServiceInput['status']): ServiceInput {
-  return {apiVersion: 'v1', kind: 'Service', metadata: {name, namespace: 'default'}, spec: {type: 'ClusterIP', ports: [httpPort], ...spec, clusterIPs: [spec.clusterIP!]}, ...(status ? {status} : {})};
+  return {
+    apiVersion: 'v1',
+    kind: 'Service',
+    metadata: {name, namespace: 'default'},
+    spec: {type: 'ClusterIP', ports: [httpPort], ...spec, clusterIPs: [spec.clusterIP!]},
+    ...(status ? {status} : {}),
+  };
 }
 
 /** Endpoint conditions; a slice's endpoints are ready unless given others. */
 export type EndpointConditions = {ready: boolean; serving: boolean; terminating: boolean};
 
-export function slice(serviceName: string, pods: Array<{ip: string; node: string; conditions?: EndpointConditions}>, udp = false): EndpointSliceInput {
+export function slice(
+  serviceName: string,
+  pods: Array<{ip: string; node: string; conditions?: EndpointConditions}>,
+  udp = false,
+): EndpointSliceInput {
   return {
     apiVersion: 'discovery.k8s.io/v1',
     kind: 'EndpointSlice',
     metadata: {name: `${serviceName}-1`, namespace: 'default', labels: {'kubernetes.io/service-name': serviceName}},
     addressType: 'IPv4',
     ports: [{name: 'http', protocol: 'TCP', port: demoPorts.http}, ...(udp ? [{name: 'dns', protocol: 'UDP', port: demoPorts.udp}] : [])],
-    endpoints: pods.map((pod) => ({addresses: [pod.ip], nodeName: pod.node, conditions: pod.conditions ?? {ready: true, serving: true, terminating: false}})),
+    endpoints: pods.map((pod) => ({
+      addresses: [pod.ip],
+      nodeName: pod.node,
+      conditions: pod.conditions ?? {ready: true, serving: true, terminating: false},
+    })),
   };
 }
 
@@ -86,13 +109,19 @@ export class ServiceScenario {
    * the scenario's own); the scenario's objects are all valid, so any problem fails the test.
    */
   modelFor(entry: NodeDescription, slices: EndpointSliceInput[] = this.slices): ProxyModel {
-    const model = buildProxyModel({services: this.services, endpointSlices: slices, node: nodeObject(entry)}, {family: 'IPv4', clusterCIDRs: [this.lab!.topology.clusterCIDR]});
+    const model = buildProxyModel(
+      {services: this.services, endpointSlices: slices, node: nodeObject(entry)},
+      {family: 'IPv4', clusterCIDRs: [this.lab!.topology.clusterCIDR]},
+    );
     assert.deepEqual(model.problems, [], `model of ${entry.name}`);
     return model;
   }
 
   async start(): Promise<KernelLab> {
-    const lab = await startKernelLab({nodes: 2, podsPerNode: 4, externalClients: 2, externalRoutes: [`${externalIP}/32`, `${loadBalancerIP}/32`]}, servers);
+    const lab = await startKernelLab(
+      {nodes: 2, podsPerNode: 4, externalClients: 2, externalRoutes: [`${externalIP}/32`, `${loadBalancerIP}/32`]},
+      servers,
+    );
     this.lab = lab;
     const threeEndpoints = [this.at('pod-0-1'), this.at('pod-0-2'), this.at('pod-1-0')];
     this.services = [
@@ -101,11 +130,26 @@ export class ServiceScenario {
       service('empty', {clusterIP: clusterIPs.empty, ports: [httpPort, dnsPort]}),
       service('external', {clusterIP: clusterIPs.external, externalIPs: [externalIP]}),
       service('hairpin', {clusterIP: clusterIPs.hairpin}),
-      service('np-cluster', {type: 'NodePort', clusterIP: clusterIPs.npCluster, ports: [{...httpPort, nodePort: nodePorts.cluster}], externalTrafficPolicy: 'Cluster'}),
-      service('np-local', {type: 'NodePort', clusterIP: clusterIPs.npLocal, ports: [{...httpPort, nodePort: nodePorts.local}], externalTrafficPolicy: 'Local'}),
+      service('np-cluster', {
+        type: 'NodePort',
+        clusterIP: clusterIPs.npCluster,
+        ports: [{...httpPort, nodePort: nodePorts.cluster}],
+        externalTrafficPolicy: 'Cluster',
+      }),
+      service('np-local', {
+        type: 'NodePort',
+        clusterIP: clusterIPs.npLocal,
+        ports: [{...httpPort, nodePort: nodePorts.local}],
+        externalTrafficPolicy: 'Local',
+      }),
       service(
         'lb',
-        {type: 'LoadBalancer', clusterIP: clusterIPs.lb, ports: [{...httpPort, nodePort: nodePorts.lb}], loadBalancerSourceRanges: [`${lab.topology.externalClients[0].ip}/32`]},
+        {
+          type: 'LoadBalancer',
+          clusterIP: clusterIPs.lb,
+          ports: [{...httpPort, nodePort: nodePorts.lb}],
+          loadBalancerSourceRanges: [`${lab.topology.externalClients[0].ip}/32`],
+        },
         {loadBalancer: {ingress: [{ip: loadBalancerIP}]}},
       ),
     ];
@@ -158,11 +202,20 @@ export class ServiceScenario {
 
 /** The packet a tracer follows for a sender's first packet to a target. */
 export function firstPacket(sender: Sender, target: Target) {
-  return {srcIP: sender.ip, dstIP: target.ip, dstPort: target.port, protocol: target.protocol === 'tcp' ? 'TCP' : 'UDP', origin: 'arriving', inInterface: sender.inInterface} as const;
+  return {
+    srcIP: sender.ip,
+    dstIP: target.ip,
+    dstPort: target.port,
+    protocol: target.protocol === 'tcp' ? 'TCP' : 'UDP',
+    origin: 'arriving',
+    inInterface: sender.inInterface,
+  } as const;
 }
 
 export function describeTrace(result: TraceResult): string {
-  const branches = result.branches.map((branch) => `${branch.endpoint} p=${branch.probability.toFixed(3)} masq=${branch.masquerade}`).join('; ');
+  const branches = result.branches
+    .map((branch) => `${branch.endpoint} p=${branch.probability.toFixed(3)} masq=${branch.masquerade}`)
+    .join('; ');
   return `trace verdict ${result.verdict} [${branches}] via ${result.hops.map((hop) => `${hop.table}/${hop.chain}->${hop.target}`).join(' ')}`;
 }
 
@@ -221,7 +274,14 @@ export interface ModeBehaviour {
   refusalWithinMs: number;
 }
 
-export const iptablesLikeBehaviour: ModeBehaviour = {noLocalEndpoint: 'dropped', hairpinSource: 'pod-gateway', spread: 'random', probeTimeoutMs: 2000, dropTimeoutMs: 1500, refusalWithinMs: 1000};
+export const iptablesLikeBehaviour: ModeBehaviour = {
+  noLocalEndpoint: 'dropped',
+  hairpinSource: 'pod-gateway',
+  spread: 'random',
+  probeTimeoutMs: 2000,
+  dropTimeoutMs: 1500,
+  refusalWithinMs: 1000,
+};
 
 /**
  * sharedServiceCases registers the real-packet cases every mode passes: ClusterIP from a pod keeps
@@ -230,7 +290,8 @@ export const iptablesLikeBehaviour: ModeBehaviour = {noLocalEndpoint: 'dropped',
  * that the mode's tracer, over the state read back from the kernel, predicted what happened.
  */
 export function sharedServiceCases(scenario: ServiceScenario, trace: NodeTracer, behaviour: ModeBehaviour = iptablesLikeBehaviour): void {
-  const send = (sender: Sender, target: Target, count = 1, timeoutMs = behaviour.probeTimeoutMs) => scenario.send(sender, target, count, timeoutMs);
+  const send = (sender: Sender, target: Target, count = 1, timeoutMs = behaviour.probeTimeoutMs) =>
+    scenario.send(sender, target, count, timeoutMs);
 
   it('pod -> ClusterIP reaches an endpoint and keeps the pod source IP', async (t) => {
     if (!scenario.skipUnlessLab(t)) return;
@@ -248,7 +309,10 @@ export function sharedServiceCases(scenario: ServiceScenario, trace: NodeTracer,
     const results = await send(sender, target, 6);
     const nodeIPs = scenario.localAddresses.get(scenario.node(0).name)!;
     for (const result of replies(results, 'external client to ClusterIP')) {
-      assert.ok(nodeIPs.includes(result.reply.clientIP), `endpoint saw ${result.reply.clientIP}, not one of node-0's addresses ${nodeIPs.join(', ')}`);
+      assert.ok(
+        nodeIPs.includes(result.reply.clientIP),
+        `endpoint saw ${result.reply.clientIP}, not one of node-0's addresses ${nodeIPs.join(', ')}`,
+      );
     }
     assertTraceAgrees(trace(scenario.node(0), sender, target), results, sender, target);
   });
@@ -260,7 +324,11 @@ export function sharedServiceCases(scenario: ServiceScenario, trace: NodeTracer,
     const results = await send(sender, target, 3);
     for (const result of replies(results, 'NodePort Cluster')) {
       assert.equal(result.reply.pod, 'pod-1-0');
-      assert.equal(result.reply.clientIP, scenario.node(0).ip, 'forwarded to node-1, so masqueraded to node-0 own address on the node network');
+      assert.equal(
+        result.reply.clientIP,
+        scenario.node(0).ip,
+        'forwarded to node-1, so masqueraded to node-0 own address on the node network',
+      );
     }
     assertTraceAgrees(trace(scenario.node(0), sender, target), results, sender, target);
   });
@@ -318,7 +386,8 @@ export function sharedServiceCases(scenario: ServiceScenario, trace: NodeTracer,
     const target: Target = {protocol: 'tcp', ip: loadBalancerIP, port: 80};
     const allowed = scenario.client(0);
     const reached = await send(allowed, target, 4);
-    for (const result of replies(reached, 'allowed client to LB IP')) assert.ok(['pod-0-1', 'pod-1-0'].includes(result.reply.pod), result.reply.pod);
+    for (const result of replies(reached, 'allowed client to LB IP'))
+      assert.ok(['pod-0-1', 'pod-1-0'].includes(result.reply.pod), result.reply.pod);
     assertTraceAgrees(trace(scenario.node(0), allowed, target), reached, allowed, target);
 
     const blocked = scenario.client(1);
@@ -334,7 +403,8 @@ export function sharedServiceCases(scenario: ServiceScenario, trace: NodeTracer,
     const results = await send(sender, target, 2);
     for (const result of replies(results, 'hairpin')) {
       assert.equal(result.reply.pod, 'pod-0-3');
-      if (behaviour.hairpinSource === 'pod-gateway') assert.equal(result.reply.clientIP, scenario.node(0).podGateway, 'masqueraded to the node address on the pod link');
+      if (behaviour.hairpinSource === 'pod-gateway')
+        assert.equal(result.reply.clientIP, scenario.node(0).podGateway, 'masqueraded to the node address on the pod link');
       else assert.notEqual(result.reply.clientIP, sender.ip, 'hairpin traffic is masqueraded');
     }
     assertTraceAgrees(trace(scenario.node(0), sender, target), results, sender, target);
@@ -345,7 +415,11 @@ export function sharedServiceCases(scenario: ServiceScenario, trace: NodeTracer,
     const sender = scenario.pod('pod-1-2');
     const target: Target = {protocol: 'tcp', ip: clusterIPs.sticky, port: 80};
     const results = replies(await send(sender, target, 20), 'sticky');
-    assert.equal(new Set(results.map((result) => result.reply.pod)).size, 1, `reached ${results.map((result) => result.reply.pod).join(', ')}`);
+    assert.equal(
+      new Set(results.map((result) => result.reply.pod)).size,
+      1,
+      `reached ${results.map((result) => result.reply.pod).join(', ')}`,
+    );
     assertTraceAgrees(trace(scenario.node(1), sender, target), results, sender, target);
   });
 

@@ -17,7 +17,10 @@ describe('lab names and input', () => {
   it('accepts DNS labels and refuses the rest, naming the flag', () => {
     for (const good of ['a', 'proxyctl', 'my-lab-2', 'x'.repeat(32)]) assert.equal(checkLabName(good), good);
     for (const bad of ['', 'Lab', 'a.b', '-a', 'a-', 'a_b', 'x'.repeat(33)]) {
-      assert.throws(() => checkLabName(bad), (error: Error) => error instanceof LabError && error.message.startsWith(`--name ${JSON.stringify(bad)}:`));
+      assert.throws(
+        () => checkLabName(bad),
+        (error: Error) => error instanceof LabError && error.message.startsWith(`--name ${JSON.stringify(bad)}:`),
+      );
     }
   });
 
@@ -27,11 +30,20 @@ describe('lab names and input', () => {
   });
 
   it('checks nodes, pods per node, their product and the proxy mode', () => {
-    assert.deepEqual(checkLabSpec({name: 'x', nodes: 2, podsPerNode: 3}), {name: 'x', nodes: 2, podsPerNode: 3, proxyMode: 'iptables', agents: true});
+    assert.deepEqual(checkLabSpec({name: 'x', nodes: 2, podsPerNode: 3}), {
+      name: 'x',
+      nodes: 2,
+      podsPerNode: 3,
+      proxyMode: 'iptables',
+      agents: true,
+    });
     assert.throws(() => checkLabSpec({name: 'x', nodes: 0, podsPerNode: 3}), /^LabError: --nodes 0: must be a whole number from 1 to 20$/);
     assert.throws(() => checkLabSpec({name: 'x', nodes: 2, podsPerNode: 51}), /--pods-per-node 51/);
     assert.throws(() => checkLabSpec({name: 'x', nodes: 5, podsPerNode: 41}), /at most 200 pods in all/);
-    assert.throws(() => checkLabSpec({name: 'x', nodes: 1, podsPerNode: 1, proxyMode: 'userspace' as 'ipvs'}), /--proxy-mode userspace: must be one of iptables, nftables, ipvs/);
+    assert.throws(
+      () => checkLabSpec({name: 'x', nodes: 1, podsPerNode: 1, proxyMode: 'userspace' as 'ipvs'}),
+      /--proxy-mode userspace: must be one of iptables, nftables, ipvs/,
+    );
   });
 });
 
@@ -57,7 +69,9 @@ describe('lab objects', () => {
         server.store.create('pods', agentPodObject(node, 'ws://127.0.0.1:1', now), 'kube-system', {keepStatus: true});
       }
       const roles = demoPodRoles(topology.nodes);
-      for (const node of topology.nodes) for (const pod of node.pods) server.store.create('pods', demoPodObject(pod, node.ip, roles.get(pod.name)!, now), 'default', {keepStatus: true});
+      for (const node of topology.nodes)
+        for (const pod of node.pods)
+          server.store.create('pods', demoPodObject(pod, node.ip, roles.get(pod.name)!, now), 'default', {keepStatus: true});
       for (const service of demoServiceObjects()) server.store.create('services', service, 'default');
       await server.settle();
 
@@ -74,7 +88,11 @@ describe('lab objects', () => {
       assert.deepEqual(endpoints('empty'), []);
       const nodePort = server.store.get('services', 'default', 'demoapp-nodeport');
       assert.equal(nodePort.spec.ports[0].nodePort, 30080);
-      const agents = server.store.list('pods', {namespace: 'kube-system', labelSelector: 'app.kubernetes.io/name=proxyctl-agent', fieldSelector: 'spec.nodeName=node-1'}).items;
+      const agents = server.store.list('pods', {
+        namespace: 'kube-system',
+        labelSelector: 'app.kubernetes.io/name=proxyctl-agent',
+        fieldSelector: 'spec.nodeName=node-1',
+      }).items;
       assert.equal(agents.length, 1);
       assert.equal(agents[0].spec.hostNetwork, true);
       assert.deepEqual(
@@ -88,7 +106,18 @@ describe('lab objects', () => {
 });
 
 describe('lab port-forward targets', () => {
-  const agents: AgentState[] = [{node: 'node-1', namespace: topology.nodes[1].namespace, pod: 'proxyctl-agent-node-1', healthzPort: 41001, metricsPort: 41002, apiPort: 41003, log: '/dev/null', restarts: 0}];
+  const agents: AgentState[] = [
+    {
+      node: 'node-1',
+      namespace: topology.nodes[1].namespace,
+      pod: 'proxyctl-agent-node-1',
+      healthzPort: 41001,
+      metricsPort: 41002,
+      apiPort: 41003,
+      log: '/dev/null',
+      restarts: 0,
+    },
+  ];
   const resolve = labPodResolver({prefix: topology.prefix, agents: () => agents});
   const now = new Date().toISOString();
 
@@ -97,7 +126,10 @@ describe('lab port-forward targets', () => {
     assert.deepEqual(await resolve(pod, 10260), {host: '127.0.0.1', port: 41003});
     assert.deepEqual(await resolve(pod, 10256), {host: '127.0.0.1', port: 41001});
     assert.deepEqual(await resolve(pod, 10249), {host: '127.0.0.1', port: 41002});
-    assert.throws(() => resolve(pod, 8080), /pod kube-system\/proxyctl-agent-node-1 serves no port 8080 \(api 10260, healthz 10256, metrics 10249\)/);
+    assert.throws(
+      () => resolve(pod, 8080),
+      /pod kube-system\/proxyctl-agent-node-1 serves no port 8080 \(api 10260, healthz 10256, metrics 10249\)/,
+    );
     assert.throws(() => resolve(agentPodObject(topology.nodes[0], '', now), 10260), /no agent of this lab runs for it/);
   });
 
@@ -111,7 +143,11 @@ describe('lab port-forward targets', () => {
 });
 
 describe('lab exec targets', () => {
-  const state = {spec: {name: 'demo'}, topology, agents: [{node: 'node-1', namespace: 'pxl-demo.node-1', pod: 'proxyctl-agent-node-1'}]} as LabState;
+  const state = {
+    spec: {name: 'demo'},
+    topology,
+    agents: [{node: 'node-1', namespace: 'pxl-demo.node-1', pod: 'proxyctl-agent-node-1'}],
+  } as LabState;
 
   it('finds pods, nodes and clients by name', () => {
     assert.equal(resolveExecTarget(state, 'pod-1-2').namespace, 'pxl-demo.pod-1-2');
@@ -119,7 +155,10 @@ describe('lab exec targets', () => {
     assert.equal(resolveExecTarget(state, 'node-1').kind, 'node');
     assert.equal(resolveExecTarget(state, 'client').namespace, 'pxl-demo.client-0');
     assert.equal(resolveExecTarget(state, 'kube-system/proxyctl-agent-node-1').namespace, 'pxl-demo.node-1');
-    assert.throws(() => resolveExecTarget(state, 'pod-7-7'), /lab demo has no node, pod or client named "pod-7-7"; try one of: node-0, node-1, pod-0-0/);
+    assert.throws(
+      () => resolveExecTarget(state, 'pod-7-7'),
+      /lab demo has no node, pod or client named "pod-7-7"; try one of: node-0, node-1, pod-0-0/,
+    );
   });
 });
 
@@ -139,7 +178,11 @@ describe('lab status usage examples', () => {
   });
 
   it("shows the node's rules with the tool of the lab's proxy mode", () => {
-    for (const [mode, command] of [['iptables', 'iptables-save -t nat'], ['nftables', 'nft list table ip kube-proxy'], ['ipvs', 'ipvsadm -Ln']]) {
+    for (const [mode, command] of [
+      ['iptables', 'iptables-save -t nat'],
+      ['nftables', 'nft list table ip kube-proxy'],
+      ['ipvs', 'ipvsadm -Ln'],
+    ]) {
       const rules = usageExamples(status(mode)).filter((line) => line.includes('the rules on node-0'));
       assert.equal(rules.length, 1, mode);
       assert.ok(rules[0].includes(` node-0 -- ${command} `), `${mode}: ${rules[0]}`);

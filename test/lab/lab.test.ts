@@ -28,7 +28,26 @@ async function proxyctl(...args: string[]) {
 
 /** probe runs the demo client inside a lab pod, node or client through `lab exec`. */
 async function probe(target: string, protocol: 'tcp' | 'udp', host: string, port: number, count = 1): Promise<ProbeResult[]> {
-  const result = await proxyctl('lab', 'exec', '--name', name, target, '--', process.execPath, demoClient, '--protocol', protocol, '--host', host, '--port', String(port), '--count', String(count), '--timeout-ms', '2000');
+  const result = await proxyctl(
+    'lab',
+    'exec',
+    '--name',
+    name,
+    target,
+    '--',
+    process.execPath,
+    demoClient,
+    '--protocol',
+    protocol,
+    '--host',
+    host,
+    '--port',
+    String(port),
+    '--count',
+    String(count),
+    '--timeout-ms',
+    '2000',
+  );
   assert.equal(result.exitCode, 0, `demo client in ${target}: ${result.stderr}`);
   return JSON.parse(result.stdout) as ProbeResult[];
 }
@@ -50,7 +69,11 @@ async function processesMentioning(text: string): Promise<string[]> {
   return found;
 }
 
-const skipReason = unavailable ? `needs root: ${unavailable}` : built ? undefined : 'needs the build: run `npm run build` first (the lab runs bin/kubectl-proxyctl)';
+const skipReason = unavailable
+  ? `needs root: ${unavailable}`
+  : built
+    ? undefined
+    : 'needs the build: run `npm run build` first (the lab runs bin/kubectl-proxyctl)';
 
 describe('lab up / exec / down', {concurrency: false, skip: skipReason}, () => {
   let up: Awaited<ReturnType<typeof proxyctl>>;
@@ -109,7 +132,11 @@ describe('lab up / exec / down', {concurrency: false, skip: skipReason}, () => {
 
   it('kubectl 1.20 sees the nodes, the pods with the agents, and the services', async () => {
     const kubectl = async (...args: string[]) => {
-      const result = await execa(kubectlPath, ['--kubeconfig', state.kubeconfig, ...args], {reject: false, env: {HOME: labDir(name), NO_COLOR: '1'}, timeout: 30_000});
+      const result = await execa(kubectlPath, ['--kubeconfig', state.kubeconfig, ...args], {
+        reject: false,
+        env: {HOME: labDir(name), NO_COLOR: '1'},
+        timeout: 30_000,
+      });
       assert.equal(result.exitCode, 0, `kubectl ${args.join(' ')}: ${String(result.stderr)}`);
       return String(result.stdout);
     };
@@ -128,7 +155,11 @@ describe('lab up / exec / down', {concurrency: false, skip: skipReason}, () => {
   });
 
   it("the API server's port-forward reaches an agent's own ports", async () => {
-    const forward = execa(kubectlPath, ['--kubeconfig', state.kubeconfig, '-n', 'kube-system', 'port-forward', 'pod/proxyctl-agent-node-1', ':10256'], {reject: false, env: {HOME: labDir(name)}, buffer: false});
+    const forward = execa(
+      kubectlPath,
+      ['--kubeconfig', state.kubeconfig, '-n', 'kube-system', 'port-forward', 'pod/proxyctl-agent-node-1', ':10256'],
+      {reject: false, env: {HOME: labDir(name)}, buffer: false},
+    );
     try {
       const localPort = await new Promise<number>((resolve, reject) => {
         let said = '';
@@ -152,7 +183,11 @@ describe('lab up / exec / down', {concurrency: false, skip: skipReason}, () => {
   });
 
   it('the plugin finds the agents by label and reaches them through the port-forward', async () => {
-    const result = await execa(cli, ['status', '--kubeconfig', state.kubeconfig, '-o', 'json'], {reject: false, env: {NO_COLOR: '1'}, timeout: 60_000});
+    const result = await execa(cli, ['status', '--kubeconfig', state.kubeconfig, '-o', 'json'], {
+      reject: false,
+      env: {NO_COLOR: '1'},
+      timeout: 60_000,
+    });
     assert.equal(result.exitCode, 0, String(result.stderr));
     const agents = (JSON.parse(String(result.stdout)) as {agents: Array<{node: string; ready: boolean}>}).agents;
     assert.deepEqual(
@@ -166,7 +201,12 @@ describe('lab up / exec / down', {concurrency: false, skip: skipReason}, () => {
 
   it('externalTrafficPolicy Local: each lab agent answers the healthCheckNodePort on its node IP with its own local endpoint count', async () => {
     const kubectl = async (args: string[], input?: string) => {
-      const result = await execa(kubectlPath, ['--kubeconfig', state.kubeconfig, ...args], {input, reject: false, env: {HOME: labDir(name)}, timeout: 30_000});
+      const result = await execa(kubectlPath, ['--kubeconfig', state.kubeconfig, ...args], {
+        input,
+        reject: false,
+        env: {HOME: labDir(name)},
+        timeout: 30_000,
+      });
       assert.equal(result.exitCode, 0, `kubectl ${args.join(' ')}: ${String(result.stderr)}`);
       return String(result.stdout);
     };
@@ -174,7 +214,12 @@ describe('lab up / exec / down', {concurrency: false, skip: skipReason}, () => {
       apiVersion: 'v1',
       kind: 'Service',
       metadata: {name: 'lb-local', namespace: 'default'},
-      spec: {type: 'LoadBalancer', externalTrafficPolicy: 'Local', selector: {lb: 'local'}, ports: [{name: 'http', port: 80, targetPort: 8080}]},
+      spec: {
+        type: 'LoadBalancer',
+        externalTrafficPolicy: 'Local',
+        selector: {lb: 'local'},
+        ports: [{name: 'http', port: 80, targetPort: 8080}],
+      },
     };
     await kubectl(['apply', '-f', '-'], JSON.stringify(service));
     await kubectl(['label', 'pod', 'pod-0-0', 'lb=local']);
@@ -183,7 +228,11 @@ describe('lab up / exec / down', {concurrency: false, skip: skipReason}, () => {
     // From the external client, as a cloud load balancer probes each node.
     const client = state.topology!.externalClients[0].namespace;
     const check = (nodeIP: string) => fetchJsonInNetns(client, `http://${nodeIP}:${port}/`);
-    const body = (localEndpoints: number) => ({service: {namespace: 'default', name: 'lb-local'}, localEndpoints, serviceProxyHealthy: true});
+    const body = (localEndpoints: number) => ({
+      service: {namespace: 'default', name: 'lb-local'},
+      localEndpoints,
+      serviceProxyHealthy: true,
+    });
     const eventually = async (what: string, nodeIP: string, expected: unknown) => {
       const deadline = Date.now() + 10_000;
       let seen: unknown;
@@ -205,7 +254,12 @@ describe('lab up / exec / down', {concurrency: false, skip: skipReason}, () => {
   });
 
   it('an agent Pod deleted through the API comes back, as its DaemonSet would make it, and proxies again', async () => {
-    const kubectl = (...args: string[]) => execa(kubectlPath, ['--kubeconfig', state.kubeconfig, '-n', 'kube-system', ...args], {reject: false, env: {HOME: labDir(name)}, timeout: 30_000});
+    const kubectl = (...args: string[]) =>
+      execa(kubectlPath, ['--kubeconfig', state.kubeconfig, '-n', 'kube-system', ...args], {
+        reject: false,
+        env: {HOME: labDir(name)},
+        timeout: 30_000,
+      });
     const pod = 'proxyctl-agent-node-1';
     const before = String((await kubectl('get', 'pod', pod, '-o', 'jsonpath={.metadata.uid}')).stdout);
     const deleted = await kubectl('delete', 'pod', pod);
@@ -225,7 +279,11 @@ describe('lab up / exec / down', {concurrency: false, skip: skipReason}, () => {
   it('lab status shows the running lab; lab exec passes the exit code through', async () => {
     const status = await proxyctl('lab', 'status', '--name', name, '-o', 'json');
     assert.equal(status.exitCode, 0, status.stderr);
-    const parsed = JSON.parse(status.stdout) as {phase: string; nodes: Array<{name: string; agent?: {ready?: boolean}}>; services: Array<{name: string; endpoints: number}>};
+    const parsed = JSON.parse(status.stdout) as {
+      phase: string;
+      nodes: Array<{name: string; agent?: {ready?: boolean}}>;
+      services: Array<{name: string; endpoints: number}>;
+    };
     assert.equal(parsed.phase, 'ready');
     assert.deepEqual(
       parsed.nodes.map((node) => [node.name, node.agent?.ready]),
@@ -238,7 +296,25 @@ describe('lab up / exec / down', {concurrency: false, skip: skipReason}, () => {
     assert.equal((await proxyctl('lab', 'exec', '--name', name, 'node-1', '--', 'sh', '-c', 'exit 7')).exitCode, 7);
     // The command after the first -- arrives word for word: repeated flags stay in order, a second
     // -- and a --name inside it are the command's.
-    const verbatim = await proxyctl('lab', 'exec', '--name', name, 'node-1', '--', 'printf', '[%s]', 'curl', '-H', 'A: 1', '-v', '-H', 'B: 2', '--', '--name', 'x');
+    const verbatim = await proxyctl(
+      'lab',
+      'exec',
+      '--name',
+      name,
+      'node-1',
+      '--',
+      'printf',
+      '[%s]',
+      'curl',
+      '-H',
+      'A: 1',
+      '-v',
+      '-H',
+      'B: 2',
+      '--',
+      '--name',
+      'x',
+    );
     assert.equal(verbatim.exitCode, 0, verbatim.stderr);
     assert.equal(verbatim.stdout, '[curl][-H][A: 1][-v][-H][B: 2][--][--name][x]');
     const unknown = await proxyctl('lab', 'exec', '--name', name, 'pod-9-9', '--', 'true');
@@ -254,10 +330,18 @@ describe('lab up / exec / down', {concurrency: false, skip: skipReason}, () => {
     assert.equal(second.exitCode, 1);
     assert.match(second.stderr, new RegExp(`lab ${name} is already running`));
     assert.match(second.stderr, new RegExp(`kubectl proxyctl lab down --name ${name}`), 'says how to remove it');
-    assert.deepEqual((await listNamespaces()).filter((namespace) => namespace.startsWith(prefix)).sort(), namespacesBefore, 'no namespace made or removed');
+    assert.deepEqual(
+      (await listNamespaces()).filter((namespace) => namespace.startsWith(prefix)).sort(),
+      namespacesBefore,
+      'no namespace made or removed',
+    );
     const stateAfter = await readState();
     assert.equal(stateAfter.supervisorPid, stateBefore.supervisorPid, 'the same supervisor runs the lab');
-    assert.deepEqual(stateAfter.agents.map((agent) => agent.pid), stateBefore.agents.map((agent) => agent.pid), 'and the same agents');
+    assert.deepEqual(
+      stateAfter.agents.map((agent) => agent.pid),
+      stateBefore.agents.map((agent) => agent.pid),
+      'and the same agents',
+    );
     const [reply] = replies(await probe('pod-0-0', 'tcp', '10.244.1.10', 8080));
     assert.equal(reply.pod, 'pod-1-0');
   });
@@ -291,15 +375,24 @@ describe('lab bad input', {skip: built ? undefined : 'needs the build: run `npm 
     assert.equal(existsSync(labDir(name)), false);
   });
 
-  it('says clearly when root or iproute2 is missing', {skip: unavailable ? `needs root to take it away: ${unavailable}` : undefined}, async () => {
+  it('says clearly when root or iproute2 is missing', {
+    skip: unavailable ? `needs root to take it away: ${unavailable}` : undefined,
+  }, async () => {
     const node = process.execPath;
     const run = join(repo, 'bin/run.js');
     // Without iproute2 on PATH.
-    const noIp = await execa(node, [run, 'lab', 'up', '--name', name], {reject: false, env: {PATH: '/nonexistent', NO_COLOR: '1'}, extendEnv: false});
+    const noIp = await execa(node, [run, 'lab', 'up', '--name', name], {
+      reject: false,
+      env: {PATH: '/nonexistent', NO_COLOR: '1'},
+      extendEnv: false,
+    });
     assert.equal(noIp.exitCode, 1);
     assert.match(String(noIp.stderr), /lab up: the ip command \(iproute2\) is not installed/);
     // As an unprivileged user.
-    const notRoot = await execa('setpriv', ['--reuid=65534', '--regid=65534', '--clear-groups', node, run, 'lab', 'up', '--name', name], {reject: false, env: {NO_COLOR: '1', HOME: '/tmp'}});
+    const notRoot = await execa('setpriv', ['--reuid=65534', '--regid=65534', '--clear-groups', node, run, 'lab', 'up', '--name', name], {
+      reject: false,
+      env: {NO_COLOR: '1', HOME: '/tmp'},
+    });
     assert.equal(notRoot.exitCode, 1, String(notRoot.stderr));
     assert.match(String(notRoot.stderr), /lab up: network namespaces need root/);
     assert.equal(existsSync(labDir(name)), false);
@@ -327,7 +420,10 @@ describe('a lab whose supervisor was killed', {concurrency: false, skip: skipRea
     const status = await proxyctl('lab', 'status', '--name', crashed);
     assert.equal(status.exitCode, 1);
     assert.match(status.stderr, new RegExp(`lab ${crashed} is not running`));
-    assert.ok((await processesMentioning(labNamespacePrefix(crashed))).some((line) => line.startsWith(`${agentPid}:`)), 'the agent outlived its supervisor');
+    assert.ok(
+      (await processesMentioning(labNamespacePrefix(crashed))).some((line) => line.startsWith(`${agentPid}:`)),
+      'the agent outlived its supervisor',
+    );
 
     const down = await proxyctl('lab', 'down', '--name', crashed);
     assert.equal(down.exitCode, 0, down.stderr);

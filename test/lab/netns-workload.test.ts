@@ -2,7 +2,15 @@
 // refusal (REJECT, nothing listening) from silence (DROP).
 import assert from 'node:assert/strict';
 import {after, before, describe, it} from 'node:test';
-import {buildCluster, deleteNamespacesWithPrefix, destroyCluster, execInNamespace, netnsUnavailableReason, newNamespacePrefix, type ClusterTopology} from '../../src/lab/netns/index.ts';
+import {
+  buildCluster,
+  deleteNamespacesWithPrefix,
+  destroyCluster,
+  execInNamespace,
+  netnsUnavailableReason,
+  newNamespacePrefix,
+  type ClusterTopology,
+} from '../../src/lab/netns/index.ts';
 import {DemoAppGroup, probeFromNamespace} from '../../src/lab/workload/launch.ts';
 
 const unavailable = await netnsUnavailableReason();
@@ -56,7 +64,8 @@ describe('demo workload', {concurrency: false}, () => {
     it(`reports ${protocol} REJECTed as refused and DROPped as timeout`, async (t) => {
       if (!topology) return t.skip(`needs root: ${unavailable}`);
       const [server, client] = topology.nodes[0].pods;
-      const reject = protocol === 'tcp' ? ['-j', 'REJECT', '--reject-with', 'tcp-reset'] : ['-j', 'REJECT', '--reject-with', 'icmp-port-unreachable'];
+      const reject =
+        protocol === 'tcp' ? ['-j', 'REJECT', '--reject-with', 'tcp-reset'] : ['-j', 'REJECT', '--reject-with', 'icmp-port-unreachable'];
       const rule = ['-p', protocol, '--dport', String(port)];
       await execInNamespace(server.namespace, ['iptables', '-I', 'INPUT', ...rule, ...reject]);
       try {

@@ -31,7 +31,10 @@ const prefix = newNamespacePrefix();
 // A crash of this file must not leave namespaces behind either.
 for (const signal of ['SIGINT', 'SIGTERM'] as const) {
   process.once(signal, () => {
-    spawnSync('sh', ['-c', `for ns in $(ip netns list | awk '{print $1}' | grep '^${prefix}'); do ip netns pids "$ns" | xargs -r kill -9; ip netns del "$ns"; done`]);
+    spawnSync('sh', [
+      '-c',
+      `for ns in $(ip netns list | awk '{print $1}' | grep '^${prefix}'); do ip netns pids "$ns" | xargs -r kill -9; ip netns del "$ns"; done`,
+    ]);
     process.exit(130);
   });
 }
@@ -59,7 +62,14 @@ describe('describeCluster', () => {
       ],
     );
     assert.deepEqual(topology.externalClients, [
-      {name: 'client-0', namespace: 'pxt-1-abc-client-0', ip: '10.240.0.100', interface: 'eth0', gateway: '10.240.0.10', routes: ['10.96.0.0/12']},
+      {
+        name: 'client-0',
+        namespace: 'pxt-1-abc-client-0',
+        ip: '10.240.0.100',
+        interface: 'eth0',
+        gateway: '10.240.0.10',
+        routes: ['10.96.0.0/12'],
+      },
     ]);
     assert.deepEqual(topology.upstream, {namespace: 'pxt-1-abc-upstream', ip: '10.240.0.1', interface: 'eth0'});
     assert.equal(topology.namespaces.length, 1 + 2 + 4 + 1 + 1);
@@ -67,7 +77,13 @@ describe('describeCluster', () => {
   });
 
   it('is plain JSON, so a state file can hold it', () => {
-    const topology = describeCluster({prefix: 'pxt-1-abc-', nodes: 3, podsPerNode: 1, externalClients: 2, externalRoutes: ['10.250.0.0/24']});
+    const topology = describeCluster({
+      prefix: 'pxt-1-abc-',
+      nodes: 3,
+      podsPerNode: 1,
+      externalClients: 2,
+      externalRoutes: ['10.250.0.0/24'],
+    });
     assert.deepEqual(JSON.parse(JSON.stringify(topology)), topology);
     assert.deepEqual(topology.externalClients[1].routes, ['10.96.0.0/12', '10.250.0.0/24']);
   });
@@ -76,19 +92,31 @@ describe('describeCluster', () => {
     assert.throws(() => describeCluster({prefix: 'pxt-1-', nodes: 0, podsPerNode: 1}), /cluster pxt-1-: nodes 0 is not in 1-80/);
     assert.throws(() => describeCluster({prefix: 'pxt-1-', nodes: 1, podsPerNode: 241}), /podsPerNode 241 is not in 0-240/);
     assert.throws(() => describeCluster({prefix: 'a b', nodes: 1, podsPerNode: 1}), /cluster prefix "a b"/);
-    assert.throws(() => describeCluster({prefix: 'pxt-1-', nodes: 2, podsPerNode: 1, gatewayNode: 2}), /gatewayNode 2 is not one of the 2 nodes/);
+    assert.throws(
+      () => describeCluster({prefix: 'pxt-1-', nodes: 2, podsPerNode: 1, gatewayNode: 2}),
+      /gatewayNode 2 is not one of the 2 nodes/,
+    );
   });
 });
 
 describe('ip command lines', () => {
   it('creates veth ends directly inside their namespaces', () => {
-    assert.equal(vethCommand({namespace: 'a', name: 'eth0'}, {namespace: 'b', name: 'vp0'}), 'link add eth0 netns a type veth peer name vp0 netns b');
+    assert.equal(
+      vethCommand({namespace: 'a', name: 'eth0'}, {namespace: 'b', name: 'vp0'}),
+      'link add eth0 netns a type veth peer name vp0 netns b',
+    );
   });
   it('refuses interface names the kernel would refuse', () => {
-    assert.throws(() => vethCommand({namespace: 'a', name: 'a-very-long-interface'}, {namespace: 'b', name: 'x'}), /interface name "a-very-long-interface": must be 1-15/);
+    assert.throws(
+      () => vethCommand({namespace: 'a', name: 'a-very-long-interface'}, {namespace: 'b', name: 'x'}),
+      /interface name "a-very-long-interface": must be 1-15/,
+    );
   });
   it('writes routes with gateway, device and flags', () => {
-    assert.equal(routeCommand({destination: 'default', via: '10.244.0.1', dev: 'eth0', onlink: true}), 'route add default via 10.244.0.1 dev eth0 onlink');
+    assert.equal(
+      routeCommand({destination: 'default', via: '10.244.0.1', dev: 'eth0', onlink: true}),
+      'route add default via 10.244.0.1 dev eth0 onlink',
+    );
     assert.throws(() => routeCommand({destination: '10.0.0.0/8'}), /route to 10.0.0.0\/8: needs a gateway/);
   });
 });
@@ -117,7 +145,10 @@ describe('a namespace cluster', {concurrency: false}, () => {
   it('creates every namespace it describes', async (t) => {
     if (!topology) return t.skip(`needs root: ${unavailable}`);
     const existing = new Set(await listNamespaces());
-    assert.deepEqual(topology.namespaces.filter((name) => !existing.has(name)), []);
+    assert.deepEqual(
+      topology.namespaces.filter((name) => !existing.has(name)),
+      [],
+    );
   });
 
   it('lets nodes forward, without reverse-path filtering', async (t) => {
@@ -209,7 +240,10 @@ describe('namespace cleanup', () => {
       const sleeper = spawnInNamespace(dead, ['sleep', '60']);
       await new Promise((resolve) => setTimeout(resolve, 100));
       assert.deepEqual(await deleteOrphanedNamespaces(base), [dead]);
-      assert.deepEqual((await listNamespaces()).filter((name) => name.startsWith(base)), [live]);
+      assert.deepEqual(
+        (await listNamespaces()).filter((name) => name.startsWith(base)),
+        [live],
+      );
       const result = await sleeper;
       assert.equal(result.signal, 'SIGKILL', 'the process inside the orphaned namespace is ended');
     } finally {
@@ -224,8 +258,14 @@ describe('a failed build', () => {
     const clusterPrefix = `${prefix}f-`;
     // A namespace of the same name already exists: `ip netns add` fails on it.
     await createNamespaces([`${clusterPrefix}node-1`]);
-    await assert.rejects(buildCluster({prefix: clusterPrefix, nodes: 2, podsPerNode: 1}), /create \d+ network namespaces \(line \d+: "netns add pxt-.*-f-node-1"\): .*File exists/);
-    assert.deepEqual((await listNamespaces()).filter((name) => name.startsWith(clusterPrefix)), []);
+    await assert.rejects(
+      buildCluster({prefix: clusterPrefix, nodes: 2, podsPerNode: 1}),
+      /create \d+ network namespaces \(line \d+: "netns add pxt-.*-f-node-1"\): .*File exists/,
+    );
+    assert.deepEqual(
+      (await listNamespaces()).filter((name) => name.startsWith(clusterPrefix)),
+      [],
+    );
   });
 });
 

@@ -63,10 +63,15 @@ export interface PluginRun {
 export function runPlugin(args: string[], env: Record<string, string> = {}): Promise<PluginRun> {
   assert.ok(existsSync(join(root, 'dist/src/plugin/commands/trace.js')), 'the plugin is not built: run npm run build first');
   return new Promise((resolve) => {
-    execFile(pluginBin, args, {env: {...process.env, NO_COLOR: '1', ...env}, timeout: 60_000, maxBuffer: 16 * 1024 * 1024}, (error, stdout, stderr) => {
-      const code = error ? (typeof error.code === 'number' ? error.code : -1) : 0;
-      resolve({code, stdout, stderr});
-    });
+    execFile(
+      pluginBin,
+      args,
+      {env: {...process.env, NO_COLOR: '1', ...env}, timeout: 60_000, maxBuffer: 16 * 1024 * 1024},
+      (error, stdout, stderr) => {
+        const code = error ? (typeof error.code === 'number' ? error.code : -1) : 0;
+        resolve({code, stdout, stderr});
+      },
+    );
   });
 }
 
@@ -110,7 +115,10 @@ export async function startAgentCluster(t: TestContext): Promise<AgentCluster> {
     users: [{name: 'viewer', token: 'viewer-token'}],
     grants: [{user: 'viewer', verbs: ['get', 'list', 'watch'], resources: ['pods', 'services', 'endpointslices', 'nodes']}],
     // The agent pod uses the host network: its API is the agent's loopback listener.
-    resolvePodAddress: (pod, port) => (pod.metadata.labels?.['app.kubernetes.io/name'] === 'proxyctl-agent' ? {host: '127.0.0.1', port: agentPort} : {host: String(pod.status?.podIP), port}),
+    resolvePodAddress: (pod, port) =>
+      pod.metadata.labels?.['app.kubernetes.io/name'] === 'proxyctl-agent'
+        ? {host: '127.0.0.1', port: agentPort}
+        : {host: String(pod.status?.podIP), port},
   });
   t.after(() => server.stop());
   const kubeconfig = join(dir, 'admin.kubeconfig');
@@ -119,14 +127,23 @@ export async function startAgentCluster(t: TestContext): Promise<AgentCluster> {
   await server.writeKubeconfig(viewerKubeconfig, {user: 'viewer', token: 'viewer-token'});
 
   const store = server.store;
-  store.create('nodes', {apiVersion: 'v1', kind: 'Node', metadata: {name: 'node-1'}, status: {addresses: [{type: 'InternalIP', address: nodeIP}]}});
+  store.create('nodes', {
+    apiVersion: 'v1',
+    kind: 'Node',
+    metadata: {name: 'node-1'},
+    status: {addresses: [{type: 'InternalIP', address: nodeIP}]},
+  });
   store.create(
     'pods',
     {
       apiVersion: 'v1',
       kind: 'Pod',
       metadata: {name: 'proxyctl-agent-abcde', labels: {'app.kubernetes.io/name': 'proxyctl-agent'}},
-      spec: {nodeName: 'node-1', hostNetwork: true, containers: [{name: 'agent', image: 'proxyctl:dev', ports: [{name: 'api', containerPort: 10260}]}]},
+      spec: {
+        nodeName: 'node-1',
+        hostNetwork: true,
+        containers: [{name: 'agent', image: 'proxyctl:dev', ports: [{name: 'api', containerPort: 10260}]}],
+      },
       status: {phase: 'Running', podIP: nodeIP},
     },
     'kube-system',
@@ -144,7 +161,16 @@ export async function startAgentCluster(t: TestContext): Promise<AgentCluster> {
     'default',
     {keepStatus: true},
   );
-  const web = store.create('services', {apiVersion: 'v1', kind: 'Service', metadata: {name: 'web', namespace: 'default'}, spec: {ports: [{name: 'http', port: 80, targetPort: 8080, protocol: 'TCP'}]}}, 'default') as unknown as {spec: {clusterIP: string}};
+  const web = store.create(
+    'services',
+    {
+      apiVersion: 'v1',
+      kind: 'Service',
+      metadata: {name: 'web', namespace: 'default'},
+      spec: {ports: [{name: 'http', port: 80, targetPort: 8080, protocol: 'TCP'}]},
+    },
+    'default',
+  ) as unknown as {spec: {clusterIP: string}};
   store.create(
     'endpointslices',
     {
@@ -153,11 +179,25 @@ export async function startAgentCluster(t: TestContext): Promise<AgentCluster> {
       metadata: {name: 'web-manual', namespace: 'default', labels: {'kubernetes.io/service-name': 'web'}},
       addressType: 'IPv4',
       ports: [{name: 'http', protocol: 'TCP', port: 8080}],
-      endpoints: endpointIPs.map((ip, i) => ({addresses: [ip], conditions: {ready: true}, nodeName: 'node-1', targetRef: {kind: 'Pod', namespace: 'default', name: `web-${i + 1}`}})),
+      endpoints: endpointIPs.map((ip, i) => ({
+        addresses: [ip],
+        conditions: {ready: true},
+        nodeName: 'node-1',
+        targetRef: {kind: 'Pod', namespace: 'default', name: `web-${i + 1}`},
+      })),
     },
     'default',
   );
-  const empty = store.create('services', {apiVersion: 'v1', kind: 'Service', metadata: {name: 'empty', namespace: 'default'}, spec: {selector: {app: 'nothing'}, ports: [{port: 80, targetPort: 8080, protocol: 'TCP'}]}}, 'default') as unknown as {spec: {clusterIP: string}};
+  const empty = store.create(
+    'services',
+    {
+      apiVersion: 'v1',
+      kind: 'Service',
+      metadata: {name: 'empty', namespace: 'default'},
+      spec: {selector: {app: 'nothing'}, ports: [{port: 80, targetPort: 8080, protocol: 'TCP'}]},
+    },
+    'default',
+  ) as unknown as {spec: {clusterIP: string}};
 
   const config = defaultAgentConfig();
   Object.assign(config, {
@@ -180,10 +220,25 @@ export async function startAgentCluster(t: TestContext): Promise<AgentCluster> {
 
   const nat = () => inNetns(netns, ['iptables-save', '-t', 'nat']);
   try {
-    await until('the web and empty service rules', () => nat().includes('default/web:http') && inNetns(netns, ['iptables-save', '-t', 'filter']).includes('default/empty'));
+    await until(
+      'the web and empty service rules',
+      () => nat().includes('default/web:http') && inNetns(netns, ['iptables-save', '-t', 'filter']).includes('default/empty'),
+    );
     await until('the first sync to finish', () => agent.proxier.status().lastResults.length > 0);
   } catch (error) {
     throw new Error(`${(error as Error).message}\nagent log:\n${log.lines.slice(-30).join('\n')}\nnat:\n${nat()}`);
   }
-  return {server, agent, netns, dir, kubeconfig, viewerKubeconfig, agentUrl: agent.api.url, webClusterIP: web.spec.clusterIP, emptyClusterIP: empty.spec.clusterIP, log, nat};
+  return {
+    server,
+    agent,
+    netns,
+    dir,
+    kubeconfig,
+    viewerKubeconfig,
+    agentUrl: agent.api.url,
+    webClusterIP: web.spec.clusterIP,
+    emptyClusterIP: empty.spec.clusterIP,
+    log,
+    nat,
+  };
 }

@@ -31,7 +31,8 @@ describe('kubectl proxyctl, the CLI itself', () => {
     assert.match(lab.stdout, /^A small cluster on this machine/, describeRun(lab));
     const trace = await runPlugin(['trace', '--help'], env());
     assert.match(trace.stdout, /^ {2}\$ kubectl proxyctl trace \[SERVICE\]/m, describeRun(trace));
-    for (const line of trace.stdout.split('\n').filter((text) => /^\s+\$ /.test(text))) assert.match(line, /^\s+\$ kubectl proxyctl /, line);
+    for (const line of trace.stdout.split('\n').filter((text) => /^\s+\$ /.test(text)))
+      assert.match(line, /^\s+\$ kubectl proxyctl /, line);
   });
 
   it('lab exec shows where the command goes: TARGET -- COMMAND', async () => {
@@ -47,7 +48,8 @@ describe('kubectl proxyctl, the CLI itself', () => {
         assert.match(text, /(^|\| |&& )<%= config\.bin %> /, `${id}: ${text}`);
         // render reads a file, not the lab: its node names are the file's.
         if (id === 'render') continue;
-        for (const node of text.match(/\bnode-\d+\b/g) ?? []) assert.ok(['node-0', 'node-1'].includes(node), `${id}: ${text}: the lab has node-0 and node-1`);
+        for (const node of text.match(/\bnode-\d+\b/g) ?? [])
+          assert.ok(['node-0', 'node-1'].includes(node), `${id}: ${text}: the lab has node-0 and node-1`);
       }
     }
   });
@@ -62,10 +64,17 @@ describe('kubectl proxyctl, the CLI itself', () => {
   });
 
   it('a mistyped command: the nearest real one, one line, exit 2', async () => {
-    for (const [typed, meant] of [['trase', 'trace'], ['stauts', 'status'], ['lab stat', 'lab status']] as const) {
+    for (const [typed, meant] of [
+      ['trase', 'trace'],
+      ['stauts', 'status'],
+      ['lab stat', 'lab status'],
+    ] as const) {
       const run = await runPlugin(typed.split(' '), env());
       assert.equal(run.code, 2, describeRun(run));
-      assert.match(run.stderr, new RegExp(`^error: unknown command "${typed}" for "kubectl proxyctl": did you mean "kubectl proxyctl ${meant}"\\?\\n$`));
+      assert.match(
+        run.stderr,
+        new RegExp(`^error: unknown command "${typed}" for "kubectl proxyctl": did you mean "kubectl proxyctl ${meant}"\\?\\n$`),
+      );
     }
     const nothing = await runPlugin(['xyzzy'], env());
     assert.equal(nothing.code, 2, describeRun(nothing));
@@ -86,7 +95,10 @@ describe('kubectl proxyctl, the CLI itself', () => {
   it('lab commands fail as the others do: one line "error: ..."', async () => {
     const lab = await runPlugin(['lab', 'status', '--name', 'nothing-here'], env());
     assert.equal(lab.code, 1, `lab status: exit 1 when no such lab runs\n${describeRun(lab)}`);
-    assert.match(lab.stderr, /^error: no lab named nothing-here is running; start one with `kubectl proxyctl lab up --name nothing-here`[^\n]*\n$/);
+    assert.match(
+      lab.stderr,
+      /^error: no lab named nothing-here is running; start one with `kubectl proxyctl lab up --name nothing-here`[^\n]*\n$/,
+    );
     const agent = await runPlugin(['status'], env());
     assert.equal(agent.code, 2, describeRun(agent));
     assert.match(agent.stderr, /^error: no kubeconfig: none of the files \$KUBECONFIG lists exists [^\n]*\n$/);

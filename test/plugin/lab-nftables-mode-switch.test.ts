@@ -18,14 +18,21 @@ import {describeRun, inNetns, isRoot, runPlugin, startAgentCluster, until, type 
 function iptablesModeRules(netns: string): string[] {
   const lines: string[] = [];
   for (const table of ['nat', 'filter']) {
-    lines.push(...inNetns(netns, ['iptables-save', '-t', table]).split('\n').filter((line) => /KUBE-/.test(line) && !/KUBE-FIREWALL( |$)/.test(line)));
+    lines.push(
+      ...inNetns(netns, ['iptables-save', '-t', table])
+        .split('\n')
+        .filter((line) => /KUBE-/.test(line) && !/KUBE-FIREWALL( |$)/.test(line)),
+    );
   }
   return lines;
 }
 
 /** nftables mode's tables in the namespace (iptables-nft keeps its own ip nat and ip filter tables). */
 function nftablesModeTables(netns: string): string[] {
-  return inNetns(netns, ['nft', 'list', 'tables']).trim().split('\n').filter((table) => table.endsWith(' kube-proxy'));
+  return inNetns(netns, ['nft', 'list', 'tables'])
+    .trim()
+    .split('\n')
+    .filter((table) => table.endsWith(' kube-proxy'));
 }
 
 /** restartAgent stops the node's agent and starts one in `mode` with otherwise the same settings. */
@@ -61,12 +68,28 @@ async function assertServing(cluster: AgentCluster, agent: RunningAgent, mode: P
   assert.match(status.stdout, new RegExp(`^node-1\\s+${mode}\\s+true\\s`, 'm'));
   const diff = await runPlugin(['diff', 'node-1', '--agent-url', url]);
   assert.equal(diff.code, 0, describeRun(diff));
-  const trace = await runPlugin(['trace', 'web', '--node', 'node-1', '--probe', '10', '-o', 'json', '--agent-url', url, '--kubeconfig', cluster.kubeconfig]);
+  const trace = await runPlugin([
+    'trace',
+    'web',
+    '--node',
+    'node-1',
+    '--probe',
+    '10',
+    '-o',
+    'json',
+    '--agent-url',
+    url,
+    '--kubeconfig',
+    cluster.kubeconfig,
+  ]);
   assert.equal(trace.code, 0, describeRun(trace));
   const answer = JSON.parse(trace.stdout) as {verdict: string; probe: {failures: unknown[]; answers: {count: number}[]}};
   assert.equal(answer.verdict, 'DNAT');
   assert.deepEqual(answer.probe.failures, []);
-  assert.equal(answer.probe.answers.reduce((sum, entry) => sum + entry.count, 0), 10);
+  assert.equal(
+    answer.probe.answers.reduce((sum, entry) => sum + entry.count, 0),
+    10,
+  );
 }
 
 test('restarting the agent in the other mode removes the previous mode’s rules', async (t) => {
@@ -75,7 +98,10 @@ test('restarting the agent in the other mode removes the previous mode’s rules
     return;
   }
   const cluster = await startAgentCluster(t);
-  assert.ok(iptablesModeRules(cluster.netns).some((line) => line.includes('default/web:http')), 'iptables mode wrote its rules');
+  assert.ok(
+    iptablesModeRules(cluster.netns).some((line) => line.includes('default/web:http')),
+    'iptables mode wrote its rules',
+  );
   assert.deepEqual(nftablesModeTables(cluster.netns), []);
 
   const nftables = await restartAgent(t, cluster, cluster.agent, 'nftables');

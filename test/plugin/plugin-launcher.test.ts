@@ -21,7 +21,9 @@ const env = {...process.env, NO_COLOR: '1', PATH: `${join(root, 'bin')}:${proces
 
 function run(command: string, args: string[]): Promise<{code: number | null; stdout: string; stderr: string}> {
   return new Promise((resolve) => {
-    execFile(command, args, {env, timeout: 60_000}, (error, stdout, stderr) => resolve({code: error ? (typeof error.code === 'number' ? error.code : null) : 0, stdout, stderr}));
+    execFile(command, args, {env, timeout: 60_000}, (error, stdout, stderr) =>
+      resolve({code: error ? (typeof error.code === 'number' ? error.code : null) : 0, stdout, stderr}),
+    );
   });
 }
 
@@ -38,7 +40,8 @@ describe('the built plugin as a new process', {skip}, () => {
   it('--help lists the commands and the lab topic', async () => {
     const answer = await run(launcher, ['--help']);
     assert.equal(answer.code, 0, answer.stderr);
-    for (const command of ['diff', 'help', 'render', 'status', 'sync', 'trace', 'version']) assert.match(answer.stdout, new RegExp(`^  ${command}\\s`, 'm'));
+    for (const command of ['diff', 'help', 'render', 'status', 'sync', 'trace', 'version'])
+      assert.match(answer.stdout, new RegExp(`^  ${command}\\s`, 'm'));
     assert.match(answer.stdout, /^TOPICS\n {2}lab\s/m);
   });
 
@@ -58,7 +61,8 @@ describe('the built plugin as a new process', {skip}, () => {
   it('needs only package.json, oclif.manifest.json and dist/plugin/: no node_modules, no sources', async (t) => {
     const alone = mkdtempSync(join(tmpdir(), 'proxyctl-plugin-alone-'));
     t.after(() => rmSync(alone, {recursive: true, force: true}));
-    for (const path of ['package.json', 'oclif.manifest.json', 'dist/plugin', 'examples/cluster.yaml']) cpSync(join(root, path), join(alone, path), {recursive: true});
+    for (const path of ['package.json', 'oclif.manifest.json', 'dist/plugin', 'examples/cluster.yaml'])
+      cpSync(join(root, path), join(alone, path), {recursive: true});
     const bundle = join(alone, 'dist/plugin/kubectl-proxyctl.js');
     const version = await run(process.execPath, [bundle, 'version']);
     assert.deepEqual(version, {code: 0, stdout: `${packageJson.version}\n`, stderr: ''});
@@ -71,7 +75,9 @@ describe('the built plugin as a new process', {skip}, () => {
   });
 
   const kubectlMissing = spawnSync('kubectl', ['version', '--client'], {stdio: 'ignore'}).error;
-  it('kubectl finds it as `kubectl proxyctl`', {skip: kubectlMissing ? `kubectl is not installed (${kubectlMissing.message})` : undefined}, async () => {
+  it('kubectl finds it as `kubectl proxyctl`', {
+    skip: kubectlMissing ? `kubectl is not installed (${kubectlMissing.message})` : undefined,
+  }, async () => {
     const answer = await run('kubectl', ['proxyctl', '--version']);
     assert.equal(answer.code, 0, answer.stderr);
     assert.match(answer.stdout, /^proxyctl\/\S+ \S+-\S+ node-v\d+/);
@@ -84,7 +90,9 @@ describe('the built plugin as a new process', {skip}, () => {
       child.stdout.destroy();
       let stderr = '';
       child.stderr.setEncoding('utf8').on('data', (chunk: string) => (stderr += chunk));
-      const [code, signal] = await new Promise<[number | null, NodeJS.Signals | null]>((resolve) => child.once('close', (c, s) => resolve([c, s])));
+      const [code, signal] = await new Promise<[number | null, NodeJS.Signals | null]>((resolve) =>
+        child.once('close', (c, s) => resolve([c, s])),
+      );
       assert.doesNotMatch(stderr, /unsettled top-level await|EPIPE|Error|\n\s+at /);
       // render may warn about its input on stderr; --help and --version have nothing to say there.
       if (args[0] !== 'render') assert.equal(stderr, '');
@@ -98,6 +106,11 @@ describe('the command table', () => {
     const commandsDir = join(root, 'src/plugin/commands');
     const files = readdirSync(commandsDir, {recursive: true, encoding: 'utf8'}).filter((file) => file.endsWith('.ts'));
     const ids = files.map((file) => relative(commandsDir, join(commandsDir, file)).replace(/\.ts$/, '').split('/').join(':'));
-    assert.deepEqual(Object.keys(COMMANDS).filter((id) => id !== 'help').sort(), ids.sort());
+    assert.deepEqual(
+      Object.keys(COMMANDS)
+        .filter((id) => id !== 'help')
+        .sort(),
+      ids.sort(),
+    );
   });
 });

@@ -12,11 +12,22 @@ import {parseRequestTimeout} from '../../src/plugin/lib/request-timeout.ts';
 import type {TraceAnswer} from '../../src/protocol/methods.ts';
 
 describe('--request-timeout', () => {
-  for (const [text, ms] of [['0', 0], ['30', 30_000], ['30s', 30_000], ['1m30s', 90_000], ['500ms', 500], ['1h', 3_600_000]] as const) {
+  for (const [text, ms] of [
+    ['0', 0],
+    ['30', 30_000],
+    ['30s', 30_000],
+    ['1m30s', 90_000],
+    ['500ms', 500],
+    ['1h', 3_600_000],
+  ] as const) {
     it(`${text} is ${ms} ms`, () => assert.equal(parseRequestTimeout(text), ms));
   }
   for (const text of ['', 'soon', '10x', '-1s', '1m foo']) {
-    it(`${JSON.stringify(text)} is refused naming the flag`, () => assert.throws(() => parseRequestTimeout(text), (error: PluginError) => error.exitCode === 2 && /^--request-timeout /.test(error.message)));
+    it(`${JSON.stringify(text)} is refused naming the flag`, () =>
+      assert.throws(
+        () => parseRequestTimeout(text),
+        (error: PluginError) => error.exitCode === 2 && /^--request-timeout /.test(error.message),
+      ));
   }
 });
 
@@ -27,13 +38,23 @@ describe('trace --dst', () => {
     assert.deepEqual(parseDestination('[fd00::10]:443/SCTP'), {dstIP: 'fd00::10', dstPort: 443, protocol: 'SCTP'});
   });
   for (const text of ['10.96.0.10', '10.96.0.10:0', '10.96.0.10:70000', 'web:80', '10.96.0.10:80/icmp', 'fd00::10:80']) {
-    it(`refuses ${text}`, () => assert.throws(() => parseDestination(text), /^PluginError: --dst .*: must be IP:PORT\[\/PROTO\]|--dst .*: must be IP:PORT/));
+    it(`refuses ${text}`, () =>
+      assert.throws(() => parseDestination(text), /^PluginError: --dst .*: must be IP:PORT\[\/PROTO\]|--dst .*: must be IP:PORT/));
   }
 });
 
 describe('output', () => {
   it('lays out tables as kubectl get does', () => {
-    assert.equal(formatTable(['NODE', 'READY'], [['node-1', 'true'], ['node-10', 'false']]), 'NODE      READY\nnode-1    true\nnode-10   false\n');
+    assert.equal(
+      formatTable(
+        ['NODE', 'READY'],
+        [
+          ['node-1', 'true'],
+          ['node-10', 'false'],
+        ],
+      ),
+      'NODE      READY\nnode-1    true\nnode-10   false\n',
+    );
   });
   it('keeps columns aligned when cells are coloured', () => {
     const c = palette(true);
@@ -53,7 +74,8 @@ describe('output', () => {
       [{FORCE_COLOR: '1'}, pipe, true],
       [{FORCE_COLOR: '1', NO_COLOR: '1'}, tty, false],
     ];
-    for (const [env, stream, expected] of cases) assert.equal(useColor('text', stream, env), expected, `${JSON.stringify(env)} ${stream.isTTY ? 'tty' : 'pipe'}`);
+    for (const [env, stream, expected] of cases)
+      assert.equal(useColor('text', stream, env), expected, `${JSON.stringify(env)} ${stream.isTTY ? 'tty' : 'pipe'}`);
     assert.equal(useColor('json', tty, {FORCE_COLOR: '1'}), false, 'never for -o json');
   });
   it('writes ages as kubectl does', () => {
@@ -78,7 +100,13 @@ describe('probe against the trace', () => {
   } as unknown as TraceAnswer;
 
   it('joins branches and answers by address, and shows answers nobody predicted', () => {
-    const rows = compareProbe(trace, {answers: [{endpoint: '10.244.1.5', count: 12}, {endpoint: '10.244.9.9', count: 1}], failures: []});
+    const rows = compareProbe(trace, {
+      answers: [
+        {endpoint: '10.244.1.5', count: 12},
+        {endpoint: '10.244.9.9', count: 1},
+      ],
+      failures: [],
+    });
     assert.deepEqual(rows, [
       {endpoint: '10.244.1.5:8080', pod: undefined, predicted: 0.5, answered: 12},
       {endpoint: '10.244.2.7:8080', pod: undefined, predicted: 0.5, answered: 0},
@@ -98,6 +126,9 @@ describe('choosing the agent of a node', () => {
   ];
   it('prefers a running pod', () => assert.equal(agentOnNode(pods, 'node-1', 'kube-system').name, 'agent-new'));
   it('says which nodes have agents when the one asked for has none', () => {
-    assert.throws(() => agentOnNode(pods, 'node-3', 'kube-system'), /^PluginError: no proxyctl agent runs on node node-3 \(pods labelled app.kubernetes.io\/name=proxyctl-agent in namespace kube-system run on node-1, node-2\)/);
+    assert.throws(
+      () => agentOnNode(pods, 'node-3', 'kube-system'),
+      /^PluginError: no proxyctl agent runs on node node-3 \(pods labelled app.kubernetes.io\/name=proxyctl-agent in namespace kube-system run on node-1, node-2\)/,
+    );
   });
 });

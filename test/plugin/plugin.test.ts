@@ -13,7 +13,20 @@ import {kubernetesAccessReviewer} from '../../src/agent/api/access.ts';
 import type {AgentApiHandlers} from '../../src/agent/api/handlers.ts';
 import {startAgentApi} from '../../src/agent/api/server.ts';
 import {memoryLogger} from '../../src/agent/log.ts';
-import {clientIP, describeRun, endpointIPs, inNetns, isRoot, nodeIP, pluginBin, root, runPlugin, startAgentCluster, until, type PluginRun} from './agent-cluster.ts';
+import {
+  clientIP,
+  describeRun,
+  endpointIPs,
+  inNetns,
+  isRoot,
+  nodeIP,
+  pluginBin,
+  root,
+  runPlugin,
+  startAgentCluster,
+  until,
+  type PluginRun,
+} from './agent-cluster.ts';
 
 test('kubectl proxyctl against a real agent', async (t) => {
   if (!isRoot) {
@@ -41,13 +54,24 @@ test('kubectl proxyctl against a real agent', async (t) => {
   await t.test('trace from a pod: the predicted endpoints are the ones the probe reaches', async () => {
     const run = await runPlugin(['trace', 'default/web', '--from', 'default/client', '--probe', '30', '-o', 'json', ...admin]);
     assert.equal(run.code, 0, describeRun(run));
-    const answer = JSON.parse(run.stdout) as {node: string; verdict: string; packet: {srcIP: string; dstIP: string}; branches: {endpoint: string; probability: number}[]; probe: {answers: {endpoint: string; count: number}[]; failures: unknown[]}; drifted: boolean; readAt: string};
+    const answer = JSON.parse(run.stdout) as {
+      node: string;
+      verdict: string;
+      packet: {srcIP: string; dstIP: string};
+      branches: {endpoint: string; probability: number}[];
+      probe: {answers: {endpoint: string; count: number}[]; failures: unknown[]};
+      drifted: boolean;
+      readAt: string;
+    };
     assert.equal(answer.node, 'node-1');
     assert.equal(answer.verdict, 'DNAT');
     assert.equal(answer.packet.srcIP, clientIP);
     assert.equal(answer.packet.dstIP, cluster.webClusterIP);
     assert.equal(answer.drifted, false);
-    assert.deepEqual(answer.branches.map((b) => b.endpoint).sort(), endpointIPs.map((ip) => `${ip}:8080`));
+    assert.deepEqual(
+      answer.branches.map((b) => b.endpoint).sort(),
+      endpointIPs.map((ip) => `${ip}:8080`),
+    );
     assert.deepEqual(answer.probe.failures, []);
     assert.deepEqual(answer.probe.answers.map((a) => a.endpoint).sort(), endpointIPs, 'every predicted endpoint answered, and no other');
 
@@ -56,7 +80,8 @@ test('kubectl proxyctl against a real agent', async (t) => {
     assert.match(text.stdout, /^Node\s+node-1 \(rules read from the kernel \d+s ago\)/);
     assert.match(text.stdout, /Verdict\s+DNAT/);
     assert.match(text.stdout, /Service\s+default\/web:http/);
-    for (const [i, ip] of endpointIPs.entries()) assert.match(text.stdout, new RegExp(`${ip.replaceAll('.', '\\.')}:8080\\s+50\\.0%\\s+web-${i + 1}\\s+node-1`));
+    for (const [i, ip] of endpointIPs.entries())
+      assert.match(text.stdout, new RegExp(`${ip.replaceAll('.', '\\.')}:8080\\s+50\\.0%\\s+web-${i + 1}\\s+node-1`));
     assert.match(text.stdout, /Probe\s+20 connections from pod default\/client/);
   });
 
@@ -78,7 +103,10 @@ test('kubectl proxyctl against a real agent', async (t) => {
     assert.equal(clean.code, 0, describeRun(clean));
     assert.equal(clean.stdout, '');
 
-    const rule = cluster.nat().split('\n').find((line) => line.startsWith('-A KUBE-SERVICES') && line.includes('default/web:http cluster IP'));
+    const rule = cluster
+      .nat()
+      .split('\n')
+      .find((line) => line.startsWith('-A KUBE-SERVICES') && line.includes('default/web:http cluster IP'));
     assert.ok(rule, 'the web service rule in KUBE-SERVICES');
     inNetns(cluster.netns, ['iptables', '-t', 'nat', '-D', ...splitRule(rule.replace(/^-A /, ''))]);
 
@@ -98,7 +126,10 @@ test('kubectl proxyctl against a real agent', async (t) => {
 
     const sync = await runPlugin(['sync', 'node-1', ...admin]);
     assert.equal(sync.code, 0, describeRun(sync));
-    assert.match(sync.stdout.replace(/$/, `\n${cluster.log.lines.slice(-8).join('\n')}`), /^node-1\s+iptables\s+full\s+\d+(ms|\.\ds)\s+[1-9]\d* nat, [1-9]\d* filter\s+repaired 1 service: default\/web:http$/m);
+    assert.match(
+      sync.stdout.replace(/$/, `\n${cluster.log.lines.slice(-8).join('\n')}`),
+      /^node-1\s+iptables\s+full\s+\d+(ms|\.\ds)\s+[1-9]\d* nat, [1-9]\d* filter\s+repaired 1 service: default\/web:http$/m,
+    );
     assert.ok(cluster.nat().includes(rule), 'the rule is back');
     const again = await runPlugin(['sync', 'node-1', '-o', 'json', ...admin]);
     assert.equal(again.code, 0, describeRun(again));
@@ -117,7 +148,10 @@ test('kubectl proxyctl against a real agent', async (t) => {
     assert.equal(run.code, 2, describeRun(run));
     assert.equal(run.stdout, '');
     assert.equal(run.stderr.trim().split('\n').length, 1);
-    assert.match(run.stderr, /^error: the API server refused to port-forward to pod kube-system\/proxyctl-agent-abcde \(403 Forbidden\): your user needs create on pods\/portforward in namespace kube-system/);
+    assert.match(
+      run.stderr,
+      /^error: the API server refused to port-forward to pod kube-system\/proxyctl-agent-abcde \(403 Forbidden\): your user needs create on pods\/portforward in namespace kube-system/,
+    );
   });
 
   await t.test('no agent on the node, a missing service, an unreachable agent, another protocol version: one line, exit 2', async () => {
@@ -134,7 +168,9 @@ test('kubectl proxyctl against a real agent', async (t) => {
     assert.match(unreachable.stderr, /^error: cannot reach the agent at ws:\/\/127\.0\.0\.1:1\/: connection refused/);
 
     const future = createServer((_req, res) => res.end());
-    future.on('upgrade', (_req, socket) => socket.end('HTTP/1.1 400 Bad Request\r\nx-proxyctl-protocol: proxyctl.v2\r\ncontent-length: 0\r\nconnection: close\r\n\r\n'));
+    future.on('upgrade', (_req, socket) =>
+      socket.end('HTTP/1.1 400 Bad Request\r\nx-proxyctl-protocol: proxyctl.v2\r\ncontent-length: 0\r\nconnection: close\r\n\r\n'),
+    );
     await new Promise<void>((resolve) => future.listen(0, '127.0.0.1', resolve));
     t.after(() => future.close());
     const mismatch = await runPlugin(['status', '--agent-url', `ws://127.0.0.1:${(future.address() as AddressInfo).port}/`]);
@@ -142,31 +178,37 @@ test('kubectl proxyctl against a real agent', async (t) => {
     assert.match(mismatch.stderr, /^error: the agent at .* speaks proxyctl\.v2, this plugin speaks proxyctl\.v1/);
   });
 
-  await t.test('-n and the context name the Services\' namespace, --agent-namespace the agents\'; failures under -o json exit 2', async () => {
-    const named = await runPlugin(['trace', 'web', '-n', 'default', '--node', 'node-1', '-o', 'json', ...admin]);
-    assert.equal(named.code, 0, describeRun(named));
-    assert.equal((JSON.parse(named.stdout) as {servicePort: string}).servicePort, 'default/web:http');
+  await t.test(
+    "-n and the context name the Services' namespace, --agent-namespace the agents'; failures under -o json exit 2",
+    async () => {
+      const named = await runPlugin(['trace', 'web', '-n', 'default', '--node', 'node-1', '-o', 'json', ...admin]);
+      assert.equal(named.code, 0, describeRun(named));
+      assert.equal((JSON.parse(named.stdout) as {servicePort: string}).servicePort, 'default/web:http');
 
-    const elsewhere = await runPlugin(['trace', 'web', '-n', 'other', '--node', 'node-1', '-o', 'json', ...admin]);
-    assert.equal(elsewhere.code, 2, describeRun(elsewhere));
-    assert.match(elsewhere.stderr, /^error: service other\/web not found/);
+      const elsewhere = await runPlugin(['trace', 'web', '-n', 'other', '--node', 'node-1', '-o', 'json', ...admin]);
+      assert.equal(elsewhere.code, 2, describeRun(elsewhere));
+      assert.match(elsewhere.stderr, /^error: service other\/web not found/);
 
-    const inOther = join(cluster.dir, 'other-namespace.kubeconfig');
-    const exported = JSON.parse(exportedKubeconfig(cluster.kubeconfig)) as {contexts: {context: {namespace?: string}}[]};
-    for (const context of exported.contexts) context.context.namespace = 'other';
-    await writeFile(inOther, JSON.stringify(exported));
-    const fromContext = await runPlugin(['trace', 'web', '--node', 'node-1', '--kubeconfig', inOther]);
-    assert.equal(fromContext.code, 2, describeRun(fromContext));
-    assert.match(fromContext.stderr, /^error: service other\/web not found/, 'the context\'s namespace is the default');
-    const flagWins = await runPlugin(['diff', 'node-1', '--service', 'web', '-n', 'default', '--kubeconfig', inOther]);
-    assert.equal(flagWins.code, 0, describeRun(flagWins));
+      const inOther = join(cluster.dir, 'other-namespace.kubeconfig');
+      const exported = JSON.parse(exportedKubeconfig(cluster.kubeconfig)) as {contexts: {context: {namespace?: string}}[]};
+      for (const context of exported.contexts) context.context.namespace = 'other';
+      await writeFile(inOther, JSON.stringify(exported));
+      const fromContext = await runPlugin(['trace', 'web', '--node', 'node-1', '--kubeconfig', inOther]);
+      assert.equal(fromContext.code, 2, describeRun(fromContext));
+      assert.match(fromContext.stderr, /^error: service other\/web not found/, "the context's namespace is the default");
+      const flagWins = await runPlugin(['diff', 'node-1', '--service', 'web', '-n', 'default', '--kubeconfig', inOther]);
+      assert.equal(flagWins.code, 0, describeRun(flagWins));
 
-    const noAgents = await runPlugin(['trace', 'web', '--agent-namespace', 'elsewhere', '--node', 'node-1', '-o', 'json', ...admin]);
-    assert.equal(noAgents.code, 2, describeRun(noAgents));
-    assert.match((JSON.parse(noAgents.stdout) as {errors: {error: string}[]}).errors[0].error, /no proxyctl agent runs on node node-1 \(pods labelled .* in namespace elsewhere/);
-    const oldMeaning = await runPlugin(['status', '-n', 'kube-system', ...admin]);
-    assert.equal(oldMeaning.code, 2, `-n no longer names the agents' namespace\n${describeRun(oldMeaning)}`);
-  });
+      const noAgents = await runPlugin(['trace', 'web', '--agent-namespace', 'elsewhere', '--node', 'node-1', '-o', 'json', ...admin]);
+      assert.equal(noAgents.code, 2, describeRun(noAgents));
+      assert.match(
+        (JSON.parse(noAgents.stdout) as {errors: {error: string}[]}).errors[0].error,
+        /no proxyctl agent runs on node node-1 \(pods labelled .* in namespace elsewhere/,
+      );
+      const oldMeaning = await runPlugin(['status', '-n', 'kube-system', ...admin]);
+      assert.equal(oldMeaning.code, 2, `-n no longer names the agents' namespace\n${describeRun(oldMeaning)}`);
+    },
+  );
 
   await t.test('diff --service: a bare name, a port, an unknown service (exit 2, one line)', async () => {
     for (const service of ['web', 'web:http', 'default/web', 'default/web:80']) {
@@ -177,7 +219,9 @@ test('kubectl proxyctl against a real agent', async (t) => {
     assert.equal(unknown.code, 2, describeRun(unknown));
     assert.match(unknown.stderr, /^error: service default\/nothing not found/);
     assert.equal(unknown.stderr.trim().split('\n').length, 1);
-    const direct = await runPlugin(['diff', '--agent-url', cluster.agentUrl, '--service', 'web:http'], {KUBECONFIG: join(cluster.dir, 'none')});
+    const direct = await runPlugin(['diff', '--agent-url', cluster.agentUrl, '--service', 'web:http'], {
+      KUBECONFIG: join(cluster.dir, 'none'),
+    });
     assert.equal(direct.code, 0, `straight to the agent without a kubeconfig: the name is taken as given\n${describeRun(direct)}`);
     const noPort = await runPlugin(['diff', 'node-1', '--service', 'web:9999', ...admin]);
     assert.equal(noPort.code, 2, describeRun(noPort));
@@ -185,13 +229,20 @@ test('kubectl proxyctl against a real agent', async (t) => {
   });
 
   await t.test('kubeconfig as kubectl reads it: $KUBECONFIG with several files, none at all, a server that does not answer', async () => {
-    const merged = await runPlugin(['status'], {KUBECONFIG: `${join(cluster.dir, 'missing.kubeconfig')}::${cluster.kubeconfig}:${cluster.viewerKubeconfig}`});
+    const merged = await runPlugin(['status'], {
+      KUBECONFIG: `${join(cluster.dir, 'missing.kubeconfig')}::${cluster.kubeconfig}:${cluster.viewerKubeconfig}`,
+    });
     assert.equal(merged.code, 0, describeRun(merged));
     assert.match(merged.stdout, /^node-1\s+iptables\s+true\s/m);
 
     const none = await runPlugin(['status'], {KUBECONFIG: '', HOME: cluster.dir, KUBERNETES_SERVICE_HOST: ''});
     assert.equal(none.code, 2, describeRun(none));
-    assert.match(none.stderr, new RegExp(`^error: no kubeconfig: \\$KUBECONFIG is not set and ${cluster.dir}/\\.kube/config does not exist: pass --kubeconfig FILE`));
+    assert.match(
+      none.stderr,
+      new RegExp(
+        `^error: no kubeconfig: \\$KUBECONFIG is not set and ${cluster.dir}/\\.kube/config does not exist: pass --kubeconfig FILE`,
+      ),
+    );
 
     const closed = createServer();
     await new Promise<void>((resolve) => closed.listen(0, '127.0.0.1', resolve));
@@ -203,42 +254,63 @@ test('kubectl proxyctl against a real agent', async (t) => {
     await writeFile(dead, JSON.stringify(config));
     const unreachable = await runPlugin(['trace', 'web', '--kubeconfig', dead]);
     assert.equal(unreachable.code, 2, describeRun(unreachable));
-    assert.equal(unreachable.stderr, `error: cannot reach the API server at http://127.0.0.1:${port} to read service default/web: connection refused (nothing listens there): check --kubeconfig / --context\n`);
+    assert.equal(
+      unreachable.stderr,
+      `error: cannot reach the API server at http://127.0.0.1:${port} to read service default/web: connection refused (nothing listens there): check --kubeconfig / --context\n`,
+    );
   });
 
-  await t.test('colour: on a terminal, but not with NO_COLOR, FORCE_COLOR=0 or TERM=dumb; never on a pipe; FORCE_COLOR=1 forces it', async () => {
-    const colour = /\u001b\[\d+m/;
-    // A real terminal: script(1) gives the plugin a pseudo-terminal as stdout and stderr.
-    const inTerminal = (env: Record<string, string>) =>
-      new Promise<string>((resolve) =>
-        execFile('script', ['-qc', `${pluginBin} status --kubeconfig ${cluster.kubeconfig}`, '/dev/null'], {env: {...process.env, NO_COLOR: '', FORCE_COLOR: '', ...env}}, (_error, stdout) => resolve(stdout)),
-      );
-    const tty = await inTerminal({TERM: 'xterm'});
-    assert.match(tty, colour, tty);
-    assert.match(tty, /node-1/);
-    for (const env of [{TERM: 'xterm', NO_COLOR: '1'}, {TERM: 'xterm', FORCE_COLOR: '0'}, {TERM: 'dumb'}] as Record<string, string>[]) {
-      const text = await inTerminal(env);
-      assert.match(text, /node-1/, text);
-      assert.doesNotMatch(text, env.TERM === 'dumb' ? /\u001b/ : colour, `${JSON.stringify(env)}: ${JSON.stringify(text)}`);
-    }
+  await t.test(
+    'colour: on a terminal, but not with NO_COLOR, FORCE_COLOR=0 or TERM=dumb; never on a pipe; FORCE_COLOR=1 forces it',
+    async () => {
+      const colour = /\u001b\[\d+m/;
+      // A real terminal: script(1) gives the plugin a pseudo-terminal as stdout and stderr.
+      const inTerminal = (env: Record<string, string>) =>
+        new Promise<string>((resolve) =>
+          execFile(
+            'script',
+            ['-qc', `${pluginBin} status --kubeconfig ${cluster.kubeconfig}`, '/dev/null'],
+            {env: {...process.env, NO_COLOR: '', FORCE_COLOR: '', ...env}},
+            (_error, stdout) => resolve(stdout),
+          ),
+        );
+      const tty = await inTerminal({TERM: 'xterm'});
+      assert.match(tty, colour, tty);
+      assert.match(tty, /node-1/);
+      for (const env of [{TERM: 'xterm', NO_COLOR: '1'}, {TERM: 'xterm', FORCE_COLOR: '0'}, {TERM: 'dumb'}] as Record<string, string>[]) {
+        const text = await inTerminal(env);
+        assert.match(text, /node-1/, text);
+        assert.doesNotMatch(text, env.TERM === 'dumb' ? /\u001b/ : colour, `${JSON.stringify(env)}: ${JSON.stringify(text)}`);
+      }
 
-    const forced = await runPlugin(['status', ...admin], {NO_COLOR: '', FORCE_COLOR: '1'});
-    assert.match(forced.stdout, colour, describeRun(forced));
-    for (const env of [{NO_COLOR: '', FORCE_COLOR: ''}, {NO_COLOR: '', FORCE_COLOR: '0'}, {NO_COLOR: '1', FORCE_COLOR: '1'}]) {
-      const run = await runPlugin(['status', ...admin], env);
-      assert.equal(run.code, 0, describeRun(run));
-      assert.doesNotMatch(run.stdout, colour, JSON.stringify(env));
-    }
-  });
+      const forced = await runPlugin(['status', ...admin], {NO_COLOR: '', FORCE_COLOR: '1'});
+      assert.match(forced.stdout, colour, describeRun(forced));
+      for (const env of [
+        {NO_COLOR: '', FORCE_COLOR: ''},
+        {NO_COLOR: '', FORCE_COLOR: '0'},
+        {NO_COLOR: '1', FORCE_COLOR: '1'},
+      ]) {
+        const run = await runPlugin(['status', ...admin], env);
+        assert.equal(run.code, 0, describeRun(run));
+        assert.doesNotMatch(run.stdout, colour, JSON.stringify(env));
+      }
+    },
+  );
 
   await t.test('offline trace over a saved dump needs no cluster', async () => {
     const dump = join(cluster.dir, 'node-1.iptables-save');
     await writeFile(dump, inNetns(cluster.netns, ['iptables-save']));
-    const run = await runPlugin(['trace', '--rules', dump, '--src', clientIP, '--dst', `${cluster.webClusterIP}:80/tcp`, '--node-ip', nodeIP, '-o', 'json'], {KUBECONFIG: '/nonexistent'});
+    const run = await runPlugin(
+      ['trace', '--rules', dump, '--src', clientIP, '--dst', `${cluster.webClusterIP}:80/tcp`, '--node-ip', nodeIP, '-o', 'json'],
+      {KUBECONFIG: '/nonexistent'},
+    );
     assert.equal(run.code, 0, describeRun(run));
     const result = JSON.parse(run.stdout) as {verdict: string; branches: {endpoint: string}[]};
     assert.equal(result.verdict, 'DNAT');
-    assert.deepEqual(result.branches.map((b) => b.endpoint).sort(), endpointIPs.map((ip) => `${ip}:8080`));
+    assert.deepEqual(
+      result.branches.map((b) => b.endpoint).sort(),
+      endpointIPs.map((ip) => `${ip}:8080`),
+    );
 
     const text = await runPlugin(['trace', '--rules', dump, '--src', clientIP, '--dst', `${cluster.emptyClusterIP}:80`]);
     assert.equal(text.code, 0, describeRun(text));
@@ -249,10 +321,13 @@ test('kubectl proxyctl against a real agent', async (t) => {
     assert.match(bad.stderr, /^error: --dst 10\.96\.0\.10: must be IP:PORT\[\/PROTO\]/);
   });
 
-  await t.test("kubectl finds the plugin on PATH: kubectl proxyctl status", async () => {
+  await t.test('kubectl finds the plugin on PATH: kubectl proxyctl status', async () => {
     const run = await new Promise<PluginRun>((resolve) =>
-      execFile('kubectl', ['proxyctl', 'status', '--kubeconfig', cluster.kubeconfig], {env: {...process.env, NO_COLOR: '1', PATH: `${root}bin:${process.env.PATH}`}}, (error, stdout, stderr) =>
-        resolve({code: error ? Number(error.code) : 0, stdout, stderr}),
+      execFile(
+        'kubectl',
+        ['proxyctl', 'status', '--kubeconfig', cluster.kubeconfig],
+        {env: {...process.env, NO_COLOR: '1', PATH: `${root}bin:${process.env.PATH}`}},
+        (error, stdout, stderr) => resolve({code: error ? Number(error.code) : 0, stdout, stderr}),
       ),
     );
     assert.equal(run.code, 0, describeRun(run));
@@ -262,12 +337,39 @@ test('kubectl proxyctl against a real agent', async (t) => {
   await t.test('an agent that checks tokens: TokenReview and SubjectAccessReview decide, the refusal is one line', async (st) => {
     const admin = new KubeConfig();
     admin.loadFromFile(cluster.kubeconfig);
-    const status = {node: 'node-1', mode: 'iptables', version: '0.1.0', ready: true, lastSync: null, services: 0, endpoints: 0, drift: {services: [], checkedAt: null}, syncFailures: 0, rulesReadAt: null} as const;
+    const status = {
+      node: 'node-1',
+      mode: 'iptables',
+      version: '0.1.0',
+      ready: true,
+      lastSync: null,
+      services: 0,
+      endpoints: 0,
+      drift: {services: [], checkedAt: null},
+      syncFailures: 0,
+      rulesReadAt: null,
+    } as const;
     const unused = async () => {
       throw new Error('not used in this test');
     };
-    const handlers = {status: async () => status, 'rules.desired': unused, 'rules.applied': unused, diff: unused, trace: unused, probe: unused, sync: unused, onSync: () => () => {}} as unknown as AgentApiHandlers;
-    const api = await startAgentApi({host: '127.0.0.1', port: 0, handlers, auth: kubernetesAccessReviewer(admin), nodeName: 'node-1', log: memoryLogger()});
+    const handlers = {
+      status: async () => status,
+      'rules.desired': unused,
+      'rules.applied': unused,
+      diff: unused,
+      trace: unused,
+      probe: unused,
+      sync: unused,
+      onSync: () => () => {},
+    } as unknown as AgentApiHandlers;
+    const api = await startAgentApi({
+      host: '127.0.0.1',
+      port: 0,
+      handlers,
+      auth: kubernetesAccessReviewer(admin),
+      nodeName: 'node-1',
+      log: memoryLogger(),
+    });
     st.after(() => api.stop());
 
     const anonymous = await runPlugin(['status', '--agent-url', api.url], {KUBECONFIG: '/nonexistent'});
@@ -294,5 +396,7 @@ function exportedKubeconfig(path: string): string {
 
 /** splitRule turns iptables-save's rule text into arguments, honouring its double quotes. */
 function splitRule(text: string): string[] {
-  return [...text.matchAll(/"((?:[^"\\]|\\.)*)"|(\S+)/g)].map((match) => (match[1] !== undefined ? match[1].replace(/\\(.)/g, '$1') : match[2]));
+  return [...text.matchAll(/"((?:[^"\\]|\\.)*)"|(\S+)/g)].map((match) =>
+    match[1] !== undefined ? match[1].replace(/\\(.)/g, '$1') : match[2],
+  );
 }

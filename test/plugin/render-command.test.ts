@@ -56,7 +56,8 @@ describe('kubectl proxyctl render', () => {
     const netns = freshNetns();
     load(netns, ['iptables-restore'], rules);
     const nat = load(netns, ['iptables-save', '-t', 'nat'], '');
-    for (const ip of withEndpoints) assert.match(nat, new RegExp(`-A KUBE-SERVICES -d ${escaped(ip)}/32 .*-j KUBE-SVC-`), `a KUBE-SERVICES rule for ${ip}`);
+    for (const ip of withEndpoints)
+      assert.match(nat, new RegExp(`-A KUBE-SERVICES -d ${escaped(ip)}/32 .*-j KUBE-SVC-`), `a KUBE-SERVICES rule for ${ip}`);
     assert.match(nat, /-A PREROUTING .*-j KUBE-SERVICES/);
     const filter = load(netns, ['iptables-save', '-t', 'filter'], '');
     assert.match(filter, new RegExp(`-A KUBE-SERVICES -d ${escaped(emptyClusterIP)}/32 .*has no endpoints.* -j REJECT`));
@@ -67,7 +68,8 @@ describe('kubectl proxyctl render', () => {
     const netns = freshNetns();
     load(netns, ['nft', '-f', '-'], script);
     const serviceIPs = load(netns, ['nft', 'list', 'map', 'ip', 'kube-proxy', 'service-ips'], '');
-    for (const ip of withEndpoints) assert.match(serviceIPs, new RegExp(`${escaped(ip)} \\. (tcp|udp) \\. \\d+ : goto service-`), `a service-ips element for ${ip}`);
+    for (const ip of withEndpoints)
+      assert.match(serviceIPs, new RegExp(`${escaped(ip)} \\. (tcp|udp) \\. \\d+ : goto service-`), `a service-ips element for ${ip}`);
     const noEndpoints = load(netns, ['nft', 'list', 'map', 'ip', 'kube-proxy', 'no-endpoint-services'], '');
     assert.match(noEndpoints, new RegExp(`${escaped(emptyClusterIP)} \\. tcp \\. 80 comment "default/empty:http" : goto reject-chain`));
   });
@@ -75,7 +77,11 @@ describe('kubectl proxyctl render', () => {
   it('ipvs mode: each part loads with its own tool; the ipvsadm part reads back as the servers', {skip: needsRoot}, async () => {
     const all = await render(['--mode', 'ipvs', '--cluster-cidr', '10.244.0.0/16']);
     const headings = all.split('\n').filter((line) => line.startsWith('# ===='));
-    assert.deepEqual(headings.map((line) => /--part (\w+)/.exec(line)?.[1]), ['ipset', 'iptables', 'addresses', 'ipvsadm'], 'one section per part, in load order');
+    assert.deepEqual(
+      headings.map((line) => /--part (\w+)/.exec(line)?.[1]),
+      ['ipset', 'iptables', 'addresses', 'ipvsadm'],
+      'one section per part, in load order',
+    );
 
     const sets = await render(['--mode', 'ipvs', '--part', 'ipset', '--cluster-cidr', '10.244.0.0/16']);
     assert.ok(all.includes(sets), 'the ipset part is printed whole in the full output');
@@ -83,7 +89,13 @@ describe('kubectl proxyctl render', () => {
     load(netns, ['ipset', 'restore'], sets);
     const saved = parseIpsetSave(load(netns, ['ipset', 'save'], ''));
     const clusterIPSet = saved.find((set) => set.name === 'KUBE-CLUSTER-IP');
-    assert.deepEqual(clusterIPSet?.entries, ['10.96.0.10,tcp:80', '10.96.0.53,tcp:53', '10.96.0.53,udp:53', '10.96.0.80,tcp:80', '10.96.0.99,tcp:80']);
+    assert.deepEqual(clusterIPSet?.entries, [
+      '10.96.0.10,tcp:80',
+      '10.96.0.53,tcp:53',
+      '10.96.0.53,udp:53',
+      '10.96.0.80,tcp:80',
+      '10.96.0.99,tcp:80',
+    ]);
     // The iptables layer matches those sets by name: it loads only once they exist.
     load(netns, ['iptables-restore'], await render(['--mode', 'ipvs', '--part', 'iptables', '--cluster-cidr', '10.244.0.0/16']));
     assert.match(load(netns, ['iptables-save', '-t', 'nat'], ''), /-A KUBE-SERVICES .*--match-set KUBE-CLUSTER-IP dst,dst -j ACCEPT/);
@@ -93,13 +105,22 @@ describe('kubectl proxyctl render', () => {
     const demoapp = servers.find((server) => server.address === '10.96.0.10' && server.port === 80);
     assert.equal(demoapp?.protocol, 'TCP');
     assert.equal(demoapp?.scheduler, 'rr');
-    assert.deepEqual(demoapp?.realServers.map((real) => `${real.address}:${real.port}`), ['10.244.0.10:8080', '10.244.0.11:8080', '10.244.1.10:8080']);
+    assert.deepEqual(
+      demoapp?.realServers.map((real) => `${real.address}:${real.port}`),
+      ['10.244.0.10:8080', '10.244.0.11:8080', '10.244.1.10:8080'],
+    );
     const empty = servers.find((server) => server.address === '10.96.0.99');
     assert.deepEqual(empty?.realServers, [], 'a service without endpoints keeps its virtual server, with no real servers');
-    assert.ok(servers.some((server) => server.port === 30080), 'the NodePort has virtual servers on the node address');
+    assert.ok(
+      servers.some((server) => server.port === 30080),
+      'the NodePort has virtual servers on the node address',
+    );
 
     const addresses = await render(['--mode', 'ipvs', '--part', 'addresses']);
-    assert.deepEqual(addresses.trim().split('\n'), ['link add kube-ipvs0 type dummy', ...exampleClusterIPs.map((ip) => `addr add ${ip}/32 dev kube-ipvs0`)]);
+    assert.deepEqual(addresses.trim().split('\n'), [
+      'link add kube-ipvs0 type dummy',
+      ...exampleClusterIPs.map((ip) => `addr add ${ip}/32 dev kube-ipvs0`),
+    ]);
   });
 
   it('-o json prints the ProxyModel with every service', async () => {
@@ -153,7 +174,12 @@ describe('kubectl proxyctl render', () => {
     assert.equal(blind.code, 0, describeRun(blind));
     const unseen = JSON.parse(blind.stdout) as {servicePort?: string; warnings: string[]};
     assert.equal(unseen.servicePort, undefined);
-    assert.ok(unseen.warnings.some((warning) => /no address of the node was given, so -m addrtype LOCAL matched only loopback: 10\.240\.0\.11/.test(warning)), unseen.warnings.join('\n'));
+    assert.ok(
+      unseen.warnings.some((warning) =>
+        /no address of the node was given, so -m addrtype LOCAL matched only loopback: 10\.240\.0\.11/.test(warning),
+      ),
+      unseen.warnings.join('\n'),
+    );
     const text = await runPlugin(nodePort.slice(0, -2).map((arg) => (arg === file ? bare : arg)));
     assert.match(text.stdout, /no address of the node was given/, describeRun(text));
   });
@@ -204,7 +230,11 @@ describe('kubectl proxyctl render', () => {
       /^warning: .*odd\.yaml: EndpointSlice shop\/web-dns has addressType FQDN, which kube-proxy does not proxy/,
     ];
     assert.equal(warnings.length, expected.length, describeRun(run));
-    for (const pattern of expected) assert.ok(warnings.some((line) => pattern.test(line)), `${pattern}\n${describeRun(run)}`);
+    for (const pattern of expected)
+      assert.ok(
+        warnings.some((line) => pattern.test(line)),
+        `${pattern}\n${describeRun(run)}`,
+      );
     assert.ok(run.stdout.includes('10.96.1.1'), 'the rules are printed all the same');
     const six = await runPlugin(['render', '-f', file, '--ip-family', 'ipv6']);
     assert.match(six.stderr, /Service shop\/web has no IPv6 cluster IP \(10\.96\.1\.1\)/);

@@ -8,7 +8,8 @@ import {describeRun, root, runPlugin} from './agent-cluster.ts';
 
 const example = join(root, 'examples/cluster.yaml');
 // kube-proxy writes the set in braces; nft reads one element the same without them.
-const dropRule = /^add rule ip kube-proxy cluster-ips-check ip daddr (\{ )?10\.96\.0\.0\/12( \})? drop comment "Drop traffic to unallocated ClusterIPs"$/m;
+const dropRule =
+  /^add rule ip kube-proxy cluster-ips-check ip daddr (\{ )?10\.96\.0\.0\/12( \})? drop comment "Drop traffic to unallocated ClusterIPs"$/m;
 
 describe('kubectl proxyctl render --service-cidr', () => {
   it('nftables mode drops the unused addresses of the service CIDRs of its family', async () => {

@@ -16,7 +16,11 @@ const nodeIP = '10.240.0.11';
 const client = '10.244.1.200';
 
 function endpointsOf(count: number) {
-  return Array.from({length: count}, (_, i) => ({ip: `10.244.${1 + (i % 2)}.${10 + Math.floor(i / 2)}`, node: `node-${1 + (i % 2)}`, pod: `web-${i}`}));
+  return Array.from({length: count}, (_, i) => ({
+    ip: `10.244.${1 + (i % 2)}.${10 + Math.floor(i / 2)}`,
+    node: `node-${1 + (i % 2)}`,
+    pod: `web-${i}`,
+  }));
 }
 
 function traced(mode: 'iptables' | 'nftables', count: number, srcIP = client): {result: TraceResult; info: Map<string, EndpointInfo>} {
@@ -28,7 +32,8 @@ function traced(mode: 'iptables' | 'nftables', count: number, srcIP = client): {
   const packet: Packet = {srcIP, dstIP: '10.96.0.10', dstPort: 80, protocol: 'TCP', origin: 'arriving'};
   const context = {localAddresses: [nodeIP]};
   // The base chains' jumps into the proxy's chains, as the agent adds them on a node.
-  const jumps = '*filter\n:FORWARD ACCEPT [0:0]\n-A FORWARD -m conntrack --ctstate NEW -j KUBE-SERVICES\n-A FORWARD -j KUBE-FORWARD\nCOMMIT\n*nat\n:PREROUTING ACCEPT [0:0]\n:POSTROUTING ACCEPT [0:0]\n-A PREROUTING -j KUBE-SERVICES\n-A POSTROUTING -j KUBE-POSTROUTING\nCOMMIT\n';
+  const jumps =
+    '*filter\n:FORWARD ACCEPT [0:0]\n-A FORWARD -m conntrack --ctstate NEW -j KUBE-SERVICES\n-A FORWARD -j KUBE-FORWARD\nCOMMIT\n*nat\n:PREROUTING ACCEPT [0:0]\n:POSTROUTING ACCEPT [0:0]\n-A PREROUTING -j KUBE-SERVICES\n-A POSTROUTING -j KUBE-POSTROUTING\nCOMMIT\n';
   const result =
     mode === 'iptables'
       ? traceIptables(parseIptablesSave(`${jumps}${renderIptables(model)}`), packet, context)
@@ -37,7 +42,8 @@ function traced(mode: 'iptables' | 'nftables', count: number, srcIP = client): {
   return {result, info};
 }
 
-const text = (result: TraceResult, info: Map<string, EndpointInfo>, wide = false) => formatTraceText(result, {palette: palette(false), wide, endpointInfo: info});
+const text = (result: TraceResult, info: Map<string, EndpointInfo>, wide = false) =>
+  formatTraceText(result, {palette: palette(false), wide, endpointInfo: info});
 const lines = (output: string) => output.trimEnd().split('\n');
 
 for (const mode of ['iptables', 'nftables'] as const) {
@@ -52,7 +58,8 @@ for (const mode of ['iptables', 'nftables'] as const) {
       assert.equal(pathLines.length, result.hops.length + result.branches[0].hops.length, output);
       assert.equal(new Set(pathLines).size, pathLines.length, `no hop repeated:\n${output}`);
       for (const line of pathLines) assert.match(line, /^ {2}(PREROUTING|INPUT|FORWARD|OUTPUT|POSTROUTING)\s+\S.* -> \S+$/, line);
-      for (const [endpoint, {pod, node: nodeName}] of info) assert.match(output, new RegExp(`^ {2}${endpoint.replaceAll('.', '\\.')}\\s+33\\.3%\\s+${pod}\\s+${nodeName}\\s+no$`, 'm'));
+      for (const [endpoint, {pod, node: nodeName}] of info)
+        assert.match(output, new RegExp(`^ {2}${endpoint.replaceAll('.', '\\.')}\\s+33\\.3%\\s+${pod}\\s+${nodeName}\\s+no$`, 'm'));
       assert.doesNotMatch(output, /The random draw|-A KUBE-|jump /, 'sentences and rule texts only under -o wide');
     });
 
@@ -63,7 +70,10 @@ for (const mode of ['iptables', 'nftables'] as const) {
       assert.ok(lines(output).length <= 40, `${lines(output).length} lines:\n${output}`);
       for (const endpoint of info.keys()) assert.ok(output.includes(endpoint), `${endpoint} in:\n${output}`);
       assert.match(output, /50 endpoints on 2 nodes, 2\.0% each, none masqueraded/);
-      assert.ok(lines(output).every((line) => line.length <= 80 || !/^ {2}10\./.test(line)), 'the endpoints fit 80 columns');
+      assert.ok(
+        lines(output).every((line) => line.length <= 80 || !/^ {2}10\./.test(line)),
+        'the endpoints fit 80 columns',
+      );
     });
 
     it('-o wide: every hop with its sentence, each rule text, each endpoint with its reason (a hairpin endpoint too)', () => {
@@ -74,20 +84,26 @@ for (const mode of ['iptables', 'nftables'] as const) {
           assert.ok(output.includes(hop.explanation), `sentence "${hop.explanation}" in:\n${output}`);
           if (hop.rule) assert.ok(output.includes(hop.rule), `rule "${hop.rule}"`);
         }
-        for (const branch of result.branches) assert.ok(output.includes(`masquerade: ${branch.masquerade ? 'yes' : 'no'} - ${branch.masqueradeReason}`), branch.endpoint);
+        for (const branch of result.branches)
+          assert.ok(output.includes(`masquerade: ${branch.masquerade ? 'yes' : 'no'} - ${branch.masqueradeReason}`), branch.endpoint);
       }
     });
 
     it('a hairpin endpoint: grouped apart, only the hops that differ, marked + and -', () => {
       const {result, info} = traced(mode, 3, '10.244.1.10');
       const groups = groupBranches(result.branches);
-      assert.deepEqual(groups.map((group) => group.branches.length), [2, 1]);
+      assert.deepEqual(
+        groups.map((group) => group.branches.length),
+        [2, 1],
+      );
       assert.equal(groups[1].branches[0].endpoint, '10.244.1.10:8080');
       const output = text(result, info);
       assert.ok(lines(output).length <= 30, `${lines(output).length} lines:\n${output}`);
       const section = output.slice(output.indexOf('10.244.1.10:8080 (web-0) takes another path:'));
       assert.ok(section.length > 0, output);
-      const changes = lines(section).slice(1).filter((line) => /^ {4}[-+] /.test(line));
+      const changes = lines(section)
+        .slice(1)
+        .filter((line) => /^ {4}[-+] /.test(line));
       assert.ok(changes.length > 0 && changes.length < groups[1].branches[0].hops.length + groups[0].key.length, section);
       assert.match(section, /masquerade: yes/);
     });

@@ -25,5 +25,8 @@ test('functions, methods and arrow functions over the limit are named with their
 test('a long function holding a short one is named once; a function at the limit passes', () => {
   const text = `function outer() {\n  const inner = () => 1;\n${body(4)}\n}`;
   assert.deepEqual(longFunctions('x.ts', text, 7), []);
-  assert.deepEqual(longFunctions('x.ts', text, 6).map((f) => f.name), ['outer']);
+  assert.deepEqual(
+    longFunctions('x.ts', text, 6).map((f) => f.name),
+    ['outer'],
+  );
 });

@@ -18,10 +18,15 @@ function tree(files: Record<string, string>): string {
   return dir;
 }
 
-const circlesOf = (dir: string): string[][] => importCycles(importGraph(sourceFiles(dir))).map((cycle) => cycle.map((file) => file.slice(dir.length + 1)));
+const circlesOf = (dir: string): string[][] =>
+  importCycles(importGraph(sourceFiles(dir))).map((cycle) => cycle.map((file) => file.slice(dir.length + 1)));
 
 test('a chain of imports that points one way is no circle', () => {
-  const dir = tree({'a.ts': "import {b} from './b.ts';\n", 'b.ts': "import {c} from './sub/c.ts';\n", 'sub/c.ts': "export const c = 1;\nimport {x} from 'node:fs';\n"});
+  const dir = tree({
+    'a.ts': "import {b} from './b.ts';\n",
+    'b.ts': "import {c} from './sub/c.ts';\n",
+    'sub/c.ts': "export const c = 1;\nimport {x} from 'node:fs';\n",
+  });
   assert.deepEqual(circlesOf(dir), []);
 });
 
@@ -39,6 +44,11 @@ test('type-only, multi-line, re-export and import() type imports all close circl
 });
 
 test('a longer circle is named whole, once', () => {
-  const dir = tree({'a.ts': "import './b.ts';\n", 'b.ts': "import './c.ts';\n", 'c.ts': "import './a.ts';\n", 'd.ts': "import './a.ts';\n"});
+  const dir = tree({
+    'a.ts': "import './b.ts';\n",
+    'b.ts': "import './c.ts';\n",
+    'c.ts': "import './a.ts';\n",
+    'd.ts': "import './a.ts';\n",
+  });
   assert.deepEqual(circlesOf(dir), [['a.ts', 'b.ts', 'c.ts']]);
 });

@@ -55,7 +55,9 @@ export function kubernetesAccessReviewer(kubeConfig: KubeConfig): AccessReviewer
   const authorization = kubeConfig.makeApiClient(AuthorizationV1Api);
   return {
     async tokenReview(token) {
-      const review = await authentication.createTokenReview({body: {apiVersion: 'authentication.k8s.io/v1', kind: 'TokenReview', spec: {token}}});
+      const review = await authentication.createTokenReview({
+        body: {apiVersion: 'authentication.k8s.io/v1', kind: 'TokenReview', spec: {token}},
+      });
       const status = review.status ?? {};
       if (!status.authenticated || !status.user?.username) return {authenticated: false, error: status.error};
       return {authenticated: true, user: {username: status.user.username, uid: status.user.uid, groups: status.user.groups ?? []}};

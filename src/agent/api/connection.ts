@@ -2,7 +2,15 @@
 // answers every request (also bad ones, without closing), and streams sync events while the client reads.
 import type {RawData, WebSocket} from 'ws';
 import {errorCodes, failure, readRequest, success, type RpcRequest, type RpcResponse} from '../../protocol/jsonrpc.ts';
-import {isMethodName, methodSpecs, type Access, type NotificationName, type NotificationTypes, type SubscribeResult, type SyncEvent} from '../../protocol/methods.ts';
+import {
+  isMethodName,
+  methodSpecs,
+  type Access,
+  type NotificationName,
+  type NotificationTypes,
+  type SubscribeResult,
+  type SyncEvent,
+} from '../../protocol/methods.ts';
 import {problemField} from '../../protocol/schema.ts';
 import type {Limits} from '../../protocol/version.ts';
 import type {Logger} from '../log.ts';
@@ -69,15 +77,23 @@ export class AgentConnection {
     }
     if (incoming.kind === 'notification') {
       // Every proxyctl.v1 method answers; a request without id would throw its answer away.
-      this.options.log.detail(4, 'agent api: ignored a notification from the client', {peer: this.options.peer, method: incoming.notification.method});
+      this.options.log.detail(4, 'agent api: ignored a notification from the client', {
+        peer: this.options.peer,
+        method: incoming.notification.method,
+      });
       return;
     }
     const {request} = incoming;
     if (this.inFlight >= this.options.limits.maxInFlight) {
       this.send(
-        failure(request.id, errorCodes.tooManyRequests, `too many requests in flight: at most ${this.options.limits.maxInFlight} per connection; wait for an answer before sending more`, {
-          limit: this.options.limits.maxInFlight,
-        }),
+        failure(
+          request.id,
+          errorCodes.tooManyRequests,
+          `too many requests in flight: at most ${this.options.limits.maxInFlight} per connection; wait for an answer before sending more`,
+          {
+            limit: this.options.limits.maxInFlight,
+          },
+        ),
       );
       return;
     }
@@ -96,7 +112,12 @@ export class AgentConnection {
     const params = request.params === undefined ? {} : request.params;
     const size = Buffer.byteLength(JSON.stringify(params));
     if (size > this.options.limits.maxParamsBytes) {
-      return failure(id, errorCodes.invalidParams, `invalid params: params: must be at most ${this.options.limits.maxParamsBytes} bytes as JSON, got ${size}`, {field: ''});
+      return failure(
+        id,
+        errorCodes.invalidParams,
+        `invalid params: params: must be at most ${this.options.limits.maxParamsBytes} bytes as JSON, got ${size}`,
+        {field: ''},
+      );
     }
     const problem = spec.params.check(params, 'params');
     if (problem) return failure(id, errorCodes.invalidParams, `invalid params: ${problem}`, {field: problemField(problem, 'params')});
@@ -148,7 +169,10 @@ export class AgentConnection {
     if (buffered > this.options.limits.eventBufferBytes) {
       // A client that does not read would make us hold every event; stop its stream instead.
       this.unsubscribe();
-      this.options.log.warn('agent api: dropped the event stream of a client that does not read', {peer: this.options.peer, unsentBytes: buffered});
+      this.options.log.warn('agent api: dropped the event stream of a client that does not read', {
+        peer: this.options.peer,
+        unsentBytes: buffered,
+      });
       this.notify('events.dropped', {reason: `the client left ${buffered} bytes unread; call events.subscribe again to resume`});
       return;
     }
@@ -163,7 +187,10 @@ export class AgentConnection {
     if (this.ws.readyState !== this.ws.OPEN) return;
     const buffered = this.ws.bufferedAmount;
     if (buffered > this.options.limits.maxBufferedBytes) {
-      this.options.log.warn('agent api: closed a connection that does not read its answers', {peer: this.options.peer, unsentBytes: buffered});
+      this.options.log.warn('agent api: closed a connection that does not read its answers', {
+        peer: this.options.peer,
+        unsentBytes: buffered,
+      });
       this.terminate();
       return;
     }

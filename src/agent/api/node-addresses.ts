@@ -12,7 +12,11 @@ export function readNodeAddresses(netns: string | undefined): Promise<string[]> 
       }
       try {
         const links = JSON.parse(stdout) as {addr_info?: {local?: string}[]}[];
-        resolve([...new Set(links.flatMap((link) => (link.addr_info ?? []).map((info) => info.local).filter((ip): ip is string => typeof ip === 'string')))]);
+        resolve([
+          ...new Set(
+            links.flatMap((link) => (link.addr_info ?? []).map((info) => info.local).filter((ip): ip is string => typeof ip === 'string')),
+          ),
+        ]);
       } catch (parseError) {
         reject(new Error(`ip ${args.join(' ')}: unreadable output: ${(parseError as Error).message}`));
       }

@@ -33,7 +33,8 @@ function plainIPv4(address: string): string {
 function whoAnswered(body: string): ProbeOutcome {
   try {
     const reply = JSON.parse(body) as {pod?: unknown; podIP?: unknown};
-    if (typeof reply.podIP === 'string' && reply.podIP !== '') return {answered: plainIPv4(reply.podIP), pod: typeof reply.pod === 'string' ? reply.pod : undefined};
+    if (typeof reply.podIP === 'string' && reply.podIP !== '')
+      return {answered: plainIPv4(reply.podIP), pod: typeof reply.pod === 'string' ? reply.pod : undefined};
   } catch {
     // not JSON: some other server answered
   }
@@ -109,7 +110,12 @@ function probeUdp(target: ProbeTarget, timeoutMs: number): Promise<ProbeOutcome>
 export async function probeHere(target: ProbeTarget, count: number, options: ProbeOptions = {}): Promise<ProbeResult> {
   const timeoutMs = options.timeoutMs ?? defaultTimeoutMs;
   const parallel = Math.max(1, Math.min(options.parallel ?? 8, count));
-  const once = () => (target.protocol === 'UDP' ? probeUdp(target, timeoutMs) : target.protocol === 'TCP' ? probeTcp(target, timeoutMs) : Promise.resolve<ProbeOutcome>({failed: `${target.protocol} probes are not supported`}));
+  const once = () =>
+    target.protocol === 'UDP'
+      ? probeUdp(target, timeoutMs)
+      : target.protocol === 'TCP'
+        ? probeTcp(target, timeoutMs)
+        : Promise.resolve<ProbeOutcome>({failed: `${target.protocol} probes are not supported`});
   const outcomes: ProbeOutcome[] = [];
   let started = 0;
   const worker = async () => {
@@ -146,7 +152,23 @@ const programPath = fileURLToPath(import.meta.url);
 /** probeInNetns runs this file as a program inside network namespace `netns` (a process lives in one namespace). */
 export function probeInNetns(netns: string, target: ProbeTarget, count: number, options: ProbeOptions = {}): Promise<ProbeResult> {
   const timeoutMs = options.timeoutMs ?? defaultTimeoutMs;
-  const args = ['netns', 'exec', netns, process.execPath, programPath, '--protocol', target.protocol, '--ip', target.ip, '--port', String(target.port), '--count', String(count), '--timeout-ms', String(timeoutMs)];
+  const args = [
+    'netns',
+    'exec',
+    netns,
+    process.execPath,
+    programPath,
+    '--protocol',
+    target.protocol,
+    '--ip',
+    target.ip,
+    '--port',
+    String(target.port),
+    '--count',
+    String(count),
+    '--timeout-ms',
+    String(timeoutMs),
+  ];
   const deadline = Math.ceil(count / (options.parallel ?? 8)) * timeoutMs + 10_000;
   return new Promise((resolve, reject) => {
     execFile('ip', args, {timeout: deadline, maxBuffer: 1024 * 1024}, (error, stdout, stderr) => {
@@ -165,9 +187,18 @@ export function probeInNetns(netns: string, target: ProbeTarget, count: number, 
 }
 
 async function main(): Promise<void> {
-  const {values} = parseArgs({options: {protocol: {type: 'string'}, ip: {type: 'string'}, port: {type: 'string'}, count: {type: 'string'}, 'timeout-ms': {type: 'string'}}});
+  const {values} = parseArgs({
+    options: {
+      protocol: {type: 'string'},
+      ip: {type: 'string'},
+      port: {type: 'string'},
+      count: {type: 'string'},
+      'timeout-ms': {type: 'string'},
+    },
+  });
   const protocol = values.protocol;
-  if (protocol !== 'TCP' && protocol !== 'UDP' && protocol !== 'SCTP') throw new Error(`probe: --protocol ${protocol} is not TCP, UDP or SCTP`);
+  if (protocol !== 'TCP' && protocol !== 'UDP' && protocol !== 'SCTP')
+    throw new Error(`probe: --protocol ${protocol} is not TCP, UDP or SCTP`);
   const port = Number(values.port);
   const count = Number(values.count ?? '1');
   const timeoutMs = Number(values['timeout-ms'] ?? defaultTimeoutMs);

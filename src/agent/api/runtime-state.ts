@@ -48,7 +48,12 @@ export function syncKind(outcome: SyncOutcome): SyncKind {
 }
 
 function toEvent(outcome: SyncOutcome): SyncEvent {
-  const event: SyncEvent = {at: new Date(outcome.startedAt).toISOString(), durationMs: outcome.durationMs, kind: syncKind(outcome), ok: outcome.ok};
+  const event: SyncEvent = {
+    at: new Date(outcome.startedAt).toISOString(),
+    durationMs: outcome.durationMs,
+    kind: syncKind(outcome),
+    ok: outcome.ok,
+  };
   if (outcome.ok) event.rules = outcome.rules;
   else event.error = outcome.error ?? 'unknown error';
   return event;
@@ -61,7 +66,9 @@ export function joinFamilies(parts: {family: IPFamily; text: string}[]): string 
 }
 
 function driftedServices(groups: DiffGroup[]): string[] {
-  return groups.filter((group) => group.added.length > 0 || group.removed.length > 0).map((group) => group.servicePort || '(rules of no service)');
+  return groups
+    .filter((group) => group.added.length > 0 || group.removed.length > 0)
+    .map((group) => group.servicePort || '(rules of no service)');
 }
 
 export class RuntimeState {
@@ -137,8 +144,13 @@ export class RuntimeState {
 
   models(): [IPFamily, ProxyModel][] {
     const byFamily = this.proxier.appliedModels();
-    const present = this.families.filter((family) => byFamily.has(family)).map((family): [IPFamily, ProxyModel] => [family, byFamily.get(family)!]);
-    if (present.length === 0) throw new Error(`node ${this.nodeName} has no rules yet: the agent has not finished its first sync (it waits for the lists of services, endpoint slices and its node)`);
+    const present = this.families
+      .filter((family) => byFamily.has(family))
+      .map((family): [IPFamily, ProxyModel] => [family, byFamily.get(family)!]);
+    if (present.length === 0)
+      throw new Error(
+        `node ${this.nodeName} has no rules yet: the agent has not finished its first sync (it waits for the lists of services, endpoint slices and its node)`,
+      );
     return present;
   }
 
@@ -180,10 +192,16 @@ export class RuntimeState {
       texts.push({family, text: result.text});
       readAt = Math.min(readAt, current.readAt);
     }
-    const answer: DiffResult = {equal, groups, text: equal ? '' : joinFamilies(texts.filter((part) => part.text !== '')), readAt: new Date(readAt).toISOString()};
+    const answer: DiffResult = {
+      equal,
+      groups,
+      text: equal ? '' : joinFamilies(texts.filter((part) => part.text !== '')),
+      readAt: new Date(readAt).toISOString(),
+    };
     if (!service) {
       const services = driftedServices(groups);
-      if (services.length > 0 && (this.drift?.services.join() ?? '') !== services.join()) this.log.warn('agent api: applied rules differ from the desired ones', {services: services.slice(0, 5).join(',')});
+      if (services.length > 0 && (this.drift?.services.join() ?? '') !== services.join())
+        this.log.warn('agent api: applied rules differ from the desired ones', {services: services.slice(0, 5).join(',')});
       this.drift = {key: this.driftKey(), readings, services, checkedAt: answer.readAt};
     }
     return answer;
@@ -195,7 +213,11 @@ export class RuntimeState {
   }
 
   driftCurrent(check: DriftCheck | undefined): check is DriftCheck {
-    return check !== undefined && check.key === this.driftKey() && check.readings.every((reading) => this.applied.current(reading.family) === reading);
+    return (
+      check !== undefined &&
+      check.key === this.driftKey() &&
+      check.readings.every((reading) => this.applied.current(reading.family) === reading)
+    );
   }
 
   async currentDrift(): Promise<DriftCheck | undefined> {

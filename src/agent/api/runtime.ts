@@ -58,14 +58,17 @@ export function createAgentRuntime(options: AgentRuntimeOptions): AgentRuntime {
   const now = options.now ?? Date.now;
   const syncTimeoutMs = options.syncTimeoutMs ?? 60_000;
   const nodeAddresses = options.nodeAddresses ?? (() => readNodeAddresses(host.netns));
-  const probe = options.probe ?? ((params, netns) => (netns ? probeInNetns(netns, params.target, params.count) : probeHere(params.target, params.count)));
+  const probe =
+    options.probe ??
+    ((params, netns) => (netns ? probeInNetns(netns, params.target, params.count) : probeHere(params.target, params.count)));
 
   // The kernel's rules as the proxier publishes them (its writes and drift-check readings); a
   // reading of its own is taken only by a proxier that does not publish them (ipvs).
   const applied = new AppliedState({
     read: proxier.readApplied
       ? (family) => proxier.readApplied!(family)
-      : async (family) => (backend.readApplied ? backend.readApplied(host, family) : savedTables(await host.iptablesSave(family), ['filter', 'nat'])),
+      : async (family) =>
+          backend.readApplied ? backend.readApplied(host, family) : savedTables(await host.iptablesSave(family), ['filter', 'nat']),
     parse: (text) => backend.parse(text),
     patch: backend.patch && ((rules, tables) => backend.patch!(rules, tables)),
     format: backend.format && ((rules) => backend.format!(rules)),
@@ -77,7 +80,20 @@ export function createAgentRuntime(options: AgentRuntimeOptions): AgentRuntime {
   });
   const stopFollowingProxier = proxier.onWrite?.(applied);
 
-  const state = new RuntimeState({nodeName, version, families, proxier, host, backend, log, applied, now, syncTimeoutMs, nodeAddresses, probe});
+  const state = new RuntimeState({
+    nodeName,
+    version,
+    families,
+    proxier,
+    host,
+    backend,
+    log,
+    applied,
+    now,
+    syncTimeoutMs,
+    nodeAddresses,
+    probe,
+  });
   const stopWatchingSyncs = proxier.onSync((outcome) => state.recordSync(outcome));
 
   // The router: one handler per method.

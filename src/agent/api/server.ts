@@ -4,7 +4,14 @@ import {createServer, type IncomingMessage, type Server} from 'node:http';
 import type {AddressInfo} from 'node:net';
 import type {Duplex} from 'node:stream';
 import {WebSocketServer} from 'ws';
-import {defaultAgentHost, defaultAgentPort, limits as defaultLimits, protocolHeader, protocolName, type Limits} from '../../protocol/version.ts';
+import {
+  defaultAgentHost,
+  defaultAgentPort,
+  limits as defaultLimits,
+  protocolHeader,
+  protocolName,
+  type Limits,
+} from '../../protocol/version.ts';
 import type {Access} from '../../protocol/methods.ts';
 import type {Logger} from '../log.ts';
 import {describeAttributes, nodeProxyAttributes, type AccessReviewer, type ReviewedUser} from './access.ts';
@@ -49,7 +56,13 @@ function offeredProtocols(req: IncomingMessage): string[] {
     .filter((p) => p.length > 0);
 }
 
-const statusText: Record<number, string> = {400: 'Bad Request', 401: 'Unauthorized', 403: 'Forbidden', 426: 'Upgrade Required', 503: 'Service Unavailable'};
+const statusText: Record<number, string> = {
+  400: 'Bad Request',
+  401: 'Unauthorized',
+  403: 'Forbidden',
+  426: 'Upgrade Required',
+  503: 'Service Unavailable',
+};
 
 /** Answers a handshake with an HTTP error whose body is one line saying what to do. */
 function refuseUpgrade(socket: Duplex, status: number, message: string): void {
@@ -66,7 +79,8 @@ function refuseUpgrade(socket: Duplex, status: number, message: string): void {
 }
 
 export function versionMismatchMessage(offered: string[]): string {
-  if (offered.length === 0) return `this proxyctl agent speaks WebSocket subprotocol ${protocolName} and the client offered none: connect with kubectl proxyctl`;
+  if (offered.length === 0)
+    return `this proxyctl agent speaks WebSocket subprotocol ${protocolName} and the client offered none: connect with kubectl proxyctl`;
   return `this proxyctl agent speaks ${protocolName} and the client offered ${offered.join(', ')}: use a kubectl-proxyctl release that speaks ${protocolName}`;
 }
 
@@ -105,19 +119,32 @@ export async function startAgentApi(options: AgentApiOptions): Promise<AgentApi>
   const authenticate = async (req: IncomingMessage): Promise<Verdict> => {
     if (!auth) return {ok: true, user: {username: 'system:anonymous', groups: []}};
     const match = /^Bearer\s+(\S+)\s*$/i.exec(req.headers.authorization ?? '');
-    if (!match) return {ok: false, status: 401, message: 'this proxyctl agent needs a bearer token: send Authorization: Bearer <token> of a user or service account'};
+    if (!match)
+      return {
+        ok: false,
+        status: 401,
+        message: 'this proxyctl agent needs a bearer token: send Authorization: Bearer <token> of a user or service account',
+      };
     let user: ReviewedUser;
     try {
       const answer = await auth.tokenReview(match[1]);
       if (!answer.authenticated || !answer.user) {
-        return {ok: false, status: 401, message: `the token was not accepted${answer.error ? ` (${answer.error})` : ''}: use a valid token of a user or service account`};
+        return {
+          ok: false,
+          status: 401,
+          message: `the token was not accepted${answer.error ? ` (${answer.error})` : ''}: use a valid token of a user or service account`,
+        };
       }
       user = answer.user;
       const denied = await review(user, 'read');
       if (denied) return {ok: false, status: 403, message: `${denied}: ask for get on nodes/proxy`};
     } catch (err) {
       log.warn('agent api: access review failed', {error: (err as Error).message});
-      return {ok: false, status: 503, message: `this proxyctl agent could not check the token with the API server: ${(err as Error).message}`};
+      return {
+        ok: false,
+        status: 503,
+        message: `this proxyctl agent could not check the token with the API server: ${(err as Error).message}`,
+      };
     }
     return {ok: true, user};
   };
@@ -167,7 +194,13 @@ export async function startAgentApi(options: AgentApiOptions): Promise<AgentApi>
   server.on('clientError', (_err, socket) => socket.destroy());
 
   await new Promise<void>((resolve, reject) => {
-    server.once('error', (err: NodeJS.ErrnoException) => reject(new Error(`agent api: cannot listen on ${host}:${requestedPort}: ${err.code === 'EADDRINUSE' ? 'address already in use' : err.message}`)));
+    server.once('error', (err: NodeJS.ErrnoException) =>
+      reject(
+        new Error(
+          `agent api: cannot listen on ${host}:${requestedPort}: ${err.code === 'EADDRINUSE' ? 'address already in use' : err.message}`,
+        ),
+      ),
+    );
     server.listen(requestedPort, host, () => resolve());
   });
   const port = (server.address() as AddressInfo).port;

@@ -118,12 +118,14 @@ export class AppliedState implements RulesWriteListener {
   async get(family: IPFamily): Promise<AppliedRules> {
     const {changes} = this.#options;
     const running = this.#familyWrites(family).running;
-    if (running) await Promise.race([running.done, new Promise((resolve) => setTimeout(resolve, this.#options.writeWaitMs ?? 60_000).unref())]);
+    if (running)
+      await Promise.race([running.done, new Promise((resolve) => setTimeout(resolve, this.#options.writeWaitMs ?? 60_000).unref())]);
     const settled = changes.watching() && (await changes.settled(this.#options.settleWaitMs ?? 5000));
     const writes = this.#familyWrites(family);
     const foreignAt = changes.lastForeignChangeAt();
     const cached = this.#current.get(family);
-    if (settled && !writes.running && cached && cached.writes === writes.count && cached.basisAt > foreignAt) return this.#materialize(cached);
+    if (settled && !writes.running && cached && cached.writes === writes.count && cached.basisAt > foreignAt)
+      return this.#materialize(cached);
     // Requests that arrive together share a reading that began after everything they must see.
     const reading = this.#reading.get(family);
     if (settled && !writes.running && reading && reading.writes === writes.count && reading.startedAt > foreignAt) return reading.promise;
@@ -143,7 +145,13 @@ export class AppliedState implements RulesWriteListener {
     const cached = this.#current.get(family);
     const writes = this.#familyWrites(family);
     const {changes} = this.#options;
-    return changes.watching() && cached && !writes.running && cached.writes === writes.count && cached.basisAt > changes.lastForeignChangeAt() ? cached : undefined;
+    return changes.watching() &&
+      cached &&
+      !writes.running &&
+      cached.writes === writes.count &&
+      cached.basisAt > changes.lastForeignChangeAt()
+      ? cached
+      : undefined;
   }
 
   /** The last rules known, however old, without touching the kernel. */
@@ -170,7 +178,10 @@ export class AppliedState implements RulesWriteListener {
     this.#current.delete(family);
     if (written?.kind === 'read') {
       // Parsed when first asked for: at 10,000 services parsing takes seconds the sync need not wait.
-      this.#current.set(family, this.#entryOf(family, written.text, {readAt: written.readStartedAt, basisAt: written.readStartedAt, writes: writes.count}));
+      this.#current.set(
+        family,
+        this.#entryOf(family, written.text, {readAt: written.readStartedAt, basisAt: written.readStartedAt, writes: writes.count}),
+      );
     } else if (written?.kind === 'chains' && previous && previous.writes === writes.count - 1 && this.#options.patch) {
       const rules = this.#options.patch(previous.rules, written.tables);
       const format = this.#options.format;
@@ -247,7 +258,8 @@ export class AppliedState implements RulesWriteListener {
     setImmediate(releaseGarbage);
     const known = this.#current.get(family);
     // A write that started meanwhile may be missing from this reading: the caller gets it, the cache does not keep it.
-    if (writes === this.#familyWrites(family).count && (!known || known.writes < writes || known.basisAt <= startedAt)) this.#current.set(family, entry);
+    if (writes === this.#familyWrites(family).count && (!known || known.writes < writes || known.basisAt <= startedAt))
+      this.#current.set(family, entry);
     return entry;
   }
 }

@@ -32,7 +32,13 @@ export interface RulesetChanges {
 
 /** No signal: nothing is ever known to be current, so a cache never serves an old answer. */
 export function unwatchedRulesetChanges(): RulesetChanges {
-  return {watching: () => false, lastForeignChangeAt: () => Date.now(), ownWriter: () => () => {}, settled: async () => false, close: () => {}};
+  return {
+    watching: () => false,
+    lastForeignChangeAt: () => Date.now(),
+    ownWriter: () => () => {},
+    settled: async () => false,
+    close: () => {},
+  };
 }
 
 /** A generation line of nft monitor: "# new generation 42 by process 1234 (iptables-restor)". */
@@ -105,7 +111,11 @@ export async function watchNftRuleset(options: {netns?: string; log: Logger}): P
     if (!generation) return;
     if (generation.pid !== undefined && own.has(generation.pid)) return;
     lastForeignAt = Date.now();
-    log.detail(3, 'agent api: ruleset changed by another process', {generation: generation.generation, pid: generation.pid, process: generation.process});
+    log.detail(3, 'agent api: ruleset changed by another process', {
+      generation: generation.generation,
+      pid: generation.pid,
+      process: generation.process,
+    });
   });
   const started = await new Promise<boolean>((resolve) => {
     child.once('spawn', () => resolve(true));
@@ -118,7 +128,12 @@ export async function watchNftRuleset(options: {netns?: string; log: Logger}): P
   alive = true;
   child.once('exit', (code, signal) => {
     alive = false;
-    if (!closed) log.warn('agent api: nft monitor ended; applied rules are read for every request from now on', {code: code ?? undefined, signal: signal ?? undefined, stderr: stderr.trim() || undefined});
+    if (!closed)
+      log.warn('agent api: nft monitor ended; applied rules are read for every request from now on', {
+        code: code ?? undefined,
+        signal: signal ?? undefined,
+        stderr: stderr.trim() || undefined,
+      });
   });
 
   const settled = async (maxWaitMs: number): Promise<boolean> => {

@@ -157,7 +157,14 @@ export function applyKubeProxyConfiguration(text: string, fileName: string, conf
   return set;
 }
 
-function readBranch(branch: Branch, value: Record<string, unknown>, prefix: string, fileName: string, config: AgentConfig, set: Set<string>): void {
+function readBranch(
+  branch: Branch,
+  value: Record<string, unknown>,
+  prefix: string,
+  fileName: string,
+  config: AgentConfig,
+  set: Set<string>,
+): void {
   for (const [name, fieldValue] of Object.entries(value)) {
     const path = prefix + name;
     const spec = branch.fields[name];
@@ -199,7 +206,10 @@ function readLeaf(kind: LeafKind, value: unknown): unknown {
     case 'stringList':
       return Array.isArray(value) && value.every((item) => typeof item === 'string') ? value : refuse('is not a list of strings');
     case 'boolMap':
-      return typeof value === 'object' && value !== null && !Array.isArray(value) && Object.values(value).every((item) => typeof item === 'boolean')
+      return typeof value === 'object' &&
+        value !== null &&
+        !Array.isArray(value) &&
+        Object.values(value).every((item) => typeof item === 'boolean')
         ? value
         : refuse('is not a map of names to true or false');
     case 'anything':

@@ -49,7 +49,7 @@ export function loadAgentConfig(argv: string[], readFile: (path: string) => stri
     try {
       text = readFile(fileName);
     } catch (error) {
-      const reason = (error as NodeJS.ErrnoException).code ?? (errorText(error));
+      const reason = (error as NodeJS.ErrnoException).code ?? errorText(error);
       throw new ConfigError(`config file ${fileName}: cannot read it: ${reason}`);
     }
     for (const path of applyKubeProxyConfiguration(text, fileName, config)) fileFields.add(path);
@@ -108,10 +108,14 @@ export function validateAgentConfig(config: AgentConfig, source: (path: string) 
   const servers = {healthz: server('healthzBindAddress'), metrics: server('metricsBindAddress'), api: server('apiBindAddress')};
 
   const parsedCIDRs = {clusterCIDR: [] as ParsedCIDR[], serviceCIDRs: [] as ParsedCIDR[]};
-  for (const [field, cidrs] of [['clusterCIDR', config.clusterCIDRs], ['serviceCIDRs', config.serviceCIDRs]] as const) {
+  for (const [field, cidrs] of [
+    ['clusterCIDR', config.clusterCIDRs],
+    ['serviceCIDRs', config.serviceCIDRs],
+  ] as const) {
     for (const text of cidrs) {
       const cidr = parseCIDR(text) ?? refuse(field, text, 'is not a CIDR');
-      if (parsedCIDRs[field].some((other) => other.family === cidr.family)) refuse(field, cidrs.join(','), `has two ${cidr.family} CIDRs (at most one per family)`);
+      if (parsedCIDRs[field].some((other) => other.family === cidr.family))
+        refuse(field, cidrs.join(','), `has two ${cidr.family} CIDRs (at most one per family)`);
       parsedCIDRs[field].push(cidr);
     }
   }
@@ -130,15 +134,26 @@ export function validateAgentConfig(config: AgentConfig, source: (path: string) 
     refuse('detectLocalMode', config.detectLocalMode, `is not one of ${detectLocalModes.join(', ')}`);
   }
   if (config.detectLocalMode === 'BridgeInterface' && !isInterfaceName(config.detectLocal.bridgeInterface)) {
-    refuse('detectLocal.bridgeInterface', config.detectLocal.bridgeInterface, 'is not an interface name (detectLocalMode BridgeInterface needs one)');
+    refuse(
+      'detectLocal.bridgeInterface',
+      config.detectLocal.bridgeInterface,
+      'is not an interface name (detectLocalMode BridgeInterface needs one)',
+    );
   }
   if (config.detectLocalMode === 'InterfaceNamePrefix' && !isInterfaceName(config.detectLocal.interfaceNamePrefix)) {
-    refuse('detectLocal.interfaceNamePrefix', config.detectLocal.interfaceNamePrefix, 'is not an interface name prefix (detectLocalMode InterfaceNamePrefix needs one)');
+    refuse(
+      'detectLocal.interfaceNamePrefix',
+      config.detectLocal.interfaceNamePrefix,
+      'is not an interface name prefix (detectLocalMode InterfaceNamePrefix needs one)',
+    );
   }
 
   if (config.hostnameOverride !== undefined) {
     config.hostnameOverride = config.hostnameOverride.trim().toLowerCase();
-    if (!/^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$/.test(config.hostnameOverride) || config.hostnameOverride.length > 253) {
+    if (
+      !/^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$/.test(config.hostnameOverride) ||
+      config.hostnameOverride.length > 253
+    ) {
       refuse('hostnameOverride', config.hostnameOverride, 'is not a node name (lower-case DNS subdomain)');
     }
   }
@@ -156,7 +171,11 @@ export function validateAgentConfig(config: AgentConfig, source: (path: string) 
     if (section.syncPeriod <= 0) refuse(`${name}.syncPeriod`, formatGoDuration(section.syncPeriod), 'is not greater than 0');
     if (section.minSyncPeriod < 0) refuse(`${name}.minSyncPeriod`, formatGoDuration(section.minSyncPeriod), 'is negative');
     if (section.syncPeriod < section.minSyncPeriod) {
-      refuse(`${name}.syncPeriod`, formatGoDuration(section.syncPeriod), `is shorter than ${name}.minSyncPeriod ${formatGoDuration(section.minSyncPeriod)}`);
+      refuse(
+        `${name}.syncPeriod`,
+        formatGoDuration(section.syncPeriod),
+        `is shorter than ${name}.minSyncPeriod ${formatGoDuration(section.minSyncPeriod)}`,
+      );
     }
   }
 }
@@ -172,7 +191,9 @@ export const netnsRunDirectory = '/run/netns';
 export function checkNetnsExists(netns: string | undefined, directory = netnsRunDirectory): void {
   if (netns === undefined) return;
   if (!existsSync(join(directory, netns))) {
-    throw new ConfigError(`flag --netns: network namespace "${netns}" does not exist (no ${join(directory, netns)}; create it with ip netns add ${netns})`);
+    throw new ConfigError(
+      `flag --netns: network namespace "${netns}" does not exist (no ${join(directory, netns)}; create it with ip netns add ${netns})`,
+    );
   }
 }
 

@@ -6,7 +6,12 @@ import type {AgentMetrics} from './metrics.ts';
 import type {ProxierHealth} from './proxier-health.ts';
 import {type HttpEndpoint, listenHttp} from './http-listen.ts';
 
-export async function startHealthServer(options: {host: string; port: number; health: ProxierHealth; metrics?: AgentMetrics}): Promise<HttpEndpoint> {
+export async function startHealthServer(options: {
+  host: string;
+  port: number;
+  health: ProxierHealth;
+  metrics?: AgentMetrics;
+}): Promise<HttpEndpoint> {
   const {health, metrics} = options;
   return listenHttp(options.host, options.port, (request: IncomingMessage, response: ServerResponse) => {
     const path = new URL(request.url ?? '/', 'http://agent').pathname;

@@ -3,7 +3,13 @@
 import type {Registry} from 'prom-client';
 import {type HttpEndpoint, listenHttp} from './http-listen.ts';
 
-export async function startMetricsServer(options: {host: string; port: number; registry: Registry; mode: string; configz?: () => unknown}): Promise<HttpEndpoint> {
+export async function startMetricsServer(options: {
+  host: string;
+  port: number;
+  registry: Registry;
+  mode: string;
+  configz?: () => unknown;
+}): Promise<HttpEndpoint> {
   return listenHttp(options.host, options.port, (request, response) => {
     const path = new URL(request.url ?? '/', 'http://agent').pathname;
     switch (path) {

@@ -46,15 +46,29 @@ export type NfacctReader = (counter: string) => Promise<number | undefined>;
  * kube-proxy, which leaves the series absent rather than reporting a false 0.
  */
 export const nfacctMetrics = [
-  {name: 'kubeproxy_iptables_ct_state_invalid_dropped_packets_total', help: 'packets dropped by iptables to work around conntrack problems', counter: nfacctCounters.ctStateInvalidDropped},
-  {name: 'kubeproxy_iptables_localhost_nodeports_accepted_packets_total', help: 'Number of packets accepted on nodeports of loopback interface', counter: nfacctCounters.localhostNodePortsAccepted},
+  {
+    name: 'kubeproxy_iptables_ct_state_invalid_dropped_packets_total',
+    help: 'packets dropped by iptables to work around conntrack problems',
+    counter: nfacctCounters.ctStateInvalidDropped,
+  },
+  {
+    name: 'kubeproxy_iptables_localhost_nodeports_accepted_packets_total',
+    help: 'Number of packets accepted on nodeports of loopback interface',
+    counter: nfacctCounters.localhostNodePortsAccepted,
+  },
 ] as const;
 
 function nfacctCounterMetric(definition: (typeof nfacctMetrics)[number], read: NfacctReader): Metric {
   const {name, help, counter} = definition;
   const value = async () => {
     const packets = await read(counter).catch(() => undefined);
-    return {name, help, type: 'counter' as const, aggregator: 'sum' as const, values: packets === undefined ? [] : [{value: packets, labels: {}}]};
+    return {
+      name,
+      help,
+      type: 'counter' as const,
+      aggregator: 'sum' as const,
+      values: packets === undefined ? [] : [{value: packets, labels: {}}],
+    };
   };
   return {name, help, type: 'counter', aggregator: 'sum', get: value, reset: () => undefined} as unknown as Metric;
 }
@@ -70,24 +84,114 @@ export function createAgentMetrics(options: {processMetrics?: boolean; nfacct?: 
   const registers = [registry];
   return {
     registry,
-    syncDuration: new Histogram({name: 'kubeproxy_sync_proxy_rules_duration_seconds', help: 'SyncProxyRules latency in seconds', labelNames: ['ip_family'], buckets: syncBuckets, registers}),
-    syncFullDuration: new Histogram({name: 'kubeproxy_sync_full_proxy_rules_duration_seconds', help: 'SyncProxyRules latency in seconds for full resyncs', labelNames: ['ip_family'], buckets: syncBuckets, registers}),
-    syncPartialDuration: new Histogram({name: 'kubeproxy_sync_partial_proxy_rules_duration_seconds', help: 'SyncProxyRules latency in seconds for partial resyncs', labelNames: ['ip_family'], buckets: syncBuckets, registers}),
-    lastSyncTimestamp: new Gauge({name: 'kubeproxy_sync_proxy_rules_last_timestamp_seconds', help: 'The last time proxy rules were successfully synced', registers}),
-    lastQueuedTimestamp: new Gauge({name: 'kubeproxy_sync_proxy_rules_last_queued_timestamp_seconds', help: 'The last time a sync of proxy rules was queued', registers}),
-    networkProgrammingDuration: new Histogram({name: 'kubeproxy_network_programming_duration_seconds', help: 'In Cluster Network Programming Latency in seconds', labelNames: ['ip_family'], buckets: programmingBuckets, registers}),
-    iptablesRules: new Gauge({name: 'kubeproxy_sync_proxy_rules_iptables_total', help: 'Total number of iptables rules owned by the proxy', labelNames: ['table'], registers}),
-    restoreFailures: new Counter({name: 'kubeproxy_sync_proxy_rules_iptables_restore_failures_total', help: 'Cumulative proxy iptables restore failures', registers}),
-    partialRestoreFailures: new Counter({name: 'kubeproxy_sync_proxy_rules_iptables_partial_restore_failures_total', help: 'Cumulative proxy iptables partial restore failures', registers}),
-    endpointChangesPending: new Gauge({name: 'kubeproxy_sync_proxy_rules_endpoint_changes_pending', help: 'Pending proxy rules Endpoint changes', registers}),
-    endpointChangesTotal: new Counter({name: 'kubeproxy_sync_proxy_rules_endpoint_changes_total', help: 'Cumulative proxy rules Endpoint changes', registers}),
-    serviceChangesPending: new Gauge({name: 'kubeproxy_sync_proxy_rules_service_changes_pending', help: 'Pending proxy rules Service changes', registers}),
-    serviceChangesTotal: new Counter({name: 'kubeproxy_sync_proxy_rules_service_changes_total', help: 'Cumulative proxy rules Service changes', registers}),
-    noLocalEndpoints: new Gauge({name: 'kubeproxy_sync_proxy_rules_no_local_endpoints_total', help: 'Number of services with a Local traffic policy and no endpoints', labelNames: ['traffic_policy'], registers}),
-    healthzTotal: new Counter({name: 'kubeproxy_proxy_healthz_total', help: 'Cumulative proxy healthz HTTP status', labelNames: ['code'], registers}),
-    livezTotal: new Counter({name: 'kubeproxy_proxy_livez_total', help: 'Cumulative proxy livez HTTP status', labelNames: ['code'], registers}),
-    conntrackDeletedEntries: new Counter({name: 'kubeproxy_conntrack_reconciler_deleted_entries_total', help: 'Cumulative conntrack flows deleted by conntrack reconciler', labelNames: ['ip_family'], registers}),
-    driftRepairs: new Counter({name: 'proxyctl_drift_repairs_total', help: "Syncs that found the agent's rules changed by someone else and rewrote them", labelNames: ['ip_family'], registers}),
-    modelProblems: new Gauge({name: 'proxyctl_object_problems', help: 'Objects (or parts of them) skipped because they are malformed', registers}),
+    syncDuration: new Histogram({
+      name: 'kubeproxy_sync_proxy_rules_duration_seconds',
+      help: 'SyncProxyRules latency in seconds',
+      labelNames: ['ip_family'],
+      buckets: syncBuckets,
+      registers,
+    }),
+    syncFullDuration: new Histogram({
+      name: 'kubeproxy_sync_full_proxy_rules_duration_seconds',
+      help: 'SyncProxyRules latency in seconds for full resyncs',
+      labelNames: ['ip_family'],
+      buckets: syncBuckets,
+      registers,
+    }),
+    syncPartialDuration: new Histogram({
+      name: 'kubeproxy_sync_partial_proxy_rules_duration_seconds',
+      help: 'SyncProxyRules latency in seconds for partial resyncs',
+      labelNames: ['ip_family'],
+      buckets: syncBuckets,
+      registers,
+    }),
+    lastSyncTimestamp: new Gauge({
+      name: 'kubeproxy_sync_proxy_rules_last_timestamp_seconds',
+      help: 'The last time proxy rules were successfully synced',
+      registers,
+    }),
+    lastQueuedTimestamp: new Gauge({
+      name: 'kubeproxy_sync_proxy_rules_last_queued_timestamp_seconds',
+      help: 'The last time a sync of proxy rules was queued',
+      registers,
+    }),
+    networkProgrammingDuration: new Histogram({
+      name: 'kubeproxy_network_programming_duration_seconds',
+      help: 'In Cluster Network Programming Latency in seconds',
+      labelNames: ['ip_family'],
+      buckets: programmingBuckets,
+      registers,
+    }),
+    iptablesRules: new Gauge({
+      name: 'kubeproxy_sync_proxy_rules_iptables_total',
+      help: 'Total number of iptables rules owned by the proxy',
+      labelNames: ['table'],
+      registers,
+    }),
+    restoreFailures: new Counter({
+      name: 'kubeproxy_sync_proxy_rules_iptables_restore_failures_total',
+      help: 'Cumulative proxy iptables restore failures',
+      registers,
+    }),
+    partialRestoreFailures: new Counter({
+      name: 'kubeproxy_sync_proxy_rules_iptables_partial_restore_failures_total',
+      help: 'Cumulative proxy iptables partial restore failures',
+      registers,
+    }),
+    endpointChangesPending: new Gauge({
+      name: 'kubeproxy_sync_proxy_rules_endpoint_changes_pending',
+      help: 'Pending proxy rules Endpoint changes',
+      registers,
+    }),
+    endpointChangesTotal: new Counter({
+      name: 'kubeproxy_sync_proxy_rules_endpoint_changes_total',
+      help: 'Cumulative proxy rules Endpoint changes',
+      registers,
+    }),
+    serviceChangesPending: new Gauge({
+      name: 'kubeproxy_sync_proxy_rules_service_changes_pending',
+      help: 'Pending proxy rules Service changes',
+      registers,
+    }),
+    serviceChangesTotal: new Counter({
+      name: 'kubeproxy_sync_proxy_rules_service_changes_total',
+      help: 'Cumulative proxy rules Service changes',
+      registers,
+    }),
+    noLocalEndpoints: new Gauge({
+      name: 'kubeproxy_sync_proxy_rules_no_local_endpoints_total',
+      help: 'Number of services with a Local traffic policy and no endpoints',
+      labelNames: ['traffic_policy'],
+      registers,
+    }),
+    healthzTotal: new Counter({
+      name: 'kubeproxy_proxy_healthz_total',
+      help: 'Cumulative proxy healthz HTTP status',
+      labelNames: ['code'],
+      registers,
+    }),
+    livezTotal: new Counter({
+      name: 'kubeproxy_proxy_livez_total',
+      help: 'Cumulative proxy livez HTTP status',
+      labelNames: ['code'],
+      registers,
+    }),
+    conntrackDeletedEntries: new Counter({
+      name: 'kubeproxy_conntrack_reconciler_deleted_entries_total',
+      help: 'Cumulative conntrack flows deleted by conntrack reconciler',
+      labelNames: ['ip_family'],
+      registers,
+    }),
+    driftRepairs: new Counter({
+      name: 'proxyctl_drift_repairs_total',
+      help: "Syncs that found the agent's rules changed by someone else and rewrote them",
+      labelNames: ['ip_family'],
+      registers,
+    }),
+    modelProblems: new Gauge({
+      name: 'proxyctl_object_problems',
+      help: 'Objects (or parts of them) skipped because they are malformed',
+      registers,
+    }),
   };
 }

@@ -25,7 +25,9 @@ export class BindError extends Error {
  */
 export function bindInNetns(netns: string, host: string, port: number, timeoutMs = 10_000): Promise<Server> {
   const where = `listen on ${host.includes(':') ? `[${host}]` : host}:${port} in network namespace ${netns}`;
-  const child = spawn('ip', ['netns', 'exec', netns, process.execPath, binder, host, String(port)], {stdio: ['ignore', 'ignore', 'pipe', 'ipc']});
+  const child = spawn('ip', ['netns', 'exec', netns, process.execPath, binder, host, String(port)], {
+    stdio: ['ignore', 'ignore', 'pipe', 'ipc'],
+  });
   return new Promise((resolve, reject) => {
     let stderr = '';
     const fail = (error: BindError) => {
@@ -37,7 +39,9 @@ export function bindInNetns(netns: string, host: string, port: number, timeoutMs
     child.stderr!.setEncoding('utf8').on('data', (chunk: string) => {
       stderr += chunk;
     });
-    child.once('error', (error: NodeJS.ErrnoException) => fail(new BindError(`${where}: cannot run ip netns exec: ${error.message}`, error.code)));
+    child.once('error', (error: NodeJS.ErrnoException) =>
+      fail(new BindError(`${where}: cannot run ip netns exec: ${error.message}`, error.code)),
+    );
     child.once('message', (message: {listening?: boolean; error?: {code: string; message: string}}, handle: unknown) => {
       if (message.listening && handle) {
         clearTimeout(timer);
@@ -47,6 +51,8 @@ export function bindInNetns(netns: string, host: string, port: number, timeoutMs
         fail(new BindError(`${where}: ${message.error?.message ?? 'the binder sent no socket'}`, message.error?.code));
       }
     });
-    child.once('exit', (code, signal) => fail(new BindError(`${where}: ${stderr.trim() || `the binder ended (${signal ?? `exit ${code}`}) without a socket`}`)));
+    child.once('exit', (code, signal) =>
+      fail(new BindError(`${where}: ${stderr.trim() || `the binder ended (${signal ?? `exit ${code}`}) without a socket`}`)),
+    );
   });
 }

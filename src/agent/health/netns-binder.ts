@@ -12,7 +12,9 @@ function main(): void {
     process.exit(2);
   }
   if (!host || !Number.isInteger(port) || port < 0 || port > 65535) {
-    process.send({error: {code: 'EINVAL', message: `usage: netns-binder HOST PORT (got ${process.argv.slice(2).join(' ')})`}}, () => process.exit(2));
+    process.send({error: {code: 'EINVAL', message: `usage: netns-binder HOST PORT (got ${process.argv.slice(2).join(' ')})`}}, () =>
+      process.exit(2),
+    );
     return;
   }
   const server = createServer();

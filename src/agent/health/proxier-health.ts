@@ -54,7 +54,10 @@ export function nodeEligible(node: unknown): boolean {
   const object = node as {metadata?: {deletionTimestamp?: unknown}; spec?: {taints?: unknown}};
   if (object.metadata?.deletionTimestamp) return false;
   const taints = object.spec?.taints;
-  if (Array.isArray(taints) && taints.some((taint) => typeof taint === 'object' && taint !== null && (taint as {key?: unknown}).key === toBeDeletedTaint)) {
+  if (
+    Array.isArray(taints) &&
+    taints.some((taint) => typeof taint === 'object' && taint !== null && (taint as {key?: unknown}).key === toBeDeletedTaint)
+  ) {
     return false;
   }
   return true;

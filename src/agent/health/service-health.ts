@@ -55,7 +55,8 @@ export class ServiceHealthServers {
         const answer = (_request: unknown, response: import('node:http').ServerResponse) => this.#answer(listener, response);
         const where = {netns: this.#options.netns};
         if (this.#options.hosts) {
-          for (const host of this.#options.hosts) listener.endpoints.push(await listenHttp(host, target.healthCheckNodePort, answer, where));
+          for (const host of this.#options.hosts)
+            listener.endpoints.push(await listenHttp(host, target.healthCheckNodePort, answer, where));
         } else {
           listener.endpoints.push(await listenAnywhere(target.healthCheckNodePort, answer, where));
         }
@@ -79,7 +80,11 @@ export class ServiceHealthServers {
   #answer(listener: Listener, response: import('node:http').ServerResponse): void {
     const {target} = listener;
     const proxyHealthy = this.#options.proxyHealthy();
-    const body = {service: {namespace: target.namespace, name: target.name}, localEndpoints: target.localEndpoints, serviceProxyHealthy: proxyHealthy};
+    const body = {
+      service: {namespace: target.namespace, name: target.name},
+      localEndpoints: target.localEndpoints,
+      serviceProxyHealthy: proxyHealthy,
+    };
     const code = target.localEndpoints > 0 && proxyHealthy ? 200 : 503;
     response
       .writeHead(code, {
@@ -96,7 +101,11 @@ function listenerKey(target: ServiceHealthTarget): string {
 }
 
 /** listenAnywhere: one dual-stack listener on "::", or IPv4 only on a node without IPv6. */
-async function listenAnywhere(port: number, handler: (request: unknown, response: import('node:http').ServerResponse) => void, options: ListenOptions): Promise<HttpEndpoint> {
+async function listenAnywhere(
+  port: number,
+  handler: (request: unknown, response: import('node:http').ServerResponse) => void,
+  options: ListenOptions,
+): Promise<HttpEndpoint> {
   try {
     return await listenHttp('::', port, handler, options);
   } catch (error) {

@@ -101,7 +101,8 @@ export class CommandHost implements Host {
     const full = this.netns === undefined ? command : ['ip', 'netns', 'exec', this.netns, ...command];
     this.#onCommand?.(full);
     // `ip netns exec` execs the command in place: the process id is the command's own.
-    const started = this.#spawnListeners.size > 0 ? (pid: number) => this.#spawnListeners.forEach((listener) => listener(pid, full)) : undefined;
+    const started =
+      this.#spawnListeners.size > 0 ? (pid: number) => this.#spawnListeners.forEach((listener) => listener(pid, full)) : undefined;
     const result = await this.#runner(full, {input: options.input, started, inputTaken: options.inputTaken});
     if (result.exitCode === 0 || (result.exitCode !== undefined && options.accept?.includes(result.exitCode))) return result;
     throw new HostCommandError(full, result.exitCode, result.stderr || result.stdout);
@@ -129,7 +130,13 @@ export class CommandHost implements Host {
     return result.exitCode === 0;
   }
 
-  async iptablesAddRule(family: IPFamily, table: IptablesTable, chain: string, rule: string[], position: 'prepend' | 'append'): Promise<void> {
+  async iptablesAddRule(
+    family: IPFamily,
+    table: IptablesTable,
+    chain: string,
+    rule: string[],
+    position: 'prepend' | 'append',
+  ): Promise<void> {
     await this.run([iptablesCommand(family), ...xtablesWait, '-t', table, position === 'prepend' ? '-I' : '-A', chain, ...rule]);
   }
 

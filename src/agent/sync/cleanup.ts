@@ -15,7 +15,13 @@ const cleanedTables: readonly IptablesTable[] = ['nat', 'filter', 'mangle'];
  * readOwnedTable: the proxy's part of one table, or undefined when the table cannot be read: a
  * kernel without IPv6 or without the mangle table has nothing of ours there (logged as `unreadable`).
  */
-export async function readOwnedTable(host: Host, log: Logger, family: IPFamily, table: IptablesTable, unreadable = 'cannot read table; skipped'): Promise<OwnedRules | undefined> {
+export async function readOwnedTable(
+  host: Host,
+  log: Logger,
+  family: IPFamily,
+  table: IptablesTable,
+  unreadable = 'cannot read table; skipped',
+): Promise<OwnedRules | undefined> {
   let save: string;
   try {
     save = await host.iptablesSave(family, table);
@@ -33,7 +39,12 @@ export interface CleanupResult {
   errors: string[];
 }
 
-export async function cleanupProxyRules(host: Host, log: Logger, families: IPFamily[] = ['IPv4', 'IPv6'], options: {excludeCIDRs?: string[]} = {}): Promise<CleanupResult> {
+export async function cleanupProxyRules(
+  host: Host,
+  log: Logger,
+  families: IPFamily[] = ['IPv4', 'IPv6'],
+  options: {excludeCIDRs?: string[]} = {},
+): Promise<CleanupResult> {
   const result: CleanupResult = {removedChains: 0, removedJumpRules: 0, errors: []};
   for (const family of families) {
     for (const table of cleanedTables) {

@@ -28,7 +28,10 @@ export async function detectIptablesFeatures(host: Host, log: Logger, options: D
       if (options.createCounters && (await readNfacctPackets(host, name)) === undefined) await host.nfacct(['add', name]);
       if ((await readNfacctPackets(host, name)) !== undefined) features.nfacctCounters.push(name);
     } catch (error) {
-      log.error('cannot create nfacct counter; its rules are left out and its metric will not be updated', {counter: name, reason: errorText(error)});
+      log.error('cannot create nfacct counter; its rules are left out and its metric will not be updated', {
+        counter: name,
+        reason: errorText(error),
+      });
     }
   }
   try {
@@ -47,7 +50,11 @@ export async function detectIptablesFeatures(host: Host, log: Logger, options: D
   } catch {
     features.conntrackTCPLiberal = false;
   }
-  log.info('iptables features', {nfacctCounters: features.nfacctCounters.join(',') || 'none', randomFully: features.randomFully, conntrackTCPLiberal: features.conntrackTCPLiberal});
+  log.info('iptables features', {
+    nfacctCounters: features.nfacctCounters.join(',') || 'none',
+    randomFully: features.randomFully,
+    conntrackTCPLiberal: features.conntrackTCPLiberal,
+  });
   return features;
 }
 
@@ -69,6 +76,7 @@ export async function readNfacctPackets(host: Host, name: string): Promise<numbe
 }
 
 function compareVersions(a: number[], b: number[]): number {
-  for (let index = 0; index < Math.max(a.length, b.length); index++) if ((a[index] ?? 0) !== (b[index] ?? 0)) return (a[index] ?? 0) - (b[index] ?? 0);
+  for (let index = 0; index < Math.max(a.length, b.length); index++)
+    if ((a[index] ?? 0) !== (b[index] ?? 0)) return (a[index] ?? 0) - (b[index] ?? 0);
   return 0;
 }

@@ -2,7 +2,14 @@
 // interface so that the proxier can be tested with hand-written rules and so that the renderer's
 // internals stay in core. A render hands back the input and what it does to the tables, so that
 // the proxier never reads its own input back.
-import {type IptablesRenderRecord, IptablesSaveSpelling, isLargeCluster, renderIptablesWrite, renderJumpRules, type SpelledTable} from '../../core/iptables/index.ts';
+import {
+  type IptablesRenderRecord,
+  IptablesSaveSpelling,
+  isLargeCluster,
+  renderIptablesWrite,
+  renderJumpRules,
+  type SpelledTable,
+} from '../../core/iptables/index.ts';
 import type {IPFamily, ProxyModel} from '../../core/model/index.ts';
 import type {IptablesTable} from '../../core/iptables/chains.ts';
 import type {RestoreInput} from '../host/host.ts';

@@ -70,7 +70,10 @@ export async function ensureDummyDevice(host: Host, log: Logger): Promise<void> 
 export async function changeBoundAddresses(host: Host, family: IPFamily, bind: string[], unbind: string[]): Promise<void> {
   if (bind.length + unbind.length === 0) return;
   const bits = family === 'IPv6' ? 128 : 32;
-  const lines = [...bind.map((address) => `addr replace ${address}/${bits} dev ${dummyDevice}`), ...unbind.map((address) => `addr del ${address}/${bits} dev ${dummyDevice}`)];
+  const lines = [
+    ...bind.map((address) => `addr replace ${address}/${bits} dev ${dummyDevice}`),
+    ...unbind.map((address) => `addr del ${address}/${bits} dev ${dummyDevice}`),
+  ];
   await host.ip(['-batch', '-'], `${lines.join('\n')}\n`);
 }
 
@@ -81,7 +84,11 @@ export async function changeBoundAddresses(host: Host, family: IPFamily, bind: s
  * service address), and on kernels before 5.9 conn_reuse_mode 0, which there avoids a 1 s stall
  * for reused ports.
  */
-export function ipvsSysctls(settings: Pick<IpvsSettings, 'strictARP'>, families: IPFamily[], kernelRelease = release()): Map<string, string> {
+export function ipvsSysctls(
+  settings: Pick<IpvsSettings, 'strictARP'>,
+  families: IPFamily[],
+  kernelRelease = release(),
+): Map<string, string> {
   const sysctls = new Map<string, string>([
     ['net.ipv4.vs.conntrack', '1'],
     ['net.ipv4.vs.expire_nodest_conn', '1'],
@@ -112,7 +119,11 @@ export async function setSysctls(host: Host, sysctls: Map<string, string>, log: 
 }
 
 /** setIpvsTimeouts: `ipvsadm --set TCP TCPFIN UDP` in seconds; 0 keeps that timeout; nothing when all are 0. */
-export async function setIpvsTimeouts(host: Host, settings: Pick<IpvsSettings, 'tcpTimeout' | 'tcpFinTimeout' | 'udpTimeout'>, log: Logger): Promise<void> {
+export async function setIpvsTimeouts(
+  host: Host,
+  settings: Pick<IpvsSettings, 'tcpTimeout' | 'tcpFinTimeout' | 'udpTimeout'>,
+  log: Logger,
+): Promise<void> {
   const seconds = [settings.tcpTimeout, settings.tcpFinTimeout, settings.udpTimeout].map((ms) => Math.round(ms / 1000));
   if (seconds.every((value) => value === 0)) return;
   await host.ipvsadm(['--set', ...seconds.map(String)]);
@@ -150,7 +161,11 @@ export function missingIpvsJumpRules(iptablesSave: string): JumpRule[] {
   const missing: JumpRule[] = [];
   for (const table of ipvsTables) {
     // The text holds both tables; a rule counts in its own table only.
-    const inTable = new Set(tableSection(iptablesSave, table).split('\n').map((line) => line.trim()));
+    const inTable = new Set(
+      tableSection(iptablesSave, table)
+        .split('\n')
+        .map((line) => line.trim()),
+    );
     for (const line of ipvsJumpRules[table]) {
       if (inTable.has(line)) continue;
       const [, chain, ...rule] = iptablesWords(line);
@@ -185,7 +200,9 @@ export function ipvsLayerCleanupInput(table: IptablesTable, save: string): strin
     if (rule && !names.has(rule[1]) && names.has(rule[2])) jumps.push(line.replace(/^-A\s/, '-D '));
   }
   if (chains.length === 0) return '';
-  return [`*${table}`, ...chains.map((chain) => `:${chain} - [0:0]`), ...jumps, ...chains.map((chain) => `-X ${chain}`), 'COMMIT', ''].join('\n');
+  return [`*${table}`, ...chains.map((chain) => `:${chain} - [0:0]`), ...jumps, ...chains.map((chain) => `-X ${chain}`), 'COMMIT', ''].join(
+    '\n',
+  );
 }
 
 export interface IpvsCleanupResult {
@@ -198,7 +215,12 @@ export interface IpvsCleanupResult {
  * virtual servers of service addresses (on kube-ipvs0) and of NodePorts (ports in the
  * KUBE-NODE-PORT sets), the KUBE- sets and kube-ipvs0. Virtual servers and sets of others stay.
  */
-export async function cleanupIpvsMode(host: Host, log: Logger, families: IPFamily[], excludeCIDRs: string[] = []): Promise<IpvsCleanupResult> {
+export async function cleanupIpvsMode(
+  host: Host,
+  log: Logger,
+  families: IPFamily[],
+  excludeCIDRs: string[] = [],
+): Promise<IpvsCleanupResult> {
   const result: IpvsCleanupResult = {removed: [], errors: []};
   const attempt = async (what: string, action: () => Promise<unknown>) => {
     try {
@@ -266,7 +288,8 @@ export async function cleanupIpvsMode(host: Host, log: Logger, families: IPFamil
  */
 export function withJumpRules(input: string, jumps: JumpRule[]): string {
   let text = input;
-  for (const table of new Set(jumps.map((jump) => jump.table))) text = beforeCommit(text, table, jumps.filter((jump) => jump.table === table).map(insertLine));
+  for (const table of new Set(jumps.map((jump) => jump.table)))
+    text = beforeCommit(text, table, jumps.filter((jump) => jump.table === table).map(insertLine));
   return text;
 }
 

@@ -8,8 +8,26 @@
 // A real server whose endpoint went away drains: weight 0 while `ipvsadm -Lnc` shows live
 // connections to it, deleted once it has none (at once for UDP and SCTP, as kube-proxy does) or
 // when the drain bound passes.
-import {diffIpvs, ipvsIptablesChains, planIpvsSync, realServerKey, renderIpvs, type IpvsState, virtualServerKey} from '../../core/ipvs/index.ts';
-import {changedServicePorts, cidrContains, type IPFamily, joinHostPort, type ModelOptions, parseCIDR, parseIP, type ProxyModel, ProxyModelBuilder} from '../../core/model/index.ts';
+import {
+  diffIpvs,
+  ipvsIptablesChains,
+  planIpvsSync,
+  realServerKey,
+  renderIpvs,
+  type IpvsState,
+  virtualServerKey,
+} from '../../core/ipvs/index.ts';
+import {
+  changedServicePorts,
+  cidrContains,
+  type IPFamily,
+  joinHostPort,
+  type ModelOptions,
+  parseCIDR,
+  parseIP,
+  type ProxyModel,
+  ProxyModelBuilder,
+} from '../../core/model/index.ts';
 import type {Host} from '../host/host.ts';
 import {readOwnedTable} from './cleanup.ts';
 import {planConntrackCleanup} from './conntrack-cleanup.ts';
@@ -146,7 +164,10 @@ export class IpvsProxier extends ProxierBase<FamilyState> {
             drift = true;
             metrics.driftRepairs.inc({ip_family: family});
             const lines = difference.text.split('\n').filter((line) => /^[+-](?![+-])/.test(line));
-            log.warn('ipvs state changed behind our back; rewriting it', {family, drift: lines.slice(0, 6).join('; ') + (lines.length > 6 ? `; ... (${lines.length - 6} more)` : '')});
+            log.warn('ipvs state changed behind our back; rewriting it', {
+              family,
+              drift: lines.slice(0, 6).join('; ') + (lines.length > 6 ? `; ... (${lines.length - 6} more)` : ''),
+            });
           }
         }
       } else {
@@ -155,17 +176,28 @@ export class IpvsProxier extends ProxierBase<FamilyState> {
       const drained = await this.#drained(family, state, desired, applied, start);
       const plan = planIpvsSync(desired, withWeightZero(applied, drained), {drained});
       changes = plan.changes;
-      log.detail(5, 'ipvs sync plan', {family, ipset: plan.ipset, ipvsadm: plan.ipvsadm, bind: plan.bind.join(','), unbind: plan.unbind.join(',')});
+      log.detail(5, 'ipvs sync plan', {
+        family,
+        ipset: plan.ipset,
+        ipvsadm: plan.ipvsadm,
+        bind: plan.bind.join(','),
+        unbind: plan.unbind.join(','),
+      });
 
       // Sets first: the iptables layer matches them. Addresses before virtual servers: the node
       // must take packets for an address before IPVS serves it.
       if (plan.ipset) await host.ipset(['restore'], plan.ipset);
-      const layer = full ? withJumpRules(desired.iptables, missingIpvsJumpRules(applied.iptables)) : desired.iptables !== state.written!.iptables ? desired.iptables : '';
+      const layer = full
+        ? withJumpRules(desired.iptables, missingIpvsJumpRules(applied.iptables))
+        : desired.iptables !== state.written!.iptables
+          ? desired.iptables
+          : '';
       if (layer) await host.iptablesRestore(family, layer, {noflush: true});
       await changeBoundAddresses(host, family, plan.bind, plan.unbind);
       if (plan.ipvsadm) await host.ipvsadm(['-R'], plan.ipvsadm);
 
-      for (const key of plan.draining) if (!state.draining.has(key)) log.detail(1, 'real server draining at weight 0', {family, realServer: key});
+      for (const key of plan.draining)
+        if (!state.draining.has(key)) log.detail(1, 'real server draining at weight 0', {family, realServer: key});
       for (const key of drained) log.detail(1, 'real server deleted', {family, realServer: key});
       state.draining = new Map(plan.draining.map((key) => [key, state.draining.get(key) ?? start]));
       state.written = withDraining(desired, plan.draining);
@@ -182,7 +214,14 @@ export class IpvsProxier extends ProxierBase<FamilyState> {
     const seconds = (this.clock.now() - start) / 1000;
     metrics.syncDuration.observe({ip_family: family}, seconds);
     (full ? metrics.syncFullDuration : metrics.syncPartialDuration).observe({ip_family: family}, seconds);
-    log.detail(2, 'synced ipvs state', {family, kind: full ? 'full' : 'partial', changes, changedServicePorts: changed.size, servicePorts: model.servicePorts.length, seconds});
+    log.detail(2, 'synced ipvs state', {
+      family,
+      kind: full ? 'full' : 'partial',
+      changes,
+      changedServicePorts: changed.size,
+      servicePorts: model.servicePorts.length,
+      seconds,
+    });
     return {family, kind: full ? 'full' : 'partial', changedServicePorts: changed.size, drift};
   }
 
@@ -204,12 +243,18 @@ export class IpvsProxier extends ProxierBase<FamilyState> {
    * longer than the bound.
    */
   async #drained(family: IPFamily, state: FamilyState, desired: IpvsState, applied: IpvsState, now: number): Promise<Set<string>> {
-    const wanted = new Map(desired.virtualServers.map((server) => [virtualServerKey(server), new Set(server.realServers.map((real) => joinHostPort(real.address, real.port)))]));
+    const wanted = new Map(
+      desired.virtualServers.map((server) => [
+        virtualServerKey(server),
+        new Set(server.realServers.map((real) => joinHostPort(real.address, real.port))),
+      ]),
+    );
     const removed: {key: string; protocol: string}[] = [];
     for (const server of applied.virtualServers) {
       const keep = wanted.get(virtualServerKey(server));
       if (!keep) continue;
-      for (const real of server.realServers) if (!keep.has(joinHostPort(real.address, real.port))) removed.push({key: realServerKey(server, real), protocol: server.protocol});
+      for (const real of server.realServers)
+        if (!keep.has(joinHostPort(real.address, real.port))) removed.push({key: realServerKey(server, real), protocol: server.protocol});
     }
     const drained = new Set<string>();
     if (removed.length === 0) return drained;
@@ -302,7 +347,9 @@ function withDraining(desired: IpvsState, draining: string[]): IpvsState {
     virtualServers: desired.virtualServers.map((server) => {
       const extra = byServer.get(virtualServerKey(server));
       if (!extra) return server;
-      const realServers = [...server.realServers, ...extra.map((real) => ({...real, weight: 0}))].sort((a, b) => (text(a) < text(b) ? -1 : text(a) > text(b) ? 1 : 0));
+      const realServers = [...server.realServers, ...extra.map((real) => ({...real, weight: 0}))].sort((a, b) =>
+        text(a) < text(b) ? -1 : text(a) > text(b) ? 1 : 0,
+      );
       return {...server, realServers};
     }),
   };

@@ -9,7 +9,13 @@
 import {changedServicePorts, type IPFamily, type ModelOptions, type ProxyModel, ProxyModelBuilder} from '../../core/model/index.ts';
 import {diffNftables} from '../../core/nftables/diff.ts';
 import {parseNftablesJson, parseNftablesScript} from '../../core/nftables/parse.ts';
-import {deleteStaleChains, nftablesCleanupScript, type NftablesState, renderNftables, renderNftablesSync} from '../../core/nftables/render.ts';
+import {
+  deleteStaleChains,
+  nftablesCleanupScript,
+  type NftablesState,
+  renderNftables,
+  renderNftablesSync,
+} from '../../core/nftables/render.ts';
 import type {IptablesTable} from '../../core/iptables/chains.ts';
 import type {Host} from '../host/host.ts';
 import type {Logger} from '../log.ts';
@@ -143,13 +149,13 @@ export class NftablesProxier extends ProxierBase<FamilyState> {
     return {filter: 0, nat: total};
   }
 
-
   protected async syncFamily(family: IPFamily, model: ProxyModel, reason: RunReason): Promise<FamilySyncResult> {
     const nodeAddresses = this.#nodeAddressesThisSync;
     const {host, metrics, log} = this.#options;
     const state = this.families.get(family)!;
     const start = this.clock.now();
-    let full = state.needFullSync || state.nft === undefined || state.lastFullSync === undefined || start - state.lastFullSync >= fullSyncPeriod;
+    let full =
+      state.needFullSync || state.nft === undefined || state.lastFullSync === undefined || start - state.lastFullSync >= fullSyncPeriod;
     const renderOptions = {serviceCIDRs: this.#options.serviceCIDRs?.(), nodeAddresses};
 
     let drift = false;
@@ -176,7 +182,9 @@ export class NftablesProxier extends ProxierBase<FamilyState> {
     // A full sync after a failure or at start does not know what the table holds: recreate it.
     const sync = renderNftablesSync(model, {
       ...renderOptions,
-      ...(full ? {existing: state.nft, recreateTable: state.nft === undefined || drift} : {existing: state.nft, changedServicePorts: changed}),
+      ...(full
+        ? {existing: state.nft, recreateTable: state.nft === undefined || drift}
+        : {existing: state.nft, changedServicePorts: changed}),
       now: this.clock.now(),
     });
     log.detail(5, 'nft transaction', {family, script: sync.script});
@@ -204,12 +212,22 @@ export class NftablesProxier extends ProxierBase<FamilyState> {
     const seconds = (this.clock.now() - start) / 1000;
     metrics.syncDuration.observe({ip_family: family}, seconds);
     (full ? metrics.syncFullDuration : metrics.syncPartialDuration).observe({ip_family: family}, seconds);
-    log.detail(2, 'synced rules', {family, kind: full ? 'full' : 'partial', changedServicePorts: changed.size, servicePorts: model.servicePorts.length, seconds});
+    log.detail(2, 'synced rules', {
+      family,
+      kind: full ? 'full' : 'partial',
+      changedServicePorts: changed.size,
+      servicePorts: model.servicePorts.length,
+      seconds,
+    });
     return {family, kind: full ? 'full' : 'partial', changedServicePorts: changed.size, drift};
   }
 
   /** #drift compares the table in the kernel with what the applied model asks for; undefined when equal. */
-  async #drift(family: IPFamily, applied: ProxyModel, options: {serviceCIDRs?: string[]; nodeAddresses?: string[]}): Promise<string | undefined> {
+  async #drift(
+    family: IPFamily,
+    applied: ProxyModel,
+    options: {serviceCIDRs?: string[]; nodeAddresses?: string[]},
+  ): Promise<string | undefined> {
     let listed: string;
     try {
       listed = await this.#list(family);

@@ -204,7 +204,8 @@ export function settleRecord(record: OwnedRecord, now: OwnedRules): OwnedRecord 
   if (record.countedChains === 0) return record;
   const nowRules = rulesByChain(now);
   const chains = new Map<string, string>();
-  for (const [chain, value] of record.chains) chains.set(chain, isCounted(chain, value) ? chainValue(chain, nowRules.get(chain) ?? []) : value);
+  for (const [chain, value] of record.chains)
+    chains.set(chain, isCounted(chain, value) ? chainValue(chain, nowRules.get(chain) ?? []) : value);
   return {...record, chains, countedChains: 0};
 }
 
@@ -318,7 +319,8 @@ export function describeDrift(written: OwnedRecord, now: OwnedRules, limit = 3):
   for (const [chain, value] of [...written.jumps, ...written.chains]) {
     if (digestedChain(chain)) {
       // Kept as a digest: the chain is known to differ, not which rule.
-      if (nowChains.has(chain) && !chainMatches(chain, value, nowRules.get(chain) ?? [])) differences.push(`rules of ${chain} changed (${ruleCountOf(chain, value)} written, ${nowRules.get(chain)?.length ?? 0} now)`);
+      if (nowChains.has(chain) && !chainMatches(chain, value, nowRules.get(chain) ?? []))
+        differences.push(`rules of ${chain} changed (${ruleCountOf(chain, value)} written, ${nowRules.get(chain)?.length ?? 0} now)`);
       continue;
     }
     for (const rule of splitRules(value)) {
@@ -381,7 +383,10 @@ export function ownedAfterWrite(written: Record<'filter' | 'nat', WrittenTable>)
  * by count until the next reading settles them (settleRecord). Owned chains the write left alone
  * and the jump rules already in place are as `before`, read just before the write, shows them.
  */
-export function recordAfterFullWrite(written: Record<'filter' | 'nat', WrittenTable>, before: ReadonlyMap<IptablesTable, OwnedRules>): Map<IptablesTable, OwnedRecord> {
+export function recordAfterFullWrite(
+  written: Record<'filter' | 'nat', WrittenTable>,
+  before: ReadonlyMap<IptablesTable, OwnedRules>,
+): Map<IptablesTable, OwnedRecord> {
   const records = new Map<IptablesTable, OwnedRecord>();
   for (const table of proxyTables) {
     const {declared, deleted, rules: byChain, jumps: inserted} = written[table as 'filter' | 'nat'];

@@ -60,7 +60,14 @@ export abstract class ProxierBase<State extends FamilySyncState> {
       log: options.log,
       onError: (reason) => (this.lastError = reason),
     });
-    this.book = new SyncBookkeeping({metrics: options.metrics, health: options.health, log: options.log, clock: this.clock, run: () => this.runner.run(), serviceHealth: options.serviceHealth});
+    this.book = new SyncBookkeeping({
+      metrics: options.metrics,
+      health: options.health,
+      log: options.log,
+      clock: this.clock,
+      run: () => this.runner.run(),
+      serviceHealth: options.serviceHealth,
+    });
   }
 
   async stop(): Promise<void> {
@@ -96,12 +103,20 @@ export abstract class ProxierBase<State extends FamilySyncState> {
   }
 
   status(): {initialized: boolean; lastResults: FamilySyncResult[]; lastError: string | undefined; syncPending: boolean} {
-    return {initialized: this.book.initialized(), lastResults: this.lastResults, lastError: this.lastError, syncPending: this.runner.pending};
+    return {
+      initialized: this.book.initialized(),
+      lastResults: this.lastResults,
+      lastError: this.lastError,
+      syncPending: this.runner.pending,
+    };
   }
 
   /** syncRules is one sync of every family (the runner's function; tests call it directly). */
   async syncRules(reason: RunReason = {requested: true, periodic: false, retry: false}): Promise<FamilySyncResult[]> {
-    return this.book.runSync(() => this.syncAll(reason), () => this.ruleTotals());
+    return this.book.runSync(
+      () => this.syncAll(reason),
+      () => this.ruleTotals(),
+    );
   }
 
   /** Starts the runner once the node is prepared; the first sync waits for the initial lists. */

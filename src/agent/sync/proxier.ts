@@ -7,7 +7,14 @@
 // What a write left is known from its input (kube-proxy never reads its rules back); the kernel is
 // read at least once per syncPeriod to check for drift, and if someone changed the rules, a full
 // sync rewrites them all.
-import {changedServicePorts, type IPFamily, type ModelOptions, type ProxyModel, ProxyModelBuilder, portsWithIdentities} from '../../core/model/index.ts';
+import {
+  changedServicePorts,
+  type IPFamily,
+  type ModelOptions,
+  type ProxyModel,
+  ProxyModelBuilder,
+  portsWithIdentities,
+} from '../../core/model/index.ts';
 import type {IptablesTable} from '../../core/iptables/chains.ts';
 import {type Host, type IptablesFrontEnd, type RestoreInput, restoreInputText, savedTables} from '../host/host.ts';
 import {errorText} from '../../core/error-text.ts';
@@ -100,7 +107,13 @@ export class IptablesProxier extends ProxierBase<FamilyState> {
   readonly #writeListeners = new Set<RulesWriteListener>();
 
   constructor(options: ProxierOptions) {
-    super(options, (family) => ({builder: new ProxyModelBuilder({...options.model, family}), needFullSync: true, rulesPerTable: new Map(), writesStarted: 0, writesEnded: 0}));
+    super(options, (family) => ({
+      builder: new ProxyModelBuilder({...options.model, family}),
+      needFullSync: true,
+      rulesPerTable: new Map(),
+      writesStarted: 0,
+      writesEnded: 0,
+    }));
     this.#options = options;
   }
 
@@ -172,7 +185,6 @@ export class IptablesProxier extends ProxierBase<FamilyState> {
     return totals;
   }
 
-
   protected async syncFamily(family: IPFamily, model: ProxyModel, reason: RunReason): Promise<FamilySyncResult> {
     const {metrics, log} = this.#options;
     const state = this.families.get(family)!;
@@ -219,7 +231,13 @@ export class IptablesProxier extends ProxierBase<FamilyState> {
     const seconds = (this.clock.now() - start) / 1000;
     metrics.syncDuration.observe({ip_family: family}, seconds);
     (full ? metrics.syncFullDuration : metrics.syncPartialDuration).observe({ip_family: family}, seconds);
-    log.detail(2, 'synced rules', {family, kind: full ? 'full' : 'partial', changedServicePorts: changed.size, servicePorts: model.servicePorts.length, seconds});
+    log.detail(2, 'synced rules', {
+      family,
+      kind: full ? 'full' : 'partial',
+      changedServicePorts: changed.size,
+      servicePorts: model.servicePorts.length,
+      seconds,
+    });
     return {family, kind: full ? 'full' : 'partial', changedServicePorts: changed.size, drift: plan.drift};
   }
 
@@ -245,7 +263,9 @@ export class IptablesProxier extends ProxierBase<FamilyState> {
     const changed = changedServicePorts(state.applied, model);
     if (!full && state.applied && this.#options.rules.rewritesUnchanged?.(state.applied, model)) {
       // Rules of ports that did not change would keep their old spelling, and read as drift forever.
-      this.#options.log.info('endpoints crossed the large-cluster threshold, which changes the rules of every service port: full sync', {family});
+      this.#options.log.info('endpoints crossed the large-cluster threshold, which changes the rules of every service port: full sync', {
+        family,
+      });
       full = true;
     }
     return {
@@ -262,7 +282,13 @@ export class IptablesProxier extends ProxierBase<FamilyState> {
    * check has just taken one): stale chains deleted, missing jump rules inserted. Its input is
    * streamed as it is rendered.
    */
-  async #fullWrite(family: IPFamily, state: FamilyState, model: ProxyModel, current: Map<IptablesTable, OwnedRules> | undefined, start: number): Promise<PreparedWrite> {
+  async #fullWrite(
+    family: IPFamily,
+    state: FamilyState,
+    model: ProxyModel,
+    current: Map<IptablesTable, OwnedRules> | undefined,
+    start: number,
+  ): Promise<PreparedWrite> {
     const {rules, log} = this.#options;
     this.wholeTablesTouched = true;
     // A drift check has just read them: a repair need not read them again.
@@ -299,7 +325,8 @@ export class IptablesProxier extends ProxierBase<FamilyState> {
     // A partial sync after a burst of changes (thousands of services created at once) names as
     // many chains as a full one, and pays the same quadratic chain list.
     const declared = rendered.declaredChains();
-    if (state.frontEnd === 'nf_tables' && declared.filter.length + declared.nat.length > wholeTableCacheAbove) text = withWholeTableCache(text);
+    if (state.frontEnd === 'nf_tables' && declared.filter.length + declared.nat.length > wholeTableCacheAbove)
+      text = withWholeTableCache(text);
     return {kind: 'partial', rendered, input: text, logText: () => text};
   }
 
@@ -309,7 +336,12 @@ export class IptablesProxier extends ProxierBase<FamilyState> {
    * input), or by reading the tables back when a drift check is due after a partial write or the
    * record cannot be had.
    */
-  async #restore(family: IPFamily, state: FamilyState, write: PreparedWrite, sync: {full: boolean; readInSync: boolean; start: number}): Promise<WriteOutcome> {
+  async #restore(
+    family: IPFamily,
+    state: FamilyState,
+    write: PreparedWrite,
+    sync: {full: boolean; readInSync: boolean; start: number},
+  ): Promise<WriteOutcome> {
     const {host, metrics, log} = this.#options;
     const partial = write.kind === 'partial';
     const outcome: WriteOutcome = {readAt: sync.start};
@@ -552,7 +584,12 @@ interface SyncPlan {
 type PreparedWrite = {input: RestoreInput; logText: () => string} & (
   | {kind: 'partial'; rendered: RenderedWrite}
   /** What the renderer told of a full write (given once), the proxy's rules read just before it, and when that reading started. */
-  | {kind: 'full'; takeWritten: () => ReturnType<RenderedWrite['written']>; existing: Map<IptablesTable, OwnedRules>; existingReadAt: number}
+  | {
+      kind: 'full';
+      takeWritten: () => ReturnType<RenderedWrite['written']>;
+      existing: Map<IptablesTable, OwnedRules>;
+      existingReadAt: number;
+    }
 );
 
 /** WriteOutcome: what a write left, as far as the proxier knows it. */
@@ -588,7 +625,11 @@ function* passing(input: RestoreInput, see: (piece: Uint8Array) => void): Genera
  * undefined when the write also replaced chains that are not the proxy's (their rules are not
  * followed).
  */
-function chainsWritten(spelled: Record<'filter' | 'nat', WrittenTable>, written: Map<IptablesTable, OwnedRules>, writtenAt: number): WrittenRules | undefined {
+function chainsWritten(
+  spelled: Record<'filter' | 'nat', WrittenTable>,
+  written: Map<IptablesTable, OwnedRules>,
+  writtenAt: number,
+): WrittenRules | undefined {
   const tables: ChainsWritten[] = [];
   for (const table of proxyTables) {
     const {declared} = spelled[table as 'filter' | 'nat'];
@@ -607,6 +648,7 @@ function ruleWords(rule: string): string[] {
 /** The jump rules the kernel does not hold yet, judged from the proxy's rules read before a full sync. */
 export function missingJumpRules(jumps: JumpRule[], existing: Map<IptablesTable, OwnedRules>): JumpRule[] {
   const present = new Set<string>();
-  for (const owned of existing.values()) for (const rule of owned.kubeJumps ?? owned.jumpRules) present.add(`${owned.table} ${ruleWords(rule).join(' ')}`);
+  for (const owned of existing.values())
+    for (const rule of owned.kubeJumps ?? owned.jumpRules) present.add(`${owned.table} ${ruleWords(rule).join(' ')}`);
   return jumps.filter((jump) => !present.has(`${jump.table} ${['-A', jump.chain, ...jump.rule].join(' ')}`));
 }

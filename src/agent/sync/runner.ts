@@ -102,11 +102,14 @@ export class BoundedFrequencyRunner {
     if (this.#timerAt === due) return;
     this.#cancelTimer();
     this.#timerAt = due;
-    this.#timer = this.#clock.setTimer(() => {
-      this.#timer = undefined;
-      this.#timerAt = undefined;
-      this.#execute();
-    }, Math.max(0, due - this.#clock.now()));
+    this.#timer = this.#clock.setTimer(
+      () => {
+        this.#timer = undefined;
+        this.#timerAt = undefined;
+        this.#execute();
+      },
+      Math.max(0, due - this.#clock.now()),
+    );
   }
 
   #cancelTimer(): void {

@@ -141,7 +141,9 @@ export class SyncBookkeeping {
     let external = 0;
     for (const model of list) {
       // Every port on every sync: picked by filter, which allocates nothing per port.
-      for (const port of model.servicePorts.filter((candidate) => candidate.localEndpoints.length === 0 && (candidate.internalPolicyLocal || candidate.externalPolicyLocal))) {
+      for (const port of model.servicePorts.filter(
+        (candidate) => candidate.localEndpoints.length === 0 && (candidate.internalPolicyLocal || candidate.externalPolicyLocal),
+      )) {
         if (port.internalPolicyLocal) internal++;
         if (port.externalPolicyLocal) external++;
       }
@@ -156,7 +158,8 @@ export class SyncBookkeeping {
     const {log, metrics} = this.#options;
     const problems = new Map<string, string>();
     for (const model of models) {
-      for (const problem of model.problems) problems.set(problem.message, `${problem.kind} ${problem.namespace ? `${problem.namespace}/` : ''}${problem.name}`);
+      for (const problem of model.problems)
+        problems.set(problem.message, `${problem.kind} ${problem.namespace ? `${problem.namespace}/` : ''}${problem.name}`);
     }
     for (const [message, object] of problems) {
       if (!this.#loggedProblems.has(message)) log.warn('object skipped', {object, reason: message});
@@ -234,7 +237,13 @@ export function serviceHealthTargets(models: Iterable<ProxyModel>): ServiceHealt
   for (const model of models) {
     for (const port of model.servicePorts.filter((candidate) => candidate.healthCheckNodePort !== 0)) {
       const key = `${port.namespace}/${port.serviceName}`;
-      const target = targets.get(key) ?? {namespace: port.namespace, name: port.serviceName, healthCheckNodePort: port.healthCheckNodePort, localEndpoints: 0, ips: new Set<string>()};
+      const target = targets.get(key) ?? {
+        namespace: port.namespace,
+        name: port.serviceName,
+        healthCheckNodePort: port.healthCheckNodePort,
+        localEndpoints: 0,
+        ips: new Set<string>(),
+      };
       for (const endpoint of port.endpoints) if (endpoint.isLocal && endpoint.ready) target.ips.add(endpoint.ip);
       targets.set(key, target);
     }
@@ -243,7 +252,11 @@ export function serviceHealthTargets(models: Iterable<ProxyModel>): ServiceHealt
 }
 
 /** deleteConntrackEntries runs the planned deletions; failures are logged and never fail the sync. */
-export async function deleteConntrackEntries(parts: {host: Host; metrics: AgentMetrics; log: Logger}, family: IPFamily, filters: ConntrackFilter[]): Promise<void> {
+export async function deleteConntrackEntries(
+  parts: {host: Host; metrics: AgentMetrics; log: Logger},
+  family: IPFamily,
+  filters: ConntrackFilter[],
+): Promise<void> {
   const {host, metrics, log} = parts;
   for (const filter of filters) {
     try {
@@ -255,4 +268,3 @@ export async function deleteConntrackEntries(parts: {host: Host; metrics: AgentM
     }
   }
 }
-

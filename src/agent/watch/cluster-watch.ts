@@ -32,7 +32,14 @@ export class ClusterWatch {
   readonly reflectors: Reflector[];
 
   constructor(options: ClusterWatchOptions) {
-    const common = {client: options.client, log: options.log, clock: options.clock, watchdogMs: options.watchdogMs, backoffInitialMs: options.backoffInitialMs, backoffMaxMs: options.backoffMaxMs};
+    const common = {
+      client: options.client,
+      log: options.log,
+      clock: options.clock,
+      watchdogMs: options.watchdogMs,
+      backoffInitialMs: options.backoffInitialMs,
+      backoffMaxMs: options.backoffMaxMs,
+    };
     const reflector = (kind: WatchedKind, name: string, path: string, selectors: {labelSelector?: string; fieldSelector?: string}) =>
       new Reflector({
         ...common,

@@ -37,7 +37,8 @@ function compactMetadata(metadata: unknown, labels: readonly string[], annotatio
   if (!isObject(metadata)) return metadata;
   const out = pick(metadata, ['name', 'namespace', 'resourceVersion', 'deletionTimestamp']);
   if (metadata.labels !== undefined) out.labels = isObject(metadata.labels) ? pick(metadata.labels, labels) : metadata.labels;
-  if (metadata.annotations !== undefined) out.annotations = isObject(metadata.annotations) ? pick(metadata.annotations, annotations) : metadata.annotations;
+  if (metadata.annotations !== undefined)
+    out.annotations = isObject(metadata.annotations) ? pick(metadata.annotations, annotations) : metadata.annotations;
   return out;
 }
 
@@ -68,7 +69,8 @@ function compactEndpoint(endpoint: unknown): unknown {
   if (!isObject(endpoint)) return endpoint;
   const out = pick(endpoint, endpointFields);
   if (out.conditions !== undefined) out.conditions = sharedConditions(out.conditions);
-  if (endpoint.targetRef !== undefined) out.targetRef = isObject(endpoint.targetRef) ? pick(endpoint.targetRef, ['kind', 'name', 'namespace']) : endpoint.targetRef;
+  if (endpoint.targetRef !== undefined)
+    out.targetRef = isObject(endpoint.targetRef) ? pick(endpoint.targetRef, ['kind', 'name', 'namespace']) : endpoint.targetRef;
   return out;
 }
 
@@ -92,6 +94,7 @@ export function compactObject(kind: WatchedKind, object: unknown): unknown {
     return out;
   }
   const out: Json = {metadata: compactMetadata(object.metadata, sliceLabels, sliceAnnotations), ...pick(object, ['addressType', 'ports'])};
-  if (object.endpoints !== undefined) out.endpoints = Array.isArray(object.endpoints) ? object.endpoints.map(compactEndpoint) : object.endpoints;
+  if (object.endpoints !== undefined)
+    out.endpoints = Array.isArray(object.endpoints) ? object.endpoints.map(compactEndpoint) : object.endpoints;
   return out;
 }

@@ -22,7 +22,12 @@ export interface WatchHandle {
 export interface KubernetesClient {
   list(path: string, query: Record<string, string>): Promise<ListResult>;
   /** Streams events until the server ends the watch or an error; onDone is called once either way. */
-  watch(path: string, query: Record<string, string>, onEvent: (type: string, object: unknown) => void, onDone: (error?: unknown) => void): Promise<WatchHandle>;
+  watch(
+    path: string,
+    query: Record<string, string>,
+    onEvent: (type: string, object: unknown) => void,
+    onDone: (error?: unknown) => void,
+  ): Promise<WatchHandle>;
 }
 
 /** ApiRequestError: a request to the API server was answered with an error status. */
@@ -44,7 +49,8 @@ export function loadKubeConfig(path?: string): KubeConfig {
   const found = findKubeconfig({file: path, env: process.env, readFile: (file) => readFileSync(file, 'utf8')});
   if (found.kind === 'in-cluster') config.loadFromCluster();
   else config.loadFromString(found.text);
-  if (!config.getCurrentCluster()) throw new Error(`kubeconfig ${found.kind === 'files' ? found.files.join(':') : '(in-cluster)'}: no current cluster`);
+  if (!config.getCurrentCluster())
+    throw new Error(`kubeconfig ${found.kind === 'files' ? found.files.join(':') : '(in-cluster)'}: no current cluster`);
   return config;
 }
 
@@ -68,7 +74,12 @@ export function createKubernetesClient(config: KubeConfig): KubernetesClient {
       };
     },
     async watch(path, query, onEvent, onDone) {
-      const controller = await watcher.watch(path, query, (type, object) => onEvent(type, object), (error) => onDone(error ?? undefined));
+      const controller = await watcher.watch(
+        path,
+        query,
+        (type, object) => onEvent(type, object),
+        (error) => onDone(error ?? undefined),
+      );
       return {abort: () => controller.abort()};
     },
   };
@@ -92,7 +103,9 @@ function getJson(url: URL, options: RequestOptions): Promise<unknown> {
         const status = response.statusCode ?? 0;
         if (status !== 200) {
           const message = (body as {message?: unknown})?.message;
-          reject(new ApiRequestError(`GET ${url.pathname}: ${status} ${typeof message === 'string' ? message : text.slice(0, 200)}`, status));
+          reject(
+            new ApiRequestError(`GET ${url.pathname}: ${status} ${typeof message === 'string' ? message : text.slice(0, 200)}`, status),
+          );
           return;
         }
         if (body === undefined) reject(new Error(`GET ${url.pathname}: the answer is not JSON`));

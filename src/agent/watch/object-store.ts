@@ -9,7 +9,12 @@ export type WatchedKind = ObjectKind | 'ServiceCIDR';
 export type StoreListener = (kind: WatchedKind, type: WatchEventType, object: unknown) => void;
 
 export class ObjectStore implements ClusterObjects {
-  readonly #objects: Record<WatchedKind, Map<string, unknown>> = {Service: new Map(), EndpointSlice: new Map(), Node: new Map(), ServiceCIDR: new Map()};
+  readonly #objects: Record<WatchedKind, Map<string, unknown>> = {
+    Service: new Map(),
+    EndpointSlice: new Map(),
+    Node: new Map(),
+    ServiceCIDR: new Map(),
+  };
   readonly #listeners: StoreListener[] = [];
 
   onChange(listener: StoreListener): void {
@@ -65,7 +70,12 @@ export class ObjectStore implements ClusterObjects {
   }
 
   get size(): Record<WatchedKind, number> {
-    return {Service: this.#objects.Service.size, EndpointSlice: this.#objects.EndpointSlice.size, Node: this.#objects.Node.size, ServiceCIDR: this.#objects.ServiceCIDR.size};
+    return {
+      Service: this.#objects.Service.size,
+      EndpointSlice: this.#objects.EndpointSlice.size,
+      Node: this.#objects.Node.size,
+      ServiceCIDR: this.#objects.ServiceCIDR.size,
+    };
   }
 }
 

@@ -94,7 +94,10 @@ export class Reflector {
         if (this.#resourceVersion !== '' && this.#checkHistory) {
           resumable = true;
           if (!(await this.#historyCovers(this.#resourceVersion))) {
-            log.info('API server history restarts before our resourceVersion; listing again', {resource: name, resourceVersion: this.#resourceVersion});
+            log.info('API server history restarts before our resourceVersion; listing again', {
+              resource: name,
+              resourceVersion: this.#resourceVersion,
+            });
             this.#resourceVersion = '';
           }
           this.#checkHistory = false;
@@ -112,7 +115,10 @@ export class Reflector {
           this.#resourceVersion = '';
         } else if (this.#clock.now() - startedAt < 1000 && !this.#stopped) {
           // A server that ends every watch at once would otherwise be asked again in a tight loop.
-          this.#backoff = Math.min(Math.max(this.#backoff * 2, this.#options.backoffInitialMs ?? 1000), this.#options.backoffMaxMs ?? 30_000);
+          this.#backoff = Math.min(
+            Math.max(this.#backoff * 2, this.#options.backoffInitialMs ?? 1000),
+            this.#options.backoffMaxMs ?? 30_000,
+          );
           await this.#sleep(this.#backoff);
           continue;
         }
@@ -159,13 +165,18 @@ export class Reflector {
         try {
           items.push(this.#keep(item));
         } catch (error) {
-          this.#options.log.error('listed object dropped', {resource: this.#options.name, object: objectName(item), reason: errorText(error)});
+          this.#options.log.error('listed object dropped', {
+            resource: this.#options.name,
+            object: objectName(item),
+            reason: errorText(error),
+          });
         }
       }
       // Every page carries the version of the snapshot the first one was cut from.
       resourceVersion = page.resourceVersion;
       // A server that hands the same token back would be asked forever.
-      if (page.continue !== undefined && page.continue === next) throw new Error(`GET ${this.#options.path}: the same continue token again`);
+      if (page.continue !== undefined && page.continue === next)
+        throw new Error(`GET ${this.#options.path}: the same continue token again`);
       next = page.continue;
     } while (next !== undefined);
     this.#relists++;
@@ -308,11 +319,26 @@ function isObjectWithName(object: unknown): boolean {
   return typeof object === 'object' && object !== null && typeof name === 'string' && name !== '';
 }
 
-const connectionErrorCodes = new Set(['ECONNREFUSED', 'ECONNRESET', 'EPIPE', 'ETIMEDOUT', 'EHOSTUNREACH', 'ENETUNREACH', 'ECONNABORTED', 'UND_ERR_SOCKET', 'UND_ERR_CONNECT_TIMEOUT', 'UND_ERR_CLOSED']);
+const connectionErrorCodes = new Set([
+  'ECONNREFUSED',
+  'ECONNRESET',
+  'EPIPE',
+  'ETIMEDOUT',
+  'EHOSTUNREACH',
+  'ENETUNREACH',
+  'ECONNABORTED',
+  'UND_ERR_SOCKET',
+  'UND_ERR_CONNECT_TIMEOUT',
+  'UND_ERR_CLOSED',
+]);
 
 /** The request never reached the API server, or the connection broke: a fetch failure, its cause, or a socket error code. */
 function isConnectionFailure(error: unknown): boolean {
-  for (let cause = error, depth = 0; cause !== undefined && cause !== null && depth < 5; cause = (cause as {cause?: unknown}).cause, depth++) {
+  for (
+    let cause = error, depth = 0;
+    cause !== undefined && cause !== null && depth < 5;
+    cause = (cause as {cause?: unknown}).cause, depth++
+  ) {
     const code = (cause as {code?: unknown}).code;
     if (typeof code === 'string' && connectionErrorCodes.has(code)) return true;
     const message = (cause as {message?: unknown}).message;
@@ -324,7 +350,11 @@ function isConnectionFailure(error: unknown): boolean {
 /** "fetch failed: connect ECONNREFUSED 127.0.0.1:6443": undici hides the reason in `cause`. */
 function errorChainText(error: unknown): string {
   const parts: string[] = [];
-  for (let cause = error, depth = 0; cause !== undefined && cause !== null && depth < 5; cause = (cause as {cause?: unknown}).cause, depth++) {
+  for (
+    let cause = error, depth = 0;
+    cause !== undefined && cause !== null && depth < 5;
+    cause = (cause as {cause?: unknown}).cause, depth++
+  ) {
     parts.push(errorText(cause));
   }
   return parts.join(': ');

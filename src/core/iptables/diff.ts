@@ -53,7 +53,9 @@ function viewOf(ruleset: IptablesRuleset): Map<string, ProxyView> {
         continue;
       }
       // Jump rules live in chains that are not ours; only the jumps are compared there.
-      const jumps = table.chains.get(name)!.rules.filter((rule) => rule.target && isProxyChain(rule.target.name) && !isBuiltinChain(table.name, rule.target.name));
+      const jumps = table.chains
+        .get(name)!
+        .rules.filter((rule) => rule.target && isProxyChain(rule.target.name) && !isBuiltinChain(table.name, rule.target.name));
       if (jumps.length > 0) view.set(name, () => jumps);
     }
     if (view.size > 0) views.set(table.name, view);
@@ -149,7 +151,8 @@ function sequenceDiff(desired: string[], applied: string[]): Array<{kind: 'desir
     const lengths = new Uint32Array((a.length + 1) * width);
     for (let i = a.length - 1; i >= 0; i--) {
       for (let j = b.length - 1; j >= 0; j--) {
-        lengths[i * width + j] = a[i] === b[j] ? lengths[(i + 1) * width + j + 1] + 1 : Math.max(lengths[(i + 1) * width + j], lengths[i * width + j + 1]);
+        lengths[i * width + j] =
+          a[i] === b[j] ? lengths[(i + 1) * width + j + 1] + 1 : Math.max(lengths[(i + 1) * width + j], lengths[i * width + j + 1]);
       }
     }
     let i = 0;
@@ -179,7 +182,10 @@ function sequenceDiff(desired: string[], applied: string[]): Array<{kind: 'desir
   if (onlyDesired.length === 0 && onlyApplied.length === 0) {
     return [...a.map((text) => ({kind: 'desired' as const, text})), ...b.map((text) => ({kind: 'applied' as const, text}))];
   }
-  return [...onlyDesired.map((text) => ({kind: 'desired' as const, text})), ...onlyApplied.map((text) => ({kind: 'applied' as const, text}))];
+  return [
+    ...onlyDesired.map((text) => ({kind: 'desired' as const, text})),
+    ...onlyApplied.map((text) => ({kind: 'applied' as const, text})),
+  ];
 }
 
 function matchesService(servicePort: string, filter: string | undefined): boolean {
@@ -193,7 +199,11 @@ function matchesService(servicePort: string, filter: string | undefined): boolea
  * exists on one side only also shows as "-t nat -N CHAIN". Hashed chains are grouped under the
  * service port their comments name.
  */
-export function diffIptables(desired: string | IptablesRuleset, applied: string | IptablesRuleset, options: DiffIptablesOptions = {}): IptablesDiff {
+export function diffIptables(
+  desired: string | IptablesRuleset,
+  applied: string | IptablesRuleset,
+  options: DiffIptablesOptions = {},
+): IptablesDiff {
   const desiredRules = typeof desired === 'string' ? parseIptablesSave(desired) : desired;
   const appliedRules = typeof applied === 'string' ? parseIptablesSave(applied, {family: desiredRules.family}) : applied;
   const desiredViews = viewOf(desiredRules);
@@ -241,6 +251,10 @@ export function diffIptables(desired: string | IptablesRuleset, applied: string 
   const order = [...byService.keys()].sort((a, b) => (a === noService ? 1 : b === noService ? -1 : a < b ? -1 : a > b ? 1 : 0));
   const groups = order.map((key) => byService.get(key)!);
   if (groups.length === 0) return {equal: true, groups: [], text: ''};
-  const text = ['--- desired', '+++ applied', ...order.flatMap((key) => [`@@ ${key === noService ? '(rules of no service)' : key} @@`, ...textLines.get(key)!])].join('\n');
+  const text = [
+    '--- desired',
+    '+++ applied',
+    ...order.flatMap((key) => [`@@ ${key === noService ? '(rules of no service)' : key} @@`, ...textLines.get(key)!]),
+  ].join('\n');
   return {equal: false, groups, text: `${text}\n`};
 }

@@ -190,7 +190,9 @@ function conntrackOptionCheck(entry: RuleOption): Check | undefined {
       return (state) => (state.protocol === entry.values[0].toLowerCase()) !== entry.negated;
     case 'ctorigdst':
     case 'ctorigsrc': {
-      const cidr = parseCIDR(entry.values[0].includes('/') ? entry.values[0] : `${entry.values[0]}/${entry.values[0].includes(':') ? 128 : 32}`);
+      const cidr = parseCIDR(
+        entry.values[0].includes('/') ? entry.values[0] : `${entry.values[0]}/${entry.values[0].includes(':') ? 128 : 32}`,
+      );
       if (!cidr) return undefined;
       return (state) => cidrContains(cidr, entry.name === 'ctorigdst' ? state.originalDst : state.src) !== entry.negated;
     }
@@ -260,7 +262,7 @@ function matchChecks(match: RuleMatch): Check[] {
       const entry = option(match, 'mark');
       const parsed = entry && parseMarkValue(entry.values[0]);
       if (!entry || !parsed) return unknown('-m mark without a readable --mark');
-      return [(state) => (((state.mark & parsed.mask) >>> 0) === parsed.value) !== entry.negated];
+      return [(state) => ((state.mark & parsed.mask) >>> 0 === parsed.value) !== entry.negated];
     }
     case 'conntrack':
     case 'state': {
@@ -288,7 +290,10 @@ function matchChecks(match: RuleMatch): Check[] {
         if (!low || !high) return undefined;
         return (state) => {
           const ip = entry.name === 'src-range' ? state.src : state.dst;
-          return (ip.family === low.family && compareBytes(ip.bytes, low.bytes) >= 0 && compareBytes(ip.bytes, high.bytes) <= 0) !== entry.negated;
+          return (
+            (ip.family === low.family && compareBytes(ip.bytes, low.bytes) >= 0 && compareBytes(ip.bytes, high.bytes) <= 0) !==
+            entry.negated
+          );
         };
       });
       return result ?? unknown('-m iprange option not evaluated by the trace');

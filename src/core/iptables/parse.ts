@@ -3,7 +3,18 @@
 import type {IPFamily} from '../model/types.ts';
 import {parseIP} from '../model/ip.ts';
 import {formatRuleArgs, parseRuleArgs, RuleSyntaxError, tokenizeRule, type ParsedRuleArgs, type Token} from './rule-syntax.ts';
-import {builtinChains, chainKind, evaluatedMatches, isBuiltinChain, readNodeAddressesComment, type AddressCondition, type IptablesChain, type IptablesRule, type IptablesRuleset, type RulesetTable} from './ruleset.ts';
+import {
+  builtinChains,
+  chainKind,
+  evaluatedMatches,
+  isBuiltinChain,
+  readNodeAddressesComment,
+  type AddressCondition,
+  type IptablesChain,
+  type IptablesRule,
+  type IptablesRuleset,
+  type RulesetTable,
+} from './ruleset.ts';
 
 export type {IptablesChain, IptablesRule, IptablesRuleset, RulesetTable} from './ruleset.ts';
 
@@ -61,7 +72,12 @@ export function parseIptablesSave(text: string, options: ParseOptions = {}): Ipt
       continue;
     }
     if (line.startsWith('*')) {
-      if (table) throw new IptablesParseError(lineNumber, `table ${line.slice(1)} starts before table ${table.name} (line ${tableLine}) ends with COMMIT`, raw);
+      if (table)
+        throw new IptablesParseError(
+          lineNumber,
+          `table ${line.slice(1)} starts before table ${table.name} (line ${tableLine}) ends with COMMIT`,
+          raw,
+        );
       const name = line.slice(1).trim();
       if (!/^[a-z]+$/.test(name)) throw new IptablesParseError(lineNumber, 'bad table name', raw);
       table = ruleset.tables.get(name) ?? {name, chains: new Map()};
@@ -80,7 +96,8 @@ export function parseIptablesSave(text: string, options: ParseOptions = {}): Ipt
       if (!match) throw new IptablesParseError(lineNumber, 'bad chain declaration (expected ":NAME POLICY [packets:bytes]")', raw);
       const [, name, policy] = match;
       const builtin = isBuiltinChain(table.name, name);
-      if (builtin && policy !== 'ACCEPT' && policy !== 'DROP') throw new IptablesParseError(lineNumber, `policy of built-in chain ${name} must be ACCEPT or DROP`, raw);
+      if (builtin && policy !== 'ACCEPT' && policy !== 'DROP')
+        throw new IptablesParseError(lineNumber, `policy of built-in chain ${name} must be ACCEPT or DROP`, raw);
       declareChain(table, name, builtin ? policy : undefined);
       continue;
     }
@@ -116,7 +133,13 @@ function chainOf(table: RulesetTable | undefined, lineNumber: number, name: stri
 }
 
 /** One iptables-restore command line (-A, -I, -D, -N, -X, -F, -P, -Z) applied to `table`. */
-function applyRuleCommand(ruleset: IptablesRuleset, table: RulesetTable | undefined, tokens: Token[], lineNumber: number, raw: string): void {
+function applyRuleCommand(
+  ruleset: IptablesRuleset,
+  table: RulesetTable | undefined,
+  tokens: Token[],
+  lineNumber: number,
+  raw: string,
+): void {
   const command = tokens[0]?.text;
   const chainName = tokens[1]?.text;
   try {
@@ -136,7 +159,8 @@ function applyRuleCommand(ruleset: IptablesRuleset, table: RulesetTable | undefi
           position = Number(rest[0].text);
           rest = rest.slice(1);
         }
-        if (position < 1 || position > chain.rules.length + 1) throw new RuleSyntaxError(`no position ${position} in chain ${chain.name} (it has ${chain.rules.length} rules)`);
+        if (position < 1 || position > chain.rules.length + 1)
+          throw new RuleSyntaxError(`no position ${position} in chain ${chain.name} (it has ${chain.rules.length} rules)`);
         chain.rules.splice(position - 1, 0, ...readRules(ruleset, chain, rest, lineNumber));
         break;
       }
@@ -292,12 +316,28 @@ class SavedRule implements IptablesRule {
     return this.args().target;
   }
   get comment(): string | undefined {
-    return this.args().matches.find((match) => match.module === 'comment')?.options.find((entry) => entry.name === 'comment')?.values[0];
+    return this.args()
+      .matches.find((match) => match.module === 'comment')
+      ?.options.find((entry) => entry.name === 'comment')?.values[0];
   }
 
   toJSON(): IptablesRule {
     const {source, destination, inInterface, outInterface, protocol, fragment, matches, target, comment} = this;
-    return {table: this.table, chain: this.chain, text: this.text, line: this.line, source, destination, inInterface, outInterface, protocol, fragment, matches, target, comment};
+    return {
+      table: this.table,
+      chain: this.chain,
+      text: this.text,
+      line: this.line,
+      source,
+      destination,
+      inInterface,
+      outInterface,
+      protocol,
+      fragment,
+      matches,
+      target,
+      comment,
+    };
   }
 }
 
@@ -339,10 +379,18 @@ function readRules(ruleset: IptablesRuleset, chain: IptablesChain, tokens: Token
   return expansions.map((words) => {
     const args = parseRuleArgs(words, family);
     for (const match of args.matches) {
-      if (!evaluatedMatches.has(match.module)) ruleset.unknownMatches.push({table: chain.table, chain: chain.name, line, module: match.module});
+      if (!evaluatedMatches.has(match.module))
+        ruleset.unknownMatches.push({table: chain.table, chain: chain.name, line, module: match.module});
     }
     const formatted = formatRuleArgs(args);
-    return new SavedRule(chain.table, chain.name, formatted === '' ? `-A ${chain.name}` : `-A ${chain.name} ${formatted}`, line, family, args.destination);
+    return new SavedRule(
+      chain.table,
+      chain.name,
+      formatted === '' ? `-A ${chain.name}` : `-A ${chain.name} ${formatted}`,
+      line,
+      family,
+      args.destination,
+    );
   });
 }
 
@@ -355,7 +403,11 @@ function expandAddressLists(tokens: Token[]): Token[][] {
     const valueIndex = tokens[index + 1].text === '!' ? index + 2 : index + 1;
     const value = tokens[valueIndex];
     if (!value || !value.text.includes(',')) continue;
-    return value.text.split(',').flatMap((address) => expandAddressLists([...tokens.slice(0, valueIndex), {text: address, quoted: false}, ...tokens.slice(valueIndex + 1)]));
+    return value.text
+      .split(',')
+      .flatMap((address) =>
+        expandAddressLists([...tokens.slice(0, valueIndex), {text: address, quoted: false}, ...tokens.slice(valueIndex + 1)]),
+      );
   }
   return [tokens];
 }

@@ -183,7 +183,10 @@ function nodePortPlan(model: ProxyModel): NodePortPlan {
 
 /** Whether NodePorts on 127.0.0.0/8 are counted: they answer there, and the node has the nfacct object. */
 function countsLocalhostNodePorts(model: ProxyModel): boolean {
-  return nodePortPlan(model).localhostNodePorts && model.config.iptablesFeatures.nfacctCounters.includes(nfacctCounters.localhostNodePortsAccepted);
+  return (
+    nodePortPlan(model).localhostNodePorts &&
+    model.config.iptablesFeatures.nfacctCounters.includes(nfacctCounters.localhostNodePortsAccepted)
+  );
 }
 
 /** The match words of a local-traffic detector ("-s 10.244.0.0/16" / "! -s 10.244.0.0/16"), or undefined for none. */
@@ -423,9 +426,14 @@ interface RenderContext {
  * declares the nat chains (iptables-restore refuses a jump to a chain not declared yet); the
  * second writes the nat rules, which are most of the output, a chunk at a time.
  */
-export function* renderIptablesChunks(model: ProxyModel, options: RenderIptablesOptions = {}, record?: IptablesRenderRecord): Generator<Buffer> {
+export function* renderIptablesChunks(
+  model: ProxyModel,
+  options: RenderIptablesOptions = {},
+  record?: IptablesRenderRecord,
+): Generator<Buffer> {
   const {changedServicePorts, existingChains, includeJumps = false, extraLines = {}, insertJumps = []} = options;
-  const writeFixedChains = changedServicePorts === undefined || options.previous === undefined || fixedChainsChange(options.previous, model, changedServicePorts);
+  const writeFixedChains =
+    changedServicePorts === undefined || options.previous === undefined || fixedChainsChange(options.previous, model, changedServicePorts);
   const plan = nodePortPlan(model);
   const countLocalhost = countsLocalhostNodePorts(model);
   const countServiceChains = changedServicePorts === undefined;
@@ -453,7 +461,15 @@ export function* renderIptablesChunks(model: ProxyModel, options: RenderIptables
   const ports = changedOnly ? portsWithIdentities(model, changedServicePorts) : model.servicePorts;
 
   // First pass: the filter table's rules, and the nat chains declared.
-  const {written, activeNatChains} = declarePortChains(ports, {changedServicePorts, tellsActiveChains, writeFixedChains, fixedFilter, countLocalhost, nat, record});
+  const {written, activeNatChains} = declarePortChains(ports, {
+    changedServicePorts,
+    tellsActiveChains,
+    writeFixedChains,
+    fixedFilter,
+    countLocalhost,
+    nat,
+    record,
+  });
   const staleNatChains = declareStaleChains(model, options, activeNatChains, filter, nat);
   writeFixedFilterRules(model, fixedFilter);
 
@@ -461,7 +477,11 @@ export function* renderIptablesChunks(model: ProxyModel, options: RenderIptables
   const lines = (...text: string[]): Buffer => Buffer.from(text.map((line) => `${line}\n`).join(''), 'utf8');
   /** A table's part up to its rules: "*table", the caller's first lines, the chains declared, the jump rules. */
   const head = (table: ProxyTable, writer: TableWriter): Buffer[] => [
-    lines(`*${table}`, ...(extraLines[table]?.start ?? []), ...(includeJumps ? builtinChains[table].map((chain) => `:${chain} ACCEPT [0:0]`) : [])),
+    lines(
+      `*${table}`,
+      ...(extraLines[table]?.start ?? []),
+      ...(includeJumps ? builtinChains[table].map((chain) => `:${chain} ACCEPT [0:0]`) : []),
+    ),
     ...writer.chainLines.buffers(),
     lines(...(includeJumps ? jumpRuleLines(jumps, table) : [])),
   ];
@@ -512,7 +532,15 @@ function declareFixedChains(model: ProxyModel, plan: NodePortPlan, filter: Table
  */
 function declarePortChains(
   ports: ServicePort[],
-  pass: {changedServicePorts?: ReadonlySet<string>; tellsActiveChains: boolean; writeFixedChains: boolean; fixedFilter: LineSink; countLocalhost: boolean; nat: TableWriter; record?: IptablesRenderRecord},
+  pass: {
+    changedServicePorts?: ReadonlySet<string>;
+    tellsActiveChains: boolean;
+    writeFixedChains: boolean;
+    fixedFilter: LineSink;
+    countLocalhost: boolean;
+    nat: TableWriter;
+    record?: IptablesRenderRecord;
+  },
 ): {written: Array<WrittenPort | undefined>; activeNatChains: Set<string> | undefined} {
   const {changedServicePorts, writeFixedChains, fixedFilter, countLocalhost, nat, record} = pass;
   const activeNatChains = pass.tellsActiveChains ? new Set<string>() : undefined;
@@ -563,7 +591,13 @@ function ownChains(port: ServicePort, names: ChainNames, chains: PortChains, end
  * model: those the changed ports used before and no longer use, found from those ports alone
  * (chain names hash the service port's name, so no other port can be using them).
  */
-function declareStaleChains(model: ProxyModel, options: RenderIptablesOptions, activeNatChains: Set<string> | undefined, filter: TableWriter, nat: TableWriter): string[] {
+function declareStaleChains(
+  model: ProxyModel,
+  options: RenderIptablesOptions,
+  activeNatChains: Set<string> | undefined,
+  filter: TableWriter,
+  nat: TableWriter,
+): string[] {
   const {existingChains, changedServicePorts, previous} = options;
   const staleNatChains: string[] = [];
   if (existingChains && activeNatChains) {
@@ -603,7 +637,9 @@ function writeFixedFilterRules(model: ProxyModel, fixedFilter: LineSink): void {
   if (!features.conntrackTCPLiberal) {
     // Without nf_conntrack_tcp_be_liberal an out-of-window packet is INVALID, escapes DNAT
     // reversal and makes the client reset the connection.
-    const counter = features.nfacctCounters.includes(nfacctCounters.ctStateInvalidDropped) ? ` -m nfacct --nfacct-name ${nfacctCounters.ctStateInvalidDropped}` : '';
+    const counter = features.nfacctCounters.includes(nfacctCounters.ctStateInvalidDropped)
+      ? ` -m nfacct --nfacct-name ${nfacctCounters.ctStateInvalidDropped}`
+      : '';
     fixedFilter.push(`-A ${filterChains.forward} -m conntrack --ctstate INVALID${counter} -j DROP`);
   }
   fixedFilter.push(
@@ -666,10 +702,15 @@ function writePortChains(context: RenderContext, port: ServicePort, {names, chai
     } else {
       // Pods reaching an external address of the service behave as if they went out to a
       // load balancer and came back: neither traffic policy applies to them.
-      if (detector) add(`-m comment --comment ${quote(`pod traffic for ${name} external destinations`)} ${detector.ifLocal} -j ${clusterChain}`);
+      if (detector)
+        add(`-m comment --comment ${quote(`pod traffic for ${name} external destinations`)} ${detector.ifLocal} -j ${clusterChain}`);
       // The node itself would pick the external address as its source, so it is masqueraded.
-      add(`-m comment --comment ${quote(`masquerade LOCAL traffic for ${name} external destinations`)} -m addrtype --src-type LOCAL -j ${MASQ}`);
-      add(`-m comment --comment ${quote(`route LOCAL traffic for ${name} external destinations`)} -m addrtype --src-type LOCAL -j ${clusterChain}`);
+      add(
+        `-m comment --comment ${quote(`masquerade LOCAL traffic for ${name} external destinations`)} -m addrtype --src-type LOCAL -j ${MASQ}`,
+      );
+      add(
+        `-m comment --comment ${quote(`route LOCAL traffic for ${name} external destinations`)} -m addrtype --src-type LOCAL -j ${clusterChain}`,
+      );
     }
     if (chains.hasExternalEndpoints) add(`-j ${chains.externalPolicyChain}`);
   }
@@ -685,11 +726,16 @@ function writePortChains(context: RenderContext, port: ServicePort, {names, chai
     // A node reaching a VIP-like load-balancer address that is also local loops back with
     // the VIP as source; when the node is allowed, so is that.
     if (allowFromNode) for (const ip of port.loadBalancerIPs) nat.add(firewallChain, `${head} -s ${ip} -j ${externalChain}`);
-    nat.add(firewallChain, `-A ${firewallChain} -m comment --comment ${quote(`other traffic to ${name} will be dropped by KUBE-PROXY-FIREWALL`)}`);
+    nat.add(
+      firewallChain,
+      `-A ${firewallChain} -m comment --comment ${quote(`other traffic to ${name} will be dropped by KUBE-PROXY-FIREWALL`)}`,
+    );
   }
 
-  if (port.clusterEndpoints.length > 0 && port.usesClusterEndpoints) writeServiceToEndpointRules(context, port, clusterChain, port.clusterEndpoints, chainOf);
-  if (port.localEndpoints.length > 0 && port.usesLocalEndpoints) writeServiceToEndpointRules(context, port, localChain, port.localEndpoints, chainOf);
+  if (port.clusterEndpoints.length > 0 && port.usesClusterEndpoints)
+    writeServiceToEndpointRules(context, port, clusterChain, port.clusterEndpoints, chainOf);
+  if (port.localEndpoints.length > 0 && port.usesLocalEndpoints)
+    writeServiceToEndpointRules(context, port, localChain, port.localEndpoints, chainOf);
 
   for (const endpoint of port.allReachableEndpoints) {
     const chain = chainOf(endpoint);
@@ -702,11 +748,18 @@ function writePortChains(context: RenderContext, port: ServicePort, {names, chai
 }
 
 /** writeServiceToEndpointRules: session-affinity checks first, then the random spread over the endpoints. */
-function writeServiceToEndpointRules(context: RenderContext, port: ServicePort, chain: string, endpoints: Endpoint[], chainOf: (endpoint: Endpoint) => string): void {
+function writeServiceToEndpointRules(
+  context: RenderContext,
+  port: ServicePort,
+  chain: string,
+  endpoints: Endpoint[],
+  chainOf: (endpoint: Endpoint) => string,
+): void {
   const {nat, largeCluster, probability} = context;
   const name = port.key;
   const endpointChains = endpoints.map(chainOf);
-  const head = (endpoint: Endpoint): string => (largeCluster ? `-A ${chain}` : `-A ${chain} -m comment --comment ${quote(`${name} -> ${endpoint.key}`)}`);
+  const head = (endpoint: Endpoint): string =>
+    largeCluster ? `-A ${chain}` : `-A ${chain} -m comment --comment ${quote(`${name} -> ${endpoint.key}`)}`;
   if (port.sessionAffinity) {
     const seconds = port.sessionAffinity.timeoutSeconds;
     endpoints.forEach((endpoint, index) => {
@@ -743,7 +796,8 @@ function writeFixedChainRules(
   const internalChain = port.internalPolicyLocal ? localChain : clusterChain;
   const externalPolicyChain = port.externalPolicyLocal ? localChain : clusterChain;
   const usesExternalChain = hasEndpoints && port.externallyAccessible;
-  const usesFirewallChain = hasEndpoints && port.loadBalancerIPs.length > 0 && (port.loadBalancerSourceRanges.length > 0 || port.loadBalancerSourceRangesInvalid);
+  const usesFirewallChain =
+    hasEndpoints && port.loadBalancerIPs.length > 0 && (port.loadBalancerSourceRanges.length > 0 || port.loadBalancerSourceRangesInvalid);
   const loadBalancerChain = usesFirewallChain ? firewallChain : externalChain;
 
   // Used only where the traffic has no endpoint: none at all (REJECT), or none on this node
@@ -753,33 +807,47 @@ function writeFixedChainRules(
     : {target: 'REJECT', comment: quote(`${name} has no endpoints`)};
 
   if (hasInternalEndpoints) {
-    natRules.push(`-A ${natChains.services} -m comment --comment ${quote(`${name} cluster IP`)} ${matchProtocol} -d ${port.clusterIP} --dport ${port.port} -j ${internalChain}`);
+    natRules.push(
+      `-A ${natChains.services} -m comment --comment ${quote(`${name} cluster IP`)} ${matchProtocol} -d ${port.clusterIP} --dport ${port.port} -j ${internalChain}`,
+    );
   } else {
-    filterRules.push(`-A ${filterChains.services} -m comment --comment ${filterVerdict.comment} ${matchProtocol} -d ${port.clusterIP} --dport ${port.port} -j ${filterVerdict.target}`);
+    filterRules.push(
+      `-A ${filterChains.services} -m comment --comment ${filterVerdict.comment} ${matchProtocol} -d ${port.clusterIP} --dport ${port.port} -j ${filterVerdict.target}`,
+    );
   }
 
   for (const ip of port.externalIPs) {
     if (hasEndpoints) {
-      natRules.push(`-A ${natChains.services} -m comment --comment ${quote(`${name} external IP`)} ${matchProtocol} -d ${ip} --dport ${port.port} -j ${externalChain}`);
+      natRules.push(
+        `-A ${natChains.services} -m comment --comment ${quote(`${name} external IP`)} ${matchProtocol} -d ${ip} --dport ${port.port} -j ${externalChain}`,
+      );
     }
     // No endpoints at all (REJECT), or none for external traffic that the EXT chain did not
     // short-circuit (DROP).
     if (!hasExternalEndpoints) {
-      filterRules.push(`-A ${filterChains.externalServices} -m comment --comment ${filterVerdict.comment} ${matchProtocol} -d ${ip} --dport ${port.port} -j ${filterVerdict.target}`);
+      filterRules.push(
+        `-A ${filterChains.externalServices} -m comment --comment ${filterVerdict.comment} ${matchProtocol} -d ${ip} --dport ${port.port} -j ${filterVerdict.target}`,
+      );
     }
   }
 
   for (const ip of port.loadBalancerIPs) {
     if (hasEndpoints) {
-      natRules.push(`-A ${natChains.services} -m comment --comment ${quote(`${name} loadbalancer IP`)} ${matchProtocol} -d ${ip} --dport ${port.port} -j ${loadBalancerChain}`);
+      natRules.push(
+        `-A ${natChains.services} -m comment --comment ${quote(`${name} loadbalancer IP`)} ${matchProtocol} -d ${ip} --dport ${port.port} -j ${loadBalancerChain}`,
+      );
     }
     if (usesFirewallChain) {
-      filterRules.push(`-A ${filterChains.proxyFirewall} -m comment --comment ${quote(`${name} traffic not accepted by ${firewallChain}`)} ${matchProtocol} -d ${ip} --dport ${port.port} -j DROP`);
+      filterRules.push(
+        `-A ${filterChains.proxyFirewall} -m comment --comment ${quote(`${name} traffic not accepted by ${firewallChain}`)} ${matchProtocol} -d ${ip} --dport ${port.port} -j DROP`,
+      );
     }
   }
   if (!hasExternalEndpoints) {
     for (const ip of port.loadBalancerIPs) {
-      filterRules.push(`-A ${filterChains.externalServices} -m comment --comment ${filterVerdict.comment} ${matchProtocol} -d ${ip} --dport ${port.port} -j ${filterVerdict.target}`);
+      filterRules.push(
+        `-A ${filterChains.externalServices} -m comment --comment ${filterVerdict.comment} ${matchProtocol} -d ${ip} --dport ${port.port} -j ${filterVerdict.target}`,
+      );
     }
   }
 
@@ -788,17 +856,24 @@ function writeFixedChainRules(
     if (hasEndpoints && countLocalhost) {
       // Counts what reaches NodePorts on 127.0.0.0/8 (route_localnet), which nftables mode does not serve.
       const counter = `-m nfacct --nfacct-name ${nfacctCounters.localhostNodePortsAccepted}`;
-      natRules.push(`-A ${natChains.nodePorts} -m comment --comment ${name} ${matchProtocol} -d 127.0.0.0/8 --dport ${port.nodePort} ${counter} -j ${externalChain}`);
+      natRules.push(
+        `-A ${natChains.nodePorts} -m comment --comment ${name} ${matchProtocol} -d 127.0.0.0/8 --dport ${port.nodePort} ${counter} -j ${externalChain}`,
+      );
     }
-    if (hasEndpoints) natRules.push(`-A ${natChains.nodePorts} -m comment --comment ${name} ${matchProtocol} --dport ${port.nodePort} -j ${externalChain}`);
+    if (hasEndpoints)
+      natRules.push(`-A ${natChains.nodePorts} -m comment --comment ${name} ${matchProtocol} --dport ${port.nodePort} -j ${externalChain}`);
     if (!hasExternalEndpoints) {
-      filterRules.push(`-A ${filterChains.externalServices} -m comment --comment ${filterVerdict.comment} -m addrtype --dst-type LOCAL ${matchProtocol} --dport ${port.nodePort} -j ${filterVerdict.target}`);
+      filterRules.push(
+        `-A ${filterChains.externalServices} -m comment --comment ${filterVerdict.comment} -m addrtype --dst-type LOCAL ${matchProtocol} --dport ${port.nodePort} -j ${filterVerdict.target}`,
+      );
     }
   }
 
   if (port.healthCheckNodePort !== 0) {
     // Load balancers probe this port whether or not the node has local endpoints.
-    filterRules.push(`-A ${filterChains.nodePorts} -m comment --comment ${quote(`${name} health check node port`)} -m tcp -p tcp --dport ${port.healthCheckNodePort} -j ACCEPT`);
+    filterRules.push(
+      `-A ${filterChains.nodePorts} -m comment --comment ${quote(`${name} health check node port`)} -m tcp -p tcp --dport ${port.healthCheckNodePort} -j ACCEPT`,
+    );
   }
 
   return {hasInternalEndpoints, hasExternalEndpoints, internalChain, externalPolicyChain, usesExternalChain, usesFirewallChain};
@@ -851,7 +926,10 @@ function jumpRuleLines(jumps: IptablesJumpRule[], table: ProxyTable): string[] {
   const lines: string[] = [];
   for (const chain of builtinChains[table]) {
     const inChain = jumps.filter((jump) => jump.table === table && jump.chain === chain);
-    const ordered = [...inChain.filter((jump) => jump.position === 'prepend').reverse(), ...inChain.filter((jump) => jump.position === 'append')];
+    const ordered = [
+      ...inChain.filter((jump) => jump.position === 'prepend').reverse(),
+      ...inChain.filter((jump) => jump.position === 'append'),
+    ];
     for (const jump of ordered) lines.push(`-A ${chain} ${restoreArgs(jump.rule)}`);
   }
   return lines;

@@ -58,7 +58,10 @@ export function tokenizeRule(line: string): Token[] {
 }
 
 /** ParsedRuleArgs: the parts of a rule after "-A CHAIN". */
-export type ParsedRuleArgs = Pick<IptablesRule, 'source' | 'destination' | 'inInterface' | 'outInterface' | 'protocol' | 'fragment' | 'matches' | 'target'>;
+export type ParsedRuleArgs = Pick<
+  IptablesRule,
+  'source' | 'destination' | 'inInterface' | 'outInterface' | 'protocol' | 'fragment' | 'matches' | 'target'
+>;
 
 // How many values each known option takes. Options of modules not listed here take the words up
 // to the next option.
@@ -73,8 +76,19 @@ const matchOptionArity: Record<string, Record<string, number>> = {
   addrtype: {'src-type': 1, 'dst-type': 1, 'limit-iface-in': 0, 'limit-iface-out': 0},
   mark: {mark: 1},
   conntrack: {
-    ctstate: 1, ctproto: 1, ctorigsrc: 1, ctorigdst: 1, ctreplsrc: 1, ctrepldst: 1, ctorigsrcport: 1, ctorigdstport: 1,
-    ctreplsrcport: 1, ctrepldstport: 1, ctstatus: 1, ctexpire: 1, ctdir: 1,
+    ctstate: 1,
+    ctproto: 1,
+    ctorigsrc: 1,
+    ctorigdst: 1,
+    ctreplsrc: 1,
+    ctrepldst: 1,
+    ctorigsrcport: 1,
+    ctorigdstport: 1,
+    ctreplsrcport: 1,
+    ctrepldstport: 1,
+    ctstatus: 1,
+    ctexpire: 1,
+    ctdir: 1,
   },
   state: {state: 1},
   statistic: {mode: 1, probability: 1, every: 1, packet: 1},
@@ -221,25 +235,32 @@ export function parseRuleArgs(tokens: Token[], family: IPFamily): ParsedRuleArgs
       case '!':
         negatePending = true;
         break;
-      case '-s': case '--source': case '--src':
+      case '-s':
+      case '--source':
+      case '--src':
         if (parsed.source) throw new RuleSyntaxError('-s given twice');
         parsed.source = addressCondition(word, '-s');
         break;
-      case '-d': case '--destination': case '--dst':
+      case '-d':
+      case '--destination':
+      case '--dst':
         if (parsed.destination) throw new RuleSyntaxError('-d given twice');
         parsed.destination = addressCondition(word, '-d');
         break;
-      case '-i': case '--in-interface': {
+      case '-i':
+      case '--in-interface': {
         const name = next(word);
         parsed.inInterface = {name, negated: takeNegation()};
         break;
       }
-      case '-o': case '--out-interface': {
+      case '-o':
+      case '--out-interface': {
         const name = next(word);
         parsed.outInterface = {name, negated: takeNegation()};
         break;
       }
-      case '-p': case '--protocol': {
+      case '-p':
+      case '--protocol': {
         const raw = next(word).toLowerCase();
         const name = protocolNumbers[raw] ?? raw;
         const negated = takeNegation();
@@ -247,18 +268,24 @@ export function parseRuleArgs(tokens: Token[], family: IPFamily): ParsedRuleArgs
         else parsed.protocol = {name, negated};
         break;
       }
-      case '-f': case '--fragment':
+      case '-f':
+      case '--fragment':
         parsed.fragment = {negated: takeNegation()};
         break;
-      case '-m': case '--match':
+      case '-m':
+      case '--match':
         parsed.matches.push({module: next(word), options: []});
         if (negatePending) throw new RuleSyntaxError(`"!" cannot negate ${word}`);
         break;
-      case '-j': case '--jump': case '-g': case '--goto':
+      case '-j':
+      case '--jump':
+      case '-g':
+      case '--goto':
         if (parsed.target) throw new RuleSyntaxError('more than one target (-j / -g)');
         parsed.target = {name: next(word), goto: word === '-g' || word === '--goto', options: []};
         break;
-      case '-c': case '--set-counters':
+      case '-c':
+      case '--set-counters':
         // Counters given inline ("-c PACKETS BYTES") mean nothing to a rule's meaning.
         next(word);
         next(word);
@@ -310,7 +337,10 @@ function orderOptions(options: RuleOption[], order: readonly string[]): RuleOpti
     const position = order.indexOf(name);
     return position < 0 ? order.length : position;
   };
-  return options.map((value, position) => ({value, position})).sort((a, b) => rank(a.value.name) - rank(b.value.name) || a.position - b.position).map((entry) => entry.value);
+  return options
+    .map((value, position) => ({value, position}))
+    .sort((a, b) => rank(a.value.name) - rank(b.value.name) || a.position - b.position)
+    .map((entry) => entry.value);
 }
 
 const conntrackStates = ['INVALID', 'NEW', 'RELATED', 'ESTABLISHED', 'UNTRACKED', 'SNAT', 'DNAT'];
@@ -374,8 +404,23 @@ function canonicalizeMatch(match: RuleMatch, family: IPFamily): void {
       break;
     }
     case 'conntrack':
-      for (const entry of match.options) if (entry.name === 'ctstate' || entry.name === 'ctstatus') entry.values = [canonicalStates(entry.values[0])];
-      match.options = orderOptions(match.options, ['ctstate', 'ctproto', 'ctorigsrc', 'ctorigdst', 'ctreplsrc', 'ctrepldst', 'ctorigsrcport', 'ctorigdstport', 'ctreplsrcport', 'ctrepldstport', 'ctstatus', 'ctexpire', 'ctdir']);
+      for (const entry of match.options)
+        if (entry.name === 'ctstate' || entry.name === 'ctstatus') entry.values = [canonicalStates(entry.values[0])];
+      match.options = orderOptions(match.options, [
+        'ctstate',
+        'ctproto',
+        'ctorigsrc',
+        'ctorigdst',
+        'ctreplsrc',
+        'ctrepldst',
+        'ctorigsrcport',
+        'ctorigdstport',
+        'ctreplsrcport',
+        'ctrepldstport',
+        'ctstatus',
+        'ctexpire',
+        'ctdir',
+      ]);
       break;
     case 'state':
       for (const entry of match.options) if (entry.name === 'state') entry.values = [canonicalStates(entry.values[0])];
@@ -384,7 +429,8 @@ function canonicalizeMatch(match: RuleMatch, family: IPFamily): void {
       const probability = option(match, 'probability');
       if (probability) {
         const value = Number(probability.values[0]);
-        if (!Number.isFinite(value) || value < 0 || value > 1) throw new RuleSyntaxError(`-m statistic --probability ${probability.values[0]}: not a number between 0 and 1`);
+        if (!Number.isFinite(value) || value < 0 || value > 1)
+          throw new RuleSyntaxError(`-m statistic --probability ${probability.values[0]}: not a number between 0 and 1`);
         probability.values = [kernelProbability(value).toFixed(11)];
       }
       match.options = orderOptions(match.options, ['mode', 'probability', 'every', 'packet']);
@@ -392,9 +438,27 @@ function canonicalizeMatch(match: RuleMatch, family: IPFamily): void {
     }
     case 'recent': {
       if (!option(match, 'name')) match.options.push({name: 'name', negated: false, values: ['DEFAULT']});
-      if (!option(match, 'mask')) match.options.push({name: 'mask', negated: false, values: [family === 'IPv4' ? '255.255.255.255' : 'ffff:ffff:ffff:ffff:ffff:ffff:ffff:ffff']});
+      if (!option(match, 'mask'))
+        match.options.push({
+          name: 'mask',
+          negated: false,
+          values: [family === 'IPv4' ? '255.255.255.255' : 'ffff:ffff:ffff:ffff:ffff:ffff:ffff:ffff'],
+        });
       if (!option(match, 'rsource') && !option(match, 'rdest')) match.options.push({name: 'rsource', negated: false, values: []});
-      match.options = orderOptions(match.options, ['rcheck', 'set', 'update', 'remove', 'seconds', 'reap', 'hitcount', 'rttl', 'name', 'mask', 'rsource', 'rdest']);
+      match.options = orderOptions(match.options, [
+        'rcheck',
+        'set',
+        'update',
+        'remove',
+        'seconds',
+        'reap',
+        'hitcount',
+        'rttl',
+        'name',
+        'mask',
+        'rsource',
+        'rdest',
+      ]);
       break;
     }
     default:
@@ -436,7 +500,11 @@ function canonicalizeTarget(target: RuleTarget, family: IPFamily): void {
     }
     case 'REJECT':
       if (!option(target, 'reject-with')) {
-        target.options.push({name: 'reject-with', negated: false, values: [family === 'IPv4' ? 'icmp-port-unreachable' : 'icmp6-port-unreachable']});
+        target.options.push({
+          name: 'reject-with',
+          negated: false,
+          values: [family === 'IPv4' ? 'icmp-port-unreachable' : 'icmp6-port-unreachable'],
+        });
       }
       break;
     default:

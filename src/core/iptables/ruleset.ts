@@ -84,7 +84,25 @@ export interface RulesetTable {
 }
 
 /** Match modules the tracer evaluates; rules with others are kept, and reported where the trace meets them. */
-export const evaluatedMatches: ReadonlySet<string> = new Set(['comment', 'nfacct', 'tcp', 'udp', 'sctp', 'udplite', 'multiport', 'addrtype', 'mark', 'conntrack', 'state', 'statistic', 'recent', 'pkttype', 'iprange', 'icmp', 'icmp6']);
+export const evaluatedMatches: ReadonlySet<string> = new Set([
+  'comment',
+  'nfacct',
+  'tcp',
+  'udp',
+  'sctp',
+  'udplite',
+  'multiport',
+  'addrtype',
+  'mark',
+  'conntrack',
+  'state',
+  'statistic',
+  'recent',
+  'pkttype',
+  'iprange',
+  'icmp',
+  'icmp6',
+]);
 
 /** UnknownMatch: a rule that uses a match module the tracer does not evaluate. */
 export interface UnknownMatch {
@@ -122,7 +140,11 @@ export function nodeAddressesComment(addresses: readonly string[]): string {
 /** readNodeAddressesComment: the addresses of a nodeAddressesComment line, or undefined for another line. */
 export function readNodeAddressesComment(line: string): string[] | undefined {
   if (!line.startsWith(nodeAddressesPrefix)) return undefined;
-  const words = line.slice(nodeAddressesPrefix.length).trim().split(/\s+/).filter((word) => word !== '' && word !== 'none');
+  const words = line
+    .slice(nodeAddressesPrefix.length)
+    .trim()
+    .split(/\s+/)
+    .filter((word) => word !== '' && word !== 'none');
   return words;
 }
 
@@ -154,7 +176,8 @@ export function chainKind(table: string, chain: string): ChainKind {
 }
 
 // A service port key as kube-proxy writes it in comments: "namespace/name" or "namespace/name:port".
-const servicePortInComment = /(?:^|\s)([a-z0-9](?:[-a-z0-9]*[a-z0-9])?\/[a-z0-9](?:[-.a-z0-9]*[a-z0-9])?(?::[a-z0-9](?:[-a-z0-9]*[a-z0-9])?)?)(?=\s|$)/;
+const servicePortInComment =
+  /(?:^|\s)([a-z0-9](?:[-a-z0-9]*[a-z0-9])?\/[a-z0-9](?:[-.a-z0-9]*[a-z0-9])?(?::[a-z0-9](?:[-a-z0-9]*[a-z0-9])?)?)(?=\s|$)/;
 
 /**
  * servicePortOfComment finds the service port a kube-proxy comment names: "default/web:http cluster IP",

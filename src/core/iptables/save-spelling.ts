@@ -37,7 +37,8 @@ export class IptablesSaveSpelling {
     const lines: Array<{table: ProxyTable; chain: string; line: string}> = [];
     for (const table of ['filter', 'nat'] as const) {
       const rendered = record.tables[table];
-      for (const [chain, rules] of rendered.rules) if (typeof rules !== 'number') for (const line of rules) lines.push({table, chain, line});
+      for (const [chain, rules] of rendered.rules)
+        if (typeof rules !== 'number') for (const line of rules) lines.push({table, chain, line});
       for (const jump of rendered.jumps) lines.push({table, chain: jump.chain, line: `-A ${insertLine(jump).slice(3)}`});
     }
     const fresh = this.#spellNew(lines.filter((entry) => !this.#known.has(entry.line)));
@@ -50,7 +51,11 @@ export class IptablesSaveSpelling {
       const rendered = record.tables[table];
       const rules = new Map<string, string[] | number>();
       for (const [chain, list] of rendered.rules) rules.set(chain, typeof list === 'number' ? list : list.map((line) => known.get(line)!));
-      const jumps = rendered.jumps.map((jump) => ({chain: jump.chain, rule: known.get(`-A ${insertLine(jump).slice(3)}`)!, prepend: jump.position === 'prepend'}));
+      const jumps = rendered.jumps.map((jump) => ({
+        chain: jump.chain,
+        rule: known.get(`-A ${insertLine(jump).slice(3)}`)!,
+        prepend: jump.position === 'prepend',
+      }));
       return {declared: [...rendered.declared], deleted: [...rendered.deleted], rules, jumps};
     };
     return {filter: spelled('filter'), nat: spelled('nat')};

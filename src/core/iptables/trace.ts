@@ -106,7 +106,8 @@ class Tracer {
       const result = matchRule(rule, current.state, this.addresses);
       if (result.kind === 'no') continue;
       if (result.kind === 'unknown') {
-        for (const reason of result.reasons) this.warn(`${rule.table} ${rule.chain} (line ${rule.line}): ${reason}; the rule was treated as not matching: ${rule.text}`);
+        for (const reason of result.reasons)
+          this.warn(`${rule.table} ${rule.chain} (line ${rule.line}): ${reason}; the rule was treated as not matching: ${rule.text}`);
         continue;
       }
       if (result.probability < 1) {
@@ -147,17 +148,40 @@ class Tracer {
   }
 
   pushHop(walk: Walk, rule: IptablesRule, before: PacketState, ruleProbability: number, caller?: Caller): number {
-    const explanation = explainRule(this.explainer, rule, {ruleProbability, branchProbability: walk.probability, before, after: walk.state, callerChain: caller?.rule.chain});
-    walk.hops.push({hook: this.hook, table: rule.table, chain: rule.chain, rule: rule.text, target: rule.target?.name ?? '(none)', explanation});
+    const explanation = explainRule(this.explainer, rule, {
+      ruleProbability,
+      branchProbability: walk.probability,
+      before,
+      after: walk.state,
+      callerChain: caller?.rule.chain,
+    });
+    walk.hops.push({
+      hook: this.hook,
+      table: rule.table,
+      chain: rule.chain,
+      rule: rule.text,
+      target: rule.target?.name ?? '(none)',
+      explanation,
+    });
     if (isProxyChain(rule.chain)) {
-      walk.servicePort ??= servicePortOfComment(rule.comment) ?? (isServiceChainName(rule.chain) ? this.explainer.serviceOf(rule.table, rule.chain) : undefined);
+      walk.servicePort ??=
+        servicePortOfComment(rule.comment) ??
+        (isServiceChainName(rule.chain) ? this.explainer.serviceOf(rule.table, rule.chain) : undefined);
       this.noteServiceProblem(rule);
     }
     return walk.hops.length - 1;
   }
 
   /** applyTarget does what the matched rule's target says: ends the chain (exits), or returns the walk to go on with the next rule. */
-  applyTarget(chain: IptablesChain, index: number, rule: IptablesRule, walk: Walk, depth: number, caller: Caller | undefined, ruleProbability: number): ChainExit[] | Walk {
+  applyTarget(
+    chain: IptablesChain,
+    index: number,
+    rule: IptablesRule,
+    walk: Walk,
+    depth: number,
+    caller: Caller | undefined,
+    ruleProbability: number,
+  ): ChainExit[] | Walk {
     const before = walk.state;
     const target = rule.target;
     const next = () => walk;
@@ -200,7 +224,9 @@ class Tracer {
         const to = target.options.find((entry) => entry.name === 'to-destination')?.values[0];
         const destination = to ? parseDestination(to, before.dstPort) : undefined;
         if (!destination) {
-          this.warn(`${rule.table} ${rule.chain} (line ${rule.line}): DNAT destination "${to ?? ''}" cannot be read; the packet was left unchanged`);
+          this.warn(
+            `${rule.table} ${rule.chain} (line ${rule.line}): DNAT destination "${to ?? ''}" cannot be read; the packet was left unchanged`,
+          );
           this.pushHop(walk, rule, before, ruleProbability);
           return [{walk, exit: 'accept'}];
         }
@@ -216,10 +242,13 @@ class Tracer {
         // packets, else an address of the node (the incoming interface's, which the trace does not know).
         const toPorts = target.options.find((entry) => entry.name === 'to-ports')?.values[0];
         const port = toPorts ? Number(toPorts.split(/[-:]/)[0]) : before.dstPort;
-        const address = before.inInterface === '' ? (before.dst.family === 'IPv4' ? '127.0.0.1' : '::1') : this.nodeAddress(before.dst.family);
+        const address =
+          before.inInterface === '' ? (before.dst.family === 'IPv4' ? '127.0.0.1' : '::1') : this.nodeAddress(before.dst.family);
         const ip = address === undefined ? undefined : parseIP(address);
         if (!ip || !Number.isInteger(port)) {
-          this.warn(`${rule.table} ${rule.chain} (line ${rule.line}): REDIRECT needs an address of the node; none of this family was given`);
+          this.warn(
+            `${rule.table} ${rule.chain} (line ${rule.line}): REDIRECT needs an address of the node; none of this family was given`,
+          );
           this.pushHop(walk, rule, before, ruleProbability);
           return [{walk, exit: 'accept'}];
         }
@@ -231,9 +260,10 @@ class Tracer {
       case 'MASQUERADE':
       case 'SNAT': {
         this.pushHop(walk, rule, before, ruleProbability);
-        walk.masqueradeReason = walk.markedBy && rule.chain === 'KUBE-POSTROUTING'
-          ? `marked for masquerade by ${walk.markedBy.chain} because ${walk.markedBy.because}`
-          : `${rule.table} ${rule.chain} rewrites the source with ${target.name} because ${masqueradeBecause(this.explainer, rule, before)}`;
+        walk.masqueradeReason =
+          walk.markedBy && rule.chain === 'KUBE-POSTROUTING'
+            ? `marked for masquerade by ${walk.markedBy.chain} because ${walk.markedBy.because}`
+            : `${rule.table} ${rule.chain} rewrites the source with ${target.name} because ${masqueradeBecause(this.explainer, rule, before)}`;
         return [{walk, exit: 'accept'}];
       }
       case 'NOTRACK':
@@ -256,7 +286,9 @@ class Tracer {
     }
     const subchain = findChain(this.ruleset, rule.table, target.name);
     if (!subchain) {
-      this.warn(`${rule.table} ${rule.chain} (line ${rule.line}): target ${target.name} is not modelled by the trace; the packet was assumed to go on unchanged`);
+      this.warn(
+        `${rule.table} ${rule.chain} (line ${rule.line}): target ${target.name} is not modelled by the trace; the packet was assumed to go on unchanged`,
+      );
       this.pushHop(walk, rule, before, ruleProbability);
       return next();
     }
@@ -283,7 +315,8 @@ class Tracer {
     const service = servicePortOfComment(comment);
     if (!service) return;
     if (/has no endpoints$/.test(comment)) this.warn(`${service} has no endpoints: connections to it are refused`);
-    else if (/has no local endpoints$/.test(comment)) this.warn(`${service} has a Local traffic policy and no endpoint on this node: the traffic that policy covers is dropped here`);
+    else if (/has no local endpoints$/.test(comment))
+      this.warn(`${service} has a Local traffic policy and no endpoint on this node: the traffic that policy covers is dropped here`);
   }
 
   noteAffinity(rule: IptablesRule, walk: Walk): void {
@@ -317,7 +350,10 @@ function destinationIndex(rules: IptablesRule[]): DestinationIndex {
   for (let position = 0; position < rules.length; position++) {
     const destination = rules[position].destination;
     const slash = destination ? destination.cidr.indexOf('/') : -1;
-    const host = destination && !destination.negated && (destination.cidr.endsWith('/32') || destination.cidr.endsWith('/128')) ? destination.cidr.slice(0, slash) : undefined;
+    const host =
+      destination && !destination.negated && (destination.cidr.endsWith('/32') || destination.cidr.endsWith('/128'))
+        ? destination.cidr.slice(0, slash)
+        : undefined;
     if (host === undefined) {
       index.anyDestination.push(position);
       continue;
@@ -383,12 +419,35 @@ function hooksOf(origin: Packet['origin'], phase: 'before-routing' | 'local-in' 
   switch (phase) {
     case 'before-routing':
       return origin === 'arriving'
-        ? [['PREROUTING', 'raw'], ['PREROUTING', 'mangle'], ['PREROUTING', 'nat']]
-        : [['OUTPUT', 'raw'], ['OUTPUT', 'mangle'], ['OUTPUT', 'nat'], ['OUTPUT', 'filter'], ['OUTPUT', 'security'], ['POSTROUTING', 'mangle'], ['POSTROUTING', 'nat']];
+        ? [
+            ['PREROUTING', 'raw'],
+            ['PREROUTING', 'mangle'],
+            ['PREROUTING', 'nat'],
+          ]
+        : [
+            ['OUTPUT', 'raw'],
+            ['OUTPUT', 'mangle'],
+            ['OUTPUT', 'nat'],
+            ['OUTPUT', 'filter'],
+            ['OUTPUT', 'security'],
+            ['POSTROUTING', 'mangle'],
+            ['POSTROUTING', 'nat'],
+          ];
     case 'local-in':
-      return [['INPUT', 'mangle'], ['INPUT', 'filter'], ['INPUT', 'security'], ['INPUT', 'nat']];
+      return [
+        ['INPUT', 'mangle'],
+        ['INPUT', 'filter'],
+        ['INPUT', 'security'],
+        ['INPUT', 'nat'],
+      ];
     case 'forward':
-      return [['FORWARD', 'mangle'], ['FORWARD', 'filter'], ['FORWARD', 'security'], ['POSTROUTING', 'mangle'], ['POSTROUTING', 'nat']];
+      return [
+        ['FORWARD', 'mangle'],
+        ['FORWARD', 'filter'],
+        ['FORWARD', 'security'],
+        ['POSTROUTING', 'mangle'],
+        ['POSTROUTING', 'nat'],
+      ];
     case 'out':
       return [];
   }
@@ -405,7 +464,8 @@ export function traceIptables(ruleset: IptablesRuleset, packet: Packet, context:
   const dst = parseIP(packet.dstIP);
   if (!src) throw new Error(`trace: packet srcIP "${packet.srcIP}" is not an IP address`);
   if (!dst) throw new Error(`trace: packet dstIP "${packet.dstIP}" is not an IP address`);
-  if (!Number.isInteger(packet.dstPort) || packet.dstPort < 1 || packet.dstPort > 65535) throw new Error(`trace: packet dstPort ${packet.dstPort} is not a port (1-65535)`);
+  if (!Number.isInteger(packet.dstPort) || packet.dstPort < 1 || packet.dstPort > 65535)
+    throw new Error(`trace: packet dstPort ${packet.dstPort} is not a port (1-65535)`);
   const local = new Set<string>();
   const localAddresses: ParsedIP[] = [];
   for (const address of context.localAddresses) {
@@ -428,7 +488,9 @@ export function traceIptables(ruleset: IptablesRuleset, packet: Packet, context:
   };
   const tracer = new Tracer(ruleset, addresses, localAddresses);
   if (src.family !== ruleset.family || dst.family !== ruleset.family) {
-    tracer.warn(`the packet is ${dst.family} but the rules are ${ruleset.family}: ${ruleset.family === 'IPv4' ? 'iptables' : 'ip6tables'} rules never see it (trace it through the ${dst.family === 'IPv4' ? 'iptables-save' : 'ip6tables-save'} dump)`);
+    tracer.warn(
+      `the packet is ${dst.family} but the rules are ${ruleset.family}: ${ruleset.family === 'IPv4' ? 'iptables' : 'ip6tables'} rules never see it (trace it through the ${dst.family === 'IPv4' ? 'iptables-save' : 'ip6tables-save'} dump)`,
+    );
   }
   for (const note of ruleset.notes) tracer.warn(`the dump says "${note}": the trace covers only the rules in this dump`);
 
@@ -471,7 +533,9 @@ export function traceIptables(ruleset: IptablesRuleset, packet: Packet, context:
   for (const walk of routed) {
     const toNode = isNodeAddress(walk.state.dst);
     if (packet.origin === 'arriving') {
-      finished.push(...through([{...walk, state: {...walk.state, outInterface: undefined}}], hooksOf('arriving', toNode ? 'local-in' : 'forward')));
+      finished.push(
+        ...through([{...walk, state: {...walk.state, outInterface: undefined}}], hooksOf('arriving', toNode ? 'local-in' : 'forward')),
+      );
     } else if (toNode) {
       // The node's packet to one of its own addresses loops back in through INPUT.
       finished.push(...through([{...walk, state: {...walk.state, inInterface: 'lo'}}], hooksOf('local', 'local-in')));
@@ -480,7 +544,9 @@ export function traceIptables(ruleset: IptablesRuleset, packet: Packet, context:
     }
   }
   // Only the packet's own addresses matter to the user: those the rules rewrote to are endpoints.
-  const guessed = [dst, src].filter((ip, index, both) => guessedNotLocal.has(ip.text) && both.findIndex((other) => other.text === ip.text) === index);
+  const guessed = [dst, src].filter(
+    (ip, index, both) => guessedNotLocal.has(ip.text) && both.findIndex((other) => other.text === ip.text) === index,
+  );
   if (guessed.length > 0) {
     tracer.warn(
       `no address of the node was given, so -m addrtype LOCAL matched only loopback: ${guessed.map((ip) => ip.text).join(' and ')} was taken for another host's address, and a NodePort there would be missed; give the node's addresses`,

@@ -65,9 +65,13 @@ export function diffIpvs(desired: IpvsState, applied: IpvsState): IpvsDiff {
     group(rulesGroup.servicePort).added.push(...rulesGroup.added);
     group(rulesGroup.servicePort).removed.push(...rulesGroup.removed);
   }
-  const sorted = [...groups.values()].filter((g) => g.added.length + g.removed.length > 0).sort((a, b) => (a.servicePort < b.servicePort ? -1 : 1));
+  const sorted = [...groups.values()]
+    .filter((g) => g.added.length + g.removed.length > 0)
+    .sort((a, b) => (a.servicePort < b.servicePort ? -1 : 1));
   const text = sorted
-    .map((g) => [`@@ ${g.servicePort || '(no service)'} @@`, ...g.added.map((line) => `+${line}`), ...g.removed.map((line) => `-${line}`)].join('\n'))
+    .map((g) =>
+      [`@@ ${g.servicePort || '(no service)'} @@`, ...g.added.map((line) => `+${line}`), ...g.removed.map((line) => `-${line}`)].join('\n'),
+    )
     .join('\n');
   return {equal: sorted.length === 0, groups: sorted, text: text ? `--- applied\n+++ desired\n${text}\n` : ''};
 }

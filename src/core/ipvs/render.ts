@@ -117,7 +117,8 @@ export function renderIpvs(model: ProxyModel, options: RenderIpvsOptions = {}): 
     const proto = port.protocol;
     const internal = port.internalPolicyLocal ? port.localEndpoints : port.clusterEndpoints;
     const external = port.externalPolicyLocal ? port.localEndpoints : port.clusterEndpoints;
-    for (const endpoint of port.allReachableEndpoints) add('loopBack', `${endpoint.ip},${proto.toLowerCase()}:${endpoint.port},${endpoint.ip}`);
+    for (const endpoint of port.allReachableEndpoints)
+      add('loopBack', `${endpoint.ip},${proto.toLowerCase()}:${endpoint.port},${endpoint.ip}`);
 
     if (port.clusterIP) {
       add('clusterIP', ipPort(port.clusterIP, proto, port.port));
@@ -134,7 +135,8 @@ export function renderIpvs(model: ProxyModel, options: RenderIpvsOptions = {}): 
       if (port.externalPolicyLocal) add('loadBalancerLocal', ipPort(ip, proto, port.port));
       if (port.loadBalancerSourceRanges.length > 0 || port.loadBalancerSourceRangesInvalid) {
         add('loadBalancerFW', ipPort(ip, proto, port.port));
-        for (const range of port.loadBalancerSourceRanges) add('loadBalancerSourceCIDR', `${ipPort(ip, proto, port.port)},${hostNetwork(range)}`);
+        for (const range of port.loadBalancerSourceRanges)
+          add('loadBalancerSourceCIDR', `${ipPort(ip, proto, port.port)},${hostNetwork(range)}`);
       }
       bound.add(ip);
       addServer(port, ip, port.port, external);
@@ -201,15 +203,42 @@ function renderIpvsIptables(model: ProxyModel, set: (role: SetRole) => string | 
   const push = (lines: string[], line: string | undefined) => line && lines.push(line);
 
   nat.push(`-A KUBE-SERVICES -s ${model.family === 'IPv6' ? '::1/128' : '127.0.0.0/8'} -j RETURN`);
-  push(nat, when('loopBack', () => `-A KUBE-POSTROUTING ${match('loopBack', 'dst,dst,src')} -j MASQUERADE`));
-  push(nat, when('loadBalancer', () => `-A KUBE-SERVICES ${match('loadBalancer', 'dst,dst')} -j KUBE-LOAD-BALANCER`));
-  push(nat, when('loadBalancerLocal', () => `-A KUBE-LOAD-BALANCER ${match('loadBalancerLocal', 'dst,dst')} -j RETURN`));
-  push(nat, when('nodePortLocalTCP', () => `-A KUBE-NODE-PORT -p tcp ${match('nodePortLocalTCP', 'dst')} -j RETURN`));
-  push(nat, when('nodePortTCP', () => `-A KUBE-NODE-PORT -p tcp ${match('nodePortTCP', 'dst')} -j KUBE-MARK-MASQ`));
-  push(nat, when('nodePortLocalUDP', () => `-A KUBE-NODE-PORT -p udp ${match('nodePortLocalUDP', 'dst')} -j RETURN`));
-  push(nat, when('nodePortUDP', () => `-A KUBE-NODE-PORT -p udp ${match('nodePortUDP', 'dst')} -j KUBE-MARK-MASQ`));
-  push(filter, when('loadBalancerFW', () => `-A KUBE-PROXY-FIREWALL ${match('loadBalancerFW', 'dst,dst')} -j KUBE-SOURCE-RANGES-FIREWALL`));
-  push(filter, when('loadBalancerSourceCIDR', () => `-A KUBE-SOURCE-RANGES-FIREWALL ${match('loadBalancerSourceCIDR', 'dst,dst,src')} -j RETURN`));
+  push(
+    nat,
+    when('loopBack', () => `-A KUBE-POSTROUTING ${match('loopBack', 'dst,dst,src')} -j MASQUERADE`),
+  );
+  push(
+    nat,
+    when('loadBalancer', () => `-A KUBE-SERVICES ${match('loadBalancer', 'dst,dst')} -j KUBE-LOAD-BALANCER`),
+  );
+  push(
+    nat,
+    when('loadBalancerLocal', () => `-A KUBE-LOAD-BALANCER ${match('loadBalancerLocal', 'dst,dst')} -j RETURN`),
+  );
+  push(
+    nat,
+    when('nodePortLocalTCP', () => `-A KUBE-NODE-PORT -p tcp ${match('nodePortLocalTCP', 'dst')} -j RETURN`),
+  );
+  push(
+    nat,
+    when('nodePortTCP', () => `-A KUBE-NODE-PORT -p tcp ${match('nodePortTCP', 'dst')} -j KUBE-MARK-MASQ`),
+  );
+  push(
+    nat,
+    when('nodePortLocalUDP', () => `-A KUBE-NODE-PORT -p udp ${match('nodePortLocalUDP', 'dst')} -j RETURN`),
+  );
+  push(
+    nat,
+    when('nodePortUDP', () => `-A KUBE-NODE-PORT -p udp ${match('nodePortUDP', 'dst')} -j KUBE-MARK-MASQ`),
+  );
+  push(
+    filter,
+    when('loadBalancerFW', () => `-A KUBE-PROXY-FIREWALL ${match('loadBalancerFW', 'dst,dst')} -j KUBE-SOURCE-RANGES-FIREWALL`),
+  );
+  push(
+    filter,
+    when('loadBalancerSourceCIDR', () => `-A KUBE-SOURCE-RANGES-FIREWALL ${match('loadBalancerSourceCIDR', 'dst,dst,src')} -j RETURN`),
+  );
 
   if (set('clusterIP')) {
     const notLocal = notLocalMatch(model.config.localDetector);
@@ -228,16 +257,33 @@ function renderIpvsIptables(model: ProxyModel, set: (role: SetRole) => string | 
   nat.push('-A KUBE-LOAD-BALANCER -j KUBE-MARK-MASQ');
   filter.push('-A KUBE-SOURCE-RANGES-FIREWALL -j DROP');
   for (const role of ['clusterIP', 'loadBalancer'] as const) {
-    push(nat, when(role, () => `-A KUBE-SERVICES ${match(role, 'dst,dst')} -j ACCEPT`));
+    push(
+      nat,
+      when(role, () => `-A KUBE-SERVICES ${match(role, 'dst,dst')} -j ACCEPT`),
+    );
   }
   filter.push(`-A KUBE-FORWARD -m comment --comment "kubernetes forwarding rules" -m mark --mark ${mark}/${mark} -j ACCEPT`);
-  filter.push('-A KUBE-FORWARD -m comment --comment "kubernetes forwarding conntrack rule" -m conntrack --ctstate RELATED,ESTABLISHED -j ACCEPT');
-  push(filter, when('healthCheckNodePort', () => `-A KUBE-NODE-PORT ${match('healthCheckNodePort', 'dst')} -j ACCEPT`));
+  filter.push(
+    '-A KUBE-FORWARD -m comment --comment "kubernetes forwarding conntrack rule" -m conntrack --ctstate RELATED,ESTABLISHED -j ACCEPT',
+  );
+  push(
+    filter,
+    when('healthCheckNodePort', () => `-A KUBE-NODE-PORT ${match('healthCheckNodePort', 'dst')} -j ACCEPT`),
+  );
   for (const role of ['loadBalancer', 'clusterIP', 'externalIP', 'externalIPLocal'] as const) {
-    push(filter, when(role, () => `-A KUBE-IPVS-FILTER ${match(role, 'dst,dst')} -j RETURN`));
+    push(
+      filter,
+      when(role, () => `-A KUBE-IPVS-FILTER ${match(role, 'dst,dst')} -j RETURN`),
+    );
   }
-  push(filter, when('healthCheckNodePort', () => `-A KUBE-IPVS-FILTER ${match('healthCheckNodePort', 'dst')} -j RETURN`));
-  push(filter, when('ipvsIPs', () => `-A KUBE-IPVS-FILTER -m conntrack --ctstate NEW ${match('ipvsIPs', 'dst')} -j REJECT`));
+  push(
+    filter,
+    when('healthCheckNodePort', () => `-A KUBE-IPVS-FILTER ${match('healthCheckNodePort', 'dst')} -j RETURN`),
+  );
+  push(
+    filter,
+    when('ipvsIPs', () => `-A KUBE-IPVS-FILTER -m conntrack --ctstate NEW ${match('ipvsIPs', 'dst')} -j REJECT`),
+  );
   nat.push(`-A KUBE-POSTROUTING -m mark ! --mark ${mark}/${mark} -j RETURN`);
   nat.push(`-A KUBE-POSTROUTING -j MARK --xor-mark ${mark}`);
   nat.push('-A KUBE-POSTROUTING -m comment --comment "kubernetes service traffic requiring SNAT" -j MASQUERADE --random-fully');

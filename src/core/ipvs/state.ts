@@ -79,7 +79,10 @@ export const ipsetMaxElements = 1 << 22;
 
 /** ipsetCreateLine is the `create` command for one set, `-exist` so that it can run on every sync. */
 export function ipsetCreateLine(set: Pick<Ipset, 'name' | 'type'>, family: IPFamily): string {
-  const options = set.type === 'bitmap:port' ? 'range 0-65535' : `family ${family === 'IPv6' ? 'inet6' : 'inet'} hashsize 1024 maxelem ${ipsetMaxElements}`;
+  const options =
+    set.type === 'bitmap:port'
+      ? 'range 0-65535'
+      : `family ${family === 'IPv6' ? 'inet6' : 'inet'} hashsize 1024 maxelem ${ipsetMaxElements}`;
   return `create ${set.name} ${set.type} ${options} -exist`;
 }
 
@@ -110,7 +113,8 @@ export function parseIpvsadmSave(text: string): IpvsVirtualServer[] {
     if (!line || line.startsWith('#')) continue;
     const words = line.split(/\s+/);
     const op = words[0];
-    const protocol: Protocol | undefined = words[1] === '-t' ? 'TCP' : words[1] === '-u' ? 'UDP' : words[1] === '--sctp-service' ? 'SCTP' : undefined;
+    const protocol: Protocol | undefined =
+      words[1] === '-t' ? 'TCP' : words[1] === '-u' ? 'UDP' : words[1] === '--sctp-service' ? 'SCTP' : undefined;
     if ((op !== '-A' && op !== '-a') || !protocol || words.length < 3) throw new IpvsParseError(`ipvsadm: cannot read line: ${line}`);
     const {address, port} = splitHostPort(words[2], line);
     const option = (flag: string) => {
@@ -141,7 +145,8 @@ export function parseIpvsadmSave(text: string): IpvsVirtualServer[] {
 }
 
 export function sortServers(servers: IpvsVirtualServer[]): IpvsVirtualServer[] {
-  for (const server of servers) server.realServers.sort((a, b) => compare(joinHostPort(a.address, a.port), joinHostPort(b.address, b.port)));
+  for (const server of servers)
+    server.realServers.sort((a, b) => compare(joinHostPort(a.address, a.port), joinHostPort(b.address, b.port)));
   return servers.sort((a, b) => compare(virtualServerKey(a), virtualServerKey(b)));
 }
 

@@ -4,7 +4,14 @@
 // finish) and are deleted by a later sync once the caller sees they have no connections left, as
 // kube-proxy's graceful termination does.
 import {joinHostPort} from '../model/ip.ts';
-import {formatIpvsadmRestore, ipsetCreateLine, virtualServerKey, type IpvsRealServer, type IpvsState, type IpvsVirtualServer} from './state.ts';
+import {
+  formatIpvsadmRestore,
+  ipsetCreateLine,
+  virtualServerKey,
+  type IpvsRealServer,
+  type IpvsState,
+  type IpvsVirtualServer,
+} from './state.ts';
 
 export interface IpvsSyncOptions {
   /** Drain removed real servers (weight 0) instead of deleting them at once (default true). */
@@ -31,12 +38,17 @@ export interface IpvsSyncPlan {
 }
 
 /** realServerKey names one real server of one virtual server: "TCP 10.96.0.10:80 -> 10.244.1.2:8080". */
-export function realServerKey(server: Pick<IpvsVirtualServer, 'protocol' | 'address' | 'port'>, real: Pick<IpvsRealServer, 'address' | 'port'>): string {
+export function realServerKey(
+  server: Pick<IpvsVirtualServer, 'protocol' | 'address' | 'port'>,
+  real: Pick<IpvsRealServer, 'address' | 'port'>,
+): string {
   return `${virtualServerKey(server)} -> ${joinHostPort(real.address, real.port)}`;
 }
 
 function serviceFlag(server: IpvsVirtualServer): string {
-  return formatIpvsadmRestore([{...server, realServers: []}]).slice(3).replace(/ -s .*\n$/, '');
+  return formatIpvsadmRestore([{...server, realServers: []}])
+    .slice(3)
+    .replace(/ -s .*\n$/, '');
 }
 
 export function planIpvsSync(desired: IpvsState, applied: IpvsState, options: IpvsSyncOptions = {}): IpvsSyncPlan {
@@ -50,7 +62,9 @@ export function planIpvsSync(desired: IpvsState, applied: IpvsState, options: Ip
   for (const server of desired.virtualServers) {
     const flag = serviceFlag(server);
     const current = appliedServers.get(virtualServerKey(server));
-    const [serviceLine] = formatIpvsadmRestore([{...server, realServers: []}]).trim().split('\n');
+    const [serviceLine] = formatIpvsadmRestore([{...server, realServers: []}])
+      .trim()
+      .split('\n');
     if (!current) {
       ipvsadm.push(...formatIpvsadmRestore([server]).trim().split('\n'));
       continue;

@@ -23,18 +23,32 @@ function contains(cidrText: string, ipText: string): boolean {
  * detector), or for sources that are service addresses (no detector).
  */
 function clusterMasquerade(state: IpvsState, packet: Packet): {marks: boolean; why: string; rule: string} | undefined {
-  const rule = state.iptables.split('\n').find((line) => /^-A KUBE-SERVICES .*--match-set KUBE-(6-)?CLUSTER-IP \S+ .*-j KUBE-MARK-MASQ/.test(line));
+  const rule = state.iptables
+    .split('\n')
+    .find((line) => /^-A KUBE-SERVICES .*--match-set KUBE-(6-)?CLUSTER-IP \S+ .*-j KUBE-MARK-MASQ/.test(line));
   if (!rule) return undefined;
   const notSource = /! -s (\S+)/.exec(rule);
   if (notSource) {
     const marks = !contains(notSource[1], packet.srcIP);
-    return {rule, marks, why: marks ? `source ${packet.srcIP} is outside the cluster range ${notSource[1]}` : `source ${packet.srcIP} is inside the cluster range ${notSource[1]}`};
+    return {
+      rule,
+      marks,
+      why: marks
+        ? `source ${packet.srcIP} is outside the cluster range ${notSource[1]}`
+        : `source ${packet.srcIP} is inside the cluster range ${notSource[1]}`,
+    };
   }
   const notInterface = /! -i (\S+)/.exec(rule);
   if (notInterface) {
     const name = notInterface[1];
-    const fromPod = packet.inInterface !== undefined && (name.endsWith('+') ? packet.inInterface.startsWith(name.slice(0, -1)) : packet.inInterface === name);
-    return {rule, marks: !fromPod, why: fromPod ? `it arrives on pod interface ${packet.inInterface}` : `it does not arrive on pod interface ${name}`};
+    const fromPod =
+      packet.inInterface !== undefined &&
+      (name.endsWith('+') ? packet.inInterface.startsWith(name.slice(0, -1)) : packet.inInterface === name);
+    return {
+      rule,
+      marks: !fromPod,
+      why: fromPod ? `it arrives on pod interface ${packet.inInterface}` : `it does not arrive on pod interface ${name}`,
+    };
   }
   if (/src,dst/.test(rule)) {
     const marks = state.boundAddresses.includes(packet.srcIP);
@@ -57,7 +71,9 @@ export function traceIpvs(state: IpvsState, packet: Packet, context: TraceContex
     ...(servicePort ? {servicePort} : {}),
     warnings,
   });
-  const server = state.virtualServers.find((vs) => vs.address === packet.dstIP && vs.port === packet.dstPort && vs.protocol === packet.protocol);
+  const server = state.virtualServers.find(
+    (vs) => vs.address === packet.dstIP && vs.port === packet.dstPort && vs.protocol === packet.protocol,
+  );
   if (!server) {
     warnings.push(`no virtual server for ${packet.protocol} ${joinHostPort(packet.dstIP, packet.dstPort)}`);
     return result('ACCEPT');
@@ -68,9 +84,18 @@ export function traceIpvs(state: IpvsState, packet: Packet, context: TraceContex
 
   // Load balancer source ranges (filter INPUT, KUBE-PROXY-FIREWALL).
   if (setNamed(state, 'KUBE-LOAD-BALANCER-FW').has(ipPort)) {
-    const allowed = [...setNamed(state, 'KUBE-LOAD-BALANCER-SOURCE-CIDR')].filter((entry) => entry.startsWith(`${ipPort},`)).map((entry) => entry.slice(ipPort.length + 1));
+    const allowed = [...setNamed(state, 'KUBE-LOAD-BALANCER-SOURCE-CIDR')]
+      .filter((entry) => entry.startsWith(`${ipPort},`))
+      .map((entry) => entry.slice(ipPort.length + 1));
     if (!allowed.some((range) => contains(range, packet.srcIP))) {
-      hops.push({hook: 'INPUT', table: 'filter', chain: 'KUBE-SOURCE-RANGES-FIREWALL', rule: '-A KUBE-SOURCE-RANGES-FIREWALL -j DROP', target: 'DROP', explanation: `source ${packet.srcIP} is not in the load balancer's source ranges (${allowed.join(', ') || 'none'})`});
+      hops.push({
+        hook: 'INPUT',
+        table: 'filter',
+        chain: 'KUBE-SOURCE-RANGES-FIREWALL',
+        rule: '-A KUBE-SOURCE-RANGES-FIREWALL -j DROP',
+        target: 'DROP',
+        explanation: `source ${packet.srcIP} is not in the load balancer's source ranges (${allowed.join(', ') || 'none'})`,
+      });
       return result('DROP', [], servicePort);
     }
   }
@@ -82,26 +107,47 @@ export function traceIpvs(state: IpvsState, packet: Packet, context: TraceContex
     const decision = clusterMasquerade(state, packet);
     if (decision?.marks) {
       mark = decision.why;
-      hops.push({hook: natHook, table: 'nat', chain: 'KUBE-SERVICES', rule: decision.rule, target: 'KUBE-MARK-MASQ', explanation: `${packet.dstIP}:${packet.dstPort} is a cluster IP and ${decision.why}: marked for masquerade`});
+      hops.push({
+        hook: natHook,
+        table: 'nat',
+        chain: 'KUBE-SERVICES',
+        rule: decision.rule,
+        target: 'KUBE-MARK-MASQ',
+        explanation: `${packet.dstIP}:${packet.dstPort} is a cluster IP and ${decision.why}: marked for masquerade`,
+      });
     }
   } else if (setNamed(state, 'KUBE-EXTERNAL-IP').has(ipPort)) {
     mark = `${packet.dstIP} is an external IP`;
   } else if (setNamed(state, 'KUBE-LOAD-BALANCER').has(ipPort)) {
-    if (!setNamed(state, 'KUBE-LOAD-BALANCER-LOCAL').has(ipPort)) mark = `${packet.dstIP} is a load balancer IP with externalTrafficPolicy Cluster`;
+    if (!setNamed(state, 'KUBE-LOAD-BALANCER-LOCAL').has(ipPort))
+      mark = `${packet.dstIP} is a load balancer IP with externalTrafficPolicy Cluster`;
   } else if (local) {
     const port = String(packet.dstPort);
-    if (setNamed(state, `KUBE-NODE-PORT-${packet.protocol}`).has(port) && !setNamed(state, `KUBE-NODE-PORT-LOCAL-${packet.protocol}`).has(port)) {
+    if (
+      setNamed(state, `KUBE-NODE-PORT-${packet.protocol}`).has(port) &&
+      !setNamed(state, `KUBE-NODE-PORT-LOCAL-${packet.protocol}`).has(port)
+    ) {
       mark = `${packet.dstPort} is a NodePort with externalTrafficPolicy Cluster`;
     }
   }
   if (mark && !clusterEntry) {
-    hops.push({hook: natHook, table: 'nat', chain: 'KUBE-SERVICES', rule: '', target: 'KUBE-MARK-MASQ', explanation: `${mark}: marked for masquerade`});
+    hops.push({
+      hook: natHook,
+      table: 'nat',
+      chain: 'KUBE-SERVICES',
+      rule: '',
+      target: 'KUBE-MARK-MASQ',
+      explanation: `${mark}: marked for masquerade`,
+    });
   }
 
-  const [serverLine] = formatIpvsadmRestore([{...server, realServers: []}]).trim().split('\n');
+  const [serverLine] = formatIpvsadmRestore([{...server, realServers: []}])
+    .trim()
+    .split('\n');
   const active = server.realServers.filter((real) => real.weight > 0);
   const total = active.reduce((sum, real) => sum + real.weight, 0);
-  const affinity = server.persistenceTimeout !== undefined ? `; the client stays with its choice for ${server.persistenceTimeout} s (persistence)` : '';
+  const affinity =
+    server.persistenceTimeout !== undefined ? `; the client stays with its choice for ${server.persistenceTimeout} s (persistence)` : '';
   hops.push({
     hook: 'INPUT',
     table: 'ipvs',

@@ -96,7 +96,8 @@ export function mergeKubeconfigs(paths: string[], read: (path: string) => string
     } catch (error) {
       throw new KubeconfigError(`kubeconfig ${file}: not YAML: ${(error as Error).message.split('\n')[0]}`);
     }
-    if (typeof document !== 'object' || Array.isArray(document)) throw new KubeconfigError(`kubeconfig ${file}: not a kubeconfig (a YAML mapping with clusters, users and contexts)`);
+    if (typeof document !== 'object' || Array.isArray(document))
+      throw new KubeconfigError(`kubeconfig ${file}: not a kubeconfig (a YAML mapping with clusters, users and contexts)`);
     const config = document as Record<string, unknown>;
     for (const list of ['clusters', 'users', 'contexts'] as const) {
       const entries = config[list] ?? [];

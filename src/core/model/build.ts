@@ -158,7 +158,8 @@ export class ProxyModelBuilder {
       family = 'IPv4';
     }
 
-    let node: NodeDefinition | undefined = objects.node === undefined || objects.node === null ? undefined : readNode(objects.node, family, problems);
+    let node: NodeDefinition | undefined =
+      objects.node === undefined || objects.node === null ? undefined : readNode(objects.node, family, problems);
     if (node && options.nodeName !== undefined && options.nodeName !== node.name) {
       new ObjectProblems(problems, 'Node', node.name).add(
         'metadata.name',
@@ -183,21 +184,52 @@ export class ProxyModelBuilder {
     }
 
     const readOneService = (object: unknown, sink: Problem[]) =>
-      readService(object, {family, serviceProxyName: options.serviceProxyName, sourceRangesFromAnnotation: options.sourceRangesFromAnnotation ?? false}, sink);
-    const services = uniqueByName(listOf(objects.services, 'services', configProblems), 'Service', this.#serviceReads, readOneService, problems, this.#serviceList);
+      readService(
+        object,
+        {family, serviceProxyName: options.serviceProxyName, sourceRangesFromAnnotation: options.sourceRangesFromAnnotation ?? false},
+        sink,
+      );
+    const services = uniqueByName(
+      listOf(objects.services, 'services', configProblems),
+      'Service',
+      this.#serviceReads,
+      readOneService,
+      problems,
+      this.#serviceList,
+    );
     // Slices read in this build, so that their service ports need not read them again.
     const sliceDefinitions = new Map<SliceSummary, SliceDefinition>();
     const readOneSlice = (object: unknown, sink: Problem[]): SliceSummary | undefined => {
       const definition = readEndpointSlice(object, family, sink);
       if (!definition) return undefined;
-      const summary: SliceSummary = {namespace: definition.namespace, name: definition.name, serviceName: definition.serviceName, serviceId: `${definition.namespace}/${definition.serviceName}`, object};
+      const summary: SliceSummary = {
+        namespace: definition.namespace,
+        name: definition.name,
+        serviceName: definition.serviceName,
+        serviceId: `${definition.namespace}/${definition.serviceName}`,
+        object,
+      };
       sliceDefinitions.set(summary, definition);
       return summary;
     };
     const sliceDefinition = (summary: SliceSummary): SliceDefinition =>
       // Read before without fault, and objects are never changed in place: the same reading again.
-      sliceDefinitions.get(summary) ?? readEndpointSlice(summary.object, family, []) ?? {namespace: summary.namespace, name: summary.name, serviceName: summary.serviceName, ports: [], endpoints: []};
-    const slices = uniqueByName(listOf(objects.endpointSlices, 'endpointSlices', configProblems), 'EndpointSlice', this.#sliceReads, readOneSlice, problems, this.#sliceList);
+      sliceDefinitions.get(summary) ??
+      readEndpointSlice(summary.object, family, []) ?? {
+        namespace: summary.namespace,
+        name: summary.name,
+        serviceName: summary.serviceName,
+        ports: [],
+        endpoints: [],
+      };
+    const slices = uniqueByName(
+      listOf(objects.endpointSlices, 'endpointSlices', configProblems),
+      'EndpointSlice',
+      this.#sliceReads,
+      readOneSlice,
+      problems,
+      this.#sliceList,
+    );
     const {byService: slicesByService, regrouped} = this.#groupSlices(slices);
 
     // Kept from build to build: at 10,000 services, a new map each build was most of its cost.
@@ -214,9 +246,19 @@ export class ProxyModelBuilder {
         known.built = generation;
         return;
       }
-      const entry: ServicePortsEntry = {service, slices: serviceSlices, ports: this.#servicePorts(service, serviceSlices.map(sliceDefinition), nodeName, zone), built: generation};
+      const entry: ServicePortsEntry = {
+        service,
+        slices: serviceSlices,
+        ports: this.#servicePorts(service, serviceSlices.map(sliceDefinition), nodeName, zone),
+        built: generation,
+      };
       ports.set(id, entry);
-      if (samePorts && known && known.ports.length === entry.ports.length && known.ports.every((port, index) => port.key === entry.ports[index].key && port.protocol === entry.ports[index].protocol)) {
+      if (
+        samePorts &&
+        known &&
+        known.ports.length === entry.ports.length &&
+        known.ports.every((port, index) => port.key === entry.ports[index].key && port.protocol === entry.ports[index].protocol)
+      ) {
         known.ports.forEach((port, index) => replaced.set(port, entry.ports[index]));
       } else {
         samePorts = false;
@@ -292,7 +334,10 @@ export class ProxyModelBuilder {
       }
       for (const index of changedAt) {
         const is = slices[index].value;
-        byService.set(is.serviceId, [...(byService.get(is.serviceId) ?? []), is].sort((a, b) => compareStrings(a.name, b.name)));
+        byService.set(
+          is.serviceId,
+          [...(byService.get(is.serviceId) ?? []), is].sort((a, b) => compareStrings(a.name, b.name)),
+        );
         regrouped.add(is.serviceId);
       }
     } else {
@@ -438,7 +483,12 @@ function listOf(value: unknown, field: string, problems: ObjectProblems): unknow
   return [];
 }
 
-function resolveNodeIPs(override: string[] | undefined, node: NodeDefinition | undefined, family: IPFamily, problems: ObjectProblems): string[] {
+function resolveNodeIPs(
+  override: string[] | undefined,
+  node: NodeDefinition | undefined,
+  family: IPFamily,
+  problems: ObjectProblems,
+): string[] {
   if (override === undefined) return node ? unique([...node.internalIPs, ...node.externalIPs]) : [];
   const ips: string[] = [];
   for (const [index, text] of (Array.isArray(override) ? override : []).entries()) {
@@ -490,7 +540,12 @@ const EndpointObject = function (this: Endpoint, source: SliceEndpoint, port: nu
   if (source.nodeHints) this.nodeHints = [...source.nodeHints];
   if (source.podName !== undefined) this.podName = source.podName;
   if (source.podNamespace !== undefined) this.podNamespace = source.podNamespace;
-} as unknown as new (source: SliceEndpoint, port: number, key: string, isLocal: boolean) => Endpoint;
+} as unknown as new (
+  source: SliceEndpoint,
+  port: number,
+  key: string,
+  isLocal: boolean,
+) => Endpoint;
 EndpointObject.prototype = Object.prototype;
 
 const problemKindOrder: Problem['kind'][] = ['Config', 'Node', 'Service', 'EndpointSlice'];

@@ -67,7 +67,8 @@ export function portsWithIdentities(model: Pick<ProxyModel, 'servicePorts'>, wan
  */
 export function changedServicePorts(previous: ProxyModel | undefined, next: ProxyModel): Set<string> {
   const changed = new Set<string>();
-  if (previous !== undefined && !nodeWideChange(previous, next) && changedInPlace(previous.servicePorts, next.servicePorts, changed)) return changed;
+  if (previous !== undefined && !nodeWideChange(previous, next) && changedInPlace(previous.servicePorts, next.servicePorts, changed))
+    return changed;
   changed.clear();
   const nextPorts = new Map(next.servicePorts.map((port) => [servicePortIdentity(port), port]));
   if (previous === undefined || nodeWideChange(previous, next)) {

@@ -78,10 +78,17 @@ function resolveIptablesFeatures(given: Partial<IptablesFeatures>, problems: Obj
     else problems.add(`iptablesFeatures.${field}`, `${describe(value)} is not true or false`, `default ${features[field]} used`);
   }
   if (given.nfacctCounters !== undefined) {
-    if (Array.isArray(given.nfacctCounters) && given.nfacctCounters.every((name) => typeof name === 'string' && /^[\w.-]{1,31}$/.test(name))) {
+    if (
+      Array.isArray(given.nfacctCounters) &&
+      given.nfacctCounters.every((name) => typeof name === 'string' && /^[\w.-]{1,31}$/.test(name))
+    ) {
       features.nfacctCounters = [...given.nfacctCounters];
     } else {
-      problems.add('iptablesFeatures.nfacctCounters', `${describe(given.nfacctCounters)} is not a list of nfacct object names`, 'no counters used');
+      problems.add(
+        'iptablesFeatures.nfacctCounters',
+        `${describe(given.nfacctCounters)} is not a list of nfacct object names`,
+        'no counters used',
+      );
     }
   }
   return features;

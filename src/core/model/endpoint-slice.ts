@@ -160,9 +160,14 @@ function readSliceEndpoints(
     const ready = optionalBoolean(conditions.ready);
     const serving = optionalBoolean(conditions.serving);
     const terminating = optionalBoolean(conditions.terminating);
-    const badCondition = ready === invalid ? 'ready' : serving === invalid ? 'serving' : terminating === invalid ? 'terminating' : undefined;
+    const badCondition =
+      ready === invalid ? 'ready' : serving === invalid ? 'serving' : terminating === invalid ? 'terminating' : undefined;
     if (badCondition) {
-      problems.add(endpointField(index, `.conditions.${badCondition}`), `${describe(conditions[badCondition])} is not true or false`, 'endpoint skipped');
+      problems.add(
+        endpointField(index, `.conditions.${badCondition}`),
+        `${describe(conditions[badCondition])} is not true or false`,
+        'endpoint skipped',
+      );
       continue;
     }
     const nodeName = optionalString(entry.nodeName);
@@ -203,18 +208,17 @@ function endpointField(index: number, rest = ''): string {
 const noHints: {zones?: string[]; nodes?: string[]} = Object.freeze({});
 
 /** readHints returns forZones / forNodes names; an empty list counts as no hints, as in kube-proxy. */
-function readHints(
-  value: unknown,
-  field: string,
-  problems: ObjectProblems,
-): {zones?: string[]; nodes?: string[]} | typeof invalid {
+function readHints(value: unknown, field: string, problems: ObjectProblems): {zones?: string[]; nodes?: string[]} | typeof invalid {
   if (value === undefined || value === null) return noHints;
   if (!isJsonObject(value)) {
     problems.add(`${field}.hints`, 'not an object', 'endpoint skipped');
     return invalid;
   }
   const out: {zones?: string[]; nodes?: string[]} = {};
-  for (const [key, target] of [['forZones', 'zones'], ['forNodes', 'nodes']] as const) {
+  for (const [key, target] of [
+    ['forZones', 'zones'],
+    ['forNodes', 'nodes'],
+  ] as const) {
     const list = optionalArray(value[key]);
     if (list === invalid) {
       problems.add(`${field}.hints.${key}`, 'not a list', 'endpoint skipped');

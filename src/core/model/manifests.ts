@@ -79,10 +79,7 @@ function readDocuments(text: string, source: string, problems: ManifestProblem[]
   return yaml.documents;
 }
 
-function readYamlDocuments(
-  text: string,
-  source: string,
-): {documents: Array<{index: number; value: unknown}>; problems: ManifestProblem[]} {
+function readYamlDocuments(text: string, source: string): {documents: Array<{index: number; value: unknown}>; problems: ManifestProblem[]} {
   const documents: Array<{index: number; value: unknown}> = [];
   const problems: ManifestProblem[] = [];
   let parsed;

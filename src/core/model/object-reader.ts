@@ -100,7 +100,11 @@ export function listOrNone(value: unknown, field: string, consequence: string, p
 }
 
 /** readPortEntry: an entry of a ports list, an object with an optional name; undefined (with a Problem) when not. */
-export function readPortEntry(value: unknown, field: string, problems: ObjectProblems): {entry: JsonObject; name: string | undefined} | undefined {
+export function readPortEntry(
+  value: unknown,
+  field: string,
+  problems: ObjectProblems,
+): {entry: JsonObject; name: string | undefined} | undefined {
   if (!isJsonObject(value)) {
     problems.add(field, 'not an object', 'port skipped');
     return undefined;
@@ -131,9 +135,18 @@ export interface ObjectHeader<Kind extends HeaderKind> {
  * Problem when `raw` is no object (consequence `notObject`) or has no usable name or namespace
  * (consequence `unnamed`).
  */
-export function readObjectHeader<Kind extends HeaderKind>(raw: unknown, kind: Kind, sink: Problem[], consequences: {notObject: string; unnamed: string}): ObjectHeader<Kind> | undefined {
+export function readObjectHeader<Kind extends HeaderKind>(
+  raw: unknown,
+  kind: Kind,
+  sink: Problem[],
+  consequences: {notObject: string; unnamed: string},
+): ObjectHeader<Kind> | undefined {
   if (!isJsonObject(raw)) {
-    new ObjectProblems(sink, kind, '(unnamed)').add('', `object is ${describe(raw)}, not ${/^[AEIOU]/.test(kind) ? 'an' : 'a'} ${kind}`, consequences.notObject);
+    new ObjectProblems(sink, kind, '(unnamed)').add(
+      '',
+      `object is ${describe(raw)}, not ${/^[AEIOU]/.test(kind) ? 'an' : 'a'} ${kind}`,
+      consequences.notObject,
+    );
     return undefined;
   }
   const metadata = isJsonObject(raw.metadata) ? raw.metadata : {};
@@ -145,7 +158,11 @@ export function readObjectHeader<Kind extends HeaderKind>(raw: unknown, kind: Ki
     return undefined;
   }
   if (namespaceValue === invalid) {
-    new ObjectProblems(sink, kind, name).add('metadata.namespace', `${describe(metadata.namespace)} is not a namespace`, consequences.unnamed);
+    new ObjectProblems(sink, kind, name).add(
+      'metadata.namespace',
+      `${describe(metadata.namespace)} is not a namespace`,
+      consequences.unnamed,
+    );
     return undefined;
   }
   const namespace = kind === 'Node' ? undefined : namespaceValue === undefined || namespaceValue === '' ? 'default' : namespaceValue;

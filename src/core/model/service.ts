@@ -32,13 +32,7 @@ import type {IPFamily, Problem, Protocol, ServicePort} from './types.ts';
 /** ServicePortDefinition is a ServicePort before its endpoints are attached. */
 export type ServicePortDefinition = Omit<
   ServicePort,
-  | 'endpoints'
-  | 'clusterEndpoints'
-  | 'localEndpoints'
-  | 'allReachableEndpoints'
-  | 'topologyApplied'
-  | 'topologyMode'
-  | 'hasAnyEndpoints'
+  'endpoints' | 'clusterEndpoints' | 'localEndpoints' | 'allReachableEndpoints' | 'topologyApplied' | 'topologyMode' | 'hasAnyEndpoints'
 >;
 
 export interface ServiceDefinition {
@@ -354,7 +348,12 @@ function readExternalIPs(spec: Record<string, unknown>, family: IPFamily, proble
 function readLoadBalancerIPs(status: unknown, family: IPFamily, problems: ObjectProblems): string[] {
   const loadBalancer = isJsonObject(status) && isJsonObject(status.loadBalancer) ? status.loadBalancer : {};
   const ips: string[] = [];
-  for (const [index, ingress] of listOrNone(loadBalancer.ingress, 'status.loadBalancer.ingress', 'load-balancer IPs ignored', problems).entries()) {
+  for (const [index, ingress] of listOrNone(
+    loadBalancer.ingress,
+    'status.loadBalancer.ingress',
+    'load-balancer IPs ignored',
+    problems,
+  ).entries()) {
     const field = `status.loadBalancer.ingress[${index}]`;
     if (!isJsonObject(ingress)) {
       problems.add(field, 'not an object', 'entry ignored');

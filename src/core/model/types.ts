@@ -6,11 +6,11 @@ export type Protocol = 'TCP' | 'UDP' | 'SCTP';
 
 /** LocalDetector says how the proxy tells pod (cluster-local) traffic from everything else. */
 export type LocalDetector =
-  | { mode: 'ClusterCIDR'; cidrs: string[] }
-  | { mode: 'NodeCIDR'; cidrs: string[] }
-  | { mode: 'BridgeInterface'; interfaceName: string }
-  | { mode: 'InterfaceNamePrefix'; interfacePrefix: string }
-  | { mode: 'None' };
+  | {mode: 'ClusterCIDR'; cidrs: string[]}
+  | {mode: 'NodeCIDR'; cidrs: string[]}
+  | {mode: 'BridgeInterface'; interfaceName: string}
+  | {mode: 'InterfaceNamePrefix'; interfacePrefix: string}
+  | {mode: 'None'};
 
 /** ProxyConfig holds the node-wide settings of KubeProxyConfiguration that change the rules. */
 export interface ProxyConfig {
@@ -104,7 +104,7 @@ export interface ServicePort {
   /** 0 when none. */
   healthCheckNodePort: number;
   /** Set when sessionAffinity is ClientIP. */
-  sessionAffinity?: { timeoutSeconds: number };
+  sessionAffinity?: {timeoutSeconds: number};
   /**
    * Every endpoint of this family for this port, deduplicated by key and sorted by key as plain
    * strings (kube-proxy's byEndpoint order, so rule order matches kube-proxy's).

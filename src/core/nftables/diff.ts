@@ -53,7 +53,10 @@ function linesOf(ruleset: NftRuleset, other: NftRuleset): Line[] {
     // An emptied per-service chain the other side lacks is stale, waiting for its deletion.
     if (servicePort !== undefined && chain.rules.length === 0 && !other.chains.has(chain.name)) continue;
     chainGroup.set(chain.name, servicePort ?? '');
-    const base = chain.hook !== undefined ? ` { type ${chain.type} hook ${chain.hook} priority ${chain.priority} ; policy ${chain.policy ?? 'accept'} ; }` : '';
+    const base =
+      chain.hook !== undefined
+        ? ` { type ${chain.type} hook ${chain.hook} priority ${chain.priority} ; policy ${chain.policy ?? 'accept'} ; }`
+        : '';
     lines.push({servicePort: servicePort ?? '', text: `chain ${chain.name}${base}`});
     chain.rules.forEach((rule, index) => {
       const text = resolveEndpointChoice(ruleset, rule.comment !== undefined ? `${rule.text} comment "${rule.comment}"` : rule.text);
@@ -63,16 +66,24 @@ function linesOf(ruleset: NftRuleset, other: NftRuleset): Line[] {
   for (const set of ruleset.sets.values()) {
     if (set.name.startsWith('endpoint-targets-')) continue;
     const affinity = set.name.startsWith('affinity-');
-    const owner = affinity ? servicePortOfChain(`endpoint${set.name.slice('affinity'.length)}`) ?? '' : '';
+    const owner = affinity ? (servicePortOfChain(`endpoint${set.name.slice('affinity'.length)}`) ?? '') : '';
     // nft -j leaves out "dynamic", which the kernel adds to any set a rule updates.
     const flags = set.flags.filter((flag) => flag !== 'dynamic');
-    lines.push({servicePort: owner, text: `${set.kind} ${set.name}${flags.length > 0 ? ` flags ${flags.join(',')}` : ''}${set.timeoutSeconds !== undefined ? ` timeout ${set.timeoutSeconds}s` : ''}`});
+    lines.push({
+      servicePort: owner,
+      text: `${set.kind} ${set.name}${flags.length > 0 ? ` flags ${flags.join(',')}` : ''}${set.timeoutSeconds !== undefined ? ` timeout ${set.timeoutSeconds}s` : ''}`,
+    });
     if (affinity) continue;
     for (const element of set.elements) {
       const target = /^(?:goto|jump) (\S+)$/.exec(element.value ?? '')?.[1];
-      const servicePort = (target !== undefined ? servicePortOfChain(target) : undefined) ?? (element.comment && /^[^/\s]+\/\S+$/.test(element.comment) ? element.comment : '');
+      const servicePort =
+        (target !== undefined ? servicePortOfChain(target) : undefined) ??
+        (element.comment && /^[^/\s]+\/\S+$/.test(element.comment) ? element.comment : '');
       const comment = element.comment !== undefined ? ` comment "${element.comment}"` : '';
-      lines.push({servicePort, text: `element ${set.name} { ${element.key}${comment}${element.value !== undefined ? ` : ${element.value}` : ''} }`});
+      lines.push({
+        servicePort,
+        text: `element ${set.name} { ${element.key}${comment}${element.value !== undefined ? ` : ${element.value}` : ''} }`,
+      });
     }
   }
   return lines;
@@ -107,15 +118,23 @@ export function diffNftables(desired: NftRuleset, applied: NftRuleset, options: 
   };
   for (const [key, {line, count: n}] of wanted) {
     const missing = n - (held.get(key)?.count ?? 0);
-    for (let index = 0; index < missing; index++) if (matchesService(line.servicePort, options.service)) group(line.servicePort).added.push(line.text);
+    for (let index = 0; index < missing; index++)
+      if (matchesService(line.servicePort, options.service)) group(line.servicePort).added.push(line.text);
   }
   for (const [key, {line, count: n}] of held) {
     const extra = n - (wanted.get(key)?.count ?? 0);
-    for (let index = 0; index < extra; index++) if (matchesService(line.servicePort, options.service)) group(line.servicePort).removed.push(line.text);
+    for (let index = 0; index < extra; index++)
+      if (matchesService(line.servicePort, options.service)) group(line.servicePort).removed.push(line.text);
   }
   const sorted = [...groups.values()].sort((a, b) => (a.servicePort < b.servicePort ? -1 : a.servicePort > b.servicePort ? 1 : 0));
   const text = sorted
-    .map((entry) => [`# ${entry.servicePort || '(not a service)'}`, ...entry.removed.map((line) => `- ${line}`), ...entry.added.map((line) => `+ ${line}`)].join('\n'))
+    .map((entry) =>
+      [
+        `# ${entry.servicePort || '(not a service)'}`,
+        ...entry.removed.map((line) => `- ${line}`),
+        ...entry.added.map((line) => `+ ${line}`),
+      ].join('\n'),
+    )
     .join('\n');
   return {equal: sorted.length === 0, groups: sorted, text: text === '' ? '' : `${text}\n`};
 }

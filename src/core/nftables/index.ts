@@ -1,6 +1,27 @@
 // nftables mode: render (`nft -f` scripts), parse (`nft -j list table`), diff and trace.
-export {deleteStaleChains, endpointTargetsMap, masqueradeMark, nftablesCleanupScript, nodePortPlan, renderNftables, renderNftablesSync, type NftablesRenderOptions, type NftablesState, type NftablesSync} from './render.ts';
+export {
+  deleteStaleChains,
+  endpointTargetsMap,
+  masqueradeMark,
+  nftablesCleanupScript,
+  nodePortPlan,
+  renderNftables,
+  renderNftablesSync,
+  type NftablesRenderOptions,
+  type NftablesState,
+  type NftablesSync,
+} from './render.ts';
 export {isAffinitySetName, isServiceChainName, tableName} from './names.ts';
-export {parseNftablesJson, parseNftablesScript, exprText, statementText, type NftChain, type NftRule, type NftRuleset, type NftSet, type NftSetElement} from './parse.ts';
+export {
+  parseNftablesJson,
+  parseNftablesScript,
+  exprText,
+  statementText,
+  type NftChain,
+  type NftRule,
+  type NftRuleset,
+  type NftSet,
+  type NftSetElement,
+} from './parse.ts';
 export {traceNftables} from './trace.ts';
 export {diffNftables, type DiffGroup, type NftablesDiff} from './diff.ts';

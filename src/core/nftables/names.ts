@@ -29,7 +29,10 @@ export function servicePortNameBase(port: Pick<ServicePort, 'namespace' | 'servi
 }
 
 /** endpointNameBase: "HASH-ns/name/proto/port__ip/port" (IPv6 colons become dots). */
-export function endpointNameBase(port: Pick<ServicePort, 'namespace' | 'serviceName' | 'portName' | 'protocol'>, endpoint: Pick<Endpoint, 'ip' | 'port'>): string {
+export function endpointNameBase(
+  port: Pick<ServicePort, 'namespace' | 'serviceName' | 'portName' | 'protocol'>,
+  endpoint: Pick<Endpoint, 'ip' | 'port'>,
+): string {
   const ip = endpoint.ip.replaceAll(':', '.');
   return hashAndTruncate(`${port.namespace}/${port.serviceName}/${port.protocol.toLowerCase()}/${port.portName}__${ip}/${endpoint.port}`);
 }

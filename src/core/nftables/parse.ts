@@ -140,7 +140,8 @@ export function statementText(statement: Json): string {
   switch (kind) {
     case 'match': {
       const {op, left, right} = body as {op: string; left: Json; right: Json};
-      const mark = isObject(left) && ('&' in left || '|' in left || '^' in left || ('meta' in left && (left.meta as {key: string}).key === 'mark'));
+      const mark =
+        isObject(left) && ('&' in left || '|' in left || '^' in left || ('meta' in left && (left.meta as {key: string}).key === 'mark'));
       const rightText = Array.isArray(right) ? right.join(',') : exprText(right, mark);
       // nft shows "==" only after a bitwise expression ("meta mark & 0x4000 == 0x0").
       const bitwise = isObject(left) && ('&' in left || '|' in left || '^' in left);
@@ -160,7 +161,8 @@ export function statementText(statement: Json): string {
       // The family's default (ICMP / ICMPv6 port unreachable) is listed but was never written.
       const type = body?.type;
       const code = body?.expr;
-      if (!body || code === undefined || (code === 'port-unreachable' && (type === 'icmp' || type === 'icmpv6' || type === 'icmpx'))) return 'reject';
+      if (!body || code === undefined || (code === 'port-unreachable' && (type === 'icmp' || type === 'icmpv6' || type === 'icmpx')))
+        return 'reject';
       return `reject with ${exprText(type ?? '')} ${exprText(code)}`.trim();
     }
     case 'masquerade':
@@ -216,14 +218,24 @@ export function parseNftablesJson(json: string, tableName = 'kube-proxy'): NftRu
   }
   const items = isObject(document) && Array.isArray(document.nftables) ? document.nftables : undefined;
   if (!items) throw new Error('nft JSON: no "nftables" list; expected the output of `nft -j list table ip kube-proxy`');
-  const tables = items.filter((item) => isObject(item) && isObject(item.table)).map((item) => (item as {table: {family: string; name: string}}).table);
+  const tables = items
+    .filter((item) => isObject(item) && isObject(item.table))
+    .map((item) => (item as {table: {family: string; name: string}}).table);
   const chosen = tables.find((table) => table.name === tableName) ?? tables[0];
   const ruleset: NftRuleset = {family: chosen?.family ?? 'ip', table: chosen?.name ?? tableName, chains: new Map(), sets: new Map()};
   const ours = (object: {family?: string; table?: string}) => object.family === ruleset.family && object.table === ruleset.table;
   for (const item of items) {
     if (!isObject(item)) continue;
     if (isObject(item.chain)) {
-      const chain = item.chain as {name: string; table: string; family: string; type?: string; hook?: string; prio?: number; policy?: string};
+      const chain = item.chain as {
+        name: string;
+        table: string;
+        family: string;
+        type?: string;
+        hook?: string;
+        prio?: number;
+        policy?: string;
+      };
       if (!ours(chain)) continue;
       ruleset.chains.set(chain.name, {
         name: chain.name,
@@ -232,7 +244,14 @@ export function parseNftablesJson(json: string, tableName = 'kube-proxy'): NftRu
       });
     } else if (isObject(item.set) || isObject(item.map)) {
       const isMap = isObject(item.map);
-      const set = (isMap ? item.map : item.set) as {name: string; table: string; family: string; flags?: string[]; timeout?: number; elem?: Json[]};
+      const set = (isMap ? item.map : item.set) as {
+        name: string;
+        table: string;
+        family: string;
+        flags?: string[];
+        timeout?: number;
+        elem?: Json[];
+      };
       if (!ours(set)) continue;
       ruleset.sets.set(set.name, {
         name: set.name,
@@ -308,7 +327,12 @@ const priorityNames: Record<string, number> = {raw: -300, mangle: -150, dstnat: 
  */
 export function parseNftablesScript(script: string, base?: NftRuleset): NftRuleset {
   const ruleset: NftRuleset = base
-    ? {family: base.family, table: base.table, chains: new Map([...base.chains].map(([name, chain]) => [name, {...chain, rules: [...chain.rules]}])), sets: new Map([...base.sets].map(([name, set]) => [name, {...set, elements: [...set.elements]}]))}
+    ? {
+        family: base.family,
+        table: base.table,
+        chains: new Map([...base.chains].map(([name, chain]) => [name, {...chain, rules: [...chain.rules]}])),
+        sets: new Map([...base.sets].map(([name, set]) => [name, {...set, elements: [...set.elements]}])),
+      }
     : {family: 'ip', table: 'kube-proxy', chains: new Map(), sets: new Map()};
   const lines = script.split('\n');
   for (const [index, raw] of lines.entries()) {
@@ -327,13 +351,19 @@ export function parseNftablesScript(script: string, base?: NftRuleset): NftRules
         }
         break;
       case 'chain':
-        changeObject(ruleset.chains, verb, name!, (chain) => (chain.rules = []), () => {
-          const base = /type (\w+) hook (\w+) priority ([^;]+?)\s*;/.exec(rest);
-          const priorityText = base?.[3].replace(/\s+/g, '') ?? '';
-          const named = /^([a-z]+)([+-]\d+)?$/.exec(priorityText);
-          const priority = named && named[1] in priorityNames ? priorityNames[named[1]] + Number(named[2] ?? 0) : Number(priorityText);
-          return base ? {name: name!, type: base[1], hook: base[2], priority, policy: 'accept', rules: []} : {name: name!, rules: []};
-        });
+        changeObject(
+          ruleset.chains,
+          verb,
+          name!,
+          (chain) => (chain.rules = []),
+          () => {
+            const base = /type (\w+) hook (\w+) priority ([^;]+?)\s*;/.exec(rest);
+            const priorityText = base?.[3].replace(/\s+/g, '') ?? '';
+            const named = /^([a-z]+)([+-]\d+)?$/.exec(priorityText);
+            const priority = named && named[1] in priorityNames ? priorityNames[named[1]] + Number(named[2] ?? 0) : Number(priorityText);
+            return base ? {name: name!, type: base[1], hook: base[2], priority, policy: 'accept', rules: []} : {name: name!, rules: []};
+          },
+        );
         break;
       case 'rule': {
         let chain = ruleset.chains.get(name!);
@@ -344,11 +374,17 @@ export function parseNftablesScript(script: string, base?: NftRuleset): NftRules
       }
       case 'set':
       case 'map':
-        changeObject(ruleset.sets, verb, name!, (set) => (set.elements = []), () => {
-          const flags = /flags ([\w,]+)/.exec(rest)?.[1].split(',') ?? [];
-          const timeout = /timeout (\d+)s/.exec(rest);
-          return {name: name!, kind: object, flags, ...(timeout ? {timeoutSeconds: Number(timeout[1])} : {}), elements: []};
-        });
+        changeObject(
+          ruleset.sets,
+          verb,
+          name!,
+          (set) => (set.elements = []),
+          () => {
+            const flags = /flags ([\w,]+)/.exec(rest)?.[1].split(',') ?? [];
+            const timeout = /timeout (\d+)s/.exec(rest);
+            return {name: name!, kind: object, flags, ...(timeout ? {timeoutSeconds: Number(timeout[1])} : {}), elements: []};
+          },
+        );
         break;
       case 'element': {
         const set = ruleset.sets.get(name!);

@@ -225,7 +225,16 @@ function valueList(items: string[]): string {
 /** outermostCIDRs drops CIDRs inside another of the list (an interval set refuses overlaps). */
 function outermostCIDRs(texts: string[]): string[] {
   const cidrs = texts.map((text) => parseCIDR(text)).filter((cidr) => cidr !== undefined);
-  const kept = cidrs.filter((cidr, index) => !cidrs.some((other, otherIndex) => otherIndex !== index && other.prefixLength <= cidr.prefixLength && cidrContains(other, cidr.network) && (other.prefixLength < cidr.prefixLength || otherIndex < index)));
+  const kept = cidrs.filter(
+    (cidr, index) =>
+      !cidrs.some(
+        (other, otherIndex) =>
+          otherIndex !== index &&
+          other.prefixLength <= cidr.prefixLength &&
+          cidrContains(other, cidr.network) &&
+          (other.prefixLength < cidr.prefixLength || otherIndex < index),
+      ),
+  );
   return [...new Set(kept.map((cidr) => cidr.text))];
 }
 
@@ -263,7 +272,10 @@ interface NodePortPlan {
  */
 export function nodePortPlan(model: ProxyModel, nodeAddresses?: string[]): NodePortPlan {
   const given = model.config.nodePortAddresses.length === 0 ? ['primary'] : model.config.nodePortAddresses;
-  const cidrs = given.filter((entry) => entry !== 'primary').map((entry) => parseCIDR(entry)).filter((cidr) => cidr !== undefined && cidr.family === model.family);
+  const cidrs = given
+    .filter((entry) => entry !== 'primary')
+    .map((entry) => parseCIDR(entry))
+    .filter((cidr) => cidr !== undefined && cidr.family === model.family);
   if (cidrs.some((cidr) => cidr!.prefixLength === 0)) return {matchAll: true, addresses: []};
   const addresses: string[] = [];
   const add = (address: string) => {
@@ -303,26 +315,47 @@ function renderSetup(model: ProxyModel, options: NftablesRenderOptions, words: F
     ensure(jump.to);
     out.push(`add rule ${t} ${jump.from} ${jump.match ? `${jump.match} ` : ''}jump ${jump.to}`);
   }
-  for (const name of [nftNames.services, nftNames.clusterIPsCheck, nftNames.masquerading, nftNames.markMasq, nftNames.reject, nftNames.firewallCheck]) ensure(name);
+  for (const name of [
+    nftNames.services,
+    nftNames.clusterIPsCheck,
+    nftNames.masquerading,
+    nftNames.markMasq,
+    nftNames.reject,
+    nftNames.firewallCheck,
+  ])
+    ensure(name);
 
   out.push(`add rule ${t} ${nftNames.markMasq} meta mark set meta mark | ${mark}`);
   const detector = model.config.localDetector;
   if ((detector.mode === 'ClusterCIDR' || detector.mode === 'NodeCIDR') && outermostCIDRs(detector.cidrs).length > 1) {
-    out.push(`add set ${t} ${nftNames.localCIDRs} { type ${words.addrType} ; flags interval ; comment "sources of pod traffic (local traffic detection)" ; }`);
+    out.push(
+      `add set ${t} ${nftNames.localCIDRs} { type ${words.addrType} ; flags interval ; comment "sources of pod traffic (local traffic detection)" ; }`,
+    );
     out.push(`flush set ${t} ${nftNames.localCIDRs}`);
     out.push(`add element ${t} ${nftNames.localCIDRs} { ${outermostCIDRs(detector.cidrs).join(', ')} }`);
   }
-  out.push(`add set ${t} ${nftNames.hairpinEndpoints} { type ${words.addrType} . ${words.addrType} ; comment "endpoints masqueraded when they reach themselves through a service" ; }`);
-  out.push(`add rule ${t} ${nftNames.masquerading} ct status dnat ${words.ipX} saddr . ${words.ipX} daddr @${nftNames.hairpinEndpoints} jump ${nftNames.markMasq}`);
+  out.push(
+    `add set ${t} ${nftNames.hairpinEndpoints} { type ${words.addrType} . ${words.addrType} ; comment "endpoints masqueraded when they reach themselves through a service" ; }`,
+  );
+  out.push(
+    `add rule ${t} ${nftNames.masquerading} ct status dnat ${words.ipX} saddr . ${words.ipX} daddr @${nftNames.hairpinEndpoints} jump ${nftNames.markMasq}`,
+  );
   out.push(`add rule ${t} ${nftNames.masquerading} meta mark & ${mark} == 0x00000000 return`);
   out.push(`add rule ${t} ${nftNames.masquerading} meta mark set meta mark ^ ${mark}`);
   out.push(`add rule ${t} ${nftNames.masquerading} masquerade fully-random`);
 
   out.push(`add set ${t} ${nftNames.clusterIPs} { type ${words.addrType} ; comment "Active ClusterIPs" ; }`);
-  out.push(`add rule ${t} ${nftNames.clusterIPsCheck} ${words.ipX} daddr @${nftNames.clusterIPs} reject comment "Reject traffic to invalid ports of ClusterIPs"`);
-  const serviceCIDRs = (options.serviceCIDRs ?? []).map((text) => parseCIDR(text)).filter((cidr) => cidr !== undefined && cidr.family === model.family).map((cidr) => cidr!.text);
+  out.push(
+    `add rule ${t} ${nftNames.clusterIPsCheck} ${words.ipX} daddr @${nftNames.clusterIPs} reject comment "Reject traffic to invalid ports of ClusterIPs"`,
+  );
+  const serviceCIDRs = (options.serviceCIDRs ?? [])
+    .map((text) => parseCIDR(text))
+    .filter((cidr) => cidr !== undefined && cidr.family === model.family)
+    .map((cidr) => cidr!.text);
   if (serviceCIDRs.length > 0) {
-    out.push(`add rule ${t} ${nftNames.clusterIPsCheck} ${words.ipX} daddr ${valueList(serviceCIDRs)} drop comment "Drop traffic to unallocated ClusterIPs"`);
+    out.push(
+      `add rule ${t} ${nftNames.clusterIPsCheck} ${words.ipX} daddr ${valueList(serviceCIDRs)} drop comment "Drop traffic to unallocated ClusterIPs"`,
+    );
   }
 
   const nodePorts = nodePortPlan(model, options.nodeAddresses);
@@ -334,20 +367,30 @@ function renderSetup(model: ProxyModel, options: NftablesRenderOptions, words: F
     if (nodePorts.addresses.length > 0) out.push(`add element ${t} ${nftNames.nodePortIPs} { ${nodePorts.addresses.join(', ')} }`);
   }
 
-  out.push(`add map ${t} ${nftNames.noEndpointServices} { type ${words.addrType} . inet_proto . inet_service : verdict ; comment "vmap to drop or reject packets to services with no endpoints" ; }`);
-  out.push(`add map ${t} ${nftNames.noEndpointNodePorts} { type inet_proto . inet_service : verdict ; comment "vmap to drop or reject packets to service nodeports with no endpoints" ; }`);
+  out.push(
+    `add map ${t} ${nftNames.noEndpointServices} { type ${words.addrType} . inet_proto . inet_service : verdict ; comment "vmap to drop or reject packets to services with no endpoints" ; }`,
+  );
+  out.push(
+    `add map ${t} ${nftNames.noEndpointNodePorts} { type inet_proto . inet_service : verdict ; comment "vmap to drop or reject packets to service nodeports with no endpoints" ; }`,
+  );
   out.push(`add rule ${t} ${nftNames.reject} reject`);
-  out.push(`add rule ${t} ${nftNames.serviceEndpointsCheck} ${words.ipX} daddr . meta l4proto . th dport vmap @${nftNames.noEndpointServices}`);
+  out.push(
+    `add rule ${t} ${nftNames.serviceEndpointsCheck} ${words.ipX} daddr . meta l4proto . th dport vmap @${nftNames.noEndpointServices}`,
+  );
   out.push(
     nodePorts.matchAll
       ? `add rule ${t} ${nftNames.nodePortEndpointsCheck} ${words.ipX} daddr != ${words.loopback} meta l4proto . th dport vmap @${nftNames.noEndpointNodePorts}`
       : `add rule ${t} ${nftNames.nodePortEndpointsCheck} ${words.ipX} daddr @${nftNames.nodePortIPs} meta l4proto . th dport vmap @${nftNames.noEndpointNodePorts}`,
   );
 
-  out.push(`add map ${t} ${nftNames.firewallIPs} { type ${words.addrType} . inet_proto . inet_service : verdict ; comment "destinations that are subject to LoadBalancerSourceRanges" ; }`);
+  out.push(
+    `add map ${t} ${nftNames.firewallIPs} { type ${words.addrType} . inet_proto . inet_service : verdict ; comment "destinations that are subject to LoadBalancerSourceRanges" ; }`,
+  );
   out.push(`add rule ${t} ${nftNames.firewallCheck} ${words.ipX} daddr . meta l4proto . th dport vmap @${nftNames.firewallIPs}`);
 
-  out.push(`add map ${t} ${nftNames.serviceIPs} { type ${words.addrType} . inet_proto . inet_service : verdict ; comment "ClusterIP, ExternalIP and LoadBalancer IP traffic" ; }`);
+  out.push(
+    `add map ${t} ${nftNames.serviceIPs} { type ${words.addrType} . inet_proto . inet_service : verdict ; comment "ClusterIP, ExternalIP and LoadBalancer IP traffic" ; }`,
+  );
   out.push(`add map ${t} ${nftNames.serviceNodePorts} { type inet_proto . inet_service : verdict ; comment "NodePort traffic" ; }`);
   out.push(`add rule ${t} ${nftNames.services} ${words.ipX} daddr . meta l4proto . th dport vmap @${nftNames.serviceIPs}`);
   out.push(
@@ -356,7 +399,8 @@ function renderSetup(model: ProxyModel, options: NftablesRenderOptions, words: F
       : `add rule ${t} ${nftNames.services} ${words.ipX} daddr @${nftNames.nodePortIPs} meta l4proto . th dport vmap @${nftNames.serviceNodePorts}`,
   );
 
-  for (const name of refilledContainers) out.push(`flush ${name === nftNames.clusterIPs || name === nftNames.hairpinEndpoints ? 'set' : 'map'} ${t} ${name}`);
+  for (const name of refilledContainers)
+    out.push(`flush ${name === nftNames.clusterIPs || name === nftNames.hairpinEndpoints ? 'set' : 'map'} ${t} ${name}`);
 }
 
 interface ServicePortChains {
@@ -405,7 +449,15 @@ function footprintOf(model: ProxyModel, port: ServicePort, words: FamilyWords, b
   };
   const element = (container: string, key: string, value?: string, comment?: string) => {
     // Plain literals, not spreads: an object spread makes each of the 200,000 elements bigger.
-    footprint.elements.push(value === undefined ? (comment === undefined ? {container, key} : {container, key, comment}) : comment === undefined ? {container, key, value} : {container, key, value, comment});
+    footprint.elements.push(
+      value === undefined
+        ? comment === undefined
+          ? {container, key}
+          : {container, key, comment}
+        : comment === undefined
+          ? {container, key, value}
+          : {container, key, value, comment},
+    );
   };
   const mark = nftNames.markMasq;
   const affinity = port.sessionAffinity !== undefined;
@@ -439,13 +491,15 @@ function footprintOf(model: ProxyModel, port: ServicePort, words: FamilyWords, b
     if (hasEndpoints) element(nftNames.serviceIPs, vip(ip), `goto ${names.external}`);
     if (!hasExternalEndpoints) element(nftNames.noEndpointServices, vip(ip), externalFilterVerdict, comment);
   }
-  const usesFirewall = port.loadBalancerIPs.length > 0 && (port.loadBalancerSourceRanges.length > 0 || port.loadBalancerSourceRangesInvalid);
+  const usesFirewall =
+    port.loadBalancerIPs.length > 0 && (port.loadBalancerSourceRanges.length > 0 || port.loadBalancerSourceRangesInvalid);
   if (usesFirewall) chain(names.firewall);
   for (const ip of port.loadBalancerIPs) {
     if (hasEndpoints) element(nftNames.serviceIPs, vip(ip), `goto ${names.external}`);
     if (usesFirewall) element(nftNames.firewallIPs, vip(ip), `goto ${names.firewall}`);
   }
-  if (!hasExternalEndpoints) for (const ip of port.loadBalancerIPs) element(nftNames.noEndpointServices, vip(ip), externalFilterVerdict, comment);
+  if (!hasExternalEndpoints)
+    for (const ip of port.loadBalancerIPs) element(nftNames.noEndpointServices, vip(ip), externalFilterVerdict, comment);
   if (port.nodePort !== 0) {
     if (hasEndpoints) element(nftNames.serviceNodePorts, `${protocol} . ${port.nodePort}`, `goto ${names.external}`);
     if (!hasExternalEndpoints) element(nftNames.noEndpointNodePorts, `${protocol} . ${port.nodePort}`, externalFilterVerdict, comment);
@@ -483,18 +537,25 @@ function footprintOf(model: ProxyModel, port: ServicePort, words: FamilyWords, b
   }
 
   if (affinity) {
-    for (const endpoint of port.allReachableEndpoints) footprint.affinitySets.push({name: affinitySet(endpoint), timeoutSeconds: port.sessionAffinity!.timeoutSeconds});
+    for (const endpoint of port.allReachableEndpoints)
+      footprint.affinitySets.push({name: affinitySet(endpoint), timeoutSeconds: port.sessionAffinity!.timeoutSeconds});
   }
 
   const writeEndpointChoice = (policyChain: string, endpoints: Endpoint[]) => {
     const rules = chain(policyChain);
     if (affinity) {
       for (const endpoint of endpoints) rules.push(`${words.ipX} saddr @${affinitySet(endpoint)} goto ${endpointChain(endpoint)}`);
-      rules.push(`numgen random mod ${endpoints.length} vmap { ${endpoints.map((endpoint, index) => `${index} : goto ${endpointChain(endpoint)}`).join(', ')} }`);
+      rules.push(
+        `numgen random mod ${endpoints.length} vmap { ${endpoints.map((endpoint, index) => `${index} : goto ${endpointChain(endpoint)}`).join(', ')} }`,
+      );
       return;
     }
     const map = endpointTargetsMap(protocol, endpointMapShard(policyChain));
-    const block = blocks.allocate(policyChain, map, endpoints.map((endpoint) => `${endpoint.ip} . ${endpoint.port}`));
+    const block = blocks.allocate(
+      policyChain,
+      map,
+      endpoints.map((endpoint) => `${endpoint.ip} . ${endpoint.port}`),
+    );
     footprint.blocks.push(block);
     block.targets.forEach((target, index) => element(map, String(block.offset + index), target));
     const offset = block.offset === 0 ? '' : ` offset ${block.offset}`;
@@ -577,7 +638,8 @@ export function renderNftablesSync(model: ProxyModel, options: NftablesRenderOpt
   const now = options.now ?? Date.now();
   const key = setupKey(model, options);
   const previous = options.existing;
-  const partial = previous !== undefined && options.changedServicePorts !== undefined && previous.family === model.family && previous.setupKey === key;
+  const partial =
+    previous !== undefined && options.changedServicePorts !== undefined && previous.family === model.family && previous.setupKey === key;
   return partial ? renderPartialSync(model, options, words, previous, now) : renderFullSync(model, options, words, key, now);
 }
 
@@ -587,7 +649,15 @@ function renderFullSync(model: ProxyModel, options: NftablesRenderOptions, words
   const out: string[] = [];
   const t = `${words.ipX} ${tableName}`;
 
-  const state: NftablesState = {family: model.family, setupKey: key, footprints: new Map(), elements: new Map(), nextOffset: 0, staleChains: new Map(), targetMaps: new Set()};
+  const state: NftablesState = {
+    family: model.family,
+    setupKey: key,
+    footprints: new Map(),
+    elements: new Map(),
+    nextOffset: 0,
+    staleChains: new Map(),
+    targetMaps: new Set(),
+  };
   if (options.recreateTable) out.push(`add table ${t}`, `delete table ${t}`);
   renderSetup(model, options, words, out);
   if (previous && !options.recreateTable && previous.family === model.family) {
@@ -622,10 +692,11 @@ function renderFullSync(model: ProxyModel, options: NftablesRenderOptions, words
   const activeSets = new Set([...state.footprints.values()].flatMap((footprint) => footprint.affinitySets.map((set) => set.name)));
   if (previous && !options.recreateTable) {
     for (const footprint of previous.footprints.values()) {
-      for (const {name} of footprint.chains) if (!activeChains.has(name) && !previous.staleChains.has(name)) {
-        out.push(`flush chain ${t} ${name}`);
-        state.staleChains.set(name, now);
-      }
+      for (const {name} of footprint.chains)
+        if (!activeChains.has(name) && !previous.staleChains.has(name)) {
+          out.push(`flush chain ${t} ${name}`);
+          state.staleChains.set(name, now);
+        }
       for (const set of footprint.affinitySets) if (!activeSets.has(set.name)) out.push(`delete set ${t} ${set.name}`);
     }
     for (const [name, since] of previous.staleChains) if (!activeChains.has(name)) state.staleChains.set(name, since);
@@ -636,7 +707,13 @@ function renderFullSync(model: ProxyModel, options: NftablesRenderOptions, words
 }
 
 /** The chains and elements of the changed service ports only, on top of `state` (updated in place). */
-function renderPartialSync(model: ProxyModel, options: NftablesRenderOptions, words: FamilyWords, previous: NftablesState, now: number): NftablesSync {
+function renderPartialSync(
+  model: ProxyModel,
+  options: NftablesRenderOptions,
+  words: FamilyWords,
+  previous: NftablesState,
+  now: number,
+): NftablesSync {
   const out: string[] = [];
   const t = `${words.ipX} ${tableName}`;
 

@@ -137,7 +137,12 @@ function mapLookup(set: NftSet | undefined, key: string[]): string | undefined {
 }
 
 /** readSelector reads one packet field at words[index]; returns its value (undefined: does not apply) and the next index. */
-function readSelector(walker: Walker, state: PathState, words: string[], index: number): {value: string | undefined; next: number} | undefined {
+function readSelector(
+  walker: Walker,
+  state: PathState,
+  words: string[],
+  index: number,
+): {value: string | undefined; next: number} | undefined {
   const word = words[index];
   const next = words[index + 1];
   const packet = walker.packet;
@@ -154,7 +159,8 @@ function readSelector(walker: Walker, state: PathState, words: string[], index: 
     if (words[index + 2] === '&') return {value: `0x${(state.mark & Number.parseInt(words[index + 3], 16)).toString(16)}`, next: index + 4};
     return {value: `0x${state.mark.toString(16)}`, next: index + 2};
   }
-  if (word === 'iifname' || word === 'iif') return {value: walker.packet.origin === 'arriving' ? (packet.inInterface ?? '') : '', next: index + 1};
+  if (word === 'iifname' || word === 'iif')
+    return {value: walker.packet.origin === 'arriving' ? (packet.inInterface ?? '') : '', next: index + 1};
   if (word === 'oifname' || word === 'oif') return {value: '', next: index + 1};
   if (word === 'fib' && (next === 'saddr' || next === 'daddr') && words[index + 2] === 'type') {
     const address = next === 'saddr' ? packet.srcIP : state.daddr;
@@ -259,7 +265,12 @@ function evaluateRule(walker: Walker, state: PathState, text: string): RuleEffec
           const target = mapLookup(set, [String(key)]);
           const [ip, port] = target?.split(' . ') ?? [];
           const endpoint = ip !== undefined && port !== undefined ? (ip.includes(':') ? `[${ip}]:${port}` : `${ip}:${port}`) : undefined;
-          return {probability: 1 / numgen.keys.length, action: undefined, dnat: endpoint, explanation: endpoint ? `numgen picks key ${key}: DNAT to ${endpoint}` : `numgen picks key ${key}, which the map does not hold`};
+          return {
+            probability: 1 / numgen.keys.length,
+            action: undefined,
+            dnat: endpoint,
+            explanation: endpoint ? `numgen picks key ${key}: DNAT to ${endpoint}` : `numgen picks key ${key}, which the map does not hold`,
+          };
         });
         effect.action = {kind: 'split', choices};
         break;
@@ -281,7 +292,11 @@ function evaluateRule(walker: Walker, state: PathState, text: string): RuleEffec
       const byKey = new Map(entries);
       const choices = numgen.keys.map((key) => {
         const action = verdictAction(byKey.get(String(key)));
-        return {probability: 1 / numgen.keys.length, action, explanation: `numgen picks key ${key}: ${byKey.get(String(key)) ?? 'no element, falls through'}`};
+        return {
+          probability: 1 / numgen.keys.length,
+          action,
+          explanation: `numgen picks key ${key}: ${byKey.get(String(key)) ?? 'no element, falls through'}`,
+        };
       });
       effect.action = {kind: 'split', choices};
       break;
@@ -315,7 +330,12 @@ function evaluateRule(walker: Walker, state: PathState, text: string): RuleEffec
         ? mapLookup(walker.ruleset.sets.get(data.slice(1)), key as string[])
         : setItems(data)
             .map((item) => item.split(' : '))
-            .find(([candidate]) => candidate.trim().split(' . ').every((part, position) => literalMatches(part, (key as string[])[position])))?.[1];
+            .find(([candidate]) =>
+              candidate
+                .trim()
+                .split(' . ')
+                .every((part, position) => literalMatches(part, (key as string[])[position])),
+            )?.[1];
       const action = verdictAction(value?.trim());
       if (!action) return {matched: false, explanation: ''};
       effect.action = action;
@@ -331,7 +351,10 @@ function evaluateRule(walker: Walker, state: PathState, text: string): RuleEffec
     if (key.some((part) => part === undefined) || valueWord === undefined) return {matched: false, explanation: ''};
     let holds: boolean;
     if (valueWord.startsWith('@')) holds = setContains(walker.ruleset.sets.get(valueWord.slice(1)), key as string[]);
-    else if (valueWord.startsWith('{')) holds = setItems(valueWord).some((item) => item.split(' . ').every((part, position) => literalMatches(part.trim(), (key as string[])[position])));
+    else if (valueWord.startsWith('{'))
+      holds = setItems(valueWord).some((item) =>
+        item.split(' . ').every((part, position) => literalMatches(part.trim(), (key as string[])[position])),
+      );
     else holds = valueWord.split(',').some((item) => literalMatches(item, (key as string[])[0]));
     if (holds === negate) return {matched: false, explanation: ''};
     conditions.push(`${described} ${negate ? 'is not' : 'is'} ${valueWord}`);
@@ -341,7 +364,14 @@ function evaluateRule(walker: Walker, state: PathState, text: string): RuleEffec
   return effect;
 }
 
-function hopOf(walker: Walker, hook: Hook, chain: string, rule: {text: string; comment?: string}, target: string, explanation: string): TraceHop {
+function hopOf(
+  walker: Walker,
+  hook: Hook,
+  chain: string,
+  rule: {text: string; comment?: string},
+  target: string,
+  explanation: string,
+): TraceHop {
   const text = rule.comment !== undefined ? `${rule.text} comment "${rule.comment}"` : rule.text;
   return {hook, table: walker.tableLabel, chain, rule: text, target, explanation};
 }
@@ -356,7 +386,15 @@ interface ReturnPoint {
 }
 
 /** execChain runs a chain from rule `index`; each outcome is one path with its probability. */
-function execChain(walker: Walker, hook: Hook, chain: NftChain, index: number, state: PathState, stack: ReturnPoint[], depth: number): Outcome[] {
+function execChain(
+  walker: Walker,
+  hook: Hook,
+  chain: NftChain,
+  index: number,
+  state: PathState,
+  stack: ReturnPoint[],
+  depth: number,
+): Outcome[] {
   if (depth > maxDepth) {
     walker.warnings.add(`chain ${chain.name}: more than ${maxDepth} jumps; stopped`);
     return [state];
@@ -380,8 +418,24 @@ function execChain(walker: Walker, hook: Hook, chain: NftChain, index: number, s
       state.masqueradeReason = state.markedBy ? `marked for masquerade in ${state.markedBy}` : `masqueraded in ${chain.name}`;
     }
     const action = effect.action;
-    const target = !action ? (effect.dnat ? 'DNAT' : effect.masquerade ? 'MASQUERADE' : effect.mark ? 'MARK' : 'CONTINUE') : action.kind === 'jump' || action.kind === 'goto' ? action.target : action.kind.toUpperCase();
-    const explanation = effect.dnat ? `${effect.explanation}: DNAT to ${effect.dnat}` : effect.masquerade ? `${effect.explanation}: source NAT to the outgoing address` : effect.mark ? `${effect.explanation}: marks the packet for masquerade` : `${effect.explanation}: ${target.toLowerCase() === target ? `${action?.kind ?? ''} ${target}` : target}`;
+    const target = !action
+      ? effect.dnat
+        ? 'DNAT'
+        : effect.masquerade
+          ? 'MASQUERADE'
+          : effect.mark
+            ? 'MARK'
+            : 'CONTINUE'
+      : action.kind === 'jump' || action.kind === 'goto'
+        ? action.target
+        : action.kind.toUpperCase();
+    const explanation = effect.dnat
+      ? `${effect.explanation}: DNAT to ${effect.dnat}`
+      : effect.masquerade
+        ? `${effect.explanation}: source NAT to the outgoing address`
+        : effect.mark
+          ? `${effect.explanation}: marks the packet for masquerade`
+          : `${effect.explanation}: ${target.toLowerCase() === target ? `${action?.kind ?? ''} ${target}` : target}`;
     state.hops.push(hopOf(walker, hook, chain.name, rule, action?.kind === 'split' ? 'numgen' : target, explanation.trim()));
     if (!action) continue;
     switch (action.kind) {
@@ -419,7 +473,15 @@ function execChain(walker: Walker, hook: Hook, chain: NftChain, index: number, s
             branch.dport = port;
           }
           const hop = branch.hops[branch.hops.length - 1];
-          branch.hops[branch.hops.length - 1] = {...hop, target: choice.dnat ? 'DNAT' : choice.action && 'target' in choice.action ? choice.action.target : (choice.action?.kind ?? 'CONTINUE').toUpperCase(), explanation: choice.explanation};
+          branch.hops[branch.hops.length - 1] = {
+            ...hop,
+            target: choice.dnat
+              ? 'DNAT'
+              : choice.action && 'target' in choice.action
+                ? choice.action.target
+                : (choice.action?.kind ?? 'CONTINUE').toUpperCase(),
+            explanation: choice.explanation,
+          };
           if (!choice.action) {
             outcomes.push(...execChain(walker, hook, chain, position + 1, branch, stack, depth + 1));
             continue;
@@ -494,7 +556,15 @@ export function traceNftables(ruleset: NftRuleset, packet: Packet, context: Trac
     tableLabel: `${ruleset.family} ${ruleset.table}`,
     warnings: new Set(),
   };
-  const start: PathState = {probability: 1, hops: [], daddr: packet.dstIP, dport: packet.dstPort, mark: 0, masquerade: false, masqueradeReason: ''};
+  const start: PathState = {
+    probability: 1,
+    hops: [],
+    daddr: packet.dstIP,
+    dport: packet.dstPort,
+    mark: 0,
+    masquerade: false,
+    masqueradeReason: '',
+  };
   let paths = runHook(walker, packet.origin === 'arriving' ? 'PREROUTING' : 'OUTPUT', [start]);
   const after: PathState[] = [];
   for (const path of paths) {
@@ -508,7 +578,9 @@ export function traceNftables(ruleset: NftRuleset, packet: Packet, context: Trac
     }
     const toNode = walker.local.has(parseIP(path.daddr)?.text ?? path.daddr) || isLoopback(path.daddr);
     const routed = runHook(walker, toNode ? 'INPUT' : 'FORWARD', [path]);
-    after.push(...(toNode ? routed : routed.flatMap((routedPath) => (routedPath.end ? [routedPath] : runHook(walker, 'POSTROUTING', [routedPath])))));
+    after.push(
+      ...(toNode ? routed : routed.flatMap((routedPath) => (routedPath.end ? [routedPath] : runHook(walker, 'POSTROUTING', [routedPath])))),
+    );
   }
   paths = after;
 
@@ -516,11 +588,16 @@ export function traceNftables(ruleset: NftRuleset, packet: Packet, context: Trac
   const dnatPaths = paths.filter((path) => verdictOf(path) === 'DNAT');
   const verdict = dnatPaths.length > 0 ? 'DNAT' : verdictOf(paths[0]);
   const chosen = verdict === 'DNAT' ? dnatPaths : paths;
-  if (new Set(paths.map(verdictOf)).size > 1) walker.warnings.add(`paths end differently: ${[...new Set(paths.map(verdictOf))].join(', ')}`);
+  if (new Set(paths.map(verdictOf)).size > 1)
+    walker.warnings.add(`paths end differently: ${[...new Set(paths.map(verdictOf))].join(', ')}`);
 
   let shared = 0;
   const first = chosen[0].hops;
-  while (shared < first.length && chosen.every((path) => path.hops[shared] !== undefined && JSON.stringify(path.hops[shared]) === JSON.stringify(first[shared]))) shared++;
+  while (
+    shared < first.length &&
+    chosen.every((path) => path.hops[shared] !== undefined && JSON.stringify(path.hops[shared]) === JSON.stringify(first[shared]))
+  )
+    shared++;
   const branches: TraceBranch[] = [];
   if (verdict === 'DNAT') {
     const total = dnatPaths.reduce((sum, path) => sum + path.probability, 0);

@@ -90,7 +90,7 @@ export class AccessControl {
       if (groups.includes('system:authenticated') && under(discoveryPaths)) return {allowed: true, reason: 'system:discovery'};
       return this.rbac(a);
     }
-    const resource = a.subresource ? `${a.resource}/${a.subresource}` : a.resource ?? '';
+    const resource = a.subresource ? `${a.resource}/${a.subresource}` : (a.resource ?? '');
     for (const g of this.grants) {
       if (g.user !== undefined && g.user !== a.user.username) continue;
       if (g.group !== undefined && !groups.includes(g.group)) continue;
@@ -112,28 +112,40 @@ export class AccessControl {
     };
     const roleRules = (ref: any, namespace?: string): any[] => {
       const role: KubeObject | undefined =
-        ref?.kind === 'ClusterRole' ? this.log.get('rbac.authorization.k8s.io/clusterroles', undefined, ref.name) : this.log.get('rbac.authorization.k8s.io/roles', namespace, ref?.name);
+        ref?.kind === 'ClusterRole'
+          ? this.log.get('rbac.authorization.k8s.io/clusterroles', undefined, ref.name)
+          : this.log.get('rbac.authorization.k8s.io/roles', namespace, ref?.name);
       return Array.isArray(role?.rules) ? role.rules : [];
     };
     const ruleAllows = (rule: any): boolean => {
       if (!matches(rule.verbs ?? [], a.verb)) return false;
-      if (a.path !== undefined) return Array.isArray(rule.nonResourceURLs) && rule.nonResourceURLs.some((u: string) => u === a.path || (u.endsWith('*') && a.path!.startsWith(u.slice(0, -1))));
+      if (a.path !== undefined)
+        return (
+          Array.isArray(rule.nonResourceURLs) &&
+          rule.nonResourceURLs.some((u: string) => u === a.path || (u.endsWith('*') && a.path!.startsWith(u.slice(0, -1))))
+        );
       if (!matches(rule.apiGroups ?? [], a.group ?? '')) return false;
-      const resource = a.subresource ? `${a.resource}/${a.subresource}` : a.resource ?? '';
+      const resource = a.subresource ? `${a.resource}/${a.subresource}` : (a.resource ?? '');
       const resources: string[] = rule.resources ?? [];
-      const resourceOk = resources.includes('*') || resources.includes(resource) || (a.subresource !== undefined && resources.includes(`*/${a.subresource}`));
+      const resourceOk =
+        resources.includes('*') ||
+        resources.includes(resource) ||
+        (a.subresource !== undefined && resources.includes(`*/${a.subresource}`));
       if (!resourceOk) return false;
-      if (Array.isArray(rule.resourceNames) && rule.resourceNames.length > 0 && !(a.name && rule.resourceNames.includes(a.name))) return false;
+      if (Array.isArray(rule.resourceNames) && rule.resourceNames.length > 0 && !(a.name && rule.resourceNames.includes(a.name)))
+        return false;
       return true;
     };
     for (const binding of this.log.list('rbac.authorization.k8s.io/clusterrolebindings')) {
       if (!(binding.subjects ?? []).some((s: any) => subjectMatches(s))) continue;
-      if (roleRules(binding.roleRef).some(ruleAllows)) return {allowed: true, reason: `RBAC: allowed by ClusterRoleBinding "${binding.metadata.name}"`};
+      if (roleRules(binding.roleRef).some(ruleAllows))
+        return {allowed: true, reason: `RBAC: allowed by ClusterRoleBinding "${binding.metadata.name}"`};
     }
     if (a.namespace) {
       for (const binding of this.log.list('rbac.authorization.k8s.io/rolebindings', a.namespace)) {
         if (!(binding.subjects ?? []).some((s: any) => subjectMatches(s, a.namespace))) continue;
-        if (roleRules(binding.roleRef, a.namespace).some(ruleAllows)) return {allowed: true, reason: `RBAC: allowed by RoleBinding "${binding.metadata.name}/${a.namespace}"`};
+        if (roleRules(binding.roleRef, a.namespace).some(ruleAllows))
+          return {allowed: true, reason: `RBAC: allowed by RoleBinding "${binding.metadata.name}/${a.namespace}"`};
       }
     }
     return {allowed: false, reason: ''};

@@ -32,7 +32,15 @@ export class ApiError extends Error {
   }
 
   toStatus(): StatusObject {
-    const status: StatusObject = {kind: 'Status', apiVersion: 'v1', metadata: {}, status: 'Failure', message: this.message, reason: this.reason, code: this.code};
+    const status: StatusObject = {
+      kind: 'Status',
+      apiVersion: 'v1',
+      metadata: {},
+      status: 'Failure',
+      message: this.message,
+      reason: this.reason,
+      code: this.code,
+    };
     if (this.details) status.details = this.details;
     return status;
   }
@@ -54,11 +62,26 @@ export function notFound(resource: string, group: string, name: string): ApiErro
 }
 
 export function alreadyExists(resource: string, group: string, name: string): ApiError {
-  return new ApiError(409, 'AlreadyExists', `${qualifiedResource(resource, group)} "${name}" already exists`, detailsFor(resource, group, name));
+  return new ApiError(
+    409,
+    'AlreadyExists',
+    `${qualifiedResource(resource, group)} "${name}" already exists`,
+    detailsFor(resource, group, name),
+  );
 }
 
-export function conflict(resource: string, group: string, name: string, why = 'the object has been modified; please apply your changes to the latest version and try again'): ApiError {
-  return new ApiError(409, 'Conflict', `Operation cannot be fulfilled on ${qualifiedResource(resource, group)} "${name}": ${why}`, detailsFor(resource, group, name));
+export function conflict(
+  resource: string,
+  group: string,
+  name: string,
+  why = 'the object has been modified; please apply your changes to the latest version and try again',
+): ApiError {
+  return new ApiError(
+    409,
+    'Conflict',
+    `Operation cannot be fulfilled on ${qualifiedResource(resource, group)} "${name}": ${why}`,
+    detailsFor(resource, group, name),
+  );
 }
 
 export function badRequest(message: string): ApiError {
@@ -97,12 +120,24 @@ export function forbidden(resource: string, group: string, name: string, why: st
 }
 
 export function unsupportedMediaType(contentType: string): ApiError {
-  return new ApiError(415, 'UnsupportedMediaType', `the body of the request was in an unknown format - accepted media types include: application/json-patch+json, application/merge-patch+json, application/strategic-merge-patch+json (got ${contentType})`);
+  return new ApiError(
+    415,
+    'UnsupportedMediaType',
+    `the body of the request was in an unknown format - accepted media types include: application/json-patch+json, application/merge-patch+json, application/strategic-merge-patch+json (got ${contentType})`,
+  );
 }
 
 // ---- field errors (k8s.io/apimachinery/pkg/util/validation/field) ----
 
-export type FieldErrorType = 'FieldValueInvalid' | 'FieldValueRequired' | 'FieldValueDuplicate' | 'FieldValueNotSupported' | 'FieldValueForbidden' | 'FieldValueTooMany' | 'FieldValueTooLong' | 'InternalError';
+export type FieldErrorType =
+  | 'FieldValueInvalid'
+  | 'FieldValueRequired'
+  | 'FieldValueDuplicate'
+  | 'FieldValueNotSupported'
+  | 'FieldValueForbidden'
+  | 'FieldValueTooMany'
+  | 'FieldValueTooLong'
+  | 'InternalError';
 
 export interface FieldError {
   type: FieldErrorType;
@@ -123,23 +158,43 @@ export function goValue(value: unknown): string {
 }
 
 export const fieldError = {
-  invalid: (field: string, value: unknown, detail: string): FieldError => ({type: 'FieldValueInvalid', field, message: `Invalid value: ${goValue(value)}${detail ? `: ${detail}` : ''}`}),
-  required: (field: string, detail = ''): FieldError => ({type: 'FieldValueRequired', field, message: detail ? `Required value: ${detail}` : 'Required value'}),
-  duplicate: (field: string, value: unknown): FieldError => ({type: 'FieldValueDuplicate', field, message: `Duplicate value: ${goValue(value)}`}),
+  invalid: (field: string, value: unknown, detail: string): FieldError => ({
+    type: 'FieldValueInvalid',
+    field,
+    message: `Invalid value: ${goValue(value)}${detail ? `: ${detail}` : ''}`,
+  }),
+  required: (field: string, detail = ''): FieldError => ({
+    type: 'FieldValueRequired',
+    field,
+    message: detail ? `Required value: ${detail}` : 'Required value',
+  }),
+  duplicate: (field: string, value: unknown): FieldError => ({
+    type: 'FieldValueDuplicate',
+    field,
+    message: `Duplicate value: ${goValue(value)}`,
+  }),
   notSupported: (field: string, value: unknown, supported: string[]): FieldError => ({
     type: 'FieldValueNotSupported',
     field,
     message: `Unsupported value: ${goValue(value)}: supported values: ${supported.map((s) => JSON.stringify(s)).join(', ')}`,
   }),
   forbidden: (field: string, detail: string): FieldError => ({type: 'FieldValueForbidden', field, message: `Forbidden: ${detail}`}),
-  tooMany: (field: string, actual: number, max: number): FieldError => ({type: 'FieldValueTooMany', field, message: `Too many: ${actual}: must have at most ${max} items`}),
+  tooMany: (field: string, actual: number, max: number): FieldError => ({
+    type: 'FieldValueTooMany',
+    field,
+    message: `Too many: ${actual}: must have at most ${max} items`,
+  }),
 };
 
 /** 422 Invalid: `Service "web" is invalid: spec.ports[0].nodePort: Invalid value: ...`. */
 export function invalid(kind: string, group: string, name: string, errors: FieldError[]): ApiError {
   const parts = errors.map((e) => `${e.field}: ${e.message}`);
   const summary = parts.length === 1 ? parts[0] : `[${parts.join(', ')}]`;
-  const details: NonNullable<StatusObject['details']> = {name, kind, causes: errors.map((e) => ({reason: e.type, message: e.message, field: e.field}))};
+  const details: NonNullable<StatusObject['details']> = {
+    name,
+    kind,
+    causes: errors.map((e) => ({reason: e.type, message: e.message, field: e.field})),
+  };
   if (group) details.group = group;
   return new ApiError(422, 'Invalid', `${kind} "${name}" is invalid: ${summary}`, details);
 }

@@ -1,14 +1,32 @@
 // The object API behind the HTTP layer: create/get/list/update/patch/delete with kube-apiserver's semantics
 // (uids, generations, optimistic concurrency, defaults, validation, allocation, graceful pod deletion).
 import {randomUUID, randomInt} from 'node:crypto';
-import {ApiError, alreadyExists, badField, badRequest, conflict, forbidden, invalid, notFound, unsupportedMediaType, type FieldError} from './api-error.ts';
+import {
+  ApiError,
+  alreadyExists,
+  badField,
+  badRequest,
+  conflict,
+  forbidden,
+  invalid,
+  notFound,
+  unsupportedMediaType,
+  type FieldError,
+} from './api-error.ts';
 import {defaultEndpointSlice, validateEndpointSlice} from './endpointslice-rules.ts';
 import {ObjectLog, type KubeObject} from './object-log.ts';
 import {applyJsonPatch, applyMergePatch, applyStrategicMergePatch, patchTypes} from './patch.ts';
 import {defaultPod, validatePod, validatePodUpdate} from './pod-rules.ts';
 import {groupVersion, resolveResourceName, type ResourceType} from './resources.ts';
 import {matchesFields, matchesLabels, parseFieldSelector, parseLabelSelector} from './selectors.ts';
-import {allocateServiceAddresses, defaultService, releaseServiceAddresses, validateService, validateServiceStatus, type ServiceNetwork} from './service-rules.ts';
+import {
+  allocateServiceAddresses,
+  defaultService,
+  releaseServiceAddresses,
+  validateService,
+  validateServiceStatus,
+  type ServiceNetwork,
+} from './service-rules.ts';
 import {validateObjectMeta, type NameRule} from './name-rules.ts';
 import {checkFieldTypes} from './object-schema.ts';
 import {readyServiceCIDRStatus, validateServiceCIDR} from './servicecidr-rules.ts';
@@ -64,7 +82,15 @@ function nowRfc3339(clock: () => number): string {
 }
 
 function canonicalJson(v: unknown): string {
-  return JSON.stringify(v, (_k, value) => (value && typeof value === 'object' && !Array.isArray(value) ? Object.fromEntries(Object.keys(value).sort().map((k) => [k, value[k]])) : value));
+  return JSON.stringify(v, (_k, value) =>
+    value && typeof value === 'object' && !Array.isArray(value)
+      ? Object.fromEntries(
+          Object.keys(value)
+            .sort()
+            .map((k) => [k, value[k]]),
+        )
+      : value,
+  );
 }
 
 function withoutResourceVersion(obj: KubeObject): string {
@@ -125,7 +151,9 @@ export class ClusterStore {
     const limit = options.limit && options.limit > 0 ? options.limit : undefined;
     if (limit === undefined || matching.length <= limit) return {items: matching, resourceVersion: String(revision)};
     const items = matching.slice(0, limit);
-    const token = Buffer.from(JSON.stringify({v: 'meta.k8s.io/v1', rv: revision, start: keyOf(items[items.length - 1])})).toString('base64url');
+    const token = Buffer.from(JSON.stringify({v: 'meta.k8s.io/v1', rv: revision, start: keyOf(items[items.length - 1])})).toString(
+      'base64url',
+    );
     return {items, resourceVersion: String(revision), continue: token, remainingItemCount: matching.length - limit};
   }
 
@@ -139,12 +167,18 @@ export class ClusterStore {
     const meta = obj.metadata;
     if (type.namespaced) {
       const ns = namespace ?? meta.namespace ?? 'default';
-      if (meta.namespace && meta.namespace !== ns) throw badField('metadata.namespace', 'the namespace of the provided object does not match the namespace sent on the request');
+      if (meta.namespace && meta.namespace !== ns)
+        throw badField('metadata.namespace', 'the namespace of the provided object does not match the namespace sent on the request');
       meta.namespace = ns;
       const nsObj = this.log.get('namespaces', undefined, ns);
       if (!nsObj) throw notFound('namespaces', '', ns);
       if (nsObj.metadata.deletionTimestamp || nsObj.status?.phase === 'Terminating') {
-        throw forbidden(type.resource, type.group, meta.name ?? '', `unable to create new content in namespace ${ns} because it is being terminated`);
+        throw forbidden(
+          type.resource,
+          type.group,
+          meta.name ?? '',
+          `unable to create new content in namespace ${ns} because it is being terminated`,
+        );
       }
     } else delete meta.namespace;
     if (!meta.name && meta.generateName) {
@@ -180,7 +214,8 @@ export class ClusterStore {
     if (!body || typeof body !== 'object' || Array.isArray(body)) throw badRequest('the body of the request must be a JSON object');
     body = structuredClone(body);
     checkFieldTypes(type, body);
-    if (!body.metadata) throw badField('metadata.name', `the name of the object () does not match the name on the URL (${expectedName ?? ''})`);
+    if (!body.metadata)
+      throw badField('metadata.name', `the name of the object () does not match the name on the URL (${expectedName ?? ''})`);
     const name = body.metadata.name;
     if (expectedName !== undefined && name !== expectedName) {
       throw badField('metadata.name', `the name of the object (${name ?? ''}) does not match the name on the URL (${expectedName})`);
@@ -188,14 +223,21 @@ export class ClusterStore {
     if (type.namespaced && body.metadata.namespace && namespace && body.metadata.namespace !== namespace) {
       throw badField('metadata.namespace', 'the namespace of the provided object does not match the namespace sent on the request');
     }
-    const ns = type.namespaced ? namespace ?? body.metadata.namespace ?? 'default' : undefined;
+    const ns = type.namespaced ? (namespace ?? body.metadata.namespace ?? 'default') : undefined;
     const old = this.get(type, ns, name);
-    if (body.metadata.resourceVersion && body.metadata.resourceVersion !== old.metadata.resourceVersion) throw conflict(type.resource, type.group, name);
+    if (body.metadata.resourceVersion && body.metadata.resourceVersion !== old.metadata.resourceVersion)
+      throw conflict(type.resource, type.group, name);
     return this.replace(type, old, body, options);
   }
 
   /** Get, change, update; retried on conflicts. For programmatic users such as the lab and controllers. */
-  mutate(ref: ResourceRef, namespace: string | undefined, name: string, change: (obj: KubeObject) => KubeObject | void, options: WriteOptions = {}): KubeObject {
+  mutate(
+    ref: ResourceRef,
+    namespace: string | undefined,
+    name: string,
+    change: (obj: KubeObject) => KubeObject | void,
+    options: WriteOptions = {},
+  ): KubeObject {
     const type = this.type(ref);
     const old = this.get(type, namespace, name);
     const copy = structuredClone(old);
@@ -203,7 +245,14 @@ export class ClusterStore {
     return this.replace(type, old, changed, options);
   }
 
-  patch(ref: ResourceRef, namespace: string | undefined, name: string, contentType: string, patch: unknown, options: WriteOptions = {}): KubeObject {
+  patch(
+    ref: ResourceRef,
+    namespace: string | undefined,
+    name: string,
+    contentType: string,
+    patch: unknown,
+    options: WriteOptions = {},
+  ): KubeObject {
     const type = this.type(ref);
     const old = this.get(type, namespace, name);
     const base = structuredClone(old);
@@ -213,11 +262,17 @@ export class ClusterStore {
     else if (mediaType === patchTypes.strategic) patched = applyStrategicMergePatch(base, patch, type.kind);
     else if (mediaType === patchTypes.json) patched = applyJsonPatch(base, patch);
     else throw unsupportedMediaType(contentType);
-    if (!patched || typeof patched !== 'object' || Array.isArray(patched)) throw badRequest('the patch made the object something other than a JSON object');
+    if (!patched || typeof patched !== 'object' || Array.isArray(patched))
+      throw badRequest('the patch made the object something other than a JSON object');
     checkFieldTypes(type, patched);
     if (!patched.metadata) throw badField('metadata', "the patch removed the object's metadata");
-    if (patched.metadata.name !== name) throw badField('metadata.name', `the name of the object (${patched.metadata.name ?? ''}) does not match the name on the URL (${name})`);
-    if (patched.metadata.resourceVersion && patched.metadata.resourceVersion !== old.metadata.resourceVersion) throw conflict(type.resource, type.group, name);
+    if (patched.metadata.name !== name)
+      throw badField(
+        'metadata.name',
+        `the name of the object (${patched.metadata.name ?? ''}) does not match the name on the URL (${name})`,
+      );
+    if (patched.metadata.resourceVersion && patched.metadata.resourceVersion !== old.metadata.resourceVersion)
+      throw conflict(type.resource, type.group, name);
     return this.replace(type, old, patched, options);
   }
 
@@ -254,12 +309,18 @@ export class ClusterStore {
       else delete next.status;
     }
     if (old.metadata.generation !== undefined) {
-      next.metadata.generation = canonicalJson(next.spec) !== canonicalJson(old.spec) ? old.metadata.generation + 1 : old.metadata.generation;
+      next.metadata.generation =
+        canonicalJson(next.spec) !== canonicalJson(old.spec) ? old.metadata.generation + 1 : old.metadata.generation;
     }
     if (type.resource === 'services') defaultService(next, old, this.network);
     if (type.resource === 'pods') defaultPod(next);
     if (type.storageKey === 'discovery.k8s.io/endpointslices') defaultEndpointSlice(next);
-    const errors = options.subresource !== 'status' ? this.validate(type, next, old) : type.resource === 'services' ? validateServiceStatus(next) : validateObjectMeta(next, 'any');
+    const errors =
+      options.subresource !== 'status'
+        ? this.validate(type, next, old)
+        : type.resource === 'services'
+          ? validateServiceStatus(next)
+          : validateObjectMeta(next, 'any');
     if (errors.length > 0) throw invalid(type.kind, type.group, meta.name, errors);
 
     if (withoutResourceVersion(next) === withoutResourceVersion(old)) return old; // no-op writes keep the revision
@@ -268,10 +329,10 @@ export class ClusterStore {
       if (failure) throw failure;
     }
     if (options.dryRun) return next;
-    if (next.metadata.deletionTimestamp && !(next.metadata.finalizers?.length) && type.resource !== 'pods') {
+    if (next.metadata.deletionTimestamp && !next.metadata.finalizers?.length && type.resource !== 'pods') {
       return this.remove(type, next);
     }
-    if (type.resource === 'pods' && next.metadata.deletionTimestamp && !(next.metadata.finalizers?.length) && isTerminal(next)) {
+    if (type.resource === 'pods' && next.metadata.deletionTimestamp && !next.metadata.finalizers?.length && isTerminal(next)) {
       return this.remove(type, next);
     }
     return this.log.write(type.storageKey, 'MODIFIED', next);
@@ -283,13 +344,25 @@ export class ClusterStore {
     const old = this.get(type, namespace, name);
     const pre = options.preconditions;
     if (pre?.uid && pre.uid !== old.metadata.uid) {
-      throw conflict(type.resource, type.group, name, `Precondition failed: UID in precondition: ${pre.uid}, UID in object meta: ${old.metadata.uid}`);
+      throw conflict(
+        type.resource,
+        type.group,
+        name,
+        `Precondition failed: UID in precondition: ${pre.uid}, UID in object meta: ${old.metadata.uid}`,
+      );
     }
     if (pre?.resourceVersion && pre.resourceVersion !== old.metadata.resourceVersion) {
-      throw conflict(type.resource, type.group, name, `Precondition failed: ResourceVersion in precondition: ${pre.resourceVersion}, ResourceVersion in object meta: ${old.metadata.resourceVersion}`);
+      throw conflict(
+        type.resource,
+        type.group,
+        name,
+        `Precondition failed: ResourceVersion in precondition: ${pre.resourceVersion}, ResourceVersion in object meta: ${old.metadata.resourceVersion}`,
+      );
     }
     if (options.gracePeriodSeconds !== undefined && (!Number.isInteger(options.gracePeriodSeconds) || options.gracePeriodSeconds < 0)) {
-      throw invalid('DeleteOptions', 'meta.k8s.io', '', [{type: 'FieldValueInvalid', field: 'gracePeriodSeconds', message: `Invalid value: ${options.gracePeriodSeconds}: must be >= 0`}]);
+      throw invalid('DeleteOptions', 'meta.k8s.io', '', [
+        {type: 'FieldValueInvalid', field: 'gracePeriodSeconds', message: `Invalid value: ${options.gracePeriodSeconds}: must be >= 0`},
+      ]);
     }
     if (options.dryRun) return {object: old, gone: true};
 
@@ -354,11 +427,14 @@ export class ClusterStore {
     const key = `${pod.metadata.namespace}/${pod.metadata.name}`;
     clearTimeout(this.podDeletions.get(key));
     const uid = pod.metadata.uid;
-    const timer = setTimeout(() => {
-      this.podDeletions.delete(key);
-      const current = this.log.get('pods', pod.metadata.namespace, pod.metadata.name);
-      if (current && current.metadata.uid === uid && !current.metadata.finalizers?.length) this.remove(this.type('pods'), current);
-    }, Math.max(0, delayMs));
+    const timer = setTimeout(
+      () => {
+        this.podDeletions.delete(key);
+        const current = this.log.get('pods', pod.metadata.namespace, pod.metadata.name);
+        if (current && current.metadata.uid === uid && !current.metadata.finalizers?.length) this.remove(this.type('pods'), current);
+      },
+      Math.max(0, delayMs),
+    );
     timer.unref();
     this.podDeletions.set(key, timer);
   }
@@ -440,7 +516,17 @@ function isTerminal(pod: KubeObject): boolean {
 }
 
 function namespacedStorageKeys(): string[] {
-  return ['pods', 'services', 'endpoints', 'configmaps', 'events', 'serviceaccounts', 'discovery.k8s.io/endpointslices', 'rbac.authorization.k8s.io/roles', 'rbac.authorization.k8s.io/rolebindings'];
+  return [
+    'pods',
+    'services',
+    'endpoints',
+    'configmaps',
+    'events',
+    'serviceaccounts',
+    'discovery.k8s.io/endpointslices',
+    'rbac.authorization.k8s.io/roles',
+    'rbac.authorization.k8s.io/rolebindings',
+  ];
 }
 
 export {ApiError};

@@ -44,13 +44,25 @@ export function resourceList(groupName: string, version: string): Record<string,
   if (types.length === 0) return undefined;
   const resources: Record<string, unknown>[] = [];
   for (const t of types) {
-    const entry: Record<string, unknown> = {name: t.resource, singularName: t.singular, namespaced: t.namespaced, kind: t.kind, verbs: t.verbs};
+    const entry: Record<string, unknown> = {
+      name: t.resource,
+      singularName: t.singular,
+      namespaced: t.namespaced,
+      kind: t.kind,
+      verbs: t.verbs,
+    };
     if (t.shortNames.length > 0) entry.shortNames = t.shortNames;
     if (t.categories) entry.categories = t.categories;
     resources.push(entry);
     for (const sub of t.subresources) {
       const info = subresourceInfo[sub];
-      resources.push({name: `${t.resource}/${sub}`, singularName: '', namespaced: t.namespaced, kind: info.kind || t.kind, verbs: info.verbs});
+      resources.push({
+        name: `${t.resource}/${sub}`,
+        singularName: '',
+        namespaced: t.namespaced,
+        kind: info.kind || t.kind,
+        verbs: info.verbs,
+      });
     }
   }
   return {kind: 'APIResourceList', apiVersion: 'v1', groupVersion: groupName ? `${groupName}/${version}` : version, resources};
@@ -69,7 +81,11 @@ function definitionName(t: ResourceType): string {
  */
 export function openApiV2(): Record<string, unknown> {
   const definitions: Record<string, unknown> = {
-    'io.k8s.apimachinery.pkg.apis.meta.v1.ObjectMeta': {type: 'object', description: 'Standard object metadata.', additionalProperties: true},
+    'io.k8s.apimachinery.pkg.apis.meta.v1.ObjectMeta': {
+      type: 'object',
+      description: 'Standard object metadata.',
+      additionalProperties: true,
+    },
   };
   const paths: Record<string, unknown> = {};
   for (const t of resourceTypes) {
@@ -118,5 +134,8 @@ function varint(n: number): Buffer {
 }
 
 export function openApiV2Protobuf(): Buffer {
-  return Buffer.concat([protoString(1, '2.0'), protoMessage(2, Buffer.concat([protoString(1, 'Kubernetes'), protoString(2, serverVersion.gitVersion)]))]);
+  return Buffer.concat([
+    protoString(1, '2.0'),
+    protoMessage(2, Buffer.concat([protoString(1, 'Kubernetes'), protoString(2, serverVersion.gitVersion)])),
+  ]);
 }

@@ -39,7 +39,8 @@ function findPort(pod: KubeObject, servicePort: any): number | undefined {
   const wanted = String(target);
   if (/^\d+$/.test(wanted)) return Number(wanted);
   for (const c of pod.spec?.containers ?? []) {
-    for (const p of c.ports ?? []) if (p.name === wanted && (p.protocol ?? 'TCP') === (servicePort.protocol ?? 'TCP')) return p.containerPort;
+    for (const p of c.ports ?? [])
+      if (p.name === wanted && (p.protocol ?? 'TCP') === (servicePort.protocol ?? 'TCP')) return p.containerPort;
   }
   return undefined;
 }
@@ -106,7 +107,10 @@ export class EndpointSliceController {
         for (const svc of this.store.log.list('services', ns)) {
           const selector = svc.spec?.selector;
           if (!selector || Object.keys(selector).length === 0) continue;
-          if (matchesSelectorMap(selector, obj.metadata.labels) || (event.previous && matchesSelectorMap(selector, event.previous.metadata.labels))) {
+          if (
+            matchesSelectorMap(selector, obj.metadata.labels) ||
+            (event.previous && matchesSelectorMap(selector, event.previous.metadata.labels))
+          ) {
             this.enqueue(ns, svc.metadata.name);
           }
         }
@@ -120,7 +124,8 @@ export class EndpointSliceController {
       case sliceStorage: {
         // Someone else changed or removed a slice we manage: put it back.
         const labels = obj.metadata.labels ?? event.previous?.metadata.labels ?? {};
-        if (labels[managedByLabel] === controllerName && labels[serviceNameLabel]) this.enqueue(obj.metadata.namespace!, labels[serviceNameLabel], false);
+        if (labels[managedByLabel] === controllerName && labels[serviceNameLabel])
+          this.enqueue(obj.metadata.namespace!, labels[serviceNameLabel], false);
         break;
       }
     }
@@ -129,7 +134,7 @@ export class EndpointSliceController {
   private enqueue(namespace: string, name: string, trigger = true): void {
     const key = `${namespace}/${name}`;
     const now = this.clock();
-    if (!this.pending.has(key) || trigger) this.pending.set(key, trigger ? now : this.pending.get(key) ?? 0);
+    if (!this.pending.has(key) || trigger) this.pending.set(key, trigger ? now : (this.pending.get(key) ?? 0));
     this.scheduled ??= setImmediate(() => this.flush());
   }
 
@@ -199,7 +204,8 @@ export class EndpointSliceController {
       const terminating = Boolean(pod.metadata.deletionTimestamp);
       const ready = podIsReady(pod);
       const nodeName: string | undefined = pod.spec?.nodeName;
-      if (nodeName && !zoneOf.has(nodeName)) zoneOf.set(nodeName, this.store.log.get('nodes', undefined, nodeName)?.metadata.labels?.[zoneLabel]);
+      if (nodeName && !zoneOf.has(nodeName))
+        zoneOf.set(nodeName, this.store.log.get('nodes', undefined, nodeName)?.metadata.labels?.[zoneLabel]);
       const zone = nodeName ? zoneOf.get(nodeName) : undefined;
       for (const addressType of addressTypes) {
         const ip = ips.find((x) => ipFamilyOf(x) === addressType);
@@ -271,7 +277,10 @@ export class EndpointSliceController {
         leftovers.push(want);
         continue;
       }
-      const same = sameJson(slice.endpoints, want.endpoints) && sameJson(slice.metadata.labels, labels) && sameJson(slice.metadata.ownerReferences, ownerReferences);
+      const same =
+        sameJson(slice.endpoints, want.endpoints) &&
+        sameJson(slice.metadata.labels, labels) &&
+        sameJson(slice.metadata.ownerReferences, ownerReferences);
       if (same) continue;
       rewrite(slice, want);
     }

@@ -22,24 +22,29 @@ export function validateEndpointSlice(slice: KubeObject, options: {allowSpecialA
   else if (!addressTypes.includes(slice.addressType)) add(fieldError.notSupported('addressType', slice.addressType, addressTypes));
   const endpoints: any[] = Array.isArray(slice.endpoints) ? slice.endpoints : [];
   if (endpoints.length > maxEndpoints) add(fieldError.tooMany('endpoints', endpoints.length, maxEndpoints));
-  else endpoints.forEach((ep, i) => {
-    const path = `endpoints[${i}]`;
-    const addresses: unknown[] = Array.isArray(ep?.addresses) ? ep.addresses : [];
-    if (addresses.length === 0) add(fieldError.required(`${path}.addresses`, 'must contain at least 1 address'));
-    else if (addresses.length > 100) add(fieldError.tooMany(`${path}.addresses`, addresses.length, 100));
-    addresses.forEach((address, j) => {
-      const ap = `${path}.addresses[${j}]`;
-      const text = String(address);
-      if (slice.addressType === 'IPv4' && !isIPv4(text)) add(fieldError.invalid(ap, address, 'must be a valid IPv4 address'));
-      if (slice.addressType === 'IPv6' && !isIPv6(text)) add(fieldError.invalid(ap, address, 'must be a valid IPv6 address'));
-      if (!options.allowSpecialAddresses && ((slice.addressType === 'IPv4' && isIPv4(text)) || (slice.addressType === 'IPv6' && isIPv6(text)))) {
-        for (const msg of specialAddressErrors(text)) add(fieldError.invalid(ap, address, msg));
-      }
-      if (slice.addressType === 'FQDN') for (const msg of dns1123SubdomainErrors(text)) add(fieldError.invalid(ap, address, msg));
+  else
+    endpoints.forEach((ep, i) => {
+      const path = `endpoints[${i}]`;
+      const addresses: unknown[] = Array.isArray(ep?.addresses) ? ep.addresses : [];
+      if (addresses.length === 0) add(fieldError.required(`${path}.addresses`, 'must contain at least 1 address'));
+      else if (addresses.length > 100) add(fieldError.tooMany(`${path}.addresses`, addresses.length, 100));
+      addresses.forEach((address, j) => {
+        const ap = `${path}.addresses[${j}]`;
+        const text = String(address);
+        if (slice.addressType === 'IPv4' && !isIPv4(text)) add(fieldError.invalid(ap, address, 'must be a valid IPv4 address'));
+        if (slice.addressType === 'IPv6' && !isIPv6(text)) add(fieldError.invalid(ap, address, 'must be a valid IPv6 address'));
+        if (
+          !options.allowSpecialAddresses &&
+          ((slice.addressType === 'IPv4' && isIPv4(text)) || (slice.addressType === 'IPv6' && isIPv6(text)))
+        ) {
+          for (const msg of specialAddressErrors(text)) add(fieldError.invalid(ap, address, msg));
+        }
+        if (slice.addressType === 'FQDN') for (const msg of dns1123SubdomainErrors(text)) add(fieldError.invalid(ap, address, msg));
+      });
+      if (ep?.hostname) for (const msg of dns1123LabelErrors(ep.hostname)) add(fieldError.invalid(`${path}.hostname`, ep.hostname, msg));
+      if (ep?.nodeName)
+        for (const msg of dns1123SubdomainErrors(ep.nodeName)) add(fieldError.invalid(`${path}.nodeName`, ep.nodeName, msg));
     });
-    if (ep?.hostname) for (const msg of dns1123LabelErrors(ep.hostname)) add(fieldError.invalid(`${path}.hostname`, ep.hostname, msg));
-    if (ep?.nodeName) for (const msg of dns1123SubdomainErrors(ep.nodeName)) add(fieldError.invalid(`${path}.nodeName`, ep.nodeName, msg));
-  });
   const ports: any[] = Array.isArray(slice.ports) ? slice.ports : [];
   if (ports.length > maxPorts) {
     add(fieldError.tooMany('ports', ports.length, maxPorts));
@@ -52,7 +57,8 @@ export function validateEndpointSlice(slice: KubeObject, options: {allowSpecialA
     if (name) for (const msg of dns1123LabelErrors(name)) add(fieldError.invalid(`${path}.name`, name, msg));
     if (names.has(name)) add(fieldError.duplicate(`${path}.name`, name));
     names.add(name);
-    if (p?.port !== undefined && p.port !== null) for (const msg of portNumberErrors(p.port)) add(fieldError.invalid(`${path}.port`, p.port, msg));
+    if (p?.port !== undefined && p.port !== null)
+      for (const msg of portNumberErrors(p.port)) add(fieldError.invalid(`${path}.port`, p.port, msg));
     if (!p?.protocol) add(fieldError.required(`${path}.protocol`));
     else if (!protocols.includes(p.protocol)) add(fieldError.notSupported(`${path}.protocol`, p.protocol, protocols));
   });

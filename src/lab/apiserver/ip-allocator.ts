@@ -98,7 +98,8 @@ export class ClusterIPAllocator {
     if (!this.cidr.contains(ip)) return `provided IP (${ip}) is not in the valid range. The range of valid IPs is ${this.cidr.text}`;
     const v = ipToBigInt(ip);
     const lastValid = this.cidr.base + this.cidr.size - (this.cidr.family === 'IPv4' ? 2n : 1n);
-    if (v < this.first || v > lastValid) return `provided IP (${ip}) is not in the valid range. The range of valid IPs is ${this.cidr.text}`;
+    if (v < this.first || v > lastValid)
+      return `provided IP (${ip}) is not in the valid range. The range of valid IPs is ${this.cidr.text}`;
     if (this.used.has(v)) return 'provided IP is already allocated';
     this.used.add(v);
     return undefined;

@@ -16,15 +16,30 @@ function nameFormErrors(value: string, maxLength: number, pattern: RegExp, misma
 }
 
 export function dns1123LabelErrors(value: string): string[] {
-  return nameFormErrors(value, 63, dns1123LabelRe, "a lowercase RFC 1123 label must consist of lower case alphanumeric characters or '-', and must start and end with an alphanumeric character (e.g. 'my-name',  or '123-abc', regex used for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?')");
+  return nameFormErrors(
+    value,
+    63,
+    dns1123LabelRe,
+    "a lowercase RFC 1123 label must consist of lower case alphanumeric characters or '-', and must start and end with an alphanumeric character (e.g. 'my-name',  or '123-abc', regex used for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?')",
+  );
 }
 
 export function dns1123SubdomainErrors(value: string): string[] {
-  return nameFormErrors(value, 253, dns1123SubdomainRe, "a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', and must start and end with an alphanumeric character (e.g. 'example.com', regex used for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*')");
+  return nameFormErrors(
+    value,
+    253,
+    dns1123SubdomainRe,
+    "a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', and must start and end with an alphanumeric character (e.g. 'example.com', regex used for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*')",
+  );
 }
 
 export function dns1035LabelErrors(value: string): string[] {
-  return nameFormErrors(value, 63, dns1035LabelRe, "a DNS-1035 label must consist of lower case alphanumeric characters or '-', start with an alphabetic character, and end with an alphanumeric character (e.g. 'my-name',  or 'abc-123', regex used for validation is '[a-z]([-a-z0-9]*[a-z0-9])?')");
+  return nameFormErrors(
+    value,
+    63,
+    dns1035LabelRe,
+    "a DNS-1035 label must consist of lower case alphanumeric characters or '-', start with an alphabetic character, and end with an alphanumeric character (e.g. 'my-name',  or 'abc-123', regex used for validation is '[a-z]([-a-z0-9]*[a-z0-9])?')",
+  );
 }
 
 /** IANA_SVC_NAME, the form of container port names and named targetPorts. */
@@ -39,7 +54,9 @@ export function portNameErrors(value: string): string[] {
 }
 
 export function portNumberErrors(value: unknown): string[] {
-  return typeof value === 'number' && Number.isInteger(value) && value >= 1 && value <= 65535 ? [] : ['must be between 1 and 65535, inclusive'];
+  return typeof value === 'number' && Number.isInteger(value) && value >= 1 && value <= 65535
+    ? []
+    : ['must be between 1 and 65535, inclusive'];
 }
 
 /**
@@ -58,7 +75,8 @@ export function specialAddressErrors(ip: string): string[] {
   if (value === 0n) return ['may not be unspecified (0.0.0.0, ::)'];
   if (v4 ? inRange('127.0.0.0', 8) : value === 1n) return ['may not be in the loopback range (127.0.0.0/8, ::1/128)'];
   if (v4 ? inRange('169.254.0.0', 16) : inRange('fe80::', 10)) return ['may not be in the link-local range (169.254.0.0/16, fe80::/10)'];
-  if (v4 ? inRange('224.0.0.0', 24) : inRange('ff02::', 16)) return ['may not be in the link-local multicast range (224.0.0.0/24, ff02::/10)'];
+  if (v4 ? inRange('224.0.0.0', 24) : inRange('ff02::', 16))
+    return ['may not be in the link-local multicast range (224.0.0.0/24, ff02::/10)'];
   return [];
 }
 

@@ -29,16 +29,40 @@ const objectMeta = struct('ObjectMeta', {
   labels: map('string'),
   annotations: map('string'),
   finalizers: list('string'),
-  ownerReferences: list(struct('OwnerReference', {...strings('apiVersion', 'kind', 'name', 'uid'), controller: 'bool', blockOwnerDeletion: 'bool'})),
+  ownerReferences: list(
+    struct('OwnerReference', {...strings('apiVersion', 'kind', 'name', 'uid'), controller: 'bool', blockOwnerDeletion: 'bool'}),
+  ),
 });
 
-const condition = struct('Condition', {...strings('type', 'status', 'reason', 'message'), observedGeneration: 'int64', lastTransitionTime: 'time', lastProbeTime: 'time', lastHeartbeatTime: 'time'});
-const objectReference = struct('ObjectReference', strings('kind', 'namespace', 'name', 'uid', 'apiVersion', 'resourceVersion', 'fieldPath'));
+const condition = struct('Condition', {
+  ...strings('type', 'status', 'reason', 'message'),
+  observedGeneration: 'int64',
+  lastTransitionTime: 'time',
+  lastProbeTime: 'time',
+  lastHeartbeatTime: 'time',
+});
+const objectReference = struct(
+  'ObjectReference',
+  strings('kind', 'namespace', 'name', 'uid', 'apiVersion', 'resourceVersion', 'fieldPath'),
+);
 
 const serviceSpec = struct('ServiceSpec', {
-  ports: list(struct('ServicePort', {...strings('name', 'protocol', 'appProtocol'), port: 'int32', targetPort: 'intOrString', nodePort: 'int32'})),
+  ports: list(
+    struct('ServicePort', {...strings('name', 'protocol', 'appProtocol'), port: 'int32', targetPort: 'intOrString', nodePort: 'int32'}),
+  ),
   selector: map('string'),
-  ...strings('clusterIP', 'type', 'sessionAffinity', 'loadBalancerIP', 'externalName', 'externalTrafficPolicy', 'ipFamilyPolicy', 'loadBalancerClass', 'internalTrafficPolicy', 'trafficDistribution'),
+  ...strings(
+    'clusterIP',
+    'type',
+    'sessionAffinity',
+    'loadBalancerIP',
+    'externalName',
+    'externalTrafficPolicy',
+    'ipFamilyPolicy',
+    'loadBalancerClass',
+    'internalTrafficPolicy',
+    'trafficDistribution',
+  ),
   clusterIPs: list('string'),
   externalIPs: list('string'),
   loadBalancerSourceRanges: list('string'),
@@ -50,7 +74,12 @@ const serviceSpec = struct('ServiceSpec', {
 });
 
 const loadBalancerStatus = struct('LoadBalancerStatus', {
-  ingress: list(struct('LoadBalancerIngress', {...strings('ip', 'hostname', 'ipMode'), ports: list(struct('PortStatus', {port: 'int32', ...strings('protocol', 'error')}))})),
+  ingress: list(
+    struct('LoadBalancerIngress', {
+      ...strings('ip', 'hostname', 'ipMode'),
+      ports: list(struct('PortStatus', {port: 'int32', ...strings('protocol', 'error')})),
+    }),
+  ),
 });
 
 const service = struct('Service', {
@@ -69,14 +98,22 @@ const endpointSlice = struct('EndpointSlice', {
       ...strings('hostname', 'nodeName', 'zone'),
       targetRef: objectReference,
       deprecatedTopology: map('string'),
-      hints: struct('EndpointHints', {forZones: list(struct('ForZone', strings('name'))), forNodes: list(struct('ForNode', strings('name')))}),
+      hints: struct('EndpointHints', {
+        forZones: list(struct('ForZone', strings('name'))),
+        forNodes: list(struct('ForNode', strings('name'))),
+      }),
     }),
   ),
   ports: list(struct('EndpointPort', {...strings('name', 'protocol', 'appProtocol'), port: 'int32'})),
 });
 
 const probe = struct('Probe', {
-  ...Object.fromEntries(['initialDelaySeconds', 'timeoutSeconds', 'periodSeconds', 'successThreshold', 'failureThreshold'].map((name) => [name, 'int32' as FieldType])),
+  ...Object.fromEntries(
+    ['initialDelaySeconds', 'timeoutSeconds', 'periodSeconds', 'successThreshold', 'failureThreshold'].map((name) => [
+      name,
+      'int32' as FieldType,
+    ]),
+  ),
   terminationGracePeriodSeconds: 'int64',
   httpGet: struct('HTTPGetAction', {...strings('path', 'host', 'scheme'), port: 'intOrString'}),
   tcpSocket: struct('TCPSocketAction', {host: 'string', port: 'intOrString'}),
@@ -110,7 +147,14 @@ const pod = struct('Pod', {
     hostIPs: list(struct('HostIP', strings('ip'))),
     conditions: list(condition),
     startTime: 'time',
-    containerStatuses: list(struct('ContainerStatus', {...strings('name', 'image', 'imageID', 'containerID'), ready: 'bool', started: 'bool', restartCount: 'int32'})),
+    containerStatuses: list(
+      struct('ContainerStatus', {
+        ...strings('name', 'image', 'imageID', 'containerID'),
+        ready: 'bool',
+        started: 'bool',
+        restartCount: 'int32',
+      }),
+    ),
   }),
 });
 
@@ -145,7 +189,10 @@ const schemas: Record<string, Struct> = {
 
 /** Go's name of a field type, as its decoder prints it. */
 function goTypeName(type: FieldType): string {
-  if (typeof type === 'string') return ({string: 'string', bool: 'bool', int32: 'int32', int64: 'int64', intOrString: 'intstr.IntOrString', time: 'v1.Time'} as const)[type];
+  if (typeof type === 'string')
+    return ({string: 'string', bool: 'bool', int32: 'int32', int64: 'int64', intOrString: 'intstr.IntOrString', time: 'v1.Time'} as const)[
+      type
+    ];
   if ('list' in type) return `[]${goTypeName(type.list)}`;
   if ('map' in type) return `map[string]${goTypeName(type.map)}`;
   return `v1.${type.struct}`;
@@ -160,7 +207,8 @@ function jsonTypeName(value: unknown, type: FieldType): string {
 }
 
 function zeroValue(type: FieldType): unknown {
-  if (typeof type === 'string') return type === 'bool' ? false : type === 'int32' || type === 'int64' ? 0 : type === 'time' ? undefined : '';
+  if (typeof type === 'string')
+    return type === 'bool' ? false : type === 'int32' || type === 'int64' ? 0 : type === 'time' ? undefined : '';
   return 'list' in type ? [] : {};
 }
 
@@ -175,7 +223,10 @@ function fitsScalar(type: Scalar, value: unknown): boolean {
     case 'bool':
       return typeof value === 'boolean';
     case 'intOrString':
-      return typeof value === 'string' || (typeof value === 'number' && Number.isInteger(value) && value >= intRange.int32[0] && value <= intRange.int32[1]);
+      return (
+        typeof value === 'string' ||
+        (typeof value === 'number' && Number.isInteger(value) && value >= intRange.int32[0] && value <= intRange.int32[1])
+      );
     default:
       return typeof value === 'number' && Number.isInteger(value) && value >= intRange[type][0] && value <= intRange[type][1];
   }
@@ -221,7 +272,11 @@ function walk(value: unknown, type: FieldType, path: {field: string; goPath: str
   for (const [name, fieldType] of Object.entries(type.fields)) {
     if (record[name] === null) delete record[name];
     if (record[name] === undefined) continue;
-    const child = {field: path.field ? `${path.field}.${name}` : name, goPath: path.goPath ? `${path.goPath}.${name}` : name, owner: type.struct};
+    const child = {
+      field: path.field ? `${path.field}.${name}` : name,
+      goPath: path.goPath ? `${path.goPath}.${name}` : name,
+      owner: type.struct,
+    };
     const found = walk(record[name], fieldType, child);
     if (found) return found;
   }
@@ -239,5 +294,9 @@ export function checkFieldTypes(type: ResourceType, obj: KubeObject): void {
   const found = walk(obj, root, {field: '', goPath: '', owner: root.struct});
   if (!found) return;
   const message = `${type.kind} in version "${type.version}" cannot be handled as a ${type.kind}: ${found.message}`;
-  throw new ApiError(400, 'BadRequest', message, {kind: type.resource, ...(type.group ? {group: type.group} : {}), causes: [{reason: 'FieldValueInvalid', message: found.message, field: found.field}]});
+  throw new ApiError(400, 'BadRequest', message, {
+    kind: type.resource,
+    ...(type.group ? {group: type.group} : {}),
+    causes: [{reason: 'FieldValueInvalid', message: found.message, field: found.field}],
+  });
 }

@@ -90,7 +90,12 @@ function deepEqual(a: Json, b: Json): boolean {
 
 function canonical(v: Json): Json {
   if (Array.isArray(v)) return v.map(canonical);
-  if (isObject(v)) return Object.fromEntries(Object.keys(v).sort().map((k) => [k, canonical(v[k])]));
+  if (isObject(v))
+    return Object.fromEntries(
+      Object.keys(v)
+        .sort()
+        .map((k) => [k, canonical(v[k])]),
+    );
   return v;
 }
 
@@ -126,7 +131,8 @@ export function applyJsonPatch(target: Json, ops: Json): Json {
         doc = addAt(doc, op.path, structuredClone(walk(doc, parsePointer(op.from), op.from)));
         break;
       case 'test':
-        if (!deepEqual(walk(doc, parsePointer(op.path), op.path), op.value)) throw jsonPatchError(`testing value ${op.path} failed: test failed`, op.path);
+        if (!deepEqual(walk(doc, parsePointer(op.path), op.path), op.value))
+          throw jsonPatchError(`testing value ${op.path} failed: test failed`, op.path);
         break;
       default:
         throw badRequest(`json patch: unexpected operation ${JSON.stringify(op.op)}`);
@@ -205,13 +211,15 @@ function mergeMap(original: Record<string, Json>, patch: Record<string, Json>, k
       out[key] = mergeMap(isObject(out[key]) ? out[key] : {}, value, kind, p);
     } else if (Array.isArray(value)) {
       const mergeKey = mergeKeyFor(kind, p);
-      out[key] = mergeKey === undefined || !Array.isArray(out[key]) ? stripDirectives(value) : mergeList(out[key], value, mergeKey, kind, p);
+      out[key] =
+        mergeKey === undefined || !Array.isArray(out[key]) ? stripDirectives(value) : mergeList(out[key], value, mergeKey, kind, p);
     } else {
       out[key] = value;
     }
   }
   for (const [field, order] of elementOrders) {
-    if (Array.isArray(out[field]) && Array.isArray(order)) out[field] = reorder(out[field], order, mergeKeyFor(kind, childPath(path, field)));
+    if (Array.isArray(out[field]) && Array.isArray(order))
+      out[field] = reorder(out[field], order, mergeKeyFor(kind, childPath(path, field)));
   }
   if (retainKeys) for (const key of Object.keys(out)) if (!retainKeys.includes(key) && !Object.hasOwn(patch, key)) delete out[key];
   return out;
@@ -272,4 +280,3 @@ export const patchTypes = {
   json: 'application/json-patch+json',
   apply: 'application/apply-patch+yaml',
 } as const;
-

@@ -43,8 +43,10 @@ export function validatePod(pod: KubeObject): FieldError[] {
       const portNames = new Set<string>();
       (Array.isArray(c?.ports) ? c.ports : []).forEach((p: any, j: number) => {
         const pp = `${path}.ports[${j}]`;
-        for (const msg of portNumberErrors(p?.containerPort)) errors.push(fieldError.invalid(`${pp}.containerPort`, p?.containerPort ?? 0, msg));
-        if (p?.hostPort !== undefined && p.hostPort !== 0) for (const msg of portNumberErrors(p.hostPort)) errors.push(fieldError.invalid(`${pp}.hostPort`, p.hostPort, msg));
+        for (const msg of portNumberErrors(p?.containerPort))
+          errors.push(fieldError.invalid(`${pp}.containerPort`, p?.containerPort ?? 0, msg));
+        if (p?.hostPort !== undefined && p.hostPort !== 0)
+          for (const msg of portNumberErrors(p.hostPort)) errors.push(fieldError.invalid(`${pp}.hostPort`, p.hostPort, msg));
         if (p?.protocol && !protocols.includes(p.protocol)) errors.push(fieldError.notSupported(`${pp}.protocol`, p.protocol, protocols));
         if (p?.name) {
           for (const msg of portNameErrors(p.name)) errors.push(fieldError.invalid(`${pp}.name`, p.name, msg));
@@ -76,7 +78,10 @@ export function validatePodUpdate(pod: KubeObject, old: KubeObject): FieldError[
   const before = structuredClone(old.spec ?? {});
   delete before.nodeName;
   if (next.nodeName === undefined) delete next.nodeName;
-  if (comparable({...next, nodeName: undefined}) !== comparable({...before, nodeName: undefined}) || (old.spec?.nodeName && pod.spec?.nodeName !== old.spec.nodeName)) {
+  if (
+    comparable({...next, nodeName: undefined}) !== comparable({...before, nodeName: undefined}) ||
+    (old.spec?.nodeName && pod.spec?.nodeName !== old.spec.nodeName)
+  ) {
     errors.push(fieldError.forbidden('spec', mutableSpecMessage));
   }
   return errors;

@@ -4,7 +4,19 @@ import type {IncomingMessage} from 'node:http';
 import type {Duplex} from 'node:stream';
 import type {KubeObject} from './object-log.ts';
 import {dialPod, portForwardError, type PodAddressResolver} from './portforward-target.ts';
-import {dataFrame, flagFin, FrameReader, frameType, goAwayFrame, HeaderReader, HeaderWriter, pingFrame, rstStreamFrame, synReplyFrame, type Frame} from './spdy-framing.ts';
+import {
+  dataFrame,
+  flagFin,
+  FrameReader,
+  frameType,
+  goAwayFrame,
+  HeaderReader,
+  HeaderWriter,
+  pingFrame,
+  rstStreamFrame,
+  synReplyFrame,
+  type Frame,
+} from './spdy-framing.ts';
 
 const portForwardProtocol = 'portforward.k8s.io';
 const maxDataFrame = 32 * 1024;
@@ -196,7 +208,8 @@ class SpdyPortForwardSession {
   }
 
   cancel(): void {
-    for (const request of this.requests.values()) if (request.dataStream !== undefined) this.send(rstStreamFrame(request.dataStream, rstCancel));
+    for (const request of this.requests.values())
+      if (request.dataStream !== undefined) this.send(rstStreamFrame(request.dataStream, rstCancel));
     this.close();
   }
 }
@@ -215,10 +228,14 @@ export class SpdyPortForwarder {
       .map((s) => s.trim());
     if (!offered.includes(portForwardProtocol)) {
       const body = `unable to upgrade: unable to negotiate protocol: client supports ${JSON.stringify(offered)}, server supports ["${portForwardProtocol}"]`;
-      socket.end(`HTTP/1.1 403 Forbidden\r\ncontent-type: text/plain\r\ncontent-length: ${Buffer.byteLength(body)}\r\nconnection: close\r\n\r\n${body}`);
+      socket.end(
+        `HTTP/1.1 403 Forbidden\r\ncontent-type: text/plain\r\ncontent-length: ${Buffer.byteLength(body)}\r\nconnection: close\r\n\r\n${body}`,
+      );
       return;
     }
-    socket.write(`HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: SPDY/3.1\r\nX-Stream-Protocol-Version: ${portForwardProtocol}\r\n\r\n`);
+    socket.write(
+      `HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: SPDY/3.1\r\nX-Stream-Protocol-Version: ${portForwardProtocol}\r\n\r\n`,
+    );
     const session = new SpdyPortForwardSession(socket, pod, this.resolver, head);
     this.sessions.add(session);
     socket.once('close', () => this.sessions.delete(session));

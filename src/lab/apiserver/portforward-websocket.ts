@@ -6,7 +6,14 @@ import {WebSocketServer, type WebSocket} from 'ws';
 import type {KubeObject} from './object-log.ts';
 import {dialPod, portForwardError, type PodAddressResolver} from './portforward-target.ts';
 
-export const webSocketPortForwardProtocols = ['v4.channel.k8s.io', 'portforward.k8s.io', 'v5.channel.k8s.io', 'v3.channel.k8s.io', 'v2.channel.k8s.io', 'channel.k8s.io'];
+export const webSocketPortForwardProtocols = [
+  'v4.channel.k8s.io',
+  'portforward.k8s.io',
+  'v5.channel.k8s.io',
+  'v3.channel.k8s.io',
+  'v2.channel.k8s.io',
+  'channel.k8s.io',
+];
 
 export class WebSocketPortForwarder {
   private readonly wss: WebSocketServer;

@@ -50,10 +50,27 @@ function stored(
 const createOnly = ['create'];
 
 export const resourceTypes: ResourceType[] = [
-  stored('', 'v1', 'namespaces', 'Namespace', false, {shortNames: ['ns'], subresources: ['status', 'finalize'], deleteReturnsObject: true, hasStatus: true}),
+  stored('', 'v1', 'namespaces', 'Namespace', false, {
+    shortNames: ['ns'],
+    subresources: ['status', 'finalize'],
+    deleteReturnsObject: true,
+    hasStatus: true,
+  }),
   stored('', 'v1', 'nodes', 'Node', false, {shortNames: ['no'], subresources: ['status'], hasStatus: true}),
-  stored('', 'v1', 'pods', 'Pod', true, {shortNames: ['po'], subresources: ['status', 'portforward', 'binding'], deleteReturnsObject: true, hasStatus: true, categories: ['all']}),
-  stored('', 'v1', 'services', 'Service', true, {shortNames: ['svc'], subresources: ['status'], deleteReturnsObject: true, hasStatus: true, categories: ['all']}),
+  stored('', 'v1', 'pods', 'Pod', true, {
+    shortNames: ['po'],
+    subresources: ['status', 'portforward', 'binding'],
+    deleteReturnsObject: true,
+    hasStatus: true,
+    categories: ['all'],
+  }),
+  stored('', 'v1', 'services', 'Service', true, {
+    shortNames: ['svc'],
+    subresources: ['status'],
+    deleteReturnsObject: true,
+    hasStatus: true,
+    categories: ['all'],
+  }),
   stored('', 'v1', 'endpoints', 'Endpoints', true, {shortNames: ['ep']}),
   stored('', 'v1', 'configmaps', 'ConfigMap', true, {shortNames: ['cm']}),
   stored('', 'v1', 'events', 'Event', true, {shortNames: ['ev']}),

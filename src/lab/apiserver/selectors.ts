@@ -1,9 +1,7 @@
 // Label and field selectors: parsing of the query-string forms and matching against objects.
 import {badRequest} from './api-error.ts';
 
-export type LabelRequirement =
-  | {key: string; op: 'in' | 'notin'; values: string[]}
-  | {key: string; op: 'exists' | '!exists'};
+export type LabelRequirement = {key: string; op: 'in' | 'notin'; values: string[]} | {key: string; op: 'exists' | '!exists'};
 
 export type Labels = Record<string, string> | undefined;
 
@@ -15,7 +13,10 @@ export function parseLabelSelector(text: string): LabelRequirement[] {
     if (!t) continue;
     let m: RegExpMatchArray | null;
     if ((m = t.match(/^([^\s!=()]+)\s+(in|notin)\s*\(([^)]*)\)$/))) {
-      const values = m[3].split(',').map((v) => v.trim()).filter((v) => v !== '');
+      const values = m[3]
+        .split(',')
+        .map((v) => v.trim())
+        .filter((v) => v !== '');
       requirements.push({key: checkKey(m[1]), op: m[2] as 'in' | 'notin', values: values.map(checkValue)});
     } else if ((m = t.match(/^([^\s!=()]+)\s*(==|!=|=)\s*([^\s!=()]*)$/))) {
       requirements.push({key: checkKey(m[1]), op: m[2] === '!=' ? 'notin' : 'in', values: [checkValue(m[3])]});
@@ -96,8 +97,29 @@ export interface FieldRequirement {
 
 /** Field paths each resource can be selected by, besides metadata.name and metadata.namespace. */
 const selectableFields: Record<string, string[]> = {
-  pods: ['spec.nodeName', 'spec.restartPolicy', 'spec.schedulerName', 'spec.serviceAccountName', 'spec.hostNetwork', 'status.phase', 'status.podIP', 'status.nominatedNodeName'],
-  events: ['involvedObject.kind', 'involvedObject.namespace', 'involvedObject.name', 'involvedObject.uid', 'involvedObject.apiVersion', 'involvedObject.resourceVersion', 'involvedObject.fieldPath', 'reason', 'reportingComponent', 'source', 'type'],
+  pods: [
+    'spec.nodeName',
+    'spec.restartPolicy',
+    'spec.schedulerName',
+    'spec.serviceAccountName',
+    'spec.hostNetwork',
+    'status.phase',
+    'status.podIP',
+    'status.nominatedNodeName',
+  ],
+  events: [
+    'involvedObject.kind',
+    'involvedObject.namespace',
+    'involvedObject.name',
+    'involvedObject.uid',
+    'involvedObject.apiVersion',
+    'involvedObject.resourceVersion',
+    'involvedObject.fieldPath',
+    'reason',
+    'reportingComponent',
+    'source',
+    'type',
+  ],
   nodes: ['spec.unschedulable'],
   namespaces: ['status.phase'],
   services: ['spec.clusterIP', 'spec.type'],

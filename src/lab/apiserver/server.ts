@@ -90,11 +90,18 @@ export async function startApiServer(options: ApiServerOptions = {}): Promise<Ap
   const host = options.host ?? '127.0.0.1';
   if (!isLoopback(host)) throw new Error(`api server host ${host}: only loopback addresses are allowed`);
   const cidrs = (options.serviceCIDR ?? '10.96.0.0/12').split(',').map((c) => new Cidr(c));
-  const network = {clusterIPs: cidrs.map((c) => new ClusterIPAllocator(c)), nodePorts: new NodePortAllocator(new PortRange(options.nodePortRange ?? '30000-32767'))};
+  const network = {
+    clusterIPs: cidrs.map((c) => new ClusterIPAllocator(c)),
+    nodePorts: new NodePortAllocator(new PortRange(options.nodePortRange ?? '30000-32767')),
+  };
   const log = new ObjectLog(options.watchWindow ?? 10000);
   const store = new ClusterStore(log, network);
   const adminToken = options.adminToken ?? randomBytes(24).toString('hex');
-  const access = new AccessControl(log, [{name: 'admin', token: adminToken, groups: ['system:masters']}, ...(options.users ?? [])], options.grants ?? []);
+  const access = new AccessControl(
+    log,
+    [{name: 'admin', token: adminToken, groups: ['system:masters']}, ...(options.users ?? [])],
+    options.grants ?? [],
+  );
   const controller = new EndpointSliceController(store, {maxEndpointsPerSlice: options.maxEndpointsPerSlice});
   const resolver = options.resolvePodAddress ?? podIPResolver;
   const context: ServerContext = {
@@ -191,10 +198,17 @@ function createKubernetesService(store: ClusterStore, address: string, port: num
     metadata: {name: 'kubernetes', namespace: 'default', labels: {component: 'apiserver', provider: 'kubernetes'}},
     spec: {type: 'ClusterIP', ports: [{name: 'https', port: 443, protocol: 'TCP', targetPort: port}], sessionAffinity: 'None'},
   });
-  store.create('endpointslices', {
-    metadata: {name: 'kubernetes', namespace: 'default', labels: {'kubernetes.io/service-name': 'kubernetes'}},
-    addressType: address.includes(':') ? 'IPv6' : 'IPv4',
-    endpoints: [{addresses: [address === 'localhost' ? '127.0.0.1' : address], conditions: {ready: true, serving: true, terminating: false}}],
-    ports: [{name: 'https', port, protocol: 'TCP'}],
-  }, undefined, {apiServerEndpoints: true});
+  store.create(
+    'endpointslices',
+    {
+      metadata: {name: 'kubernetes', namespace: 'default', labels: {'kubernetes.io/service-name': 'kubernetes'}},
+      addressType: address.includes(':') ? 'IPv6' : 'IPv4',
+      endpoints: [
+        {addresses: [address === 'localhost' ? '127.0.0.1' : address], conditions: {ready: true, serving: true, terminating: false}},
+      ],
+      ports: [{name: 'https', port, protocol: 'TCP'}],
+    },
+    undefined,
+    {apiServerEndpoints: true},
+  );
 }

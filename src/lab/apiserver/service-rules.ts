@@ -5,7 +5,14 @@ import type {IPFamily} from '../../core/model/types.ts';
 import {ClusterIPAllocator, ipFamilyOf, NodePortAllocator} from './ip-allocator.ts';
 import type {KubeObject} from './object-log.ts';
 import {cidrErrors} from './servicecidr-rules.ts';
-import {dns1123LabelErrors, dns1123SubdomainErrors, portNameErrors, portNumberErrors, validateLabels, validateObjectMeta} from './name-rules.ts';
+import {
+  dns1123LabelErrors,
+  dns1123SubdomainErrors,
+  portNameErrors,
+  portNumberErrors,
+  validateLabels,
+  validateObjectMeta,
+} from './name-rules.ts';
 
 export interface ServiceNetwork {
   /** One allocator per configured family; the first is the cluster's primary family. */
@@ -22,7 +29,11 @@ const familyPolicies = ['PreferDualStack', 'RequireDualStack', 'SingleStack'];
 const trafficDistributions = ['PreferClose', 'PreferSameNode', 'PreferSameZone'];
 
 function isExternal(spec: Record<string, any>): boolean {
-  return spec.type === 'NodePort' || spec.type === 'LoadBalancer' || (spec.type === 'ClusterIP' && Array.isArray(spec.externalIPs) && spec.externalIPs.length > 0);
+  return (
+    spec.type === 'NodePort' ||
+    spec.type === 'LoadBalancer' ||
+    (spec.type === 'ClusterIP' && Array.isArray(spec.externalIPs) && spec.externalIPs.length > 0)
+  );
 }
 
 /** A LoadBalancer with externalTrafficPolicy Local gets a healthCheckNodePort (kube-apiserver's NeedsHealthCheck). */
@@ -71,7 +82,9 @@ export function defaultService(svc: KubeObject, old: KubeObject | undefined, net
     if (needsNodePorts(spec) && needsNodePorts(oldSpec) && Array.isArray(spec.ports) && Array.isArray(oldSpec.ports)) {
       for (const port of spec.ports) {
         if (!port || port.nodePort) continue;
-        const before = oldSpec.ports.find((p: any) => p.port === port.port && p.protocol === port.protocol) ?? (spec.ports.length === 1 && oldSpec.ports.length === 1 ? oldSpec.ports[0] : undefined);
+        const before =
+          oldSpec.ports.find((p: any) => p.port === port.port && p.protocol === port.protocol) ??
+          (spec.ports.length === 1 && oldSpec.ports.length === 1 ? oldSpec.ports[0] : undefined);
         if (before?.nodePort) port.nodePort = before.nodePort;
       }
     }
@@ -84,11 +97,17 @@ export function defaultService(svc: KubeObject, old: KubeObject | undefined, net
     const healthCheck = needsHealthCheck(spec);
     if (healthCheck && !spec.healthCheckNodePort && oldSpec.healthCheckNodePort) spec.healthCheckNodePort = oldSpec.healthCheckNodePort;
     // Fields that only a former type needed go with it (kube-apiserver's dropTypeDependentFields).
-    if (!healthCheck && spec.healthCheckNodePort && spec.healthCheckNodePort === oldSpec.healthCheckNodePort) delete spec.healthCheckNodePort;
-    if (spec.type !== 'LoadBalancer' && oldSpec.type === 'LoadBalancer' && spec.allocateLoadBalancerNodePorts === oldSpec.allocateLoadBalancerNodePorts) {
+    if (!healthCheck && spec.healthCheckNodePort && spec.healthCheckNodePort === oldSpec.healthCheckNodePort)
+      delete spec.healthCheckNodePort;
+    if (
+      spec.type !== 'LoadBalancer' &&
+      oldSpec.type === 'LoadBalancer' &&
+      spec.allocateLoadBalancerNodePorts === oldSpec.allocateLoadBalancerNodePorts
+    ) {
       delete spec.allocateLoadBalancerNodePorts;
     }
-    if (!isExternal(spec) && isExternal(oldSpec) && spec.externalTrafficPolicy === oldSpec.externalTrafficPolicy) delete spec.externalTrafficPolicy;
+    if (!isExternal(spec) && isExternal(oldSpec) && spec.externalTrafficPolicy === oldSpec.externalTrafficPolicy)
+      delete spec.externalTrafficPolicy;
   }
 
   if (spec.clusterIP && !spec.clusterIPs) spec.clusterIPs = [spec.clusterIP];
@@ -96,11 +115,19 @@ export function defaultService(svc: KubeObject, old: KubeObject | undefined, net
 
   const clusterFamilies = network.clusterIPs.map((a) => a.cidr.family);
   if (!spec.ipFamilies || spec.ipFamilies.length === 0) {
-    const fromIPs = (spec.clusterIPs ?? []).filter((ip: string) => ip !== 'None').map((ip: string) => ipFamilyOf(ip)).filter(Boolean);
+    const fromIPs = (spec.clusterIPs ?? [])
+      .filter((ip: string) => ip !== 'None')
+      .map((ip: string) => ipFamilyOf(ip))
+      .filter(Boolean);
     if (fromIPs.length > 0) spec.ipFamilies = fromIPs;
-    else if ((spec.ipFamilyPolicy === 'PreferDualStack' || spec.ipFamilyPolicy === 'RequireDualStack') && clusterFamilies.length > 1) spec.ipFamilies = [...clusterFamilies];
+    else if ((spec.ipFamilyPolicy === 'PreferDualStack' || spec.ipFamilyPolicy === 'RequireDualStack') && clusterFamilies.length > 1)
+      spec.ipFamilies = [...clusterFamilies];
     else spec.ipFamilies = [clusterFamilies[0]];
-  } else if ((spec.ipFamilyPolicy === 'PreferDualStack' || spec.ipFamilyPolicy === 'RequireDualStack') && spec.ipFamilies.length === 1 && clusterFamilies.length > 1) {
+  } else if (
+    (spec.ipFamilyPolicy === 'PreferDualStack' || spec.ipFamilyPolicy === 'RequireDualStack') &&
+    spec.ipFamilies.length === 1 &&
+    clusterFamilies.length > 1
+  ) {
     spec.ipFamilies = [spec.ipFamilies[0], clusterFamilies.find((f) => f !== spec.ipFamilies[0])];
   }
   spec.ipFamilyPolicy ??= spec.ipFamilies.length > 1 ? 'RequireDualStack' : 'SingleStack';
@@ -162,7 +189,8 @@ export function validateService(svc: KubeObject, old: KubeObject | undefined, ne
       seenNodePorts.add(key);
     }
     const portKey = `${port.protocol}/${port.port}`;
-    if (seenPorts.has(portKey)) errors.push({type: 'FieldValueDuplicate', field: path, message: `Duplicate value: ${duplicatePortText(port.protocol, port.port)}`});
+    if (seenPorts.has(portKey))
+      errors.push({type: 'FieldValueDuplicate', field: path, message: `Duplicate value: ${duplicatePortText(port.protocol, port.port)}`});
     seenPorts.add(portKey);
   });
 
@@ -195,14 +223,24 @@ export function validateService(svc: KubeObject, old: KubeObject | undefined, ne
   });
 
   if (spec.externalTrafficPolicy !== undefined && spec.externalTrafficPolicy !== '') {
-    if (!isExternal(spec)) add(fieldError.invalid('spec.externalTrafficPolicy', spec.externalTrafficPolicy, 'may only be set for externally-accessible services'));
-    else if (!trafficPolicies.includes(spec.externalTrafficPolicy)) add(fieldError.notSupported('spec.externalTrafficPolicy', spec.externalTrafficPolicy, trafficPolicies));
+    if (!isExternal(spec))
+      add(
+        fieldError.invalid('spec.externalTrafficPolicy', spec.externalTrafficPolicy, 'may only be set for externally-accessible services'),
+      );
+    else if (!trafficPolicies.includes(spec.externalTrafficPolicy))
+      add(fieldError.notSupported('spec.externalTrafficPolicy', spec.externalTrafficPolicy, trafficPolicies));
   }
   if (spec.type !== 'ExternalName' && spec.internalTrafficPolicy !== undefined && !trafficPolicies.includes(spec.internalTrafficPolicy)) {
     add(fieldError.notSupported('spec.internalTrafficPolicy', spec.internalTrafficPolicy, trafficPolicies));
   }
   if (spec.healthCheckNodePort && !needsHealthCheck(spec)) {
-    add(fieldError.invalid('spec.healthCheckNodePort', spec.healthCheckNodePort, "may only be set when `type` is 'LoadBalancer' and `externalTrafficPolicy` is 'Local'"));
+    add(
+      fieldError.invalid(
+        'spec.healthCheckNodePort',
+        spec.healthCheckNodePort,
+        "may only be set when `type` is 'LoadBalancer' and `externalTrafficPolicy` is 'Local'",
+      ),
+    );
   }
   errors.push(...validateSourceRanges(svc));
   if (spec.trafficDistribution !== undefined && !trafficDistributions.includes(spec.trafficDistribution)) {
@@ -212,21 +250,32 @@ export function validateService(svc: KubeObject, old: KubeObject | undefined, ne
   if (spec.type !== 'ExternalName') {
     const families: string[] = Array.isArray(spec.ipFamilies) ? spec.ipFamilies : [];
     const clusterFamilies = network.clusterIPs.map((a) => a.cidr.family as string);
-    if (!familyPolicies.includes(spec.ipFamilyPolicy)) add(fieldError.notSupported('spec.ipFamilyPolicy', spec.ipFamilyPolicy, familyPolicies));
+    if (!familyPolicies.includes(spec.ipFamilyPolicy))
+      add(fieldError.notSupported('spec.ipFamilyPolicy', spec.ipFamilyPolicy, familyPolicies));
     families.forEach((family, i) => {
       if (family !== 'IPv4' && family !== 'IPv6') add(fieldError.notSupported(`spec.ipFamilies[${i}]`, family, ['IPv4', 'IPv6']));
-      else if (!clusterFamilies.includes(family)) add(fieldError.invalid(`spec.ipFamilies[${i}]`, family, 'not configured on this cluster'));
+      else if (!clusterFamilies.includes(family))
+        add(fieldError.invalid(`spec.ipFamilies[${i}]`, family, 'not configured on this cluster'));
       if (families.indexOf(family) !== i) add(fieldError.duplicate(`spec.ipFamilies[${i}]`, family));
     });
-    if (spec.ipFamilyPolicy === 'SingleStack' && families.length > 1) add(fieldError.invalid('spec.ipFamilies', families, 'when spec.ipFamilyPolicy is SingleStack, ipFamilies must have only one value'));
-    if (spec.ipFamilyPolicy === 'RequireDualStack' && clusterFamilies.length < 2) add(fieldError.invalid('spec.ipFamilyPolicy', spec.ipFamilyPolicy, 'Cluster is not configured for dual-stack services'));
+    if (spec.ipFamilyPolicy === 'SingleStack' && families.length > 1)
+      add(fieldError.invalid('spec.ipFamilies', families, 'when spec.ipFamilyPolicy is SingleStack, ipFamilies must have only one value'));
+    if (spec.ipFamilyPolicy === 'RequireDualStack' && clusterFamilies.length < 2)
+      add(fieldError.invalid('spec.ipFamilyPolicy', spec.ipFamilyPolicy, 'Cluster is not configured for dual-stack services'));
     clusterIPs.forEach((ip, i) => {
       if (ip === 'None' || !isIP(ip)) return;
-      if (families[i] && ipFamilyOf(ip) !== families[i]) add(fieldError.invalid(`spec.clusterIPs[${i}]`, ip, `expected an ${families[i]} value as indicated by \`ipFamilies[${i}]\``));
+      if (families[i] && ipFamilyOf(ip) !== families[i])
+        add(fieldError.invalid(`spec.clusterIPs[${i}]`, ip, `expected an ${families[i]} value as indicated by \`ipFamilies[${i}]\``));
     });
   }
 
-  if (old && old.spec?.type !== 'ExternalName' && spec.type !== 'ExternalName' && old.spec?.clusterIP && spec.clusterIP !== old.spec.clusterIP) {
+  if (
+    old &&
+    old.spec?.type !== 'ExternalName' &&
+    spec.type !== 'ExternalName' &&
+    old.spec?.clusterIP &&
+    spec.clusterIP !== old.spec.clusterIP
+  ) {
     add(fieldError.invalid('spec.clusterIP', spec.clusterIP ?? '', 'field is immutable'));
   }
   errors.push(...validateServiceStatus(svc));
@@ -253,7 +302,9 @@ function validateSourceRanges(svc: KubeObject): FieldError[] {
     const field = `metadata.annotations[${sourceRangesAnnotation}]`;
     if (spec.type !== 'LoadBalancer') errors.push(fieldError.forbidden(field, forbidden));
     const text = annotation.trim();
-    if (text !== '') for (const range of text.split(',')) for (const msg of cidrErrors(range.trim())) errors.push(fieldError.invalid(field, range.trim(), msg));
+    if (text !== '')
+      for (const range of text.split(','))
+        for (const msg of cidrErrors(range.trim())) errors.push(fieldError.invalid(field, range.trim(), msg));
   }
   return errors;
 }
@@ -265,11 +316,13 @@ export function validateServiceStatus(svc: KubeObject): FieldError[] {
   ingress.forEach((entry, i) => {
     const path = `status.loadBalancer.ingress[${i}]`;
     if (entry?.ip) {
-      if (!isIP(entry.ip)) errors.push(fieldError.invalid(`${path}.ip`, entry.ip, 'must be a valid IP address, (e.g. 10.9.8.7 or 2001:db8::ffff)'));
+      if (!isIP(entry.ip))
+        errors.push(fieldError.invalid(`${path}.ip`, entry.ip, 'must be a valid IP address, (e.g. 10.9.8.7 or 2001:db8::ffff)'));
     } else if (entry?.ipMode) errors.push(fieldError.forbidden(`${path}.ipMode`, 'may not be specified when `ip` is not set'));
     if (entry?.hostname) {
       for (const msg of dns1123SubdomainErrors(entry.hostname)) errors.push(fieldError.invalid(`${path}.hostname`, entry.hostname, msg));
-      if (isIP(entry.hostname)) errors.push(fieldError.invalid(`${path}.hostname`, entry.hostname, 'must be a DNS name, not an IP address'));
+      if (isIP(entry.hostname))
+        errors.push(fieldError.invalid(`${path}.hostname`, entry.hostname, 'must be a DNS name, not an IP address'));
     }
   });
   return errors;
@@ -280,7 +333,9 @@ function heldAddresses(svc: KubeObject | undefined): {ips: string[]; nodePorts: 
   const spec = svc?.spec;
   if (!spec || spec.type === 'ExternalName') return {ips: [], nodePorts: []};
   const ips = (spec.clusterIPs ?? []).filter((ip: string) => ip && ip !== 'None');
-  const nodePorts = [...new Set<number>((spec.ports ?? []).map((p: any) => p?.nodePort).filter((p: unknown) => typeof p === 'number' && p > 0))];
+  const nodePorts = [
+    ...new Set<number>((spec.ports ?? []).map((p: any) => p?.nodePort).filter((p: unknown) => typeof p === 'number' && p > 0)),
+  ];
   if (spec.healthCheckNodePort) nodePorts.push(spec.healthCheckNodePort);
   return {ips, nodePorts};
 }
@@ -312,7 +367,8 @@ export function allocateServiceAddresses(svc: KubeObject, old: KubeObject | unde
       } else {
         const next = allocator.allocateNext();
         if (!next) {
-          if (spec.ipFamilyPolicy !== 'PreferDualStack' || i === 0) errors.push(fieldError.invalid('spec.clusterIPs', [], `failed to allocate a serviceIP: range is full`));
+          if (spec.ipFamilyPolicy !== 'PreferDualStack' || i === 0)
+            errors.push(fieldError.invalid('spec.clusterIPs', [], `failed to allocate a serviceIP: range is full`));
           return;
         }
         taken.push(() => allocator.release(next));
@@ -359,7 +415,13 @@ export function allocateServiceAddresses(svc: KubeObject, old: KubeObject | unde
       // a port that cannot be had is an internal error (500), a changed one is refused (422).
       const oldPort = old?.spec?.healthCheckNodePort;
       if (needsHealthCheck(old?.spec) && spec.healthCheckNodePort !== oldPort) {
-        errors.push(fieldError.invalid('spec.healthCheckNodePort', spec.healthCheckNodePort ?? 0, 'cannot change healthCheckNodePort on loadBalancer service with externalTraffic=Local during update'));
+        errors.push(
+          fieldError.invalid(
+            'spec.healthCheckNodePort',
+            spec.healthCheckNodePort ?? 0,
+            'cannot change healthCheckNodePort on loadBalancer service with externalTraffic=Local during update',
+          ),
+        );
       } else if (spec.healthCheckNodePort) {
         const p = spec.healthCheckNodePort;
         if (!before.nodePorts.includes(p)) {

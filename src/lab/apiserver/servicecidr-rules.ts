@@ -32,12 +32,19 @@ export function validateServiceCIDR(obj: KubeObject, old: KubeObject | undefined
   if (errors.length > 0) return errors;
   const families = cidrs.map((cidr) => new Cidr(cidr as string).family);
   if (families.length === 2 && families[0] === families[1]) {
-    errors.push(fieldError.invalid('spec.cidrs', obj.spec, 'may specify no more than one IP for each IP family, i.e 192.168.0.0/24 and 2001:db8::/64'));
+    errors.push(
+      fieldError.invalid(
+        'spec.cidrs',
+        obj.spec,
+        'may specify no more than one IP for each IP family, i.e 192.168.0.0/24 and 2001:db8::/64',
+      ),
+    );
   }
   const before: unknown[] = Array.isArray(old?.spec?.cidrs) ? old.spec.cidrs : [];
   // kube-apiserver lets a single-family ServiceCIDR gain the other family, and nothing else change.
   const grows = before.length === 1 && cidrs.length === 2 && cidrs[0] === before[0];
-  if (old && !grows && JSON.stringify(before) !== JSON.stringify(cidrs)) errors.push(fieldError.invalid('spec.cidrs', cidrs, 'field is immutable'));
+  if (old && !grows && JSON.stringify(before) !== JSON.stringify(cidrs))
+    errors.push(fieldError.invalid('spec.cidrs', cidrs, 'field is immutable'));
   return errors;
 }
 

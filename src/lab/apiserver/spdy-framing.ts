@@ -8,12 +8,71 @@ const spdyVersion = 3;
 /** The preset zlib dictionary of SPDY/3 header blocks (draft 3, section 2.6.10.1). */
 export const headerDictionary: Buffer = (() => {
   const words = [
-    'options', 'head', 'post', 'put', 'delete', 'trace', 'accept', 'accept-charset', 'accept-encoding', 'accept-language', 'accept-ranges', 'age', 'allow',
-    'authorization', 'cache-control', 'connection', 'content-base', 'content-encoding', 'content-language', 'content-length', 'content-location', 'content-md5',
-    'content-range', 'content-type', 'date', 'etag', 'expect', 'expires', 'from', 'host', 'if-match', 'if-modified-since', 'if-none-match', 'if-range',
-    'if-unmodified-since', 'last-modified', 'location', 'max-forwards', 'pragma', 'proxy-authenticate', 'proxy-authorization', 'range', 'referer', 'retry-after',
-    'server', 'te', 'trailer', 'transfer-encoding', 'upgrade', 'user-agent', 'vary', 'via', 'warning', 'www-authenticate', 'method', 'get', 'status', '200 OK',
-    'version', 'HTTP/1.1', 'url', 'public', 'set-cookie', 'keep-alive', 'origin',
+    'options',
+    'head',
+    'post',
+    'put',
+    'delete',
+    'trace',
+    'accept',
+    'accept-charset',
+    'accept-encoding',
+    'accept-language',
+    'accept-ranges',
+    'age',
+    'allow',
+    'authorization',
+    'cache-control',
+    'connection',
+    'content-base',
+    'content-encoding',
+    'content-language',
+    'content-length',
+    'content-location',
+    'content-md5',
+    'content-range',
+    'content-type',
+    'date',
+    'etag',
+    'expect',
+    'expires',
+    'from',
+    'host',
+    'if-match',
+    'if-modified-since',
+    'if-none-match',
+    'if-range',
+    'if-unmodified-since',
+    'last-modified',
+    'location',
+    'max-forwards',
+    'pragma',
+    'proxy-authenticate',
+    'proxy-authorization',
+    'range',
+    'referer',
+    'retry-after',
+    'server',
+    'te',
+    'trailer',
+    'transfer-encoding',
+    'upgrade',
+    'user-agent',
+    'vary',
+    'via',
+    'warning',
+    'www-authenticate',
+    'method',
+    'get',
+    'status',
+    '200 OK',
+    'version',
+    'HTTP/1.1',
+    'url',
+    'public',
+    'set-cookie',
+    'keep-alive',
+    'origin',
   ];
   const tail =
     '100101201202205206300302303304305306307402405406407408409410411412413414415416417502504505203 Non-Authoritative Information204 No Content' +
@@ -150,7 +209,9 @@ export class HeaderWriter {
     // An empty stored block after the data, as a sync flush writes it, makes inflaters (Go's flate among them)
     // hand out the block's bytes without first reading ahead into the next frame.
     const syncMarker = Buffer.from([0x00, 0x00, 0x00, 0xff, 0xff]);
-    const out = this.started ? Buffer.concat([stored, raw, syncMarker]) : Buffer.concat([Buffer.from([0x78, 0x01]), stored, raw, syncMarker]);
+    const out = this.started
+      ? Buffer.concat([stored, raw, syncMarker])
+      : Buffer.concat([Buffer.from([0x78, 0x01]), stored, raw, syncMarker]);
     this.started = true;
     return out;
   }

@@ -25,7 +25,14 @@ export function humanDuration(ms: number): string {
   return `${Math.floor(h / 24 / 365)}y`;
 }
 
-const name: Column = {name: 'Name', type: 'string', format: 'name', description: 'Name must be unique within a namespace.', priority: 0, cell: (o) => o.metadata.name};
+const name: Column = {
+  name: 'Name',
+  type: 'string',
+  format: 'name',
+  description: 'Name must be unique within a namespace.',
+  priority: 0,
+  cell: (o) => o.metadata.name,
+};
 const age: Column = {
   name: 'Age',
   type: 'string',
@@ -53,7 +60,9 @@ function serviceExternalIP(svc: KubeObject): string {
 
 function selectorText(selector: Record<string, string> | undefined): string {
   if (!selector || Object.keys(selector).length === 0) return '<none>';
-  return Object.entries(selector).map(([k, v]) => `${k}=${v}`).join(',');
+  return Object.entries(selector)
+    .map(([k, v]) => `${k}=${v}`)
+    .join(',');
 }
 
 function podReady(pod: KubeObject): string {
@@ -111,7 +120,11 @@ const columnsByKind: Record<string, Column[]> = {
   EndpointSlice: [
     name,
     col('AddressType', (o) => o.addressType),
-    col('Ports', (o) => (o.ports?.length ? o.ports.map((p: any) => (p.port === undefined || p.port === null ? '<unset>' : String(p.port))).join(',') : '<unset>')),
+    col('Ports', (o) =>
+      o.ports?.length
+        ? o.ports.map((p: any) => (p.port === undefined || p.port === null ? '<unset>' : String(p.port))).join(',')
+        : '<unset>',
+    ),
     col('Endpoints', sliceEndpoints),
     age,
   ],
@@ -140,7 +153,9 @@ const columnsByKind: Record<string, Column[]> = {
   Endpoints: [
     name,
     col('Endpoints', (o) => {
-      const list = (o.subsets ?? []).flatMap((s: any) => (s.addresses ?? []).flatMap((a: any) => (s.ports ?? [{port: ''}]).map((p: any) => `${a.ip}:${p.port}`)));
+      const list = (o.subsets ?? []).flatMap((s: any) =>
+        (s.addresses ?? []).flatMap((a: any) => (s.ports ?? [{port: ''}]).map((p: any) => `${a.ip}:${p.port}`)),
+      );
       return list.length > 0 ? list.slice(0, 3).join(',') + (list.length > 3 ? ` + ${list.length - 3} more...` : '') : '<none>';
     }),
     age,
@@ -155,7 +170,14 @@ function rowObject(obj: KubeObject, include: IncludeObject): unknown {
   return {kind: 'PartialObjectMetadata', apiVersion: 'meta.k8s.io/v1', metadata: obj.metadata};
 }
 
-export function toTable(kind: string, objects: KubeObject[], resourceVersion: string, include: IncludeObject, now = Date.now(), extraMeta: Record<string, unknown> = {}): Record<string, unknown> {
+export function toTable(
+  kind: string,
+  objects: KubeObject[],
+  resourceVersion: string,
+  include: IncludeObject,
+  now = Date.now(),
+  extraMeta: Record<string, unknown> = {},
+): Record<string, unknown> {
   const columns = columnsByKind[kind] ?? [name, age];
   return {
     kind: 'Table',

@@ -23,8 +23,23 @@ function labCertificate(): Promise<SecureContext> {
     try {
       const [key, cert] = [join(dir, 'key.pem'), join(dir, 'cert.pem')];
       await promisify(execFile)('openssl', [
-        'req', '-x509', '-newkey', 'ec', '-pkeyopt', 'ec_paramgen_curve:prime256v1', '-nodes', '-days', '3650',
-        '-subj', '/CN=proxyctl-lab', '-addext', 'subjectAltName=IP:127.0.0.1,IP:::1,DNS:localhost', '-keyout', key, '-out', cert,
+        'req',
+        '-x509',
+        '-newkey',
+        'ec',
+        '-pkeyopt',
+        'ec_paramgen_curve:prime256v1',
+        '-nodes',
+        '-days',
+        '3650',
+        '-subj',
+        '/CN=proxyctl-lab',
+        '-addext',
+        'subjectAltName=IP:127.0.0.1,IP:::1,DNS:localhost',
+        '-keyout',
+        key,
+        '-out',
+        cert,
       ]);
       return createSecureContext({key: await readFile(key), cert: await readFile(cert)});
     } catch (error) {
@@ -41,7 +56,12 @@ function labCertificate(): Promise<SecureContext> {
  * listenPlainAndTls listens on host:port and hands every connection to `server`, TLS ones
  * decrypted. `onSocket` sees each raw connection (to destroy them on stop).
  */
-export async function listenPlainAndTls(server: HttpServer, host: string, port: number, onSocket: (socket: Socket) => void): Promise<Server> {
+export async function listenPlainAndTls(
+  server: HttpServer,
+  host: string,
+  port: number,
+  onSocket: (socket: Socket) => void,
+): Promise<Server> {
   const secureContext = await labCertificate();
   const listener = createServer((socket) => {
     onSocket(socket);

@@ -1,5 +1,12 @@
 // The network-namespace layer: namespaces, links, addresses, routes, and whole namespace clusters.
-export {checkNetnsSupport, netnsUnavailableReason, NetnsError, NetnsUnavailableError, runIpBatch, type CommandOutput} from './ip-command.ts';
+export {
+  checkNetnsSupport,
+  netnsUnavailableReason,
+  NetnsError,
+  NetnsUnavailableError,
+  runIpBatch,
+  type CommandOutput,
+} from './ip-command.ts';
 export {
   createNamespace,
   createNamespaces,

@@ -31,7 +31,11 @@ export interface CommandOutput {
  * runCommand runs a program and resolves with its output when it exits 0; otherwise it throws a
  * NetnsError that says what the command was for. A missing program is reported as such.
  */
-export async function runCommand(purpose: string, command: string[], options: {input?: string; timeoutMs?: number} = {}): Promise<CommandOutput> {
+export async function runCommand(
+  purpose: string,
+  command: string[],
+  options: {input?: string; timeoutMs?: number} = {},
+): Promise<CommandOutput> {
   const result = await execa(command[0], command.slice(1), {
     input: options.input,
     reject: false,
@@ -91,13 +95,17 @@ export async function netnsUnavailableReason(): Promise<string | undefined> {
 async function probeNetnsSupport(): Promise<void> {
   const uid = process.getuid?.();
   if (uid !== 0) {
-    throw new NetnsUnavailableError(`network namespaces need root (this process runs as uid ${uid ?? 'unknown'}): run it as root, e.g. with sudo`);
+    throw new NetnsUnavailableError(
+      `network namespaces need root (this process runs as uid ${uid ?? 'unknown'}): run it as root, e.g. with sudo`,
+    );
   }
   const result = await execa('ip', ['netns', 'list'], {reject: false, env: {LC_ALL: 'C'}});
   if (result.failed && result.exitCode === undefined) {
     const missing = result.code === 'ENOENT';
     throw new NetnsUnavailableError(
-      missing ? 'the ip command (iproute2) is not installed: apt-get install iproute2' : `cannot run ip: ${String(result.originalMessage ?? result.message)}`,
+      missing
+        ? 'the ip command (iproute2) is not installed: apt-get install iproute2'
+        : `cannot run ip: ${String(result.originalMessage ?? result.message)}`,
     );
   }
   if (result.exitCode !== 0) {

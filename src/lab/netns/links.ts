@@ -57,7 +57,8 @@ export function addressCommand(dev: string, cidr: string): string {
 }
 
 export function routeCommand(route: Route): string {
-  if (route.via === undefined && route.dev === undefined) throw new Error(`route to ${route.destination}: needs a gateway (via) or a device (dev)`);
+  if (route.via === undefined && route.dev === undefined)
+    throw new Error(`route to ${route.destination}: needs a gateway (via) or a device (dev)`);
   const parts = ['route', 'add', route.destination];
   if (route.via !== undefined) parts.push('via', route.via);
   if (route.dev !== undefined) parts.push('dev', checkInterfaceName(route.dev));

@@ -117,7 +117,11 @@ function processAlive(pid: number): boolean {
  * execInNamespace runs a command inside the namespace (`ip netns exec`) and resolves with its
  * output; a non-zero exit throws a NetnsError with stderr.
  */
-export async function execInNamespace(namespace: string, command: string[], options: {input?: string; timeoutMs?: number} = {}): Promise<CommandOutput> {
+export async function execInNamespace(
+  namespace: string,
+  command: string[],
+  options: {input?: string; timeoutMs?: number} = {},
+): Promise<CommandOutput> {
   return runCommand(`run ${command[0]} in network namespace ${namespace}`, ['ip', 'netns', 'exec', namespace, ...command], options);
 }
 
@@ -125,7 +129,11 @@ export async function execInNamespace(namespace: string, command: string[], opti
  * spawnInNamespace starts a long-running process inside the namespace. `ip netns exec` execs the
  * program in place, so the child's pid is the program's own and killing it needs nothing more.
  */
-export function spawnInNamespace(namespace: string, command: string[], options: {env?: Record<string, string>} = {}): ResultPromise<{reject: false; buffer: false; stdin: 'ignore'}> {
+export function spawnInNamespace(
+  namespace: string,
+  command: string[],
+  options: {env?: Record<string, string>} = {},
+): ResultPromise<{reject: false; buffer: false; stdin: 'ignore'}> {
   return execa('ip', ['netns', 'exec', namespace, ...command], {
     reject: false,
     buffer: false,
@@ -138,11 +146,28 @@ export function spawnInNamespace(namespace: string, command: string[], options: 
 export async function setSysctls(namespace: string, values: Record<string, string | number>): Promise<void> {
   const assignments = Object.entries(values).map(([name, value]) => `${name}=${value}`);
   if (assignments.length === 0) return;
-  await runCommand(`set sysctls in network namespace ${namespace}`, ['ip', 'netns', 'exec', namespace, 'sysctl', '-q', '-w', ...assignments]);
+  await runCommand(`set sysctls in network namespace ${namespace}`, [
+    'ip',
+    'netns',
+    'exec',
+    namespace,
+    'sysctl',
+    '-q',
+    '-w',
+    ...assignments,
+  ]);
 }
 
 /** readSysctl reads one sysctl as the namespace sees it. */
 export async function readSysctl(namespace: string, name: string): Promise<string> {
-  const {stdout} = await runCommand(`read sysctl ${name} in network namespace ${namespace}`, ['ip', 'netns', 'exec', namespace, 'sysctl', '-n', name]);
+  const {stdout} = await runCommand(`read sysctl ${name} in network namespace ${namespace}`, [
+    'ip',
+    'netns',
+    'exec',
+    namespace,
+    'sysctl',
+    '-n',
+    name,
+  ]);
   return stdout.trim();
 }

@@ -2,7 +2,16 @@
 // behind each node, and external clients outside the cluster CIDR. The returned description is
 // plain JSON, so the lab can keep it in a state file and tear the cluster down later.
 import {checkNetnsSupport} from './ip-command.ts';
-import {addressCommand, attachToBridgeCommand, bridgeCommands, linkUpCommand, NetworkPlan, routeCommand, vethCommand, waitForLinksReady} from './links.ts';
+import {
+  addressCommand,
+  attachToBridgeCommand,
+  bridgeCommands,
+  linkUpCommand,
+  NetworkPlan,
+  routeCommand,
+  vethCommand,
+  waitForLinksReady,
+} from './links.ts';
 import {createNamespaces, deleteNamespaces, deleteNamespacesWithPrefix, setSysctls} from './namespace.ts';
 
 /** Addresses of the namespace cluster; they exist only inside its namespaces. */
@@ -106,11 +115,14 @@ export function describeCluster(options: ClusterOptions): ClusterTopology {
   const {prefix, nodes, podsPerNode} = options;
   if (!/^[A-Za-z0-9_.-]+$/.test(prefix)) throw new Error(`cluster prefix "${prefix}": use letters, digits, '_', '.' or '-'`);
   if (!Number.isInteger(nodes) || nodes < 1 || nodes > 80) throw new Error(`cluster ${prefix}: nodes ${nodes} is not in 1-80`);
-  if (!Number.isInteger(podsPerNode) || podsPerNode < 0 || podsPerNode > 240) throw new Error(`cluster ${prefix}: podsPerNode ${podsPerNode} is not in 0-240`);
+  if (!Number.isInteger(podsPerNode) || podsPerNode < 0 || podsPerNode > 240)
+    throw new Error(`cluster ${prefix}: podsPerNode ${podsPerNode} is not in 0-240`);
   const clientCount = options.externalClients ?? (options.externalClient ? 1 : 0);
-  if (!Number.isInteger(clientCount) || clientCount < 0 || clientCount > 100) throw new Error(`cluster ${prefix}: externalClients ${clientCount} is not in 0-100`);
+  if (!Number.isInteger(clientCount) || clientCount < 0 || clientCount > 100)
+    throw new Error(`cluster ${prefix}: externalClients ${clientCount} is not in 0-100`);
   const gatewayNode = options.gatewayNode ?? 0;
-  if (!Number.isInteger(gatewayNode) || gatewayNode < 0 || gatewayNode >= nodes) throw new Error(`cluster ${prefix}: gatewayNode ${gatewayNode} is not one of the ${nodes} nodes`);
+  if (!Number.isInteger(gatewayNode) || gatewayNode < 0 || gatewayNode >= nodes)
+    throw new Error(`cluster ${prefix}: gatewayNode ${gatewayNode} is not one of the ${nodes} nodes`);
 
   const nodeList: NodeDescription[] = [];
   for (let n = 0; n < nodes; n++) {
@@ -118,18 +130,41 @@ export function describeCluster(options: ClusterOptions): ClusterTopology {
     const pods: PodDescription[] = [];
     for (let p = 0; p < podsPerNode; p++) {
       const podName = `pod-${n}-${p}`;
-      pods.push({name: podName, namespace: `${prefix}${podName}`, ip: `10.244.${n}.${10 + p}`, node: name, interface: podInterface, hostInterface: `vp${p}`});
+      pods.push({
+        name: podName,
+        namespace: `${prefix}${podName}`,
+        ip: `10.244.${n}.${10 + p}`,
+        node: name,
+        interface: podInterface,
+        hostInterface: `vp${p}`,
+      });
     }
-    nodeList.push({name, namespace: `${prefix}${name}`, ip: `10.240.0.${10 + n}`, interface: nodeInterface, podCIDR: `10.244.${n}.0/24`, podGateway: `10.244.${n}.1`, pods});
+    nodeList.push({
+      name,
+      namespace: `${prefix}${name}`,
+      ip: `10.240.0.${10 + n}`,
+      interface: nodeInterface,
+      podCIDR: `10.244.${n}.0/24`,
+      podGateway: `10.244.${n}.1`,
+      pods,
+    });
   }
   const routes = [clusterAddressing.serviceCIDR, ...(options.externalRoutes ?? [])];
   const clients: ExternalClientDescription[] = [];
   for (let c = 0; c < clientCount; c++) {
     const name = `client-${c}`;
-    clients.push({name, namespace: `${prefix}${name}`, ip: `10.240.0.${100 + c}`, interface: 'eth0', gateway: nodeList[gatewayNode].ip, routes});
+    clients.push({
+      name,
+      namespace: `${prefix}${name}`,
+      ip: `10.240.0.${100 + c}`,
+      interface: 'eth0',
+      gateway: nodeList[gatewayNode].ip,
+      routes,
+    });
   }
   const network = {namespace: `${prefix}network`, bridge: bridgeName};
-  const upstream: UpstreamDescription | undefined = options.upstream === false ? undefined : {namespace: `${prefix}upstream`, ip: '10.240.0.1', interface: 'eth0'};
+  const upstream: UpstreamDescription | undefined =
+    options.upstream === false ? undefined : {namespace: `${prefix}upstream`, ip: '10.240.0.1', interface: 'eth0'};
   return {
     prefix,
     ...clusterAddressing,
@@ -194,7 +229,12 @@ function planCluster(topology: ClusterTopology): NetworkPlan {
     const uplink = `node${index}`;
     plan.host(vethCommand({namespace: node.namespace, name: node.interface}, {namespace: network.namespace, name: uplink}));
     plan.in(network.namespace, attachToBridgeCommand(uplink, network.bridge), linkUpCommand(uplink));
-    plan.in(node.namespace, linkUpCommand('lo'), addressCommand(node.interface, `${node.ip}/${prefixLength}`), linkUpCommand(node.interface));
+    plan.in(
+      node.namespace,
+      linkUpCommand('lo'),
+      addressCommand(node.interface, `${node.ip}/${prefixLength}`),
+      linkUpCommand(node.interface),
+    );
     for (const other of topology.nodes) {
       if (other !== node) plan.in(node.namespace, routeCommand({destination: other.podCIDR, via: other.ip, dev: node.interface}));
     }
@@ -222,8 +262,14 @@ function planCluster(topology: ClusterTopology): NetworkPlan {
     const uplink = `client${index}`;
     plan.host(vethCommand({namespace: client.namespace, name: client.interface}, {namespace: network.namespace, name: uplink}));
     plan.in(network.namespace, attachToBridgeCommand(uplink, network.bridge), linkUpCommand(uplink));
-    plan.in(client.namespace, linkUpCommand('lo'), addressCommand(client.interface, `${client.ip}/${prefixLength}`), linkUpCommand(client.interface));
-    for (const destination of client.routes) plan.in(client.namespace, routeCommand({destination, via: client.gateway, dev: client.interface}));
+    plan.in(
+      client.namespace,
+      linkUpCommand('lo'),
+      addressCommand(client.interface, `${client.ip}/${prefixLength}`),
+      linkUpCommand(client.interface),
+    );
+    for (const destination of client.routes)
+      plan.in(client.namespace, routeCommand({destination, via: client.gateway, dev: client.interface}));
   }
 
   const {upstream} = topology;

@@ -13,7 +13,12 @@ export interface DemoReply {
 export function isDemoReply(value: unknown): value is DemoReply {
   if (typeof value !== 'object' || value === null) return false;
   const reply = value as Record<string, unknown>;
-  return typeof reply.pod === 'string' && typeof reply.podIP === 'string' && typeof reply.clientIP === 'string' && (reply.protocol === 'tcp' || reply.protocol === 'udp');
+  return (
+    typeof reply.pod === 'string' &&
+    typeof reply.podIP === 'string' &&
+    typeof reply.clientIP === 'string' &&
+    (reply.protocol === 'tcp' || reply.protocol === 'udp')
+  );
 }
 
 /** plainIPv4 turns "::ffff:10.0.0.1" (a v4 address on a dual-stack socket) into "10.0.0.1". */

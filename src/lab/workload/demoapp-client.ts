@@ -55,20 +55,23 @@ export function probeHttp(target: Omit<ProbeTarget, 'protocol'>): Promise<ProbeR
       clearTimeout(timer);
       resolve(result);
     };
-    const req = request({host: target.host, port: target.port, path: '/', agent: false, localAddress: target.sourceIP, headers: {connection: 'close'}}, (response) => {
-      let body = '';
-      response.setEncoding('utf8');
-      response.on('data', (chunk: string) => (body += chunk));
-      response.on('end', () => {
-        try {
-          const reply: unknown = JSON.parse(body);
-          if (isDemoReply(reply)) finish({outcome: 'reply', reply, localAddress, ms: Date.now() - started});
-          else finish({outcome: 'error', message: `not a demo reply: ${body.slice(0, 200)}`, ms: Date.now() - started});
-        } catch {
-          finish({outcome: 'error', message: `HTTP ${response.statusCode}: ${body.slice(0, 200)}`, ms: Date.now() - started});
-        }
-      });
-    });
+    const req = request(
+      {host: target.host, port: target.port, path: '/', agent: false, localAddress: target.sourceIP, headers: {connection: 'close'}},
+      (response) => {
+        let body = '';
+        response.setEncoding('utf8');
+        response.on('data', (chunk: string) => (body += chunk));
+        response.on('end', () => {
+          try {
+            const reply: unknown = JSON.parse(body);
+            if (isDemoReply(reply)) finish({outcome: 'reply', reply, localAddress, ms: Date.now() - started});
+            else finish({outcome: 'error', message: `not a demo reply: ${body.slice(0, 200)}`, ms: Date.now() - started});
+          } catch {
+            finish({outcome: 'error', message: `HTTP ${response.statusCode}: ${body.slice(0, 200)}`, ms: Date.now() - started});
+          }
+        });
+      },
+    );
     req.on('socket', (socket) => socket.on('connect', () => (localAddress = plainIPv4(socket.localAddress))));
     req.on('error', (error: NodeJS.ErrnoException) => finish(failure(error, started)));
     const timer = setTimeout(() => {
@@ -146,7 +149,8 @@ async function main(): Promise<void> {
   const count = Number(values.count);
   if (!Number.isInteger(count) || count < 1 || count > 10000) throw new Error(`demo client: --count ${values.count} is not in 1-10000`);
   const timeoutMs = Number(values['timeout-ms']);
-  if (!Number.isFinite(timeoutMs) || timeoutMs <= 0) throw new Error(`demo client: --timeout-ms ${values['timeout-ms']} is not a positive number`);
+  if (!Number.isFinite(timeoutMs) || timeoutMs <= 0)
+    throw new Error(`demo client: --timeout-ms ${values['timeout-ms']} is not a positive number`);
   const results = await probeMany({protocol, host: values.host, port, timeoutMs, sourceIP: values.source}, count);
   process.stdout.write(`${JSON.stringify(results)}\n`);
 }

@@ -47,7 +47,9 @@ export async function startDemoServer(options: DemoAppOptions): Promise<DemoAppS
       socket.send(`${JSON.stringify(reply)}\n`, remote.port, remote.address);
     });
     await new Promise<void>((resolve, reject) => {
-      socket.once('error', (error) => reject(new Error(`demo app ${options.name}: UDP ${address}:${options.udpPort}: ${error.message}`, {cause: error})));
+      socket.once('error', (error) =>
+        reject(new Error(`demo app ${options.name}: UDP ${address}:${options.udpPort}: ${error.message}`, {cause: error})),
+      );
       socket.bind(options.udpPort, address, () => resolve());
     });
     udpSockets.push(socket);
@@ -96,7 +98,9 @@ async function main(): Promise<void> {
   const stop = () => void server.close().then(() => process.exit(0));
   process.on('SIGTERM', stop);
   process.on('SIGINT', stop);
-  process.stdout.write(`${JSON.stringify({ready: true, pod: options.name, httpPort: options.httpPort, udpPort: options.udpPort, pid: process.pid})}\n`);
+  process.stdout.write(
+    `${JSON.stringify({ready: true, pod: options.name, httpPort: options.httpPort, udpPort: options.udpPort, pid: process.pid})}\n`,
+  );
 }
 
 if (import.meta.main) {

@@ -29,7 +29,16 @@ export interface RunningDemoApp extends DemoAppSpec {
 
 /** startDemoApp runs demoapp.ts in the namespace and resolves once it listens. */
 export async function startDemoApp(spec: DemoAppSpec, options: {startTimeoutMs?: number} = {}): Promise<RunningDemoApp> {
-  const command = [process.execPath, siblingProgram('demoapp'), '--name', spec.name, '--http-port', String(spec.httpPort), '--udp-port', String(spec.udpPort)];
+  const command = [
+    process.execPath,
+    siblingProgram('demoapp'),
+    '--name',
+    spec.name,
+    '--http-port',
+    String(spec.httpPort),
+    '--udp-port',
+    String(spec.udpPort),
+  ];
   const child = spawnInNamespace(spec.namespace, command);
   const pid = child.pid;
   const what = `demo app ${spec.name} in ${spec.namespace}`;
@@ -54,7 +63,10 @@ export async function startDemoApp(spec: DemoAppSpec, options: {startTimeoutMs?:
   try {
     await new Promise<void>((resolve, reject) => {
       let stdout = '';
-      const timer = setTimeout(() => reject(new Error(`${what}: not listening after ${options.startTimeoutMs ?? 10000} ms`)), options.startTimeoutMs ?? 10000);
+      const timer = setTimeout(
+        () => reject(new Error(`${what}: not listening after ${options.startTimeoutMs ?? 10000} ms`)),
+        options.startTimeoutMs ?? 10000,
+      );
       child.stdout?.setEncoding('utf8');
       child.stdout?.on('data', (chunk: string) => {
         stdout += chunk;
@@ -109,7 +121,18 @@ export class DemoAppGroup {
  * request, made one after the other.
  */
 export async function probeFromNamespace(namespace: string, target: ProbeTarget, count = 1): Promise<ProbeResult[]> {
-  const command = [process.execPath, siblingProgram('demoapp-client'), '--protocol', target.protocol, '--host', target.host, '--port', String(target.port), '--count', String(count)];
+  const command = [
+    process.execPath,
+    siblingProgram('demoapp-client'),
+    '--protocol',
+    target.protocol,
+    '--host',
+    target.host,
+    '--port',
+    String(target.port),
+    '--count',
+    String(count),
+  ];
   if (target.timeoutMs !== undefined) command.push('--timeout-ms', String(target.timeoutMs));
   if (target.sourceIP !== undefined) command.push('--source', target.sourceIP);
   // The client bounds each request by its own timeout; this bound only catches a hung process.

@@ -16,7 +16,8 @@ interface NodeDiff {
 
 export default class Diff extends AgentCommand {
   static override summary = "Compare the rules an agent means to have with the rules in its node's kernel.";
-  static override description = `Prints a unified diff, grouped by service, of the rules the agent on NODE means to have ("--- desired") against the rules its kernel holds ("+++ applied"): a "-" line is a rule missing from the kernel, a "+" line one that is there but not wanted. Rules someone deleted, changed or slipped in show up here. Exit code 0: no difference; 1: they differ; 2 or more: an error, as kubectl diff.
+  static override description =
+    `Prints a unified diff, grouped by service, of the rules the agent on NODE means to have ("--- desired") against the rules its kernel holds ("+++ applied"): a "-" line is a rule missing from the kernel, a "+" line one that is there but not wanted. Rules someone deleted, changed or slipped in show up here. Exit code 0: no difference; 1: they differ; 2 or more: an error, as kubectl diff.
 
 With --all-nodes: one line per node (mode, drifted services, last sync, agent version) instead of the diffs; the exit code is 1 if any node differs, 2 if any node could not be asked.`;
 
@@ -32,7 +33,9 @@ With --all-nodes: one line per node (mode, drifted services, last sync, agent ve
     ...namespaceFlag,
     ...connectionFlags,
     'all-nodes': Flags.boolean({summary: 'Ask every agent; print a table.', default: false}),
-    service: Flags.string({summary: 'Only the rules of this service: NAME (in the -n namespace, else the context\'s) or NAMESPACE/NAME, either with :PORT.'}),
+    service: Flags.string({
+      summary: "Only the rules of this service: NAME (in the -n namespace, else the context's) or NAMESPACE/NAME, either with :PORT.",
+    }),
     output: outputFlag(['text', 'json', 'yaml']),
     concurrency: concurrencyFlag('Agents asked at once with --all-nodes.'),
   };
@@ -43,15 +46,22 @@ With --all-nodes: one line per node (mode, drifted services, last sync, agent ve
     const nodes = await locator.chooseNodes(args.node, flags['all-nodes']);
     const params = flags.service ? {service: await serviceKey(locator, flags.service, flags.namespace)} : {};
     const progress = flags['all-nodes'] ? 'agents answered' : undefined;
-    const {answered, failed} = await this.askAgents(locator, nodes, {concurrency: flags.concurrency, progress}, async (client): Promise<NodeDiff> => {
-      const [status, diff] = await Promise.all([client.call('status', {}), client.call('diff', params)]);
-      return {node: status.node, status, diff};
-    });
+    const {answered, failed} = await this.askAgents(
+      locator,
+      nodes,
+      {concurrency: flags.concurrency, progress},
+      async (client): Promise<NodeDiff> => {
+        const [status, diff] = await Promise.all([client.call('status', {}), client.call('diff', params)]);
+        return {node: status.node, status, diff};
+      },
+    );
 
     const color = useColor(flags.output);
     if (flags.output === 'json' || flags.output === 'yaml') {
       const nodesOut = answered.map(({node, diff}) => ({node, ...diff}));
-      process.stdout.write(formatData(flags['all-nodes'] ? {nodes: nodesOut, errors: failed} : (nodesOut[0] ?? {errors: failed}), flags.output));
+      process.stdout.write(
+        formatData(flags['all-nodes'] ? {nodes: nodesOut, errors: failed} : (nodesOut[0] ?? {errors: failed}), flags.output),
+      );
     } else if (flags['all-nodes']) {
       if (answered.length > 0) process.stdout.write(driftTable(answered, color));
     } else {
@@ -82,7 +92,9 @@ function driftTable(nodes: NodeDiff[], color: boolean): string {
   const c = palette(color);
   const now = Date.now();
   const rows = nodes.map(({node, status, diff}) => {
-    const drifted = diff.groups.filter((group) => group.added.length > 0 || group.removed.length > 0).map((group) => group.servicePort || '(no service)');
+    const drifted = diff.groups
+      .filter((group) => group.added.length > 0 || group.removed.length > 0)
+      .map((group) => group.servicePort || '(no service)');
     const last = status.lastSync;
     return [
       node,

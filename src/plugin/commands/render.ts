@@ -8,7 +8,8 @@ const badInput = 2;
 
 export default class Render extends Command {
   static override summary = 'Print the rules the proxy would write for the Services and EndpointSlices in a file.';
-  static override description = `Reads Services, EndpointSlices and optionally the Node (YAML with several documents, or JSON: single objects or a v1 List) and prints what the proxy on that node would program, without a cluster. One IP family per run, as kube-proxy runs one proxier per family.
+  static override description =
+    `Reads Services, EndpointSlices and optionally the Node (YAML with several documents, or JSON: single objects or a v1 List) and prints what the proxy on that node would program, without a cluster. One IP family per run, as kube-proxy runs one proxier per family.
 
 What is printed depends on --mode, and each text loads into an empty network namespace as it is. iptables: iptables-restore input for the nat and filter tables. nftables: an \`nft -f\` script for the table ip kube-proxy (ip6 kube-proxy with --ip-family ipv6).
 
@@ -21,46 +22,91 @@ Objects that are not valid are skipped and named on stderr with their file and f
 In iptables mode the first line, a comment, records the node addresses the rules were rendered for; \`trace --rules\` over the output takes them as the node's own addresses.`;
 
   static override examples = [
-    {description: 'The rules node-1 of the bundled example gets', command: '<%= config.bin %> render -f examples/cluster.yaml --cluster-cidr 10.244.0.0/16'},
-    {description: 'Load them into a scratch network namespace', command: 'ip netns add scratch && <%= config.bin %> render -f examples/cluster.yaml | ip netns exec scratch iptables-restore'},
-    {description: 'The nftables table for node-1, loaded into a scratch namespace', command: '<%= config.bin %> render -f examples/cluster.yaml --mode nftables | ip netns exec scratch nft -f -'},
-    {description: "nftables mode with the lab's service CIDR: unused service addresses are dropped", command: '<%= config.bin %> render -f examples/cluster.yaml --mode nftables --service-cidr 10.96.0.0/12'},
+    {
+      description: 'The rules node-1 of the bundled example gets',
+      command: '<%= config.bin %> render -f examples/cluster.yaml --cluster-cidr 10.244.0.0/16',
+    },
+    {
+      description: 'Load them into a scratch network namespace',
+      command: 'ip netns add scratch && <%= config.bin %> render -f examples/cluster.yaml | ip netns exec scratch iptables-restore',
+    },
+    {
+      description: 'The nftables table for node-1, loaded into a scratch namespace',
+      command: '<%= config.bin %> render -f examples/cluster.yaml --mode nftables | ip netns exec scratch nft -f -',
+    },
+    {
+      description: "nftables mode with the lab's service CIDR: unused service addresses are dropped",
+      command: '<%= config.bin %> render -f examples/cluster.yaml --mode nftables --service-cidr 10.96.0.0/12',
+    },
     {description: 'ipvs mode: every part, to read', command: '<%= config.bin %> render -f examples/cluster.yaml --mode ipvs'},
     // Load order matters: the iptables layer matches the sets by name.
-    ...([
-      ['ipset', 'ipset restore', 'ipvs mode, loaded part by part: 1. the ipsets'],
-      ['iptables', 'iptables-restore', '2. the iptables layer that matches them'],
-      ['addresses', 'ip -batch -', '3. the service addresses on kube-ipvs0'],
-      ['ipvsadm', 'ipvsadm-restore', '4. the virtual and real servers'],
-    ] as const).map(([part, tool, description]) => ({description, command: `<%= config.bin %> render -f examples/cluster.yaml --mode ipvs --part ${part} | ip netns exec scratch ${tool}`})),
-    {description: 'The model as JSON, for another node and masquerading everything', command: '<%= config.bin %> render -f examples/cluster.yaml --node-name node-0 --node-ip 10.240.0.10 --masquerade-all -o json'},
+    ...(
+      [
+        ['ipset', 'ipset restore', 'ipvs mode, loaded part by part: 1. the ipsets'],
+        ['iptables', 'iptables-restore', '2. the iptables layer that matches them'],
+        ['addresses', 'ip -batch -', '3. the service addresses on kube-ipvs0'],
+        ['ipvsadm', 'ipvsadm-restore', '4. the virtual and real servers'],
+      ] as const
+    ).map(([part, tool, description]) => ({
+      description,
+      command: `<%= config.bin %> render -f examples/cluster.yaml --mode ipvs --part ${part} | ip netns exec scratch ${tool}`,
+    })),
+    {
+      description: 'The model as JSON, for another node and masquerading everything',
+      command: '<%= config.bin %> render -f examples/cluster.yaml --node-name node-0 --node-ip 10.240.0.10 --masquerade-all -o json',
+    },
   ];
 
   static override flags = {
-    filename: Flags.string({char: 'f', summary: 'File with Services, EndpointSlices and the Node; "-" reads stdin. Repeat for several files.', multiple: true, required: true}),
+    filename: Flags.string({
+      char: 'f',
+      summary: 'File with Services, EndpointSlices and the Node; "-" reads stdin. Repeat for several files.',
+      multiple: true,
+      required: true,
+    }),
     mode: Flags.option({summary: 'Proxy mode whose rules to print.', options: renderModes, default: 'iptables'})(),
-    part: Flags.option({summary: 'With --mode ipvs: print only this part, in the input format of the tool that loads it.', options: ipvsParts})(),
+    part: Flags.option({
+      summary: 'With --mode ipvs: print only this part, in the input format of the tool that loads it.',
+      options: ipvsParts,
+    })(),
     'ip-family': Flags.option({summary: 'IP family of the rules.', options: ['ipv4', 'ipv6'] as const, default: 'ipv4'})(),
     'node-name': Flags.string({summary: 'The node the rules are for (its endpoints are local). Default: the Node in the input.'}),
     'node-ip': Flags.string({summary: "The node's addresses, primary first. Default: the Node's InternalIPs.", multiple: true}),
-    'cluster-cidr': Flags.string({summary: 'Pod CIDR of the cluster (kube-proxy --cluster-cidr); traffic from outside it is masqueraded.', multiple: true, delimiter: ','}),
-    'service-cidr': Flags.string({summary: 'Service CIDRs of the cluster (kube-apiserver --service-cluster-ip-range); nftables mode drops traffic to their addresses that are no ClusterIP.', multiple: true, delimiter: ','}),
+    'cluster-cidr': Flags.string({
+      summary: 'Pod CIDR of the cluster (kube-proxy --cluster-cidr); traffic from outside it is masqueraded.',
+      multiple: true,
+      delimiter: ',',
+    }),
+    'service-cidr': Flags.string({
+      summary:
+        'Service CIDRs of the cluster (kube-apiserver --service-cluster-ip-range); nftables mode drops traffic to their addresses that are no ClusterIP.',
+      multiple: true,
+      delimiter: ',',
+    }),
     'masquerade-all': Flags.boolean({summary: 'Masquerade all traffic sent to service IPs (kube-proxy --masquerade-all).', default: false}),
     'masquerade-bit': Flags.integer({summary: 'Bit of the packet mark that flags packets for masquerading.', min: 0, max: 31}),
-    'nodeport-addresses': Flags.string({summary: 'Where NodePorts listen: CIDRs, or "primary" (kube-proxy --nodeport-addresses). Default: every local address.', multiple: true, delimiter: ','}),
+    'nodeport-addresses': Flags.string({
+      summary: 'Where NodePorts listen: CIDRs, or "primary" (kube-proxy --nodeport-addresses). Default: every local address.',
+      multiple: true,
+      delimiter: ',',
+    }),
     'detect-local': Flags.option({
       summary: 'How pod traffic is told from other traffic. Default: cluster-cidr when --cluster-cidr is given, else none.',
       options: ['cluster-cidr', 'node-cidr', 'bridge-interface', 'interface-name-prefix', 'none'] as const,
     })(),
     'pod-bridge-interface': Flags.string({summary: 'Bridge the pods hang off (with --detect-local bridge-interface).'}),
     'pod-interface-name-prefix': Flags.string({summary: "Prefix of the pods' interfaces (with --detect-local interface-name-prefix)."}),
-    'localhost-nodeports': Flags.option({summary: 'Accept NodePort connections on 127.0.0.1 (iptables mode, IPv4).', options: ['true', 'false'] as const})(),
+    'localhost-nodeports': Flags.option({
+      summary: 'Accept NodePort connections on 127.0.0.1 (iptables mode, IPv4).',
+      options: ['true', 'false'] as const,
+    })(),
     output: outputFlag(['text', 'json']),
   };
 
   async run(): Promise<void> {
     const {flags} = await this.parse(Render);
-    if (flags.part !== undefined && flags.mode !== 'ipvs') this.error(`--part ${flags.part}: only ipvs mode has parts; --mode ${flags.mode} prints one text`, {exit: badInput});
+    if (flags.part !== undefined && flags.mode !== 'ipvs')
+      this.error(`--part ${flags.part}: only ipvs mode has parts; --mode ${flags.mode} prints one text`, {exit: badInput});
     let offline;
     try {
       offline = await readOfflineModel(flags.filename, {

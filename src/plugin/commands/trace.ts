@@ -11,7 +11,14 @@ import {objectNamespace} from '../lib/kube-config.ts';
 import {formatAge, formatData, outputFlag, palette, useColor} from '../lib/output.ts';
 import {errorLine, PluginError} from '../lib/plugin-error.ts';
 import {formatProbeText} from '../lib/probe-text.ts';
-import {endpointWarnings, nodeAddress, resolveService, resolveSource, type PacketSource, type ServiceTarget} from '../lib/service-target.ts';
+import {
+  endpointWarnings,
+  nodeAddress,
+  resolveService,
+  resolveSource,
+  type PacketSource,
+  type ServiceTarget,
+} from '../lib/service-target.ts';
 import {formatTraceText} from '../lib/trace-text.ts';
 
 const defaultProbeCount = 20;
@@ -24,45 +31,85 @@ interface NodeTrace {
 
 export default class Trace extends AgentCommand {
   static override summary = "Follow a Service's packet through the rules a node really holds, hop by hop.";
-  static override description = `Resolves SERVICE (in the -n namespace, else the kubeconfig context's) and its endpoints, asks the agent on the node to trace the first packet of a connection through the rules in the kernel, and prints the path once, a hop (hook, table, chain -> target) a line; the endpoints as a table with their probability, pod, node and whether the packet is masqueraded; for endpoints whose path differs (a pod reaching itself, say), only the hops that differ; and warnings: no endpoints (REJECT), Local traffic policy without a local endpoint (DROP), rules that differ from what the agent means to write, endpoints not ready or terminating. -o wide adds under each hop the sentence on why it matched and what it does, and the rule's text; -o json and -o yaml carry every endpoint's whole path.
+  static override description =
+    `Resolves SERVICE (in the -n namespace, else the kubeconfig context's) and its endpoints, asks the agent on the node to trace the first packet of a connection through the rules in the kernel, and prints the path once, a hop (hook, table, chain -> target) a line; the endpoints as a table with their probability, pod, node and whether the packet is masqueraded; for endpoints whose path differs (a pod reaching itself, say), only the hops that differ; and warnings: no endpoints (REJECT), Local traffic policy without a local endpoint (DROP), rules that differ from what the agent means to write, endpoints not ready or terminating. -o wide adds under each hop the sentence on why it matched and what it does, and the rule's text; -o json and -o yaml carry every endpoint's whole path.
 
 The packet comes from --from (a pod: its IP, entering its node; the lab's external client, client-0; or an address), or else from the node itself. It goes to the service's cluster IP, or with --via to its NodePort on the node, an external IP or a load-balancer IP. --probe N then opens N real connections the same way (from the pod's network namespace in the lab) and shows which endpoints answered next to the predicted odds.
 
 Without a cluster: --rules FILE traces over a saved iptables-save dump (or "kubectl proxyctl render" output) with --src and --dst.`;
 
   static override examples = [
-    {description: 'From a pod, through the rules of its node, with 20 real connections', command: '<%= config.bin %> trace demoapp -n default --from pod-1-2 --probe 20'},
-    {description: "The NodePort as the lab's external client reaches it on node-1", command: '<%= config.bin %> trace demoapp-nodeport --via node-port --from client-0 --node node-1 --probe'},
-    {description: 'From an address outside the cluster, entering node-0', command: '<%= config.bin %> trace demoapp --from 10.240.0.100 --node node-0'},
+    {
+      description: 'From a pod, through the rules of its node, with 20 real connections',
+      command: '<%= config.bin %> trace demoapp -n default --from pod-1-2 --probe 20',
+    },
+    {
+      description: "The NodePort as the lab's external client reaches it on node-1",
+      command: '<%= config.bin %> trace demoapp-nodeport --via node-port --from client-0 --node node-1 --probe',
+    },
+    {
+      description: 'From an address outside the cluster, entering node-0',
+      command: '<%= config.bin %> trace demoapp --from 10.240.0.100 --node node-0',
+    },
     {description: 'From each node itself, on every node, as JSON', command: '<%= config.bin %> trace demoapp --all-nodes -o json'},
     {description: 'Every hop with its sentence and rule text', command: '<%= config.bin %> trace demoapp --from pod-1-2 -o wide'},
-    {description: 'Offline, over a saved dump', command: '<%= config.bin %> trace --rules node-1.iptables-save --src 10.244.1.5 --dst 10.96.0.10:80/tcp --node-ip 10.240.0.11'},
+    {
+      description: 'Offline, over a saved dump',
+      command: '<%= config.bin %> trace --rules node-1.iptables-save --src 10.244.1.5 --dst 10.96.0.10:80/tcp --node-ip 10.240.0.11',
+    },
   ];
 
-  static override args = {service: Args.string({description: 'The Service: NAME (in the -n namespace, else the kubeconfig context\'s) or NAMESPACE/NAME.'})};
+  static override args = {
+    service: Args.string({description: "The Service: NAME (in the -n namespace, else the kubeconfig context's) or NAMESPACE/NAME."}),
+  };
 
   static override flags = {
     ...namespaceFlag,
     ...connectionFlags,
-    port: Flags.string({summary: "The service port, by name or number (needed when the service has several)."}),
+    port: Flags.string({summary: 'The service port, by name or number (needed when the service has several).'}),
     node: Flags.string({summary: "The node whose rules to trace (default: the --from pod's node)."}),
     'all-nodes': Flags.boolean({summary: 'Trace on every node that runs an agent.', default: false}),
-    from: Flags.string({summary: 'Where the packet comes from: a pod (NAME or NAMESPACE/NAME), an IP address, or in a lab its external client (client-0). Default: the node itself.'}),
-    'from-netns': Flags.string({summary: 'Network namespace on the node to run --probe from (default: the --from pod\'s, else the node\'s).'}),
-    via: Flags.option({summary: 'Which address of the service the packet is sent to.', options: ['cluster-ip', 'node-port', 'external-ip', 'load-balancer'] as const, default: 'cluster-ip'})(),
-    probe: Flags.integer({summary: `Also open N real connections and show which endpoints answer ("--probe" alone: ${defaultProbeCount}).`, min: 1, max: 1000}),
+    from: Flags.string({
+      summary:
+        'Where the packet comes from: a pod (NAME or NAMESPACE/NAME), an IP address, or in a lab its external client (client-0). Default: the node itself.',
+    }),
+    'from-netns': Flags.string({
+      summary: "Network namespace on the node to run --probe from (default: the --from pod's, else the node's).",
+    }),
+    via: Flags.option({
+      summary: 'Which address of the service the packet is sent to.',
+      options: ['cluster-ip', 'node-port', 'external-ip', 'load-balancer'] as const,
+      default: 'cluster-ip',
+    })(),
+    probe: Flags.integer({
+      summary: `Also open N real connections and show which endpoints answer ("--probe" alone: ${defaultProbeCount}).`,
+      min: 1,
+      max: 1000,
+    }),
     output: outputFlag(['text', 'wide', 'json', 'yaml'], "Output format (wide adds each rule's text)."),
     rules: Flags.string({summary: 'Offline: an iptables-save dump or render output to trace over ("-": stdin).', helpGroup: 'OFFLINE'}),
     src: Flags.string({summary: 'Offline: source address of the packet.', helpGroup: 'OFFLINE'}),
     dst: Flags.string({summary: 'Offline: destination as IP:PORT[/PROTO] (PROTO tcp, udp or sctp; default tcp).', helpGroup: 'OFFLINE'}),
-    'node-ip': Flags.string({summary: "Offline: the node's own addresses (for NodePorts and local traffic). Default: those render recorded in the file.", multiple: true, delimiter: ',', helpGroup: 'OFFLINE'}),
+    'node-ip': Flags.string({
+      summary: "Offline: the node's own addresses (for NodePorts and local traffic). Default: those render recorded in the file.",
+      multiple: true,
+      delimiter: ',',
+      helpGroup: 'OFFLINE',
+    }),
     'in-interface': Flags.string({summary: 'Offline: interface the packet arrives on.', helpGroup: 'OFFLINE'}),
-    origin: Flags.option({summary: 'Offline: arriving (from a pod or outside) or local (sent by the node).', options: ['arriving', 'local'] as const, default: 'arriving', helpGroup: 'OFFLINE'})(),
+    origin: Flags.option({
+      summary: 'Offline: arriving (from a pod or outside) or local (sent by the node).',
+      options: ['arriving', 'local'] as const,
+      default: 'arriving',
+      helpGroup: 'OFFLINE',
+    })(),
   };
 
   override async init(): Promise<void> {
     // "--probe" with no number means the default count, which oclif's integer flags cannot say.
-    this.argv = this.argv.flatMap((arg, index, all) => (arg === '--probe' && !/^\d+$/.test(all[index + 1] ?? '') ? ['--probe', String(defaultProbeCount)] : [arg]));
+    this.argv = this.argv.flatMap((arg, index, all) =>
+      arg === '--probe' && !/^\d+$/.test(all[index + 1] ?? '') ? ['--probe', String(defaultProbeCount)] : [arg],
+    );
     await super.init();
   }
 
@@ -70,7 +117,9 @@ Without a cluster: --rules FILE traces over a saved iptables-save dump (or "kube
     // `trace SERVICE NODE`, as diff, sync and status take their node: say which flag it is here.
     const extra = /^Unexpected arguments?: ([^\s,]+)/.exec(error.message)?.[1];
     if (extra && !extra.startsWith('-')) {
-      return super.catch(new PluginError(`unexpected argument ${extra}: trace takes one SERVICE; to trace on node ${extra}, give --node ${extra}`));
+      return super.catch(
+        new PluginError(`unexpected argument ${extra}: trace takes one SERVICE; to trace on node ${extra}, give --node ${extra}`),
+      );
     }
     return super.catch(error);
   }
@@ -85,7 +134,8 @@ Without a cluster: --rules FILE traces over a saved iptables-save dump (or "kube
     for (const offline of ['src', 'dst', 'node-ip', 'in-interface'] as const) {
       if (flags[offline] !== undefined) throw new PluginError(`--${offline} is for offline traces: add --rules FILE, or trace a SERVICE`);
     }
-    if (!args.service) throw new PluginError('name a SERVICE to trace (NAME or NAMESPACE/NAME), or give --rules FILE to trace a saved dump');
+    if (!args.service)
+      throw new PluginError('name a SERVICE to trace (NAME or NAMESPACE/NAME), or give --rules FILE to trace a saved dump');
     if (flags.node !== undefined && flags['all-nodes']) throw new PluginError('give --node or --all-nodes, not both');
 
     const locator = this.locator(flags);
@@ -113,7 +163,12 @@ Without a cluster: --rules FILE traces over a saved iptables-save dump (or "kube
       const blocks = traced.map(({node, trace, probe}) => {
         const read = `rules read from the kernel ${formatAge(Date.now() - Date.parse(trace.readAt))} ago`;
         let text = `${c.bold('Node')}        ${node} (${read})\n`;
-        text += formatTraceText(trace, {palette: c, wide: flags.output === 'wide', endpointInfo, width: process.stdout.isTTY ? process.stdout.columns : undefined});
+        text += formatTraceText(trace, {
+          palette: c,
+          wide: flags.output === 'wide',
+          endpointInfo,
+          width: process.stdout.isTTY ? process.stdout.columns : undefined,
+        });
         if (probe) text += formatProbeText(trace, probe, probe.count, probe.from, c, endpointInfo);
         return text;
       });
@@ -166,15 +221,33 @@ Without a cluster: --rules FILE traces over a saved iptables-save dump (or "kube
           `--probe from ${flags.from}: cannot tell which network namespace to connect from (no lab.proxyctl.dev/netns annotation): leave out --from to probe from the node, or name one with --from-netns`,
         );
       }
-      const probe = await client.call('probe', {...(netns ? {from: {netns}} : {}), target: {ip: dstIP, port: dstPort, protocol: target.protocol}, count: flags.probe});
-      const from = source?.pod ? `pod ${source.pod}` : source?.externalClient ? `external client ${source.externalClient}` : netns ? `network namespace ${netns}` : `node ${agentNode}`;
+      const probe = await client.call('probe', {
+        ...(netns ? {from: {netns}} : {}),
+        target: {ip: dstIP, port: dstPort, protocol: target.protocol},
+        count: flags.probe,
+      });
+      const from = source?.pod
+        ? `pod ${source.pod}`
+        : source?.externalClient
+          ? `external client ${source.externalClient}`
+          : netns
+            ? `network namespace ${netns}`
+            : `node ${agentNode}`;
       answer.probe = {...probe, count: flags.probe, from};
     }
     return answer;
   }
 
-  private traceOffline(flags: {rules?: string; src?: string; dst?: string; 'node-ip'?: string[]; 'in-interface'?: string; origin: string; output: string}): void {
-    if (!flags.src) throw new PluginError('--rules needs --src IP (the packet\'s source address)');
+  private traceOffline(flags: {
+    rules?: string;
+    src?: string;
+    dst?: string;
+    'node-ip'?: string[];
+    'in-interface'?: string;
+    origin: string;
+    output: string;
+  }): void {
+    if (!flags.src) throw new PluginError("--rules needs --src IP (the packet's source address)");
     if (!flags.dst) throw new PluginError('--rules needs --dst IP:PORT[/PROTO] (where the packet goes)');
     if (isIP(flags.src) === 0) throw new PluginError(`--src ${flags.src}: not an IP address`);
     const destination = parseDestination(flags.dst);
@@ -192,10 +265,18 @@ Without a cluster: --rules FILE traces over a saved iptables-save dump (or "kube
     } catch (error) {
       throw new PluginError(`--rules ${file}: not an iptables-save dump: ${errorLine(error)}`);
     }
-    const packet: Packet = {srcIP: flags.src, ...destination, origin: flags.origin === 'local' ? 'local' : 'arriving', ...(flags['in-interface'] ? {inInterface: flags['in-interface']} : {})};
+    const packet: Packet = {
+      srcIP: flags.src,
+      ...destination,
+      origin: flags.origin === 'local' ? 'local' : 'arriving',
+      ...(flags['in-interface'] ? {inInterface: flags['in-interface']} : {}),
+    };
     const result: TraceResult = traceIptables(rules, packet, {localAddresses: flags['node-ip'] ?? rules.nodeAddresses ?? []});
     if (flags.output === 'json' || flags.output === 'yaml') process.stdout.write(formatData(result, flags.output));
-    else process.stdout.write(formatTraceText(result, {palette: palette(useColor(flags.output === 'wide' ? 'wide' : 'text')), wide: flags.output === 'wide'}));
+    else
+      process.stdout.write(
+        formatTraceText(result, {palette: palette(useColor(flags.output === 'wide' ? 'wide' : 'text')), wide: flags.output === 'wide'}),
+      );
   }
 }
 
@@ -205,7 +286,15 @@ export function parseDestination(text: string): Pick<Packet, 'dstIP' | 'dstPort'
   const ip = match?.[1] ?? match?.[2];
   const port = Number(match?.[3]);
   const protocol = (match?.[4] ?? 'tcp').toUpperCase();
-  if (!match || !ip || isIP(ip) === 0 || !Number.isInteger(port) || port < 1 || port > 65535 || !['TCP', 'UDP', 'SCTP'].includes(protocol)) {
+  if (
+    !match ||
+    !ip ||
+    isIP(ip) === 0 ||
+    !Number.isInteger(port) ||
+    port < 1 ||
+    port > 65535 ||
+    !['TCP', 'UDP', 'SCTP'].includes(protocol)
+  ) {
     throw new PluginError(`--dst ${text}: must be IP:PORT[/PROTO] like 10.96.0.10:80/tcp or [fd00::10]:53/udp (PROTO tcp, udp or sctp)`);
   }
   return {dstIP: ip, dstPort: port, protocol: protocol as Packet['protocol']};

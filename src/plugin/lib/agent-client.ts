@@ -5,7 +5,16 @@ import type {IncomingMessage} from 'node:http';
 import type {Duplex} from 'node:stream';
 import WebSocket from 'ws';
 import {errorCodes, readAnswer, type RpcResponse} from '../../protocol/jsonrpc.ts';
-import {methodSpecs, notificationSchemas, isNotificationName, type MethodName, type NotificationName, type NotificationTypes, type ParamsOf, type ResultOf} from '../../protocol/methods.ts';
+import {
+  methodSpecs,
+  notificationSchemas,
+  isNotificationName,
+  type MethodName,
+  type NotificationName,
+  type NotificationTypes,
+  type ParamsOf,
+  type ResultOf,
+} from '../../protocol/methods.ts';
 import {limits, protocolHeader, protocolName} from '../../protocol/version.ts';
 import {errorLine, PluginError} from './plugin-error.ts';
 import {describeTimeout} from './request-timeout.ts';
@@ -40,9 +49,14 @@ async function refusal(res: IncomingMessage, label: string): Promise<PluginError
   const body = await readBody(res);
   const speaks = res.headers[protocolHeader];
   if (res.statusCode === 400 && typeof speaks === 'string' && speaks !== protocolName) {
-    return new PluginError(`${label} speaks ${speaks}, this plugin speaks ${protocolName}: use a kubectl-proxyctl release that matches the agents`);
+    return new PluginError(
+      `${label} speaks ${speaks}, this plugin speaks ${protocolName}: use a kubectl-proxyctl release that matches the agents`,
+    );
   }
-  if (!speaks) return new PluginError(`${label}: HTTP ${res.statusCode} from something that is not a proxyctl agent${body ? ` (${body.split('\n')[0].slice(0, 200)})` : ''}: check the address or port`);
+  if (!speaks)
+    return new PluginError(
+      `${label}: HTTP ${res.statusCode} from something that is not a proxyctl agent${body ? ` (${body.split('\n')[0].slice(0, 200)})` : ''}: check the address or port`,
+    );
   return new PluginError(`${label} refused the connection (HTTP ${res.statusCode}): ${body || 'no reason given'}`);
 }
 
@@ -50,7 +64,10 @@ export class AgentClient {
   readonly label: string;
   readonly #ws: WebSocket;
   readonly #timeoutMs: number;
-  readonly #pending = new Map<number, {method: string; resolve: (response: RpcResponse) => void; reject: (error: Error) => void; timer?: NodeJS.Timeout}>();
+  readonly #pending = new Map<
+    number,
+    {method: string; resolve: (response: RpcResponse) => void; reject: (error: Error) => void; timer?: NodeJS.Timeout}
+  >();
   readonly #listeners = new Map<string, Set<Listener>>();
   #nextId = 1;
   #closedBecause: string | undefined;
@@ -60,7 +77,9 @@ export class AgentClient {
     this.label = options.label;
     this.#timeoutMs = options.timeoutMs;
     ws.on('message', (data, isBinary) => this.#receive(isBinary ? '' : data.toString()));
-    ws.on('close', (code, reason) => this.#fail(`${this.label} closed the connection (${code}${reason.length > 0 ? ` ${reason.toString()}` : ''})`));
+    ws.on('close', (code, reason) =>
+      this.#fail(`${this.label} closed the connection (${code}${reason.length > 0 ? ` ${reason.toString()}` : ''})`),
+    );
     ws.on('error', (error) => this.#fail(`connection to ${this.label} failed: ${errorLine(error)}`));
   }
 
@@ -89,14 +108,27 @@ export class AgentClient {
         }
       };
       ws.once('open', () => {
-        if (ws.protocol !== protocolName) settle(new PluginError(`${label} did not agree to ${protocolName} (it chose ${ws.protocol || 'no subprotocol'}): use a kubectl-proxyctl release that matches the agents`));
+        if (ws.protocol !== protocolName)
+          settle(
+            new PluginError(
+              `${label} did not agree to ${protocolName} (it chose ${ws.protocol || 'no subprotocol'}): use a kubectl-proxyctl release that matches the agents`,
+            ),
+          );
         else settle(undefined);
       });
       ws.once('unexpected-response', (_req, res) => void refusal(res, label).then(settle));
       ws.on('error', (error) => {
         const text = errorLine(error);
-        if (/ECONNREFUSED/.test(text)) settle(new PluginError(`cannot reach ${label}: connection refused: is the agent running and listening there (--api-bind-address)?`));
-        else if (/timed out|ETIMEDOUT/i.test(text)) settle(new PluginError(`${label} did not answer within ${describeTimeout(options.timeoutMs)}: check that it runs, or raise --request-timeout`));
+        if (/ECONNREFUSED/.test(text))
+          settle(
+            new PluginError(`cannot reach ${label}: connection refused: is the agent running and listening there (--api-bind-address)?`),
+          );
+        else if (/timed out|ETIMEDOUT/i.test(text))
+          settle(
+            new PluginError(
+              `${label} did not answer within ${describeTimeout(options.timeoutMs)}: check that it runs, or raise --request-timeout`,
+            ),
+          );
         else settle(new PluginError(`cannot reach ${label}: ${text}`));
       });
     });
@@ -111,7 +143,11 @@ export class AgentClient {
       if (this.#timeoutMs > 0) {
         entry.timer = setTimeout(() => {
           this.#pending.delete(id);
-          reject(new PluginError(`${this.label} did not answer ${method} within ${describeTimeout(this.#timeoutMs)}: raise --request-timeout, or see the agent's log`));
+          reject(
+            new PluginError(
+              `${this.label} did not answer ${method} within ${describeTimeout(this.#timeoutMs)}: raise --request-timeout, or see the agent's log`,
+            ),
+          );
         }, this.#timeoutMs);
       }
       this.#pending.set(id, entry);
@@ -119,7 +155,10 @@ export class AgentClient {
     }).then((response) => {
       if ('error' in response) throw this.#callError(method, response.error.code, response.error.message);
       const problem = methodSpecs[method].result.check(response.result, 'result');
-      if (problem) throw new PluginError(`${this.label} answered ${method} with something this plugin does not understand (${problem}): plugin and agent releases may differ`);
+      if (problem)
+        throw new PluginError(
+          `${this.label} answered ${method} with something this plugin does not understand (${problem}): plugin and agent releases may differ`,
+        );
       return response.result as ResultOf<M>;
     });
   }
@@ -141,7 +180,8 @@ export class AgentClient {
 
   #callError(method: string, code: number, message: string): PluginError {
     if (code === errorCodes.forbidden) return new PluginError(`${this.label} refused ${method}: ${message}`);
-    if (code === errorCodes.methodNotFound) return new PluginError(`${this.label} does not know ${method}: plugin and agent releases differ (${message})`);
+    if (code === errorCodes.methodNotFound)
+      return new PluginError(`${this.label} does not know ${method}: plugin and agent releases differ (${message})`);
     if (code === errorCodes.serverError) return new PluginError(message);
     return new PluginError(`${this.label} answered ${method} with error ${code}: ${message}`);
   }

@@ -59,7 +59,9 @@ export class AgentLocator {
     }
     const pods = await this.agentPods();
     if (pods.length === 0) {
-      throw new PluginError(`no proxyctl agents found (pods labelled app.kubernetes.io/name=proxyctl-agent in namespace ${this.#options.agentNamespace}): is the agent DaemonSet installed? --agent-namespace names its namespace`);
+      throw new PluginError(
+        `no proxyctl agents found (pods labelled app.kubernetes.io/name=proxyctl-agent in namespace ${this.#options.agentNamespace}): is the agent DaemonSet installed? --agent-namespace names its namespace`,
+      );
     }
     return [...new Set(pods.map((pod) => pod.node))];
   }
@@ -74,7 +76,9 @@ export class AgentLocator {
     if (node !== undefined) return [node];
     const nodes = await this.nodes();
     if (allNodes || nodes.length === 1) return nodes;
-    throw new PluginError(`agents run on ${nodes.length} nodes (${nodes.slice(0, 5).join(', ')}${nodes.length > 5 ? ', ...' : ''}): name a NODE or use --all-nodes`);
+    throw new PluginError(
+      `agents run on ${nodes.length} nodes (${nodes.slice(0, 5).join(', ')}${nodes.length > 5 ? ', ...' : ''}): name a NODE or use --all-nodes`,
+    );
   }
 
   /** open connects to the agent on `node` (any node with --agent-url). */
@@ -91,7 +95,12 @@ export class AgentLocator {
       `the API server did not open a port-forward to agent pod ${pod.namespace}/${pod.name} in time: raise --request-timeout`,
     );
     // The URL only names the agent in the handshake; the bytes go through the port-forward.
-    return AgentClient.connect({url: `ws://${pod.name}.${pod.namespace}:${pod.port}/`, stream: () => stream, timeoutMs, label: `the agent on node ${node} (pod ${pod.namespace}/${pod.name})`});
+    return AgentClient.connect({
+      url: `ws://${pod.name}.${pod.namespace}:${pod.port}/`,
+      stream: () => stream,
+      timeoutMs,
+      label: `the agent on node ${node} (pod ${pod.namespace}/${pod.name})`,
+    });
   }
 
   #token(): string | undefined {
@@ -117,7 +126,12 @@ export function withTimeout<T>(promise: Promise<T>, timeoutMs: number, message: 
 }
 
 /** forEachNode runs `work` for each node, `concurrency` at a time, and never lets one failure stop the others. */
-export async function forEachNode<T>(nodes: string[], concurrency: number, work: (node: string) => Promise<T>, onDone?: (node: string, done: number) => void): Promise<Map<string, {ok: true; value: T} | {ok: false; error: string}>> {
+export async function forEachNode<T>(
+  nodes: string[],
+  concurrency: number,
+  work: (node: string) => Promise<T>,
+  onDone?: (node: string, done: number) => void,
+): Promise<Map<string, {ok: true; value: T} | {ok: false; error: string}>> {
   const results = new Map<string, {ok: true; value: T} | {ok: false; error: string}>();
   let next = 0;
   let done = 0;

@@ -41,7 +41,11 @@ const networkReasons: Record<string, string> = {
 
 /** Why a request never got an answer: fetch says "fetch failed" and keeps the reason in its causes. */
 function networkReason(error: unknown): string | undefined {
-  for (let cause = error as {code?: string; message?: string; cause?: unknown} | undefined, depth = 0; cause && depth < 5; cause = cause.cause as typeof cause, depth++) {
+  for (
+    let cause = error as {code?: string; message?: string; cause?: unknown} | undefined, depth = 0;
+    cause && depth < 5;
+    cause = cause.cause as typeof cause, depth++
+  ) {
     if (cause.code && networkReasons[cause.code]) return networkReasons[cause.code];
     if (cause.code && /^E[A-Z]+$|^UND_ERR|^ERR_TLS|CERT/.test(cause.code)) return `${cause.message ?? cause.code} (${cause.code})`;
   }
@@ -52,8 +56,12 @@ function networkReason(error: unknown): string | undefined {
 /** apiError turns a client-node failure into a line that says what failed, where, and what to do. */
 export function apiError(config: KubeConfig, what: string, error: unknown): PluginError {
   const code = (error as {code?: number}).code;
-  if (code === 403) return new PluginError(`the API server refused to ${what} (403 Forbidden): ask for the RBAC rights, or use another --context`);
-  if (code === 401) return new PluginError(`the API server did not accept your credentials while trying to ${what} (401 Unauthorized): check the kubeconfig's user`);
+  if (code === 403)
+    return new PluginError(`the API server refused to ${what} (403 Forbidden): ask for the RBAC rights, or use another --context`);
+  if (code === 401)
+    return new PluginError(
+      `the API server did not accept your credentials while trying to ${what} (401 Unauthorized): check the kubeconfig's user`,
+    );
   const unreachable = networkReason(error);
   if (unreachable) {
     const server = config.getCurrentCluster()?.server ?? '(no server in the kubeconfig)';

@@ -23,11 +23,20 @@ export function loadPluginKubeConfig(flags: KubeConfigFlags): KubeConfig {
       source = found.files.join(':');
     }
   } catch (error) {
-    throw new PluginError(`${errorLine(error)}: pass --kubeconfig FILE or set KUBECONFIG (a lab's is shown by "kubectl proxyctl lab status")`);
+    throw new PluginError(
+      `${errorLine(error)}: pass --kubeconfig FILE or set KUBECONFIG (a lab's is shown by "kubectl proxyctl lab status")`,
+    );
   }
   if (flags.context) {
     if (!config.getContextObject(flags.context)) {
-      throw new PluginError(`context "${flags.context}" is not in ${source} (contexts: ${config.getContexts().map((c) => c.name).join(', ') || 'none'})`);
+      throw new PluginError(
+        `context "${flags.context}" is not in ${source} (contexts: ${
+          config
+            .getContexts()
+            .map((c) => c.name)
+            .join(', ') || 'none'
+        })`,
+      );
     }
     config.setCurrentContext(flags.context);
   }

@@ -2,7 +2,19 @@
 // and one IP family, with every skipped object reported against the file it came from.
 import {readFile} from 'node:fs/promises';
 import {renderWarnings} from './render-warnings.ts';
-import {buildProxyModel, parseCIDR, parseManifests, type EndpointSliceInput, type IPFamily, type LocalDetector, type ModelOptions, type NodeInput, type ProxyConfig, type ProxyModel, type ServiceInput} from '../../core/model/index.ts';
+import {
+  buildProxyModel,
+  parseCIDR,
+  parseManifests,
+  type EndpointSliceInput,
+  type IPFamily,
+  type LocalDetector,
+  type ModelOptions,
+  type NodeInput,
+  type ProxyConfig,
+  type ProxyModel,
+  type ServiceInput,
+} from '../../core/model/index.ts';
 
 /** The kube-proxy settings `render` takes as flags; unset ones come from the file's Node or defaults. */
 export interface OfflineSettings {
@@ -46,7 +58,9 @@ export async function readOfflineModel(files: string[], settings: OfflineSetting
     try {
       text = file === '-' ? await readStdin() : await readFile(file, 'utf8');
     } catch (error) {
-      throw new InputError(`cannot read ${file}: ${(error as NodeJS.ErrnoException).code === 'ENOENT' ? 'no such file' : (error as Error).message}`);
+      throw new InputError(
+        `cannot read ${file}: ${(error as NodeJS.ErrnoException).code === 'ENOENT' ? 'no such file' : (error as Error).message}`,
+      );
     }
     const source = file === '-' ? 'stdin' : file;
     const parsed = parseManifests(text, source);
@@ -103,7 +117,9 @@ function modelOptions(settings: OfflineSettings): ModelOptions {
   if (settings.localhostNodePorts !== undefined) config.localhostNodePorts = settings.localhostNodePorts;
   const detector = interfaceDetector(settings);
   if (detector) config.localDetector = detector;
-  const detectLocalMode = ({'cluster-cidr': 'ClusterCIDR', 'node-cidr': 'NodeCIDR', 'none': 'None'} as const)[settings.detectLocal as 'cluster-cidr' | 'node-cidr' | 'none'];
+  const detectLocalMode = ({'cluster-cidr': 'ClusterCIDR', 'node-cidr': 'NodeCIDR', none: 'None'} as const)[
+    settings.detectLocal as 'cluster-cidr' | 'node-cidr' | 'none'
+  ];
   if (settings.detectLocal === 'cluster-cidr' && !settings.clusterCIDRs?.length) {
     throw new InputError('--detect-local cluster-cidr needs --cluster-cidr');
   }

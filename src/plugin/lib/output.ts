@@ -16,7 +16,11 @@ export function outputFlag<const Formats extends readonly OutputFormat[]>(format
  * json/yaml); off with NO_COLOR (any value), FORCE_COLOR=0 or TERM=dumb; on with any other
  * FORCE_COLOR; else only when the output is a terminal.
  */
-export function useColor(format: OutputFormat, stream: {isTTY?: boolean} = process.stdout, env: Record<string, string | undefined> = process.env): boolean {
+export function useColor(
+  format: OutputFormat,
+  stream: {isTTY?: boolean} = process.stdout,
+  env: Record<string, string | undefined> = process.env,
+): boolean {
   if (format === 'json' || format === 'yaml') return false;
   if (env.NO_COLOR !== undefined && env.NO_COLOR !== '') return false;
   const force = env.FORCE_COLOR;
@@ -47,16 +51,38 @@ export type Palette = ReturnType<typeof palette>;
 
 /** Borderless, as kubectl get prints: only the three spaces between columns. */
 const kubectlTableChars = {
-  top: '', 'top-mid': '', 'top-left': '', 'top-right': '',
-  bottom: '', 'bottom-mid': '', 'bottom-left': '', 'bottom-right': '',
-  left: '', 'left-mid': '', mid: '', 'mid-mid': '', right: '', 'right-mid': '', middle: '   ',
+  top: '',
+  'top-mid': '',
+  'top-left': '',
+  'top-right': '',
+  bottom: '',
+  'bottom-mid': '',
+  'bottom-left': '',
+  'bottom-right': '',
+  left: '',
+  'left-mid': '',
+  mid: '',
+  'mid-mid': '',
+  right: '',
+  'right-mid': '',
+  middle: '   ',
 };
 
 /** formatTable lays rows out as kubectl get does: upper-case headers, columns three spaces apart, no borders. */
 export function formatTable(head: string[], rows: string[][]): string {
-  const table = new Table({head, chars: kubectlTableChars, style: {head: [], border: [], 'padding-left': 0, 'padding-right': 0, compact: true}});
+  const table = new Table({
+    head,
+    chars: kubectlTableChars,
+    style: {head: [], border: [], 'padding-left': 0, 'padding-right': 0, compact: true},
+  });
   table.push(...rows.map((row) => head.map((_, column) => row[column] ?? '')));
-  return table.toString().split('\n').map((line) => line.trimEnd()).join('\n') + '\n';
+  return (
+    table
+      .toString()
+      .split('\n')
+      .map((line) => line.trimEnd())
+      .join('\n') + '\n'
+  );
 }
 
 /** formatAge: how long ago, as kubectl's AGE column writes it (45s, 3m12s, 5h, 2d). */

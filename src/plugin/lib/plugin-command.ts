@@ -25,7 +25,9 @@ export abstract class PluginCommand extends Command {
     this.endProgress();
     // PluginError and LabError carry their exit code; oclif's parse errors carry theirs in oclif.exit.
     const own = typeof error.exitCode === 'number' && error.exitCode > 0 ? error.exitCode : undefined;
-    process.stderr.write(`error: ${errorLine(error).replace(/ See more help with --help$/, `: see "kubectl proxyctl ${this.id?.replaceAll(':', ' ') ?? ''} --help"`)}\n`);
+    process.stderr.write(
+      `error: ${errorLine(error).replace(/ See more help with --help$/, `: see "kubectl proxyctl ${this.id?.replaceAll(':', ' ') ?? ''} --help"`)}\n`,
+    );
     process.exitCode = own ?? Math.max(error.oclif?.exit ?? exitCodes.error, exitCodes.error);
     return undefined;
   }

@@ -28,9 +28,12 @@ export async function openPortForward(config: KubeConfig, target: PortForwardTar
   } catch (error) {
     const text = refusalText(error);
     if (/\b403\b/.test(text)) {
-      throw new PluginError(`the API server refused to port-forward to pod ${namespace}/${pod} (403 Forbidden): your user needs create on pods/portforward in namespace ${namespace}`);
+      throw new PluginError(
+        `the API server refused to port-forward to pod ${namespace}/${pod} (403 Forbidden): your user needs create on pods/portforward in namespace ${namespace}`,
+      );
     }
-    if (/\b401\b/.test(text)) throw new PluginError(`the API server did not accept your credentials (401 Unauthorized): check the kubeconfig's user`);
+    if (/\b401\b/.test(text))
+      throw new PluginError(`the API server did not accept your credentials (401 Unauthorized): check the kubeconfig's user`);
     if (/\b404\b/.test(text)) throw new PluginError(`pod ${namespace}/${pod} is gone (404): run the command again`);
     throw new PluginError(`cannot port-forward to pod ${namespace}/${pod} port ${port}: ${errorLine(text)}`);
   }

@@ -23,7 +23,12 @@ export interface ProbeRow {
 export function compareProbe(trace: TraceAnswer, probe: ProbeResult, endpointInfo?: Map<string, EndpointInfo>): ProbeRow[] {
   const rows = new Map<string, ProbeRow>();
   for (const branch of trace.branches) {
-    rows.set(endpointIP(branch.endpoint), {endpoint: branch.endpoint, pod: endpointInfo?.get(branch.endpoint)?.pod, predicted: branch.probability, answered: 0});
+    rows.set(endpointIP(branch.endpoint), {
+      endpoint: branch.endpoint,
+      pod: endpointInfo?.get(branch.endpoint)?.pod,
+      predicted: branch.probability,
+      answered: 0,
+    });
   }
   for (const answer of probe.answers as (ProbeResult['answers'][number] & {pod?: string})[]) {
     const row = rows.get(answer.endpoint) ?? {endpoint: answer.endpoint, pod: answer.pod, predicted: 0, answered: 0};
@@ -41,7 +46,14 @@ const expectedFailure: Record<TraceAnswer['verdict'], string | undefined> = {
   ACCEPT: undefined,
 };
 
-export function formatProbeText(trace: TraceAnswer, probe: ProbeResult, count: number, from: string, c: Palette, endpointInfo?: Map<string, EndpointInfo>): string {
+export function formatProbeText(
+  trace: TraceAnswer,
+  probe: ProbeResult,
+  count: number,
+  from: string,
+  c: Palette,
+  endpointInfo?: Map<string, EndpointInfo>,
+): string {
   const lines = ['', `${c.bold('Probe')}       ${count} connection${count === 1 ? '' : 's'} from ${from}`];
   const rows = compareProbe(trace, probe, endpointInfo);
   if (rows.length > 0) {
@@ -54,12 +66,18 @@ export function formatProbeText(trace: TraceAnswer, probe: ProbeResult, count: n
         `${row.answered} (${((row.answered / count) * 100).toFixed(0)}%)`,
       ]),
     );
-    lines.push(...table.trimEnd().split('\n').map((line) => `  ${line}`));
+    lines.push(
+      ...table
+        .trimEnd()
+        .split('\n')
+        .map((line) => `  ${line}`),
+    );
   }
   for (const failure of probe.failures) lines.push(`  ${failure.reason}: ${failure.count}`);
   const expected = expectedFailure[trace.verdict];
   if (expected) lines.push(`  ${expected}.`);
   const unexpected = rows.filter((row) => row.predicted === 0 && row.answered > 0);
-  if (unexpected.length > 0) lines.push(`  ${c.yellow('!')} answered by endpoints the rules do not lead to: ${unexpected.map((row) => row.endpoint).join(', ')}`);
+  if (unexpected.length > 0)
+    lines.push(`  ${c.yellow('!')} answered by endpoints the rules do not lead to: ${unexpected.map((row) => row.endpoint).join(', ')}`);
   return lines.join('\n') + '\n';
 }

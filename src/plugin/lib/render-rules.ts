@@ -38,7 +38,11 @@ export function renderRules(model: ProxyModel, mode: RenderMode, part?: IpvsPart
     ipset: formatIpsetRestore(state.sets, state.family),
     // The proxy adds the jumps from the built-in chains itself; a user loading the layer by hand needs them too.
     iptables: withJumpRules(state.iptables),
-    addresses: [`link add ${dummyDevice} type dummy`, ...state.boundAddresses.map((address) => `addr add ${address}/${state.family === 'IPv6' ? 128 : 32} dev ${dummyDevice}`)].join('\n') + '\n',
+    addresses:
+      [
+        `link add ${dummyDevice} type dummy`,
+        ...state.boundAddresses.map((address) => `addr add ${address}/${state.family === 'IPv6' ? 128 : 32} dev ${dummyDevice}`),
+      ].join('\n') + '\n',
   };
   if (part) return texts[part];
   const order: IpvsPart[] = ['ipset', 'iptables', 'addresses', 'ipvsadm'];

@@ -47,19 +47,34 @@ export function renderWarnings(input: RenderInput, model: ProxyModel): string[] 
     const spec = ((service as {spec?: Record<string, unknown>}).spec ?? {}) as Record<string, unknown>;
     const name = `Service ${meta.namespace}/${meta.name}`;
     const ports = listOf(spec.ports);
-    portNames.set(`${meta.namespace}/${meta.name}`, ports.map((port) => String((port as {name?: unknown} | null)?.name ?? '')));
+    portNames.set(
+      `${meta.namespace}/${meta.name}`,
+      ports.map((port) => String((port as {name?: unknown} | null)?.name ?? '')),
+    );
     const otherFamily = serviceOfOtherFamily(spec, model.family);
-    if (otherFamily) warnings.push(where(service, `${name} has no ${model.family} cluster IP (${otherFamily}): it is not in these rules; render it with --ip-family ${model.family === 'IPv4' ? 'ipv6' : 'ipv4'}`));
+    if (otherFamily)
+      warnings.push(
+        where(
+          service,
+          `${name} has no ${model.family} cluster IP (${otherFamily}): it is not in these rules; render it with --ip-family ${model.family === 'IPv4' ? 'ipv6' : 'ipv4'}`,
+        ),
+      );
     for (const port of ports) {
       const nodePort = (port as {nodePort?: unknown} | null)?.nodePort;
       if (typeof nodePort !== 'number' || nodePort === 0) continue;
       if (nodePort < defaultNodePortRange.low || nodePort > defaultNodePortRange.high) {
         const portName = (port as {name?: unknown}).name;
-        warnings.push(where(service, `${name}${portName ? ` port ${String(portName)}` : ''}: nodePort ${nodePort} is outside the default node-port range ${defaultNodePortRange.low}-${defaultNodePortRange.high}; kube-apiserver would refuse it unless its --service-node-port-range allows it`));
+        warnings.push(
+          where(
+            service,
+            `${name}${portName ? ` port ${String(portName)}` : ''}: nodePort ${nodePort} is outside the default node-port range ${defaultNodePortRange.low}-${defaultNodePortRange.high}; kube-apiserver would refuse it unless its --service-node-port-range allows it`,
+          ),
+        );
       }
     }
   }
-  for (const slice of input.endpointSlices) warnings.push(...sliceWarnings(slice, portNames, model.family).map((text) => where(slice, text)));
+  for (const slice of input.endpointSlices)
+    warnings.push(...sliceWarnings(slice, portNames, model.family).map((text) => where(slice, text)));
   return warnings;
 }
 
@@ -82,13 +97,16 @@ function sliceWarnings(slice: unknown, portNames: Map<string, string[]>, family:
   const serviceName = meta.labels['kubernetes.io/service-name'];
   if (typeof serviceName !== 'string') return [];
   const names = portNames.get(`${meta.namespace}/${serviceName}`);
-  if (names === undefined) return [`${name} belongs to Service ${meta.namespace}/${serviceName}, which is not in the input: its endpoints are not used`];
+  if (names === undefined)
+    return [`${name} belongs to Service ${meta.namespace}/${serviceName}, which is not in the input: its endpoints are not used`];
   const warnings: string[] = [];
   for (const port of listOf((slice as {ports?: unknown}).ports)) {
     const portName = String((port as {name?: unknown} | null)?.name ?? '');
     if (!names.includes(portName)) {
       const shown = (text: string): string => (text === '' ? '(unnamed)' : `"${text}"`);
-      warnings.push(`${name}: port ${shown(portName)} matches no port of Service ${meta.namespace}/${serviceName} (${names.map(shown).join(', ')}): its endpoints are not used for it`);
+      warnings.push(
+        `${name}: port ${shown(portName)} matches no port of Service ${meta.namespace}/${serviceName} (${names.map(shown).join(', ')}): its endpoints are not used for it`,
+      );
     }
   }
   return warnings;

@@ -79,27 +79,39 @@ async function readService(config: KubeConfig, namespace: string, name: string):
   try {
     return await config.makeApiClient(CoreV1Api).readNamespacedService({namespace, name});
   } catch (error) {
-    if (notFound(error)) throw new PluginError(`service ${namespace}/${name} not found: check the name, or give its namespace with -n or as NAMESPACE/NAME`);
+    if (notFound(error))
+      throw new PluginError(`service ${namespace}/${name} not found: check the name, or give its namespace with -n or as NAMESPACE/NAME`);
     throw apiError(config, `read service ${namespace}/${name}`, error);
   }
 }
 
-export async function resolveService(config: KubeConfig, reference: string, defaultNamespace: string, wantedPort: string | undefined): Promise<ServiceTarget> {
+export async function resolveService(
+  config: KubeConfig,
+  reference: string,
+  defaultNamespace: string,
+  wantedPort: string | undefined,
+): Promise<ServiceTarget> {
   const {namespace, name} = splitName(reference, defaultNamespace);
   const label = `${namespace}/${name}`;
   const service = await readService(config, namespace, name);
   const spec = service.spec ?? {};
-  if (spec.type === 'ExternalName') throw new PluginError(`service ${label} is of type ExternalName: it is a DNS name, no proxy rule handles it`);
-  if (!spec.clusterIP || spec.clusterIP === 'None') throw new PluginError(`service ${label} is headless (clusterIP None): clients reach its pods directly, no proxy rule handles it`);
+  if (spec.type === 'ExternalName')
+    throw new PluginError(`service ${label} is of type ExternalName: it is a DNS name, no proxy rule handles it`);
+  if (!spec.clusterIP || spec.clusterIP === 'None')
+    throw new PluginError(`service ${label} is headless (clusterIP None): clients reach its pods directly, no proxy rule handles it`);
   const port = pickPort(service, wantedPort, label);
   const portName = port.name ?? '';
   const protocol = (port.protocol ?? 'TCP') as Protocol;
 
   const endpoints = new Map<string, EndpointInfo & {ip: string}>();
   try {
-    const slices = await config.makeApiClient(DiscoveryV1Api).listNamespacedEndpointSlice({namespace, labelSelector: `kubernetes.io/service-name=${name}`});
+    const slices = await config
+      .makeApiClient(DiscoveryV1Api)
+      .listNamespacedEndpointSlice({namespace, labelSelector: `kubernetes.io/service-name=${name}`});
     for (const slice of slices.items) {
-      const slicePort = (slice.ports ?? []).find((candidate) => (candidate.name ?? '') === portName && (candidate.protocol ?? 'TCP') === protocol);
+      const slicePort = (slice.ports ?? []).find(
+        (candidate) => (candidate.name ?? '') === portName && (candidate.protocol ?? 'TCP') === protocol,
+      );
       if (!slicePort?.port) continue;
       for (const endpoint of slice.endpoints ?? []) {
         const conditions = endpoint.conditions ?? {};
@@ -161,13 +173,19 @@ export async function resolveSource(config: KubeConfig, from: string, defaultNam
     if (notFound(error)) {
       const client = from.includes('/') ? undefined : await labExternalClient(config, from);
       if (client) return {ip: client.ip, node: client.node, netns: client.netns, externalClient: client.name};
-      throw new PluginError(`--from ${from}: pod ${namespace}/${name} not found (give an IP address, the pod as NAMESPACE/NAME, or in a lab its external client, client-0)`);
+      throw new PluginError(
+        `--from ${from}: pod ${namespace}/${name} not found (give an IP address, the pod as NAMESPACE/NAME, or in a lab its external client, client-0)`,
+      );
     }
     throw apiError(config, `read pod ${namespace}/${name}`, error);
   }
   const ip = pod.status?.podIP;
-  if (!ip) throw new PluginError(`--from ${from}: pod ${namespace}/${name} has no IP address yet (phase ${pod.status?.phase ?? 'unknown'})`);
-  if (pod.spec?.hostNetwork) throw new PluginError(`--from ${from}: pod ${namespace}/${name} uses the host network: trace from its node instead (--node ${pod.spec.nodeName})`);
+  if (!ip)
+    throw new PluginError(`--from ${from}: pod ${namespace}/${name} has no IP address yet (phase ${pod.status?.phase ?? 'unknown'})`);
+  if (pod.spec?.hostNetwork)
+    throw new PluginError(
+      `--from ${from}: pod ${namespace}/${name} uses the host network: trace from its node instead (--node ${pod.spec.nodeName})`,
+    );
   return {ip, node: pod.spec?.nodeName, netns: pod.metadata?.annotations?.[netnsAnnotation], pod: `${namespace}/${name}`};
 }
 
@@ -189,7 +207,10 @@ export async function nodeAddress(config: KubeConfig, node: string, family: 4 | 
 /** Warnings about the endpoints themselves (the rules cannot say why an endpoint is missing). */
 export function endpointWarnings(target: ServiceTarget): string[] {
   const warnings: string[] = [];
-  if (target.endpoints.size === 0) warnings.push(`service ${target.servicePort} has no endpoints: no pod matches its selector, or none is ready; new connections are refused`);
+  if (target.endpoints.size === 0)
+    warnings.push(
+      `service ${target.servicePort} has no endpoints: no pod matches its selector, or none is ready; new connections are refused`,
+    );
   for (const [key, info] of target.endpoints) {
     const who = info.pod ? `${key} (pod ${info.pod})` : key;
     if (info.terminating) warnings.push(`endpoint ${who} is terminating: it gets new connections only while no other endpoint is ready`);

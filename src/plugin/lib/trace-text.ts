@@ -110,7 +110,9 @@ class HopPrinter {
     const lines: string[] = [];
     for (const hop of hops) {
       const lead = how.mark ? `${indent.slice(0, -2)}${how.mark} ` : indent;
-      lines.push(`${lead}${c.dim(`${hop.hook.padEnd(11)} ${hop.table.padEnd(this.#tableWidth)}`)} ${c.bold(rename(hop.chain))} -> ${c.cyan(rename(hop.target))}`);
+      lines.push(
+        `${lead}${c.dim(`${hop.hook.padEnd(11)} ${hop.table.padEnd(this.#tableWidth)}`)} ${c.bold(rename(hop.chain))} -> ${c.cyan(rename(hop.target))}`,
+      );
       if (how.explain ?? this.#wide) {
         this.explained.add(explainedKey(hop));
         lines.push(`${indent}    ${hop.explanation}`);
@@ -164,7 +166,9 @@ function mainGroupLines(group: PathGroup, printer: HopPrinter, options: TraceTex
   const rename = (chain: string) => (chain === own ? pattern : chain);
   const lines: string[] = [];
   first.hops.forEach((hop, index) => {
-    const same = group.branches.every((branch) => branch.hops[index].explanation === hop.explanation && branch.hops[index].rule === hop.rule);
+    const same = group.branches.every(
+      (branch) => branch.hops[index].explanation === hop.explanation && branch.hops[index].rule === hop.rule,
+    );
     lines.push(...printer.lines([hop], '  ', {rename, explain: options.wide && same}));
   });
   return lines;
@@ -189,7 +193,13 @@ function endpointLines(branches: TraceBranch[], options: TraceTextOptions): stri
     const head = ['ENDPOINT', 'PROBABILITY', 'POD', 'NODE', 'MASQUERADE'];
     if (options.wide) head.push('CHAIN');
     const rows = branches.map((branch) => {
-      const row = [branch.endpoint, percent(branch.probability), info(branch)?.pod ?? '-', info(branch)?.node ?? '-', branch.masquerade ? 'yes' : 'no'];
+      const row = [
+        branch.endpoint,
+        percent(branch.probability),
+        info(branch)?.pod ?? '-',
+        info(branch)?.node ?? '-',
+        branch.masquerade ? 'yes' : 'no',
+      ];
       if (options.wide) row.push(endpointChain(branch) ?? '-');
       return row;
     });
@@ -198,7 +208,10 @@ function endpointLines(branches: TraceBranch[], options: TraceTextOptions): stri
   const sameOdds = branches.every((branch) => Math.abs(branch.probability - branches[0].probability) < 1e-9);
   const sameMasquerade = branches.every((branch) => branch.masquerade === branches[0].masquerade);
   const nodes = new Set(branches.map((branch) => info(branch)?.node).filter(Boolean));
-  const cells = branches.map((branch) => `${branch.endpoint}${sameOdds ? '' : ` ${percent(branch.probability)}`}${sameMasquerade || !branch.masquerade ? '' : ' (masquerade)'}`);
+  const cells = branches.map(
+    (branch) =>
+      `${branch.endpoint}${sameOdds ? '' : ` ${percent(branch.probability)}`}${sameMasquerade || !branch.masquerade ? '' : ' (masquerade)'}`,
+  );
   const summary = [`${branches.length} endpoints${nodes.size > 0 ? ` on ${nodes.size} node${nodes.size === 1 ? '' : 's'}` : ''}`];
   if (sameOdds) summary.push(`${percent(branches[0].probability)} each`);
   if (sameMasquerade) summary.push(branches[0].masquerade ? 'all masqueraded' : 'none masqueraded');
@@ -206,7 +219,12 @@ function endpointLines(branches: TraceBranch[], options: TraceTextOptions): stri
   const columns = Math.max(1, Math.floor(((options.width ?? 80) - 2 + 3) / (width + 3)));
   const lines = [`  ${summary.join(', ')} (-o wide: one row each, with pod and node)`];
   for (let start = 0; start < cells.length; start += columns) {
-    lines.push(`  ${cells.slice(start, start + columns).map((cell, i, row) => (i === row.length - 1 ? cell : cell.padEnd(width))).join('   ')}`);
+    lines.push(
+      `  ${cells
+        .slice(start, start + columns)
+        .map((cell, i, row) => (i === row.length - 1 ? cell : cell.padEnd(width)))
+        .join('   ')}`,
+    );
   }
   return lines;
 }
@@ -226,7 +244,14 @@ function otherPathLines(group: PathGroup, main: PathGroup, printer: HopPrinter, 
     return (chain: string) => (chain === own ? pattern : chain);
   };
   for (const change of diffKeys(main.key, group.key)) {
-    if (change.side === '-') lines.push(...printer.lines([main.branches[0].hops[change.index]], '      ', {rename: renameOwn(main, main.branches[0]), explain: false, mark: c.red('-')}));
+    if (change.side === '-')
+      lines.push(
+        ...printer.lines([main.branches[0].hops[change.index]], '      ', {
+          rename: renameOwn(main, main.branches[0]),
+          explain: false,
+          mark: c.red('-'),
+        }),
+      );
     else lines.push(...printer.lines([branch.hops[change.index]], '      ', {rename: renameOwn(group, branch), mark: c.green('+')}));
   }
   const reasons = new Set(group.branches.map((other) => other.masqueradeReason));
@@ -255,5 +280,8 @@ export function diffKeys(from: string[], to: string[]): {side: '-' | '+'; index:
 }
 
 function indent(table: string): string[] {
-  return table.trimEnd().split('\n').map((line) => `  ${line}`);
+  return table
+    .trimEnd()
+    .split('\n')
+    .map((line) => `  ${line}`);
 }

@@ -86,7 +86,9 @@ test('agent API: bad input gets JSON-RPC errors; the connection, the agent and o
   assert.equal(answer.error?.code, errorCodes.methodNotFound);
   assert.match(answer.error!.message, /method not found: "rules.everything" \(methods: status, /);
 
-  answer = await client.call('trace', {packet: {srcIP: '10.244.1.9', dstIP: cluster.webClusterIP, dstPort: 70000, protocol: 'TCP', origin: 'arriving'}});
+  answer = await client.call('trace', {
+    packet: {srcIP: '10.244.1.9', dstIP: cluster.webClusterIP, dstPort: 70000, protocol: 'TCP', origin: 'arriving'},
+  });
   assert.equal(answer.error?.code, errorCodes.invalidParams);
   assert.equal(answer.error?.data?.field, 'packet.dstPort');
 
@@ -127,7 +129,16 @@ test('agent API: bad input gets JSON-RPC errors; the connection, the agent and o
   assert.match(answer.result?.text, /default\/web:http/);
 
   // And the agent still does its job: a new service becomes rules.
-  cluster.server.store.create('services', {apiVersion: 'v1', kind: 'Service', metadata: {name: 'late', namespace: 'default'}, spec: {selector: {app: 'late'}, ports: [{port: 81, protocol: 'TCP'}]}}, 'default');
+  cluster.server.store.create(
+    'services',
+    {
+      apiVersion: 'v1',
+      kind: 'Service',
+      metadata: {name: 'late', namespace: 'default'},
+      spec: {selector: {app: 'late'}, ports: [{port: 81, protocol: 'TCP'}]},
+    },
+    'default',
+  );
   await until('rules for the late service', () => inNetns(cluster.netns, ['iptables-save']).includes('default/late'));
   slow.ws.terminate();
   huge.ws.terminate();

@@ -79,7 +79,13 @@ describe('AppliedState', () => {
 
   it('gives the text back as read, whether the parsed rules hold it or the cache keeps it compressed', async () => {
     for (const textOf of [iptablesBackend.textOf, undefined]) {
-      const cache = new AppliedState({read: async () => kernelV1, parse: iptablesBackend.parse, textOf, changes: watchedChanges({time: 0}), now: () => 1});
+      const cache = new AppliedState({
+        read: async () => kernelV1,
+        parse: iptablesBackend.parse,
+        textOf,
+        changes: watchedChanges({time: 0}),
+        now: () => 1,
+      });
       const reading = await cache.get('IPv4');
       assert.ok(findChain(reading.rules as IptablesRuleset, 'nat', 'KUBE-SEP-AAAAAAAAAAAAAAAA'));
       assert.equal(reading.text, kernelV1);
@@ -131,7 +137,10 @@ describe('AppliedState', () => {
     assert.equal(after.readAt, 5000, 'the answer says the rules are as of the write');
     const rules = after.rules as IptablesRuleset;
     assert.equal(findChain(rules, 'nat', 'KUBE-SEP-AAAAAAAAAAAAAAAA'), undefined, 'the deleted chain is gone');
-    assert.deepEqual(findChain(rules, 'nat', 'KUBE-SVC-AAAAAAAAAAAAAAAA')?.rules.map((rule) => rule.text), ['-A KUBE-SVC-AAAAAAAAAAAAAAAA -m comment --comment "default/web:http -> 10.244.1.6:8080" -j KUBE-SEP-BBBBBBBBBBBBBBBB']);
+    assert.deepEqual(
+      findChain(rules, 'nat', 'KUBE-SVC-AAAAAAAAAAAAAAAA')?.rules.map((rule) => rule.text),
+      ['-A KUBE-SVC-AAAAAAAAAAAAAAAA -m comment --comment "default/web:http -> 10.244.1.6:8080" -j KUBE-SEP-BBBBBBBBBBBBBBBB'],
+    );
     assert.match(after.text, /--to-destination 10\.244\.1\.6:8080/);
     assert.doesNotMatch(after.text, /KUBE-SEP-AAAAAAAAAAAAAAAA/);
     const trace = traceIptables(rules, packet, {localAddresses: []});
@@ -140,7 +149,7 @@ describe('AppliedState', () => {
     assert.ok(findChain(before.rules as IptablesRuleset, 'nat', 'KUBE-SEP-AAAAAAAAAAAAAAAA'));
   });
 
-  it('takes a full write\'s read-back as the rules, without reading the kernel itself', async () => {
+  it("takes a full write's read-back as the rules, without reading the kernel itself", async () => {
     const clock = {time: 1000};
     const {cache, reads} = cacheOver(watchedChanges(clock), clock);
     cache.started('IPv4');
@@ -170,7 +179,11 @@ describe('AppliedState', () => {
     const reading = cache.get('IPv4');
     while (reads.length === 0) await new Promise((resolve) => setImmediate(resolve));
     cache.started('IPv4');
-    cache.ended('IPv4', {kind: 'chains', writtenAt: clock.time++, tables: [{table: 'nat', declared: ['KUBE-SVC-CCCCCCCCCCCCCCCC'], chains: ['KUBE-SVC-CCCCCCCCCCCCCCCC'], rules: []}]});
+    cache.ended('IPv4', {
+      kind: 'chains',
+      writtenAt: clock.time++,
+      tables: [{table: 'nat', declared: ['KUBE-SVC-CCCCCCCCCCCCCCCC'], chains: ['KUBE-SVC-CCCCCCCCCCCCCCCC'], rules: []}],
+    });
     await reading;
     await cache.get('IPv4');
     assert.deepEqual(reads, ['IPv4', 'IPv4'], 'the write was not in the first reading: read again');
@@ -184,7 +197,7 @@ describe('AppliedState', () => {
     cache.ended('IPv4', undefined);
     cache.reading('IPv4', kernelV1, clock.time++);
     const published = await cache.get('IPv4');
-    assert.deepEqual(reads, [], 'the drift check\'s reading was taken, not a reading of its own');
+    assert.deepEqual(reads, [], "the drift check's reading was taken, not a reading of its own");
     assert.ok(findChain(published.rules as IptablesRuleset, 'nat', 'KUBE-SEP-AAAAAAAAAAAAAAAA'));
     cache.reading('IPv4', kernelV1.replace('10.96.0.10/32', '10.96.0.12/32'), clock.time++);
     assert.equal(await cache.get('IPv4'), published, 'nothing changed since: the answers prepared from it stay');

@@ -13,7 +13,12 @@ import type {Packet} from '../../../src/core/trace/types.ts';
 
 const read = (path: string) => readFileSync(new URL(`../../core/iptables/${path}`, import.meta.url), 'utf8');
 const dumps = ['dumps/node-a.nft.txt', 'dumps/kube-proxy-1.20.legacy.txt', 'dumps/calico-node.nft.txt', 'dumps/node-a.restore.txt'];
-const renders = ['golden/cluster-ipv4-with-jumps.rules', 'golden/cluster-ipv4.rules', 'golden/features-ipv4.rules', 'golden/features-ipv6.rules'];
+const renders = [
+  'golden/cluster-ipv4-with-jumps.rules',
+  'golden/cluster-ipv4.rules',
+  'golden/features-ipv4.rules',
+  'golden/features-ipv6.rules',
+];
 
 function indexed(text: string): ChainIndexedRuleset {
   const ruleset = ChainIndexedRuleset.of(text);
@@ -32,7 +37,17 @@ function contents(ruleset: IptablesRuleset) {
       name: table.name,
       chains: [...table.chains.values()].map((chain) => ({
         ...chain,
-        rules: chain.rules.map((rule) => ({text: rule.text, line: rule.line, chain: rule.chain, table: rule.table, comment: rule.comment, target: rule.target, matches: rule.matches, destination: rule.destination, source: rule.source})),
+        rules: chain.rules.map((rule) => ({
+          text: rule.text,
+          line: rule.line,
+          chain: rule.chain,
+          table: rule.table,
+          comment: rule.comment,
+          target: rule.target,
+          matches: rule.matches,
+          destination: rule.destination,
+          source: rule.source,
+        })),
       })),
     })),
   };
@@ -43,9 +58,17 @@ function packets(text: string, family: 'IPv4' | 'IPv6'): Packet[] {
   const found: Packet[] = [];
   const srcIP = family === 'IPv4' ? '10.244.1.20' : 'fd00:244::20';
   for (const line of text.split('\n').filter((rule) => rule.startsWith('-A KUBE-SERVICES ') || rule.startsWith('-A KUBE-NODEPORTS '))) {
-    const [dstIP, protocol, dstPort] = [/ -d (\S+?)(?:\/(?:32|128))? /.exec(line)?.[1], / -p (tcp|udp|sctp) /.exec(line)?.[1], / --dport (\d+)/.exec(line)?.[1]];
+    const [dstIP, protocol, dstPort] = [
+      / -d (\S+?)(?:\/(?:32|128))? /.exec(line)?.[1],
+      / -p (tcp|udp|sctp) /.exec(line)?.[1],
+      / --dport (\d+)/.exec(line)?.[1],
+    ];
     if (!protocol || !dstPort) continue;
-    const to = {dstIP: dstIP ?? (family === 'IPv4' ? '10.0.0.11' : 'fd00::1'), dstPort: Number(dstPort), protocol: protocol.toUpperCase() as Packet['protocol']};
+    const to = {
+      dstIP: dstIP ?? (family === 'IPv4' ? '10.0.0.11' : 'fd00::1'),
+      dstPort: Number(dstPort),
+      protocol: protocol.toUpperCase() as Packet['protocol'],
+    };
     found.push({srcIP, ...to, origin: 'arriving', inInterface: 'cni0'}, {srcIP, ...to, origin: 'local'});
   }
   assert.ok(found.length > 0, 'the rules send some packet somewhere');
@@ -62,7 +85,11 @@ describe('ChainIndexedRuleset', () => {
       assert.equal(formatIptablesRuleset(byChain), formatIptablesRuleset(whole));
       const localAddresses = whole.family === 'IPv4' ? ['10.0.0.11', '10.244.1.1'] : ['fd00::1'];
       for (const packet of packets(text, whole.family)) {
-        assert.deepEqual(traceIptables(byChain, packet, {localAddresses}), traceIptables(whole, packet, {localAddresses}), `${packet.dstIP}:${packet.dstPort} from ${packet.origin}`);
+        assert.deepEqual(
+          traceIptables(byChain, packet, {localAddresses}),
+          traceIptables(whole, packet, {localAddresses}),
+          `${packet.dstIP}:${packet.dstPort} from ${packet.origin}`,
+        );
       }
     });
   }
@@ -79,7 +106,11 @@ describe('ChainIndexedRuleset', () => {
       assert.deepEqual(diffIptables(indexed(a), indexed(b)), expected, `${desired} against ${applied}`);
       assert.deepEqual(diffIptables(indexed(b), indexed(a)), diffIptables(parseIptablesSave(b), parseIptablesSave(a, {family: 'IPv4'})));
       const service = expected.groups.find((group) => group.servicePort !== '')?.servicePort;
-      if (service) assert.deepEqual(diffIptables(indexed(a), indexed(b), {service}), diffIptables(parseIptablesSave(a), parseIptablesSave(b), {service}));
+      if (service)
+        assert.deepEqual(
+          diffIptables(indexed(a), indexed(b), {service}),
+          diffIptables(parseIptablesSave(a), parseIptablesSave(b), {service}),
+        );
     }
   });
 
@@ -88,7 +119,15 @@ describe('ChainIndexedRuleset', () => {
     const svc = /:(KUBE-SVC-\S+)/.exec(text)![1];
     const sep = /:(KUBE-SEP-\S+)/.exec(text)![1];
     const written = [
-      {table: 'nat' as const, declared: [svc, sep, 'KUBE-SEP-NEWNEWNEWNEWNEWN'], chains: [svc, 'KUBE-SEP-NEWNEWNEWNEWNEWN'], rules: [`-A ${svc} -j KUBE-SEP-NEWNEWNEWNEWNEWN`, '-A KUBE-SEP-NEWNEWNEWNEWNEWN -p tcp -m tcp -j DNAT --to-destination 10.244.9.9:8080']},
+      {
+        table: 'nat' as const,
+        declared: [svc, sep, 'KUBE-SEP-NEWNEWNEWNEWNEWN'],
+        chains: [svc, 'KUBE-SEP-NEWNEWNEWNEWNEWN'],
+        rules: [
+          `-A ${svc} -j KUBE-SEP-NEWNEWNEWNEWNEWN`,
+          '-A KUBE-SEP-NEWNEWNEWNEWNEWN -p tcp -m tcp -j DNAT --to-destination 10.244.9.9:8080',
+        ],
+      },
     ];
     const before = indexed(text);
     const patched = before.patched(written);

@@ -14,12 +14,16 @@ import {findChain, type IptablesRuleset} from '../../../src/core/iptables/rulese
 import {isRoot, until} from '../../plugin/agent-cluster.ts';
 
 test('parseGenerationLine reads the generation and the process behind it', () => {
-  assert.deepEqual(parseGenerationLine('# new generation 42 by process 1234 (iptables-restor)'), {generation: 42, pid: 1234, process: 'iptables-restor'});
+  assert.deepEqual(parseGenerationLine('# new generation 42 by process 1234 (iptables-restor)'), {
+    generation: 42,
+    pid: 1234,
+    process: 'iptables-restor',
+  });
   assert.deepEqual(parseGenerationLine('# new generation 7'), {generation: 7, pid: undefined, process: undefined});
   assert.equal(parseGenerationLine('add rule ip nat FOO counter packets 0 bytes 0 return'), undefined);
 });
 
-test('applied rules: the agent\'s own write is followed without a reading; a foreign iptables -A right after it makes the next request read the kernel', async (t) => {
+test("applied rules: the agent's own write is followed without a reading; a foreign iptables -A right after it makes the next request read the kernel", async (t) => {
   if (!isRoot) {
     t.skip('needs root: runs nft monitor and iptables in a fresh network namespace');
     return;
@@ -56,10 +60,23 @@ test('applied rules: the agent\'s own write is followed without a reading; a for
   const writers: (() => void)[] = [];
   const stop = host.onSpawn((pid) => writers.push(changes.ownWriter(pid)));
   cache.started('IPv4');
-  await host.iptablesRestore('IPv4', '*nat\n:KUBE-SVC-AAAAAAAAAAAAAAAA - [0:0]\n-A KUBE-SVC-AAAAAAAAAAAAAAAA -j RETURN\nCOMMIT\n', {noflush: true});
+  await host.iptablesRestore('IPv4', '*nat\n:KUBE-SVC-AAAAAAAAAAAAAAAA - [0:0]\n-A KUBE-SVC-AAAAAAAAAAAAAAAA -j RETURN\nCOMMIT\n', {
+    noflush: true,
+  });
   stop();
   const writtenAt = Date.now();
-  cache.ended('IPv4', {kind: 'chains', tables: [{table: 'nat', declared: ['KUBE-SVC-AAAAAAAAAAAAAAAA'], chains: ['KUBE-SVC-AAAAAAAAAAAAAAAA'], rules: ['-A KUBE-SVC-AAAAAAAAAAAAAAAA -j RETURN']}], writtenAt});
+  cache.ended('IPv4', {
+    kind: 'chains',
+    tables: [
+      {
+        table: 'nat',
+        declared: ['KUBE-SVC-AAAAAAAAAAAAAAAA'],
+        chains: ['KUBE-SVC-AAAAAAAAAAAAAAAA'],
+        rules: ['-A KUBE-SVC-AAAAAAAAAAAAAAAA -j RETURN'],
+      },
+    ],
+    writtenAt,
+  });
   writers.forEach((ended) => ended());
   const afterOwn = await cache.get('IPv4');
   assert.equal(reads.length, 1, 'the own write was not read back');
@@ -76,7 +93,10 @@ test('applied rules: the agent\'s own write is followed without a reading; a for
   const afterForeign = await cache.get('IPv4');
   assert.equal(reads.length, 2, 'the foreign change made the cache read the kernel');
   assert.ok(afterForeign.readAt >= before);
-  assert.equal(findChain(afterForeign.rules as IptablesRuleset, 'nat', 'KUBE-SERVICES')?.rules[0].text, '-A KUBE-SERVICES -s 10.9.9.9/32 -j ACCEPT');
+  assert.equal(
+    findChain(afterForeign.rules as IptablesRuleset, 'nat', 'KUBE-SERVICES')?.rules[0].text,
+    '-A KUBE-SERVICES -s 10.9.9.9/32 -j ACCEPT',
+  );
   assert.equal(findChain(afterForeign.rules as IptablesRuleset, 'nat', 'KUBE-SVC-AAAAAAAAAAAAAAAA')?.rules.length, 1);
   assert.equal(await cache.get('IPv4'), afterForeign, 'read once for the change');
 });

@@ -11,7 +11,6 @@ import {FakeClock} from '../fake-clock.ts';
 import {createNetns, inNetns, isRoot} from '../netns.ts';
 import {fetchJsonInNetns} from './fetch-in-netns.ts';
 
-
 async function get(url: string): Promise<{status: number; json: any; text: string; headers: Headers}> {
   const response = await fetch(url);
   const text = await response.text();
@@ -64,7 +63,10 @@ test('healthz and livez: 503 once a queued update is older than the timeout, 200
 
 for (const [name, node] of [
   ['deletionTimestamp', {metadata: {name: 'node-1', deletionTimestamp: '2026-01-01T00:00:00Z'}}],
-  ['ToBeDeletedByClusterAutoscaler taint', {metadata: {name: 'node-1'}, spec: {taints: [{key: 'ToBeDeletedByClusterAutoscaler', effect: 'NoSchedule'}]}}],
+  [
+    'ToBeDeletedByClusterAutoscaler taint',
+    {metadata: {name: 'node-1'}, spec: {taints: [{key: 'ToBeDeletedByClusterAutoscaler', effect: 'NoSchedule'}]}},
+  ],
 ] as const) {
   test(`a node with ${name}: healthz 503 with nodeEligible false, livez still 200`, async (t) => {
     const {health, server} = await healthSetup();
@@ -118,7 +120,11 @@ test('service health: a port that cannot be opened is reported, others still ope
   const blocker = await startHealthServer({host: '127.0.0.1', port: 0, health: new ProxierHealth(1000)});
   t.after(() => blocker.close());
   const errors: string[] = [];
-  const servers = new ServiceHealthServers({hosts: ['127.0.0.1'], proxyHealthy: () => true, onError: (target, error) => errors.push(`${target.name}: ${(error as NodeJS.ErrnoException).code}`)});
+  const servers = new ServiceHealthServers({
+    hosts: ['127.0.0.1'],
+    proxyHealthy: () => true,
+    onError: (target, error) => errors.push(`${target.name}: ${(error as NodeJS.ErrnoException).code}`),
+  });
   t.after(() => servers.close());
   const port = await freePort();
   await servers.sync([
@@ -168,7 +174,9 @@ async function freePort(): Promise<number> {
   return probe.port;
 }
 
-test('service health with --netns: the listener is in the node namespace, so two nodes share a port and answer for themselves', {skip: isRoot ? undefined : 'needs root: creates network namespaces'}, async (t) => {
+test('service health with --netns: the listener is in the node namespace, so two nodes share a port and answer for themselves', {
+  skip: isRoot ? undefined : 'needs root: creates network namespaces',
+}, async (t) => {
   const nodes = [createNetns(t), createNetns(t)];
   for (const node of nodes) inNetns(node, ['ip', 'link', 'set', 'lo', 'up']);
   const port = await freePort();
@@ -179,8 +187,14 @@ test('service health with --netns: the listener is in the node namespace, so two
   assert.deepEqual([...servers[0].ports()], [['default/web', port]]);
   assert.deepEqual([...servers[1].ports()], [['default/web', port]], 'the same port opens in the second namespace');
 
-  assert.deepEqual(await fetchJsonInNetns(nodes[0], `http://127.0.0.1:${port}/`), {status: 200, json: {service: {namespace: 'default', name: 'web'}, localEndpoints: 2, serviceProxyHealthy: true}});
-  assert.deepEqual(await fetchJsonInNetns(nodes[1], `http://[::1]:${port}/`), {status: 503, json: {service: {namespace: 'default', name: 'web'}, localEndpoints: 0, serviceProxyHealthy: true}});
+  assert.deepEqual(await fetchJsonInNetns(nodes[0], `http://127.0.0.1:${port}/`), {
+    status: 200,
+    json: {service: {namespace: 'default', name: 'web'}, localEndpoints: 2, serviceProxyHealthy: true},
+  });
+  assert.deepEqual(await fetchJsonInNetns(nodes[1], `http://[::1]:${port}/`), {
+    status: 503,
+    json: {service: {namespace: 'default', name: 'web'}, localEndpoints: 0, serviceProxyHealthy: true},
+  });
   await assert.rejects(fetch(`http://127.0.0.1:${port}/`, {signal: AbortSignal.timeout(2000)}), 'nothing listens on the host');
 
   // Counts change in place; closing the port closes it in its namespace.
@@ -191,7 +205,11 @@ test('service health with --netns: the listener is in the node namespace, so two
 
   // A port taken inside the namespace is reported with its cause and the namespace.
   const errors: string[] = [];
-  const blocked = new ServiceHealthServers({netns: nodes[1], proxyHealthy: () => true, onError: (target, error) => errors.push(`${target.name}: ${(error as NodeJS.ErrnoException).code} ${(error as Error).message}`)});
+  const blocked = new ServiceHealthServers({
+    netns: nodes[1],
+    proxyHealthy: () => true,
+    onError: (target, error) => errors.push(`${target.name}: ${(error as NodeJS.ErrnoException).code} ${(error as Error).message}`),
+  });
   t.after(() => blocked.close());
   await blocked.sync([{namespace: 'default', name: 'other', healthCheckNodePort: port, localEndpoints: 1}]);
   assert.equal(errors.length, 1);

@@ -15,7 +15,8 @@ function chainPieces(count: number, perPiece: number): Buffer[] {
   const pieces: Buffer[] = [];
   for (let first = 0; first < count; first += perPiece) {
     const lines: string[] = [];
-    for (let i = first; i < Math.min(count, first + perPiece); i++) lines.push(`:KUBE-SEP-TEST${i} - [0:0]`, `-A KUBE-SEP-TEST${i} -j RETURN`);
+    for (let i = first; i < Math.min(count, first + perPiece); i++)
+      lines.push(`:KUBE-SEP-TEST${i} - [0:0]`, `-A KUBE-SEP-TEST${i} -j RETURN`);
     pieces.push(Buffer.from(`${lines.join('\n')}\n`));
   }
   return pieces;
@@ -75,7 +76,9 @@ test('a line refused while pieces are still coming fails with the line, and the 
     yield* chainPieces(40_000, 1000);
     yield Buffer.from('COMMIT\n');
   }
-  const failure = await host.iptablesRestore('IPv4', input(), {noflush: true, inputTaken: () => (taken = true)}).catch((error: unknown) => error);
+  const failure = await host
+    .iptablesRestore('IPv4', input(), {noflush: true, inputTaken: () => (taken = true)})
+    .catch((error: unknown) => error);
   assert.ok(failure instanceof HostCommandError, String(failure));
   assert.match(failure.message, /no-such-option/);
   assert.match(failure.message, /line:? 4/);

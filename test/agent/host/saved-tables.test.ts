@@ -19,7 +19,10 @@ const save = [
 ].join('\n');
 
 test('each table as iptables-save -t prints it, in the order asked', () => {
-  assert.equal(savedTables(save, ['nat', 'filter']), '*nat\n:KUBE-SERVICES - [0:0]\nCOMMIT\n*filter\n:INPUT ACCEPT [0:0]\n-A INPUT -j KUBE-FIREWALL\nCOMMIT\n');
+  assert.equal(
+    savedTables(save, ['nat', 'filter']),
+    '*nat\n:KUBE-SERVICES - [0:0]\nCOMMIT\n*filter\n:INPUT ACCEPT [0:0]\n-A INPUT -j KUBE-FIREWALL\nCOMMIT\n',
+  );
 });
 
 test('a table the output does not hold is left out', () => {

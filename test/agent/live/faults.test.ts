@@ -107,13 +107,20 @@ describe('live agent: faults and churn', {concurrency: false, timeout: 420_000},
     assert.equal(livez.status, 200);
 
     // externalTrafficPolicy Local: the health check port tells load balancers whether this node has endpoints.
-    const created = c.server.store.create('services', serviceObject('local', {app: 'local'}, {type: 'LoadBalancer', externalTrafficPolicy: 'Local'}), 'default') as unknown as {spec: {healthCheckNodePort: number}};
+    const created = c.server.store.create(
+      'services',
+      serviceObject('local', {app: 'local'}, {type: 'LoadBalancer', externalTrafficPolicy: 'Local'}),
+      'default',
+    ) as unknown as {spec: {healthCheckNodePort: number}};
     const port = created.spec.healthCheckNodePort;
     assert.ok(port > 0, 'the API server allocated a healthCheckNodePort');
     // Asked as a cloud load balancer asks: from outside the cluster, at the node's address.
     const check = () => fetchJsonInNetns(c.lab.topology.externalClients[0].namespace, `http://${c.node(0).ip}:${port}/`);
     await until('the health check port to answer 503 with no endpoint', async () => (await check()).status !== undefined, 5000);
-    assert.deepEqual(await check(), {status: 503, json: {service: {namespace: 'default', name: 'local'}, localEndpoints: 0, serviceProxyHealthy: true}});
+    assert.deepEqual(await check(), {
+      status: 503,
+      json: {service: {namespace: 'default', name: 'local'}, localEndpoints: 0, serviceProxyHealthy: true},
+    });
     c.relabel('pod-0-2', {app: 'local'});
     await until('the health check port to answer 200 with one local endpoint', async () => (await check()).status === 200, 5000);
     assert.equal((await check()).json.localEndpoints, 1);
@@ -131,12 +138,18 @@ describe('live agent: faults and churn', {concurrency: false, timeout: 420_000},
       'kubeproxy_sync_proxy_rules_endpoint_changes_total',
       'kubeproxy_sync_proxy_rules_service_changes_total',
     ]) {
-      assert.ok(metricValue(page, name) >= 1, `${name} counts: ${page.split('\n').filter((line) => line.startsWith(name)).join(' ')}`);
+      assert.ok(
+        metricValue(page, name) >= 1,
+        `${name} counts: ${page
+          .split('\n')
+          .filter((line) => line.startsWith(name))
+          .join(' ')}`,
+      );
     }
     assert.ok(metricValue(page, 'kubeproxy_sync_proxy_rules_iptables_total', {table: 'nat'}) > 10, 'nat rules counted');
     assert.ok(metricValue(page, 'kubeproxy_sync_proxy_rules_iptables_total', {table: 'filter'}) > 0, 'filter rules counted');
     const lastSync = metricValue(page, 'kubeproxy_sync_proxy_rules_last_timestamp_seconds');
-    assert.ok(Math.abs(Date.now() / 1000 - lastSync) < 2 * syncPeriodMs / 1000 + 5, `last sync ${lastSync} is recent`);
+    assert.ok(Math.abs(Date.now() / 1000 - lastSync) < (2 * syncPeriodMs) / 1000 + 5, `last sync ${lastSync} is recent`);
     assert.ok(metricValue(page, 'kubeproxy_sync_proxy_rules_last_queued_timestamp_seconds') > 0);
     assert.equal(metricValue(page, 'kubeproxy_sync_proxy_rules_iptables_restore_failures_total'), 0);
     assert.ok(metricValue(page, 'kubeproxy_proxy_healthz_total', {code: '200'}) >= 1, 'our /healthz calls counted');
@@ -180,7 +193,9 @@ describe('live agent: faults and churn', {concurrency: false, timeout: 420_000},
     streaming = false;
     await stream;
 
-    t.diagnostic(`${results.length} requests: ${killedAt} before the kill, ${restartedAt - killedAt} while the agent was dead or starting, ${results.length - restartedAt} after its first sync`);
+    t.diagnostic(
+      `${results.length} requests: ${killedAt} before the kill, ${restartedAt - killedAt} while the agent was dead or starting, ${results.length - restartedAt} after its first sync`,
+    );
     const failed = results.filter((result) => result.outcome !== 'reply');
     assert.deepEqual(failed, [], `${failed.length} of ${results.length} requests failed`);
     assert.deepEqual(new Set(repliedPods(results, 'stream')), new Set(['pod-0-1', 'pod-1-1']));
@@ -195,14 +210,26 @@ describe('live agent: faults and churn', {concurrency: false, timeout: 420_000},
     const agent = c.agents[0];
     const node = c.node(0);
     await sleep(syncPeriodMs); // the agent has read its rules back (a drift check) at least once since the restart
-    assert.equal(agent.logged(/rules changed behind our back/).length, 0, 'untouched rules are never taken for drift: what the agent knows it wrote is what the kernel holds');
+    assert.equal(
+      agent.logged(/rules changed behind our back/).length,
+      0,
+      'untouched rules are never taken for drift: what the agent knows it wrote is what the kernel holds',
+    );
     const before = await savedRules(node);
     const repairsBefore = await agent.metric('proxyctl_drift_repairs_total', {ip_family: 'IPv4'});
     const svcChain = await serviceChainOf(node, 'default/web:http');
     assert.ok(svcChain, 'the web service chain exists');
     const mark = agent.lines.length;
 
-    const broken = await breakWebRules(c, [['-F', 'KUBE-SERVICES'], ['-F', svcChain], ['-X', svcChain]], 'without the rules the ClusterIP goes nowhere');
+    const broken = await breakWebRules(
+      c,
+      [
+        ['-F', 'KUBE-SERVICES'],
+        ['-F', svcChain],
+        ['-X', svcChain],
+      ],
+      'without the rules the ClusterIP goes nowhere',
+    );
 
     const repairedAfter = await awaitRepair(c, broken, repairsBefore);
     t.diagnostic(`repaired ${repairedAfter} ms after the rules were broken`);
@@ -249,11 +276,16 @@ describe('live agent: faults and churn', {concurrency: false, timeout: 420_000},
     c.server.store.create('services', serviceObject('late', {app: 'late'}), 'default');
     c.relabel('pod-0-2', {app: 'late'});
     c.server.store.delete('services', 'default', 'doomed');
-    for (let i = 0; i < watchWindow + 50; i++) c.server.store.create('configmaps', {apiVersion: 'v1', kind: 'ConfigMap', metadata: {name: `filler-${i}`}, data: {i: String(i)}}, 'default');
+    for (let i = 0; i < watchWindow + 50; i++)
+      c.server.store.create(
+        'configmaps',
+        {apiVersion: 'v1', kind: 'ConfigMap', metadata: {name: `filler-${i}`}, data: {i: String(i)}},
+        'default',
+      );
     await c.server.settle();
     const lateIP = c.clusterIPOf('late');
-    assert.equal((await c.outcome(client, lateIP)), 'refused', 'the agent has not seen late yet');
-    assert.equal((await c.outcome(client, doomedIP)), 'reply', 'nor the deletion');
+    assert.equal(await c.outcome(client, lateIP), 'refused', 'the agent has not seen late yet');
+    assert.equal(await c.outcome(client, doomedIP), 'reply', 'nor the deletion');
     await sleep(outageMs - (Date.now() - stopped));
 
     await c.relay!.up();
@@ -262,7 +294,10 @@ describe('live agent: faults and churn', {concurrency: false, timeout: 420_000},
     // The services watch failed at 0, 1, 3, 7 and 15 s, backing off up to 16 s before its next try.
     const servicesFailures = agent.logged(/API server request failed.* resource=services /, mark);
     assert.ok(servicesFailures.length >= 5, `the agent kept trying meanwhile:\n${servicesFailures.join('\n')}`);
-    assert.ok(servicesFailures.some((line) => / retryInSeconds=16\b/.test(line)), `its backoff grew to 16 s:\n${servicesFailures.join('\n')}`);
+    assert.ok(
+      servicesFailures.some((line) => / retryInSeconds=16\b/.test(line)),
+      `its backoff grew to 16 s:\n${servicesFailures.join('\n')}`,
+    );
     const back = Date.now();
     await until('late to answer', () => c.answers(client, lateIP), 40_000);
     await until('doomed to be refused', async () => (await c.outcome(client, doomedIP)) === 'refused', 5000);
@@ -270,8 +305,14 @@ describe('live agent: faults and churn', {concurrency: false, timeout: 420_000},
     t.diagnostic(`converged ${convergedAfter} ms after the API server came back`);
     // The next reconnect attempt comes at most one backoff step (at most the 30 s cap) after the server returns.
     assert.ok(convergedAfter <= 30_000 + 5000, `converged ${convergedAfter} ms after the API server came back`);
-    assert.ok(agent.logged(/watch expired \(410\); listing again resource=services/, mark).length >= 1, `the services watch resumed into 410:\n${agent.logged(/API server|watch|list/, mark).join('\n')}`);
-    assert.ok(agent.logged(/watch expired \(410\); listing again resource=endpointslices/, mark).length >= 1, 'so did the endpointslices watch');
+    assert.ok(
+      agent.logged(/watch expired \(410\); listing again resource=services/, mark).length >= 1,
+      `the services watch resumed into 410:\n${agent.logged(/API server|watch|list/, mark).join('\n')}`,
+    );
+    assert.ok(
+      agent.logged(/watch expired \(410\); listing again resource=endpointslices/, mark).length >= 1,
+      'so did the endpointslices watch',
+    );
     repliedPods(await probe(client, {protocol: 'tcp', host: c.clusterIPOf('web'), port: 80, timeoutMs: 1000}, 5), 'web throughout');
     c.relabel('pod-0-2', {app: 'spare'});
   });
@@ -285,17 +326,28 @@ describe('live agent: faults and churn', {concurrency: false, timeout: 420_000},
     const seconds = 60;
     // Endpoints of churned services are addresses no pod has: only the rules are checked here.
     const endpointsOf = (step: number) => [0, 1, 2].map((k) => `10.244.${100 + ((step + k) % 100)}.${1 + ((step * 7 + k * 31) % 250)}`);
-    const slice = (index: number, step: number) => endpointSliceObject(`churn-${index}`, endpointsOf(step).map((ip) => ({ip, node: 'node-1'})));
+    const slice = (index: number, step: number) =>
+      endpointSliceObject(
+        `churn-${index}`,
+        endpointsOf(step).map((ip) => ({ip, node: 'node-1'})),
+      );
     for (let i = 0; i < services; i++) {
       c.server.store.create('services', serviceObject(`churn-${i}`, undefined), 'default');
       c.server.store.create('endpointslices', slice(i, i), 'default');
     }
     const expected = new Map<number, string[]>();
-    for (let i = 0; i < services; i++) expected.set(i, endpointsOf(i).map((ip) => `${ip}:${demoPorts.http}`).sort());
+    for (let i = 0; i < services; i++)
+      expected.set(
+        i,
+        endpointsOf(i)
+          .map((ip) => `${ip}:${demoPorts.http}`)
+          .sort(),
+      );
     // One read of the nat table per check, so that the check itself adds little to the time measured.
     const matches = async () => {
       const applied = await dnatDestinationsByServicePort(c.node(0));
-      for (const [i, destinations] of expected) if ((applied.get(`default/churn-${i}:http`) ?? []).join() !== destinations.join()) return false;
+      for (const [i, destinations] of expected)
+        if ((applied.get(`default/churn-${i}:http`) ?? []).join() !== destinations.join()) return false;
       return true;
     };
     await until('the churn services programmed', matches, 10_000);
@@ -316,7 +368,12 @@ describe('live agent: faults and churn', {concurrency: false, timeout: 420_000},
         c.server.store.mutate('endpointslices', 'default', `churn-${index}-1`, (object) => {
           object.endpoints = slice(index, step).endpoints;
         });
-        expected.set(index, endpointsOf(step).map((ip) => `${ip}:${demoPorts.http}`).sort());
+        expected.set(
+          index,
+          endpointsOf(step)
+            .map((ip) => `${ip}:${demoPorts.http}`)
+            .sort(),
+        );
       }
       await sleep(10);
     }
@@ -328,11 +385,15 @@ describe('live agent: faults and churn', {concurrency: false, timeout: 420_000},
     const convergedAfter = Date.now() - stopped;
     const pageAfter = await agent.metrics();
     const syncs = metricValue(pageAfter, 'kubeproxy_sync_proxy_rules_duration_seconds_count') - syncsBefore;
-    const syncSeconds = metricValue(pageAfter, 'kubeproxy_sync_proxy_rules_duration_seconds_sum') / metricValue(pageAfter, 'kubeproxy_sync_proxy_rules_duration_seconds_count');
+    const syncSeconds =
+      metricValue(pageAfter, 'kubeproxy_sync_proxy_rules_duration_seconds_sum') /
+      metricValue(pageAfter, 'kubeproxy_sync_proxy_rules_duration_seconds_count');
     const changes = metricValue(pageAfter, 'kubeproxy_sync_proxy_rules_endpoint_changes_total') - changesBefore;
     const syncLines = agent.logged(/synced rules/, mark);
     const longestSyncMs = Math.max(...syncLines.map((line) => Number(/ seconds=([\d.]+)/.exec(line)?.[1] ?? 0) * 1000));
-    t.diagnostic(`${updates} updates in ${((stopped - started) / 1000).toFixed(1)} s -> ${changes} endpoint changes seen, ${syncs} syncs (mean ${(syncSeconds * 1000).toFixed(0)} ms, longest ${longestSyncMs.toFixed(0)} ms), converged ${convergedAfter} ms after the last write`);
+    t.diagnostic(
+      `${updates} updates in ${((stopped - started) / 1000).toFixed(1)} s -> ${changes} endpoint changes seen, ${syncs} syncs (mean ${(syncSeconds * 1000).toFixed(0)} ms, longest ${longestSyncMs.toFixed(0)} ms), converged ${convergedAfter} ms after the last write`,
+    );
 
     assert.ok(changes >= updates, `every update reached the agent (${changes} of ${updates})`);
     assert.deepEqual(agent.logged(/rules changed behind our back|sync failed/, mark), [], 'no false drift, no failed sync under churn');
@@ -342,10 +403,14 @@ describe('live agent: faults and churn', {concurrency: false, timeout: 420_000},
     assert.ok(syncs >= 2, 'the rules followed the churn while it lasted');
     // Syncs end at least minSyncPeriod apart (each starts minSyncPeriod after the previous one ended).
     const ends = syncLines.map((line) => Date.parse(line.split(' ')[0]));
-    for (let i = 1; i < ends.length; i++) assert.ok(ends[i] - ends[i - 1] >= minSyncPeriodMs - 5, `syncs ${ends[i] - ends[i - 1]} ms apart`);
+    for (let i = 1; i < ends.length; i++)
+      assert.ok(ends[i] - ends[i - 1] >= minSyncPeriodMs - 5, `syncs ${ends[i] - ends[i - 1]} ms apart`);
     // The last change waits at most minSyncPeriod for its sync, which then takes its own time; the
     // check that sees it reads the nat table every 50 ms.
-    assert.ok(convergedAfter <= minSyncPeriodMs + longestSyncMs + 300, `converged ${convergedAfter} ms after the churn stopped (minSyncPeriod ${minSyncPeriodMs} ms, longest sync ${longestSyncMs.toFixed(0)} ms)`);
+    assert.ok(
+      convergedAfter <= minSyncPeriodMs + longestSyncMs + 300,
+      `converged ${convergedAfter} ms after the churn stopped (minSyncPeriod ${minSyncPeriodMs} ms, longest sync ${longestSyncMs.toFixed(0)} ms)`,
+    );
 
     // Memory: the JavaScript heap in use (what the agent holds) and the process's RSS back near
     // their levels before the churn. V8 gives its grown heap back at a major GC, which comes when
@@ -357,7 +422,9 @@ describe('live agent: faults and churn', {concurrency: false, timeout: 420_000},
       const page = await agent.metrics();
       const rss = metricValue(page, 'process_resident_memory_bytes');
       const heap = metricValue(page, 'nodejs_heap_size_used_bytes');
-      samples.push(`${((Date.now() - stopped) / 1000).toFixed(0)} s: rss ${mib(rss)} MiB, heap used ${mib(heap)} MiB, heap total ${mib(metricValue(page, 'nodejs_heap_size_total_bytes'))} MiB`);
+      samples.push(
+        `${((Date.now() - stopped) / 1000).toFixed(0)} s: rss ${mib(rss)} MiB, heap used ${mib(heap)} MiB, heap total ${mib(metricValue(page, 'nodejs_heap_size_total_bytes'))} MiB`,
+      );
       if (heap <= heapBefore * 1.2 + 8 * 2 ** 20 && rss <= rssBefore * 1.2 + 16 * 2 ** 20) return true;
       await sleep(1000);
       return false;
@@ -413,13 +480,24 @@ describe('live agent: faults and churn', {concurrency: false, timeout: 420_000},
       const log = agent.lines.slice(mark);
       during = agent.logged(/already stopping/, mark).length;
       t.diagnostic(`attempt ${attempts}: ${signals} signals sent before the agent ended, ${during} of them during its stop`);
-      assert.equal(log.at(-1), '(agent process ended: exit 0)', `the agent exited on its own, not killed by a later signal:\n${log.join('\n')}`);
+      assert.equal(
+        log.at(-1),
+        '(agent process ended: exit 0)',
+        `the agent exited on its own, not killed by a later signal:\n${log.join('\n')}`,
+      );
       // SIGINT and SIGTERM pending together are delivered lowest number first: either may start the stop.
-      assert.equal(agent.logged(/ info stopping signal=SIG(TERM|INT)/, mark).length, 1, `one stop, for the first signal:\n${log.join('\n')}`);
+      assert.equal(
+        agent.logged(/ info stopping signal=SIG(TERM|INT)/, mark).length,
+        1,
+        `one stop, for the first signal:\n${log.join('\n')}`,
+      );
       assert.equal(agent.logged(/agent stopped; rules left in place/, mark).length, 1);
       // The sync that was running when the stop began finished before the agent ended.
       const stopAt = log.findIndex((line) => / info stopping signal=/.test(line));
-      assert.ok(log.slice(stopAt).some((line) => /synced rules/.test(line)), `the sync in progress ended before the agent did:\n${log.join('\n')}`);
+      assert.ok(
+        log.slice(stopAt).some((line) => /synced rules/.test(line)),
+        `the sync in progress ended before the agent did:\n${log.join('\n')}`,
+      );
     }
     ticker.stop();
     assert.ok(during >= 1, `in ${attempts} attempts, no signal arrived while the agent was stopping`);

@@ -219,7 +219,11 @@ export class AgentChild {
       };
       const timer = setTimeout(() => {
         this.#lineWaiters.delete(waiter);
-        reject(new Error(`agent on ${this.node.name} logged no line matching ${pattern} in ${timeoutMs} ms; its log ends:\n${this.lines.slice(-15).join('\n')}`));
+        reject(
+          new Error(
+            `agent on ${this.node.name} logged no line matching ${pattern} in ${timeoutMs} ms; its log ends:\n${this.lines.slice(-15).join('\n')}`,
+          ),
+        );
       }, timeoutMs);
       this.#lineWaiters.add(waiter);
     });
@@ -231,7 +235,11 @@ export class AgentChild {
   }
 
   async waitForLog(pattern: RegExp, options: {from?: number; timeoutMs?: number} = {}): Promise<string> {
-    await until(`agent on ${this.node.name} to log ${pattern}`, () => this.logged(pattern, options.from).length > 0 || this.#child === undefined, options.timeoutMs);
+    await until(
+      `agent on ${this.node.name} to log ${pattern}`,
+      () => this.logged(pattern, options.from).length > 0 || this.#child === undefined,
+      options.timeoutMs,
+    );
     const found = this.logged(pattern, options.from)[0];
     assert.ok(found, `agent on ${this.node.name} ended before logging ${pattern}; its log ends:\n${this.lines.slice(-15).join('\n')}`);
     return found;
@@ -347,7 +355,10 @@ export async function startLiveCluster(options: LiveClusterOptions): Promise<Liv
     }
   };
   try {
-    const lab = await startKernelLab({nodes: options.nodes, podsPerNode: options.podsPerNode, externalClients: options.externalClients ?? 1}, Object.keys(options.servers));
+    const lab = await startKernelLab(
+      {nodes: options.nodes, podsPerNode: options.podsPerNode, externalClients: options.externalClients ?? 1},
+      Object.keys(options.servers),
+    );
     cleanups.push(() => lab.close());
     const server = await startApiServer({port: 0, ...options.apiServer});
     cleanups.push(() => server.stop());
@@ -382,7 +393,8 @@ export async function startLiveCluster(options: LiveClusterOptions): Promise<Liv
     }
     for (const agent of agents) await agent.waitSynced();
 
-    const outcome = async (namespace: string, host: string, port = 80) => (await probe(namespace, {protocol: 'tcp', host, port, timeoutMs: 1000}))[0].outcome;
+    const outcome = async (namespace: string, host: string, port = 80) =>
+      (await probe(namespace, {protocol: 'tcp', host, port, timeoutMs: 1000}))[0].outcome;
     return {
       lab,
       server,
@@ -455,7 +467,10 @@ export function endpointSliceObject(serviceName: string, endpoints: Array<{ip: s
 /** The name of a service port's KUBE-SVC- chain in the node's nat table, or undefined. */
 export async function serviceChainOf(node: NodeDescription, servicePort: string): Promise<string | undefined> {
   const {stdout} = await execInNamespace(node.namespace, ['iptables-save', '-t', 'nat']);
-  return stdout.split('\n').find((line) => line.startsWith('-A KUBE-SVC-') && line.includes(servicePort))?.split(' ')[1];
+  return stdout
+    .split('\n')
+    .find((line) => line.startsWith('-A KUBE-SVC-') && line.includes(servicePort))
+    ?.split(' ')[1];
 }
 
 export function probe(namespace: string, target: ProbeTarget, count = 1): Promise<ProbeResult[]> {

@@ -8,7 +8,18 @@ import assert from 'node:assert/strict';
 import {spawnSync} from 'node:child_process';
 import {describe, it} from 'node:test';
 import {execInNamespace} from '../../../src/lab/netns/index.ts';
-import {demoPorts, type LiveCluster, liveClusterSuite, metricValue, probe, repliedPods, savedRules, serviceObject, sleep, until} from './live-cluster.ts';
+import {
+  demoPorts,
+  type LiveCluster,
+  liveClusterSuite,
+  metricValue,
+  probe,
+  repliedPods,
+  savedRules,
+  serviceObject,
+  sleep,
+  until,
+} from './live-cluster.ts';
 
 const localhostMetric = 'kubeproxy_iptables_localhost_nodeports_accepted_packets_total';
 const invalidMetric = 'kubeproxy_iptables_ct_state_invalid_dropped_packets_total';
@@ -42,13 +53,21 @@ raw.sendto(header, (dst, 0))
 `;
 
 describe('live agent: kube-proxy nfacct counters and their metrics', {concurrency: false, timeout: 180_000}, () => {
-  const {live} = liveClusterSuite({nodes: 1, podsPerNode: 2, externalClients: 0, servers: {'pod-0-1': {app: 'web'}}, agent: {minSyncPeriod: '1s', syncPeriod: '3s'}});
+  const {live} = liveClusterSuite({
+    nodes: 1,
+    podsPerNode: 2,
+    externalClients: 0,
+    servers: {'pod-0-1': {app: 'web'}},
+    agent: {minSyncPeriod: '1s', syncPeriod: '3s'},
+  });
 
   it('creates the nfacct objects and writes the counting rules, as kube-proxy does where the kernel has xt_nfacct', async (t) => {
     const c = live(t);
     if (!c) return;
     await until('the INVALID drop rule counting into ct_state_invalid_dropped_pkts', async () =>
-      (await savedRules(c.node(0))).includes('-A KUBE-FORWARD -m conntrack --ctstate INVALID -m nfacct --nfacct-name  ct_state_invalid_dropped_pkts -j DROP'),
+      (await savedRules(c.node(0))).includes(
+        '-A KUBE-FORWARD -m conntrack --ctstate INVALID -m nfacct --nfacct-name  ct_state_invalid_dropped_pkts -j DROP',
+      ),
     );
     assert.equal(await nfacctPackets(c, 'localhost_nps_accepted_pkts'), 0);
     assert.match(await savedRules(c.node(0)), /-j MASQUERADE --random-fully/);
@@ -57,16 +76,26 @@ describe('live agent: kube-proxy nfacct counters and their metrics', {concurrenc
   it('a connection to a NodePort on 127.0.0.1 of the node counts once in localhost_nps_accepted_pkts, and /metrics says so', async (t) => {
     const c = live(t);
     if (!c) return;
-    const created = c.server.store.create('services', serviceObject('web', {app: 'web'}, {type: 'NodePort'}), 'default') as unknown as {spec: {ports: Array<{nodePort: number}>}};
+    const created = c.server.store.create('services', serviceObject('web', {app: 'web'}, {type: 'NodePort'}), 'default') as unknown as {
+      spec: {ports: Array<{nodePort: number}>};
+    };
     const nodePort = created.spec.ports[0].nodePort;
-    await until('the localhost NodePort rule', async () => (await savedRules(c.node(0))).includes(`--dport ${nodePort} -m nfacct --nfacct-name  localhost_nps_accepted_pkts`));
+    await until('the localhost NodePort rule', async () =>
+      (await savedRules(c.node(0))).includes(`--dport ${nodePort} -m nfacct --nfacct-name  localhost_nps_accepted_pkts`),
+    );
     const before = await sample(c, localhostMetric);
-    repliedPods(await probe(c.node(0).namespace, {protocol: 'tcp', host: '127.0.0.1', port: nodePort, timeoutMs: 2000}), 'node -> 127.0.0.1 NodePort');
+    repliedPods(
+      await probe(c.node(0).namespace, {protocol: 'tcp', host: '127.0.0.1', port: nodePort, timeoutMs: 2000}),
+      'node -> 127.0.0.1 NodePort',
+    );
     // Only a connection's first packet passes the nat table.
     assert.equal(await nfacctPackets(c, 'localhost_nps_accepted_pkts'), before + 1);
     assert.equal(await sample(c, localhostMetric), before + 1);
     // The same NodePort on the node's own address is not counted.
-    repliedPods(await probe(c.node(0).namespace, {protocol: 'tcp', host: c.node(0).ip, port: nodePort, timeoutMs: 2000}), 'node -> node IP NodePort');
+    repliedPods(
+      await probe(c.node(0).namespace, {protocol: 'tcp', host: c.node(0).ip, port: nodePort, timeoutMs: 2000}),
+      'node -> node IP NodePort',
+    );
     assert.equal(await sample(c, localhostMetric), before + 1);
   });
 
@@ -89,6 +118,10 @@ describe('live agent: kube-proxy nfacct counters and their metrics', {concurrenc
     if (!c) return;
     // Each sync period reads the rules at least once; two of them have passed by now.
     await sleep(7000);
-    assert.equal(await c.agents[0].metric('proxyctl_drift_repairs_total', {ip_family: 'IPv4'}), 0, c.agents[0].lines.filter((line) => line.includes('behind our back')).join('\n'));
+    assert.equal(
+      await c.agents[0].metric('proxyctl_drift_repairs_total', {ip_family: 'IPv4'}),
+      0,
+      c.agents[0].lines.filter((line) => line.includes('behind our back')).join('\n'),
+    );
   });
 });

@@ -1,7 +1,18 @@
 // Small Service / EndpointSlice / Node objects for agent tests, and an in-memory ClusterObjects.
 import type {ClusterObjects} from '../../../src/agent/watch/cluster-objects.ts';
 
-export function service(name: string, clusterIP: string, options: {protocol?: string; port?: number; type?: string; nodePort?: number; externalTrafficPolicy?: string; healthCheckNodePort?: number} = {}) {
+export function service(
+  name: string,
+  clusterIP: string,
+  options: {
+    protocol?: string;
+    port?: number;
+    type?: string;
+    nodePort?: number;
+    externalTrafficPolicy?: string;
+    healthCheckNodePort?: number;
+  } = {},
+) {
   return {
     apiVersion: 'v1',
     kind: 'Service',
@@ -10,14 +21,27 @@ export function service(name: string, clusterIP: string, options: {protocol?: st
       type: options.type ?? 'ClusterIP',
       clusterIP,
       clusterIPs: [clusterIP],
-      ports: [{name: 'p', protocol: options.protocol ?? 'TCP', port: options.port ?? 80, targetPort: 8080, ...(options.nodePort ? {nodePort: options.nodePort} : {})}],
+      ports: [
+        {
+          name: 'p',
+          protocol: options.protocol ?? 'TCP',
+          port: options.port ?? 80,
+          targetPort: 8080,
+          ...(options.nodePort ? {nodePort: options.nodePort} : {}),
+        },
+      ],
       ...(options.externalTrafficPolicy ? {externalTrafficPolicy: options.externalTrafficPolicy} : {}),
       ...(options.healthCheckNodePort ? {healthCheckNodePort: options.healthCheckNodePort} : {}),
     },
   };
 }
 
-export function slice(name: string, serviceName: string, ips: string[], options: {protocol?: string; nodeName?: string; triggerTime?: string} = {}) {
+export function slice(
+  name: string,
+  serviceName: string,
+  ips: string[],
+  options: {protocol?: string; nodeName?: string; triggerTime?: string} = {},
+) {
   return {
     apiVersion: 'discovery.k8s.io/v1',
     kind: 'EndpointSlice',
@@ -34,7 +58,13 @@ export function slice(name: string, serviceName: string, ips: string[], options:
 }
 
 export function node(name = 'node-1') {
-  return {apiVersion: 'v1', kind: 'Node', metadata: {name}, spec: {podCIDRs: ['10.244.1.0/24']}, status: {addresses: [{type: 'InternalIP', address: '10.240.0.11'}]}};
+  return {
+    apiVersion: 'v1',
+    kind: 'Node',
+    metadata: {name},
+    spec: {podCIDRs: ['10.244.1.0/24']},
+    status: {addresses: [{type: 'InternalIP', address: '10.240.0.11'}]},
+  };
 }
 
 export class MemoryObjects implements ClusterObjects {

@@ -5,13 +5,19 @@ import {buildProxyModel} from '../../../src/core/model/index.ts';
 import {planConntrackCleanup} from '../../../src/agent/sync/conntrack-cleanup.ts';
 import {node, service, slice} from './cluster.ts';
 
-const model = (services: unknown[], slices: unknown[]) => buildProxyModel({services, endpointSlices: slices, node: node()}, {family: 'IPv4', nodeName: 'node-1'});
+const model = (services: unknown[], slices: unknown[]) =>
+  buildProxyModel({services, endpointSlices: slices, node: node()}, {family: 'IPv4', nodeName: 'node-1'});
 const dns = (clusterIP = '10.96.0.53', options = {}) => service('dns', clusterIP, {protocol: 'UDP', port: 53, ...options});
 const dnsSlice = (ips: string[]) => slice('dns-1', 'dns', ips, {protocol: 'UDP'});
 
 const rows: Array<{name: string; before: ReturnType<typeof model> | undefined; after: ReturnType<typeof model>; expected: object[]}> = [
   {name: 'first sync: nothing', before: undefined, after: model([dns()], [dnsSlice(['10.244.2.3'])]), expected: []},
-  {name: 'nothing changed', before: model([dns()], [dnsSlice(['10.244.2.3'])]), after: model([dns()], [dnsSlice(['10.244.2.3'])]), expected: []},
+  {
+    name: 'nothing changed',
+    before: model([dns()], [dnsSlice(['10.244.2.3'])]),
+    after: model([dns()], [dnsSlice(['10.244.2.3'])]),
+    expected: [],
+  },
   {
     name: 'scaled to zero: entries to the removed endpoint',
     before: model([dns()], [dnsSlice(['10.244.2.3'])]),

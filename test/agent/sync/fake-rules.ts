@@ -18,8 +18,7 @@ export class FakeRules implements IptablesRuleSource {
     this.renders.push(options);
     const extra = options.extraLines ?? {};
     const jumps = options.insertJumps ?? [];
-    const jumpLines = (table: 'filter' | 'nat') =>
-      jumps.filter((jump) => jump.table === table).map(insertLine);
+    const jumpLines = (table: 'filter' | 'nat') => jumps.filter((jump) => jump.table === table).map(insertLine);
     const nat = ['*nat', ...(extra.nat?.start ?? []), ':KUBE-SERVICES - [0:0]'];
     const rules: string[] = [];
     const live = new Set<string>();
@@ -28,18 +27,29 @@ export class FakeRules implements IptablesRuleSource {
       const chain = serviceChain(identity);
       if (port.clusterEndpoints.length > 0) live.add(chain);
       const protocol = port.protocol.toLowerCase();
-      rules.push(`-A KUBE-SERVICES -d ${port.clusterIP}/32 -p ${protocol} -m comment --comment "${port.key} cluster IP" -m ${protocol} --dport ${port.port} -j ${chain}`);
+      rules.push(
+        `-A KUBE-SERVICES -d ${port.clusterIP}/32 -p ${protocol} -m comment --comment "${port.key} cluster IP" -m ${protocol} --dport ${port.port} -j ${chain}`,
+      );
       if (options.changedServicePorts && !options.changedServicePorts.has(identity)) continue;
       nat.push(`:${chain} - [0:0]`);
       const endpoint = port.clusterEndpoints[0];
-      if (endpoint) rules.push(`-A ${chain} -p ${protocol} -m comment --comment "${port.key}" -m ${protocol} -j DNAT --to-destination ${endpoint.key}`);
+      if (endpoint)
+        rules.push(`-A ${chain} -p ${protocol} -m comment --comment "${port.key}" -m ${protocol} -j DNAT --to-destination ${endpoint.key}`);
     }
     const existing = options.existingChains?.get('nat') ?? new Set<string>();
-    const previous = options.previous && options.changedServicePorts ? portsWithIdentities(options.previous, options.changedServicePorts).map((port) => serviceChain(servicePortIdentity(port))) : [];
-    const stale = [...new Set([...existing, ...previous])].filter((chain) => chain.startsWith('KUBE-SVC-') && !live.has(chain) && !nat.includes(`:${chain} - [0:0]`));
+    const previous =
+      options.previous && options.changedServicePorts
+        ? portsWithIdentities(options.previous, options.changedServicePorts).map((port) => serviceChain(servicePortIdentity(port)))
+        : [];
+    const stale = [...new Set([...existing, ...previous])].filter(
+      (chain) => chain.startsWith('KUBE-SVC-') && !live.has(chain) && !nat.includes(`:${chain} - [0:0]`),
+    );
     for (const chain of stale) nat.push(`:${chain} - [0:0]`);
     for (const chain of stale) rules.push(`-X ${chain}`);
-    const filter = extra.filter || jumpLines('filter').length > 0 ? ['*filter', ...(extra.filter?.start ?? []), ...jumpLines('filter'), ...(extra.filter?.end ?? []), 'COMMIT'] : [];
+    const filter =
+      extra.filter || jumpLines('filter').length > 0
+        ? ['*filter', ...(extra.filter?.start ?? []), ...jumpLines('filter'), ...(extra.filter?.end ?? []), 'COMMIT']
+        : [];
     const text = [...filter, ...nat, ...rules, ...jumpLines('nat'), ...(extra.nat?.end ?? []), 'COMMIT', ''].join('\n');
     const written = writtenTables(text, options.changedServicePorts === undefined);
     return {input: text, declaredChains: () => ({filter: written.filter.declared, nat: written.nat.declared}), written: () => written};

@@ -14,8 +14,15 @@ describe('detectIptablesFeatures', () => {
     host.nfacctObjects!.set('ct_state_invalid_dropped_pkts', 7);
     host.sysctls.set('net.netfilter.nf_conntrack_tcp_be_liberal', '0');
     const features = await detectIptablesFeatures(host, memoryLogger(), {families: ['IPv4'], createCounters: true});
-    assert.deepEqual(features, {nfacctCounters: ['ct_state_invalid_dropped_pkts', 'localhost_nps_accepted_pkts'], randomFully: true, conntrackTCPLiberal: false});
-    assert.deepEqual(host.calls.filter((call) => call.startsWith('nfacct add')), ['nfacct add localhost_nps_accepted_pkts']);
+    assert.deepEqual(features, {
+      nfacctCounters: ['ct_state_invalid_dropped_pkts', 'localhost_nps_accepted_pkts'],
+      randomFully: true,
+      conntrackTCPLiberal: false,
+    });
+    assert.deepEqual(
+      host.calls.filter((call) => call.startsWith('nfacct add')),
+      ['nfacct add localhost_nps_accepted_pkts'],
+    );
     assert.equal(await readNfacctPackets(host, 'ct_state_invalid_dropped_pkts'), 7, 'an existing counter keeps its count');
   });
 
@@ -52,6 +59,10 @@ describe('nfacct metrics', () => {
     host.nfacctObjects!.set('ct_state_invalid_dropped_pkts', 4);
     page = await metrics.registry.metrics();
     assert.match(page, /^kubeproxy_iptables_ct_state_invalid_dropped_packets_total 4$/m);
-    assert.doesNotMatch(await createAgentMetrics().registry.metrics(), /kubeproxy_iptables_ct_state/, 'not registered outside iptables mode');
+    assert.doesNotMatch(
+      await createAgentMetrics().registry.metrics(),
+      /kubeproxy_iptables_ct_state/,
+      'not registered outside iptables mode',
+    );
   });
 });

@@ -9,10 +9,12 @@ import {createNetns, inNetns, isRoot} from '../netns.ts';
 import {MemoryObjects, service, slice} from './cluster.ts';
 import {everyListReceived, periodic, proxierOptions, requested} from './proxier-fixture.ts';
 
-
 function endpointsOf(netns: string): string[] {
   const table = parseNftablesJson(inNetns(netns, ['nft', '-j', 'list', 'table', 'ip', 'kube-proxy']));
-  return [...table.sets.values()].filter((set) => set.name.startsWith('endpoint-targets-')).flatMap((set) => set.elements.map((element) => element.value!)).sort();
+  return [...table.sets.values()]
+    .filter((set) => set.name.startsWith('endpoint-targets-'))
+    .flatMap((set) => set.elements.map((element) => element.value!))
+    .sort();
 }
 
 test('nftables proxier: full then partial syncs, stale chains deleted later, drift and failures repaired, iptables mode cleaned up', async (t) => {
@@ -23,7 +25,19 @@ test('nftables proxier: full then partial syncs, stale chains deleted later, dri
   const netns = createNetns(t);
   // Leftovers of iptables mode, and a foreign chain that must stay.
   inNetns(netns, ['iptables', '-t', 'nat', '-N', 'KUBE-SERVICES']);
-  inNetns(netns, ['iptables', '-t', 'nat', '-A', 'PREROUTING', '-m', 'comment', '--comment', 'kubernetes service portals', '-j', 'KUBE-SERVICES']);
+  inNetns(netns, [
+    'iptables',
+    '-t',
+    'nat',
+    '-A',
+    'PREROUTING',
+    '-m',
+    'comment',
+    '--comment',
+    'kubernetes service portals',
+    '-j',
+    'KUBE-SERVICES',
+  ]);
   inNetns(netns, ['iptables', '-t', 'nat', '-N', 'DOCKER']);
 
   const objects = new MemoryObjects({
@@ -35,7 +49,11 @@ test('nftables proxier: full then partial syncs, stale chains deleted later, dri
   const options = proxierOptions({
     host,
     objects,
-    clock: {now: () => now, setTimer: (callback: () => void, ms: number) => setTimeout(callback, ms), clearTimer: (timer: unknown) => clearTimeout(timer as NodeJS.Timeout)},
+    clock: {
+      now: () => now,
+      setTimer: (callback: () => void, ms: number) => setTimeout(callback, ms),
+      clearTimer: (timer: unknown) => clearTimeout(timer as NodeJS.Timeout),
+    },
   });
   const {metrics} = options;
   const proxier = everyListReceived(new NftablesProxier(options));
@@ -46,7 +64,10 @@ test('nftables proxier: full then partial syncs, stale chains deleted later, dri
   proxier.onWrite({
     started: () => heard.push('started'),
     ended: (_family, written) => heard.push(`ended ${written?.kind ?? 'unknown'}`),
-    reading: (_family, text) => heard.push(`reading ${JSON.parse(text).nftables.some((entry: {map?: {name: string}}) => entry.map?.name === 'service-ips') ? 'of the table' : 'of nothing'}`),
+    reading: (_family, text) =>
+      heard.push(
+        `reading ${JSON.parse(text).nftables.some((entry: {map?: {name: string}}) => entry.map?.name === 'service-ips') ? 'of the table' : 'of nothing'}`,
+      ),
   });
 
   const nat = inNetns(netns, ['iptables-save', '-t', 'nat']);
@@ -67,7 +88,10 @@ test('nftables proxier: full then partial syncs, stale chains deleted later, dri
   // dns goes away: its chain is flushed now and deleted by a sync a second later.
   objects.servicesByName.delete('dns');
   await proxier.syncRules(requested);
-  const dnsChain = () => inNetns(netns, ['nft', 'list', 'chains', 'ip']).split('\n').find((line) => line.includes('default/dns/'));
+  const dnsChain = () =>
+    inNetns(netns, ['nft', 'list', 'chains', 'ip'])
+      .split('\n')
+      .find((line) => line.includes('default/dns/'));
   assert.ok(dnsChain(), 'flushed, still there');
   now += 2_000;
   const [unchanged] = await proxier.syncRules(requested);
@@ -78,10 +102,13 @@ test('nftables proxier: full then partial syncs, stale chains deleted later, dri
   inNetns(netns, ['nft', 'flush', 'map', 'ip', 'kube-proxy', 'service-ips']);
   const [repaired] = await proxier.syncRules(periodic);
   assert.deepEqual([repaired.kind, repaired.drift], ['full', true]);
-  assert.deepEqual(heard.slice(-3), ['reading of the table', 'started', 'ended unknown'], 'the drift check\'s listing, then the repair');
+  assert.deepEqual(heard.slice(-3), ['reading of the table', 'started', 'ended unknown'], "the drift check's listing, then the repair");
   const toldBefore = heard.length;
-  assert.equal(JSON.stringify(JSON.parse(await proxier.readApplied('IPv4'))), JSON.stringify(JSON.parse(inNetns(netns, ['nft', '-j', 'list', 'table', 'ip', 'kube-proxy']))));
-  assert.equal(heard.length, toldBefore, 'a listing asked for is the caller\'s, not told');
+  assert.equal(
+    JSON.stringify(JSON.parse(await proxier.readApplied('IPv4'))),
+    JSON.stringify(JSON.parse(inNetns(netns, ['nft', '-j', 'list', 'table', 'ip', 'kube-proxy']))),
+  );
+  assert.equal(heard.length, toldBefore, "a listing asked for is the caller's, not told");
   assert.match(inNetns(netns, ['nft', 'list', 'map', 'ip', 'kube-proxy', 'service-ips']), /10\.96\.0\.10 \. tcp \. 80 : goto service-/);
   assert.match(await metrics.registry.metrics(), /proxyctl_drift_repairs_total\{ip_family="IPv4"\} 1/);
 

@@ -2,12 +2,31 @@ import assert from 'node:assert/strict';
 import {test} from 'node:test';
 import {restoreInputText} from '../../../src/agent/host/host.ts';
 import {coreIptablesRules} from '../../../src/agent/sync/iptables-rules.ts';
-import {applyPartialWrite, describeDrift, matchesRecord, proxyTables, readOwnedRules, recordAfterFullWrite, recordOwned} from '../../../src/agent/sync/owned-rules.ts';
+import {
+  applyPartialWrite,
+  describeDrift,
+  matchesRecord,
+  proxyTables,
+  readOwnedRules,
+  recordAfterFullWrite,
+  recordOwned,
+} from '../../../src/agent/sync/owned-rules.ts';
 import {formatIptablesRuleset, parseIptablesSave} from '../../../src/core/iptables/index.ts';
 import {buildProxyModel} from '../../../src/core/model/index.ts';
 import {node, service, slice} from '../../core/model/cluster-objects.ts';
 
-const save = (lines: string[]) => ['*nat', ':PREROUTING ACCEPT [0:0]', ':KUBE-SERVICES - [0:0]', ':KUBE-SVC-AAAA - [0:0]', ':KUBE-SEP-BBBB - [0:0]', ':KUBE-SEP-CCCC - [0:0]', ...lines, 'COMMIT', ''].join('\n');
+const save = (lines: string[]) =>
+  [
+    '*nat',
+    ':PREROUTING ACCEPT [0:0]',
+    ':KUBE-SERVICES - [0:0]',
+    ':KUBE-SVC-AAAA - [0:0]',
+    ':KUBE-SEP-BBBB - [0:0]',
+    ':KUBE-SEP-CCCC - [0:0]',
+    ...lines,
+    'COMMIT',
+    '',
+  ].join('\n');
 const base = [
   '-A PREROUTING -m comment --comment "kubernetes service portals" -j KUBE-SERVICES',
   '-A KUBE-SERVICES -d 10.96.0.10/32 -p tcp -m comment --comment "ns/a:http cluster IP" -j KUBE-SVC-AAAA',
@@ -51,7 +70,8 @@ test('after a partial write, the written chains are as the kernel holds them and
 });
 
 test('matchesRecord: a chain whose rules come in more than one piece, empty chains, and chains whose names start alike', () => {
-  const withMore = (lines: string[]) => save(lines).replace(':KUBE-SEP-CCCC - [0:0]', ':KUBE-SEP-CCCC - [0:0]\n:KUBE-SEP-CCCCX - [0:0]\n:KUBE-SEP-DDDD - [0:0]');
+  const withMore = (lines: string[]) =>
+    save(lines).replace(':KUBE-SEP-CCCC - [0:0]', ':KUBE-SEP-CCCC - [0:0]\n:KUBE-SEP-CCCCX - [0:0]\n:KUBE-SEP-DDDD - [0:0]');
   const lines = [...base, '-A KUBE-SEP-CCCCX -p tcp -m tcp -j DNAT --to-destination 10.0.0.4:80'];
   const record = recordOwned(readOwnedRules('nat', withMore(lines)));
   assert.ok(matchesRecord(record, readOwnedRules('nat', withMore(lines))), 'as recorded');
@@ -61,18 +81,30 @@ test('matchesRecord: a chain whose rules come in more than one piece, empty chai
   const splitChanged = [lines[0], lines[1], lines[2], lines[4], lines[3].replace('KUBE-SEP-CCCC', 'KUBE-SEP-CCCCX'), lines[5], lines[6]];
   assert.ok(!matchesRecord(record, readOwnedRules('nat', withMore(splitChanged))), 'a chain in two pieces, one rule changed');
   const intoEmpty = [...lines, '-A KUBE-SEP-DDDD -j ACCEPT'];
-  assert.ok(!matchesRecord(record, readOwnedRules('nat', withMore(intoEmpty).replace('-A KUBE-SERVICES -d 10.96.0.10/32', '-A KUBE-SERVICES -d 10.96.0.11/32'))), 'a rule in a chain recorded empty');
-  const moved = [...base.slice(0, 5), lines[5].replace('-A KUBE-SEP-CCCC ', '-A KUBE-SEP-CCCCX '), lines[6].replace('-A KUBE-SEP-CCCCX ', '-A KUBE-SEP-CCCC ')];
+  assert.ok(
+    !matchesRecord(
+      record,
+      readOwnedRules('nat', withMore(intoEmpty).replace('-A KUBE-SERVICES -d 10.96.0.10/32', '-A KUBE-SERVICES -d 10.96.0.11/32')),
+    ),
+    'a rule in a chain recorded empty',
+  );
+  const moved = [
+    ...base.slice(0, 5),
+    lines[5].replace('-A KUBE-SEP-CCCC ', '-A KUBE-SEP-CCCCX '),
+    lines[6].replace('-A KUBE-SEP-CCCCX ', '-A KUBE-SEP-CCCC '),
+  ];
   assert.ok(!matchesRecord(record, readOwnedRules('nat', withMore(moved))), 'rules swapped between KUBE-SEP-CCCC and KUBE-SEP-CCCCX');
   const jumpMoved = [lines[0].replace('-A PREROUTING ', '-A OUTPUT '), ...lines.slice(1)];
   assert.ok(!matchesRecord(record, readOwnedRules('nat', withMore(jumpMoved))), 'the jump rule in another built-in chain');
 });
 
-test('a full write\'s record, from what the renderer told of it, matches the tables as iptables-save prints them once it is loaded, jumps into kubelet\'s chain left out', () => {
+test("a full write's record, from what the renderer told of it, matches the tables as iptables-save prints them once it is loaded, jumps into kubelet's chain left out", () => {
   const rules = coreIptablesRules();
   const objects = {
     services: Array.from({length: 6}, (_, i) => service(`svc-${i}`, {clusterIP: `10.96.0.${10 + i}`})),
-    endpointSlices: Array.from({length: 6}, (_, i) => slice(`svc-${i}-a`, `svc-${i}`, [{ip: `10.244.1.${i}`, node: 'node-1'}, {ip: `10.244.2.${i}`}])),
+    endpointSlices: Array.from({length: 6}, (_, i) =>
+      slice(`svc-${i}-a`, `svc-${i}`, [{ip: `10.244.1.${i}`, node: 'node-1'}, {ip: `10.244.2.${i}`}]),
+    ),
     node: node(),
   };
   const model = buildProxyModel(objects, {family: 'IPv4', nodeName: 'node-1', clusterCIDRs: ['10.244.0.0/16']});
@@ -95,7 +127,7 @@ test('a full write\'s record, from what the renderer told of it, matches the tab
   const saved = formatIptablesRuleset(parseIptablesSave(input, {family: 'IPv4', keepSavedText: false}));
   for (const table of proxyTables) assert.ok(matchesRecord(record.get(table)!, readOwnedRules(table, saved)), `${table} as loaded`);
   const edited = saved.replace(/-A KUBE-SERVICES -d 10\.96\.0\.10\/32/, '-A KUBE-SERVICES -d 10.96.0.99/32');
-  assert.ok(!matchesRecord(record.get('nat')!, readOwnedRules('nat', edited)), 'a fixed chain\'s rule edited');
+  assert.ok(!matchesRecord(record.get('nat')!, readOwnedRules('nat', edited)), "a fixed chain's rule edited");
   const dropped = saved.replace(/^-A KUBE-SEP-[^\n]*DNAT[^\n]*\n/m, '');
-  assert.ok(!matchesRecord(record.get('nat')!, readOwnedRules('nat', dropped)), 'a per-service chain\'s rule gone');
+  assert.ok(!matchesRecord(record.get('nat')!, readOwnedRules('nat', dropped)), "a per-service chain's rule gone");
 });

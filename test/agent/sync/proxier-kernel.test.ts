@@ -87,31 +87,44 @@ test('a ruleset the kernel refuses leaves the old rules in place', async (t) => 
   await proxier.syncRules(requested);
   const before = inNetns(netns, ['iptables-save', '-t', 'nat']).replace(/^#.*\n/gm, '');
   const broken = {
-    render: () => ({input: '*nat\n:KUBE-SERVICES - [0:0]\n-A KUBE-SERVICES -j NO-SUCH-CHAIN\nCOMMIT\n', declaredChains: () => ({filter: [], nat: ['KUBE-SERVICES']}), written: () => undefined}),
+    render: () => ({
+      input: '*nat\n:KUBE-SERVICES - [0:0]\n-A KUBE-SERVICES -j NO-SUCH-CHAIN\nCOMMIT\n',
+      declaredChains: () => ({filter: [], nat: ['KUBE-SERVICES']}),
+      written: () => undefined,
+    }),
     jumpRules: () => [],
   };
   const failing = everyListReceived(new IptablesProxier(proxierOptions({host, rules: broken, objects, metrics})));
-  await assert.rejects(failing.syncRules(requested), /IPv4 full sync: ip netns exec pxa-\w+ iptables-restore -w 5 -W 100000 --noflush: exit \d+/);
+  await assert.rejects(
+    failing.syncRules(requested),
+    /IPv4 full sync: ip netns exec pxa-\w+ iptables-restore -w 5 -W 100000 --noflush: exit \d+/,
+  );
   assert.equal(inNetns(netns, ['iptables-save', '-t', 'nat']).replace(/^#.*\n/gm, ''), before, 'iptables-restore is atomic');
 });
 
-test("crossing the large-cluster threshold either way leaves the kernel equal to the desired rules: no drift that never clears", async (t) => {
+test('crossing the large-cluster threshold either way leaves the kernel equal to the desired rules: no drift that never clears', async (t) => {
   if (!isRoot) {
     t.skip('needs root: creates a network namespace and runs iptables in it');
     return;
   }
   const netns = createNetns(t);
-  const ips = (count: number, third: number): string[] => Array.from({length: count}, (_, index) => `10.244.${third + Math.floor(index / 250)}.${(index % 250) + 1}`);
+  const ips = (count: number, third: number): string[] =>
+    Array.from({length: count}, (_, index) => `10.244.${third + Math.floor(index / 250)}.${(index % 250) + 1}`);
   // 999 + 1 endpoints: exactly at the threshold, comments kept.
   const objects = new MemoryObjects({
     services: [service('web', '10.96.0.10'), service('api', '10.96.0.1')],
     slices: [slice('web-1', 'web', ips(500, 10)), slice('web-2', 'web', ips(499, 20)), slice('api-1', 'api', ['10.244.2.9'])],
   });
   const modelOptions = {nodeName: 'node-1', clusterCIDRs: ['10.244.0.0/16']};
-  const proxier = everyListReceived(new IptablesProxier(proxierOptions({host: new CommandHost({netns}), rules: coreIptablesRules(), objects, model: modelOptions})));
+  const proxier = everyListReceived(
+    new IptablesProxier(proxierOptions({host: new CommandHost({netns}), rules: coreIptablesRules(), objects, model: modelOptions})),
+  );
   /** What `kubectl proxyctl diff` compares: the desired rules rendered from the objects against the kernel's. */
   const drift = (): string => {
-    const model = buildProxyModel({services: objects.services(), endpointSlices: objects.endpointSlices(), node: objects.node()}, {family: 'IPv4', ...modelOptions});
+    const model = buildProxyModel(
+      {services: objects.services(), endpointSlices: objects.endpointSlices(), node: objects.node()},
+      {family: 'IPv4', ...modelOptions},
+    );
     const desired = parseIptablesSave(renderIptables(model, {includeJumps: true}), {family: 'IPv4'});
     const applied = parseIptablesSave(inNetns(netns, ['iptables-save']), {family: 'IPv4'});
     const result = diffIptables(desired, applied);

@@ -15,11 +15,13 @@ import {MemoryObjects, service, slice} from './cluster.ts';
 import {FakeRules, serviceChain} from './fake-rules.ts';
 import {everyListReceived, periodic, proxierOptions, requested} from './proxier-fixture.ts';
 
-
 const clusterModel = {nodeName: 'node-1', clusterCIDRs: ['10.244.0.0/16'], config: {}};
 
 function setup(
-  objects = new MemoryObjects({services: [service('web', '10.96.0.10'), service('api', '10.96.0.1')], slices: [slice('web-1', 'web', ['10.244.2.5']), slice('api-1', 'api', ['10.244.2.9'])]}),
+  objects = new MemoryObjects({
+    services: [service('web', '10.96.0.10'), service('api', '10.96.0.1')],
+    slices: [slice('web-1', 'web', ['10.244.2.5']), slice('api-1', 'api', ['10.244.2.9'])],
+  }),
   parts: {clock?: FakeClock; host?: RecordingHost} = {},
 ) {
   const clock = parts.clock ?? new FakeClock();
@@ -31,7 +33,18 @@ function setup(
   const healthTargets: ServiceHealthTarget[][] = [];
   const proxier = everyListReceived(
     new IptablesProxier(
-      proxierOptions({host, rules, objects, model: clusterModel, minSyncPeriod: 1_000, metrics, health, log, clock, serviceHealth: {sync: async (targets: ServiceHealthTarget[]) => void healthTargets.push(targets)}}),
+      proxierOptions({
+        host,
+        rules,
+        objects,
+        model: clusterModel,
+        minSyncPeriod: 1_000,
+        metrics,
+        health,
+        log,
+        clock,
+        serviceHealth: {sync: async (targets: ServiceHealthTarget[]) => void healthTargets.push(targets)},
+      }),
     ),
   );
   return {clock, host, rules, metrics, health, log, proxier, objects, healthTargets};
@@ -41,11 +54,17 @@ function setup(
 async function coreRulesProxier(objects: MemoryObjects, clock = new FakeClock()) {
   const host = new RecordingHost();
   const log = memoryLogger(2);
-  const proxier = everyListReceived(new IptablesProxier(proxierOptions({host, rules: coreIptablesRules(), objects, model: clusterModel, minSyncPeriod: 1_000, log, clock})));
+  const proxier = everyListReceived(
+    new IptablesProxier(proxierOptions({host, rules: coreIptablesRules(), objects, model: clusterModel, minSyncPeriod: 1_000, log, clock})),
+  );
   return {host, log, proxier, clock};
 }
 
-async function metricValue(metrics: ReturnType<typeof createAgentMetrics>, name: string, labels: Record<string, string> = {}): Promise<number> {
+async function metricValue(
+  metrics: ReturnType<typeof createAgentMetrics>,
+  name: string,
+  labels: Record<string, string> = {},
+): Promise<number> {
   for (const metric of await metrics.registry.getMetricsAsJSON()) {
     for (const value of metric.values as Array<{metricName?: string; labels: Record<string, unknown>; value: number}>) {
       if ((value.metricName ?? metric.name) !== name) continue;
@@ -79,7 +98,11 @@ test('the first sync is full: one restore with --noflush that also adds the jump
   const jumpAt = input.indexOf('-I PREROUTING -m comment --comment "kubernetes service portals" -j KUBE-SERVICES');
   assert.ok(jumpAt > input.indexOf('-A KUBE-SERVICES'), 'jumps are added in the same write, once the chains they lead to are filled');
   assert.ok(!host.calls.some((call) => call.startsWith('iptables -')), 'no command per jump rule');
-  assert.equal(await metricValue(metrics, 'kubeproxy_sync_proxy_rules_iptables_total', {table: 'nat'}), 6, '2 jumps + 2 service rules + 2 DNAT rules');
+  assert.equal(
+    await metricValue(metrics, 'kubeproxy_sync_proxy_rules_iptables_total', {table: 'nat'}),
+    6,
+    '2 jumps + 2 service rules + 2 DNAT rules',
+  );
   assert.equal(await metricValue(metrics, 'kubeproxy_sync_full_proxy_rules_duration_seconds_count'), 1);
   proxier.requestSync({full: true});
   await proxier.syncRules(requested);
@@ -126,13 +149,23 @@ test('an endpoint change is a partial sync of that service port only', async () 
   const [result] = await proxier.syncRules(requested);
   assert.equal(result.kind, 'partial');
   assert.deepEqual([...rules.renders[1].changedServicePorts!], ['default/web:p/TCP']);
-  assert.equal(rules.renders[1].previous?.servicePorts.find((port) => port.serviceName === 'web')?.clusterEndpoints[0].ip, '10.244.2.5', 'the renderer is told what the kernel holds, to leave unchanged fixed chains alone');
-  assert.ok(!host.calls.slice(host.calls.lastIndexOf('iptables-restore IPv4 --noflush')).some((call) => call.startsWith('iptables-save')), 'what a partial write left is known from its input, not read back');
+  assert.equal(
+    rules.renders[1].previous?.servicePorts.find((port) => port.serviceName === 'web')?.clusterEndpoints[0].ip,
+    '10.244.2.5',
+    'the renderer is told what the kernel holds, to leave unchanged fixed chains alone',
+  );
+  assert.ok(
+    !host.calls.slice(host.calls.lastIndexOf('iptables-restore IPv4 --noflush')).some((call) => call.startsWith('iptables-save')),
+    'what a partial write left is known from its input, not read back',
+  );
   const input = host.restores[1].rules;
   assert.ok(input.includes(`:${serviceChain('default/web:p/TCP')} `));
   assert.ok(!input.includes(`:${serviceChain('default/api:p/TCP')} `), 'the unchanged chain is not rewritten');
   assert.match(await host.iptablesSave('IPv4', 'nat'), /--to-destination 10.244.2.6:8080/);
-  assert.ok(!host.calls.slice(host.calls.lastIndexOf('iptables-restore IPv4 --noflush')).some((call) => call.startsWith('iptables -C')), 'jump rules are checked on full syncs');
+  assert.ok(
+    !host.calls.slice(host.calls.lastIndexOf('iptables-restore IPv4 --noflush')).some((call) => call.startsWith('iptables -C')),
+    'jump rules are checked on full syncs',
+  );
   assert.equal(await metricValue(metrics, 'kubeproxy_sync_partial_proxy_rules_duration_seconds_count'), 1);
   assert.equal(await metricValue(metrics, 'kubeproxy_sync_proxy_rules_endpoint_changes_total'), 1);
   assert.equal(await metricValue(metrics, 'kubeproxy_sync_proxy_rules_endpoint_changes_pending'), 0);
@@ -164,7 +197,10 @@ test('a failed restore is counted, reported, and followed by a full sync', async
   objects.slicesByName.set('web-1', slice('web-1', 'web', ['10.244.2.7']));
   proxier.onChange('EndpointSlice', objects.slicesByName.get('web-1'));
   host.failRestores.push('iptables-restore: line 3 failed');
-  await assert.rejects(proxier.syncRules(requested), /IPv4 partial sync: iptables-restore -w 5 --noflush: exit 1: iptables-restore: line 3 failed/);
+  await assert.rejects(
+    proxier.syncRules(requested),
+    /IPv4 partial sync: iptables-restore -w 5 --noflush: exit 1: iptables-restore: line 3 failed/,
+  );
   assert.equal(await metricValue(metrics, 'kubeproxy_sync_proxy_rules_iptables_restore_failures_total'), 1);
   assert.equal(await metricValue(metrics, 'kubeproxy_sync_proxy_rules_iptables_partial_restore_failures_total'), 1);
   const [retry] = await proxier.syncRules({requested: false, periodic: false, retry: true});
@@ -211,7 +247,11 @@ test('drift under steady churn: the next partial write sees a tampered chain it 
     const [result] = await proxier.syncRules(requested);
     if (result.drift) break;
   }
-  assert.equal(await metricValue(metrics, 'proxyctl_drift_repairs_total', {ip_family: 'IPv4'}), 1, 'found within syncPeriod (30 s) of churn');
+  assert.equal(
+    await metricValue(metrics, 'proxyctl_drift_repairs_total', {ip_family: 'IPv4'}),
+    1,
+    'found within syncPeriod (30 s) of churn',
+  );
   const [repair] = await proxier.syncRules(requested);
   assert.equal(repair.kind, 'full');
   assert.match(await host.iptablesSave('IPv4', 'nat'), new RegExp(`-A ${webChain} .*--to-destination 10.244.2.5:8080`), 'and repaired');
@@ -220,7 +260,10 @@ test('drift under steady churn: the next partial write sees a tampered chain it 
 test('a full write is not read back; the next reading records each service chain rule by rule, so an edited rule is drift', async () => {
   const {host, proxier, clock, metrics} = setup();
   await proxier.syncRules(requested);
-  assert.ok(!host.calls.slice(host.calls.lastIndexOf('iptables-restore IPv4 --noflush')).some((call) => call.startsWith('iptables-save')), 'what a full write left is known from its input');
+  assert.ok(
+    !host.calls.slice(host.calls.lastIndexOf('iptables-restore IPv4 --noflush')).some((call) => call.startsWith('iptables-save')),
+    'what a full write left is known from its input',
+  );
   await clock.advance(30_000);
   assert.equal((await proxier.syncRules(periodic))[0].drift, false, 'the kernel holds what the input said, jump rules included');
   const webChain = serviceChain('default/web:p/TCP');
@@ -253,16 +296,25 @@ test('listeners hear of each write and of each reading the drift check takes, wi
   await clock.advance(30_000);
   const checkStartedAt = clock.now();
   assert.equal((await proxier.syncRules(periodic))[0].drift, false);
-  assert.deepEqual(heard.slice(3), ['reading'], 'the drift check\'s reading');
+  assert.deepEqual(heard.slice(3), ['reading'], "the drift check's reading");
   assert.equal(readings[1].startedAt, checkStartedAt);
-  assert.equal(readings[1].text, savedTables(await host.iptablesSave('IPv4'), ['filter', 'nat']), 'filter, then nat, as iptables-save prints them');
+  assert.equal(
+    readings[1].text,
+    savedTables(await host.iptablesSave('IPv4'), ['filter', 'nat']),
+    'filter, then nat, as iptables-save prints them',
+  );
   assert.match(readings[1].text, /^-A KUBE-SERVICES -d 10\.96\.0\.10\/32 /m);
   assert.equal(await proxier.readApplied('IPv4'), readings[1].text);
-  assert.deepEqual(heard.slice(4), [], 'a reading asked for is the caller\'s, not told again');
+  assert.deepEqual(heard.slice(4), [], "a reading asked for is the caller's, not told again");
 });
 
 test('with the real renderer too, a full write is known from its input, jump rules included, and not read back', async () => {
-  const {host, proxier} = await coreRulesProxier(new MemoryObjects({services: [service('web', '10.96.0.10', {type: 'NodePort', nodePort: 30080})], slices: [slice('web-1', 'web', ['10.244.2.5'])]}));
+  const {host, proxier} = await coreRulesProxier(
+    new MemoryObjects({
+      services: [service('web', '10.96.0.10', {type: 'NodePort', nodePort: 30080})],
+      slices: [slice('web-1', 'web', ['10.244.2.5'])],
+    }),
+  );
   const [result] = await proxier.syncRules(requested);
   assert.equal(result.kind, 'full');
   assert.match(host.restores[0].rules, /^-I PREROUTING .*-j KUBE-SERVICES$/m, 'the jump rules are in the write');
@@ -378,7 +430,11 @@ test('drift: a change while a slow background reading runs is written at once; t
   assert.equal(host.restores.length, 2);
   host.release();
   await settledUntil(async () => false);
-  assert.equal(await metricValue(metrics, 'proxyctl_drift_repairs_total', {ip_family: 'IPv4'}), 0, 'the reading overlapped a write: no conclusion from it');
+  assert.equal(
+    await metricValue(metrics, 'proxyctl_drift_repairs_total', {ip_family: 'IPv4'}),
+    0,
+    'the reading overlapped a write: no conclusion from it',
+  );
   await clock.advance(30_000);
   const saves = host.calls.filter((call) => call.startsWith('iptables-save')).length;
   const [checked] = await proxier.syncRules(requested);
@@ -420,7 +476,11 @@ test('drift: the first check after the first sync filled the empty tables is tak
   assert.equal(answer, 'unchanged', 'the sync returned while iptables-save was still reading');
   host.release();
   await settledUntil(async () => false);
-  assert.equal(await metricValue(metrics, 'proxyctl_drift_repairs_total', {ip_family: 'IPv4'}), 0, 'the background reading found the rules as written');
+  assert.equal(
+    await metricValue(metrics, 'proxyctl_drift_repairs_total', {ip_family: 'IPv4'}),
+    0,
+    'the background reading found the rules as written',
+  );
   await proxier.stop();
 });
 
@@ -429,7 +489,10 @@ test('a drift check reads every table in one iptables-save, not one per table', 
   await proxier.syncRules(requested);
   const from = host.calls.length;
   await proxier.syncRules(periodic);
-  assert.deepEqual(host.calls.slice(from).filter((call) => call.startsWith('iptables-save')), ['iptables-save IPv4']);
+  assert.deepEqual(
+    host.calls.slice(from).filter((call) => call.startsWith('iptables-save')),
+    ['iptables-save IPv4'],
+  );
 });
 
 test('drift: foreign rules do not count, and an untouched node is left alone', async () => {
@@ -455,7 +518,10 @@ test('a full sync at least once an hour', async () => {
 test('conntrack: UDP endpoint removed and UDP service deleted', async () => {
   const objects = new MemoryObjects({
     services: [service('dns', '10.96.0.53', {protocol: 'UDP', port: 53}), service('syslog', '10.96.0.14', {protocol: 'UDP', port: 514})],
-    slices: [slice('dns-1', 'dns', ['10.244.2.3', '10.244.2.4'], {protocol: 'UDP'}), slice('syslog-1', 'syslog', ['10.244.2.20'], {protocol: 'UDP'})],
+    slices: [
+      slice('dns-1', 'dns', ['10.244.2.3', '10.244.2.4'], {protocol: 'UDP'}),
+      slice('syslog-1', 'syslog', ['10.244.2.20'], {protocol: 'UDP'}),
+    ],
   });
   const {host, proxier} = setup(objects);
   await proxier.syncRules(requested);
@@ -463,24 +529,35 @@ test('conntrack: UDP endpoint removed and UDP service deleted', async () => {
   objects.slicesByName.set('dns-1', slice('dns-1', 'dns', ['10.244.2.3'], {protocol: 'UDP'}));
   objects.servicesByName.delete('syslog');
   await proxier.syncRules(requested);
-  assert.deepEqual(
-    host.conntrackDeletes,
-    [
-      {family: 'IPv4', protocol: 'UDP', origDst: '10.96.0.53', dstNat: '10.244.2.4'},
-      {family: 'IPv4', protocol: 'UDP', origDst: '10.96.0.14', dport: 514},
-    ],
-  );
+  assert.deepEqual(host.conntrackDeletes, [
+    {family: 'IPv4', protocol: 'UDP', origDst: '10.96.0.53', dstNat: '10.244.2.4'},
+    {family: 'IPv4', protocol: 'UDP', origDst: '10.96.0.14', dport: 514},
+  ]);
 });
 
 test('malformed objects never stop a sync; each problem is logged once per change', async () => {
-  const objects = new MemoryObjects({services: [service('web', '10.96.0.10'), service('bad', '10.96.0.99', {type: 'NodePort', nodePort: 70000})], slices: [slice('web-1', 'web', ['10.244.2.5'])]});
-  objects.slicesByName.set('junk', {kind: 'EndpointSlice', metadata: {name: 'junk', namespace: 'default'}, addressType: 'IPv4', endpoints: 'not a list'});
+  const objects = new MemoryObjects({
+    services: [service('web', '10.96.0.10'), service('bad', '10.96.0.99', {type: 'NodePort', nodePort: 70000})],
+    slices: [slice('web-1', 'web', ['10.244.2.5'])],
+  });
+  objects.slicesByName.set('junk', {
+    kind: 'EndpointSlice',
+    metadata: {name: 'junk', namespace: 'default'},
+    addressType: 'IPv4',
+    endpoints: 'not a list',
+  });
   const {proxier, log, metrics, host} = setup(objects);
   await proxier.syncRules(requested);
   assert.equal(host.restores.length, 1);
   const skipped = () => log.lines.filter((line) => line.includes('object skipped'));
-  assert.ok(skipped().some((line) => line.includes('object="Service default/bad"') && line.includes('70000')), skipped().join('\n'));
-  assert.ok(skipped().some((line) => line.includes('EndpointSlice default/junk')), skipped().join('\n'));
+  assert.ok(
+    skipped().some((line) => line.includes('object="Service default/bad"') && line.includes('70000')),
+    skipped().join('\n'),
+  );
+  assert.ok(
+    skipped().some((line) => line.includes('EndpointSlice default/junk')),
+    skipped().join('\n'),
+  );
   const count = skipped().length;
   await proxier.syncRules(requested);
   assert.equal(skipped().length, count, 'the same problem is not logged again');
@@ -522,8 +599,13 @@ test('network programming latency is measured from the last-change-trigger-time 
 
 test('eTP=Local services get health check targets with their local endpoint count', async () => {
   const objects = new MemoryObjects({
-    services: [service('lb', '10.96.0.80', {type: 'LoadBalancer', nodePort: 30080, externalTrafficPolicy: 'Local', healthCheckNodePort: 32000})],
-    slices: [slice('lb-1', 'lb', ['10.244.1.7', '10.244.1.8'], {nodeName: 'node-1'}), slice('lb-2', 'lb', ['10.244.2.7'], {nodeName: 'node-2'})],
+    services: [
+      service('lb', '10.96.0.80', {type: 'LoadBalancer', nodePort: 30080, externalTrafficPolicy: 'Local', healthCheckNodePort: 32000}),
+    ],
+    slices: [
+      slice('lb-1', 'lb', ['10.244.1.7', '10.244.1.8'], {nodeName: 'node-1'}),
+      slice('lb-2', 'lb', ['10.244.2.7'], {nodeName: 'node-2'}),
+    ],
   });
   const {proxier, healthTargets, metrics} = setup(objects);
   await proxier.syncRules(requested);
@@ -532,7 +614,8 @@ test('eTP=Local services get health check targets with their local endpoint coun
 });
 
 test("crossing kube-proxy's large-cluster threshold (1,000 endpoints) either way rewrites every service port's rules: a full sync", async () => {
-  const ips = (count: number, third: number): string[] => Array.from({length: count}, (_, index) => `10.244.${third + Math.floor(index / 250)}.${(index % 250) + 1}`);
+  const ips = (count: number, third: number): string[] =>
+    Array.from({length: count}, (_, index) => `10.244.${third + Math.floor(index / 250)}.${(index % 250) + 1}`);
   // web: 999 endpoints, api: 1, so 1,000 in all: comments kept.
   const objects = new MemoryObjects({
     services: [service('web', '10.96.0.10'), service('api', '10.96.0.1')],
@@ -557,7 +640,10 @@ test("crossing kube-proxy's large-cluster threshold (1,000 endpoints) either way
   await clock.advance(2_000);
   const [up] = await proxier.syncRules(requested);
   assert.equal(up.kind, 'full', '1,001 endpoints: every rule loses its endpoint comment');
-  assert.ok((await apiEndpointRules()).every((rule) => !rule.includes('--comment')), `api's unchanged rules rewritten: ${(await apiEndpointRules()).join(' | ')}`);
+  assert.ok(
+    (await apiEndpointRules()).every((rule) => !rule.includes('--comment')),
+    `api's unchanged rules rewritten: ${(await apiEndpointRules()).join(' | ')}`,
+  );
 
   setWeb2(499);
   await clock.advance(2_000);
@@ -573,7 +659,10 @@ test("crossing kube-proxy's large-cluster threshold (1,000 endpoints) either way
 });
 
 test('a loadBalancerSourceRanges entry that is no CIDR is logged by name; the service is still written, its load-balancer IP closed', async () => {
-  const lb = service('lb', '10.96.0.40', {type: 'LoadBalancer', nodePort: 30040}) as ReturnType<typeof service> & {spec: Record<string, unknown>; status?: unknown};
+  const lb = service('lb', '10.96.0.40', {type: 'LoadBalancer', nodePort: 30040}) as ReturnType<typeof service> & {
+    spec: Record<string, unknown>;
+    status?: unknown;
+  };
   lb.spec.loadBalancerSourceRanges = ['192.0.2.0/24', '192.0.2.0/40'];
   lb.status = {loadBalancer: {ingress: [{ip: '203.0.113.40'}]}};
   const {host, log, proxier} = await coreRulesProxier(new MemoryObjects({services: [lb], slices: [slice('lb-1', 'lb', ['10.244.2.40'])]}));
@@ -585,5 +674,8 @@ test('a loadBalancerSourceRanges entry that is no CIDR is logged by name; the se
   assert.doesNotMatch(written, /-A KUBE-FW-\S+ .* -s /, 'the firewall chain admits no source');
   const skipped = log.lines.filter((line) => line.includes('object skipped') && line.includes('object="Service default/lb"'));
   assert.equal(skipped.length, 1, log.lines.join('\n'));
-  assert.match(skipped[0], /spec\.loadBalancerSourceRanges\[1\]: \\?"192\.0\.2\.0\/40\\?" is not a CIDR; load-balancer IPs closed to every client/);
+  assert.match(
+    skipped[0],
+    /spec\.loadBalancerSourceRanges\[1\]: \\?"192\.0\.2\.0\/40\\?" is not a CIDR; load-balancer IPs closed to every client/,
+  );
 });

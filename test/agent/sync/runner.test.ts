@@ -15,7 +15,14 @@ function setup(options: {min?: number; max?: number; retry?: number; retryBase?:
       if (options.duration) await new Promise<void>((resolve) => clock.setTimer(resolve, options.duration!));
       if (options.fail?.()) throw new Error('iptables-restore: exit 1');
     },
-    {minInterval: options.min ?? 1000, maxInterval: options.max ?? 30_000, retryInterval: options.retry ?? 30_000, retryBase: options.retryBase, clock, onError: (_e, delay) => errors.push(delay)},
+    {
+      minInterval: options.min ?? 1000,
+      maxInterval: options.max ?? 30_000,
+      retryInterval: options.retry ?? 30_000,
+      retryBase: options.retryBase,
+      clock,
+      onError: (_e, delay) => errors.push(delay),
+    },
   );
   runner.start();
   return {clock, runner, runs, errors, at: () => runs.map((run) => run.at)};
@@ -61,7 +68,10 @@ test('a request during a run is not lost', async () => {
 test('without requests it runs once per maxInterval, marked periodic', async () => {
   const {clock, runs} = setup({max: 30_000});
   await clock.advance(95_000);
-  assert.deepEqual(runs.map((run) => run.at), [30_000, 60_000, 90_000]);
+  assert.deepEqual(
+    runs.map((run) => run.at),
+    [30_000, 60_000, 90_000],
+  );
   assert.ok(runs.every((run) => run.reason.periodic && !run.reason.requested));
 });
 
@@ -79,7 +89,10 @@ test('a failure is retried with a doubling backoff up to retryInterval, then res
   runner.run();
   await clock.advance(60_000);
   assert.deepEqual(errors, [1000, 2000, 4000, 8000, 8000]);
-  assert.deepEqual(runs.map((run) => run.at), [0, 1000, 3000, 7000, 15_000, 23_000]);
+  assert.deepEqual(
+    runs.map((run) => run.at),
+    [0, 1000, 3000, 7000, 15_000, 23_000],
+  );
   assert.ok(runs.slice(1).every((run) => run.reason.retry));
   await clock.advance(600_000);
   assert.equal(runs.length, 7, 'after success only the periodic run follows');
@@ -120,5 +133,8 @@ test('nothing runs before start', async () => {
 });
 
 test('maxInterval shorter than minInterval is refused', () => {
-  assert.throws(() => new BoundedFrequencyRunner(async () => {}, {minInterval: 10, maxInterval: 5, retryInterval: 5}), /maxInterval 5 ms is shorter than minInterval 10 ms/);
+  assert.throws(
+    () => new BoundedFrequencyRunner(async () => {}, {minInterval: 10, maxInterval: 5, retryInterval: 5}),
+    /maxInterval 5 ms is shorter than minInterval 10 ms/,
+  );
 });

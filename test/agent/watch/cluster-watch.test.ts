@@ -19,7 +19,12 @@ async function until(what: string, check: () => boolean, timeoutMs = 10_000): Pr
   }
 }
 
-const node = (name: string) => ({apiVersion: 'v1', kind: 'Node', metadata: {name}, status: {addresses: [{type: 'InternalIP', address: '10.240.0.11'}]}});
+const node = (name: string) => ({
+  apiVersion: 'v1',
+  kind: 'Node',
+  metadata: {name},
+  status: {addresses: [{type: 'InternalIP', address: '10.240.0.11'}]},
+});
 const service = (name: string, labels: Record<string, string> = {}) => ({
   apiVersion: 'v1',
   kind: 'Service',
@@ -69,7 +74,11 @@ test('the store follows the API server, and recovers after it comes back', async
   server = await startApiServer({port, adminToken: server.adminToken});
   server.store.create('nodes', node('node-1'));
   server.store.create('services', service('after-restart'), 'default');
-  await until('the store to match the new server', () => names(watch.store.services()).join() === ['default/after-restart', 'default/kubernetes'].join(), 15_000).catch((error) => assert.fail(`${error.message}; log:\n${log.lines.slice(-12).join('\n')}`));
+  await until(
+    'the store to match the new server',
+    () => names(watch.store.services()).join() === ['default/after-restart', 'default/kubernetes'].join(),
+    15_000,
+  ).catch((error) => assert.fail(`${error.message}; log:\n${log.lines.slice(-12).join('\n')}`));
 });
 
 test('ServiceCIDRs are watched only when asked for (nftables mode); the store lists their CIDRs as they change', async (t) => {
@@ -82,7 +91,14 @@ test('ServiceCIDRs are watched only when asked for (nftables mode); the store li
   await server.writeKubeconfig(kubeconfig);
   const start = (serviceCIDRs: boolean) => {
     const synced = new Set<string>();
-    const watch = new ClusterWatch({client: createKubernetesClient(loadKubeConfig(kubeconfig)), nodeName: 'node-1', log: memoryLogger(), watchdogMs: 60_000, serviceCIDRs, onSynced: (kind) => synced.add(kind)});
+    const watch = new ClusterWatch({
+      client: createKubernetesClient(loadKubeConfig(kubeconfig)),
+      nodeName: 'node-1',
+      log: memoryLogger(),
+      watchdogMs: 60_000,
+      serviceCIDRs,
+      onSynced: (kind) => synced.add(kind),
+    });
     t.after(() => watch.stop());
     watch.start();
     return {watch, synced};

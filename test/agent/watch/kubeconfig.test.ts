@@ -10,7 +10,10 @@ test('the agent merges the files $KUBECONFIG lists and skips missing ones', asyn
   const dir = await mkdtemp(join(tmpdir(), 'pxapi-kubeconfig-'));
   t.after(() => rm(dir, {recursive: true, force: true}));
   const lab = join(dir, 'lab.kubeconfig');
-  await writeFile(lab, 'apiVersion: v1\nkind: Config\nclusters: [{name: lab, cluster: {server: "http://127.0.0.1:43959"}}]\nusers: [{name: a, user: {token: t}}]\ncontexts: [{name: lab, context: {cluster: lab, user: a}}]\ncurrent-context: lab\n');
+  await writeFile(
+    lab,
+    'apiVersion: v1\nkind: Config\nclusters: [{name: lab, cluster: {server: "http://127.0.0.1:43959"}}]\nusers: [{name: a, user: {token: t}}]\ncontexts: [{name: lab, context: {cluster: lab, user: a}}]\ncurrent-context: lab\n',
+  );
   const saved = process.env.KUBECONFIG;
   t.after(() => {
     if (saved === undefined) delete process.env.KUBECONFIG;

@@ -28,7 +28,12 @@ class ScriptedClient implements KubernetesClient {
     return next;
   }
 
-  async watch(_path: string, query: Record<string, string>, onEvent: (type: string, object: unknown) => void, onDone: (error?: unknown) => void) {
+  async watch(
+    _path: string,
+    query: Record<string, string>,
+    onEvent: (type: string, object: unknown) => void,
+    onDone: (error?: unknown) => void,
+  ) {
     const failure = this.watchFailures.shift();
     if (failure) {
       onDone(failure);
@@ -46,10 +51,12 @@ class ScriptedClient implements KubernetesClient {
       },
     };
     this.watches.push(watch);
-    return {abort: () => {
-      watch.aborted = true;
-      watch.end();
-    }};
+    return {
+      abort: () => {
+        watch.aborted = true;
+        watch.end();
+      },
+    };
   }
 }
 
@@ -91,7 +98,13 @@ test('lists, then watches from the list resourceVersion, and applies events', as
   client.watches[0].send('ADDED', svc('c', '11'));
   client.watches[0].send('DELETED', svc('a', '12'));
   client.watches[0].send('BOOKMARK', {metadata: {resourceVersion: '20'}});
-  assert.deepEqual(store.services().map((s: any) => s.metadata.name).sort(), ['b', 'c']);
+  assert.deepEqual(
+    store
+      .services()
+      .map((s: any) => s.metadata.name)
+      .sort(),
+    ['b', 'c'],
+  );
   await clock.advance(5000);
   client.watches[0].end();
   await settle();
@@ -99,7 +112,7 @@ test('lists, then watches from the list resourceVersion, and applies events', as
   assert.equal(client.lists.length, 1);
 });
 
-test('a list comes in pages: each page is kept as it comes, the watch starts from the pages\' resourceVersion', async (t) => {
+test("a list comes in pages: each page is kept as it comes, the watch starts from the pages' resourceVersion", async (t) => {
   const clock = new FakeClock();
   const client = new ScriptedClient();
   const kept: string[] = [];
@@ -128,7 +141,11 @@ test('a list comes in pages: each page is kept as it comes, the watch starts fro
   reflector.start();
   await settle();
   assert.deepEqual(client.lists, [{limit: '500'}, {limit: '500', continue: 'page-2'}, {limit: '500', continue: 'page-3'}]);
-  assert.deepEqual(kept, ['a while 1 asked', 'b while 1 asked', 'c while 2 asked', 'd while 3 asked'], 'each page kept before the next is asked for; the nameless object dropped');
+  assert.deepEqual(
+    kept,
+    ['a while 1 asked', 'b while 1 asked', 'c while 2 asked', 'd while 3 asked'],
+    'each page kept before the next is asked for; the nameless object dropped',
+  );
   assert.deepEqual(replaced, [{kept: 'a'}, {kept: 'b'}, {kept: 'c'}, {kept: 'd'}]);
   assert.equal(client.watches[0].query.resourceVersion, '10');
 });
@@ -143,8 +160,14 @@ test('a list whose continuation expired (410) is listed again from the start', a
   );
   reflector.start();
   await settle();
-  assert.deepEqual(client.lists.map((query) => query.continue), [undefined, 'page-2', undefined]);
-  assert.deepEqual(store.services().map((s: any) => s.metadata.name), ['a', 'b']);
+  assert.deepEqual(
+    client.lists.map((query) => query.continue),
+    [undefined, 'page-2', undefined],
+  );
+  assert.deepEqual(
+    store.services().map((s: any) => s.metadata.name),
+    ['a', 'b'],
+  );
   assert.equal(client.watches[0].query.resourceVersion, '20');
 });
 
@@ -159,10 +182,16 @@ test('a server that hands the same continue token back is not asked forever: the
   reflector.start();
   await settle();
   assert.equal(client.lists.length, 2);
-  assert.ok(log.lines.some((line) => line.includes('the same continue token again')), log.lines.join('\n'));
+  assert.ok(
+    log.lines.some((line) => line.includes('the same continue token again')),
+    log.lines.join('\n'),
+  );
   await clock.advance(1000);
   await settle();
-  assert.deepEqual(store.services().map((s: any) => s.metadata.name), ['a', 'b']);
+  assert.deepEqual(
+    store.services().map((s: any) => s.metadata.name),
+    ['a', 'b'],
+  );
   assert.equal(client.watches[0].query.resourceVersion, '11');
 });
 
@@ -193,7 +222,8 @@ test('a watch refused with 410 lists again', async (t) => {
 test('API server unreachable: retries with a doubling backoff, capped', async (t) => {
   const {client, clock, reflector, log, synced} = setup();
   t.after(() => reflector.stop());
-  for (let i = 0; i < 6; i++) client.listResults.push(Object.assign(new Error('connect ECONNREFUSED 127.0.0.1:6443'), {code: 'ECONNREFUSED'}));
+  for (let i = 0; i < 6; i++)
+    client.listResults.push(Object.assign(new Error('connect ECONNREFUSED 127.0.0.1:6443'), {code: 'ECONNREFUSED'}));
   reflector.start();
   await settle();
   const listedAt: number[] = [];
@@ -231,7 +261,10 @@ test('malformed events are dropped and the watch goes on', async (t) => {
   client.watches[0].send('ADDED', {metadata: {}});
   client.watches[0].send('WHATEVER', svc('x', '3'));
   client.watches[0].send('ADDED', svc('ok', '4'));
-  assert.deepEqual(store.services().map((s: any) => s.metadata.name), ['ok']);
+  assert.deepEqual(
+    store.services().map((s: any) => s.metadata.name),
+    ['ok'],
+  );
   assert.equal(log.lines.filter((line) => line.includes('without an object name')).length, 2);
 });
 
@@ -263,10 +296,15 @@ test('API server gone while watching: the watch resumes from its resourceVersion
   await settle();
   client.watches[0].send('MODIFIED', svc('a', '12'));
   // The connection breaks, then the next two watches are refused as undici reports it.
-  const refused = () => Object.assign(new TypeError('fetch failed'), {cause: Object.assign(new Error('connect ECONNREFUSED 127.0.0.1:6443'), {code: 'ECONNREFUSED'})});
+  const refused = () =>
+    Object.assign(new TypeError('fetch failed'), {
+      cause: Object.assign(new Error('connect ECONNREFUSED 127.0.0.1:6443'), {code: 'ECONNREFUSED'}),
+    });
   // Before resuming, a one-item list asks the server how far its history goes: refused twice, then 40.
   client.listResults.push(refused(), refused(), {items: [svc('b', '40')], resourceVersion: '40'});
-  client.watches[0].end(Object.assign(new TypeError('terminated'), {cause: Object.assign(new Error('other side closed'), {code: 'UND_ERR_SOCKET'})}));
+  client.watches[0].end(
+    Object.assign(new TypeError('terminated'), {cause: Object.assign(new Error('other side closed'), {code: 'UND_ERR_SOCKET'})}),
+  );
   await settle();
   await clock.advance(1000);
   await clock.advance(2000);
@@ -275,7 +313,10 @@ test('API server gone while watching: the watch resumes from its resourceVersion
   for (const check of client.lists.slice(1)) assert.equal(check.limit, '1');
   assert.equal(client.watches.length, 2);
   assert.equal(client.watches[1].query.resourceVersion, '12', 'resumed where the broken watch was');
-  assert.ok(log.lines.some((line) => line.includes('ECONNREFUSED') && line.includes('watch from resourceVersion 12')), log.lines.join('\n'));
+  assert.ok(
+    log.lines.some((line) => line.includes('ECONNREFUSED') && line.includes('watch from resourceVersion 12')),
+    log.lines.join('\n'),
+  );
 
   client.listResults.push({items: [svc('b', '40')], resourceVersion: '41'});
   client.watches[1].send('ERROR', {kind: 'Status', code: 410, reason: 'Expired'});
@@ -288,10 +329,16 @@ test('API server gone while watching: the watch resumes from its resourceVersion
 test('API server back with a younger history (new or restored storage): lists instead of resuming', async (t) => {
   const {client, clock, reflector, log} = setup();
   t.after(() => reflector.stop());
-  client.listResults.push({items: [svc('a', '5')], resourceVersion: '10'}, {items: [], resourceVersion: '3'}, {items: [svc('c', '2')], resourceVersion: '3'});
+  client.listResults.push(
+    {items: [svc('a', '5')], resourceVersion: '10'},
+    {items: [], resourceVersion: '3'},
+    {items: [svc('c', '2')], resourceVersion: '3'},
+  );
   reflector.start();
   await settle();
-  client.watches[0].end(Object.assign(new TypeError('fetch failed'), {cause: Object.assign(new Error('read ECONNRESET'), {code: 'ECONNRESET'})}));
+  client.watches[0].end(
+    Object.assign(new TypeError('fetch failed'), {cause: Object.assign(new Error('read ECONNRESET'), {code: 'ECONNRESET'})}),
+  );
   await settle();
   client.watchFailures.push(Object.assign(new TypeError('fetch failed'), {cause: {code: 'ECONNREFUSED'}}));
   await clock.advance(1000);

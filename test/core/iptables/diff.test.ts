@@ -16,7 +16,7 @@ function edit(text: string, change: (lines: string[]) => string[]): string {
 
 const without = (pattern: RegExp) => (lines: string[]) => lines.filter((line) => !pattern.test(line));
 
-test('the proxier\'s input and what iptables-save printed after loading it are equal, on both front ends', () => {
+test("the proxier's input and what iptables-save printed after loading it are equal, on both front ends", () => {
   for (const name of ['node-a.legacy.txt', 'node-a.nft.txt']) {
     const result = diffIptables(desired, dump(name));
     assert.deepEqual(result, {equal: true, groups: [], text: ''}, name);
@@ -42,7 +42,9 @@ test('counters, chain declaration order and foreign chains do not count', () => 
     }
     return out
       .map((line) => line.replace(/^\[\d+:\d+\]/, '[999:99999]'))
-      .flatMap((line) => (line === '[999:99999] -A DOCKER-USER -j RETURN' ? ['[1:1] -A DOCKER-USER -s 192.0.2.1/32 -j DROP', line] : [line]))
+      .flatMap((line) =>
+        line === '[999:99999] -A DOCKER-USER -j RETURN' ? ['[1:1] -A DOCKER-USER -s 192.0.2.1/32 -j DROP', line] : [line],
+      )
       .filter((line) => !/FLANNEL-POSTRTG ! -s/.test(line));
   });
   assert.notEqual(shuffled, applied);
@@ -68,9 +70,14 @@ test('a missing endpoint chain is reported under its service, with the chain and
 });
 
 test('a changed rule shows as removed and added, in a unified-diff text grouped by service', () => {
-  const changed = edit(applied, (lines) => lines.map((line) => line.replace('--probability 0.50000000000 -j KUBE-SEP-F7BHZ7WL3PFYMSRY', '--probability 0.25000000000 -j KUBE-SEP-F7BHZ7WL3PFYMSRY')));
+  const changed = edit(applied, (lines) =>
+    lines.map((line) =>
+      line.replace('--probability 0.50000000000 -j KUBE-SEP-F7BHZ7WL3PFYMSRY', '--probability 0.25000000000 -j KUBE-SEP-F7BHZ7WL3PFYMSRY'),
+    ),
+  );
   const result = diffIptables(desired, changed);
-  const want = '-t nat -A KUBE-SVC-CDGGSHYLG3RE2FKL -m comment --comment "default/web:http -> 10.244.1.6:8080" -m statistic --mode random --probability 0.50000000000 -j KUBE-SEP-F7BHZ7WL3PFYMSRY';
+  const want =
+    '-t nat -A KUBE-SVC-CDGGSHYLG3RE2FKL -m comment --comment "default/web:http -> 10.244.1.6:8080" -m statistic --mode random --probability 0.50000000000 -j KUBE-SEP-F7BHZ7WL3PFYMSRY';
   const have = want.replace('0.50000000000', '0.25000000000');
   assert.deepEqual(result.groups, [{servicePort: 'default/web:http', added: [want], removed: [have]}]);
   assert.equal(result.text, ['--- desired', '+++ applied', '@@ default/web:http @@', `-${want}`, `+${have}`, ''].join('\n'));
@@ -87,7 +94,14 @@ test('missing jump rules and stale chains: rules of no service and of a deleted 
   });
   const result = diffIptables(desired, changed);
   assert.deepEqual(result.groups, [
-    {servicePort: 'default/old:http', added: [], removed: ['-t nat -N KUBE-SVC-OLDOLDOLDOLDOLDO', '-t nat -A KUBE-SVC-OLDOLDOLDOLDOLDO -m comment --comment "default/old:http -> 10.244.9.9:80" -j RETURN']},
+    {
+      servicePort: 'default/old:http',
+      added: [],
+      removed: [
+        '-t nat -N KUBE-SVC-OLDOLDOLDOLDOLDO',
+        '-t nat -A KUBE-SVC-OLDOLDOLDOLDOLDO -m comment --comment "default/old:http -> 10.244.9.9:80" -j RETURN',
+      ],
+    },
     {servicePort: '', added: ['-t nat -A PREROUTING -m comment --comment "kubernetes service portals" -j KUBE-SERVICES'], removed: []},
   ]);
   assert.match(result.text, /@@ default\/old:http @@\n\+-t nat -N KUBE-SVC-OLDOLDOLDOLDOLDO\n/);
@@ -97,19 +111,30 @@ test('missing jump rules and stale chains: rules of no service and of a deleted 
 test('rules of a fixed chain are grouped by the service their comment names', () => {
   const changed = edit(applied, without(/default\/empty:http has no endpoints/));
   const result = diffIptables(desired, changed);
-  assert.deepEqual(result.groups.map((group) => [group.servicePort, group.added.length, group.removed.length]), [['default/empty:http', 1, 0]]);
-  assert.match(result.groups[0].added[0], /^-t filter -A KUBE-SERVICES -d 10\.96\.0\.12\/32 .* -j REJECT --reject-with icmp-port-unreachable$/);
+  assert.deepEqual(
+    result.groups.map((group) => [group.servicePort, group.added.length, group.removed.length]),
+    [['default/empty:http', 1, 0]],
+  );
+  assert.match(
+    result.groups[0].added[0],
+    /^-t filter -A KUBE-SERVICES -d 10\.96\.0\.12\/32 .* -j REJECT --reject-with icmp-port-unreachable$/,
+  );
 });
 
 test('rules in the wrong order differ', () => {
   const reordered = edit(applied, (lines) => {
-    const first = lines.findIndex((line) => line.includes('-A KUBE-SVC-CDGGSHYLG3RE2FKL -m comment --comment "default/web:http -> 10.244.1.5:8080"'));
+    const first = lines.findIndex((line) =>
+      line.includes('-A KUBE-SVC-CDGGSHYLG3RE2FKL -m comment --comment "default/web:http -> 10.244.1.5:8080"'),
+    );
     [lines[first], lines[first + 1]] = [lines[first + 1], lines[first]];
     return lines;
   });
   const result = diffIptables(desired, reordered);
   assert.equal(result.equal, false);
-  assert.deepEqual(result.groups.map((group) => group.servicePort), ['default/web:http']);
+  assert.deepEqual(
+    result.groups.map((group) => group.servicePort),
+    ['default/web:http'],
+  );
   assert.equal(result.groups[0].added.length, 1);
   assert.equal(result.groups[0].removed.length, 1);
 });
@@ -119,9 +144,18 @@ test('the service filter keeps one service or one service port', () => {
     lines.filter((line) => !/KUBE-SEP-AFGSLHOD2HFNCBX4|default\/empty:http has no endpoints|kube-system\/kube-dns:dns-tcp -> /.test(line)),
   );
   const all = diffIptables(desired, changed);
-  assert.deepEqual(all.groups.map((group) => group.servicePort), ['default/empty:http', 'default/web:http', 'kube-system/kube-dns:dns-tcp']);
-  assert.deepEqual(diffIptables(desired, changed, {service: 'default/web'}).groups.map((group) => group.servicePort), ['default/web:http']);
-  assert.deepEqual(diffIptables(desired, changed, {service: 'kube-system/kube-dns:dns-tcp'}).groups.map((group) => group.servicePort), ['kube-system/kube-dns:dns-tcp']);
+  assert.deepEqual(
+    all.groups.map((group) => group.servicePort),
+    ['default/empty:http', 'default/web:http', 'kube-system/kube-dns:dns-tcp'],
+  );
+  assert.deepEqual(
+    diffIptables(desired, changed, {service: 'default/web'}).groups.map((group) => group.servicePort),
+    ['default/web:http'],
+  );
+  assert.deepEqual(
+    diffIptables(desired, changed, {service: 'kube-system/kube-dns:dns-tcp'}).groups.map((group) => group.servicePort),
+    ['kube-system/kube-dns:dns-tcp'],
+  );
   const other = diffIptables(desired, changed, {service: 'kube-system/kube-dns:dns'});
   assert.deepEqual(other, {equal: true, groups: [], text: ''});
 });
@@ -141,7 +175,10 @@ test('endpoint chains without comments (large clusters) belong to the service th
       '-A KUBE-SEP-CCCCCCCCCCCCCCCC -p tcp -m tcp -j DNAT --to-destination 10.1.0.2:6443',
       'COMMIT',
     ].join('\n');
-  const result = diffIptables(rules('0.5'), edit(rules('0.5'), (lines) => lines.map((line) => line.replace('10.1.0.2:6443', '10.1.0.3:6443'))));
+  const result = diffIptables(
+    rules('0.5'),
+    edit(rules('0.5'), (lines) => lines.map((line) => line.replace('10.1.0.2:6443', '10.1.0.3:6443'))),
+  );
   assert.deepEqual(result.groups, [
     {
       servicePort: 'big/api:https',

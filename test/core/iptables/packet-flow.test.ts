@@ -40,7 +40,8 @@ interface Flow {
   expectedProblems?: string[];
 }
 
-const web = (spec: Parameters<typeof service>[1] = {}, extra: Partial<ServiceInput> = {}) => service('web', {clusterIP: '10.96.0.10', ports: [http], ...spec}, extra);
+const web = (spec: Parameters<typeof service>[1] = {}, extra: Partial<ServiceInput> = {}) =>
+  service('web', {clusterIP: '10.96.0.10', ports: [http], ...spec}, extra);
 const webSlice = (...endpoints: Array<{ip: string; node: string}>) => slice('web-1', 'web', endpoints);
 const threeEndpoints = webSlice(local('10.244.1.5'), local('10.244.1.6'), remote('10.244.2.5'));
 const servingTerminating = {ready: false, serving: true, terminating: true};
@@ -57,19 +58,58 @@ const podToWeb = (name: string, webEndpoints: EndpointSpec[], endpoints: Record<
 const third = {'10.244.1.5:8080': 1 / 3, '10.244.1.6:8080': 1 / 3, '10.244.2.5:8080': 1 / 3};
 
 const flows: Flow[] = [
-  {name: 'ClusterIP from a pod: three endpoints, a third each, source kept', services: [web()], slices: [threeEndpoints], packet: {...fromPod, dstIP: '10.96.0.10', dstPort: 80}, verdict: 'DNAT', endpoints: third, masquerade: false, servicePort: 'default/web:http'},
-  {name: 'ClusterIP from outside the cluster CIDR: masqueraded', services: [web()], slices: [threeEndpoints], packet: {...fromOutside, dstIP: '10.96.0.10', dstPort: 80}, verdict: 'DNAT', endpoints: third, masquerade: true},
-  {name: 'ClusterIP, other port: not a service port', services: [web()], slices: [threeEndpoints], packet: {...fromPod, dstIP: '10.96.0.10', dstPort: 81}, verdict: 'ACCEPT'},
+  {
+    name: 'ClusterIP from a pod: three endpoints, a third each, source kept',
+    services: [web()],
+    slices: [threeEndpoints],
+    packet: {...fromPod, dstIP: '10.96.0.10', dstPort: 80},
+    verdict: 'DNAT',
+    endpoints: third,
+    masquerade: false,
+    servicePort: 'default/web:http',
+  },
+  {
+    name: 'ClusterIP from outside the cluster CIDR: masqueraded',
+    services: [web()],
+    slices: [threeEndpoints],
+    packet: {...fromOutside, dstIP: '10.96.0.10', dstPort: 80},
+    verdict: 'DNAT',
+    endpoints: third,
+    masquerade: true,
+  },
+  {
+    name: 'ClusterIP, other port: not a service port',
+    services: [web()],
+    slices: [threeEndpoints],
+    packet: {...fromPod, dstIP: '10.96.0.10', dstPort: 81},
+    verdict: 'ACCEPT',
+  },
   {
     name: 'ClusterIP with two ports: each goes to its own target port',
     services: [web({ports: [http, {name: 'https', protocol: 'TCP', port: 443, targetPort: 8443}]})],
-    slices: [slice('web-1', 'web', [local('10.244.1.5')], {ports: [{name: 'http', protocol: 'TCP', port: 8080}, {name: 'https', protocol: 'TCP', port: 8443}]})],
+    slices: [
+      slice('web-1', 'web', [local('10.244.1.5')], {
+        ports: [
+          {name: 'http', protocol: 'TCP', port: 8080},
+          {name: 'https', protocol: 'TCP', port: 8443},
+        ],
+      }),
+    ],
     packet: {...fromPod, dstIP: '10.96.0.10', dstPort: 443},
     verdict: 'DNAT',
     endpoints: {'10.244.1.5:8443': 1},
     servicePort: 'default/web:https',
   },
-  {name: 'masqueradeAll: even a pod is masqueraded', services: [web()], slices: [threeEndpoints], options: {config: {masqueradeAll: true}}, packet: {...fromPod, dstIP: '10.96.0.10', dstPort: 80}, verdict: 'DNAT', endpoints: third, masquerade: true},
+  {
+    name: 'masqueradeAll: even a pod is masqueraded',
+    services: [web()],
+    slices: [threeEndpoints],
+    options: {config: {masqueradeAll: true}},
+    packet: {...fromPod, dstIP: '10.96.0.10', dstPort: 80},
+    verdict: 'DNAT',
+    endpoints: third,
+    masquerade: true,
+  },
   {
     name: 'detect-local NodeCIDR: a pod of another node is masqueraded',
     services: [web()],
@@ -80,7 +120,15 @@ const flows: Flow[] = [
     endpoints: third,
     masquerade: true,
   },
-  {name: 'no endpoints, TCP: refused', services: [web()], slices: [], packet: {...fromPod, dstIP: '10.96.0.10', dstPort: 80}, verdict: 'REJECT', servicePort: 'default/web:http', warning: /default\/web:http has no endpoints/},
+  {
+    name: 'no endpoints, TCP: refused',
+    services: [web()],
+    slices: [],
+    packet: {...fromPod, dstIP: '10.96.0.10', dstPort: 80},
+    verdict: 'REJECT',
+    servicePort: 'default/web:http',
+    warning: /default\/web:http has no endpoints/,
+  },
   {
     name: 'no endpoints, UDP: refused',
     services: [service('dns', {clusterIP: '10.96.0.53', ports: [{name: 'dns', protocol: 'UDP', port: 53, targetPort: 53}]})],
@@ -126,13 +174,25 @@ const flows: Flow[] = [
     endpoints: {'10.244.1.5:8080': 1 / 2, '10.244.1.6:8080': 1 / 2},
     masquerade: false,
   },
-  podToWeb('ClusterIP, one of 3 endpoints not ready: a half each for the others', [local('10.244.1.5'), {...local('10.244.1.6'), ready: false, serving: false}, remote('10.244.2.5')], {'10.244.1.5:8080': 1 / 2, '10.244.2.5:8080': 1 / 2}),
   podToWeb(
-    'ClusterIP, none ready: the 2 serving terminating endpoints of 3',
-    [{...local('10.244.1.5'), ...servingTerminating}, {...local('10.244.1.6'), ready: false, serving: false, terminating: true}, {...remote('10.244.2.5'), ...servingTerminating}],
+    'ClusterIP, one of 3 endpoints not ready: a half each for the others',
+    [local('10.244.1.5'), {...local('10.244.1.6'), ready: false, serving: false}, remote('10.244.2.5')],
     {'10.244.1.5:8080': 1 / 2, '10.244.2.5:8080': 1 / 2},
   ),
-  podToWeb('ClusterIP, one ready endpoint wins over 2 serving terminating ones', [local('10.244.1.5'), {...local('10.244.1.6'), ...servingTerminating}, {...remote('10.244.2.5'), ...servingTerminating}], {'10.244.1.5:8080': 1}),
+  podToWeb(
+    'ClusterIP, none ready: the 2 serving terminating endpoints of 3',
+    [
+      {...local('10.244.1.5'), ...servingTerminating},
+      {...local('10.244.1.6'), ready: false, serving: false, terminating: true},
+      {...remote('10.244.2.5'), ...servingTerminating},
+    ],
+    {'10.244.1.5:8080': 1 / 2, '10.244.2.5:8080': 1 / 2},
+  ),
+  podToWeb(
+    'ClusterIP, one ready endpoint wins over 2 serving terminating ones',
+    [local('10.244.1.5'), {...local('10.244.1.6'), ...servingTerminating}, {...remote('10.244.2.5'), ...servingTerminating}],
+    {'10.244.1.5:8080': 1},
+  ),
   {
     name: 'NodePort, externalTrafficPolicy Local, no local endpoint: dropped',
     services: [web({type: 'NodePort', ports: [{...http, nodePort: 30082}], externalTrafficPolicy: 'Local'})],
@@ -186,7 +246,12 @@ const flows: Flow[] = [
   },
   {
     name: 'load-balancer IP, client inside loadBalancerSourceRanges',
-    services: [web({type: 'LoadBalancer', ports: [{...http, nodePort: 30084}], loadBalancerSourceRanges: ['10.240.0.100/32']}, lbStatus('203.0.113.30'))],
+    services: [
+      web(
+        {type: 'LoadBalancer', ports: [{...http, nodePort: 30084}], loadBalancerSourceRanges: ['10.240.0.100/32']},
+        lbStatus('203.0.113.30'),
+      ),
+    ],
     slices: [webSlice(local('10.244.1.12'), remote('10.244.2.12'))],
     packet: {...fromOutside, dstIP: '203.0.113.30', dstPort: 80},
     verdict: 'DNAT',
@@ -195,7 +260,12 @@ const flows: Flow[] = [
   },
   {
     name: 'load-balancer IP, client outside loadBalancerSourceRanges: dropped',
-    services: [web({type: 'LoadBalancer', ports: [{...http, nodePort: 30084}], loadBalancerSourceRanges: ['10.240.0.100/32']}, lbStatus('203.0.113.30'))],
+    services: [
+      web(
+        {type: 'LoadBalancer', ports: [{...http, nodePort: 30084}], loadBalancerSourceRanges: ['10.240.0.100/32']},
+        lbStatus('203.0.113.30'),
+      ),
+    ],
     slices: [webSlice(local('10.244.1.12'), remote('10.244.2.12'))],
     packet: {srcIP: '10.240.0.101', inInterface: 'eth0', dstIP: '203.0.113.30', dstPort: 80},
     verdict: 'DROP',
@@ -209,7 +279,15 @@ const flows: Flow[] = [
     endpoints: {'10.244.2.12:8080': 1},
     masquerade: true,
   },
-  {name: 'hairpin: a pod to itself through its service is masqueraded', services: [web()], slices: [webSlice(local('10.244.1.13'))], packet: {srcIP: '10.244.1.13', inInterface: 'cni0', dstIP: '10.96.0.10', dstPort: 80}, verdict: 'DNAT', endpoints: {'10.244.1.13:8080': 1}, masquerade: true},
+  {
+    name: 'hairpin: a pod to itself through its service is masqueraded',
+    services: [web()],
+    slices: [webSlice(local('10.244.1.13'))],
+    packet: {srcIP: '10.244.1.13', inInterface: 'cni0', dstIP: '10.96.0.10', dstPort: 80},
+    verdict: 'DNAT',
+    endpoints: {'10.244.1.13:8080': 1},
+    masquerade: true,
+  },
   {
     name: 'session affinity: spread for a first connection, with a note that later ones stick',
     services: [web({sessionAffinity: 'ClientIP'})],
@@ -221,7 +299,7 @@ const flows: Flow[] = [
     warning: /session affinity \(ClientIP\)/,
   },
   {
-    name: 'internalTrafficPolicy Local: a pod reaches this node\'s endpoints only',
+    name: "internalTrafficPolicy Local: a pod reaches this node's endpoints only",
     services: [web({internalTrafficPolicy: 'Local'})],
     slices: [threeEndpoints],
     packet: {...fromPod, dstIP: '10.96.0.10', dstPort: 80},
@@ -236,16 +314,35 @@ const flows: Flow[] = [
     packet: {...fromPod, dstIP: '10.96.0.10', dstPort: 80},
     verdict: 'DROP',
   },
-  {name: 'sent by the node itself: through OUTPUT, masqueraded', services: [web()], slices: [threeEndpoints], packet: {srcIP: nodeIP, dstIP: '10.96.0.10', dstPort: 80, origin: 'local'}, verdict: 'DNAT', endpoints: third, masquerade: true},
+  {
+    name: 'sent by the node itself: through OUTPUT, masqueraded',
+    services: [web()],
+    slices: [threeEndpoints],
+    packet: {srcIP: nodeIP, dstIP: '10.96.0.10', dstPort: 80, origin: 'local'},
+    verdict: 'DNAT',
+    endpoints: third,
+    masquerade: true,
+  },
   {
     name: 'health check node port of a Local load balancer: the probe is let in',
-    services: [web({type: 'LoadBalancer', ports: [{...http, nodePort: 30084}], externalTrafficPolicy: 'Local', healthCheckNodePort: 32000}, lbStatus('203.0.113.30'))],
+    services: [
+      web(
+        {type: 'LoadBalancer', ports: [{...http, nodePort: 30084}], externalTrafficPolicy: 'Local', healthCheckNodePort: 32000},
+        lbStatus('203.0.113.30'),
+      ),
+    ],
     slices: [webSlice(local('10.244.1.12'))],
     packet: {...fromOutside, dstIP: nodeIP, dstPort: 32000},
     verdict: 'ACCEPT',
     hop: 'filter KUBE-NODEPORTS -> ACCEPT',
   },
-  {name: 'an address of no service: left alone', services: [web()], slices: [threeEndpoints], packet: {...fromPod, dstIP: '93.184.216.34', dstPort: 443}, verdict: 'ACCEPT'},
+  {
+    name: 'an address of no service: left alone',
+    services: [web()],
+    slices: [threeEndpoints],
+    packet: {...fromPod, dstIP: '93.184.216.34', dstPort: 443},
+    verdict: 'ACCEPT',
+  },
   ...badSourceRangeFlows(),
 ];
 
@@ -255,12 +352,29 @@ const flows: Flow[] = [
  * govern keep working.
  */
 function badSourceRangeFlows(): Flow[] {
-  const services = [web({type: 'LoadBalancer', ports: [{...http, nodePort: 30084}], externalIPs: ['198.51.100.7'], loadBalancerSourceRanges: ['10.240.0.100/32', '10.0.0.0/33']}, lbStatus('203.0.113.30'))];
+  const services = [
+    web(
+      {
+        type: 'LoadBalancer',
+        ports: [{...http, nodePort: 30084}],
+        externalIPs: ['198.51.100.7'],
+        loadBalancerSourceRanges: ['10.240.0.100/32', '10.0.0.0/33'],
+      },
+      lbStatus('203.0.113.30'),
+    ),
+  ];
   const slices = [webSlice(remote('10.244.2.12'))];
   const reached = {verdict: 'DNAT' as const, endpoints: {'10.244.2.12:8080': 1}};
   const name = (what: string) => `loadBalancerSourceRanges with an entry that is no CIDR: ${what}`;
   const flows: Flow[] = [
-    {name: name('the load-balancer IP drops every client'), services, slices, packet: {...fromOutside, dstIP: '203.0.113.30', dstPort: 80}, verdict: 'DROP', hop: 'filter KUBE-PROXY-FIREWALL -> DROP'},
+    {
+      name: name('the load-balancer IP drops every client'),
+      services,
+      slices,
+      packet: {...fromOutside, dstIP: '203.0.113.30', dstPort: 80},
+      verdict: 'DROP',
+      hop: 'filter KUBE-PROXY-FIREWALL -> DROP',
+    },
     {name: name('the cluster IP works'), services, slices, packet: {...fromPod, dstIP: '10.96.0.10', dstPort: 80}, ...reached},
     {name: name('the NodePort works'), services, slices, packet: {...fromOutside, dstIP: nodeIP, dstPort: 30084}, ...reached},
     {name: name('the external IP works'), services, slices, packet: {...fromOutside, dstIP: '198.51.100.7', dstPort: 80}, ...reached},
@@ -269,8 +383,15 @@ function badSourceRangeFlows(): Flow[] {
 }
 
 function run(flow: Flow): TraceResult {
-  const model = buildProxyModel({services: flow.services, endpointSlices: flow.slices, node: node('node-1')}, {family: 'IPv4', clusterCIDRs: ['10.244.0.0/16'], ...flow.options});
-  assert.deepEqual(model.problems.map((problem) => problem.field), flow.expectedProblems ?? [], 'model problems');
+  const model = buildProxyModel(
+    {services: flow.services, endpointSlices: flow.slices, node: node('node-1')},
+    {family: 'IPv4', clusterCIDRs: ['10.244.0.0/16'], ...flow.options},
+  );
+  assert.deepEqual(
+    model.problems.map((problem) => problem.field),
+    flow.expectedProblems ?? [],
+    'model problems',
+  );
   const ruleset = parseIptablesSave(renderIptables(model, {includeJumps: true}));
   return traceIptables(ruleset, {srcIP: fromPod.srcIP, protocol: 'TCP', origin: 'arriving', ...flow.packet}, {localAddresses});
 }
@@ -286,12 +407,28 @@ for (const flow of flows) {
     } else {
       assert.deepEqual(result.branches, [], describe);
     }
-    if (flow.masquerade !== undefined) for (const branch of result.branches) assert.equal(branch.masquerade, flow.masquerade, `${branch.endpoint}: ${branch.masqueradeReason}`);
+    if (flow.masquerade !== undefined)
+      for (const branch of result.branches)
+        assert.equal(branch.masquerade, flow.masquerade, `${branch.endpoint}: ${branch.masqueradeReason}`);
     if (flow.servicePort) assert.equal(result.servicePort, flow.servicePort);
-    if (flow.warning) assert.ok(result.warnings.some((warning) => flow.warning!.test(warning)), result.warnings.join('\n'));
-    if (flow.hop) assert.ok([...result.hops, ...result.branches.flatMap((branch) => branch.hops)].some((hop) => `${hop.table} ${hop.chain} -> ${hop.target}` === flow.hop), describe);
+    if (flow.warning)
+      assert.ok(
+        result.warnings.some((warning) => flow.warning!.test(warning)),
+        result.warnings.join('\n'),
+      );
+    if (flow.hop)
+      assert.ok(
+        [...result.hops, ...result.branches.flatMap((branch) => branch.hops)].some(
+          (hop) => `${hop.table} ${hop.chain} -> ${hop.target}` === flow.hop,
+        ),
+        describe,
+      );
     // Rules written by the renderer are all ones the tracer understands.
-    assert.deepEqual(result.warnings.filter((warning) => /treated as not matching|not modelled/.test(warning)), []);
-    for (const hop of [...result.hops, ...result.branches.flatMap((branch) => branch.hops)]) assert.match(hop.explanation, /^[A-Za-z0-9].*\.$/);
+    assert.deepEqual(
+      result.warnings.filter((warning) => /treated as not matching|not modelled/.test(warning)),
+      [],
+    );
+    for (const hop of [...result.hops, ...result.branches.flatMap((branch) => branch.hops)])
+      assert.match(hop.explanation, /^[A-Za-z0-9].*\.$/);
   });
 }

@@ -9,7 +9,9 @@ import {findChain, type IptablesRuleset} from '../../../src/core/iptables/rulese
 const dump = (name: string) => readFileSync(new URL(`./dumps/${name}`, import.meta.url), 'utf8');
 
 function ruleTexts(ruleset: IptablesRuleset): string[] {
-  return [...ruleset.tables.values()].flatMap((table) => [...table.chains.values()].flatMap((chain) => chain.rules.map((rule) => `${table.name} ${rule.text}`))).sort();
+  return [...ruleset.tables.values()]
+    .flatMap((table) => [...table.chains.values()].flatMap((chain) => chain.rules.map((rule) => `${table.name} ${rule.text}`)))
+    .sort();
 }
 
 function chainNames(ruleset: IptablesRuleset, table: string): string[] {
@@ -47,7 +49,7 @@ test('counters are dropped from rules and policies are kept', () => {
   assert.equal(output.rules[0].line, 63);
 });
 
-test('chains are built-in, the proxy\'s, or foreign (kubelet, Docker, flannel)', () => {
+test("chains are built-in, the proxy's, or foreign (kubelet, Docker, flannel)", () => {
   const ruleset = parseIptablesSave(dump('node-a.nft.txt'));
   const kind = (table: string, chain: string) => findChain(ruleset, table, chain)?.kind;
   assert.equal(kind('nat', 'PREROUTING'), 'builtin');
@@ -76,11 +78,20 @@ test('rules read into conditions, matches and target', () => {
   assert.deepEqual(masq.destination, {cidr: '10.96.0.10/32', negated: false});
   assert.deepEqual(masq.protocol, {name: 'tcp', negated: false});
   assert.equal(masq.comment, 'default/web:http cluster IP');
-  assert.deepEqual(masq.matches.map((match) => match.module), ['comment', 'tcp']);
+  assert.deepEqual(
+    masq.matches.map((match) => match.module),
+    ['comment', 'tcp'],
+  );
   assert.deepEqual(masq.matches[1].options, [{name: 'dport', negated: false, values: ['80']}]);
   assert.deepEqual(masq.target, {name: 'KUBE-MARK-MASQ', goto: false, options: []});
   const pick = svc.rules[1];
-  assert.deepEqual(pick.matches[1], {module: 'statistic', options: [{name: 'mode', negated: false, values: ['random']}, {name: 'probability', negated: false, values: ['0.33333333349']}]});
+  assert.deepEqual(pick.matches[1], {
+    module: 'statistic',
+    options: [
+      {name: 'mode', negated: false, values: ['random']},
+      {name: 'probability', negated: false, values: ['0.33333333349']},
+    ],
+  });
   const dnat = findChain(ruleset, 'nat', 'KUBE-SEP-25M36I63GRYNYR7P')!.rules.find((rule) => rule.target?.name === 'DNAT')!;
   assert.match(dnat.target!.options[0].values[0], /^10\.244\.\d+\.\d+:\d+$/);
 });
@@ -88,18 +99,39 @@ test('rules read into conditions, matches and target', () => {
 test('iptables-restore input as kube-proxy writes it reads as iptables-save prints it', () => {
   // Pairs: what the proxier writes, what iptables-save prints after loading it (legacy and nf_tables alike).
   const pairs: Array<[string, string]> = [
-    ['-m comment --comment "default/web:http cluster IP" -m tcp -p tcp -d 10.96.0.10 --dport 80 -j KUBE-SVC-X', '-d 10.96.0.10/32 -p tcp -m comment --comment "default/web:http cluster IP" -m tcp --dport 80 -j KUBE-SVC-X'],
-    ['-m comment --comment default/web:http -s 10.244.1.5 -j KUBE-MARK-MASQ', '-s 10.244.1.5/32 -m comment --comment "default/web:http" -j KUBE-MARK-MASQ'],
-    ['-m comment --comment "default/web:http -> 10.244.1.5:8080" -m statistic --mode random --probability 0.3333333333 -j KUBE-SVC-X', '-m comment --comment "default/web:http -> 10.244.1.5:8080" -m statistic --mode random --probability 0.33333333349 -j KUBE-SVC-X'],
-    ['-m comment --comment "default/web:http -> 10.244.1.5:8080" -m recent --name KUBE-SEP-A --rcheck --seconds 10800 --reap -j KUBE-SVC-X', '-m comment --comment "default/web:http -> 10.244.1.5:8080" -m recent --rcheck --seconds 10800 --reap --name KUBE-SEP-A --mask 255.255.255.255 --rsource -j KUBE-SVC-X'],
-    ['-m comment --comment default/web:http -m recent --name KUBE-SEP-A --set -m tcp -p tcp -j DNAT --to-destination 10.244.1.5:8080', '-p tcp -m comment --comment "default/web:http" -m recent --set --name KUBE-SEP-A --mask 255.255.255.255 --rsource -m tcp -j DNAT --to-destination 10.244.1.5:8080'],
+    [
+      '-m comment --comment "default/web:http cluster IP" -m tcp -p tcp -d 10.96.0.10 --dport 80 -j KUBE-SVC-X',
+      '-d 10.96.0.10/32 -p tcp -m comment --comment "default/web:http cluster IP" -m tcp --dport 80 -j KUBE-SVC-X',
+    ],
+    [
+      '-m comment --comment default/web:http -s 10.244.1.5 -j KUBE-MARK-MASQ',
+      '-s 10.244.1.5/32 -m comment --comment "default/web:http" -j KUBE-MARK-MASQ',
+    ],
+    [
+      '-m comment --comment "default/web:http -> 10.244.1.5:8080" -m statistic --mode random --probability 0.3333333333 -j KUBE-SVC-X',
+      '-m comment --comment "default/web:http -> 10.244.1.5:8080" -m statistic --mode random --probability 0.33333333349 -j KUBE-SVC-X',
+    ],
+    [
+      '-m comment --comment "default/web:http -> 10.244.1.5:8080" -m recent --name KUBE-SEP-A --rcheck --seconds 10800 --reap -j KUBE-SVC-X',
+      '-m comment --comment "default/web:http -> 10.244.1.5:8080" -m recent --rcheck --seconds 10800 --reap --name KUBE-SEP-A --mask 255.255.255.255 --rsource -j KUBE-SVC-X',
+    ],
+    [
+      '-m comment --comment default/web:http -m recent --name KUBE-SEP-A --set -m tcp -p tcp -j DNAT --to-destination 10.244.1.5:8080',
+      '-p tcp -m comment --comment "default/web:http" -m recent --set --name KUBE-SEP-A --mask 255.255.255.255 --rsource -m tcp -j DNAT --to-destination 10.244.1.5:8080',
+    ],
     ['-m mark ! --mark 0x4000/0x4000 -j RETURN', '-m mark ! --mark 0x4000/0x4000 -j RETURN'],
     ['-j MARK --or-mark 0x4000', '-j MARK --set-xmark 0x4000/0x4000'],
     ['-j MARK --xor-mark 0x4000', '-j MARK --set-xmark 0x4000/0x0'],
     ['-j MARK --set-mark 0x10/0xf0', '-j MARK --set-xmark 0x10/0xf0'],
     ['-j MARK --and-mark 0x10', '-j MARK --set-xmark 0x0/0xffffffef'],
-    ['-m comment --comment "default/empty:http has no endpoints" -m tcp -p tcp -d 10.96.0.12 --dport 80 -j REJECT', '-d 10.96.0.12/32 -p tcp -m comment --comment "default/empty:http has no endpoints" -m tcp --dport 80 -j REJECT --reject-with icmp-port-unreachable'],
-    ['-m comment --comment "x" -m addrtype --dst-type LOCAL -m tcp -p tcp --dport 30081 -j DROP', '-p tcp -m comment --comment x -m addrtype --dst-type LOCAL -m tcp --dport 30081 -j DROP'],
+    [
+      '-m comment --comment "default/empty:http has no endpoints" -m tcp -p tcp -d 10.96.0.12 --dport 80 -j REJECT',
+      '-d 10.96.0.12/32 -p tcp -m comment --comment "default/empty:http has no endpoints" -m tcp --dport 80 -j REJECT --reject-with icmp-port-unreachable',
+    ],
+    [
+      '-m comment --comment "x" -m addrtype --dst-type LOCAL -m tcp -p tcp --dport 30081 -j DROP',
+      '-p tcp -m comment --comment x -m addrtype --dst-type LOCAL -m tcp --dport 30081 -j DROP',
+    ],
     ['-m conntrack --ctstate ESTABLISHED,RELATED -j ACCEPT', '-m conntrack --ctstate RELATED,ESTABLISHED -j ACCEPT'],
     ['-p tcp --dport 80 -j ACCEPT', '-p tcp -m tcp --dport 80 -j ACCEPT'],
     ['--protocol TCP --source 10.1.2.3 --destination-port 80:90 -j ACCEPT', '-s 10.1.2.3/32 -p tcp -m tcp --dport 80:90 -j ACCEPT'],
@@ -135,18 +167,33 @@ test('unknown matches and targets are kept as written', () => {
   assert.equal(physdev.text, '-A X -m physdev --physdev-is-bridged -j ACCEPT');
   const set = parseRule('-m set ! --match-set cali40all-hosts-net dst,src -m foo --bar 1 2 --baz -j ACCEPT');
   assert.equal(set.text, '-A X -m set ! --match-set cali40all-hosts-net dst,src -m foo --bar 1 2 --baz -j ACCEPT');
-  assert.deepEqual(set.matches[1], {module: 'foo', options: [{name: 'bar', negated: false, values: ['1', '2']}, {name: 'baz', negated: false, values: []}]});
+  assert.deepEqual(set.matches[1], {
+    module: 'foo',
+    options: [
+      {name: 'bar', negated: false, values: ['1', '2']},
+      {name: 'baz', negated: false, values: []},
+    ],
+  });
   const log = parseRule('-j LOG --log-prefix "dropped: " --log-level 4');
   assert.equal(log.text, '-A X -j LOG --log-prefix "dropped: " --log-level 4');
   const custom = parseRule('-j CUSTOMTARGET --weird-option value');
-  assert.deepEqual(custom.target, {name: 'CUSTOMTARGET', goto: false, options: [{name: 'weird-option', negated: false, values: ['value']}]});
+  assert.deepEqual(custom.target, {
+    name: 'CUSTOMTARGET',
+    goto: false,
+    options: [{name: 'weird-option', negated: false, values: ['value']}],
+  });
 });
 
 test('a goto, an address list and a rule with no target', () => {
   assert.deepEqual(parseRule('-g Y', ['X', 'Y']).target, {name: 'Y', goto: true, options: []});
-  const text = ['*filter', ':X - [0:0]', '-A X -s 10.0.0.1,10.0.0.2 -j ACCEPT', '-A X -m comment --comment "count only"', 'COMMIT'].join('\n');
+  const text = ['*filter', ':X - [0:0]', '-A X -s 10.0.0.1,10.0.0.2 -j ACCEPT', '-A X -m comment --comment "count only"', 'COMMIT'].join(
+    '\n',
+  );
   const rules = findChain(parseIptablesSave(text), 'filter', 'X')!.rules;
-  assert.deepEqual(rules.map((rule) => rule.text), ['-A X -s 10.0.0.1/32 -j ACCEPT', '-A X -s 10.0.0.2/32 -j ACCEPT', '-A X -m comment --comment "count only"']);
+  assert.deepEqual(
+    rules.map((rule) => rule.text),
+    ['-A X -s 10.0.0.1/32 -j ACCEPT', '-A X -s 10.0.0.2/32 -j ACCEPT', '-A X -m comment --comment "count only"'],
+  );
   assert.equal(rules[2].target, undefined);
 });
 
@@ -194,7 +241,10 @@ test('iptables-restore commands: new, insert, delete, flush, policy, delete chai
     'COMMIT',
   ].join('\n');
   const ruleset = parseIptablesSave(text);
-  assert.deepEqual(findChain(ruleset, 'filter', 'X')!.rules.map((rule) => rule.text), ['-A X -s 10.0.0.2/32 -j ACCEPT', '-A X -j RETURN']);
+  assert.deepEqual(
+    findChain(ruleset, 'filter', 'X')!.rules.map((rule) => rule.text),
+    ['-A X -s 10.0.0.2/32 -j ACCEPT', '-A X -j RETURN'],
+  );
   assert.equal(findChain(ruleset, 'filter', 'FORWARD')!.policy, 'DROP');
   assert.equal(findChain(ruleset, 'filter', 'GONE'), undefined);
 });
@@ -220,7 +270,11 @@ test('bad lines: an error that names the line and the reason', () => {
     ['*filter\n:X - [0:0]\n-A X -m comment --comment "open -j ACCEPT\nCOMMIT\n', 3, /unterminated double quote/],
     ['*filter\n:X - [0:0]\n-A X --dport 80 -j ACCEPT\nCOMMIT\n', 3, /option --dport belongs to no match or target/],
     ['*filter\n:X - [0:0]\n-A X -s 10.0.0.300 -j ACCEPT\nCOMMIT\n', 3, /-s 10\.0\.0\.300: not an IP address or CIDR/],
-    ['*filter\n:X - [0:0]\n-A X -m statistic --mode random --probability 2 -j ACCEPT\nCOMMIT\n', 3, /--probability 2: not a number between 0 and 1/],
+    [
+      '*filter\n:X - [0:0]\n-A X -m statistic --mode random --probability 2 -j ACCEPT\nCOMMIT\n',
+      3,
+      /--probability 2: not a number between 0 and 1/,
+    ],
     ['*filter\n*nat\nCOMMIT\n', 2, /table nat starts before table filter \(line 1\) ends with COMMIT/],
     ['*filter\n:INPUT MAYBE [0:0]\nCOMMIT\n', 2, /policy of built-in chain INPUT must be ACCEPT or DROP/],
     ['*filter\n:X - [0:0]\n-A X -j MARK --set-mark banana\nCOMMIT\n', 3, /-j MARK --set-mark banana: not a number/],
@@ -245,9 +299,17 @@ test('matches the tracer does not evaluate are listed as unknown matches, and th
   const ruleset = parseIptablesSave(dump('calico-node.nft.txt'));
   assert.deepEqual(
     ruleset.unknownMatches.map((entry) => `${entry.table} ${entry.chain} ${entry.line} ${entry.module}`),
-    ['raw cali-PREROUTING 32 rpfilter', 'filter cali-fw-cali1234567890a 80 set', 'nat cali-nat-outgoing 128 set', 'nat cali-nat-outgoing 128 set'],
+    [
+      'raw cali-PREROUTING 32 rpfilter',
+      'filter cali-fw-cali1234567890a 80 set',
+      'nat cali-nat-outgoing 128 set',
+      'nat cali-nat-outgoing 128 set',
+    ],
   );
-  assert.equal(findChain(ruleset, 'nat', 'cali-nat-outgoing')!.rules[0].text, '-A cali-nat-outgoing -m comment --comment "cali:flqWnvo8yq4ULQLa" -m set --match-set cali40masq-ipam-pools src -m set ! --match-set cali40all-ipam-pools dst -j MASQUERADE --random-fully');
+  assert.equal(
+    findChain(ruleset, 'nat', 'cali-nat-outgoing')!.rules[0].text,
+    '-A cali-nat-outgoing -m comment --comment "cali:flqWnvo8yq4ULQLa" -m set --match-set cali40masq-ipam-pools src -m set ! --match-set cali40all-ipam-pools dst -j MASQUERADE --random-fully',
+  );
   assert.equal(findChain(ruleset, 'filter', 'cali-FORWARD')!.kind, 'foreign');
   assert.deepEqual(parseIptablesSave(dump('node-a.legacy.txt')).unknownMatches, []);
 });
@@ -264,7 +326,10 @@ test('what iptables-nft-save cannot show is kept and noted, not an error', () =>
   ].join('\n');
   const ruleset = parseIptablesSave(text);
   assert.deepEqual(ruleset.notes, ["Table `mangle' is incompatible, use 'nft' tool."]);
-  assert.deepEqual(findChain(ruleset, 'filter', 'FOO')!.rules.map((rule) => rule.text), ['-A FOO -m tcp --dport 80 [unsupported revision] -j ACCEPT', '-A FOO -m bpf [unsupported revision] -j DROP']);
+  assert.deepEqual(
+    findChain(ruleset, 'filter', 'FOO')!.rules.map((rule) => rule.text),
+    ['-A FOO -m tcp --dport 80 [unsupported revision] -j ACCEPT', '-A FOO -m bpf [unsupported revision] -j DROP'],
+  );
 });
 
 test('rule text iptables-save printed is kept as printed, and reads the same as when re-spelled', () => {
@@ -272,14 +337,25 @@ test('rule text iptables-save printed is kept as printed, and reads the same as 
     const kept = parseIptablesSave(dump(name));
     const respelled = parseIptablesSave(dump(name), {keepSavedText: false});
     assert.deepEqual(ruleTexts(kept), ruleTexts(respelled), name);
-    const parts = (ruleset: IptablesRuleset) => [...ruleset.tables.values()].flatMap((table) => [...table.chains.values()].flatMap((chain) => chain.rules.map((rule) => JSON.stringify(rule))));
+    const parts = (ruleset: IptablesRuleset) =>
+      [...ruleset.tables.values()].flatMap((table) =>
+        [...table.chains.values()].flatMap((chain) => chain.rules.map((rule) => JSON.stringify(rule))),
+      );
     assert.deepEqual(parts(kept), parts(respelled), name);
     assert.deepEqual(kept.unknownMatches, respelled.unknownMatches, name);
   }
 });
 
 test('a rule kept as printed that turns out unreadable names its line when it is read', () => {
-  const ruleset = parseIptablesSave(['# Generated by iptables-save v1.8.9 on Mon Nov 23 00:58:12 2026', '*filter', ':X - [0:0]', '-A X --dport 80 -j ACCEPT', 'COMMIT'].join('\n'));
+  const ruleset = parseIptablesSave(
+    [
+      '# Generated by iptables-save v1.8.9 on Mon Nov 23 00:58:12 2026',
+      '*filter',
+      ':X - [0:0]',
+      '-A X --dport 80 -j ACCEPT',
+      'COMMIT',
+    ].join('\n'),
+  );
   const rule = findChain(ruleset, 'filter', 'X')!.rules[0];
   assert.equal(rule.text, '-A X --dport 80 -j ACCEPT');
   assert.throws(() => rule.matches, /^IptablesParseError: iptables rules line 4: option --dport belongs to no match or target/);

@@ -82,8 +82,14 @@ describe('cluster IP', () => {
       `-A ${SEP('10.244.2.5:8080')} -m comment --comment default/web:http -m tcp -p tcp -j DNAT --to-destination 10.244.2.5:8080`,
     ]);
     assert.deepEqual(declared(text, 'nat'), [
-      'KUBE-SERVICES', 'KUBE-NODEPORTS', 'KUBE-POSTROUTING', 'KUBE-MARK-MASQ',
-      SVC, SEP('10.244.1.5:8080'), SEP('10.244.2.5:8080'), SEP('10.244.2.6:8080'),
+      'KUBE-SERVICES',
+      'KUBE-NODEPORTS',
+      'KUBE-POSTROUTING',
+      'KUBE-MARK-MASQ',
+      SVC,
+      SEP('10.244.1.5:8080'),
+      SEP('10.244.2.5:8080'),
+      SEP('10.244.2.6:8080'),
     ]);
     assert.deepEqual(chain(text, 'filter', 'KUBE-SERVICES'), []);
   });
@@ -120,8 +126,13 @@ describe('cluster IP', () => {
       `-A ${SVC} -m comment --comment "default/web:http -> 10.244.1.5:8080" -m statistic --mode random --probability 0.5000000000 -j ${SEP('10.244.1.5:8080')}`,
       `-A ${SVC} -m comment --comment "default/web:http -> 10.244.2.5:8080" -j ${SEP('10.244.2.5:8080')}`,
     ]);
-    const mixed = render({services: [service('web')], slices: [slice('web-1', 'web', [...terminating, {ip: '10.244.2.6', node: 'node-2'}])]});
-    assert.deepEqual(chain(mixed, 'nat', SVC).slice(1), [`-A ${SVC} -m comment --comment "default/web:http -> 10.244.2.6:8080" -j ${SEP('10.244.2.6:8080')}`]);
+    const mixed = render({
+      services: [service('web')],
+      slices: [slice('web-1', 'web', [...terminating, {ip: '10.244.2.6', node: 'node-2'}])],
+    });
+    assert.deepEqual(chain(mixed, 'nat', SVC).slice(1), [
+      `-A ${SVC} -m comment --comment "default/web:http -> 10.244.2.6:8080" -j ${SEP('10.244.2.6:8080')}`,
+    ]);
     assert.ok(!declared(mixed, 'nat').includes(SEP('10.244.1.5:8080')), 'no chain for an endpoint nobody jumps to');
   });
 
@@ -141,12 +152,36 @@ describe('cluster IP', () => {
 });
 
 describe('local traffic detection', () => {
-  const eTPLocalNodePort = service('web', {type: 'NodePort', externalTrafficPolicy: 'Local', ports: [{name: 'http', protocol: 'TCP', port: 80, targetPort: 8080, nodePort: 30080}]});
+  const eTPLocalNodePort = service('web', {
+    type: 'NodePort',
+    externalTrafficPolicy: 'Local',
+    ports: [{name: 'http', protocol: 'TCP', port: 80, targetPort: 8080, nodePort: 30080}],
+  });
   const cases: Array<{name: string; options: Partial<ModelOptions>; notLocal?: string; local?: string}> = [
-    {name: 'cluster CIDR (first of the family only)', options: {clusterCIDRs: ['10.244.0.0/16', '10.245.0.0/16', 'fd00:10:244::/56']}, notLocal: '! -s 10.244.0.0/16', local: '-s 10.244.0.0/16'},
-    {name: 'node CIDR from the Node', options: {clusterCIDRs: [], detectLocalMode: 'NodeCIDR'}, notLocal: '! -s 10.244.1.0/24', local: '-s 10.244.1.0/24'},
-    {name: 'bridge interface', options: {config: {localDetector: {mode: 'BridgeInterface', interfaceName: 'cbr0'}}}, notLocal: '! -i cbr0', local: '-i cbr0'},
-    {name: 'interface name prefix', options: {config: {localDetector: {mode: 'InterfaceNamePrefix', interfacePrefix: 'veth'}}}, notLocal: '! -i veth+', local: '-i veth+'},
+    {
+      name: 'cluster CIDR (first of the family only)',
+      options: {clusterCIDRs: ['10.244.0.0/16', '10.245.0.0/16', 'fd00:10:244::/56']},
+      notLocal: '! -s 10.244.0.0/16',
+      local: '-s 10.244.0.0/16',
+    },
+    {
+      name: 'node CIDR from the Node',
+      options: {clusterCIDRs: [], detectLocalMode: 'NodeCIDR'},
+      notLocal: '! -s 10.244.1.0/24',
+      local: '-s 10.244.1.0/24',
+    },
+    {
+      name: 'bridge interface',
+      options: {config: {localDetector: {mode: 'BridgeInterface', interfaceName: 'cbr0'}}},
+      notLocal: '! -i cbr0',
+      local: '-i cbr0',
+    },
+    {
+      name: 'interface name prefix',
+      options: {config: {localDetector: {mode: 'InterfaceNamePrefix', interfacePrefix: 'veth'}}},
+      notLocal: '! -i veth+',
+      local: '-i veth+',
+    },
     {name: 'none', options: {clusterCIDRs: []}},
   ];
   for (const testCase of cases) {
@@ -155,7 +190,9 @@ describe('local traffic detection', () => {
       const clusterIPRule = `-A ${SVC} -m comment --comment "default/web:http cluster IP" -m tcp -p tcp -d 10.96.0.10 --dport 80`;
       const masquerade = chain(text, 'nat', SVC).filter((rule) => rule.endsWith('-j KUBE-MARK-MASQ'));
       assert.deepEqual(masquerade, testCase.notLocal ? [`${clusterIPRule} ${testCase.notLocal} -j KUBE-MARK-MASQ`] : []);
-      const pod = testCase.local ? [`-A ${EXT} -m comment --comment "pod traffic for default/web:http external destinations" ${testCase.local} -j ${SVC}`] : [];
+      const pod = testCase.local
+        ? [`-A ${EXT} -m comment --comment "pod traffic for default/web:http external destinations" ${testCase.local} -j ${SVC}`]
+        : [];
       assert.deepEqual(chain(text, 'nat', EXT), [
         ...pod,
         `-A ${EXT} -m comment --comment "masquerade LOCAL traffic for default/web:http external destinations" -m addrtype --src-type LOCAL -j KUBE-MARK-MASQ`,
@@ -167,7 +204,10 @@ describe('local traffic detection', () => {
 
   it('masquerades all cluster IP traffic with masqueradeAll, whatever the detector', () => {
     const text = render({services: [service('web')], slices: [slice('web-1', 'web', threeEndpoints)]}, {config: {masqueradeAll: true}});
-    assert.equal(chain(text, 'nat', SVC)[0], `-A ${SVC} -m comment --comment "default/web:http cluster IP" -m tcp -p tcp -d 10.96.0.10 --dport 80 -j KUBE-MARK-MASQ`);
+    assert.equal(
+      chain(text, 'nat', SVC)[0],
+      `-A ${SVC} -m comment --comment "default/web:http cluster IP" -m tcp -p tcp -d 10.96.0.10 --dport 80 -j KUBE-MARK-MASQ`,
+    );
   });
 });
 
@@ -185,7 +225,14 @@ describe('masquerade mark and fixed chains', () => {
       '-A KUBE-FORWARD -m comment --comment "kubernetes forwarding rules" -m mark --mark 0x4000/0x4000 -j ACCEPT',
       '-A KUBE-FORWARD -m comment --comment "kubernetes forwarding conntrack rule" -m conntrack --ctstate RELATED,ESTABLISHED -j ACCEPT',
     ]);
-    assert.deepEqual(declared(text, 'filter'), ['KUBE-SERVICES', 'KUBE-EXTERNAL-SERVICES', 'KUBE-FORWARD', 'KUBE-NODEPORTS', 'KUBE-PROXY-FIREWALL', 'KUBE-FIREWALL']);
+    assert.deepEqual(declared(text, 'filter'), [
+      'KUBE-SERVICES',
+      'KUBE-EXTERNAL-SERVICES',
+      'KUBE-FORWARD',
+      'KUBE-NODEPORTS',
+      'KUBE-PROXY-FIREWALL',
+      'KUBE-FIREWALL',
+    ]);
   });
 
   it('uses the configured bit everywhere the mark appears', () => {
@@ -199,14 +246,19 @@ describe('masquerade mark and fixed chains', () => {
 });
 
 describe('NodePorts', () => {
-  const nodePortService = service('web', {type: 'NodePort', ports: [{name: 'http', protocol: 'TCP', port: 80, targetPort: 8080, nodePort: 30080}]});
+  const nodePortService = service('web', {
+    type: 'NodePort',
+    ports: [{name: 'http', protocol: 'TCP', port: 80, targetPort: 8080, nodePort: 30080}],
+  });
   const objects = {services: [nodePortService], slices: [slice('web-1', 'web', threeEndpoints)]};
   const last = (destination: string): string =>
     `-A KUBE-SERVICES -m comment --comment "kubernetes service nodeports; NOTE: this must be the last rule in this chain" ${destination} -j KUBE-NODEPORTS`;
 
   it('sends NodePort traffic through the EXT chain, masqueraded under the Cluster policy', () => {
     const text = render(objects);
-    assert.deepEqual(chain(text, 'nat', 'KUBE-NODEPORTS'), [`-A KUBE-NODEPORTS -m comment --comment default/web:http -m tcp -p tcp --dport 30080 -j ${EXT}`]);
+    assert.deepEqual(chain(text, 'nat', 'KUBE-NODEPORTS'), [
+      `-A KUBE-NODEPORTS -m comment --comment default/web:http -m tcp -p tcp --dport 30080 -j ${EXT}`,
+    ]);
     assert.deepEqual(chain(text, 'nat', EXT), [
       `-A ${EXT} -m comment --comment "masquerade traffic for default/web:http external destinations" -j KUBE-MARK-MASQ`,
       `-A ${EXT} -j ${SVC}`,
@@ -216,13 +268,38 @@ describe('NodePorts', () => {
 
   const cases: Array<{name: string; config: Record<string, unknown>; nodeports: string[]; kubeletFirewall: boolean}> = [
     {name: 'every local address, localhost included', config: {}, nodeports: [last('-m addrtype --dst-type LOCAL')], kubeletFirewall: true},
-    {name: 'every local address but 127/8', config: {localhostNodePorts: false}, nodeports: [last('-m addrtype --dst-type LOCAL ! -d 127.0.0.0/8')], kubeletFirewall: false},
-    {name: 'a zero CIDR counts as every address', config: {nodePortAddresses: ['0.0.0.0/0']}, nodeports: [last('-m addrtype --dst-type LOCAL')], kubeletFirewall: true},
-    {name: 'CIDRs of the other family only count as every address', config: {nodePortAddresses: ['fd00:10:240::/64']}, nodeports: [last('-m addrtype --dst-type LOCAL')], kubeletFirewall: true},
+    {
+      name: 'every local address but 127/8',
+      config: {localhostNodePorts: false},
+      nodeports: [last('-m addrtype --dst-type LOCAL ! -d 127.0.0.0/8')],
+      kubeletFirewall: false,
+    },
+    {
+      name: 'a zero CIDR counts as every address',
+      config: {nodePortAddresses: ['0.0.0.0/0']},
+      nodeports: [last('-m addrtype --dst-type LOCAL')],
+      kubeletFirewall: true,
+    },
+    {
+      name: 'CIDRs of the other family only count as every address',
+      config: {nodePortAddresses: ['fd00:10:240::/64']},
+      nodeports: [last('-m addrtype --dst-type LOCAL')],
+      kubeletFirewall: true,
+    },
     {name: 'a node CIDR', config: {nodePortAddresses: ['10.240.0.0/24']}, nodeports: [last('-d 10.240.0.11')], kubeletFirewall: false},
     {name: 'the primary node IP', config: {nodePortAddresses: ['primary']}, nodeports: [last('-d 10.240.0.11')], kubeletFirewall: false},
-    {name: 'a node CIDR and loopback', config: {nodePortAddresses: ['10.240.0.0/24', '127.0.0.0/8']}, nodeports: [last('-d 127.0.0.1'), last('-d 10.240.0.11')], kubeletFirewall: true},
-    {name: 'loopback listed but localhost NodePorts off', config: {nodePortAddresses: ['10.240.0.0/24', '127.0.0.0/8'], localhostNodePorts: false}, nodeports: [last('-d 10.240.0.11')], kubeletFirewall: false},
+    {
+      name: 'a node CIDR and loopback',
+      config: {nodePortAddresses: ['10.240.0.0/24', '127.0.0.0/8']},
+      nodeports: [last('-d 127.0.0.1'), last('-d 10.240.0.11')],
+      kubeletFirewall: true,
+    },
+    {
+      name: 'loopback listed but localhost NodePorts off',
+      config: {nodePortAddresses: ['10.240.0.0/24', '127.0.0.0/8'], localhostNodePorts: false},
+      nodeports: [last('-d 10.240.0.11')],
+      kubeletFirewall: false,
+    },
     {name: 'a CIDR holding no node address', config: {nodePortAddresses: ['192.0.2.0/24']}, nodeports: [], kubeletFirewall: false},
   ];
   for (const testCase of cases) {
@@ -252,7 +329,12 @@ describe('external IPs and load balancers', () => {
   const lb = (spec: Record<string, unknown> = {}, ingress = [{ip: '192.0.2.10'}]) =>
     service(
       'web',
-      {type: 'LoadBalancer', externalIPs: ['198.51.100.7'], ports: [{name: 'http', protocol: 'TCP', port: 80, targetPort: 8080, nodePort: 30080}], ...spec},
+      {
+        type: 'LoadBalancer',
+        externalIPs: ['198.51.100.7'],
+        ports: [{name: 'http', protocol: 'TCP', port: 80, targetPort: 8080, nodePort: 30080}],
+        ...spec,
+      },
       {status: {loadBalancer: {ingress}}},
     );
 
@@ -270,7 +352,9 @@ describe('external IPs and load balancers', () => {
   it('rejects every address of a load balancer without endpoints', () => {
     const text = render({services: [lb()], slices: [slice('web-1', 'web', [])]});
     const comment = '-m comment --comment "default/web:http has no endpoints"';
-    assert.deepEqual(chain(text, 'filter', 'KUBE-SERVICES'), [`-A KUBE-SERVICES ${comment} -m tcp -p tcp -d 10.96.0.10 --dport 80 -j REJECT`]);
+    assert.deepEqual(chain(text, 'filter', 'KUBE-SERVICES'), [
+      `-A KUBE-SERVICES ${comment} -m tcp -p tcp -d 10.96.0.10 --dport 80 -j REJECT`,
+    ]);
     assert.deepEqual(chain(text, 'filter', 'KUBE-EXTERNAL-SERVICES'), [
       `-A KUBE-EXTERNAL-SERVICES ${comment} -m tcp -p tcp -d 198.51.100.7 --dport 80 -j REJECT`,
       `-A KUBE-EXTERNAL-SERVICES ${comment} -m tcp -p tcp -d 192.0.2.10 --dport 80 -j REJECT`,
@@ -280,7 +364,10 @@ describe('external IPs and load balancers', () => {
   });
 
   it('checks loadBalancerSourceRanges in a KUBE-FW chain, with a DROP for what it does not accept', () => {
-    const text = render({services: [lb({loadBalancerSourceRanges: ['203.0.113.0/25', '198.18.0.0/15']}, [{ip: '192.0.2.10'}, {ip: '192.0.2.11'}])], slices: [slice('web-1', 'web', threeEndpoints)]});
+    const text = render({
+      services: [lb({loadBalancerSourceRanges: ['203.0.113.0/25', '198.18.0.0/15']}, [{ip: '192.0.2.10'}, {ip: '192.0.2.11'}])],
+      slices: [slice('web-1', 'web', threeEndpoints)],
+    });
     assert.deepEqual(chain(text, 'nat', 'KUBE-SERVICES').slice(2, 4), [
       `-A KUBE-SERVICES -m comment --comment "default/web:http loadbalancer IP" -m tcp -p tcp -d 192.0.2.10 --dport 80 -j ${FW}`,
       `-A KUBE-SERVICES -m comment --comment "default/web:http loadbalancer IP" -m tcp -p tcp -d 192.0.2.11 --dport 80 -j ${FW}`,
@@ -300,7 +387,10 @@ describe('external IPs and load balancers', () => {
   });
 
   it('lets the node itself through, also from the load-balancer IPs, when a source range holds the node IP', () => {
-    const text = render({services: [lb({loadBalancerSourceRanges: ['10.240.0.0/24']}, [{ip: '192.0.2.10'}, {ip: '192.0.2.11'}])], slices: [slice('web-1', 'web', threeEndpoints)]});
+    const text = render({
+      services: [lb({loadBalancerSourceRanges: ['10.240.0.0/24']}, [{ip: '192.0.2.10'}, {ip: '192.0.2.11'}])],
+      slices: [slice('web-1', 'web', threeEndpoints)],
+    });
     assert.deepEqual(chain(text, 'nat', FW), [
       `-A ${FW} -m comment --comment "default/web:http loadbalancer IP" -s 10.240.0.0/24 -j ${EXT}`,
       `-A ${FW} -m comment --comment "default/web:http loadbalancer IP" -s 192.0.2.10 -j ${EXT}`,
@@ -319,7 +409,13 @@ describe('external IPs and load balancers', () => {
 describe('externalTrafficPolicy Local', () => {
   const local = service(
     'web',
-    {type: 'LoadBalancer', externalTrafficPolicy: 'Local', healthCheckNodePort: 32000, externalIPs: ['198.51.100.7'], ports: [{name: 'http', protocol: 'TCP', port: 80, targetPort: 8080, nodePort: 30080}]},
+    {
+      type: 'LoadBalancer',
+      externalTrafficPolicy: 'Local',
+      healthCheckNodePort: 32000,
+      externalIPs: ['198.51.100.7'],
+      ports: [{name: 'http', protocol: 'TCP', port: 80, targetPort: 8080, nodePort: 30080}],
+    },
     {status: {loadBalancer: {ingress: [{ip: '192.0.2.10'}]}}},
   );
 
@@ -331,7 +427,9 @@ describe('externalTrafficPolicy Local', () => {
       `-A ${EXT} -m comment --comment "route LOCAL traffic for default/web:http external destinations" -m addrtype --src-type LOCAL -j ${SVC}`,
       `-A ${EXT} -j ${SVL}`,
     ]);
-    assert.deepEqual(chain(text, 'nat', SVL), [`-A ${SVL} -m comment --comment "default/web:http -> 10.244.1.5:8080" -j ${SEP('10.244.1.5:8080')}`]);
+    assert.deepEqual(chain(text, 'nat', SVL), [
+      `-A ${SVL} -m comment --comment "default/web:http -> 10.244.1.5:8080" -j ${SEP('10.244.1.5:8080')}`,
+    ]);
     assert.equal(chain(text, 'nat', SVC).length, 4, 'masquerade rule and three endpoints');
     assert.deepEqual(chain(text, 'filter', 'KUBE-NODEPORTS'), [
       '-A KUBE-NODEPORTS -m comment --comment "default/web:http health check node port" -m tcp -p tcp --dport 32000 -j ACCEPT',
@@ -368,7 +466,10 @@ describe('internalTrafficPolicy Local', () => {
 
   it('sends cluster IP traffic to the local endpoints through KUBE-SVL', () => {
     const text = render({services: [local], slices: [slice('web-1', 'web', threeEndpoints)]});
-    assert.equal(chain(text, 'nat', 'KUBE-SERVICES')[0], `-A KUBE-SERVICES -m comment --comment "default/web:http cluster IP" -m tcp -p tcp -d 10.96.0.10 --dport 80 -j ${SVL}`);
+    assert.equal(
+      chain(text, 'nat', 'KUBE-SERVICES')[0],
+      `-A KUBE-SERVICES -m comment --comment "default/web:http cluster IP" -m tcp -p tcp -d 10.96.0.10 --dport 80 -j ${SVL}`,
+    );
     assert.deepEqual(chain(text, 'nat', SVL), [
       `-A ${SVL} -m comment --comment "default/web:http cluster IP" -m tcp -p tcp -d 10.96.0.10 --dport 80 ! -s 10.244.0.0/16 -j KUBE-MARK-MASQ`,
       `-A ${SVL} -m comment --comment "default/web:http -> 10.244.1.5:8080" -j ${SEP('10.244.1.5:8080')}`,
@@ -403,7 +504,10 @@ describe('session affinity', () => {
   });
 
   it('uses kube-proxy default timeout of 10800 seconds', () => {
-    const text = render({services: [service('web', {sessionAffinity: 'ClientIP'})], slices: [slice('web-1', 'web', threeEndpoints.slice(0, 1))]});
+    const text = render({
+      services: [service('web', {sessionAffinity: 'ClientIP'})],
+      slices: [slice('web-1', 'web', threeEndpoints.slice(0, 1))],
+    });
     assert.match(chain(text, 'nat', SVC)[1], /--rcheck --seconds 10800 --reap/);
   });
 });
@@ -416,7 +520,10 @@ describe('large clusters', () => {
   it('keeps endpoint comments up to 1000 endpoints and drops them above, as kube-proxy does', () => {
     const at = render({services: [service('web')], slices: [slice('web-1', 'web', endpoints(1000))]});
     // Endpoints sort as "ip:port" strings, so 10.244.4.100 comes before 10.244.4.1.
-    assert.equal(chain(at, 'nat', SVC)[1], `-A ${SVC} -m comment --comment "default/web:http -> 10.244.4.100:8080" -m statistic --mode random --probability 0.0010000000 -j ${SEP('10.244.4.100:8080')}`);
+    assert.equal(
+      chain(at, 'nat', SVC)[1],
+      `-A ${SVC} -m comment --comment "default/web:http -> 10.244.4.100:8080" -m statistic --mode random --probability 0.0010000000 -j ${SEP('10.244.4.100:8080')}`,
+    );
 
     const above = render({services: [service('web')], slices: [slice('web-1', 'web', endpoints(1001))]});
     const first = SEP('10.244.4.100:8080');
@@ -435,20 +542,32 @@ describe('service ordering', () => {
     const services = [service('zeta', {clusterIP: '10.96.0.30'}), service('alpha', {clusterIP: '10.96.0.20'})];
     const slices = [slice('zeta-1', 'zeta', [{ip: '10.244.1.7'}]), slice('alpha-1', 'alpha', [{ip: '10.244.1.8'}])];
     const comments = chain(render({services, slices}), 'nat', 'KUBE-SERVICES').map((rule) => /--comment "([^"]+)"/.exec(rule)?.[1]);
-    assert.deepEqual(comments, ['default/alpha:http cluster IP', 'default/zeta:http cluster IP', 'kubernetes service nodeports; NOTE: this must be the last rule in this chain']);
+    assert.deepEqual(comments, [
+      'default/alpha:http cluster IP',
+      'default/zeta:http cluster IP',
+      'kubernetes service nodeports; NOTE: this must be the last rule in this chain',
+    ]);
   });
 });
 
 describe('node features (nfacct counters, --random-fully, nf_conntrack_tcp_be_liberal)', () => {
-  const nodePortService = service('web', {type: 'NodePort', ports: [{name: 'http', protocol: 'TCP', port: 80, targetPort: 8080, nodePort: 30080}]});
+  const nodePortService = service('web', {
+    type: 'NodePort',
+    ports: [{name: 'http', protocol: 'TCP', port: 80, targetPort: 8080, nodePort: 30080}],
+  });
   const objects = {services: [nodePortService], slices: [slice('web-1', 'web', threeEndpoints)]};
   const counters = ['ct_state_invalid_dropped_pkts', 'localhost_nps_accepted_pkts'];
   const withFeatures = (features: Record<string, unknown>, config: Record<string, unknown> = {}): string =>
-    render(objects, {config: {...config, iptablesFeatures: {nfacctCounters: [], randomFully: true, conntrackTCPLiberal: false, ...features}}});
+    render(objects, {
+      config: {...config, iptablesFeatures: {nfacctCounters: [], randomFully: true, conntrackTCPLiberal: false, ...features}},
+    });
 
   it('counts INVALID drops and localhost NodePorts into the nfacct objects the node has, as kube-proxy writes them', () => {
     const text = withFeatures({nfacctCounters: counters});
-    assert.equal(chain(text, 'filter', 'KUBE-FORWARD')[0], '-A KUBE-FORWARD -m conntrack --ctstate INVALID -m nfacct --nfacct-name ct_state_invalid_dropped_pkts -j DROP');
+    assert.equal(
+      chain(text, 'filter', 'KUBE-FORWARD')[0],
+      '-A KUBE-FORWARD -m conntrack --ctstate INVALID -m nfacct --nfacct-name ct_state_invalid_dropped_pkts -j DROP',
+    );
     assert.deepEqual(chain(text, 'nat', 'KUBE-NODEPORTS'), [
       `-A KUBE-NODEPORTS -m comment --comment default/web:http -m tcp -p tcp -d 127.0.0.0/8 --dport 30080 -m nfacct --nfacct-name localhost_nps_accepted_pkts -j ${EXT}`,
       `-A KUBE-NODEPORTS -m comment --comment default/web:http -m tcp -p tcp --dport 30080 -j ${EXT}`,
@@ -460,21 +579,35 @@ describe('node features (nfacct counters, --random-fully, nf_conntrack_tcp_be_li
     assert.equal(chain(none, 'filter', 'KUBE-FORWARD')[0], '-A KUBE-FORWARD -m conntrack --ctstate INVALID -j DROP');
     assert.doesNotMatch(none, /nfacct/);
     const noLocalhost = withFeatures({nfacctCounters: counters}, {localhostNodePorts: false});
-    assert.deepEqual(chain(noLocalhost, 'nat', 'KUBE-NODEPORTS'), [`-A KUBE-NODEPORTS -m comment --comment default/web:http -m tcp -p tcp --dport 30080 -j ${EXT}`]);
+    assert.deepEqual(chain(noLocalhost, 'nat', 'KUBE-NODEPORTS'), [
+      `-A KUBE-NODEPORTS -m comment --comment default/web:http -m tcp -p tcp --dport 30080 -j ${EXT}`,
+    ]);
     const elsewhere = withFeatures({nfacctCounters: counters}, {nodePortAddresses: ['10.0.0.0/8']});
     assert.doesNotMatch(chain(elsewhere, 'nat', 'KUBE-NODEPORTS').join('\n'), /nfacct/);
   });
 
   it('leaves out --random-fully where iptables lacks it, and the INVALID drop where conntrack is liberal', () => {
     const old = withFeatures({randomFully: false});
-    assert.deepEqual(chain(old, 'nat', 'KUBE-POSTROUTING').at(-1), '-A KUBE-POSTROUTING -m comment --comment "kubernetes service traffic requiring SNAT" -j MASQUERADE');
+    assert.deepEqual(
+      chain(old, 'nat', 'KUBE-POSTROUTING').at(-1),
+      '-A KUBE-POSTROUTING -m comment --comment "kubernetes service traffic requiring SNAT" -j MASQUERADE',
+    );
     const liberal = withFeatures({nfacctCounters: counters, conntrackTCPLiberal: true});
     assert.doesNotMatch(chain(liberal, 'filter', 'KUBE-FORWARD').join('\n'), /INVALID/);
   });
 
   it('reports malformed features by name and falls back to the defaults', () => {
-    const model = buildProxyModel({services: [], endpointSlices: [], node: node('node-1')}, {family: 'IPv4', config: {iptablesFeatures: {nfacctCounters: ['bad name!'], randomFully: 'yes', conntrackTCPLiberal: false} as never}});
-    assert.deepEqual(model.problems.map((problem) => problem.field).sort(), ['iptablesFeatures.nfacctCounters', 'iptablesFeatures.randomFully']);
+    const model = buildProxyModel(
+      {services: [], endpointSlices: [], node: node('node-1')},
+      {
+        family: 'IPv4',
+        config: {iptablesFeatures: {nfacctCounters: ['bad name!'], randomFully: 'yes', conntrackTCPLiberal: false} as never},
+      },
+    );
+    assert.deepEqual(model.problems.map((problem) => problem.field).sort(), [
+      'iptablesFeatures.nfacctCounters',
+      'iptablesFeatures.randomFully',
+    ]);
     assert.deepEqual(model.config.iptablesFeatures, {nfacctCounters: [], randomFully: true, conntrackTCPLiberal: false});
   });
 });

@@ -3,7 +3,13 @@
 import assert from 'node:assert/strict';
 import {describe, it} from 'node:test';
 import {buildProxyModel, type ModelOptions, type ProxyModel} from '../../../src/core/model/index.ts';
-import {endpointChainName, renderIptables, renderJumpRules, serviceExternalChainName, servicePortChainName} from '../../../src/core/iptables/index.ts';
+import {
+  endpointChainName,
+  renderIptables,
+  renderJumpRules,
+  serviceExternalChainName,
+  servicePortChainName,
+} from '../../../src/core/iptables/index.ts';
 import {node, service, slice} from '../model/cluster-objects.ts';
 
 const web = {key: 'default/web:http', protocol: 'TCP'} as const;
@@ -21,7 +27,15 @@ function dualStackModel(options: Partial<ModelOptions> = {}, spec: Record<string
     ...spec,
   });
   const v4 = slice('web-v4', 'web', [{ip: '10.244.1.5', node: 'node-1'}]);
-  const v6 = slice('web-v6', 'web', [{ip: 'fd00:10:244:1::5', node: 'node-1'}, {ip: 'FD00:10:244:2:0:0:0:5', node: 'node-2'}], {addressType: 'IPv6'});
+  const v6 = slice(
+    'web-v6',
+    'web',
+    [
+      {ip: 'fd00:10:244:1::5', node: 'node-1'},
+      {ip: 'FD00:10:244:2:0:0:0:5', node: 'node-2'},
+    ],
+    {addressType: 'IPv6'},
+  );
   const m = buildProxyModel(
     {services: [web], endpointSlices: [v4, v6], node: node('node-1')},
     {family: 'IPv6', clusterCIDRs: ['10.244.0.0/16', 'fd00:10:244::/56'], ...options},
@@ -31,7 +45,10 @@ function dualStackModel(options: Partial<ModelOptions> = {}, spec: Record<string
 }
 
 function natRules(text: string, chain: string): string[] {
-  return text.slice(text.indexOf('*nat')).split('\n').filter((line) => line.startsWith(`-A ${chain} `));
+  return text
+    .slice(text.indexOf('*nat'))
+    .split('\n')
+    .filter((line) => line.startsWith(`-A ${chain} `));
 }
 
 describe('IPv6 render', () => {
@@ -52,7 +69,9 @@ describe('IPv6 render', () => {
       `-A ${sep('[fd00:10:244:2::5]:8080')} -m comment --comment default/web:http -s fd00:10:244:2::5 -j KUBE-MARK-MASQ`,
       `-A ${sep('[fd00:10:244:2::5]:8080')} -m comment --comment default/web:http -m tcp -p tcp -j DNAT --to-destination [fd00:10:244:2::5]:8080`,
     ]);
-    assert.deepEqual(natRules(text, 'KUBE-NODEPORTS'), [`-A KUBE-NODEPORTS -m comment --comment default/web:http -m tcp -p tcp --dport 30080 -j ${EXT}`]);
+    assert.deepEqual(natRules(text, 'KUBE-NODEPORTS'), [
+      `-A KUBE-NODEPORTS -m comment --comment default/web:http -m tcp -p tcp --dport 30080 -j ${EXT}`,
+    ]);
     assert.doesNotMatch(text, /10\.96\.0\.10|10\.244\.1\.5/, 'nothing of the IPv4 family');
   });
 
@@ -78,6 +97,9 @@ describe('IPv6 render', () => {
   it('matches the IPv6 pod CIDR in the EXT chain of an externalTrafficPolicy Local service', () => {
     const local = dualStackModel({}, {externalTrafficPolicy: 'Local'});
     const ext = natRules(renderIptables(local), EXT);
-    assert.equal(ext[0], `-A ${EXT} -m comment --comment "pod traffic for default/web:http external destinations" -s fd00:10:244::/56 -j ${SVC}`);
+    assert.equal(
+      ext[0],
+      `-A ${EXT} -m comment --comment "pod traffic for default/web:http external destinations" -s fd00:10:244::/56 -j ${SVC}`,
+    );
   });
 });

@@ -39,14 +39,22 @@ function run(namespace: string, command: string, args: string[], input?: string)
 
 /** iptables-save text without comments and counters, one table, chains sorted (their order means nothing). */
 function saved(namespace: string, save: string, table: string): string {
-  const lines = run(namespace, save, ['-t', table]).split('\n').filter((line) => line !== '' && !line.startsWith('#'));
-  const chains = lines.filter((line) => line.startsWith(':')).map((line) => line.replace(/\s\[\d+:\d+\]$/, '')).sort();
+  const lines = run(namespace, save, ['-t', table])
+    .split('\n')
+    .filter((line) => line !== '' && !line.startsWith('#'));
+  const chains = lines
+    .filter((line) => line.startsWith(':'))
+    .map((line) => line.replace(/\s\[\d+:\d+\]$/, ''))
+    .sort();
   return [...chains, ...lines.filter((line) => !line.startsWith(':'))].join('\n');
 }
 
 function exampleModel(): ProxyModel {
   const parsed = parseManifests(readFileSync(new URL('../../../examples/cluster.yaml', import.meta.url), 'utf8'), 'cluster.yaml');
-  return buildProxyModel({services: parsed.services, endpointSlices: parsed.endpointSlices, node: parsed.nodes[0]}, {family: 'IPv4', clusterCIDRs: ['10.244.0.0/16']});
+  return buildProxyModel(
+    {services: parsed.services, endpointSlices: parsed.endpointSlices, node: parsed.nodes[0]},
+    {family: 'IPv4', clusterCIDRs: ['10.244.0.0/16']},
+  );
 }
 
 type Objects = {services: unknown[]; slices: unknown[]; node: unknown};
@@ -71,7 +79,13 @@ const nameOf = (object: unknown): string => String((object as {metadata?: {name?
 
 const frontEnds = [
   {name: 'nf_tables', restore: 'iptables-restore', save: 'iptables-save', restore6: 'ip6tables-restore', save6: 'ip6tables-save'},
-  {name: 'legacy', restore: 'iptables-legacy-restore', save: 'iptables-legacy-save', restore6: 'ip6tables-legacy-restore', save6: 'ip6tables-legacy-save'},
+  {
+    name: 'legacy',
+    restore: 'iptables-legacy-restore',
+    save: 'iptables-legacy-save',
+    restore6: 'ip6tables-legacy-restore',
+    save6: 'ip6tables-legacy-save',
+  },
 ];
 
 async function loadsWhole(t: TestContext, frontEnd: (typeof frontEnds)[number], model: ProxyModel): Promise<void> {
@@ -86,8 +100,17 @@ async function loadsWhole(t: TestContext, frontEnd: (typeof frontEnds)[number], 
     assert.deepEqual(countRules(back), countRules(text), 'the kernel holds every rule written');
     for (const table of ['filter', 'nat']) {
       const start = text.indexOf(`*${table}`);
-      const written = new Set(text.slice(start, text.indexOf('COMMIT', start)).split('\n').filter((line) => line.startsWith(':')).map((line) => line.slice(1).split(' ')[0]));
-      const kept = saved(namespace, save, table).split('\n').filter((line) => line.startsWith(':')).map((line) => line.slice(1).split(' ')[0]);
+      const written = new Set(
+        text
+          .slice(start, text.indexOf('COMMIT', start))
+          .split('\n')
+          .filter((line) => line.startsWith(':'))
+          .map((line) => line.slice(1).split(' ')[0]),
+      );
+      const kept = saved(namespace, save, table)
+        .split('\n')
+        .filter((line) => line.startsWith(':'))
+        .map((line) => line.slice(1).split(' ')[0]);
       assert.deepEqual(new Set(kept), written, `${table} chains`);
     }
   });
@@ -99,8 +122,20 @@ describe('rendered rulesets load into the kernel', () => {
     it(`every feature, IPv4 (${frontEnd.name})`, async (t) => loadsWhole(t, frontEnd, featureModel('IPv4')));
     it(`every feature, IPv6 (${frontEnd.name})`, async (t) => loadsWhole(t, frontEnd, featureModel('IPv6')));
     it(`bridge and interface-prefix detectors, masqueradeAll, NodePort addresses (${frontEnd.name})`, async (t) => {
-      await loadsWhole(t, frontEnd, featureModel('IPv4', {config: {localDetector: {mode: 'BridgeInterface', interfaceName: 'cbr0'}, nodePortAddresses: ['10.240.0.0/24', '127.0.0.0/8']}}));
-      await loadsWhole(t, frontEnd, featureModel('IPv4', {config: {localDetector: {mode: 'InterfaceNamePrefix', interfacePrefix: 'veth'}, masqueradeAll: true, localhostNodePorts: false}}));
+      await loadsWhole(
+        t,
+        frontEnd,
+        featureModel('IPv4', {
+          config: {localDetector: {mode: 'BridgeInterface', interfaceName: 'cbr0'}, nodePortAddresses: ['10.240.0.0/24', '127.0.0.0/8']},
+        }),
+      );
+      await loadsWhole(
+        t,
+        frontEnd,
+        featureModel('IPv4', {
+          config: {localDetector: {mode: 'InterfaceNamePrefix', interfacePrefix: 'veth'}, masqueradeAll: true, localhostNodePorts: false},
+        }),
+      );
     });
   }
 });
@@ -110,18 +145,29 @@ describe('nfacct counting rules', () => {
     const why = missing(['iptables-restore', 'iptables-save', 'nfacct']);
     if (why) return void t.skip(why);
     const counters = Object.values(nfacctCounters);
-    const text = renderIptables(featureModel('IPv4', {config: {iptablesFeatures: {nfacctCounters: counters, randomFully: true, conntrackTCPLiberal: false}}}), {includeJumps: true});
+    const text = renderIptables(
+      featureModel('IPv4', {config: {iptablesFeatures: {nfacctCounters: counters, randomFully: true, conntrackTCPLiberal: false}}}),
+      {includeJumps: true},
+    );
     const spelled = (dump: string): string[] => {
       const rules: string[] = [];
-      for (const table of parseIptablesSave(dump, {family: 'IPv4'}).tables.values()) for (const chain of table.chains.values()) for (const rule of chain.rules) if (rule.text.includes('nfacct')) rules.push(rule.text);
+      for (const table of parseIptablesSave(dump, {family: 'IPv4'}).tables.values())
+        for (const chain of table.chains.values()) for (const rule of chain.rules) if (rule.text.includes('nfacct')) rules.push(rule.text);
       return rules.sort();
     };
     await inNamespace((namespace) => {
       for (const name of counters) run(namespace, 'nfacct', ['add', name]);
       run(namespace, 'iptables-restore', [], text);
       const back = run(namespace, 'iptables-save', []);
-      const kernel = back.split('\n').filter((line) => line.includes('nfacct')).sort();
-      assert.ok(kernel.some((line) => line.includes('ct_state_invalid_dropped_pkts')) && kernel.some((line) => line.includes('localhost_nps_accepted_pkts')), 'both counters are used');
+      const kernel = back
+        .split('\n')
+        .filter((line) => line.includes('nfacct'))
+        .sort();
+      assert.ok(
+        kernel.some((line) => line.includes('ct_state_invalid_dropped_pkts')) &&
+          kernel.some((line) => line.includes('localhost_nps_accepted_pkts')),
+        'both counters are used',
+      );
       assert.deepEqual(spelled(text), kernel, 'the rendered rules, spelled by the parser, as iptables-save prints them');
       assert.deepEqual(spelled(back), kernel, 'the dump read back keeps its spelling');
     });
@@ -135,15 +181,27 @@ describe('partial renders applied with --noflush', () => {
     const objects = featureObjects();
     const before = featureModel('IPv4', {}, objects);
     // One endpoint changes, one service goes away, one appears.
-    const after = featureModel('IPv4', {}, {
-      node: objects.node,
-      services: [...objects.services.filter((object) => nameOf(object) !== 'itp'), service('fresh', {clusterIP: '10.96.0.30'})],
-      slices: [
-        ...objects.slices.filter((object) => !['itp-v4', 'sticky-v4'].includes(nameOf(object))),
-        slice('sticky-v4', 'sticky', [{ip: '10.244.1.5', node: 'node-1'}, {ip: '10.244.2.9', node: 'node-2'}], {metadata: {name: 'sticky-v4', namespace: 'shop', labels: {'kubernetes.io/service-name': 'sticky'}}}),
-        slice('fresh-1', 'fresh', [{ip: '10.244.1.30'}]),
-      ],
-    });
+    const after = featureModel(
+      'IPv4',
+      {},
+      {
+        node: objects.node,
+        services: [...objects.services.filter((object) => nameOf(object) !== 'itp'), service('fresh', {clusterIP: '10.96.0.30'})],
+        slices: [
+          ...objects.slices.filter((object) => !['itp-v4', 'sticky-v4'].includes(nameOf(object))),
+          slice(
+            'sticky-v4',
+            'sticky',
+            [
+              {ip: '10.244.1.5', node: 'node-1'},
+              {ip: '10.244.2.9', node: 'node-2'},
+            ],
+            {metadata: {name: 'sticky-v4', namespace: 'shop', labels: {'kubernetes.io/service-name': 'sticky'}}},
+          ),
+          slice('fresh-1', 'fresh', [{ip: '10.244.1.30'}]),
+        ],
+      },
+    );
     const changed = changedServicePorts(before, after);
     assert.equal(changed.size, 3, 'a real partial sync: sticky, itp and fresh');
 
@@ -155,10 +213,21 @@ describe('partial renders applied with --noflush', () => {
       run(namespace, 'iptables-restore', [], renderIptables(before, {includeJumps: true}));
       const existing = new Map<'filter' | 'nat', Set<string>>();
       for (const table of ['filter', 'nat'] as const) {
-        existing.set(table, new Set(saved(namespace, 'iptables-save', table).split('\n').filter((line) => line.startsWith(':')).map((line) => line.slice(1).split(' ')[0])));
+        existing.set(
+          table,
+          new Set(
+            saved(namespace, 'iptables-save', table)
+              .split('\n')
+              .filter((line) => line.startsWith(':'))
+              .map((line) => line.slice(1).split(' ')[0]),
+          ),
+        );
       }
       run(namespace, 'iptables-restore', ['--noflush'], renderIptables(after, {changedServicePorts: changed, existingChains: existing}));
-      assert.deepEqual(['filter', 'nat'].map((table) => saved(namespace, 'iptables-save', table)), expected);
+      assert.deepEqual(
+        ['filter', 'nat'].map((table) => saved(namespace, 'iptables-save', table)),
+        expected,
+      );
     });
   });
 });

@@ -3,7 +3,13 @@
 import assert from 'node:assert/strict';
 import {describe, it} from 'node:test';
 import {buildProxyModel, changedServicePorts, servicePortIdentity, type ProxyModel} from '../../../src/core/model/index.ts';
-import {endpointChainName, renderIptables, renderIptablesWrite, serviceExternalChainName, servicePortChainName} from '../../../src/core/iptables/index.ts';
+import {
+  endpointChainName,
+  renderIptables,
+  renderIptablesWrite,
+  serviceExternalChainName,
+  servicePortChainName,
+} from '../../../src/core/iptables/index.ts';
 import {node, service, slice} from '../model/cluster-objects.ts';
 
 const web = {key: 'default/web:http', protocol: 'TCP'} as const;
@@ -11,7 +17,13 @@ const api = {key: 'default/api:http', protocol: 'TCP'} as const;
 
 function model(webEndpoints: string[], options: {withApi?: boolean} = {}): ProxyModel {
   const services = [service('web', {clusterIP: '10.96.0.10'})];
-  const slices = [slice('web-1', 'web', webEndpoints.map((ip) => ({ip})))];
+  const slices = [
+    slice(
+      'web-1',
+      'web',
+      webEndpoints.map((ip) => ({ip})),
+    ),
+  ];
   if (options.withApi !== false) {
     services.push(service('api', {clusterIP: '10.96.0.20'}));
     slices.push(slice('api-1', 'api', [{ip: '10.244.1.9'}]));
@@ -21,7 +33,10 @@ function model(webEndpoints: string[], options: {withApi?: boolean} = {}): Proxy
 
 function declaredNat(text: string): string[] {
   const nat = text.slice(text.indexOf('*nat'));
-  return nat.split('\n').filter((line) => line.startsWith(':')).map((line) => line.slice(1).split(' ')[0]);
+  return nat
+    .split('\n')
+    .filter((line) => line.startsWith(':'))
+    .map((line) => line.slice(1).split(' ')[0]);
 }
 
 function natLines(text: string): string[] {
@@ -31,7 +46,11 @@ function natLines(text: string): string[] {
 /** Every proxy chain a full render of the model creates, per table, as the kernel would list them. */
 function chainsOf(m: ProxyModel): Map<'filter' | 'nat', Set<string>> {
   const text = renderIptables(m);
-  const filter = text.slice(0, text.indexOf('*nat')).split('\n').filter((line) => line.startsWith(':')).map((line) => line.slice(1).split(' ')[0]);
+  const filter = text
+    .slice(0, text.indexOf('*nat'))
+    .split('\n')
+    .filter((line) => line.startsWith(':'))
+    .map((line) => line.slice(1).split(' ')[0]);
   return new Map([
     ['filter', new Set(filter)],
     ['nat', new Set(declaredNat(text))],
@@ -46,13 +65,20 @@ describe('partial render', () => {
     assert.deepEqual([...changed], [servicePortIdentity(web)]);
 
     const text = renderIptables(after, {changedServicePorts: changed});
-    const webChains = [servicePortChainName(web), ...['10.244.1.5:8080', '10.244.2.5:8080', '10.244.2.6:8080'].map((ep) => endpointChainName(web, ep))];
+    const webChains = [
+      servicePortChainName(web),
+      ...['10.244.1.5:8080', '10.244.2.5:8080', '10.244.2.6:8080'].map((ep) => endpointChainName(web, ep)),
+    ];
     assert.deepEqual(declaredNat(text), ['KUBE-SERVICES', 'KUBE-NODEPORTS', 'KUBE-POSTROUTING', 'KUBE-MARK-MASQ', ...webChains]);
     const apiChain = servicePortChainName(api);
     assert.ok(!text.includes(`-A ${apiChain} `), 'the unchanged service chain is left as it is');
     assert.ok(!text.includes(`-A ${endpointChainName(api, '10.244.1.9:8080')} `));
     // KUBE-SERVICES is rewritten whole, so it still leads to the unchanged service.
-    assert.ok(natLines(text).includes(`-A KUBE-SERVICES -m comment --comment "default/api:http cluster IP" -m tcp -p tcp -d 10.96.0.20 --dport 80 -j ${apiChain}`));
+    assert.ok(
+      natLines(text).includes(
+        `-A KUBE-SERVICES -m comment --comment "default/api:http cluster IP" -m tcp -p tcp -d 10.96.0.20 --dport 80 -j ${apiChain}`,
+      ),
+    );
     assert.equal(natLines(text).filter((line) => line.startsWith(`-A ${servicePortChainName(web)} `)).length, 4);
   });
 
@@ -75,12 +101,23 @@ describe('partial render', () => {
     assert.ok(natLines(text).includes(`-X ${gone}`), 'the chain the changed port no longer uses is deleted');
     assert.ok(!text.includes('-A KUBE-SERVICES ') && !text.includes('-A KUBE-POSTROUTING ') && !text.includes('-A KUBE-FORWARD '));
     assert.equal(text.slice(0, text.indexOf('*nat')), '*filter\nCOMMIT\n', 'nothing in filter');
-    assert.deepEqual(natLines(text).filter((line) => line.startsWith('-A ')), natLines(renderIptables(after, {changedServicePorts: changedServicePorts(before, after)})).filter((line) => webChains.some((chain) => line.startsWith(`-A ${chain} `))));
+    assert.deepEqual(
+      natLines(text).filter((line) => line.startsWith('-A ')),
+      natLines(renderIptables(after, {changedServicePorts: changedServicePorts(before, after)})).filter((line) =>
+        webChains.some((chain) => line.startsWith(`-A ${chain} `)),
+      ),
+    );
   });
 
   it('given the previous model, still writes the fixed chains when the change alters them', () => {
-    const fixedChainsWritten = (before: ProxyModel, after: ProxyModel): boolean => declaredNat(renderIptables(after, {changedServicePorts: changedServicePorts(before, after), previous: before})).includes('KUBE-SERVICES');
-    assert.ok(fixedChainsWritten(model(['10.244.1.5']), model([])), 'the last endpoint gone: KUBE-SERVICES loses the jump, filter gains the REJECT');
+    const fixedChainsWritten = (before: ProxyModel, after: ProxyModel): boolean =>
+      declaredNat(renderIptables(after, {changedServicePorts: changedServicePorts(before, after), previous: before})).includes(
+        'KUBE-SERVICES',
+      );
+    assert.ok(
+      fixedChainsWritten(model(['10.244.1.5']), model([])),
+      'the last endpoint gone: KUBE-SERVICES loses the jump, filter gains the REJECT',
+    );
     assert.ok(fixedChainsWritten(model([]), model(['10.244.1.5'])), 'the first endpoint back');
     assert.ok(fixedChainsWritten(model(['10.244.1.5'], {withApi: false}), model(['10.244.1.5'])), 'a service added');
     assert.ok(fixedChainsWritten(model(['10.244.1.5']), model(['10.244.1.5'], {withApi: false})), 'a service removed');
@@ -102,7 +139,10 @@ describe('stale chains', () => {
     const text = renderIptables(after, {changedServicePorts: changedServicePorts(before, after), existingChains: chainsOf(before)});
     const lines = natLines(text);
     assert.ok(declaredNat(text).includes(gone), 'declaring the chain flushes it');
-    assert.deepEqual(lines.filter((line) => line.startsWith('-X ')), [`-X ${gone}`]);
+    assert.deepEqual(
+      lines.filter((line) => line.startsWith('-X ')),
+      [`-X ${gone}`],
+    );
     assert.ok(!declaredNat(text).includes(servicePortChainName(api)), 'an unchanged chain is neither flushed nor deleted');
     // The final KUBE-NODEPORTS jump still ends KUBE-SERVICES.
     const services = lines.filter((line) => line.startsWith('-A KUBE-SERVICES '));
@@ -117,7 +157,10 @@ describe('stale chains', () => {
     const text = renderIptables(after, {changedServicePorts: changed, existingChains: chainsOf(before)});
     const apiChains = [endpointChainName(api, '10.244.1.9:8080'), servicePortChainName(api)].sort();
     const lines = natLines(text);
-    assert.deepEqual(lines.filter((line) => line.startsWith('-X ')), apiChains.map((chain) => `-X ${chain}`));
+    assert.deepEqual(
+      lines.filter((line) => line.startsWith('-X ')),
+      apiChains.map((chain) => `-X ${chain}`),
+    );
     const lastDeclaration = Math.max(...apiChains.map((chain) => lines.indexOf(`:${chain} - [0:0]`)));
     assert.ok(lastDeclaration >= 0 && lastDeclaration < lines.indexOf(`-X ${apiChains[0]}`));
     assert.ok(!text.includes('default/api:http cluster IP'));
@@ -126,7 +169,13 @@ describe('stale chains', () => {
   it('deletes leftovers of older kube-proxy versions and never touches chains that are not per-service', () => {
     const m = model(['10.244.1.5']);
     const existing = chainsOf(m);
-    existing.get('nat')!.add('KUBE-XLB-OLDCHAINOLDCHAIN').add('KUBE-SVC-STALESTALESTALE1').add('DOCKER').add('KUBE-MARK-DROP').add('CNI-HOSTPORT-DNAT');
+    existing
+      .get('nat')!
+      .add('KUBE-XLB-OLDCHAINOLDCHAIN')
+      .add('KUBE-SVC-STALESTALESTALE1')
+      .add('DOCKER')
+      .add('KUBE-MARK-DROP')
+      .add('CNI-HOSTPORT-DNAT');
     existing.get('filter')!.add('KUBE-FIREWALL').add('DOCKER-USER').add('KUBE-PROXY-CANARY');
     const text = renderIptables(m, {existingChains: existing});
     assert.deepEqual(
@@ -144,8 +193,14 @@ describe('stale chains', () => {
   });
 
   it('keeps an EXT chain while the service still uses it', () => {
-    const nodePort = service('web', {type: 'NodePort', ports: [{name: 'http', protocol: 'TCP', port: 80, targetPort: 8080, nodePort: 30080}]});
-    const m = buildProxyModel({services: [nodePort], endpointSlices: [slice('web-1', 'web', [{ip: '10.244.1.5'}])], node: node('node-1')}, {family: 'IPv4'});
+    const nodePort = service('web', {
+      type: 'NodePort',
+      ports: [{name: 'http', protocol: 'TCP', port: 80, targetPort: 8080, nodePort: 30080}],
+    });
+    const m = buildProxyModel(
+      {services: [nodePort], endpointSlices: [slice('web-1', 'web', [{ip: '10.244.1.5'}])], node: node('node-1')},
+      {family: 'IPv4'},
+    );
     const existing = chainsOf(m);
     assert.ok(existing.get('nat')!.has(serviceExternalChainName(web)));
     assert.ok(!renderIptables(m, {existingChains: existing, changedServicePorts: new Set()}).includes('-X '));
@@ -170,22 +225,39 @@ describe('the render record', () => {
     assert.deepEqual([...record.tables.nat.rules.values()].flat(), ruleLines, 'a partial render keeps every rule line');
     assert.deepEqual(record.tables.filter.declared, []);
     assert.deepEqual([...record.servicePortChains.keys()], [servicePortIdentity(web)]);
-    assert.deepEqual(record.servicePortChains.get(servicePortIdentity(web)), [servicePortChainName(web), ...['10.244.1.5:8080', '10.244.2.6:8080'].map((ep) => endpointChainName(web, ep))]);
+    assert.deepEqual(record.servicePortChains.get(servicePortIdentity(web)), [
+      servicePortChainName(web),
+      ...['10.244.1.5:8080', '10.244.2.6:8080'].map((ep) => endpointChainName(web, ep)),
+    ]);
   });
 
   it('in a full render counts the per-service chains rules and keeps the fixed chains lines', () => {
     const m = model(['10.244.1.5', '10.244.2.5']);
     const {text, record} = write(m, {});
     assert.equal(record.tables.nat.rules.get(endpointChainName(web, '10.244.1.5:8080')), 2);
-    assert.equal(record.tables.nat.rules.get(servicePortChainName(web)), natLines(text).filter((line) => line.startsWith(`-A ${servicePortChainName(web)} `)).length);
-    assert.deepEqual(record.tables.nat.rules.get('KUBE-SERVICES'), natLines(text).filter((line) => line.startsWith('-A KUBE-SERVICES ')));
-    assert.deepEqual(record.tables.filter.rules.get('KUBE-FORWARD'), text.split('\n').filter((line) => line.startsWith('-A KUBE-FORWARD ')));
+    assert.equal(
+      record.tables.nat.rules.get(servicePortChainName(web)),
+      natLines(text).filter((line) => line.startsWith(`-A ${servicePortChainName(web)} `)).length,
+    );
+    assert.deepEqual(
+      record.tables.nat.rules.get('KUBE-SERVICES'),
+      natLines(text).filter((line) => line.startsWith('-A KUBE-SERVICES ')),
+    );
+    assert.deepEqual(
+      record.tables.filter.rules.get('KUBE-FORWARD'),
+      text.split('\n').filter((line) => line.startsWith('-A KUBE-FORWARD ')),
+    );
     assert.equal(renderIptables(m), text, 'the record changes nothing in the text');
   });
 
   it('inserts the jump rules it is given at the end of their table, and records them', () => {
     const m = model(['10.244.1.5']);
-    const jump = {table: 'nat' as const, chain: 'PREROUTING', rule: ['-m', 'comment', '--comment', 'kubernetes service portals', '-j', 'KUBE-SERVICES'], position: 'prepend' as const};
+    const jump = {
+      table: 'nat' as const,
+      chain: 'PREROUTING',
+      rule: ['-m', 'comment', '--comment', 'kubernetes service portals', '-j', 'KUBE-SERVICES'],
+      position: 'prepend' as const,
+    };
     const {text, record} = write(m, {insertJumps: [jump]});
     assert.match(text, /-I PREROUTING -m comment --comment "kubernetes service portals" -j KUBE-SERVICES\nCOMMIT\n$/);
     assert.deepEqual(record.tables.nat.jumps, [jump]);

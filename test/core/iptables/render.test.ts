@@ -44,7 +44,10 @@ describe('renderIptables on examples/cluster.yaml', () => {
     const plain = renderIptables(exampleModel()).split('\n');
     const withJumps = renderIptables(exampleModel(), {includeJumps: true}).split('\n');
     const builtin = /^(:(INPUT|FORWARD|OUTPUT|PREROUTING|POSTROUTING) ACCEPT|-A (INPUT|FORWARD|OUTPUT|PREROUTING|POSTROUTING) )/;
-    assert.deepEqual(withJumps.filter((line) => !builtin.test(line)), plain);
+    assert.deepEqual(
+      withJumps.filter((line) => !builtin.test(line)),
+      plain,
+    );
     assert.equal(withJumps.filter((line) => line.startsWith('-A ') && builtin.test(line)).length, renderJumpRules(exampleModel()).length);
   });
 
@@ -164,7 +167,19 @@ describe('renderJumpRules', () => {
 
 describe('countRules', () => {
   it('counts rules per table, not chain declarations or deletions', () => {
-    const text = ['*filter', ':KUBE-SERVICES - [0:0]', '-A KUBE-SERVICES -j REJECT', 'COMMIT', '*nat', ':KUBE-SEP-X - [0:0]', '-A KUBE-SERVICES -j KUBE-SVC-X', '[3:180] -A KUBE-SVC-X -j KUBE-SEP-X', '-X KUBE-SEP-X', 'COMMIT', ''].join('\n');
+    const text = [
+      '*filter',
+      ':KUBE-SERVICES - [0:0]',
+      '-A KUBE-SERVICES -j REJECT',
+      'COMMIT',
+      '*nat',
+      ':KUBE-SEP-X - [0:0]',
+      '-A KUBE-SERVICES -j KUBE-SVC-X',
+      '[3:180] -A KUBE-SVC-X -j KUBE-SEP-X',
+      '-X KUBE-SEP-X',
+      'COMMIT',
+      '',
+    ].join('\n');
     assert.deepEqual(countRules(text), {filter: 1, nat: 2});
   });
 
@@ -186,7 +201,11 @@ describe('renderIptablesChunks', () => {
     const endpointSlices: unknown[] = [];
     for (let i = 0; i < count; i++) {
       const name = `svc-${i}`;
-      services.push({kind: 'Service', metadata: {name, namespace: 'many'}, spec: {clusterIP: `10.96.${i >> 8}.${i & 255}`, ports: [{name: 'http', protocol: 'TCP', port: 80, targetPort: 8080}]}});
+      services.push({
+        kind: 'Service',
+        metadata: {name, namespace: 'many'},
+        spec: {clusterIP: `10.96.${i >> 8}.${i & 255}`, ports: [{name: 'http', protocol: 'TCP', port: 80, targetPort: 8080}]},
+      });
       endpointSlices.push({
         kind: 'EndpointSlice',
         metadata: {name: `${name}-a`, namespace: 'many', labels: {'kubernetes.io/service-name': name}},
@@ -214,7 +233,7 @@ describe('renderIptablesChunks', () => {
     assert.deepEqual(natChainsDeclared(natHead), natChainsDeclared(whole.slice(whole.indexOf('*nat\n'))));
   });
 
-  it("puts the caller's lines right after \"*table\" and right before COMMIT", () => {
+  it('puts the caller\'s lines right after "*table" and right before COMMIT', () => {
     const text = renderIptables(exampleModel(), {
       extraLines: {nat: {start: ['-Z'], end: ['-I PREROUTING -j KUBE-SERVICES']}, filter: {end: ['-I INPUT -j KUBE-NODEPORTS']}},
     });

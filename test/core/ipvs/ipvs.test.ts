@@ -44,7 +44,11 @@ function slice(serviceName: string, endpoints: Array<{ip: string; node: string}>
 
 function render(services: ServiceInput[], slices: EndpointSliceInput[], scheduler?: string): IpvsState {
   const model = buildProxyModel(
-    {services, endpointSlices: slices, node: {apiVersion: 'v1', kind: 'Node', metadata: {name: 'node-a'}, status: {addresses: [{type: 'InternalIP', address: nodeIP}]}}},
+    {
+      services,
+      endpointSlices: slices,
+      node: {apiVersion: 'v1', kind: 'Node', metadata: {name: 'node-a'}, status: {addresses: [{type: 'InternalIP', address: nodeIP}]}},
+    },
     {family: 'IPv4', clusterCIDRs: [clusterCIDR], nodeName: 'node-a'},
   );
   assert.deepEqual(model.problems, []);
@@ -57,15 +61,29 @@ const cluster = () =>
       service('web', {clusterIP: '10.96.0.10'}),
       service('sticky', {clusterIP: '10.96.0.11', sessionAffinity: 'ClientIP', sessionAffinityConfig: {clientIP: {timeoutSeconds: 600}}}),
       service('empty', {clusterIP: '10.96.0.12'}),
-      service('np', {type: 'NodePort', clusterIP: '10.96.0.13', ports: [{name: 'http', protocol: 'TCP', port: 80, targetPort: 8080, nodePort: 30080}], externalTrafficPolicy: 'Local'}),
+      service('np', {
+        type: 'NodePort',
+        clusterIP: '10.96.0.13',
+        ports: [{name: 'http', protocol: 'TCP', port: 80, targetPort: 8080, nodePort: 30080}],
+        externalTrafficPolicy: 'Local',
+      }),
       service(
         'lb',
-        {type: 'LoadBalancer', clusterIP: '10.96.0.14', ports: [{name: 'http', protocol: 'TCP', port: 80, targetPort: 8080, nodePort: 30081}], loadBalancerSourceRanges: ['203.0.113.0/24'], externalIPs: ['198.51.100.7']},
+        {
+          type: 'LoadBalancer',
+          clusterIP: '10.96.0.14',
+          ports: [{name: 'http', protocol: 'TCP', port: 80, targetPort: 8080, nodePort: 30081}],
+          loadBalancerSourceRanges: ['203.0.113.0/24'],
+          externalIPs: ['198.51.100.7'],
+        },
         {loadBalancer: {ingress: [{ip: '198.51.100.30'}]}},
       ),
     ],
     [
-      slice('web', [{ip: '10.244.1.2', node: 'node-a'}, {ip: '10.244.2.2', node: 'node-b'}]),
+      slice('web', [
+        {ip: '10.244.1.2', node: 'node-a'},
+        {ip: '10.244.2.2', node: 'node-b'},
+      ]),
       slice('sticky', [{ip: '10.244.1.3', node: 'node-a'}]),
       slice('np', [{ip: '10.244.2.4', node: 'node-b'}]),
       slice('lb', [{ip: '10.244.1.5', node: 'node-a'}]),
@@ -78,9 +96,28 @@ function packet(srcIP: string, dstIP: string, dstPort: number): Packet {
 
 describe('renderIpvs', () => {
   it('a loadBalancerSourceRanges entry that is no CIDR: the load-balancer IP is firewalled with no allowed source; the NodePort stays', () => {
-    const lb = service('lb', {type: 'LoadBalancer', clusterIP: '10.96.0.14', ports: [{name: 'http', protocol: 'TCP', port: 80, targetPort: 8080, nodePort: 30081}], loadBalancerSourceRanges: ['203.0.113.0/24', 'bogus']}, {loadBalancer: {ingress: [{ip: '198.51.100.30'}]}});
-    const model = buildProxyModel({services: [lb], endpointSlices: [slice('lb', [{ip: '10.244.1.5', node: 'node-a'}])], node: {apiVersion: 'v1', kind: 'Node', metadata: {name: 'node-a'}}}, {family: 'IPv4', nodeName: 'node-a'});
-    assert.deepEqual(model.problems.map((problem) => problem.field), ['spec.loadBalancerSourceRanges[1]']);
+    const lb = service(
+      'lb',
+      {
+        type: 'LoadBalancer',
+        clusterIP: '10.96.0.14',
+        ports: [{name: 'http', protocol: 'TCP', port: 80, targetPort: 8080, nodePort: 30081}],
+        loadBalancerSourceRanges: ['203.0.113.0/24', 'bogus'],
+      },
+      {loadBalancer: {ingress: [{ip: '198.51.100.30'}]}},
+    );
+    const model = buildProxyModel(
+      {
+        services: [lb],
+        endpointSlices: [slice('lb', [{ip: '10.244.1.5', node: 'node-a'}])],
+        node: {apiVersion: 'v1', kind: 'Node', metadata: {name: 'node-a'}},
+      },
+      {family: 'IPv4', nodeName: 'node-a'},
+    );
+    assert.deepEqual(
+      model.problems.map((problem) => problem.field),
+      ['spec.loadBalancerSourceRanges[1]'],
+    );
     const sets = new Map(renderIpvs(model).sets.map((set) => [set.name, set]));
     assert.deepEqual(sets.get('KUBE-LOAD-BALANCER-FW')?.entries, ['198.51.100.30,tcp:80']);
     assert.deepEqual(sets.get('KUBE-LOAD-BALANCER-SOURCE-CIDR')?.entries ?? [], []);
@@ -97,7 +134,11 @@ describe('renderIpvs', () => {
     assert.doesNotMatch(restore, /-a -t 10\.96\.0\.12:80/);
     assert.match(restore, /^-A -t 192\.168\.0\.10:30080 -s rr$/m, 'NodePorts listen on the node address');
     assert.doesNotMatch(restore, /-a -t 192\.168\.0\.10:30080/, 'eTP Local with no local endpoint: no real server on the NodePort');
-    assert.match(restore, /^-a -t 10\.96\.0\.13:80 -r 10\.244\.2\.4:8080 -m -w 1$/m, 'the ClusterIP of an eTP Local service uses every endpoint');
+    assert.match(
+      restore,
+      /^-a -t 10\.96\.0\.13:80 -r 10\.244\.2\.4:8080 -m -w 1$/m,
+      'the ClusterIP of an eTP Local service uses every endpoint',
+    );
     assert.match(restore, /^-A -t 198\.51\.100\.30:80 -s rr$/m);
     assert.match(restore, /^-A -t 198\.51\.100\.7:80 -s rr$/m);
   });
@@ -107,12 +148,26 @@ describe('renderIpvs', () => {
   });
 
   it('binds service addresses to kube-ipvs0, never node addresses', () => {
-    assert.deepEqual(cluster().boundAddresses, ['10.96.0.10', '10.96.0.11', '10.96.0.12', '10.96.0.13', '10.96.0.14', '198.51.100.30', '198.51.100.7']);
+    assert.deepEqual(cluster().boundAddresses, [
+      '10.96.0.10',
+      '10.96.0.11',
+      '10.96.0.12',
+      '10.96.0.13',
+      '10.96.0.14',
+      '198.51.100.30',
+      '198.51.100.7',
+    ]);
   });
 
-  it('fills kube-proxy\'s ipsets', () => {
+  it("fills kube-proxy's ipsets", () => {
     const sets = new Map(cluster().sets.map((set) => [set.name, set]));
-    assert.deepEqual(sets.get('KUBE-CLUSTER-IP')?.entries, ['10.96.0.10,tcp:80', '10.96.0.11,tcp:80', '10.96.0.12,tcp:80', '10.96.0.13,tcp:80', '10.96.0.14,tcp:80']);
+    assert.deepEqual(sets.get('KUBE-CLUSTER-IP')?.entries, [
+      '10.96.0.10,tcp:80',
+      '10.96.0.11,tcp:80',
+      '10.96.0.12,tcp:80',
+      '10.96.0.13,tcp:80',
+      '10.96.0.14,tcp:80',
+    ]);
     assert.equal(sets.get('KUBE-CLUSTER-IP')?.type, 'hash:ip,port');
     assert.deepEqual(sets.get('KUBE-NODE-PORT-TCP')?.entries, ['30080', '30081']);
     assert.deepEqual(sets.get('KUBE-NODE-PORT-LOCAL-TCP')?.entries, ['30080']);
@@ -131,7 +186,10 @@ describe('renderIpvs', () => {
     assert.match(rules, /^-A KUBE-NODE-PORT -p tcp -m set --match-set KUBE-NODE-PORT-LOCAL-TCP dst -j RETURN$/m);
     assert.match(rules, /^-A KUBE-SOURCE-RANGES-FIREWALL -m set --match-set KUBE-LOAD-BALANCER-SOURCE-CIDR dst,dst,src -j RETURN$/m);
     assert.match(rules, /^-A KUBE-MARK-MASQ -j MARK --or-mark 0x4000$/m);
-    assert.ok(rules.indexOf('KUBE-NODE-PORT-LOCAL-TCP') < rules.indexOf('--match-set KUBE-NODE-PORT-TCP'), 'the Local set RETURNs before the masquerade set');
+    assert.ok(
+      rules.indexOf('KUBE-NODE-PORT-LOCAL-TCP') < rules.indexOf('--match-set KUBE-NODE-PORT-TCP'),
+      'the Local set RETURNs before the masquerade set',
+    );
     assert.doesNotMatch(rules, /KUBE-NODE-PORT-UDP/, 'rules for empty sets are left out');
   });
 
@@ -144,7 +202,10 @@ describe('ipvs state formats', () => {
   it('ipvsadm -Sn output parses back to the rendered servers', () => {
     const state = cluster();
     const parsed = parseIpvsadmSave(formatIpvsadmRestore(state.virtualServers));
-    assert.deepEqual(parsed, state.virtualServers.map((server) => ({...server, servicePort: ''})));
+    assert.deepEqual(
+      parsed,
+      state.virtualServers.map((server) => ({...server, servicePort: ''})),
+    );
   });
 
   it('reads ipset save output of the kernel, keeping only KUBE- sets', () => {
@@ -164,12 +225,22 @@ describe('ipvs state formats', () => {
 
   it('ipset restore text parses back to the rendered sets', () => {
     const state = cluster();
-    const restore = formatIpsetRestore(state.sets, 'IPv4').replace(/ -exist/g, '').replace(/^flush .*\n/gm, '');
+    const restore = formatIpsetRestore(state.sets, 'IPv4')
+      .replace(/ -exist/g, '')
+      .replace(/^flush .*\n/gm, '');
     assert.deepEqual(parseIpsetSave(restore), state.sets);
   });
 
   it('reads addresses from ip -j addr, and none when the device is missing', () => {
-    const json = JSON.stringify([{ifname: 'kube-ipvs0', addr_info: [{family: 'inet', local: '10.96.0.12', prefixlen: 32}, {family: 'inet', local: '10.96.0.10', prefixlen: 32}]}]);
+    const json = JSON.stringify([
+      {
+        ifname: 'kube-ipvs0',
+        addr_info: [
+          {family: 'inet', local: '10.96.0.12', prefixlen: 32},
+          {family: 'inet', local: '10.96.0.10', prefixlen: 32},
+        ],
+      },
+    ]);
     assert.deepEqual(parseBoundAddresses(json), ['10.96.0.10', '10.96.0.12']);
     assert.deepEqual(parseBoundAddresses(''), []);
   });
@@ -183,13 +254,19 @@ describe('ipvs state formats', () => {
 describe('diffIpvs', () => {
   it('is equal for the same state and groups changes by service port', () => {
     const desired = cluster();
-    const applied: IpvsState = {...desired, iptables: withJumpRules(desired.iptables), virtualServers: parseIpvsadmSave(formatIpvsadmRestore(desired.virtualServers))};
+    const applied: IpvsState = {
+      ...desired,
+      iptables: withJumpRules(desired.iptables),
+      virtualServers: parseIpvsadmSave(formatIpvsadmRestore(desired.virtualServers)),
+    };
     assert.equal(diffIpvs(desired, applied).equal, true, diffIpvs(desired, applied).text);
 
     const drifted: IpvsState = {
       ...applied,
       virtualServers: applied.virtualServers.map((server) =>
-        server.address === '10.96.0.10' ? {...server, realServers: server.realServers.filter((real) => real.address !== '10.244.2.2')} : server,
+        server.address === '10.96.0.10'
+          ? {...server, realServers: server.realServers.filter((real) => real.address !== '10.244.2.2')}
+          : server,
       ),
       boundAddresses: [...applied.boundAddresses, '10.96.9.9'],
     };
@@ -209,10 +286,13 @@ describe('traceIpvs', () => {
     const result = traceIpvs(cluster(), packet('10.244.1.9', '10.96.0.10', 80), context);
     assert.equal(result.verdict, 'DNAT');
     assert.equal(result.servicePort, 'default/web:http');
-    assert.deepEqual(result.branches.map((branch) => [branch.endpoint, branch.probability, branch.masquerade]), [
-      ['10.244.1.2:8080', 0.5, false],
-      ['10.244.2.2:8080', 0.5, false],
-    ]);
+    assert.deepEqual(
+      result.branches.map((branch) => [branch.endpoint, branch.probability, branch.masquerade]),
+      [
+        ['10.244.1.2:8080', 0.5, false],
+        ['10.244.2.2:8080', 0.5, false],
+      ],
+    );
   });
 
   it('a client outside the cluster CIDR is masqueraded', () => {
@@ -237,7 +317,10 @@ describe('traceIpvs', () => {
     assert.equal(traceIpvs(cluster(), packet('192.168.0.50', '198.51.100.30', 80), context).verdict, 'DROP');
     const allowed = traceIpvs(cluster(), packet('203.0.113.9', '198.51.100.30', 80), context);
     assert.equal(allowed.verdict, 'DNAT');
-    assert.ok(allowed.branches.every((branch) => branch.masquerade), 'eTP Cluster load balancer traffic is masqueraded');
+    assert.ok(
+      allowed.branches.every((branch) => branch.masquerade),
+      'eTP Cluster load balancer traffic is masqueraded',
+    );
   });
 
   it('packets to no virtual server pass untouched', () => {
@@ -254,7 +337,15 @@ describe('traceIpvs', () => {
 
 describe('planIpvsSync', () => {
   const web = (ips: string[]) =>
-    render([service('web', {clusterIP: '10.96.0.10'}), service('gone', {clusterIP: '10.96.0.20'})], [slice('web', ips.map((ip) => ({ip, node: 'node-a'})))]);
+    render(
+      [service('web', {clusterIP: '10.96.0.10'}), service('gone', {clusterIP: '10.96.0.20'})],
+      [
+        slice(
+          'web',
+          ips.map((ip) => ({ip, node: 'node-a'})),
+        ),
+      ],
+    );
 
   it('plans nothing when the kernel holds the desired state', () => {
     const state = web(['10.244.1.2']);
@@ -274,9 +365,15 @@ describe('planIpvsSync', () => {
     const before = web(['10.244.1.2', '10.244.1.3']);
     const after = web(['10.244.1.2', '10.244.1.4']);
     const plan = planIpvsSync(after, before);
-    assert.deepEqual(plan.ipvsadm.trim().split('\n'), ['-a -t 10.96.0.10:80 -r 10.244.1.4:8080 -m -w 1', '-e -t 10.96.0.10:80 -r 10.244.1.3:8080 -m -w 0']);
+    assert.deepEqual(plan.ipvsadm.trim().split('\n'), [
+      '-a -t 10.96.0.10:80 -r 10.244.1.4:8080 -m -w 1',
+      '-e -t 10.96.0.10:80 -r 10.244.1.3:8080 -m -w 0',
+    ]);
     assert.deepEqual(plan.draining, ['TCP 10.96.0.10:80 -> 10.244.1.3:8080']);
-    assert.deepEqual(plan.ipset.trim().split('\n'), ['add KUBE-LOOP-BACK 10.244.1.4,tcp:8080,10.244.1.4 -exist', 'del KUBE-LOOP-BACK 10.244.1.3,tcp:8080,10.244.1.3 -exist']);
+    assert.deepEqual(plan.ipset.trim().split('\n'), [
+      'add KUBE-LOOP-BACK 10.244.1.4,tcp:8080,10.244.1.4 -exist',
+      'del KUBE-LOOP-BACK 10.244.1.3,tcp:8080,10.244.1.3 -exist',
+    ]);
     assert.deepEqual([plan.bind, plan.unbind], [[], []]);
   });
 
@@ -284,11 +381,21 @@ describe('planIpvsSync', () => {
     const after = web(['10.244.1.2']);
     const draining: IpvsState = {
       ...after,
-      virtualServers: after.virtualServers.map((server) => (server.address === '10.96.0.10' ? {...server, realServers: [...server.realServers, {address: '10.244.1.3', port: 8080, weight: 0}]} : server)),
+      virtualServers: after.virtualServers.map((server) =>
+        server.address === '10.96.0.10'
+          ? {...server, realServers: [...server.realServers, {address: '10.244.1.3', port: 8080, weight: 0}]}
+          : server,
+      ),
     };
     assert.equal(planIpvsSync(after, draining).ipvsadm, '', 'still draining: nothing to do');
-    assert.equal(planIpvsSync(after, draining, {drained: new Set(['TCP 10.96.0.10:80 -> 10.244.1.3:8080'])}).ipvsadm, '-d -t 10.96.0.10:80 -r 10.244.1.3:8080\n');
-    assert.equal(planIpvsSync(web([]), web(['10.244.1.2']), {gracefulTermination: false}).ipvsadm, '-d -t 10.96.0.10:80 -r 10.244.1.2:8080\n');
+    assert.equal(
+      planIpvsSync(after, draining, {drained: new Set(['TCP 10.96.0.10:80 -> 10.244.1.3:8080'])}).ipvsadm,
+      '-d -t 10.96.0.10:80 -r 10.244.1.3:8080\n',
+    );
+    assert.equal(
+      planIpvsSync(web([]), web(['10.244.1.2']), {gracefulTermination: false}).ipvsadm,
+      '-d -t 10.96.0.10:80 -r 10.244.1.2:8080\n',
+    );
   });
 
   it('deletes virtual servers and unbinds addresses of removed services', () => {
@@ -305,7 +412,20 @@ describe('renderIpvs for IPv6', () => {
   it('names sets KUBE-6-*, creates them as inet6 and brackets addresses for ipvsadm', () => {
     const model = buildProxyModel(
       {
-        services: [{apiVersion: 'v1', kind: 'Service', metadata: {name: 'web', namespace: 'default'}, spec: {type: 'ClusterIP', clusterIP: 'fd00::10', clusterIPs: ['fd00::10'], ipFamilies: ['IPv6'], ports: [{name: 'http', protocol: 'TCP', port: 80, targetPort: 8080}]}}],
+        services: [
+          {
+            apiVersion: 'v1',
+            kind: 'Service',
+            metadata: {name: 'web', namespace: 'default'},
+            spec: {
+              type: 'ClusterIP',
+              clusterIP: 'fd00::10',
+              clusterIPs: ['fd00::10'],
+              ipFamilies: ['IPv6'],
+              ports: [{name: 'http', protocol: 'TCP', port: 80, targetPort: 8080}],
+            },
+          },
+        ],
         endpointSlices: [
           {
             apiVersion: 'discovery.k8s.io/v1',
@@ -316,14 +436,21 @@ describe('renderIpvs for IPv6', () => {
             endpoints: [{addresses: ['fd01::2'], nodeName: 'node-a', conditions: {ready: true}}],
           },
         ],
-        node: {apiVersion: 'v1', kind: 'Node', metadata: {name: 'node-a'}, status: {addresses: [{type: 'InternalIP', address: 'fd02::10'}]}},
+        node: {
+          apiVersion: 'v1',
+          kind: 'Node',
+          metadata: {name: 'node-a'},
+          status: {addresses: [{type: 'InternalIP', address: 'fd02::10'}]},
+        },
       },
       {family: 'IPv6', clusterCIDRs: ['fd01::/64'], nodeName: 'node-a'},
     );
     assert.deepEqual(model.problems, []);
     const state = renderIpvs(model);
     assert.equal(formatIpvsadmRestore(state.virtualServers), '-A -t [fd00::10]:80 -s rr\n-a -t [fd00::10]:80 -r [fd01::2]:8080 -m -w 1\n');
-    assert.deepEqual(parseIpvsadmSave(formatIpvsadmRestore(state.virtualServers))[0].realServers, [{address: 'fd01::2', port: 8080, weight: 1}]);
+    assert.deepEqual(parseIpvsadmSave(formatIpvsadmRestore(state.virtualServers))[0].realServers, [
+      {address: 'fd01::2', port: 8080, weight: 1},
+    ]);
     assert.deepEqual(state.sets.find((set) => set.name === 'KUBE-6-CLUSTER-IP')?.entries, ['fd00::10,tcp:80']);
     assert.match(formatIpsetRestore(state.sets, 'IPv6'), /^create KUBE-6-CLUSTER-IP hash:ip,port family inet6 /m);
     assert.match(state.iptables, /^-A KUBE-SERVICES -s ::1\/128 -j RETURN$/m);

@@ -32,8 +32,14 @@ describe('kubeconfig files merged as kubectl merges them', () => {
   it('the first file wins each name and the current context; the later files add their own entries', () => {
     const merged = JSON.parse(mergeKubeconfigs(['/home/me/.kube/config', '/run/lab/kubeconfig'], read).text);
     assert.equal(merged['current-context'], 'prod');
-    assert.deepEqual(merged.clusters.map((cluster: {name: string; cluster: {server: string}}) => `${cluster.name} ${cluster.cluster.server}`), ['prod https://prod.example:6443', 'lab http://127.0.0.1:43959']);
-    assert.deepEqual(merged.contexts.map((context: {name: string}) => context.name), ['prod', 'lab']);
+    assert.deepEqual(
+      merged.clusters.map((cluster: {name: string; cluster: {server: string}}) => `${cluster.name} ${cluster.cluster.server}`),
+      ['prod https://prod.example:6443', 'lab http://127.0.0.1:43959'],
+    );
+    assert.deepEqual(
+      merged.contexts.map((context: {name: string}) => context.name),
+      ['prod', 'lab'],
+    );
   });
 
   it('relative certificate paths are relative to the file that names them', () => {
@@ -50,9 +56,17 @@ describe('kubeconfig files merged as kubectl merges them', () => {
     assert.equal(JSON.parse(found.kind === 'files' ? found.text : '{}')['current-context'], 'lab');
   });
 
-  it('no kubeconfig at all, or none of $KUBECONFIG\'s files: said plainly', () => {
-    assert.throws(() => findKubeconfig({env: {HOME: '/nobody'}, readFile}), (error: Error) => error instanceof KubeconfigError && error.message === 'no kubeconfig: $KUBECONFIG is not set and /nobody/.kube/config does not exist');
-    assert.throws(() => findKubeconfig({env: {KUBECONFIG: '/a:/b'}, readFile}), /^KubeconfigError: no kubeconfig: none of the files \$KUBECONFIG lists exists \(\/a, \/b\)$/);
+  it("no kubeconfig at all, or none of $KUBECONFIG's files: said plainly", () => {
+    assert.throws(
+      () => findKubeconfig({env: {HOME: '/nobody'}, readFile}),
+      (error: Error) =>
+        error instanceof KubeconfigError &&
+        error.message === 'no kubeconfig: $KUBECONFIG is not set and /nobody/.kube/config does not exist',
+    );
+    assert.throws(
+      () => findKubeconfig({env: {KUBECONFIG: '/a:/b'}, readFile}),
+      /^KubeconfigError: no kubeconfig: none of the files \$KUBECONFIG lists exists \(\/a, \/b\)$/,
+    );
     assert.throws(() => findKubeconfig({file: '/a', env: {KUBECONFIG: '/run/lab/kubeconfig'}, readFile}), /kubeconfig \/a does not exist/);
   });
 
@@ -62,6 +76,9 @@ describe('kubeconfig files merged as kubectl merges them', () => {
   });
 
   it('a file that is not YAML is named', () => {
-    assert.throws(() => findKubeconfig({env: {KUBECONFIG: '/run/lab/kubeconfig:/broken'}, readFile}), /^KubeconfigError: kubeconfig \/broken: not YAML/);
+    assert.throws(
+      () => findKubeconfig({env: {KUBECONFIG: '/run/lab/kubeconfig:/broken'}, readFile}),
+      /^KubeconfigError: kubeconfig \/broken: not YAML/,
+    );
   });
 });

@@ -95,15 +95,27 @@ test('LoadBalancer: VIP-mode and unset ingress IPs of the family, health check p
 });
 
 test('healthCheckNodePort only counts on a LoadBalancer with externalTrafficPolicy Local', () => {
-  const port = only(build({services: [service('lb', {type: 'LoadBalancer', healthCheckNodePort: 32000, ports: [{name: 'http', port: 80, nodePort: 30080}]})]}));
+  const port = only(
+    build({
+      services: [service('lb', {type: 'LoadBalancer', healthCheckNodePort: 32000, ports: [{name: 'http', port: 80, nodePort: 30080}]})],
+    }),
+  );
   assert.equal(port.healthCheckNodePort, 0);
   assert.equal(port.externalPolicyLocal, false);
 });
 
 test('the source-ranges annotation is read only when asked and the field is empty', () => {
-  const annotated = service('lb', {type: 'LoadBalancer', ports: [{name: 'http', port: 80, nodePort: 30080}]}, {
-    metadata: {name: 'lb', namespace: 'default', annotations: {'service.beta.kubernetes.io/load-balancer-source-ranges': '192.168.0.0/24, 2001:db8::/64'}},
-  });
+  const annotated = service(
+    'lb',
+    {type: 'LoadBalancer', ports: [{name: 'http', port: 80, nodePort: 30080}]},
+    {
+      metadata: {
+        name: 'lb',
+        namespace: 'default',
+        annotations: {'service.beta.kubernetes.io/load-balancer-source-ranges': '192.168.0.0/24, 2001:db8::/64'},
+      },
+    },
+  );
   assert.deepEqual(only(build({services: [annotated]})).loadBalancerSourceRanges, []);
   assert.deepEqual(only(build({services: [annotated]}, {sourceRangesFromAnnotation: true})).loadBalancerSourceRanges, ['192.168.0.0/24']);
   const withField = structuredClone(annotated);
@@ -116,7 +128,10 @@ test('externalIPs are filtered to the family and make the service externally acc
   const port = only(model);
   assert.deepEqual(port.externalIPs, ['192.0.2.1']);
   assert.equal(port.externallyAccessible, true);
-  const v6 = build({services: [service('web', {clusterIP: 'fd00:10:96::10', externalIPs: ['192.0.2.1', '2001:DB8:0::1']})]}, {family: 'IPv6'});
+  const v6 = build(
+    {services: [service('web', {clusterIP: 'fd00:10:96::10', externalIPs: ['192.0.2.1', '2001:DB8:0::1']})]},
+    {family: 'IPv6'},
+  );
   assert.deepEqual(only(v6).externalIPs, ['2001:db8::1']);
 });
 
@@ -143,11 +158,19 @@ const skippedQuietly: Array<{name: string; object: ServiceInput; options?: Parti
   {name: 'single-stack IPv6 in the IPv4 model', object: service('v6', {clusterIP: 'fd00:10:96::10', ipFamilies: ['IPv6']})},
   {
     name: "another proxy's service",
-    object: service('other', {}, {metadata: {name: 'other', namespace: 'default', labels: {'service.kubernetes.io/service-proxy-name': 'cilium'}}}),
+    object: service(
+      'other',
+      {},
+      {metadata: {name: 'other', namespace: 'default', labels: {'service.kubernetes.io/service-proxy-name': 'cilium'}}},
+    ),
   },
   {
     name: "another proxy's service while we have a name",
-    object: service('other', {}, {metadata: {name: 'other', namespace: 'default', labels: {'service.kubernetes.io/service-proxy-name': 'cilium'}}}),
+    object: service(
+      'other',
+      {},
+      {metadata: {name: 'other', namespace: 'default', labels: {'service.kubernetes.io/service-proxy-name': 'cilium'}}},
+    ),
     options: {serviceProxyName: 'proxyctl'},
   },
   {
@@ -165,7 +188,11 @@ for (const row of skippedQuietly) {
 }
 
 test('a service labelled with our own proxy name is ours', () => {
-  const ours = service('mine', {}, {metadata: {name: 'mine', namespace: 'default', labels: {'service.kubernetes.io/service-proxy-name': 'proxyctl'}}});
+  const ours = service(
+    'mine',
+    {},
+    {metadata: {name: 'mine', namespace: 'default', labels: {'service.kubernetes.io/service-proxy-name': 'proxyctl'}}},
+  );
   assert.deepEqual(keys(build({services: [ours]}, {serviceProxyName: 'proxyctl'})), ['default/mine:http/TCP']);
 });
 
@@ -192,8 +219,14 @@ test('dual-stack service: each family gets its own clusterIP, externalIPs and en
   assert.equal(v6.clusterIP, 'fd00:10:96::10');
   assert.deepEqual(v4.externalIPs, ['192.0.2.1']);
   assert.deepEqual(v6.externalIPs, ['2001:db8::1']);
-  assert.deepEqual(v4.endpoints.map((e) => e.key), ['10.244.1.5:8080']);
-  assert.deepEqual(v6.endpoints.map((e) => e.key), ['[fd00:10:244:1::5]:8080']);
+  assert.deepEqual(
+    v4.endpoints.map((e) => e.key),
+    ['10.244.1.5:8080'],
+  );
+  assert.deepEqual(
+    v6.endpoints.map((e) => e.key),
+    ['[fd00:10:244:1::5]:8080'],
+  );
   assert.equal(v6.endpoints[0].isLocal, true);
 });
 
@@ -228,8 +261,14 @@ test('several ports: targetPort comes from the slice port of the same name and p
   assert.deepEqual(model.problems, []);
   assert.deepEqual(keys(model), ['default/dns:dns/UDP', 'default/dns:dns-tcp/TCP', 'default/dns:metrics/TCP']);
   const byName = Object.fromEntries(model.servicePorts.map((port) => [port.portName, port]));
-  assert.deepEqual(byName.dns.endpoints.map((e) => e.key), ['10.244.1.3:5353']);
-  assert.deepEqual(byName['dns-tcp'].endpoints.map((e) => e.key), ['10.244.1.3:5354']);
+  assert.deepEqual(
+    byName.dns.endpoints.map((e) => e.key),
+    ['10.244.1.3:5353'],
+  );
+  assert.deepEqual(
+    byName['dns-tcp'].endpoints.map((e) => e.key),
+    ['10.244.1.3:5354'],
+  );
   assert.deepEqual(byName.metrics.endpoints, [], 'a slice port of another protocol does not match');
 });
 
@@ -240,11 +279,17 @@ test('slices are merged, linked by service-name label within the namespace, and 
       slice('web-b', 'web', [{ip: '10.244.2.10'}, {ip: '10.244.1.2'}]),
       slice('web-a', 'web', [{ip: '10.244.1.10'}]),
       slice('other', 'not-web', [{ip: '10.244.9.9'}]),
-      {...slice('elsewhere', 'web', [{ip: '10.244.8.8'}]), metadata: {name: 'elsewhere', namespace: 'prod', labels: {'kubernetes.io/service-name': 'web'}}},
+      {
+        ...slice('elsewhere', 'web', [{ip: '10.244.8.8'}]),
+        metadata: {name: 'elsewhere', namespace: 'prod', labels: {'kubernetes.io/service-name': 'web'}},
+      },
     ],
   });
   // Plain string order, as kube-proxy sorts: "10.244.1.10" before "10.244.1.2".
-  assert.deepEqual(only(model).endpoints.map((e) => e.key), ['10.244.1.10:8080', '10.244.1.2:8080', '10.244.2.10:8080']);
+  assert.deepEqual(
+    only(model).endpoints.map((e) => e.key),
+    ['10.244.1.10:8080', '10.244.1.2:8080', '10.244.2.10:8080'],
+  );
 });
 
 test('an endpoint in two slices appears once; a running copy beats a terminating one', () => {
@@ -252,15 +297,21 @@ test('an endpoint in two slices appears once; a running copy beats a terminating
     services: [service('web')],
     endpointSlices: [
       slice('web-a', 'web', [{ip: '10.244.1.5', ready: false, serving: true, terminating: true, pod: 'old'}]),
-      slice('web-b', 'web', [{ip: '10.244.1.5', ready: true, pod: 'new'}, {ip: '10.244.1.6', pod: 'first'}]),
+      slice('web-b', 'web', [
+        {ip: '10.244.1.5', ready: true, pod: 'new'},
+        {ip: '10.244.1.6', pod: 'first'},
+      ]),
       slice('web-c', 'web', [{ip: '10.244.1.6', ready: false, serving: true, terminating: true, pod: 'second'}]),
     ],
   });
   const endpoints = only(model).endpoints;
-  assert.deepEqual(endpoints.map((e) => [e.key, e.podName]), [
-    ['10.244.1.5:8080', 'new'],
-    ['10.244.1.6:8080', 'first'],
-  ]);
+  assert.deepEqual(
+    endpoints.map((e) => [e.key, e.podName]),
+    [
+      ['10.244.1.5:8080', 'new'],
+      ['10.244.1.6:8080', 'first'],
+    ],
+  );
 });
 
 test("endpoint conditions take kube-proxy's defaults", () => {
@@ -285,7 +336,12 @@ test("endpoint conditions take kube-proxy's defaults", () => {
 test('endpoint details: locality, zone, hints and pod are carried', () => {
   const model = build({
     services: [service('web')],
-    endpointSlices: [slice('web-a', 'web', [{ip: '10.244.1.1', node: 'node-1', zone: 'zone-a', zoneHints: ['zone-a'], nodeHints: ['node-1'], pod: 'web-1'}, {ip: '10.244.2.1', node: 'node-2'}])],
+    endpointSlices: [
+      slice('web-a', 'web', [
+        {ip: '10.244.1.1', node: 'node-1', zone: 'zone-a', zoneHints: ['zone-a'], nodeHints: ['node-1'], pod: 'web-1'},
+        {ip: '10.244.2.1', node: 'node-2'},
+      ]),
+    ],
   });
   const [mine, theirs] = only(model).endpoints;
   assert.deepEqual(mine, {
@@ -307,7 +363,11 @@ test('endpoint details: locality, zone, hints and pod are carried', () => {
 });
 
 test('without a node name no endpoint is local', () => {
-  const model = build({services: [service('web')], endpointSlices: [slice('web-a', 'web', [{ip: '10.244.1.1', node: 'node-1'}])], node: undefined});
+  const model = build({
+    services: [service('web')],
+    endpointSlices: [slice('web-a', 'web', [{ip: '10.244.1.1', node: 'node-1'}])],
+    node: undefined,
+  });
   assert.equal(model.nodeName, '');
   assert.equal(only(model).endpoints[0].isLocal, false);
 });
@@ -371,13 +431,26 @@ test('config: defaults and local detectors', () => {
   assert.deepEqual(build({}).config, defaultProxyConfig());
   const cases: Array<{options: Partial<ModelOptions>; family?: 'IPv4' | 'IPv6'; detector: unknown}> = [
     {options: {clusterCIDRs: ['10.244.0.0/16', 'fd00:10:244::/56']}, detector: {mode: 'ClusterCIDR', cidrs: ['10.244.0.0/16']}},
-    {options: {clusterCIDRs: ['10.244.0.0/16', 'fd00:10:244::/56']}, family: 'IPv6', detector: {mode: 'ClusterCIDR', cidrs: ['fd00:10:244::/56']}},
+    {
+      options: {clusterCIDRs: ['10.244.0.0/16', 'fd00:10:244::/56']},
+      family: 'IPv6',
+      detector: {mode: 'ClusterCIDR', cidrs: ['fd00:10:244::/56']},
+    },
     {options: {clusterCIDRs: ['10.244.0.0/16']}, family: 'IPv6', detector: {mode: 'None'}},
     {options: {detectLocalMode: 'NodeCIDR'}, detector: {mode: 'NodeCIDR', cidrs: ['10.244.1.0/24']}},
     {options: {detectLocalMode: 'None', clusterCIDRs: ['10.244.0.0/16']}, detector: {mode: 'None'}},
-    {options: {config: {localDetector: {mode: 'BridgeInterface', interfaceName: 'cbr0'}}}, detector: {mode: 'BridgeInterface', interfaceName: 'cbr0'}},
-    {options: {config: {localDetector: {mode: 'InterfaceNamePrefix', interfacePrefix: 'veth'}}}, detector: {mode: 'InterfaceNamePrefix', interfacePrefix: 'veth'}},
-    {options: {config: {localDetector: {mode: 'NodeCIDR', cidrs: ['10.244.7.0/24']}}}, detector: {mode: 'NodeCIDR', cidrs: ['10.244.7.0/24']}},
+    {
+      options: {config: {localDetector: {mode: 'BridgeInterface', interfaceName: 'cbr0'}}},
+      detector: {mode: 'BridgeInterface', interfaceName: 'cbr0'},
+    },
+    {
+      options: {config: {localDetector: {mode: 'InterfaceNamePrefix', interfacePrefix: 'veth'}}},
+      detector: {mode: 'InterfaceNamePrefix', interfacePrefix: 'veth'},
+    },
+    {
+      options: {config: {localDetector: {mode: 'NodeCIDR', cidrs: ['10.244.7.0/24']}}},
+      detector: {mode: 'NodeCIDR', cidrs: ['10.244.7.0/24']},
+    },
   ];
   for (const row of cases) {
     const model = build({}, {...row.options, family: row.family ?? 'IPv4'});
@@ -385,15 +458,29 @@ test('config: defaults and local detectors', () => {
     assert.deepEqual(model.problems, []);
   }
   const iptablesFeatures = {nfacctCounters: ['ct_state_invalid_dropped_pkts'], randomFully: false, conntrackTCPLiberal: true};
-  const given = build({}, {config: {masqueradeAll: true, masqueradeBit: 10, nodePortAddresses: ['primary', '10.240.0.0/24'], localhostNodePorts: false, iptablesFeatures}});
-  assert.deepEqual({...given.config, localDetector: undefined}, {
-    masqueradeAll: true,
-    masqueradeBit: 10,
-    localDetector: undefined,
-    nodePortAddresses: ['primary', '10.240.0.0/24'],
-    localhostNodePorts: false,
-    iptablesFeatures,
-  });
+  const given = build(
+    {},
+    {
+      config: {
+        masqueradeAll: true,
+        masqueradeBit: 10,
+        nodePortAddresses: ['primary', '10.240.0.0/24'],
+        localhostNodePorts: false,
+        iptablesFeatures,
+      },
+    },
+  );
+  assert.deepEqual(
+    {...given.config, localDetector: undefined},
+    {
+      masqueradeAll: true,
+      masqueradeBit: 10,
+      localDetector: undefined,
+      nodePortAddresses: ['primary', '10.240.0.0/24'],
+      localhostNodePorts: false,
+      iptablesFeatures,
+    },
+  );
 });
 
 test('config: NodeCIDR without a pod CIDR of the family turns detection off, with a problem', () => {
@@ -419,7 +506,13 @@ test('config: bad values fall back to defaults with a problem naming the setting
 test('service ports are sorted by key then protocol whatever the input order', () => {
   const services = [
     service('b', {clusterIP: '10.96.0.2'}),
-    service('a', {clusterIP: '10.96.0.1', ports: [{name: 'x', protocol: 'UDP', port: 1}, {name: 'x-tcp', protocol: 'TCP', port: 1}]}),
+    service('a', {
+      clusterIP: '10.96.0.1',
+      ports: [
+        {name: 'x', protocol: 'UDP', port: 1},
+        {name: 'x-tcp', protocol: 'TCP', port: 1},
+      ],
+    }),
     {...service('c', {clusterIP: '10.96.0.3'}), metadata: {name: 'c', namespace: 'alpha'}},
   ];
   const model = build({services});
@@ -430,7 +523,10 @@ test('service ports are sorted by key then protocol whatever the input order', (
 
 test('the same model whatever order slices and endpoints arrive in', () => {
   const slices = [
-    slice('web-a', 'web', [{ip: '10.244.1.5', node: 'node-1'}, {ip: '10.244.2.5', node: 'node-2', ready: false}]),
+    slice('web-a', 'web', [
+      {ip: '10.244.1.5', node: 'node-1'},
+      {ip: '10.244.2.5', node: 'node-2', ready: false},
+    ]),
     slice('web-b', 'web', [{ip: '10.244.3.5', node: 'node-3'}]),
     slice('bad', 'web', [{ip: 'not-an-ip'}]),
   ];

@@ -7,7 +7,14 @@ import {buildProxyModel, type ModelOptions} from '../../../src/core/model/build.
 import type {ServiceInput} from '../../../src/core/model/objects.ts';
 import {node, service, slice, type EndpointSpec} from './cluster-objects.ts';
 
-type Policies = {itp?: 'Local'; etp?: 'Local'; nodePort?: boolean; annotation?: string; trafficDistribution?: string; lbWithoutNodePorts?: boolean};
+type Policies = {
+  itp?: 'Local';
+  etp?: 'Local';
+  nodePort?: boolean;
+  annotation?: string;
+  trafficDistribution?: string;
+  lbWithoutNodePorts?: boolean;
+};
 
 interface Row {
   name: string;
@@ -26,21 +33,81 @@ interface Row {
 const local = 'node-1';
 const remote = 'node-2';
 const ready = (ip: string, more: Partial<EndpointSpec> = {}): EndpointSpec => ({ip, ready: true, node: remote, ...more});
-const notReady = (ip: string, more: Partial<EndpointSpec> = {}): EndpointSpec => ({ip, ready: false, serving: false, node: remote, ...more});
-const servingTerminating = (ip: string, more: Partial<EndpointSpec> = {}): EndpointSpec => ({ip, ready: false, serving: true, terminating: true, node: remote, ...more});
+const notReady = (ip: string, more: Partial<EndpointSpec> = {}): EndpointSpec => ({
+  ip,
+  ready: false,
+  serving: false,
+  node: remote,
+  ...more,
+});
+const servingTerminating = (ip: string, more: Partial<EndpointSpec> = {}): EndpointSpec => ({
+  ip,
+  ready: false,
+  serving: true,
+  terminating: true,
+  node: remote,
+  ...more,
+});
 const zoneEndpoints = (zones: string[]) => zones.map((zone, index) => ready(`10.1.2.${index + 3}`, {zoneHints: [zone]}));
 
 const rows: Row[] = [
-  {name: 'zone hints filter cluster endpoints to this zone', zone: 'zone-a', endpoints: zoneEndpoints(['zone-a', 'zone-b', 'zone-c', 'zone-a']), cluster: ['10.1.2.3:80', '10.1.2.6:80'], local: null, mode: 'PreferSameZone'},
-  {name: 'opt-in required, annotation disabled: hints ignored', options: {topologyNeedsServiceOptIn: true}, service: {annotation: 'disabled'}, zone: 'zone-a', endpoints: zoneEndpoints(['zone-a', 'zone-b', 'zone-c', 'zone-a']), cluster: ['10.1.2.3:80', '10.1.2.4:80', '10.1.2.5:80', '10.1.2.6:80'], local: null, mode: ''},
-  {name: 'opt-in required, no annotation: hints ignored', options: {topologyNeedsServiceOptIn: true}, zone: 'zone-a', endpoints: zoneEndpoints(['zone-a', 'zone-b', 'zone-c', 'zone-a']), cluster: ['10.1.2.3:80', '10.1.2.4:80', '10.1.2.5:80', '10.1.2.6:80'], local: null, mode: ''},
-  {name: 'opt-in required, topology-mode Auto: hints used', options: {topologyNeedsServiceOptIn: true}, service: {annotation: 'Auto'}, zone: 'zone-a', endpoints: zoneEndpoints(['zone-a', 'zone-b', 'zone-c', 'zone-a']), cluster: ['10.1.2.3:80', '10.1.2.6:80'], local: null, mode: 'PreferSameZone'},
-  {name: 'opt-in required, trafficDistribution PreferClose: hints used', options: {topologyNeedsServiceOptIn: true}, service: {trafficDistribution: 'PreferClose'}, zone: 'zone-a', endpoints: zoneEndpoints(['zone-a', 'zone-b', 'zone-c', 'zone-a']), cluster: ['10.1.2.3:80', '10.1.2.6:80'], local: null, mode: 'PreferSameZone'},
+  {
+    name: 'zone hints filter cluster endpoints to this zone',
+    zone: 'zone-a',
+    endpoints: zoneEndpoints(['zone-a', 'zone-b', 'zone-c', 'zone-a']),
+    cluster: ['10.1.2.3:80', '10.1.2.6:80'],
+    local: null,
+    mode: 'PreferSameZone',
+  },
+  {
+    name: 'opt-in required, annotation disabled: hints ignored',
+    options: {topologyNeedsServiceOptIn: true},
+    service: {annotation: 'disabled'},
+    zone: 'zone-a',
+    endpoints: zoneEndpoints(['zone-a', 'zone-b', 'zone-c', 'zone-a']),
+    cluster: ['10.1.2.3:80', '10.1.2.4:80', '10.1.2.5:80', '10.1.2.6:80'],
+    local: null,
+    mode: '',
+  },
+  {
+    name: 'opt-in required, no annotation: hints ignored',
+    options: {topologyNeedsServiceOptIn: true},
+    zone: 'zone-a',
+    endpoints: zoneEndpoints(['zone-a', 'zone-b', 'zone-c', 'zone-a']),
+    cluster: ['10.1.2.3:80', '10.1.2.4:80', '10.1.2.5:80', '10.1.2.6:80'],
+    local: null,
+    mode: '',
+  },
+  {
+    name: 'opt-in required, topology-mode Auto: hints used',
+    options: {topologyNeedsServiceOptIn: true},
+    service: {annotation: 'Auto'},
+    zone: 'zone-a',
+    endpoints: zoneEndpoints(['zone-a', 'zone-b', 'zone-c', 'zone-a']),
+    cluster: ['10.1.2.3:80', '10.1.2.6:80'],
+    local: null,
+    mode: 'PreferSameZone',
+  },
+  {
+    name: 'opt-in required, trafficDistribution PreferClose: hints used',
+    options: {topologyNeedsServiceOptIn: true},
+    service: {trafficDistribution: 'PreferClose'},
+    zone: 'zone-a',
+    endpoints: zoneEndpoints(['zone-a', 'zone-b', 'zone-c', 'zone-a']),
+    cluster: ['10.1.2.3:80', '10.1.2.6:80'],
+    local: null,
+    mode: 'PreferSameZone',
+  },
   {
     name: 'externalTrafficPolicy Local: topology ignored for local endpoints',
     service: {etp: 'Local', nodePort: true},
     zone: 'zone-a',
-    endpoints: [ready('10.1.2.3', {zoneHints: ['zone-a'], node: local}), ready('10.1.2.4', {zoneHints: ['zone-b'], node: local}), ready('10.1.2.5', {zoneHints: ['zone-c']}), ready('10.1.2.6', {zoneHints: ['zone-a']})],
+    endpoints: [
+      ready('10.1.2.3', {zoneHints: ['zone-a'], node: local}),
+      ready('10.1.2.4', {zoneHints: ['zone-b'], node: local}),
+      ready('10.1.2.5', {zoneHints: ['zone-c']}),
+      ready('10.1.2.6', {zoneHints: ['zone-a']}),
+    ],
     cluster: ['10.1.2.3:80', '10.1.2.6:80'],
     local: ['10.1.2.3:80', '10.1.2.4:80'],
     all: ['10.1.2.3:80', '10.1.2.4:80', '10.1.2.6:80'],
@@ -49,24 +116,52 @@ const rows: Row[] = [
     name: 'internalTrafficPolicy Local: topology ignored for local endpoints',
     service: {itp: 'Local', nodePort: true},
     zone: 'zone-a',
-    endpoints: [ready('10.1.2.3', {zoneHints: ['zone-a'], node: local}), ready('10.1.2.4', {zoneHints: ['zone-b'], node: local}), ready('10.1.2.5', {zoneHints: ['zone-c']}), ready('10.1.2.6', {zoneHints: ['zone-a']})],
+    endpoints: [
+      ready('10.1.2.3', {zoneHints: ['zone-a'], node: local}),
+      ready('10.1.2.4', {zoneHints: ['zone-b'], node: local}),
+      ready('10.1.2.5', {zoneHints: ['zone-c']}),
+      ready('10.1.2.6', {zoneHints: ['zone-a']}),
+    ],
     cluster: ['10.1.2.3:80', '10.1.2.6:80'],
     local: ['10.1.2.3:80', '10.1.2.4:80'],
     all: ['10.1.2.3:80', '10.1.2.4:80', '10.1.2.6:80'],
   },
-  {name: 'node without zone label: no filtering', endpoints: [ready('10.1.2.3', {zoneHints: ['zone-a']})], cluster: ['10.1.2.3:80'], local: null, mode: ''},
-  {name: 'node in a zone no hint names: no filtering', zone: 'zone-b', endpoints: [ready('10.1.2.3', {zoneHints: ['zone-a']})], cluster: ['10.1.2.3:80'], local: null, mode: ''},
+  {
+    name: 'node without zone label: no filtering',
+    endpoints: [ready('10.1.2.3', {zoneHints: ['zone-a']})],
+    cluster: ['10.1.2.3:80'],
+    local: null,
+    mode: '',
+  },
+  {
+    name: 'node in a zone no hint names: no filtering',
+    zone: 'zone-b',
+    endpoints: [ready('10.1.2.3', {zoneHints: ['zone-a']})],
+    cluster: ['10.1.2.3:80'],
+    local: null,
+    mode: '',
+  },
   {
     name: 'unready endpoint left out of the zone',
     zone: 'zone-a',
-    endpoints: [ready('10.1.2.3', {zoneHints: ['zone-a']}), ready('10.1.2.4', {zoneHints: ['zone-b']}), ready('10.1.2.5', {zoneHints: ['zone-c']}), notReady('10.1.2.6', {zoneHints: ['zone-a']})],
+    endpoints: [
+      ready('10.1.2.3', {zoneHints: ['zone-a']}),
+      ready('10.1.2.4', {zoneHints: ['zone-b']}),
+      ready('10.1.2.5', {zoneHints: ['zone-c']}),
+      notReady('10.1.2.6', {zoneHints: ['zone-a']}),
+    ],
     cluster: ['10.1.2.3:80'],
     local: null,
   },
   {
     name: 'only unready endpoints in this zone: no filtering',
     zone: 'zone-a',
-    endpoints: [notReady('10.1.2.3', {zoneHints: ['zone-a']}), ready('10.1.2.4', {zoneHints: ['zone-b']}), ready('10.1.2.5', {zoneHints: ['zone-c']}), notReady('10.1.2.6', {zoneHints: ['zone-a']})],
+    endpoints: [
+      notReady('10.1.2.3', {zoneHints: ['zone-a']}),
+      ready('10.1.2.4', {zoneHints: ['zone-b']}),
+      ready('10.1.2.5', {zoneHints: ['zone-c']}),
+      notReady('10.1.2.6', {zoneHints: ['zone-a']}),
+    ],
     cluster: ['10.1.2.4:80', '10.1.2.5:80'],
     local: null,
     mode: '',
@@ -74,7 +169,12 @@ const rows: Row[] = [
   {
     name: 'a ready endpoint without hints: no filtering',
     zone: 'zone-a',
-    endpoints: [ready('10.1.2.3', {zoneHints: ['zone-a']}), ready('10.1.2.4', {zoneHints: ['zone-b']}), ready('10.1.2.5'), ready('10.1.2.6', {zoneHints: ['zone-a']})],
+    endpoints: [
+      ready('10.1.2.3', {zoneHints: ['zone-a']}),
+      ready('10.1.2.4', {zoneHints: ['zone-b']}),
+      ready('10.1.2.5'),
+      ready('10.1.2.6', {zoneHints: ['zone-a']}),
+    ],
     cluster: ['10.1.2.3:80', '10.1.2.4:80', '10.1.2.5:80', '10.1.2.6:80'],
     local: null,
     mode: '',
@@ -82,7 +182,12 @@ const rows: Row[] = [
   {
     name: 'several hints per endpoint: any naming this zone counts',
     zone: 'zone-c',
-    endpoints: [ready('10.1.2.3', {zoneHints: ['zone-a', 'zone-b', 'zone-c']}), ready('10.1.2.4', {zoneHints: ['zone-b', 'zone-c']}), ready('10.1.2.5', {zoneHints: ['zone-b', 'zone-d']}), ready('10.1.2.6', {zoneHints: ['zone-c']})],
+    endpoints: [
+      ready('10.1.2.3', {zoneHints: ['zone-a', 'zone-b', 'zone-c']}),
+      ready('10.1.2.4', {zoneHints: ['zone-b', 'zone-c']}),
+      ready('10.1.2.5', {zoneHints: ['zone-b', 'zone-d']}),
+      ready('10.1.2.6', {zoneHints: ['zone-c']}),
+    ],
     cluster: ['10.1.2.3:80', '10.1.2.4:80', '10.1.2.6:80'],
     local: null,
   },
@@ -90,18 +195,58 @@ const rows: Row[] = [
     name: 'topology and localness disagree: all reachable is the union',
     service: {etp: 'Local', nodePort: true},
     zone: 'zone-a',
-    endpoints: [ready('10.0.0.0', {zoneHints: ['zone-a'], node: local}), ready('10.0.0.1', {zoneHints: ['zone-b'], node: local}), ready('10.0.0.2', {zoneHints: ['zone-a']}), ready('10.0.0.3', {zoneHints: ['zone-b']})],
+    endpoints: [
+      ready('10.0.0.0', {zoneHints: ['zone-a'], node: local}),
+      ready('10.0.0.1', {zoneHints: ['zone-b'], node: local}),
+      ready('10.0.0.2', {zoneHints: ['zone-a']}),
+      ready('10.0.0.3', {zoneHints: ['zone-b']}),
+    ],
     cluster: ['10.0.0.0:80', '10.0.0.2:80'],
     local: ['10.0.0.0:80', '10.0.0.1:80'],
     all: ['10.0.0.0:80', '10.0.0.1:80', '10.0.0.2:80'],
   },
   {name: 'internalTrafficPolicy Local, no endpoints', service: {itp: 'Local'}, endpoints: [], cluster: null, local: [], hasAny: false},
-  {name: 'internalTrafficPolicy Local, all endpoints remote', service: {itp: 'Local'}, endpoints: [ready('10.0.0.0'), ready('10.0.0.1')], cluster: null, local: [], hasAny: true},
-  {name: 'internalTrafficPolicy Local, all endpoints local', service: {itp: 'Local'}, endpoints: [ready('10.0.0.0', {node: local}), ready('10.0.0.1', {node: local})], cluster: null, local: ['10.0.0.0:80', '10.0.0.1:80']},
-  {name: 'internalTrafficPolicy Local, some endpoints local', service: {itp: 'Local'}, endpoints: [ready('10.0.0.0', {node: local}), ready('10.0.0.1')], cluster: null, local: ['10.0.0.0:80']},
-  {name: 'Cluster policy, no endpoint ready', endpoints: [notReady('10.0.0.0'), notReady('10.0.0.1')], cluster: [], local: null, hasAny: false},
-  {name: 'Cluster policy, some endpoints ready', endpoints: [notReady('10.0.0.0'), ready('10.0.0.1')], cluster: ['10.0.0.1:80'], local: null},
-  {name: 'Cluster policy, all terminating: serving ones used', endpoints: [servingTerminating('10.0.0.0', {node: local}), servingTerminating('10.0.0.1')], cluster: ['10.0.0.0:80', '10.0.0.1:80'], local: null},
+  {
+    name: 'internalTrafficPolicy Local, all endpoints remote',
+    service: {itp: 'Local'},
+    endpoints: [ready('10.0.0.0'), ready('10.0.0.1')],
+    cluster: null,
+    local: [],
+    hasAny: true,
+  },
+  {
+    name: 'internalTrafficPolicy Local, all endpoints local',
+    service: {itp: 'Local'},
+    endpoints: [ready('10.0.0.0', {node: local}), ready('10.0.0.1', {node: local})],
+    cluster: null,
+    local: ['10.0.0.0:80', '10.0.0.1:80'],
+  },
+  {
+    name: 'internalTrafficPolicy Local, some endpoints local',
+    service: {itp: 'Local'},
+    endpoints: [ready('10.0.0.0', {node: local}), ready('10.0.0.1')],
+    cluster: null,
+    local: ['10.0.0.0:80'],
+  },
+  {
+    name: 'Cluster policy, no endpoint ready',
+    endpoints: [notReady('10.0.0.0'), notReady('10.0.0.1')],
+    cluster: [],
+    local: null,
+    hasAny: false,
+  },
+  {
+    name: 'Cluster policy, some endpoints ready',
+    endpoints: [notReady('10.0.0.0'), ready('10.0.0.1')],
+    cluster: ['10.0.0.1:80'],
+    local: null,
+  },
+  {
+    name: 'Cluster policy, all terminating: serving ones used',
+    endpoints: [servingTerminating('10.0.0.0', {node: local}), servingTerminating('10.0.0.1')],
+    cluster: ['10.0.0.0:80', '10.0.0.1:80'],
+    local: null,
+  },
   {
     name: 'terminating but no longer serving: not used',
     endpoints: [{ip: '10.0.0.0', ready: false, serving: false, terminating: true, node: remote}],
@@ -109,10 +254,38 @@ const rows: Row[] = [
     local: null,
     hasAny: false,
   },
-  {name: 'iTP Local, eTP Cluster, some local', service: {itp: 'Local', nodePort: true}, endpoints: [ready('10.0.0.0', {node: local}), ready('10.0.0.1')], cluster: ['10.0.0.0:80', '10.0.0.1:80'], local: ['10.0.0.0:80'], all: ['10.0.0.0:80', '10.0.0.1:80']},
-  {name: 'iTP Cluster, eTP Local, some local', service: {etp: 'Local', nodePort: true}, endpoints: [ready('10.0.0.0', {node: local}), ready('10.0.0.1')], cluster: ['10.0.0.0:80', '10.0.0.1:80'], local: ['10.0.0.0:80'], all: ['10.0.0.0:80', '10.0.0.1:80']},
-  {name: 'iTP Local, eTP Local, some local', service: {itp: 'Local', etp: 'Local', nodePort: true}, endpoints: [ready('10.0.0.0', {node: local}), ready('10.0.0.1')], cluster: ['10.0.0.0:80', '10.0.0.1:80'], local: ['10.0.0.0:80'], all: ['10.0.0.0:80', '10.0.0.1:80']},
-  {name: 'iTP Local, eTP Local, all remote', service: {itp: 'Local', etp: 'Local', nodePort: true}, endpoints: [ready('10.0.0.0'), ready('10.0.0.1')], cluster: ['10.0.0.0:80', '10.0.0.1:80'], local: [], all: ['10.0.0.0:80', '10.0.0.1:80']},
+  {
+    name: 'iTP Local, eTP Cluster, some local',
+    service: {itp: 'Local', nodePort: true},
+    endpoints: [ready('10.0.0.0', {node: local}), ready('10.0.0.1')],
+    cluster: ['10.0.0.0:80', '10.0.0.1:80'],
+    local: ['10.0.0.0:80'],
+    all: ['10.0.0.0:80', '10.0.0.1:80'],
+  },
+  {
+    name: 'iTP Cluster, eTP Local, some local',
+    service: {etp: 'Local', nodePort: true},
+    endpoints: [ready('10.0.0.0', {node: local}), ready('10.0.0.1')],
+    cluster: ['10.0.0.0:80', '10.0.0.1:80'],
+    local: ['10.0.0.0:80'],
+    all: ['10.0.0.0:80', '10.0.0.1:80'],
+  },
+  {
+    name: 'iTP Local, eTP Local, some local',
+    service: {itp: 'Local', etp: 'Local', nodePort: true},
+    endpoints: [ready('10.0.0.0', {node: local}), ready('10.0.0.1')],
+    cluster: ['10.0.0.0:80', '10.0.0.1:80'],
+    local: ['10.0.0.0:80'],
+    all: ['10.0.0.0:80', '10.0.0.1:80'],
+  },
+  {
+    name: 'iTP Local, eTP Local, all remote',
+    service: {itp: 'Local', etp: 'Local', nodePort: true},
+    endpoints: [ready('10.0.0.0'), ready('10.0.0.1')],
+    cluster: ['10.0.0.0:80', '10.0.0.1:80'],
+    local: [],
+    all: ['10.0.0.0:80', '10.0.0.1:80'],
+  },
   {
     name: 'iTP Local, eTP Local, all remote and terminating',
     service: {itp: 'Local', etp: 'Local', nodePort: true},
@@ -125,7 +298,12 @@ const rows: Row[] = [
   {
     name: 'iTP Cluster, eTP Local, local side falls back to terminating',
     service: {etp: 'Local', nodePort: true},
-    endpoints: [ready('10.0.0.0'), notReady('10.0.0.1', {node: local}), servingTerminating('10.0.0.2', {node: local}), servingTerminating('10.0.0.3')],
+    endpoints: [
+      ready('10.0.0.0'),
+      notReady('10.0.0.1', {node: local}),
+      servingTerminating('10.0.0.2', {node: local}),
+      servingTerminating('10.0.0.3'),
+    ],
     cluster: ['10.0.0.0:80'],
     local: ['10.0.0.2:80'],
     all: ['10.0.0.0:80', '10.0.0.2:80'],
@@ -137,11 +315,21 @@ const rows: Row[] = [
     cluster: ['10.0.0.0:80', '10.0.0.1:80'],
     local: null,
   },
-  {name: 'iTP Local internal-only service: no cluster endpoints', service: {itp: 'Local'}, endpoints: [ready('10.0.0.0'), ready('10.0.0.1', {node: local})], cluster: null, local: ['10.0.0.1:80']},
+  {
+    name: 'iTP Local internal-only service: no cluster endpoints',
+    service: {itp: 'Local'},
+    endpoints: [ready('10.0.0.0'), ready('10.0.0.1', {node: local})],
+    cluster: null,
+    local: ['10.0.0.1:80'],
+  },
   {
     name: 'PreferSameNode: node hints naming this node win',
     zone: 'zone-a',
-    endpoints: [ready('10.0.0.1', {nodeHints: [local], zoneHints: ['zone-a'], node: local}), ready('10.0.0.2', {nodeHints: [remote], zoneHints: ['zone-a']}), ready('10.0.0.3', {nodeHints: ['node-3'], zoneHints: ['zone-b']})],
+    endpoints: [
+      ready('10.0.0.1', {nodeHints: [local], zoneHints: ['zone-a'], node: local}),
+      ready('10.0.0.2', {nodeHints: [remote], zoneHints: ['zone-a']}),
+      ready('10.0.0.3', {nodeHints: ['node-3'], zoneHints: ['zone-b']}),
+    ],
     cluster: ['10.0.0.1:80'],
     local: null,
     mode: 'PreferSameNode',
@@ -149,7 +337,10 @@ const rows: Row[] = [
   {
     name: 'node hints name other nodes only: zone hints used',
     zone: 'zone-a',
-    endpoints: [ready('10.0.0.2', {nodeHints: [remote], zoneHints: ['zone-a']}), ready('10.0.0.3', {nodeHints: ['node-3'], zoneHints: ['zone-b']})],
+    endpoints: [
+      ready('10.0.0.2', {nodeHints: [remote], zoneHints: ['zone-a']}),
+      ready('10.0.0.3', {nodeHints: ['node-3'], zoneHints: ['zone-b']}),
+    ],
     cluster: ['10.0.0.2:80'],
     local: null,
     mode: 'PreferSameZone',

@@ -65,7 +65,10 @@ export function slice(
   };
 }
 
-export function node(name = 'node-1', extra: {zone?: string; addresses?: Array<{type: string; address: string}>; podCIDRs?: string[]} = {}): NodeInput {
+export function node(
+  name = 'node-1',
+  extra: {zone?: string; addresses?: Array<{type: string; address: string}>; podCIDRs?: string[]} = {},
+): NodeInput {
   return {
     apiVersion: 'v1',
     kind: 'Node',

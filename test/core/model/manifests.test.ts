@@ -111,16 +111,39 @@ const badRows: BadRow[] = [
     message: /^bad\.yaml document 2: invalid YAML: /,
     kept: ['first', 'third'],
   },
-  {name: 'a document without kind', text: `${service('first')}---\napiVersion: v1\nmetadata: {name: x}\n`, document: 2, message: /^bad\.yaml document 2: object has no kind$/, kept: ['first']},
-  {name: 'a document without apiVersion', text: 'kind: Service\nmetadata: {name: x}\n', document: 1, message: /^bad\.yaml document 1: Service has no apiVersion$/},
-  {name: 'a scalar document', text: `${service('first')}---\njust words\n`, document: 2, message: /^bad\.yaml document 2: the string "just words" is not a Kubernetes object$/, kept: ['first']},
+  {
+    name: 'a document without kind',
+    text: `${service('first')}---\napiVersion: v1\nmetadata: {name: x}\n`,
+    document: 2,
+    message: /^bad\.yaml document 2: object has no kind$/,
+    kept: ['first'],
+  },
+  {
+    name: 'a document without apiVersion',
+    text: 'kind: Service\nmetadata: {name: x}\n',
+    document: 1,
+    message: /^bad\.yaml document 1: Service has no apiVersion$/,
+  },
+  {
+    name: 'a scalar document',
+    text: `${service('first')}---\njust words\n`,
+    document: 2,
+    message: /^bad\.yaml document 2: the string "just words" is not a Kubernetes object$/,
+    kept: ['first'],
+  },
   {
     name: 'an EndpointSlice of an unsupported apiVersion',
     text: 'apiVersion: discovery.k8s.io/v1beta1\nkind: EndpointSlice\nmetadata: {name: old}\n',
     document: 1,
-    message: /^bad\.yaml document 1: EndpointSlice of apiVersion discovery\.k8s\.io\/v1beta1 is not supported \(want discovery\.k8s\.io\/v1\)$/,
+    message:
+      /^bad\.yaml document 1: EndpointSlice of apiVersion discovery\.k8s\.io\/v1beta1 is not supported \(want discovery\.k8s\.io\/v1\)$/,
   },
-  {name: 'a List without items', text: 'apiVersion: v1\nkind: List\n', document: 1, message: /^bad\.yaml document 1: List has no items list$/},
+  {
+    name: 'a List without items',
+    text: 'apiVersion: v1\nkind: List\n',
+    document: 1,
+    message: /^bad\.yaml document 1: List has no items list$/,
+  },
   {
     name: 'a bad List item',
     text: `apiVersion: v1\nkind: List\nitems:\n  - {apiVersion: v1, kind: Service, metadata: {name: a}}\n  - 42\n`,
@@ -132,7 +155,14 @@ const badRows: BadRow[] = [
   {name: 'invalid JSON', text: '{"apiVersion": "v1", "kind": "Service",,}', document: 1, message: /^bad\.yaml document 1: invalid JSON: /},
   {
     name: 'an alias bomb',
-    text: ['a: &a [x, x, x, x, x, x, x, x, x, x]', ...Array.from({length: 8}, (_, i) => `${String.fromCharCode(98 + i)}: &${String.fromCharCode(98 + i)} [*${String.fromCharCode(97 + i)}, *${String.fromCharCode(97 + i)}, *${String.fromCharCode(97 + i)}, *${String.fromCharCode(97 + i)}, *${String.fromCharCode(97 + i)}, *${String.fromCharCode(97 + i)}, *${String.fromCharCode(97 + i)}, *${String.fromCharCode(97 + i)}, *${String.fromCharCode(97 + i)}, *${String.fromCharCode(97 + i)}]`)].join('\n'),
+    text: [
+      'a: &a [x, x, x, x, x, x, x, x, x, x]',
+      ...Array.from(
+        {length: 8},
+        (_, i) =>
+          `${String.fromCharCode(98 + i)}: &${String.fromCharCode(98 + i)} [*${String.fromCharCode(97 + i)}, *${String.fromCharCode(97 + i)}, *${String.fromCharCode(97 + i)}, *${String.fromCharCode(97 + i)}, *${String.fromCharCode(97 + i)}, *${String.fromCharCode(97 + i)}, *${String.fromCharCode(97 + i)}, *${String.fromCharCode(97 + i)}, *${String.fromCharCode(97 + i)}, *${String.fromCharCode(97 + i)}]`,
+      ),
+    ].join('\n'),
     document: 1,
     message: /^bad\.yaml document 1: unreadable YAML: /,
   },

@@ -5,17 +5,29 @@ import {buildProxyModel, changedServicePorts, type ProxyModel} from '../../../sr
 import {endpointMapShard, endpointNameBase, servicePortNameBase} from '../../../src/core/nftables/names.ts';
 import {diffNftables} from '../../../src/core/nftables/diff.ts';
 import {parseNftablesScript} from '../../../src/core/nftables/parse.ts';
-import {deleteStaleChains, endpointTargetsMap, masqueradeMark, renderNftables, renderNftablesSync} from '../../../src/core/nftables/render.ts';
+import {
+  deleteStaleChains,
+  endpointTargetsMap,
+  masqueradeMark,
+  renderNftables,
+  renderNftablesSync,
+} from '../../../src/core/nftables/render.ts';
 import {node, service, slice} from '../model/cluster-objects.ts';
 
 function model(services: unknown[], slices: unknown[], options: Partial<Parameters<typeof buildProxyModel>[1]> = {}): ProxyModel {
-  const built = buildProxyModel({services, endpointSlices: slices, node: node('node-1')}, {family: 'IPv4', clusterCIDRs: ['10.244.0.0/16'], ...options});
+  const built = buildProxyModel(
+    {services, endpointSlices: slices, node: node('node-1')},
+    {family: 'IPv4', clusterCIDRs: ['10.244.0.0/16'], ...options},
+  );
   assert.deepEqual(built.problems, []);
   return built;
 }
 
 const web = service('web', {clusterIP: '10.96.0.10'});
-const webSlice = slice('web-1', 'web', [{ip: '10.244.1.5', node: 'node-1'}, {ip: '10.244.2.5', node: 'node-2'}]);
+const webSlice = slice('web-1', 'web', [
+  {ip: '10.244.1.5', node: 'node-1'},
+  {ip: '10.244.2.5', node: 'node-2'},
+]);
 
 /** targetsOf: the endpoint-targets map a per-service chain picks from. */
 function targetsOf(chain: string, protocol = 'tcp'): string {
@@ -24,15 +36,26 @@ function targetsOf(chain: string, protocol = 'tcp'): string {
 
 function rules(script: string, chainPrefix: string): string[] {
   const table = parseNftablesScript(script);
-  return [...table.chains.values()].filter((chain) => chain.name.startsWith(chainPrefix) && chain.name.includes('/')).flatMap((chain) => chain.rules.map((rule) => rule.text));
+  return [...table.chains.values()]
+    .filter((chain) => chain.name.startsWith(chainPrefix) && chain.name.includes('/'))
+    .flatMap((chain) => chain.rules.map((rule) => rule.text));
 }
 
 describe('nftables names', () => {
   it('hash service and endpoint chain names as kube-proxy does', () => {
     // kube-proxy's own test expectations (pkg/proxy/nftables/proxier_test.go).
-    assert.equal(servicePortNameBase({namespace: 'ns1', serviceName: 'svc1', portName: 'p80', protocol: 'TCP'}), 'ULMVA6XW-ns1/svc1/tcp/p80');
-    assert.match(endpointNameBase({namespace: 'ns1', serviceName: 'svc1', portName: 'p80', protocol: 'TCP'}, {ip: '10.180.0.1', port: 80}), /^[A-Z2-7]{8}-ns1\/svc1\/tcp\/p80__10\.180\.0\.1\/80$/);
-    assert.match(endpointNameBase({namespace: 'ns1', serviceName: 'svc1', portName: 'p80', protocol: 'TCP'}, {ip: 'fd00::1', port: 80}), /__fd00\.\.1\/80$/);
+    assert.equal(
+      servicePortNameBase({namespace: 'ns1', serviceName: 'svc1', portName: 'p80', protocol: 'TCP'}),
+      'ULMVA6XW-ns1/svc1/tcp/p80',
+    );
+    assert.match(
+      endpointNameBase({namespace: 'ns1', serviceName: 'svc1', portName: 'p80', protocol: 'TCP'}, {ip: '10.180.0.1', port: 80}),
+      /^[A-Z2-7]{8}-ns1\/svc1\/tcp\/p80__10\.180\.0\.1\/80$/,
+    );
+    assert.match(
+      endpointNameBase({namespace: 'ns1', serviceName: 'svc1', portName: 'p80', protocol: 'TCP'}, {ip: 'fd00::1', port: 80}),
+      /__fd00\.\.1\/80$/,
+    );
   });
 
   it('writes the masquerade mark as nft lists it', () => {
@@ -47,7 +70,9 @@ describe('renderNftables', () => {
     const table = parseNftablesScript(script);
     assert.equal(table.family, 'ip');
     assert.equal(table.table, 'kube-proxy');
-    const base = Object.fromEntries([...table.chains.values()].filter((chain) => chain.hook).map((chain) => [chain.name, `${chain.hook} ${chain.priority}`]));
+    const base = Object.fromEntries(
+      [...table.chains.values()].filter((chain) => chain.hook).map((chain) => [chain.name, `${chain.hook} ${chain.priority}`]),
+    );
     assert.deepEqual(base, {
       'filter-prerouting': 'prerouting -110',
       'filter-input': 'input -110',
@@ -58,18 +83,34 @@ describe('renderNftables', () => {
       'nat-output': 'output -100',
       'nat-postrouting': 'postrouting 100',
     });
-    for (const name of ['service-ips', 'service-nodeports', 'cluster-ips', 'no-endpoint-services', 'no-endpoint-nodeports', 'firewall-ips', 'nodeport-ips']) assert.ok(table.sets.has(name), name);
-    assert.deepEqual(table.sets.get('nodeport-ips')!.elements.map((element) => element.key), ['10.240.0.11'], 'NodePorts on the primary IP only');
-    assert.deepEqual(table.chains.get('services')!.rules.map((rule) => rule.text), [
-      'ip daddr . meta l4proto . th dport vmap @service-ips',
-      'ip daddr @nodeport-ips meta l4proto . th dport vmap @service-nodeports',
-    ]);
-    assert.deepEqual(table.chains.get('masquerading')!.rules.map((rule) => rule.text), [
-      'ct status dnat ip saddr . ip daddr @hairpin-endpoints jump mark-for-masquerade',
-      'meta mark & 0x00004000 == 0x00000000 return',
-      'meta mark set meta mark ^ 0x00004000',
-      'masquerade fully-random',
-    ]);
+    for (const name of [
+      'service-ips',
+      'service-nodeports',
+      'cluster-ips',
+      'no-endpoint-services',
+      'no-endpoint-nodeports',
+      'firewall-ips',
+      'nodeport-ips',
+    ])
+      assert.ok(table.sets.has(name), name);
+    assert.deepEqual(
+      table.sets.get('nodeport-ips')!.elements.map((element) => element.key),
+      ['10.240.0.11'],
+      'NodePorts on the primary IP only',
+    );
+    assert.deepEqual(
+      table.chains.get('services')!.rules.map((rule) => rule.text),
+      ['ip daddr . meta l4proto . th dport vmap @service-ips', 'ip daddr @nodeport-ips meta l4proto . th dport vmap @service-nodeports'],
+    );
+    assert.deepEqual(
+      table.chains.get('masquerading')!.rules.map((rule) => rule.text),
+      [
+        'ct status dnat ip saddr . ip daddr @hairpin-endpoints jump mark-for-masquerade',
+        'meta mark & 0x00004000 == 0x00000000 return',
+        'meta mark set meta mark ^ 0x00004000',
+        'masquerade fully-random',
+      ],
+    );
   });
 
   it('sends a ClusterIP to its service chain, masquerades off-cluster sources, picks endpoints with numgen', () => {
@@ -78,57 +119,123 @@ describe('renderNftables', () => {
     const chain = `service-${servicePortNameBase({namespace: 'default', serviceName: 'web', portName: 'http', protocol: 'TCP'})}`;
     assert.deepEqual(table.sets.get('service-ips')!.elements, [{key: '10.96.0.10 . tcp . 80', value: `goto ${chain}`}]);
     assert.deepEqual(table.sets.get('cluster-ips')!.elements, [{key: '10.96.0.10'}]);
-    assert.deepEqual(table.chains.get(chain)!.rules.map((rule) => rule.text), [
-      'ip daddr 10.96.0.10 tcp dport 80 ip saddr != 10.244.0.0/16 jump mark-for-masquerade',
-      `meta l4proto tcp dnat ip to numgen random mod 2 map @${targetsOf(chain)}`,
-    ]);
+    assert.deepEqual(
+      table.chains.get(chain)!.rules.map((rule) => rule.text),
+      [
+        'ip daddr 10.96.0.10 tcp dport 80 ip saddr != 10.244.0.0/16 jump mark-for-masquerade',
+        `meta l4proto tcp dnat ip to numgen random mod 2 map @${targetsOf(chain)}`,
+      ],
+    );
     assert.deepEqual(table.sets.get(targetsOf(chain))!.elements, [
       {key: '0', value: '10.244.1.5 . 8080'},
       {key: '1', value: '10.244.2.5 . 8080'},
     ]);
-    assert.deepEqual(table.sets.get('hairpin-endpoints')!.elements.map((element) => element.key), ['10.244.1.5 . 10.244.1.5', '10.244.2.5 . 10.244.2.5']);
+    assert.deepEqual(
+      table.sets.get('hairpin-endpoints')!.elements.map((element) => element.key),
+      ['10.244.1.5 . 10.244.1.5', '10.244.2.5 . 10.244.2.5'],
+    );
   });
 
   it('rejects a service without endpoints and drops Local traffic without local endpoints', () => {
-    const empty = service('empty', {clusterIP: '10.96.0.20', type: 'NodePort', ports: [{name: 'http', protocol: 'TCP', port: 80, targetPort: 8080, nodePort: 30020}]});
-    const local = service('local', {clusterIP: '10.96.0.21', type: 'NodePort', externalTrafficPolicy: 'Local', ports: [{name: 'http', protocol: 'TCP', port: 80, targetPort: 8080, nodePort: 30021}]});
-    const table = parseNftablesScript(renderNftables(model([empty, local], [slice('local-1', 'local', [{ip: '10.244.2.7', node: 'node-2'}])])));
-    assert.deepEqual(table.sets.get('no-endpoint-services')!.elements, [{key: '10.96.0.20 . tcp . 80', value: 'goto reject-chain', comment: 'default/empty:http'}]);
+    const empty = service('empty', {
+      clusterIP: '10.96.0.20',
+      type: 'NodePort',
+      ports: [{name: 'http', protocol: 'TCP', port: 80, targetPort: 8080, nodePort: 30020}],
+    });
+    const local = service('local', {
+      clusterIP: '10.96.0.21',
+      type: 'NodePort',
+      externalTrafficPolicy: 'Local',
+      ports: [{name: 'http', protocol: 'TCP', port: 80, targetPort: 8080, nodePort: 30021}],
+    });
+    const table = parseNftablesScript(
+      renderNftables(model([empty, local], [slice('local-1', 'local', [{ip: '10.244.2.7', node: 'node-2'}])])),
+    );
+    assert.deepEqual(table.sets.get('no-endpoint-services')!.elements, [
+      {key: '10.96.0.20 . tcp . 80', value: 'goto reject-chain', comment: 'default/empty:http'},
+    ]);
     assert.deepEqual(table.sets.get('no-endpoint-nodeports')!.elements, [
       {key: 'tcp . 30020', value: 'goto reject-chain', comment: 'default/empty:http'},
       {key: 'tcp . 30021', value: 'drop', comment: 'default/local:http'},
     ]);
     const external = `external-${servicePortNameBase({namespace: 'default', serviceName: 'local', portName: 'http', protocol: 'TCP'})}`;
     const cluster = `service-${servicePortNameBase({namespace: 'default', serviceName: 'local', portName: 'http', protocol: 'TCP'})}`;
-    assert.deepEqual(table.chains.get(external)!.rules.map((rule) => (rule.comment ? `${rule.text} comment "${rule.comment}"` : rule.text)), [
-      `ip saddr 10.244.0.0/16 goto ${cluster} comment "short-circuit pod traffic"`,
-      'fib saddr type local jump mark-for-masquerade comment "masquerade local traffic"',
-      `fib saddr type local goto ${cluster} comment "short-circuit local traffic"`,
-    ]);
+    assert.deepEqual(
+      table.chains.get(external)!.rules.map((rule) => (rule.comment ? `${rule.text} comment "${rule.comment}"` : rule.text)),
+      [
+        `ip saddr 10.244.0.0/16 goto ${cluster} comment "short-circuit pod traffic"`,
+        'fib saddr type local jump mark-for-masquerade comment "masquerade local traffic"',
+        `fib saddr type local goto ${cluster} comment "short-circuit local traffic"`,
+      ],
+    );
   });
 
   it('firewalls load-balancer IPs with loadBalancerSourceRanges before DNAT', () => {
-    const lb = service('lb', {clusterIP: '10.96.0.30', type: 'LoadBalancer', loadBalancerSourceRanges: ['192.0.2.0/24', '198.51.100.7/32'], ports: [{name: 'http', protocol: 'TCP', port: 80, targetPort: 8080, nodePort: 30030}]}, {status: {loadBalancer: {ingress: [{ip: '203.0.113.9'}]}}});
+    const lb = service(
+      'lb',
+      {
+        clusterIP: '10.96.0.30',
+        type: 'LoadBalancer',
+        loadBalancerSourceRanges: ['192.0.2.0/24', '198.51.100.7/32'],
+        ports: [{name: 'http', protocol: 'TCP', port: 80, targetPort: 8080, nodePort: 30030}],
+      },
+      {status: {loadBalancer: {ingress: [{ip: '203.0.113.9'}]}}},
+    );
     const table = parseNftablesScript(renderNftables(model([lb], [slice('lb-1', 'lb', [{ip: '10.244.1.9', node: 'node-1'}])])));
     const firewall = `firewall-${servicePortNameBase({namespace: 'default', serviceName: 'lb', portName: 'http', protocol: 'TCP'})}`;
     assert.deepEqual(table.sets.get('firewall-ips')!.elements, [{key: '203.0.113.9 . tcp . 80', value: `goto ${firewall}`}]);
-    assert.deepEqual(table.chains.get(firewall)!.rules.map((rule) => rule.text), ['ip saddr != { 192.0.2.0/24, 198.51.100.7 } drop']);
+    assert.deepEqual(
+      table.chains.get(firewall)!.rules.map((rule) => rule.text),
+      ['ip saddr != { 192.0.2.0/24, 198.51.100.7 } drop'],
+    );
   });
 
   it('closes the load-balancer IP to every client when a loadBalancerSourceRanges entry is no CIDR, and keeps the NodePort', () => {
-    const lb = service('lb', {clusterIP: '10.96.0.30', type: 'LoadBalancer', loadBalancerSourceRanges: ['192.0.2.0/24', 'bogus'], ports: [{name: 'http', protocol: 'TCP', port: 80, targetPort: 8080, nodePort: 30030}]}, {status: {loadBalancer: {ingress: [{ip: '203.0.113.9'}]}}});
-    const built = buildProxyModel({services: [lb], endpointSlices: [slice('lb-1', 'lb', [{ip: '10.244.1.9', node: 'node-1'}])], node: node('node-1')}, {family: 'IPv4', clusterCIDRs: ['10.244.0.0/16']});
-    assert.deepEqual(built.problems.map((problem) => problem.field), ['spec.loadBalancerSourceRanges[1]']);
+    const lb = service(
+      'lb',
+      {
+        clusterIP: '10.96.0.30',
+        type: 'LoadBalancer',
+        loadBalancerSourceRanges: ['192.0.2.0/24', 'bogus'],
+        ports: [{name: 'http', protocol: 'TCP', port: 80, targetPort: 8080, nodePort: 30030}],
+      },
+      {status: {loadBalancer: {ingress: [{ip: '203.0.113.9'}]}}},
+    );
+    const built = buildProxyModel(
+      {services: [lb], endpointSlices: [slice('lb-1', 'lb', [{ip: '10.244.1.9', node: 'node-1'}])], node: node('node-1')},
+      {family: 'IPv4', clusterCIDRs: ['10.244.0.0/16']},
+    );
+    assert.deepEqual(
+      built.problems.map((problem) => problem.field),
+      ['spec.loadBalancerSourceRanges[1]'],
+    );
     const table = parseNftablesScript(renderNftables(built));
     const firewall = `firewall-${servicePortNameBase({namespace: 'default', serviceName: 'lb', portName: 'http', protocol: 'TCP'})}`;
     assert.deepEqual(table.sets.get('firewall-ips')!.elements, [{key: '203.0.113.9 . tcp . 80', value: `goto ${firewall}`}]);
-    assert.deepEqual(table.chains.get(firewall)!.rules.map((rule) => rule.text), ['drop']);
+    assert.deepEqual(
+      table.chains.get(firewall)!.rules.map((rule) => rule.text),
+      ['drop'],
+    );
     assert.equal(table.sets.get('service-nodeports')!.elements.length, 1);
   });
 
   it('keeps endpoint chains and affinity sets with the timeout for session affinity', () => {
-    const sticky = service('sticky', {clusterIP: '10.96.0.40', sessionAffinity: 'ClientIP', sessionAffinityConfig: {clientIP: {timeoutSeconds: 600}}});
-    const script = renderNftables(model([sticky], [slice('sticky-1', 'sticky', [{ip: '10.244.1.5', node: 'node-1'}, {ip: '10.244.2.5', node: 'node-2'}])]));
+    const sticky = service('sticky', {
+      clusterIP: '10.96.0.40',
+      sessionAffinity: 'ClientIP',
+      sessionAffinityConfig: {clientIP: {timeoutSeconds: 600}},
+    });
+    const script = renderNftables(
+      model(
+        [sticky],
+        [
+          slice('sticky-1', 'sticky', [
+            {ip: '10.244.1.5', node: 'node-1'},
+            {ip: '10.244.2.5', node: 'node-2'},
+          ]),
+        ],
+      ),
+    );
     const table = parseNftablesScript(script);
     const affinity = [...table.sets.values()].filter((set) => set.name.startsWith('affinity-'));
     assert.equal(affinity.length, 2);
@@ -144,15 +251,24 @@ describe('renderNftables', () => {
 
   it('drops unallocated addresses of the service CIDRs and rejects unknown ports of ClusterIPs', () => {
     const table = parseNftablesScript(renderNftables(model([web], [webSlice]), {serviceCIDRs: ['10.96.0.0/16', 'fd00::/108']}));
-    assert.deepEqual(table.chains.get('cluster-ips-check')!.rules.map((rule) => rule.text), ['ip daddr @cluster-ips reject', 'ip daddr 10.96.0.0/16 drop']);
+    assert.deepEqual(
+      table.chains.get('cluster-ips-check')!.rules.map((rule) => rule.text),
+      ['ip daddr @cluster-ips reject', 'ip daddr 10.96.0.0/16 drop'],
+    );
     const without = parseNftablesScript(renderNftables(model([web], [webSlice])));
-    assert.deepEqual(without.chains.get('cluster-ips-check')!.rules.map((rule) => rule.text), ['ip daddr @cluster-ips reject']);
+    assert.deepEqual(
+      without.chains.get('cluster-ips-check')!.rules.map((rule) => rule.text),
+      ['ip daddr @cluster-ips reject'],
+    );
   });
 
   it('accepts NodePorts on every local address but loopback when nodePortAddresses covers everything', () => {
     const table = parseNftablesScript(renderNftables(model([web], [webSlice], {config: {nodePortAddresses: ['0.0.0.0/0']}})));
     assert.equal(table.sets.has('nodeport-ips'), false);
-    assert.equal(table.chains.get('services')!.rules[1].text, 'fib daddr type local ip daddr != 127.0.0.0/8 meta l4proto . th dport vmap @service-nodeports');
+    assert.equal(
+      table.chains.get('services')!.rules[1].text,
+      'fib daddr type local ip daddr != 127.0.0.0/8 meta l4proto . th dport vmap @service-nodeports',
+    );
   });
 
   it('writes an ip6 table for IPv6', () => {
@@ -163,7 +279,10 @@ describe('renderNftables', () => {
     assert.equal(table.family, 'ip6');
     const chain = `service-${servicePortNameBase({namespace: 'default', serviceName: 'web6', portName: 'http', protocol: 'TCP'})}`;
     assert.deepEqual(table.sets.get(targetsOf(chain))!.elements, [{key: '0', value: 'fd00:10:244:1::5 . 8080'}]);
-    assert.deepEqual(table.sets.get('nodeport-ips')!.elements.map((element) => element.key), ['fd00:10:240::11']);
+    assert.deepEqual(
+      table.sets.get('nodeport-ips')!.elements.map((element) => element.key),
+      ['fd00:10:240::11'],
+    );
   });
 });
 
@@ -174,7 +293,17 @@ describe('partial transactions', () => {
   it('touch only the changed service port, and leave the same table as a full render', () => {
     const before = model([web, other], [webSlice, otherSlice]);
     const full = renderNftablesSync(before);
-    const after = model([web, other], [slice('web-1', 'web', [{ip: '10.244.1.5', node: 'node-1'}, {ip: '10.244.2.5', node: 'node-2'}, {ip: '10.244.2.8', node: 'node-2'}]), otherSlice]);
+    const after = model(
+      [web, other],
+      [
+        slice('web-1', 'web', [
+          {ip: '10.244.1.5', node: 'node-1'},
+          {ip: '10.244.2.5', node: 'node-2'},
+          {ip: '10.244.2.8', node: 'node-2'},
+        ]),
+        otherSlice,
+      ],
+    );
     const changed = changedServicePorts(before, after);
     const fullScript = full.script;
     const partial = renderNftablesSync(after, {existing: full.state, changedServicePorts: changed, now: 1000});
@@ -202,7 +331,16 @@ describe('partial transactions', () => {
     const before = model([web, other], [webSlice, otherSlice]);
     const full = renderNftablesSync(before);
     // web's endpoints were 10.244.1.5 and 10.244.2.5 (keys 1 and 2); the second one is replaced.
-    const after = model([web, other], [slice('web-1', 'web', [{ip: '10.244.1.5', node: 'node-1'}, {ip: '10.244.2.9', node: 'node-2'}]), otherSlice]);
+    const after = model(
+      [web, other],
+      [
+        slice('web-1', 'web', [
+          {ip: '10.244.1.5', node: 'node-1'},
+          {ip: '10.244.2.9', node: 'node-2'},
+        ]),
+        otherSlice,
+      ],
+    );
     const partial = renderNftablesSync(after, {existing: full.state, changedServicePorts: changedServicePorts(before, after), now: 1000});
     const chain = `service-${servicePortNameBase({namespace: 'default', serviceName: 'web', portName: 'http', protocol: 'TCP'})}`;
     assert.equal(
@@ -218,7 +356,16 @@ describe('partial transactions', () => {
     const replayed = parseNftablesScript(partial.script, parseNftablesScript(full.script));
     assert.equal(diffNftables(parseNftablesScript(renderNftables(after)), replayed).text, '');
     // The next change starts from the state this one left: the chain still reads keys 1 and 2.
-    const again = model([web, other], [slice('web-1', 'web', [{ip: '10.244.1.7', node: 'node-1'}, {ip: '10.244.2.9', node: 'node-2'}]), otherSlice]);
+    const again = model(
+      [web, other],
+      [
+        slice('web-1', 'web', [
+          {ip: '10.244.1.7', node: 'node-1'},
+          {ip: '10.244.2.9', node: 'node-2'},
+        ]),
+        otherSlice,
+      ],
+    );
     const next = renderNftablesSync(again, {existing: partial.state, changedServicePorts: changedServicePorts(after, again), now: 2000});
     assert.ok(!next.script.includes('chain'), next.script);
     assert.equal(diffNftables(parseNftablesScript(renderNftables(again)), parseNftablesScript(next.script, replayed)).text, '');
@@ -254,17 +401,28 @@ describe('partial transactions', () => {
 describe('local traffic detection', () => {
   it('puts several cluster CIDRs in one named set instead of a set per rule', () => {
     const table = parseNftablesScript(renderNftables(model([web], [webSlice], {clusterCIDRs: ['10.244.0.0/16', '10.245.0.0/16']})));
-    assert.deepEqual(table.sets.get('local-cidrs')!.elements.map((element) => element.key), ['10.244.0.0/16', '10.245.0.0/16']);
+    assert.deepEqual(
+      table.sets.get('local-cidrs')!.elements.map((element) => element.key),
+      ['10.244.0.0/16', '10.245.0.0/16'],
+    );
     const chain = `service-${servicePortNameBase({namespace: 'default', serviceName: 'web', portName: 'http', protocol: 'TCP'})}`;
-    assert.equal(table.chains.get(chain)!.rules[0].text, 'ip daddr 10.96.0.10 tcp dport 80 ip saddr != @local-cidrs jump mark-for-masquerade');
+    assert.equal(
+      table.chains.get(chain)!.rules[0].text,
+      'ip daddr 10.96.0.10 tcp dport 80 ip saddr != @local-cidrs jump mark-for-masquerade',
+    );
   });
 });
 
 describe('local traffic detection with nested CIDRs', () => {
   it('keeps only the outermost CIDR, which the kernel can hold without overlap', () => {
-    const table = parseNftablesScript(renderNftables(model([web], [webSlice], {clusterCIDRs: ['10.128.0.0/9', '10.244.0.0/16', '10.128.0.0/9']})));
+    const table = parseNftablesScript(
+      renderNftables(model([web], [webSlice], {clusterCIDRs: ['10.128.0.0/9', '10.244.0.0/16', '10.128.0.0/9']})),
+    );
     assert.equal(table.sets.has('local-cidrs'), false);
     const chain = `service-${servicePortNameBase({namespace: 'default', serviceName: 'web', portName: 'http', protocol: 'TCP'})}`;
-    assert.equal(table.chains.get(chain)!.rules[0].text, 'ip daddr 10.96.0.10 tcp dport 80 ip saddr != 10.128.0.0/9 jump mark-for-masquerade');
+    assert.equal(
+      table.chains.get(chain)!.rules[0].text,
+      'ip daddr 10.96.0.10 tcp dport 80 ip saddr != 10.128.0.0/9 jump mark-for-masquerade',
+    );
   });
 });

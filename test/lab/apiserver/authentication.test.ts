@@ -26,8 +26,15 @@ describe('authentication of the lab API server', () => {
     const list = await get('/api/v1/namespaces/default/services');
     assert.equal(list.status, 403, JSON.stringify(list.body));
     assert.equal(list.body.reason, 'Forbidden');
-    assert.equal(list.body.message, 'services is forbidden: User "system:anonymous" cannot list resource "services" in API group "" in the namespace "default"');
-    const create = await fetch(`${server.url}/api/v1/namespaces/default/services`, {method: 'POST', headers: {'content-type': 'application/json'}, body: JSON.stringify({metadata: {name: 'x'}, spec: {ports: [{port: 80}]}})});
+    assert.equal(
+      list.body.message,
+      'services is forbidden: User "system:anonymous" cannot list resource "services" in API group "" in the namespace "default"',
+    );
+    const create = await fetch(`${server.url}/api/v1/namespaces/default/services`, {
+      method: 'POST',
+      headers: {'content-type': 'application/json'},
+      body: JSON.stringify({metadata: {name: 'x'}, spec: {ports: [{port: 80}]}}),
+    });
     assert.equal(create.status, 403);
     assert.equal((await get('/apis/discovery.k8s.io/v1/endpointslices')).status, 403);
     assert.equal((await get('/api')).status, 403, 'discovery is for authenticated users (system:discovery)');
@@ -49,9 +56,22 @@ describe('authentication of the lab API server', () => {
 
   it('RBAC can open resources to system:unauthenticated, as on kube-apiserver', async () => {
     const admin = {authorization: `Bearer ${server.adminToken}`, 'content-type': 'application/json'};
-    const post = (path: string, body: unknown) => fetch(`${server.url}${path}`, {method: 'POST', headers: admin, body: JSON.stringify(body)});
-    assert.equal((await post('/apis/rbac.authorization.k8s.io/v1/clusterroles', {metadata: {name: 'read-nodes'}, rules: [{apiGroups: [''], resources: ['nodes'], verbs: ['list']}]})).status, 201);
-    const binding = {metadata: {name: 'read-nodes'}, roleRef: {apiGroup: 'rbac.authorization.k8s.io', kind: 'ClusterRole', name: 'read-nodes'}, subjects: [{kind: 'Group', name: 'system:unauthenticated', apiGroup: 'rbac.authorization.k8s.io'}]};
+    const post = (path: string, body: unknown) =>
+      fetch(`${server.url}${path}`, {method: 'POST', headers: admin, body: JSON.stringify(body)});
+    assert.equal(
+      (
+        await post('/apis/rbac.authorization.k8s.io/v1/clusterroles', {
+          metadata: {name: 'read-nodes'},
+          rules: [{apiGroups: [''], resources: ['nodes'], verbs: ['list']}],
+        })
+      ).status,
+      201,
+    );
+    const binding = {
+      metadata: {name: 'read-nodes'},
+      roleRef: {apiGroup: 'rbac.authorization.k8s.io', kind: 'ClusterRole', name: 'read-nodes'},
+      subjects: [{kind: 'Group', name: 'system:unauthenticated', apiGroup: 'rbac.authorization.k8s.io'}],
+    };
     assert.equal((await post('/apis/rbac.authorization.k8s.io/v1/clusterrolebindings', binding)).status, 201);
     assert.equal((await get('/api/v1/nodes')).status, 200);
   });

@@ -45,7 +45,11 @@ function pod(name: string, labels: Record<string, string>, extra: Partial<V1Pod[
     apiVersion: 'v1',
     kind: 'Pod',
     metadata: {name, labels},
-    spec: {nodeName: 'node-a', containers: [{name: 'app', image: 'registry.example/app:1', ports: [{name: 'http', containerPort: 8080}]}], ...extra},
+    spec: {
+      nodeName: 'node-a',
+      containers: [{name: 'app', image: 'registry.example/app:1', ports: [{name: 'http', containerPort: 8080}]}],
+      ...extra,
+    },
   };
 }
 
@@ -86,7 +90,10 @@ describe('embedded API server through client-node', () => {
   });
 
   it('creates, reads, updates, patches and deletes a service', async () => {
-    const created = await core.createNamespacedService({namespace: 'default', body: service('crud', {selector: {app: 'crud'}, ports: [{name: 'http', port: 80, targetPort: 8080}]})});
+    const created = await core.createNamespacedService({
+      namespace: 'default',
+      body: service('crud', {selector: {app: 'crud'}, ports: [{name: 'http', port: 80, targetPort: 8080}]}),
+    });
     assert.match(created.metadata?.uid ?? '', /^[0-9a-f-]{36}$/);
     assert.ok(created.metadata?.creationTimestamp instanceof Date);
     assert.equal(created.metadata?.generation, 1);
@@ -107,10 +114,19 @@ describe('embedded API server through client-node', () => {
     assert.equal(updated.spec?.clusterIP, created.spec?.clusterIP, 'the ClusterIP is kept');
 
     // A write based on the old resourceVersion is refused.
-    const stale = await apiError(core.replaceNamespacedService({name: 'crud', namespace: 'default', body: {...read, metadata: {...read.metadata, resourceVersion: created.metadata?.resourceVersion}}}));
+    const stale = await apiError(
+      core.replaceNamespacedService({
+        name: 'crud',
+        namespace: 'default',
+        body: {...read, metadata: {...read.metadata, resourceVersion: created.metadata?.resourceVersion}},
+      }),
+    );
     assert.equal(stale.code, 409);
     assert.equal(stale.status.reason, 'Conflict');
-    assert.equal(stale.status.message, 'Operation cannot be fulfilled on services "crud": the object has been modified; please apply your changes to the latest version and try again');
+    assert.equal(
+      stale.status.message,
+      'Operation cannot be fulfilled on services "crud": the object has been modified; please apply your changes to the latest version and try again',
+    );
 
     const merged = await core.patchNamespacedService(
       {name: 'crud', namespace: 'default', body: {metadata: {labels: {tier: 'web'}}, spec: {type: 'NodePort'}}},
@@ -123,7 +139,11 @@ describe('embedded API server through client-node', () => {
       {name: 'crud', namespace: 'default', body: {spec: {ports: [{name: 'metrics', port: 9090, targetPort: 9090}]}}},
       setHeaderOptions('Content-Type', PatchStrategy.StrategicMergePatch),
     );
-    assert.deepEqual(strategic.spec?.ports?.map((p) => p.port), [81, 9090], 'ports merge by their port key');
+    assert.deepEqual(
+      strategic.spec?.ports?.map((p) => p.port),
+      [81, 9090],
+      'ports merge by their port key',
+    );
 
     const jsonPatched = await core.patchNamespacedService(
       {name: 'crud', namespace: 'default', body: [{op: 'replace', path: '/metadata/labels/tier', value: 'api'}]},
@@ -145,15 +165,27 @@ describe('embedded API server through client-node', () => {
     assert.equal(dup.status.reason, 'AlreadyExists');
     assert.equal(dup.status.message, 'configmaps "settings" already exists');
 
-    const range = await apiError(core.createNamespacedService({namespace: 'default', body: service('web', {type: 'NodePort', ports: [{port: 80, nodePort: 70000}]})}));
+    const range = await apiError(
+      core.createNamespacedService({namespace: 'default', body: service('web', {type: 'NodePort', ports: [{port: 80, nodePort: 70000}]})}),
+    );
     assert.equal(range.code, 422);
-    assert.equal(range.status.message, 'Service "web" is invalid: spec.ports[0].nodePort: Invalid value: 70000: provided port is not in the valid range. The range of valid ports is 30000-32767');
+    assert.equal(
+      range.status.message,
+      'Service "web" is invalid: spec.ports[0].nodePort: Invalid value: 70000: provided port is not in the valid range. The range of valid ports is 30000-32767',
+    );
     assert.deepEqual(range.status.details.causes, [
-      {reason: 'FieldValueInvalid', message: 'Invalid value: 70000: provided port is not in the valid range. The range of valid ports is 30000-32767', field: 'spec.ports[0].nodePort'},
+      {
+        reason: 'FieldValueInvalid',
+        message: 'Invalid value: 70000: provided port is not in the valid range. The range of valid ports is 30000-32767',
+        field: 'spec.ports[0].nodePort',
+      },
     ]);
 
     const several = await apiError(
-      core.createNamespacedService({namespace: 'default', body: service('two', {ports: [{port: 80}, {port: 81, protocol: 'ICMP'}], sessionAffinity: 'Sticky'})}),
+      core.createNamespacedService({
+        namespace: 'default',
+        body: service('two', {ports: [{port: 80}, {port: 81, protocol: 'ICMP'}], sessionAffinity: 'Sticky'}),
+      }),
     );
     assert.equal(several.code, 422);
     assert.deepEqual(
@@ -163,30 +195,49 @@ describe('embedded API server through client-node', () => {
     assert.match(several.status.message, /^Service "two" is invalid: \[spec\.ports\[0\]\.name: Required value, /);
     assert.match(several.status.message, /spec\.ports\[1\]\.protocol: Unsupported value: "ICMP": supported values: "SCTP", "TCP", "UDP"/);
 
-    const nodePortOnClusterIP = await apiError(core.createNamespacedService({namespace: 'default', body: service('cip', {ports: [{port: 80, nodePort: 30080}]})}));
-    assert.equal(nodePortOnClusterIP.status.message, "Service \"cip\" is invalid: spec.ports[0].nodePort: Forbidden: may not be used when `type` is 'ClusterIP'");
+    const nodePortOnClusterIP = await apiError(
+      core.createNamespacedService({namespace: 'default', body: service('cip', {ports: [{port: 80, nodePort: 30080}]})}),
+    );
+    assert.equal(
+      nodePortOnClusterIP.status.message,
+      'Service "cip" is invalid: spec.ports[0].nodePort: Forbidden: may not be used when `type` is \'ClusterIP\'',
+    );
 
     const external = await apiError(core.createNamespacedService({namespace: 'default', body: service('ext', {type: 'ExternalName'})}));
     assert.equal(external.status.message, 'Service "ext" is invalid: spec.externalName: Required value');
 
-    const outside = await apiError(core.createNamespacedService({namespace: 'default', body: service('outside', {clusterIP: '192.168.1.1', ports: [{port: 80}]})}));
+    const outside = await apiError(
+      core.createNamespacedService({namespace: 'default', body: service('outside', {clusterIP: '192.168.1.1', ports: [{port: 80}]})}),
+    );
     assert.equal(
       outside.status.message,
       'Service "outside" is invalid: spec.clusterIPs: Invalid value: []string{"192.168.1.1"}: failed to allocate IP 192.168.1.1: provided IP (192.168.1.1) is not in the valid range. The range of valid IPs is 10.96.0.0/12',
     );
-    const taken = await apiError(core.createNamespacedService({namespace: 'default', body: service('taken', {clusterIP: '10.96.0.1', ports: [{port: 80}]})}));
+    const taken = await apiError(
+      core.createNamespacedService({namespace: 'default', body: service('taken', {clusterIP: '10.96.0.1', ports: [{port: 80}]})}),
+    );
     assert.match(taken.status.message, /failed to allocate IP 10\.96\.0\.1: provided IP is already allocated$/);
 
-    const policy = await apiError(core.createNamespacedService({namespace: 'default', body: service('etp', {externalTrafficPolicy: 'Local', ports: [{port: 80}]})}));
-    assert.equal(policy.status.message, 'Service "etp" is invalid: spec.externalTrafficPolicy: Invalid value: "Local": may only be set for externally-accessible services');
+    const policy = await apiError(
+      core.createNamespacedService({namespace: 'default', body: service('etp', {externalTrafficPolicy: 'Local', ports: [{port: 80}]})}),
+    );
+    assert.equal(
+      policy.status.message,
+      'Service "etp" is invalid: spec.externalTrafficPolicy: Invalid value: "Local": may only be set for externally-accessible services',
+    );
 
     const noNamespace = await apiError(core.createNamespacedConfigMap({namespace: 'nowhere', body: {metadata: {name: 'x'}}}));
     assert.equal(noNamespace.code, 404);
     assert.equal(noNamespace.status.message, 'namespaces "nowhere" not found');
 
-    const badPod = await apiError(core.createNamespacedPod({namespace: 'default', body: {metadata: {name: 'Bad_Pod'}, spec: {containers: []}}}));
+    const badPod = await apiError(
+      core.createNamespacedPod({namespace: 'default', body: {metadata: {name: 'Bad_Pod'}, spec: {containers: []}}}),
+    );
     assert.equal(badPod.code, 422);
-    assert.deepEqual(badPod.status.details.causes.map((c: any) => c.field), ['metadata.name', 'spec.containers']);
+    assert.deepEqual(
+      badPod.status.details.causes.map((c: any) => c.field),
+      ['metadata.name', 'spec.containers'],
+    );
   });
 
   it('answers malformed bodies with 400 and unsupported verbs with 405', async () => {
@@ -204,7 +255,8 @@ describe('embedded API server through client-node', () => {
   it('lists with label selectors, field selectors and pages', async () => {
     await core.createNamespace({body: {metadata: {name: 'sel'}}});
     const labels: Array<Record<string, string>> = [{app: 'a', tier: 'web'}, {app: 'b', tier: 'web'}, {app: 'c'}, {app: 'a', tier: 'db'}];
-    for (const [i, l] of labels.entries()) await core.createNamespacedPod({namespace: 'sel', body: pod(`p${i}`, l, {nodeName: i % 2 === 0 ? 'node-a' : 'node-b'})});
+    for (const [i, l] of labels.entries())
+      await core.createNamespacedPod({namespace: 'sel', body: pod(`p${i}`, l, {nodeName: i % 2 === 0 ? 'node-a' : 'node-b'})});
     const names = async (labelSelector?: string, fieldSelector?: string) =>
       (await core.listNamespacedPod({namespace: 'sel', labelSelector, fieldSelector})).items.map((p) => p.metadata?.name);
     assert.deepEqual(await names('app=a'), ['p0', 'p3']);
@@ -227,7 +279,10 @@ describe('embedded API server through client-node', () => {
     assert.equal(page1.items.length, 3);
     assert.equal(page1.metadata?.remainingItemCount, 1);
     const page2 = await core.listNamespacedPod({namespace: 'sel', limit: 3, _continue: page1.metadata?._continue});
-    assert.deepEqual(page2.items.map((p) => p.metadata?.name), ['p3']);
+    assert.deepEqual(
+      page2.items.map((p) => p.metadata?.name),
+      ['p3'],
+    );
     assert.equal(page2.metadata?._continue, undefined);
   });
 
@@ -262,7 +317,12 @@ describe('embedded API server through client-node', () => {
     assert.equal(created.ports?.[0].protocol, 'TCP');
     const list = await discovery.listNamespacedEndpointSlice({namespace: 'default', labelSelector: 'kubernetes.io/service-name=manual'});
     assert.equal(list.items.length, 1);
-    const bad = await apiError(discovery.createNamespacedEndpointSlice({namespace: 'default', body: {...body, addressType: 'IPv4', endpoints: [{addresses: ['fe80::1']}]}}));
+    const bad = await apiError(
+      discovery.createNamespacedEndpointSlice({
+        namespace: 'default',
+        body: {...body, addressType: 'IPv4', endpoints: [{addresses: ['fe80::1']}]},
+      }),
+    );
     assert.equal(bad.code, 422);
     assert.equal(bad.status.details.causes[0].field, 'endpoints[0].addresses[0]');
     assert.match(bad.status.message, /^EndpointSlice.discovery.k8s.io "|^EndpointSlice "/);
@@ -281,7 +341,10 @@ describe('embedded API server through client-node', () => {
     try {
       await core.createNamespacedConfigMap({namespace: 'lw', body: {metadata: {name: 'one'}, data: {v: '1'}}});
       await eventually('add', () => events.includes('add one 1') || undefined);
-      await core.patchNamespacedConfigMap({namespace: 'lw', name: 'one', body: {data: {v: '2'}}}, setHeaderOptions('Content-Type', PatchStrategy.MergePatch));
+      await core.patchNamespacedConfigMap(
+        {namespace: 'lw', name: 'one', body: {data: {v: '2'}}},
+        setHeaderOptions('Content-Type', PatchStrategy.MergePatch),
+      );
       await eventually('update', () => events.includes('update one 2') || undefined);
       await core.deleteNamespacedConfigMap({namespace: 'lw', name: 'one'});
       await eventually('delete', () => events.includes('delete one') || undefined);
@@ -297,7 +360,12 @@ describe('embedded API server through client-node', () => {
     const watchErrors: any[] = [];
     await new Promise<void>((resolve, reject) => {
       new Watch(kc)
-        .watch(path, {resourceVersion: stale}, (type, obj) => watchErrors.push({type, obj}), () => resolve())
+        .watch(
+          path,
+          {resourceVersion: stale},
+          (type, obj) => watchErrors.push({type, obj}),
+          () => resolve(),
+        )
         .catch(reject);
     });
     assert.equal(watchErrors.length, 1);
@@ -310,7 +378,10 @@ describe('embedded API server through client-node', () => {
     const relisting = new ListWatch(path, new Watch(kc), () => core.listNamespacedConfigMap({namespace: 'lw'}), false);
     await relisting.start();
     try {
-      assert.deepEqual(relisting.list('lw').map((c) => c.metadata?.name), ['after-gap']);
+      assert.deepEqual(
+        relisting.list('lw').map((c) => c.metadata?.name),
+        ['after-gap'],
+      );
     } finally {
       await relisting.stop();
     }
@@ -348,7 +419,11 @@ describe('embedded API server through client-node', () => {
       });
     }
     await writer;
-    assert.deepEqual(seen, Array.from({length: 30}, (_, i) => `cm-${i}`), 'every change once, in order');
+    assert.deepEqual(
+      seen,
+      Array.from({length: 30}, (_, i) => `cm-${i}`),
+      'every change once, in order',
+    );
     assert.ok(bookmarks > 0, 'bookmarks were sent');
   });
 
@@ -363,8 +438,14 @@ describe('embedded API server through client-node', () => {
     );
     try {
       await core.createNamespacedConfigMap({namespace: 'wsel', body: {metadata: {name: 'x', labels: {team: 'red'}}}});
-      await core.patchNamespacedConfigMap({namespace: 'wsel', name: 'x', body: {metadata: {labels: {team: 'blue'}}}}, setHeaderOptions('Content-Type', PatchStrategy.MergePatch));
-      await core.patchNamespacedConfigMap({namespace: 'wsel', name: 'x', body: {metadata: {labels: {team: 'green'}}}}, setHeaderOptions('Content-Type', PatchStrategy.MergePatch));
+      await core.patchNamespacedConfigMap(
+        {namespace: 'wsel', name: 'x', body: {metadata: {labels: {team: 'blue'}}}},
+        setHeaderOptions('Content-Type', PatchStrategy.MergePatch),
+      );
+      await core.patchNamespacedConfigMap(
+        {namespace: 'wsel', name: 'x', body: {metadata: {labels: {team: 'green'}}}},
+        setHeaderOptions('Content-Type', PatchStrategy.MergePatch),
+      );
       await eventually('the object to leave the selection', () => (events.length >= 2 ? true : undefined));
       assert.deepEqual(events, ['ADDED x', 'DELETED x']);
     } finally {
@@ -377,7 +458,10 @@ describe('embedded API server through client-node', () => {
     await new Promise<void>((r) => echo.listen(0, '127.0.0.1', () => r()));
     t.after(() => echo.close());
     const echoPort = (echo.address() as any).port as number;
-    const forwarding = await startApiServer({port: 0, resolvePodAddress: (_pod, port) => ({host: '127.0.0.1', port: port === 8080 ? echoPort : 1})});
+    const forwarding = await startApiServer({
+      port: 0,
+      resolvePodAddress: (_pod, port) => ({host: '127.0.0.1', port: port === 8080 ? echoPort : 1}),
+    });
     t.after(() => forwarding.stop());
     const fkc = kubeConfigFor(forwarding);
     const fcore = fkc.makeApiClient(CoreV1Api);
@@ -399,12 +483,17 @@ describe('embedded API server through client-node', () => {
     await new Promise<void>((r) => echo.listen(0, '127.0.0.1', () => r()));
     t.after(() => echo.close());
     const echoPort = (echo.address() as any).port as number;
-    const guarded = await startApiServer({port: 0, users: [{name: 'viewer', token: 'viewer-token'}], resolvePodAddress: () => ({host: '127.0.0.1', port: echoPort})});
+    const guarded = await startApiServer({
+      port: 0,
+      users: [{name: 'viewer', token: 'viewer-token'}],
+      resolvePodAddress: () => ({host: '127.0.0.1', port: echoPort}),
+    });
     t.after(() => guarded.stop());
     const admin = kubeConfigFor(guarded);
     await admin.makeApiClient(CoreV1Api).createNamespacedPod({namespace: 'default', body: pod('agent', {app: 'agent'})});
     const viewer = kubeConfigFor(guarded, 'viewer');
-    const attempt = () => new PortForward(viewer).portForward('default', 'agent', [8080], new PassThrough(), new PassThrough(), new PassThrough());
+    const attempt = () =>
+      new PortForward(viewer).portForward('default', 'agent', [8080], new PassThrough(), new PassThrough(), new PassThrough());
     await assert.rejects(attempt(), (err: any) => {
       // client-node rejects with the WebSocket error event of the refused upgrade.
       assert.equal(err.message ?? err.error?.message, 'Unexpected server response: 403');
@@ -412,26 +501,38 @@ describe('embedded API server through client-node', () => {
     });
 
     const sar = await admin.makeApiClient(AuthorizationV1Api).createSubjectAccessReview({
-      body: {spec: {user: 'viewer', resourceAttributes: {namespace: 'default', verb: 'create', resource: 'pods', subresource: 'portforward'}}},
+      body: {
+        spec: {user: 'viewer', resourceAttributes: {namespace: 'default', verb: 'create', resource: 'pods', subresource: 'portforward'}},
+      },
     });
     assert.equal(sar.status?.allowed, false);
 
     const rbac = {'content-type': 'application/json', authorization: `Bearer ${guarded.adminToken}`};
-    const post = (path: string, body: unknown) => fetch(`${guarded.url}${path}`, {method: 'POST', headers: rbac, body: JSON.stringify(body)});
+    const post = (path: string, body: unknown) =>
+      fetch(`${guarded.url}${path}`, {method: 'POST', headers: rbac, body: JSON.stringify(body)});
     assert.equal(
-      (await post('/apis/rbac.authorization.k8s.io/v1/namespaces/default/roles', {metadata: {name: 'forward'}, rules: [{apiGroups: [''], resources: ['pods/portforward'], verbs: ['create']}]})).status,
+      (
+        await post('/apis/rbac.authorization.k8s.io/v1/namespaces/default/roles', {
+          metadata: {name: 'forward'},
+          rules: [{apiGroups: [''], resources: ['pods/portforward'], verbs: ['create']}],
+        })
+      ).status,
       201,
     );
     assert.equal(
-      (await post('/apis/rbac.authorization.k8s.io/v1/namespaces/default/rolebindings', {
-        metadata: {name: 'viewer-forward'},
-        roleRef: {apiGroup: 'rbac.authorization.k8s.io', kind: 'Role', name: 'forward'},
-        subjects: [{kind: 'User', name: 'viewer', apiGroup: 'rbac.authorization.k8s.io'}],
-      })).status,
+      (
+        await post('/apis/rbac.authorization.k8s.io/v1/namespaces/default/rolebindings', {
+          metadata: {name: 'viewer-forward'},
+          roleRef: {apiGroup: 'rbac.authorization.k8s.io', kind: 'Role', name: 'forward'},
+          subjects: [{kind: 'User', name: 'viewer', apiGroup: 'rbac.authorization.k8s.io'}],
+        })
+      ).status,
       201,
     );
     const allowed = await admin.makeApiClient(AuthorizationV1Api).createSubjectAccessReview({
-      body: {spec: {user: 'viewer', resourceAttributes: {namespace: 'default', verb: 'create', resource: 'pods', subresource: 'portforward'}}},
+      body: {
+        spec: {user: 'viewer', resourceAttributes: {namespace: 'default', verb: 'create', resource: 'pods', subresource: 'portforward'}},
+      },
     });
     assert.equal(allowed.status?.allowed, true);
     const ws = await attempt();

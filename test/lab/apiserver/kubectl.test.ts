@@ -16,7 +16,11 @@ let dir: string;
 let kubectlPath: string;
 
 async function kubectl(...args: string[]): Promise<{stdout: string; stderr: string; exitCode: number}> {
-  const result = await execa(kubectlPath, ['--kubeconfig', join(dir, 'kubeconfig'), ...args], {env: {HOME: dir, NO_COLOR: '1'}, reject: false, timeout: 30000});
+  const result = await execa(kubectlPath, ['--kubeconfig', join(dir, 'kubeconfig'), ...args], {
+    env: {HOME: dir, NO_COLOR: '1'},
+    reject: false,
+    timeout: 30000,
+  });
   return {stdout: result.stdout as string, stderr: result.stderr as string, exitCode: result.exitCode ?? -1};
 }
 
@@ -99,23 +103,46 @@ describe('Debian kubectl 1.20 against the embedded API server', () => {
 
   it('applies services, pods and endpointslices, and applies again unchanged', async () => {
     const first = await ok('apply', '-f', join(dir, 'web.yaml'));
-    assert.deepEqual(first.trim().split('\n'), ['service/web created', 'pod/web-1 created', 'endpointslice.discovery.k8s.io/external-1 created']);
+    assert.deepEqual(first.trim().split('\n'), [
+      'service/web created',
+      'pod/web-1 created',
+      'endpointslice.discovery.k8s.io/external-1 created',
+    ]);
     const second = await ok('apply', '-f', join(dir, 'web.yaml'));
-    assert.deepEqual(second.trim().split('\n'), ['service/web unchanged', 'pod/web-1 unchanged', 'endpointslice.discovery.k8s.io/external-1 unchanged']);
+    assert.deepEqual(second.trim().split('\n'), [
+      'service/web unchanged',
+      'pod/web-1 unchanged',
+      'endpointslice.discovery.k8s.io/external-1 unchanged',
+    ]);
     const changed = manifest.replace('port: 80\n', 'port: 8000\n').replace('zone: zone-1', 'zone: zone-2');
     await writeFile(join(dir, 'web-changed.yaml'), changed);
     const third = await ok('apply', '-f', join(dir, 'web-changed.yaml'));
     assert.match(third, /service\/web configured/);
     assert.match(third, /endpointslice.discovery.k8s.io\/external-1 configured/);
     const svc = server.store.get('services', 'default', 'web');
-    assert.deepEqual(svc.spec.ports.map((p: any) => [p.port, p.nodePort]), [[8000, 30080]]);
+    assert.deepEqual(
+      svc.spec.ports.map((p: any) => [p.port, p.nodePort]),
+      [[8000, 30080]],
+    );
     assert.equal(server.store.get('endpointslices', 'default', 'external-1').endpoints[0].zone, 'zone-2');
   });
 
   it('prints services, pods and endpointslices as tables', async () => {
-    server.store.mutate('pods', 'default', 'web-1', (p) => {
-      p.status = {phase: 'Running', podIP: '10.244.0.7', podIPs: [{ip: '10.244.0.7'}], conditions: [{type: 'Ready', status: 'True'}], containerStatuses: [{name: 'app', ready: true, restartCount: 0, image: 'x', imageID: '', started: true}]};
-    }, {subresource: 'status'});
+    server.store.mutate(
+      'pods',
+      'default',
+      'web-1',
+      (p) => {
+        p.status = {
+          phase: 'Running',
+          podIP: '10.244.0.7',
+          podIPs: [{ip: '10.244.0.7'}],
+          conditions: [{type: 'Ready', status: 'True'}],
+          containerStatuses: [{name: 'app', ready: true, restartCount: 0, image: 'x', imageID: '', started: true}],
+        };
+      },
+      {subresource: 'status'},
+    );
     await server.settle();
     const services = rows(await ok('get', 'services', '-o', 'wide'));
     const web = services.find((r) => r.NAME === 'web');
@@ -127,7 +154,10 @@ describe('Debian kubectl 1.20 against the embedded API server', () => {
     assert.ok(services.some((r) => r.NAME === 'kubernetes' && r['PORT(S)'] === '443/TCP'));
 
     const pods = rows(await ok('get', 'pods', '-o', 'wide'));
-    assert.deepEqual({name: pods[0].NAME, ready: pods[0].READY, status: pods[0].STATUS, ip: pods[0].IP, node: pods[0].NODE}, {name: 'web-1', ready: '1/1', status: 'Running', ip: '10.244.0.7', node: 'node-a'});
+    assert.deepEqual(
+      {name: pods[0].NAME, ready: pods[0].READY, status: pods[0].STATUS, ip: pods[0].IP, node: pods[0].NODE},
+      {name: 'web-1', ready: '1/1', status: 'Running', ip: '10.244.0.7', node: 'node-a'},
+    );
 
     const slices = rows(await ok('get', 'endpointslices', '-l', 'kubernetes.io/service-name=web'));
     assert.equal(slices.length, 1);
@@ -161,7 +191,10 @@ describe('Debian kubectl 1.20 against the embedded API server', () => {
     assert.equal(server.store.get('pods', 'default', 'web-1').metadata.labels?.version, 'v1');
     assert.equal(server.store.get('endpointslices', 'default', 'external-1').metadata.labels?.owner, 'lab');
     const selected = rows(await ok('get', 'services', '-l', 'tier in (frontend,backend)'));
-    assert.deepEqual(selected.map((r) => r.NAME), ['web']);
+    assert.deepEqual(
+      selected.map((r) => r.NAME),
+      ['web'],
+    );
     await ok('label', 'service', 'web', 'tier-');
     assert.equal(server.store.get('services', 'default', 'web').metadata.labels?.tier, undefined);
   });
@@ -173,13 +206,19 @@ describe('Debian kubectl 1.20 against the embedded API server', () => {
     );
     const r = await kubectl('apply', '-f', join(dir, 'bad.yaml'));
     assert.notEqual(r.exitCode, 0);
-    assert.equal(r.stderr.trim(), 'The Service "bad" is invalid: spec.ports[0].nodePort: Invalid value: 70000: provided port is not in the valid range. The range of valid ports is 30000-32767');
+    assert.equal(
+      r.stderr.trim(),
+      'The Service "bad" is invalid: spec.ports[0].nodePort: Invalid value: 70000: provided port is not in the valid range. The range of valid ports is 30000-32767',
+    );
     const missing = await kubectl('get', 'service', 'nope');
     assert.equal(missing.stderr.trim(), 'Error from server (NotFound): services "nope" not found');
   });
 
   it('receives changes with get -w', async (t) => {
-    const watcher = execa(kubectlPath, ['--kubeconfig', join(dir, 'kubeconfig'), 'get', 'services', '-w'], {env: {HOME: dir}, reject: false});
+    const watcher = execa(kubectlPath, ['--kubeconfig', join(dir, 'kubeconfig'), 'get', 'services', '-w'], {
+      env: {HOME: dir},
+      reject: false,
+    });
     t.after(() => {
       watcher.kill();
     });
@@ -206,17 +245,27 @@ describe('Debian kubectl 1.20 against the embedded API server', () => {
     await new Promise<void>((r) => echo.listen(0, '127.0.0.1', () => r()));
     t.after(() => echo.close());
     const echoPort = (echo.address() as {port: number}).port;
-    const forwarding = await startApiServer({port: 0, resolvePodAddress: (_pod, port) => ({host: '127.0.0.1', port: port === 8080 ? echoPort : 1})});
+    const forwarding = await startApiServer({
+      port: 0,
+      resolvePodAddress: (_pod, port) => ({host: '127.0.0.1', port: port === 8080 ? echoPort : 1}),
+    });
     t.after(() => forwarding.stop());
     const kubeconfig = join(dir, 'forwarding-kubeconfig');
     await forwarding.writeKubeconfig(kubeconfig);
     forwarding.store.create(
       'pods',
-      {metadata: {name: 'echo', namespace: 'default'}, spec: {nodeName: 'node-a', containers: [{name: 'app', image: 'echo:1'}]}, status: {phase: 'Running', podIP: '10.244.0.9'}},
+      {
+        metadata: {name: 'echo', namespace: 'default'},
+        spec: {nodeName: 'node-a', containers: [{name: 'app', image: 'echo:1'}]},
+        status: {phase: 'Running', podIP: '10.244.0.9'},
+      },
       'default',
       {keepStatus: true},
     );
-    const child = execa(kubectlPath, ['--kubeconfig', kubeconfig, 'port-forward', 'pod/echo', ':8080', ':9999'], {env: {HOME: dir}, reject: false});
+    const child = execa(kubectlPath, ['--kubeconfig', kubeconfig, 'port-forward', 'pod/echo', ':8080', ':9999'], {
+      env: {HOME: dir},
+      reject: false,
+    });
     t.after(() => {
       child.kill();
     });
@@ -272,11 +321,19 @@ describe('Debian kubectl 1.20 against the embedded API server', () => {
       await other.writeKubeconfig(join(dir, 'other-kubeconfig'));
       other.store.create('configmaps', {metadata: {name: 'only-in-other', namespace: 'default'}, data: {}}, 'default');
       const merged = async (...args: string[]) => {
-        const result = await execa(kubectlPath, args, {env: {HOME: dir, KUBECONFIG: `${join(dir, 'kubeconfig')}:${join(dir, 'other-kubeconfig')}`}, extendEnv: false, reject: false, timeout: 30000});
+        const result = await execa(kubectlPath, args, {
+          env: {HOME: dir, KUBECONFIG: `${join(dir, 'kubeconfig')}:${join(dir, 'other-kubeconfig')}`},
+          extendEnv: false,
+          reject: false,
+          timeout: 30000,
+        });
         assert.equal(result.exitCode, 0, `kubectl ${args.join(' ')}: ${String(result.stderr)}`);
         return String(result.stdout);
       };
-      assert.deepEqual((await merged('config', 'get-contexts', '-o', 'name')).trim().split('\n').sort(), ['admin@proxyctl-lab', 'admin@proxyctl-lab-other']);
+      assert.deepEqual((await merged('config', 'get-contexts', '-o', 'name')).trim().split('\n').sort(), [
+        'admin@proxyctl-lab',
+        'admin@proxyctl-lab-other',
+      ]);
       assert.match(await merged('--context', 'admin@proxyctl-lab-other', 'get', 'configmaps', '-o', 'name'), /configmap\/only-in-other/);
       assert.doesNotMatch(await merged('--context', 'admin@proxyctl-lab', 'get', 'configmaps', '-o', 'name'), /only-in-other/);
     } finally {

@@ -31,7 +31,10 @@ export const validService = {
   spec: {
     type: 'LoadBalancer',
     selector: {app: 'web'},
-    ports: [{name: 'http', protocol: 'TCP', port: 80, targetPort: 8080}, {name: 'dns', protocol: 'UDP', port: 53, targetPort: 'dns'}],
+    ports: [
+      {name: 'http', protocol: 'TCP', port: 80, targetPort: 8080},
+      {name: 'dns', protocol: 'UDP', port: 53, targetPort: 'dns'},
+    ],
     externalIPs: ['192.0.2.10'],
     loadBalancerSourceRanges: ['10.0.0.0/8'],
     sessionAffinity: 'ClientIP',
@@ -47,7 +50,14 @@ export const validSlice = {
   metadata: {name: 'web-1', labels: {'kubernetes.io/service-name': 'fuzzed'}},
   addressType: 'IPv4',
   endpoints: [
-    {addresses: ['10.244.1.5'], conditions: {ready: true, serving: true, terminating: false}, nodeName: 'node-0', zone: 'a', hints: {forZones: [{name: 'a'}]}, targetRef: {kind: 'Pod', name: 'p', namespace: 'default'}},
+    {
+      addresses: ['10.244.1.5'],
+      conditions: {ready: true, serving: true, terminating: false},
+      nodeName: 'node-0',
+      zone: 'a',
+      hints: {forZones: [{name: 'a'}]},
+      targetRef: {kind: 'Pod', name: 'p', namespace: 'default'},
+    },
     {addresses: ['10.244.2.5'], conditions: {ready: false}},
   ],
   ports: [{name: 'http', protocol: 'TCP', port: 8080}],
@@ -55,9 +65,51 @@ export const validSlice = {
 
 type Json = null | boolean | number | string | Json[] | {[key: string]: Json};
 
-const oddStrings = ['', 'x', '127.0.0.1', '0.0.0.0', '::1', '169.254.169.254', '224.0.0.1', 'fe80::1', '10.96.0.0/12', '1.2.3.4/33', 'not an ip', 'TCP', 'UDP', 'SCTP', 'tcp', 'None', 'LoadBalancer', 'NodePort', 'ExternalName', 'Local', 'ClientIP', 'IPv6', '-1', '80', 'a'.repeat(300), 'ü', '${x}', '__proto__'];
+const oddStrings = [
+  '',
+  'x',
+  '127.0.0.1',
+  '0.0.0.0',
+  '::1',
+  '169.254.169.254',
+  '224.0.0.1',
+  'fe80::1',
+  '10.96.0.0/12',
+  '1.2.3.4/33',
+  'not an ip',
+  'TCP',
+  'UDP',
+  'SCTP',
+  'tcp',
+  'None',
+  'LoadBalancer',
+  'NodePort',
+  'ExternalName',
+  'Local',
+  'ClientIP',
+  'IPv6',
+  '-1',
+  '80',
+  'a'.repeat(300),
+  'ü',
+  '${x}',
+  '__proto__',
+];
 const oddNumbers = [0, -1, 1, 80, 1.5, 65535, 65536, 30000, 32767, 2 ** 31, -(2 ** 53), 1e308, 86400, 86401];
-const oddKeys = ['port', 'ports', 'name', 'protocol', 'addresses', 'conditions', 'ready', 'nodeName', 'ip', 'x', 'constructor', '__proto__'];
+const oddKeys = [
+  'port',
+  'ports',
+  'name',
+  'protocol',
+  'addresses',
+  'conditions',
+  'ready',
+  'nodeName',
+  'ip',
+  'x',
+  'constructor',
+  '__proto__',
+];
 
 export interface FuzzCase {
   /** What was sent, to print when the answer is wrong. */
@@ -101,7 +153,9 @@ export class ObjectFuzzer {
       case 5:
         return Array.from({length: Math.floor(this.#random() * 3)}, () => this.#value(depth + 1));
       default:
-        return Object.fromEntries(Array.from({length: Math.floor(this.#random() * 3)}, () => [this.#pick(oddKeys), this.#value(depth + 1)]));
+        return Object.fromEntries(
+          Array.from({length: Math.floor(this.#random() * 3)}, () => [this.#pick(oddKeys), this.#value(depth + 1)]),
+        );
     }
   }
 
@@ -128,11 +182,13 @@ export class ObjectFuzzer {
         parent[key] = [parent[key], this.#value()];
         break;
       case 2:
-        if (parent[key] !== null && typeof parent[key] === 'object' && !Array.isArray(parent[key])) parent[key][this.#pick(oddKeys)] = this.#value();
+        if (parent[key] !== null && typeof parent[key] === 'object' && !Array.isArray(parent[key]))
+          parent[key][this.#pick(oddKeys)] = this.#value();
         else parent[key] = this.#value();
         break;
       case 3:
-        if (Array.isArray(parent[key])) parent[key] = Array.from({length: 101 + Math.floor(this.#random() * 5)}, (_, i) => structuredClone(parent[key][0] ?? i));
+        if (Array.isArray(parent[key]))
+          parent[key] = Array.from({length: 101 + Math.floor(this.#random() * 5)}, (_, i) => structuredClone(parent[key][0] ?? i));
         else parent[key] = this.#value();
         break;
       default:
@@ -143,7 +199,11 @@ export class ObjectFuzzer {
 
   async #send(method: string, path: string, body: unknown, contentType = 'application/json'): Promise<FuzzCase> {
     const text = JSON.stringify(body);
-    const response = await fetch(`${this.#server.url}${path}`, {method, headers: {authorization: `Bearer ${this.#server.adminToken}`, 'content-type': contentType}, body: text});
+    const response = await fetch(`${this.#server.url}${path}`, {
+      method,
+      headers: {authorization: `Bearer ${this.#server.adminToken}`, 'content-type': contentType},
+      body: text,
+    });
     const answer = await response.text();
     let parsed: FuzzCase['body'] = {};
     try {
@@ -151,7 +211,11 @@ export class ObjectFuzzer {
     } catch {
       parsed = {message: answer};
     }
-    return {request: `${method} ${path} (${contentType}) ${text.length > 600 ? `${text.slice(0, 600)}...` : text}`, status: response.status, body: parsed};
+    return {
+      request: `${method} ${path} (${contentType}) ${text.length > 600 ? `${text.slice(0, 600)}...` : text}`,
+      status: response.status,
+      body: parsed,
+    };
   }
 
   /**
@@ -173,12 +237,27 @@ export class ObjectFuzzer {
     if (made.status >= 300) return made;
     this.created.push({path: `${collection}/${name}`});
     const current = made.body as unknown as {[key: string]: Json} & {metadata: {[key: string]: Json}};
-    if (how === 1) return this.#send('PUT', `${collection}/${name}`, {...mutated, metadata: {...(mutated.metadata as object), resourceVersion: current.metadata.resourceVersion}});
-    if (how === 2) return this.#send('PATCH', `${collection}/${name}`, mutated, this.#random() < 0.5 ? 'application/merge-patch+json' : 'application/strategic-merge-patch+json');
+    if (how === 1)
+      return this.#send('PUT', `${collection}/${name}`, {
+        ...mutated,
+        metadata: {...(mutated.metadata as object), resourceVersion: current.metadata.resourceVersion},
+      });
+    if (how === 2)
+      return this.#send(
+        'PATCH',
+        `${collection}/${name}`,
+        mutated,
+        this.#random() < 0.5 ? 'application/merge-patch+json' : 'application/strategic-merge-patch+json',
+      );
     const paths = this.#paths(current).filter((path) => path[0] !== 'metadata');
     const path = this.#pick(paths);
     const pointer = `/${path.map((part) => String(part).replaceAll('~', '~0').replaceAll('/', '~1')).join('/')}`;
-    return this.#send('PATCH', `${collection}/${name}`, [{op: this.#pick(['replace', 'add', 'remove']), path: pointer, value: this.#value()}], 'application/json-patch+json');
+    return this.#send(
+      'PATCH',
+      `${collection}/${name}`,
+      [{op: this.#pick(['replace', 'add', 'remove']), path: pointer, value: this.#value()}],
+      'application/json-patch+json',
+    );
   }
 
   /**
@@ -188,7 +267,10 @@ export class ObjectFuzzer {
   async run(iterations: number, note: (line: string) => void): Promise<void> {
     note(`seed ${this.seed} (PROXYCTL_FUZZ_SEED=${this.seed} replays it)`);
     for (let i = 0; i < iterations; i++) {
-      const [collection, valid] = i % 2 === 0 ? ['/api/v1/namespaces/default/services', validService] : ['/apis/discovery.k8s.io/v1/namespaces/default/endpointslices', validSlice];
+      const [collection, valid] =
+        i % 2 === 0
+          ? ['/api/v1/namespaces/default/services', validService]
+          : ['/apis/discovery.k8s.io/v1/namespaces/default/endpointslices', validSlice];
       this.check(await this.once(collection, valid as never));
     }
     note(`answers: ${this.summary()}`);
@@ -203,19 +285,25 @@ export class ObjectFuzzer {
     if (answer.status < 300) return;
     assert.equal(answer.body.kind, 'Status', context);
     if (answer.status === 400 || answer.status === 422) {
-      const fields = (answer.body.details?.causes ?? []).map((cause) => cause.field).filter((field) => typeof field === 'string' && field !== '');
+      const fields = (answer.body.details?.causes ?? [])
+        .map((cause) => cause.field)
+        .filter((field) => typeof field === 'string' && field !== '');
       assert.ok(fields.length > 0, `a refused body names the field; ${context}`);
     }
   }
 
   /** The counts of answers by status code, for the test's diagnostics: "201 x 120, 422 x 80". */
   summary(): string {
-    return [...this.statuses].sort((a, b) => a[0] - b[0]).map(([status, count]) => `${status} x ${count}`).join(', ');
+    return [...this.statuses]
+      .sort((a, b) => a[0] - b[0])
+      .map(([status, count]) => `${status} x ${count}`)
+      .join(', ');
   }
 
   /** Both kinds happened: mutations the server took and mutations it refused (else the fuzzing tests little). */
   assertMixed(): void {
-    const count = (low: number, high: number) => [...this.statuses].filter(([status]) => status >= low && status < high).reduce((sum, [, n]) => sum + n, 0);
+    const count = (low: number, high: number) =>
+      [...this.statuses].filter(([status]) => status >= low && status < high).reduce((sum, [, n]) => sum + n, 0);
     assert.ok(count(200, 300) > 0 && count(400, 500) > 0, `seed ${this.seed}: answers ${this.summary()}`);
   }
 

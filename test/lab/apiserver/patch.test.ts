@@ -23,7 +23,19 @@ describe('patches', () => {
   });
 
   it('strategic merge patch: service ports merge by port, $patch delete removes one', () => {
-    const out = applyStrategicMergePatch(service, {spec: {ports: [{port: 443, targetPort: 9443}, {port: 8080, name: 'alt'}, {port: 80, $patch: 'delete'}]}}, 'Service');
+    const out = applyStrategicMergePatch(
+      service,
+      {
+        spec: {
+          ports: [
+            {port: 443, targetPort: 9443},
+            {port: 8080, name: 'alt'},
+            {port: 80, $patch: 'delete'},
+          ],
+        },
+      },
+      'Service',
+    );
     assert.deepEqual(out.spec.ports, [
       {name: 'https', port: 443, targetPort: 9443},
       {port: 8080, name: 'alt'},
@@ -31,17 +43,42 @@ describe('patches', () => {
   });
 
   it('strategic merge patch: $setElementOrder, $retainKeys and $patch replace as kubectl apply sends them', () => {
-    const ordered = applyStrategicMergePatch(service, {spec: {'$setElementOrder/ports': [{port: 443}, {port: 80}], ports: [{port: 80, targetPort: 'http'}]}}, 'Service');
-    assert.deepEqual(ordered.spec.ports.map((p: any) => [p.port, p.targetPort]), [[443, 8443], [80, 'http']]);
+    const ordered = applyStrategicMergePatch(
+      service,
+      {spec: {'$setElementOrder/ports': [{port: 443}, {port: 80}], ports: [{port: 80, targetPort: 'http'}]}},
+      'Service',
+    );
+    assert.deepEqual(
+      ordered.spec.ports.map((p: any) => [p.port, p.targetPort]),
+      [
+        [443, 8443],
+        [80, 'http'],
+      ],
+    );
     const replaced = applyStrategicMergePatch(service, {spec: {selector: {$patch: 'replace', app: 'api'}}}, 'Service');
     assert.deepEqual(replaced.spec.selector, {app: 'api'});
-    const retained = applyStrategicMergePatch({spec: {strategy: {type: 'RollingUpdate', rollingUpdate: {maxSurge: 1}}}}, {spec: {strategy: {$retainKeys: ['type'], type: 'Recreate'}}}, 'Deployment');
+    const retained = applyStrategicMergePatch(
+      {spec: {strategy: {type: 'RollingUpdate', rollingUpdate: {maxSurge: 1}}}},
+      {spec: {strategy: {$retainKeys: ['type'], type: 'Recreate'}}},
+      'Deployment',
+    );
     assert.deepEqual(retained.spec.strategy, {type: 'Recreate'});
   });
 
   it('strategic merge patch: pod containers merge by name and their ports by containerPort', () => {
-    const pod = {spec: {containers: [{name: 'app', image: 'a:1', ports: [{containerPort: 80}]}, {name: 'side', image: 's:1'}]}};
-    const out = applyStrategicMergePatch(pod, {spec: {containers: [{name: 'app', image: 'a:2', ports: [{containerPort: 9090, name: 'metrics'}]}]}}, 'Pod');
+    const pod = {
+      spec: {
+        containers: [
+          {name: 'app', image: 'a:1', ports: [{containerPort: 80}]},
+          {name: 'side', image: 's:1'},
+        ],
+      },
+    };
+    const out = applyStrategicMergePatch(
+      pod,
+      {spec: {containers: [{name: 'app', image: 'a:2', ports: [{containerPort: 9090, name: 'metrics'}]}]}},
+      'Pod',
+    );
     assert.deepEqual(out.spec.containers, [
       {name: 'app', image: 'a:2', ports: [{containerPort: 80}, {containerPort: 9090, name: 'metrics'}]},
       {name: 'side', image: 's:1'},
@@ -59,7 +96,10 @@ describe('patches', () => {
       {op: 'add', path: '/spec/ports/-', value: {port: 1}},
     ]);
     assert.deepEqual(out.metadata.labels, {app: 'web', team: 'a', copy: 'web', layer: 'front'});
-    assert.deepEqual(out.spec.ports.map((p: any) => p.port), [8000, 1]);
+    assert.deepEqual(
+      out.spec.ports.map((p: any) => p.port),
+      [8000, 1],
+    );
     assert.throws(() => applyJsonPatch(service, [{op: 'test', path: '/spec/selector/app', value: 'x'}]), /test failed/);
     assert.throws(() => applyJsonPatch(service, [{op: 'remove', path: '/spec/nothing'}]), /nonexistent|missing/);
   });

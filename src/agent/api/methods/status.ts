@@ -23,7 +23,14 @@ export async function answerStatus(state: RuntimeState): Promise<StatusResult> {
     mode: state.backend.mode,
     version: state.version,
     ready: state.everSynced,
-    lastSync: lastOutcome ? {at: new Date(lastOutcome.startedAt).toISOString(), durationMs: lastOutcome.durationMs, kind: syncKind(lastOutcome), ok: lastOutcome.ok} : null,
+    lastSync: lastOutcome
+      ? {
+          at: new Date(lastOutcome.startedAt).toISOString(),
+          durationMs: lastOutcome.durationMs,
+          kind: syncKind(lastOutcome),
+          ok: lastOutcome.ok,
+        }
+      : null,
     services: services.size,
     endpoints: endpoints.size,
     drift: {services: check?.services ?? [], checkedAt: check?.checkedAt ?? null},

@@ -5,7 +5,8 @@ import {syncKind, type RuntimeState} from '../runtime-state.ts';
 
 export async function answerSync(state: RuntimeState, params: SyncParams): Promise<SyncAnswer> {
   const {nodeName, proxier, log} = state;
-  if (!proxier.status().initialized) throw new Error(`node ${nodeName} cannot sync yet: the agent is still waiting for the lists of services, endpoint slices and its node`);
+  if (!proxier.status().initialized)
+    throw new Error(`node ${nodeName} cannot sync yet: the agent is still waiting for the lists of services, endpoint slices and its node`);
   // A partial sync rewrites only changed services: drifted rules need a full one to be repaired.
   const check = await state.currentDrift();
   const drifted = check?.services.length ?? 0;
@@ -16,5 +17,10 @@ export async function answerSync(state: RuntimeState, params: SyncParams): Promi
   proxier.requestSync({full});
   const outcome = await done;
   if (!outcome.ok) throw new Error(`the sync on node ${nodeName} failed: ${outcome.error}`);
-  return {durationMs: outcome.durationMs, kind: syncKind(outcome), rules: outcome.rules, driftBefore: {services: check?.services ?? [], checkedAt: check?.checkedAt ?? null}};
+  return {
+    durationMs: outcome.durationMs,
+    kind: syncKind(outcome),
+    rules: outcome.rules,
+    driftBefore: {services: check?.services ?? [], checkedAt: check?.checkedAt ?? null},
+  };
 }

@@ -40,4 +40,3 @@ export interface RulesBackend {
   /** Reads the applied rules from the kernel; default iptables-save -t filter + -t nat. */
   readApplied?(host: Host, family: IPFamily): Promise<string>;
 }
-

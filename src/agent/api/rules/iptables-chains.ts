@@ -5,7 +5,13 @@
 // what the agent API would hold. What is kept instead: the text, and where each chain's rules are
 // in it. A diff still walks every chain, parsing each as it goes, and keeps nothing afterwards.
 import {guessFamily, parseIptablesSave} from '../../../core/iptables/parse.ts';
-import {isBuiltinChain, type IptablesChain, type IptablesRuleset, type RulesetTable, type UnknownMatch} from '../../../core/iptables/ruleset.ts';
+import {
+  isBuiltinChain,
+  type IptablesChain,
+  type IptablesRuleset,
+  type RulesetTable,
+  type UnknownMatch,
+} from '../../../core/iptables/ruleset.ts';
 import type {ChainsWritten} from '../../sync/types.ts';
 
 /** Rules a partial write left in a chain, in iptables-save's spelling, and the line each had in that write's record. */
@@ -146,7 +152,9 @@ export class ChainIndexedRuleset implements IptablesRuleset {
     const header = parseIptablesSave(index.comments, {family: index.family});
     this.frontEnd = header.frontEnd;
     this.notes = header.notes;
-    this.tables = new Map([...index.tables.values()].map((table) => [table.name, {name: table.name, chains: new IndexedChains(this, table)}]));
+    this.tables = new Map(
+      [...index.tables.values()].map((table) => [table.name, {name: table.name, chains: new IndexedChains(this, table)}]),
+    );
   }
 
   /** The dump read chain by chain; undefined for input it does not index (parse that whole). */
@@ -163,7 +171,8 @@ export class ChainIndexedRuleset implements IptablesRuleset {
   /** Rules with matches the tracer does not evaluate: every chain parsed to tell, so only when asked. */
   get unknownMatches(): UnknownMatch[] {
     const found: UnknownMatch[] = [];
-    for (const table of this.#index.tables.values()) for (const name of table.ids.keys()) found.push(...this.#parse(table, name).unknownMatches);
+    for (const table of this.#index.tables.values())
+      for (const name of table.ids.keys()) found.push(...this.#parse(table, name).unknownMatches);
     return found;
   }
 
@@ -173,12 +182,18 @@ export class ChainIndexedRuleset implements IptablesRuleset {
    * move to the end of their table, as a chain declared again does.
    */
   patched(written: readonly ChainsWritten[]): ChainIndexedRuleset {
-    const tables = new Map([...this.#index.tables].map(([name, table]) => [name, {...table, ids: new Map(table.ids), written: new Map(table.written)}]));
+    const tables = new Map(
+      [...this.#index.tables].map(([name, table]) => [name, {...table, ids: new Map(table.ids), written: new Map(table.written)}]),
+    );
     // Lines as a dump of the written chains alone would number them, header first.
     let line = 1;
     for (const {table: name, declared, chains, rules} of written) {
       let table = tables.get(name);
-      if (!table) tables.set(name, (table = {name, ids: new Map(), policies: new Map(), runs: new Int32Array(0), moreRuns: new Map(), written: new Map()}));
+      if (!table)
+        tables.set(
+          name,
+          (table = {name, ids: new Map(), policies: new Map(), runs: new Int32Array(0), moreRuns: new Map(), written: new Map()}),
+        );
       line += 1 + chains.length;
       const byChain = new Map<string, {rules: string[]; lines: number[]}>(chains.map((chain) => [chain, {rules: [], lines: []}]));
       for (const rule of rules) {

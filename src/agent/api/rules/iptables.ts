@@ -29,7 +29,10 @@ export function patchIptablesRuleset(ruleset: IptablesRuleset, written: ChainsWr
     for (const [name, chain] of fresh.tables.get(table)?.chains ?? []) chains.set(name, chain);
     tables.set(table, {name: table, chains} satisfies RulesetTable);
   }
-  const unknownMatches = [...ruleset.unknownMatches.filter((match) => !replaced.has(`${match.table} ${match.chain}`)), ...fresh.unknownMatches];
+  const unknownMatches = [
+    ...ruleset.unknownMatches.filter((match) => !replaced.has(`${match.table} ${match.chain}`)),
+    ...fresh.unknownMatches,
+  ];
   return {...ruleset, tables, unknownMatches};
 }
 
@@ -38,7 +41,8 @@ export const iptablesBackend: RulesBackend = {
   render: (model) => renderIptables(model, {includeJumps: true}),
   // Chain by chain where the text allows (iptables-save's output, the renderer's): see ChainIndexedRuleset.
   parse: (text) => (ChainIndexedRuleset.of(text) ?? parseIptablesSave(text)) as ParsedRules,
-  patch: (rules, tables) => (rules instanceof ChainIndexedRuleset ? rules.patched(tables) : patchIptablesRuleset(rules as IptablesRuleset, tables)) as ParsedRules,
+  patch: (rules, tables) =>
+    (rules instanceof ChainIndexedRuleset ? rules.patched(tables) : patchIptablesRuleset(rules as IptablesRuleset, tables)) as ParsedRules,
   format: (rules) => formatIptablesRuleset(rules as IptablesRuleset),
   textOf: (rules) => (rules instanceof ChainIndexedRuleset ? rules.sourceText : undefined),
   diff: (desired, applied, service) => {

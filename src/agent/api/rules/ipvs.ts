@@ -29,10 +29,21 @@ const sections = {
 
 /** formatIpvsState writes the state as the API shows it; parseIpvsStateText reads it back. */
 export function formatIpvsState(state: IpvsState): string {
-  const servers = state.virtualServers.map((server) => (server.servicePort ? `# service ${server.servicePort}\n` : '') + formatIpvsadmRestore([server])).join('');
-  const sets = state.sets.map((set) => [`create ${set.name} ${set.type}`, ...set.entries.map((entry) => `add ${set.name} ${entry}`)].join('\n') + '\n').join('');
+  const servers = state.virtualServers
+    .map((server) => (server.servicePort ? `# service ${server.servicePort}\n` : '') + formatIpvsadmRestore([server]))
+    .join('');
+  const sets = state.sets
+    .map((set) => [`create ${set.name} ${set.type}`, ...set.entries.map((entry) => `add ${set.name} ${entry}`)].join('\n') + '\n')
+    .join('');
   const addresses = state.boundAddresses.map((address) => `${address}\n`).join('');
-  return [`#### ipvs mode, ${state.family}`, sections.ipvsadm, servers + sections.ipset, sets + sections.addresses, addresses + sections.iptables, state.iptables].join('\n');
+  return [
+    `#### ipvs mode, ${state.family}`,
+    sections.ipvsadm,
+    servers + sections.ipset,
+    sets + sections.addresses,
+    addresses + sections.iptables,
+    state.iptables,
+  ].join('\n');
 }
 
 export function parseIpvsStateText(text: string): IpvsState {
@@ -57,12 +68,18 @@ export function parseIpvsStateText(text: string): IpvsState {
       owner = undefined;
     }
   }
-  const virtualServers = parseIpvsadmSave(part('ipvsadm')).map((server) => ({...server, servicePort: owners.get(virtualServerKey(server)) ?? ''}));
+  const virtualServers = parseIpvsadmSave(part('ipvsadm')).map((server) => ({
+    ...server,
+    servicePort: owners.get(virtualServerKey(server)) ?? '',
+  }));
   return {
     family,
     virtualServers,
     sets: parseIpsetSave(part('ipset')),
-    boundAddresses: part('addresses').split('\n').map((line) => line.trim()).filter((line) => line !== ''),
+    boundAddresses: part('addresses')
+      .split('\n')
+      .map((line) => line.trim())
+      .filter((line) => line !== ''),
     iptables: part('iptables'),
   };
 }
@@ -92,7 +109,13 @@ export function ipvsRulesBackend(options: {scheduler?: string} = {}): RulesBacke
       const result = diffIpvs(desired as IpvsState, applied as IpvsState);
       if (!service) return {equal: result.equal, groups: result.groups, text: result.text};
       const groups = result.groups.filter((group) => inService(group, service));
-      const body = groups.map((g) => [`@@ ${g.servicePort || '(no service)'} @@`, ...g.added.map((line) => `+${line}`), ...g.removed.map((line) => `-${line}`)].join('\n')).join('\n');
+      const body = groups
+        .map((g) =>
+          [`@@ ${g.servicePort || '(no service)'} @@`, ...g.added.map((line) => `+${line}`), ...g.removed.map((line) => `-${line}`)].join(
+            '\n',
+          ),
+        )
+        .join('\n');
       return {equal: groups.length === 0, groups, text: body ? `--- applied\n+++ desired\n${body}\n` : ''};
     },
     trace: (rules, packet, context) => traceIpvs(rules as IpvsState, packet, context),

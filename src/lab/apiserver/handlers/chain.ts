@@ -55,7 +55,15 @@ export async function handleRequest(context: ServerContext, req: IncomingMessage
   const {type} = route;
   const verb = verbOf(method, route);
   if (route.subresource === 'portforward') throw badRequest('Upgrade request required');
-  authorize(context.access, {user, verb, group: type.group, resource: type.resource, subresource: route.subresource, namespace: route.namespace, name: route.name});
+  authorize(context.access, {
+    user,
+    verb,
+    group: type.group,
+    resource: type.resource,
+    subresource: route.subresource,
+    namespace: route.namespace,
+    name: route.name,
+  });
   if (!type.verbs.includes(verb) && !(route.subresource && subresourceVerbs.includes(verb))) throw methodNotAllowed();
   const dryRun = url.searchParams.getAll('dryRun').includes('All');
   const writeOptions: WriteOptions = {dryRun, subresource: route.subresource === 'status' ? 'status' : ''};

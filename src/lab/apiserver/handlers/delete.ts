@@ -18,7 +18,11 @@ export const deleteCollection: ResourceHandler = async ({store, log}, {req, res,
   const deleteOptions = await deleteOptionsOf(req, url);
   const deleted = store.deleteCollection(
     type,
-    {namespace: route.namespace, labelSelector: url.searchParams.get('labelSelector') ?? undefined, fieldSelector: url.searchParams.get('fieldSelector') ?? undefined},
+    {
+      namespace: route.namespace,
+      labelSelector: url.searchParams.get('labelSelector') ?? undefined,
+      fieldSelector: url.searchParams.get('fieldSelector') ?? undefined,
+    },
     {...deleteOptions, dryRun},
   );
   sendText(res, 200, listJson(type, deleted, {resourceVersion: String(log.currentRevision)}));

@@ -17,7 +17,11 @@ export function sendHealth(res: ServerResponse): void {
 }
 
 /** The document at `pathname`, or undefined when it names no such document (a resource path). */
-export function nonResourceDocument(pathname: string, req: IncomingMessage, hostPort: string): Record<string, unknown> | Buffer | undefined {
+export function nonResourceDocument(
+  pathname: string,
+  req: IncomingMessage,
+  hostPort: string,
+): Record<string, unknown> | Buffer | undefined {
   switch (pathname) {
     case '/version':
       return serverVersion;

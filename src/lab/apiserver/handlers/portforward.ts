@@ -16,7 +16,15 @@ export async function handleUpgrade(context: ServerContext, req: IncomingMessage
   const user = authenticate(context, req);
   const {type} = route;
   // Both the WebSocket GET and the SPDY POST need "create" on pods/portforward.
-  authorize(context.access, {user, verb: 'create', group: type.group, resource: type.resource, subresource: 'portforward', namespace: route.namespace, name: route.name});
+  authorize(context.access, {
+    user,
+    verb: 'create',
+    group: type.group,
+    resource: type.resource,
+    subresource: 'portforward',
+    namespace: route.namespace,
+    name: route.name,
+  });
   const pod = context.store.get(type, route.namespace, route.name);
   if (pod.status?.phase !== 'Running' && pod.status?.phase !== undefined && pod.status.phase !== 'Pending') {
     throw badRequest(`pod ${route.name} is not running (phase ${pod.status.phase})`);
@@ -24,7 +32,8 @@ export async function handleUpgrade(context: ServerContext, req: IncomingMessage
   const ports = requestedPorts(url.searchParams);
   const upgrade = String(req.headers.upgrade ?? '').toLowerCase();
   if (upgrade === 'websocket') {
-    if (ports.length === 0 || ports.some((p) => !Number.isInteger(p) || p < 1 || p > 65535)) throw badRequest('query parameter "port" is required');
+    if (ports.length === 0 || ports.some((p) => !Number.isInteger(p) || p < 1 || p > 65535))
+      throw badRequest('query parameter "port" is required');
     context.wsForwarder.handle(req, socket, head, pod, ports);
     return;
   }
@@ -38,5 +47,7 @@ export async function handleUpgrade(context: ServerContext, req: IncomingMessage
 export function rejectUpgrade(socket: Duplex, err: unknown): void {
   const status = err instanceof ApiError ? err.toStatus() : new ApiError(500, 'InternalError', String(err)).toStatus();
   const body = JSON.stringify(status);
-  socket.end(`HTTP/1.1 ${status.code} ${status.reason}\r\ncontent-type: application/json\r\ncontent-length: ${Buffer.byteLength(body)}\r\nconnection: close\r\n\r\n${body}`);
+  socket.end(
+    `HTTP/1.1 ${status.code} ${status.reason}\r\ncontent-type: application/json\r\ncontent-length: ${Buffer.byteLength(body)}\r\nconnection: close\r\n\r\n${body}`,
+  );
 }

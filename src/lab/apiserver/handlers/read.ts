@@ -25,7 +25,18 @@ export const listObjects: ResourceHandler = ({store}, {req, res, url, route}) =>
   }
   const table = tableRequest(req, url);
   if (table) {
-    sendJson(res, 200, toTable(type.kind, result.items.map((o) => present(type, o)), result.resourceVersion, table, Date.now(), result.continue ? {continue: result.continue} : {}));
+    sendJson(
+      res,
+      200,
+      toTable(
+        type.kind,
+        result.items.map((o) => present(type, o)),
+        result.resourceVersion,
+        table,
+        Date.now(),
+        result.continue ? {continue: result.continue} : {},
+      ),
+    );
     return;
   }
   sendText(res, 200, listJson(type, result.items, meta));

@@ -27,7 +27,11 @@ export async function readBody(req: IncomingMessage): Promise<any> {
 
 export async function deleteOptionsOf(req: IncomingMessage, url: URL): Promise<DeleteOptions> {
   const body = (await readBody(req)) ?? {};
-  const options: DeleteOptions = {gracePeriodSeconds: body.gracePeriodSeconds ?? undefined, propagationPolicy: body.propagationPolicy, preconditions: body.preconditions};
+  const options: DeleteOptions = {
+    gracePeriodSeconds: body.gracePeriodSeconds ?? undefined,
+    propagationPolicy: body.propagationPolicy,
+    preconditions: body.preconditions,
+  };
   if (url.searchParams.has('gracePeriodSeconds')) options.gracePeriodSeconds = Number(url.searchParams.get('gracePeriodSeconds'));
   if (url.searchParams.has('propagationPolicy')) options.propagationPolicy = url.searchParams.get('propagationPolicy')!;
   return options;

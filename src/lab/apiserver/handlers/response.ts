@@ -31,7 +31,11 @@ export function sendJson(res: ServerResponse, code: number, body: unknown): void
 }
 
 export function sendText(res: ServerResponse, code: number, text: string): void {
-  res.writeHead(code, {'content-type': 'application/json', 'content-length': Buffer.byteLength(text), 'cache-control': 'no-cache, private'});
+  res.writeHead(code, {
+    'content-type': 'application/json',
+    'content-length': Buffer.byteLength(text),
+    'cache-control': 'no-cache, private',
+  });
   res.end(text);
 }
 
@@ -40,7 +44,10 @@ export function sendError(res: ServerResponse, err: unknown): void {
     res.destroy();
     return;
   }
-  const apiError = err instanceof ApiError ? err : new ApiError(500, 'InternalError', `Internal error occurred: ${(err as Error)?.message ?? String(err)}`);
+  const apiError =
+    err instanceof ApiError
+      ? err
+      : new ApiError(500, 'InternalError', `Internal error occurred: ${(err as Error)?.message ?? String(err)}`);
   if (!(err instanceof ApiError)) process.emitWarning(`api server: ${(err as Error)?.stack ?? String(err)}`);
   sendJson(res, apiError.code, apiError.toStatus());
 }

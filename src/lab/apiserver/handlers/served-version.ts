@@ -10,7 +10,10 @@ export function checkKind(type: ResourceType, body: KubeObject): void {
     throw badField('kind', `the object provided is unrecognized (must be of type ${type.kind}): ${body.kind} is not ${type.kind}`);
   }
   if (body.apiVersion !== undefined && body.apiVersion !== groupVersion(type)) {
-    throw badField('apiVersion', `the API version in the data (${body.apiVersion}) does not match the expected API version (${groupVersion(type)})`);
+    throw badField(
+      'apiVersion',
+      `the API version in the data (${body.apiVersion}) does not match the expected API version (${groupVersion(type)})`,
+    );
   }
 }
 

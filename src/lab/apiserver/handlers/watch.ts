@@ -21,10 +21,13 @@ export const watchObjects: ResourceHandler = ({store, log, bookmarkMs, maxWatchM
   const fields = fieldText ? parseFieldSelector(fieldText, type.resource) : [];
   const namespace = route.namespace;
   const visible = (o: KubeObject) =>
-    (!namespace || o.metadata.namespace === namespace) && (labels.length === 0 || matchesLabels(labels, o.metadata.labels)) && (fields.length === 0 || matchesFields(fields, o));
+    (!namespace || o.metadata.namespace === namespace) &&
+    (labels.length === 0 || matchesLabels(labels, o.metadata.labels)) &&
+    (fields.length === 0 || matchesFields(fields, o));
   const table = tableRequest(req, url);
   const formatKey = `${type.version}|${table ?? 'json'}`;
-  const encode = (obj: KubeObject) => JSON.stringify(table ? toTable(type.kind, [present(type, obj)], obj.metadata.resourceVersion ?? '', table) : present(type, obj));
+  const encode = (obj: KubeObject) =>
+    JSON.stringify(table ? toTable(type.kind, [present(type, obj)], obj.metadata.resourceVersion ?? '', table) : present(type, obj));
   const encodedEvent = (event: StoredEvent) => {
     let text = event.encoded.get(formatKey);
     if (text === undefined) {
@@ -57,7 +60,9 @@ export const watchObjects: ResourceHandler = ({store, log, bookmarkMs, maxWatchM
   } else {
     startRevision = Number(rvParam);
     if (!Number.isInteger(startRevision) || startRevision < 0) {
-      const status = badRequest(`invalid resource version: strconv.ParseUint: parsing ${JSON.stringify(rvParam)}: invalid syntax`).toStatus();
+      const status = badRequest(
+        `invalid resource version: strconv.ParseUint: parsing ${JSON.stringify(rvParam)}: invalid syntax`,
+      ).toStatus();
       write(`{"type":"ERROR","object":${JSON.stringify(status)}}\n`);
       res.end();
       return;

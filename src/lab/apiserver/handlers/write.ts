@@ -49,7 +49,14 @@ export const patchObject: ResourceHandler = async ({store}, {req, res, url, rout
   sendObject(req, res, url, type, 200, patched);
 };
 
-function patchThroughV1beta1(store: ClusterStore, type: ResourceType, route: Route, contentType: string, patch: unknown, writeOptions: WriteOptions): KubeObject {
+function patchThroughV1beta1(
+  store: ClusterStore,
+  type: ResourceType,
+  route: Route,
+  contentType: string,
+  patch: unknown,
+  writeOptions: WriteOptions,
+): KubeObject {
   // Patch the v1beta1 form, then store it converted back.
   const current = present(type, store.get(type, route.namespace, route.name!));
   const scratch = new ClusterStore(new ObjectLog(2), store.network);

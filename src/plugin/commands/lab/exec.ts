@@ -18,11 +18,18 @@ export function splitAtDoubleDash(argv: string[]): {own: string[]; command: stri
 
 export default class LabExec extends PluginCommand {
   static override summary = 'Run a command inside a lab pod, node or external client (its network namespace).';
-  static override description = `TARGET is a pod (pod-0-1), a node (node-0, or its agent pod proxyctl-agent-node-0), an external client (client-0, or just "client"), or "upstream". The command runs as root in that namespace with this terminal; its exit code is passed through. Everything after the first -- reaches the command unchanged.`;
+  static override description =
+    `TARGET is a pod (pod-0-1), a node (node-0, or its agent pod proxyctl-agent-node-0), an external client (client-0, or just "client"), or "upstream". The command runs as root in that namespace with this terminal; its exit code is passed through. Everything after the first -- reaches the command unchanged.`;
 
   static override examples = [
-    {description: 'A request to the demoapp ClusterIP from a pod', command: '<%= config.bin %> lab exec pod-1-1 -- curl -s http://10.96.0.10/'},
-    {description: 'The NodePort from outside the cluster', command: '<%= config.bin %> lab exec client -- curl -s http://10.240.0.11:30080/'},
+    {
+      description: 'A request to the demoapp ClusterIP from a pod',
+      command: '<%= config.bin %> lab exec pod-1-1 -- curl -s http://10.96.0.10/',
+    },
+    {
+      description: 'The NodePort from outside the cluster',
+      command: '<%= config.bin %> lab exec client -- curl -s http://10.240.0.11:30080/',
+    },
     {description: "A node's nat table", command: '<%= config.bin %> lab exec node-0 -- iptables-save -t nat'},
   ];
 
@@ -43,7 +50,8 @@ export default class LabExec extends PluginCommand {
     const {own, command: afterDoubleDash} = splitAtDoubleDash(this.argv);
     const {args, flags, argv} = await this.parse(LabExec, own);
     const extra = (argv as string[]).slice(1);
-    if (afterDoubleDash && extra.length > 0) throw new PluginError(`lab exec: ${JSON.stringify(extra[0])} comes before --; put the whole command after --`);
+    if (afterDoubleDash && extra.length > 0)
+      throw new PluginError(`lab exec: ${JSON.stringify(extra[0])} comes before --; put the whole command after --`);
     const command = afterDoubleDash ?? extra;
     const code = await execInLab(flags.name, args.target, command);
     if (code !== 0) this.exit(code);

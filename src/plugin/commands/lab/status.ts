@@ -6,7 +6,8 @@ import {formatData, outputFlag} from '../../lib/output.ts';
 
 export default class LabStatus extends PluginCommand {
   static override summary = "Show a lab's nodes, agents, pods, external client and services, and how to use them.";
-  static override description = 'Reads the state the lab keeps in /run/proxyctl-lab/NAME and asks its API server for the live objects. Exit code 1 when no such lab runs.';
+  static override description =
+    'Reads the state the lab keeps in /run/proxyctl-lab/NAME and asks its API server for the live objects. Exit code 1 when no such lab runs.';
 
   static override examples = [
     {description: 'The default lab', command: '<%= config.bin %> lab status'},

@@ -6,7 +6,8 @@ import {formatLabStatus, readLabStatus} from '../../../lab/lab-status.ts';
 
 export default class LabUp extends PluginCommand {
   static override summary = 'Build a small cluster on this machine out of network namespaces, with one proxyctl agent per node.';
-  static override description = `Creates one network namespace per node (joined by a bridge), pods behind each node running a demo HTTP and UDP server, and an external client outside the cluster. An embedded Kubernetes API server holds the nodes, pods and demo Services (ClusterIP, NodePort, UDP, one without endpoints) and hands out a kubeconfig; one proxyctl agent per node writes that node's rules inside its namespace.
+  static override description =
+    `Creates one network namespace per node (joined by a bridge), pods behind each node running a demo HTTP and UDP server, and an external client outside the cluster. An embedded Kubernetes API server holds the nodes, pods and demo Services (ClusterIP, NodePort, UDP, one without endpoints) and hands out a kubeconfig; one proxyctl agent per node writes that node's rules inside its namespace.
 
 Returns once nodes, pods and agents are ready; the lab keeps running in the background until \`lab down\`. Needs root and iproute2. Its state is in /run/proxyctl-lab/NAME.`;
 
@@ -17,10 +18,19 @@ Returns once nodes, pods and agents are ready; the lab keeps running in the back
 
   static override flags = {
     nodes: Flags.integer({summary: 'Number of nodes.', default: 2, min: labLimits.nodes.min, max: labLimits.nodes.max}),
-    'pods-per-node': Flags.integer({summary: 'Demo pods on each node.', default: 3, min: labLimits.podsPerNode.min, max: labLimits.podsPerNode.max}),
+    'pods-per-node': Flags.integer({
+      summary: 'Demo pods on each node.',
+      default: 3,
+      min: labLimits.podsPerNode.min,
+      max: labLimits.podsPerNode.max,
+    }),
     name: labNameFlag('Name of the lab; several labs can run side by side.'),
     'proxy-mode': Flags.option({summary: 'Proxy mode of the agents.', options: proxyModes, default: 'iptables'})(),
-    agents: Flags.boolean({summary: 'Start one agent per node; --no-agents builds the cluster without any proxy.', default: true, allowNo: true}),
+    agents: Flags.boolean({
+      summary: 'Start one agent per node; --no-agents builds the cluster without any proxy.',
+      default: true,
+      allowNo: true,
+    }),
   };
 
   async run(): Promise<void> {
