@@ -84,7 +84,7 @@ export const backgroundReadingMs = 1000;
 /**
  * A reading of fewer of the proxy's rules than this takes about as long as one of this many:
  * iptables-save starting and reading the ruleset's skeleton costs as much as reading a thousand
- * rules or so (docs/agent.md, Figures behind the code).
+ * rules or so (docs/development.md, Figures behind the code).
  */
 const readingFixedCostRules = 1000;
 
