@@ -190,7 +190,7 @@ export class SyncBookkeeping {
  * syncs are rare: at start, hourly, after drift or a failure, and at most once per syncPeriod for
  * the drift check. Without --expose-gc it does nothing. A last-resort collection also compacts
  * the old generation, so that the pages the garbage filled go back to the system (the RSS it saves:
- * docs/agent.md, Memory).
+ * docs/development.md, Memory engineering).
  */
 export function releaseGarbage(): void {
   const gc = (globalThis as {gc?: (options: object) => void}).gc;
@@ -203,7 +203,7 @@ export function releaseGarbage(): void {
  * V8 keeps the subject of the last regular-expression match alive (for RegExp.lastMatch and
  * RegExp.$1). After a reading, that subject is a rule sliced out of iptables-save's output, and it
  * keeps the whole output until some other match runs, which in an idle agent can be never (what
- * that cost: docs/agent.md, Memory). A match on an empty string takes its place.
+ * that cost: docs/development.md, Memory engineering). A match on an empty string takes its place.
  */
 function forgetLastRegExpMatch(): void {
   /(?:)/.exec('');
