@@ -220,92 +220,21 @@ export interface HopFacts {
 
 /** explainRule writes one sentence: why the rule matched and what it does. */
 export function explainRule(explainer: Explainer, rule: IptablesRule, facts: HopFacts): string {
-  const {before, after} = facts;
   const service =
     servicePortOfComment(rule.comment) ?? (isProxyChain(rule.chain) ? explainer.serviceOf(rule.table, rule.chain) : undefined);
+  // The proxy's own rules, told in the words of Services.
+  const told = isProxyChain(rule.chain) && service ? explainServiceRule(explainer, rule, facts, service) : undefined;
+  if (told) return told;
+  return explainTarget(explainer, rule, facts, service);
+}
+
+/** explainTarget: the sentence any rule gets from its target, whoever wrote it. */
+function explainTarget(explainer: Explainer, rule: IptablesRule, facts: HopFacts, service: string | undefined): string {
+  const {before, after} = facts;
   const comment = rule.comment ?? '';
   const target = rule.target?.name;
-  const port = `${before.dst.text}:${before.dstPort}/${before.protocol.toUpperCase()}`;
   const why = conditions(rule, before);
   const because = why.length > 0 ? joinWords(why) : '';
-
-  // The proxy's own rules, told in the words of Services.
-  if (isProxyChain(rule.chain) && service) {
-    if (/ cluster IP$/.test(comment) && target && !target.startsWith('KUBE-MARK')) {
-      return sentence(`${port} is the cluster IP and port of ${service}, so the packet goes to ${explainer.chainRole(rule.table, target)}`);
-    }
-    if (/ external IP$/.test(comment) && target)
-      return sentence(`${port} is an external IP of ${service}, so the packet goes to ${explainer.chainRole(rule.table, target)}`);
-    if (/ loadbalancer IP$/.test(comment) && target && rule.destination) {
-      return sentence(`${port} is the load-balancer IP of ${service}, so the packet goes to ${explainer.chainRole(rule.table, target)}`);
-    }
-    if (/ loadbalancer IP$/.test(comment) && target && rule.source) {
-      return sentence(
-        `The source ${before.src.text} is inside ${rule.source.cidr}, one of the loadBalancerSourceRanges of ${service}, so the packet is allowed on to ${explainer.chainRole(rule.table, target)}`,
-      );
-    }
-    if (/has no endpoints$/.test(comment)) {
-      return sentence(
-        `${service} has no endpoints, so ${target === 'REJECT' ? `the connection to ${port} is refused at once (REJECT with ${rule.target?.options[0]?.values[0] ?? 'an ICMP error'})` : `the packet to ${port} goes to ${target}`}`,
-      );
-    }
-    if (/has no local endpoints$/.test(comment)) {
-      // kube-proxy writes the cluster IP's rule (internal policy) into KUBE-SERVICES, the others into KUBE-EXTERNAL-SERVICES.
-      const policy = rule.chain === 'KUBE-SERVICES' ? 'internalTrafficPolicy' : 'externalTrafficPolicy';
-      return sentence(
-        `${service} has ${policy} Local and no endpoint on this node, so the packet to ${port} is ${target === 'DROP' ? 'dropped' : `sent to ${target}`}`,
-      );
-    }
-    if (/traffic not accepted by /.test(comment) && target === 'DROP') {
-      return sentence(
-        `The packet is still addressed to the load-balancer IP ${port}: ${comment.replace(/^.* traffic not accepted by /, '')} did not let its source ${before.src.text} through (it is not in loadBalancerSourceRanges), so it is dropped`,
-      );
-    }
-    if (/^other traffic to .* will be dropped by /.test(comment) && !target) {
-      return sentence(
-        `No allowed source range matched ${before.src.text}, so the packet keeps its load-balancer destination and ${comment.replace(/^.* will be dropped by /, '')} in the filter table will drop it`,
-      );
-    }
-    if (rule.chain === 'KUBE-NODEPORTS' && target && (target.startsWith('KUBE-EXT-') || target.startsWith('KUBE-SVC-'))) {
-      return sentence(
-        `Port ${before.dstPort}/${before.protocol.toUpperCase()} is the node port of ${service}, so the packet goes to ${explainer.chainRole(rule.table, target)}`,
-      );
-    }
-    if (/ health check node port$/.test(comment) && target === 'ACCEPT') {
-      return sentence(
-        `Port ${before.dstPort}/${before.protocol.toUpperCase()} is the health check node port of ${service}, so the load balancer's probe is let in`,
-      );
-    }
-    if (/^pod traffic for /.test(comment) && target) {
-      return sentence(
-        `The source ${before.src.text} is a pod (${rule.source ? `in ${rule.source.cidr}` : 'local traffic'}), so it is treated like traffic to the cluster IP and goes to ${explainer.chainRole(rule.table, target)}`,
-      );
-    }
-    if (/^route LOCAL traffic for /.test(comment) && target) {
-      return sentence(
-        `The node itself sent the packet, so it may use every endpoint of ${service}, not only this node's: it goes to ${explainer.chainRole(rule.table, target)}`,
-      );
-    }
-    if (rule.chain.startsWith('KUBE-EXT-') && target?.startsWith('KUBE-SVL-')) {
-      return sentence(
-        `Traffic from outside keeps its source address under externalTrafficPolicy Local, so it may only go to endpoints on this node: ${explainer.chainRole(rule.table, target)}`,
-      );
-    }
-    if (rule.chain.startsWith('KUBE-EXT-') && target?.startsWith('KUBE-SVC-') && !comment) {
-      return sentence(`All traffic to the external addresses of ${service} goes on to ${explainer.chainRole(rule.table, target)}`);
-    }
-    if (target && (target.startsWith('KUBE-SEP-') || (target.startsWith('KUBE-SVC-') && / -> /.test(comment)))) {
-      const endpoint = explainer.endpointOf(rule.table, target) ?? comment.replace(/^.* -> /, '');
-      if (facts.ruleProbability < 1) {
-        return sentence(
-          `The random draw picked endpoint ${endpoint} of ${service} (${percent(facts.ruleProbability)} of the connections reaching this rule, ${percent(facts.branchProbability)} of all), so the packet goes to ${target}`,
-        );
-      }
-      const share = facts.branchProbability < 1 ? ` (${percent(facts.branchProbability)} of all)` : '';
-      return sentence(`Every connection that reaches this rule goes to endpoint ${endpoint} of ${service}${share}, through ${target}`);
-    }
-  }
-
   switch (target) {
     case undefined:
       return sentence(
@@ -388,6 +317,88 @@ export function explainRule(explainer: Explainer, rule: IptablesRule, facts: Hop
       return sentence(`${because || 'Every packet reaches this rule'}; target ${target} is applied and the packet goes on`);
     }
   }
+}
+
+/** explainServiceRule: the sentence of one of the proxy's own rules, in the words of Services; undefined when none fits. */
+function explainServiceRule(explainer: Explainer, rule: IptablesRule, facts: HopFacts, service: string): string | undefined {
+  const {before} = facts;
+  const comment = rule.comment ?? '';
+  const target = rule.target?.name;
+  const port = `${before.dst.text}:${before.dstPort}/${before.protocol.toUpperCase()}`;
+  if (/ cluster IP$/.test(comment) && target && !target.startsWith('KUBE-MARK')) {
+    return sentence(`${port} is the cluster IP and port of ${service}, so the packet goes to ${explainer.chainRole(rule.table, target)}`);
+  }
+  if (/ external IP$/.test(comment) && target)
+    return sentence(`${port} is an external IP of ${service}, so the packet goes to ${explainer.chainRole(rule.table, target)}`);
+  if (/ loadbalancer IP$/.test(comment) && target && rule.destination) {
+    return sentence(`${port} is the load-balancer IP of ${service}, so the packet goes to ${explainer.chainRole(rule.table, target)}`);
+  }
+  if (/ loadbalancer IP$/.test(comment) && target && rule.source) {
+    return sentence(
+      `The source ${before.src.text} is inside ${rule.source.cidr}, one of the loadBalancerSourceRanges of ${service}, so the packet is allowed on to ${explainer.chainRole(rule.table, target)}`,
+    );
+  }
+  if (/has no endpoints$/.test(comment)) {
+    return sentence(
+      `${service} has no endpoints, so ${target === 'REJECT' ? `the connection to ${port} is refused at once (REJECT with ${rule.target?.options[0]?.values[0] ?? 'an ICMP error'})` : `the packet to ${port} goes to ${target}`}`,
+    );
+  }
+  if (/has no local endpoints$/.test(comment)) {
+    // kube-proxy writes the cluster IP's rule (internal policy) into KUBE-SERVICES, the others into KUBE-EXTERNAL-SERVICES.
+    const policy = rule.chain === 'KUBE-SERVICES' ? 'internalTrafficPolicy' : 'externalTrafficPolicy';
+    return sentence(
+      `${service} has ${policy} Local and no endpoint on this node, so the packet to ${port} is ${target === 'DROP' ? 'dropped' : `sent to ${target}`}`,
+    );
+  }
+  if (/traffic not accepted by /.test(comment) && target === 'DROP') {
+    return sentence(
+      `The packet is still addressed to the load-balancer IP ${port}: ${comment.replace(/^.* traffic not accepted by /, '')} did not let its source ${before.src.text} through (it is not in loadBalancerSourceRanges), so it is dropped`,
+    );
+  }
+  if (/^other traffic to .* will be dropped by /.test(comment) && !target) {
+    return sentence(
+      `No allowed source range matched ${before.src.text}, so the packet keeps its load-balancer destination and ${comment.replace(/^.* will be dropped by /, '')} in the filter table will drop it`,
+    );
+  }
+  if (rule.chain === 'KUBE-NODEPORTS' && target && (target.startsWith('KUBE-EXT-') || target.startsWith('KUBE-SVC-'))) {
+    return sentence(
+      `Port ${before.dstPort}/${before.protocol.toUpperCase()} is the node port of ${service}, so the packet goes to ${explainer.chainRole(rule.table, target)}`,
+    );
+  }
+  if (/ health check node port$/.test(comment) && target === 'ACCEPT') {
+    return sentence(
+      `Port ${before.dstPort}/${before.protocol.toUpperCase()} is the health check node port of ${service}, so the load balancer's probe is let in`,
+    );
+  }
+  if (/^pod traffic for /.test(comment) && target) {
+    return sentence(
+      `The source ${before.src.text} is a pod (${rule.source ? `in ${rule.source.cidr}` : 'local traffic'}), so it is treated like traffic to the cluster IP and goes to ${explainer.chainRole(rule.table, target)}`,
+    );
+  }
+  if (/^route LOCAL traffic for /.test(comment) && target) {
+    return sentence(
+      `The node itself sent the packet, so it may use every endpoint of ${service}, not only this node's: it goes to ${explainer.chainRole(rule.table, target)}`,
+    );
+  }
+  if (rule.chain.startsWith('KUBE-EXT-') && target?.startsWith('KUBE-SVL-')) {
+    return sentence(
+      `Traffic from outside keeps its source address under externalTrafficPolicy Local, so it may only go to endpoints on this node: ${explainer.chainRole(rule.table, target)}`,
+    );
+  }
+  if (rule.chain.startsWith('KUBE-EXT-') && target?.startsWith('KUBE-SVC-') && !comment) {
+    return sentence(`All traffic to the external addresses of ${service} goes on to ${explainer.chainRole(rule.table, target)}`);
+  }
+  if (target && (target.startsWith('KUBE-SEP-') || (target.startsWith('KUBE-SVC-') && / -> /.test(comment)))) {
+    const endpoint = explainer.endpointOf(rule.table, target) ?? comment.replace(/^.* -> /, '');
+    if (facts.ruleProbability < 1) {
+      return sentence(
+        `The random draw picked endpoint ${endpoint} of ${service} (${percent(facts.ruleProbability)} of the connections reaching this rule, ${percent(facts.branchProbability)} of all), so the packet goes to ${target}`,
+      );
+    }
+    const share = facts.branchProbability < 1 ? ` (${percent(facts.branchProbability)} of all)` : '';
+    return sentence(`Every connection that reaches this rule goes to endpoint ${endpoint} of ${service}${share}, through ${target}`);
+  }
+  return undefined;
 }
 
 function countBits(value: number): number {

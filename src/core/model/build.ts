@@ -282,33 +282,46 @@ export class ProxyModelBuilder {
       if (ports.size !== services.length) for (const [id, entry] of ports) if (entry.built !== generation) ports.delete(id);
     }
 
-    let servicePorts: ServicePort[];
-    let positions: Map<string, number> | undefined;
-    if (samePorts) {
-      // Ports replaced by ports of the same identity: in their places.
-      positions = previous!.positions ?? positionsOf(previous!.servicePorts);
-      notePortPositions(previous!.modelPorts, positions);
-      servicePorts = previous!.servicePorts.slice();
-      for (const [was, is] of replaced) {
-        const position = positions.get(servicePortIdentity(was));
-        if (position === undefined || servicePorts[position] !== was) {
-          // Two ports of one identity (the model names such problems): by object, then.
-          servicePorts = previous!.servicePorts.map((port) => replaced.get(port) ?? port);
-          break;
-        }
-        servicePorts[position] = is;
-      }
-    } else {
-      servicePorts = [];
-      for (const entry of ports.values()) servicePorts.push(...entry.ports);
-      servicePorts.sort((a, b) => compareStrings(a.key, b.key) || compareStrings(a.protocol, b.protocol));
-    }
+    const {servicePorts, positions} = this.#orderPorts(samePorts ? previous : undefined, replaced);
 
     const model: ProxyModel = {family, nodeName, nodeIPs, config, servicePorts: [...servicePorts], problems: sortProblems(problems)};
     if (node?.zone) model.nodeZone = node.zone;
     if (positions) notePortPositions(model.servicePorts, positions);
     this.#previous = {servicePorts, services: services.length, positions, modelPorts: model.servicePorts};
     return model;
+  }
+
+  /**
+   * #orderPorts: the model's service ports in order. Given the previous build (when every service
+   * kept the same service ports), the replaced ports take their places in its order; otherwise
+   * every entry's ports are sorted afresh.
+   */
+  #orderPorts(
+    previous: PreviousBuild | undefined,
+    replaced: Map<ServicePort, ServicePort>,
+  ): {servicePorts: ServicePort[]; positions: Map<string, number> | undefined} {
+    let servicePorts: ServicePort[];
+    let positions: Map<string, number> | undefined;
+    if (previous) {
+      // Ports replaced by ports of the same identity: in their places.
+      positions = previous.positions ?? positionsOf(previous.servicePorts);
+      notePortPositions(previous.modelPorts, positions);
+      servicePorts = previous.servicePorts.slice();
+      for (const [was, is] of replaced) {
+        const position = positions.get(servicePortIdentity(was));
+        if (position === undefined || servicePorts[position] !== was) {
+          // Two ports of one identity (the model names such problems): by object, then.
+          servicePorts = previous.servicePorts.map((port) => replaced.get(port) ?? port);
+          break;
+        }
+        servicePorts[position] = is;
+      }
+    } else {
+      servicePorts = [];
+      for (const entry of this.#ports.values()) servicePorts.push(...entry.ports);
+      servicePorts.sort((a, b) => compareStrings(a.key, b.key) || compareStrings(a.protocol, b.protocol));
+    }
+    return {servicePorts, positions};
   }
 
   /**
