@@ -211,18 +211,10 @@ export class IpvsProxier extends ProxierBase<FamilyState> {
     await deleteConntrackEntries(this.#options, family, planConntrackCleanup(state.applied, model));
     state.applied = model;
     if (full) state.needFullSync = false;
-    const seconds = (this.clock.now() - start) / 1000;
-    metrics.syncDuration.observe({ip_family: family}, seconds);
-    (full ? metrics.syncFullDuration : metrics.syncPartialDuration).observe({ip_family: family}, seconds);
-    log.detail(2, 'synced ipvs state', {
-      family,
-      kind: full ? 'full' : 'partial',
-      changes,
-      changedServicePorts: changed.size,
-      servicePorts: model.servicePorts.length,
-      seconds,
-    });
-    return {family, kind: full ? 'full' : 'partial', changedServicePorts: changed.size, drift};
+    return this.familySynced(
+      {family, start, full, changedServicePorts: changed.size, model, drift},
+      {message: 'synced ipvs state', detail: {changes}},
+    );
   }
 
   /** #ours leaves out virtual servers in excludeCIDRs (another program's): never changed or deleted, as in kube-proxy. */

@@ -209,17 +209,7 @@ export class NftablesProxier extends ProxierBase<FamilyState> {
     state.rules = 0;
     for (const footprint of sync.state.footprints.values()) for (const chain of footprint.chains) state.rules += chain.rules.length;
 
-    const seconds = (this.clock.now() - start) / 1000;
-    metrics.syncDuration.observe({ip_family: family}, seconds);
-    (full ? metrics.syncFullDuration : metrics.syncPartialDuration).observe({ip_family: family}, seconds);
-    log.detail(2, 'synced rules', {
-      family,
-      kind: full ? 'full' : 'partial',
-      changedServicePorts: changed.size,
-      servicePorts: model.servicePorts.length,
-      seconds,
-    });
-    return {family, kind: full ? 'full' : 'partial', changedServicePorts: changed.size, drift};
+    return this.familySynced({family, start, full, changedServicePorts: changed.size, model, drift});
   }
 
   /** #drift compares the table in the kernel with what the applied model asks for; undefined when equal. */

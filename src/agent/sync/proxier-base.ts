@@ -48,9 +48,13 @@ export abstract class ProxierBase<State extends FamilySyncState> {
   /** A family's sync wrote or read whole tables: the garbage it left is collected once the sync is done. */
   protected wholeTablesTouched = false;
   readonly #objects: ClusterObjects;
+  readonly #metrics: AgentMetrics;
+  readonly #log: Logger;
 
   constructor(options: ProxierBaseOptions, initialState: (family: IPFamily) => State) {
     this.#objects = options.objects;
+    this.#metrics = options.metrics;
+    this.#log = options.log;
     this.clock = options.clock ?? systemClock;
     for (const family of options.families) this.families.set(family, initialState(family));
     this.runner = createSyncRunner((reason) => this.syncRules(reason), {
@@ -68,6 +72,30 @@ export abstract class ProxierBase<State extends FamilySyncState> {
       run: () => this.runner.run(),
       serviceHealth: options.serviceHealth,
     });
+  }
+
+  /**
+   * familySynced: a family's sync that started at `start` (clock ms) is timed in the metrics and
+   * logged, in every mode alike; its result is returned for syncFamily to hand on.
+   */
+  protected familySynced(
+    sync: {family: IPFamily; start: number; full: boolean; changedServicePorts: number; model: ProxyModel; drift: boolean},
+    logged: {message: string; detail?: Record<string, unknown>} = {message: 'synced rules'},
+  ): FamilySyncResult {
+    const {family, full} = sync;
+    const seconds = (this.clock.now() - sync.start) / 1000;
+    this.#metrics.syncDuration.observe({ip_family: family}, seconds);
+    (full ? this.#metrics.syncFullDuration : this.#metrics.syncPartialDuration).observe({ip_family: family}, seconds);
+    const kind = full ? 'full' : 'partial';
+    this.#log.detail(2, logged.message, {
+      family,
+      kind,
+      ...logged.detail,
+      changedServicePorts: sync.changedServicePorts,
+      servicePorts: sync.model.servicePorts.length,
+      seconds,
+    });
+    return {family, kind, changedServicePorts: sync.changedServicePorts, drift: sync.drift};
   }
 
   async stop(): Promise<void> {

@@ -228,17 +228,7 @@ export class IptablesProxier extends ProxierBase<FamilyState> {
     }
     for (const [table, owned] of state.written!) state.rulesPerTable.set(table, owned.ruleCount);
 
-    const seconds = (this.clock.now() - start) / 1000;
-    metrics.syncDuration.observe({ip_family: family}, seconds);
-    (full ? metrics.syncFullDuration : metrics.syncPartialDuration).observe({ip_family: family}, seconds);
-    log.detail(2, 'synced rules', {
-      family,
-      kind: full ? 'full' : 'partial',
-      changedServicePorts: changed.size,
-      servicePorts: model.servicePorts.length,
-      seconds,
-    });
-    return {family, kind: full ? 'full' : 'partial', changedServicePorts: changed.size, drift: plan.drift};
+    return this.familySynced({family, start, full, changedServicePorts: changed.size, model, drift: plan.drift});
   }
 
   /**
