@@ -6,3 +6,4 @@ export {changedServicePorts, nodeWideChange, portsWithIdentities, servicePortIde
 export {parseManifests, type ManifestProblem, type ParsedManifests} from './manifests.ts';
 export {cidrContains, joinHostPort, parseCIDR, parseIP, type ParsedCIDR, type ParsedIP} from './ip.ts';
 export type {EndpointSliceInput, NodeInput, ServiceInput} from './objects.ts';
+export {inputWarnings, type WarnedInput} from './input-warnings.ts';

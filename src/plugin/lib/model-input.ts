@@ -1,9 +1,9 @@
 // Offline input for `render`: manifests read from files, turned into the ProxyModel of one node
 // and one IP family, with every skipped object reported against the file it came from.
 import {readFile} from 'node:fs/promises';
-import {renderWarnings} from './render-warnings.ts';
 import {
   buildProxyModel,
+  inputWarnings,
   parseCIDR,
   parseManifests,
   type EndpointSliceInput,
@@ -39,7 +39,7 @@ export interface OfflineModel {
   serviceCIDRs: string[];
   /** One sentence per skipped object or unreadable document, each naming the file. */
   problems: string[];
-  /** One sentence per object that is valid but most likely not meant so (see renderWarnings). */
+  /** One sentence per object that is valid but most likely not meant so (see inputWarnings). */
   warnings: string[];
 }
 
@@ -80,7 +80,7 @@ export async function readOfflineModel(files: string[], settings: OfflineSetting
     const source = sourceOf.get(`${problem.kind}/${problem.namespace ?? ''}/${problem.name}`);
     problems.push(source ? `${source}: ${problem.message} (field ${problem.field})` : `${problem.message} (field ${problem.field})`);
   }
-  const warnings = renderWarnings({files, services, endpointSlices, sourceOf: (object) => sourceOf.get(objectKey(object))}, model);
+  const warnings = inputWarnings({files, services, endpointSlices, sourceOf: (object) => sourceOf.get(objectKey(object))}, model);
   return {model, problems, warnings, serviceCIDRs};
 }
 

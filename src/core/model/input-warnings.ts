@@ -1,12 +1,13 @@
-// What `render` warns about: input that is valid but most likely not what the user meant, since
-// it renders to nothing or to rules that do not do what the object seems to ask. Each warning names
-// the object (and its file); the rules are printed all the same.
-import {parseIP, type IPFamily, type ProxyModel} from '../../core/model/index.ts';
+// Objects that are valid but most likely not what the user meant, since they render to nothing
+// or to rules that do not do what the object seems to ask: kube-proxy ignores them without a word.
+// Each warning names the object (and its file); the model is built all the same.
+import {parseIP} from './ip.ts';
+import type {IPFamily, ProxyModel} from './types.ts';
 
 /** kube-apiserver's default --service-node-port-range. */
 const defaultNodePortRange = {low: 30000, high: 32767};
 
-export interface RenderInput {
+export interface WarnedInput {
   files: string[];
   services: unknown[];
   endpointSlices: unknown[];
@@ -30,8 +31,8 @@ function listOf(value: unknown): unknown[] {
   return Array.isArray(value) ? value : [];
 }
 
-/** renderWarnings lists the warnings for the input, one sentence each. */
-export function renderWarnings(input: RenderInput, model: ProxyModel): string[] {
+/** inputWarnings lists the warnings for the objects of a render, one sentence each. */
+export function inputWarnings(input: WarnedInput, model: ProxyModel): string[] {
   const warnings: string[] = [];
   const where = (object: unknown, what: string): string => {
     const source = input.sourceOf(object);
