@@ -50,7 +50,7 @@ export async function benchPlugin(): Promise<void> {
   const plugin = kubectl ? ['kubectl', 'proxyctl'] : [`${projectRoot}bin/kubectl-proxyctl`];
   heading(
     'kubectl plugin start, as a new process',
-    `${plugin.join(' ')} --version / --help, status (2 agents) and trace demoapp --node node-1 against a two-node lab (3 demo pods per node, plain HTTP API server); p50 of ${runs} runs after one warm-up`,
+    `${plugin.join(' ')} --version / --help, status (2 agents) and trace demoapp --node node-1 against a two-node lab (3 demo pods per node, the lab API server over HTTPS as kubectl reaches it); p50 of ${runs} runs after one warm-up`,
   );
   // A plugin that does nothing, for kubectl's own share of `kubectl proxyctl ...`.
   const noopDir = mkdtempSync(join(tmpdir(), 'proxyctl-bench-'));
