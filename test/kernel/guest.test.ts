@@ -6,7 +6,14 @@ import {mkdtempSync, readFileSync, rmSync, writeFileSync} from 'node:fs';
 import {tmpdir} from 'node:os';
 import {join} from 'node:path';
 import {describe, it} from 'node:test';
-import {guestUnavailableReason, hostHasIpvs, pathsUnderGuestMounts, repoRoot, runInGuest} from '../../scripts/qemu/guest.ts';
+import {
+  guestUnavailableReason,
+  hostHasIpvs,
+  nodeDiedInGuest,
+  pathsUnderGuestMounts,
+  repoRoot,
+  runInGuest,
+} from '../../scripts/qemu/guest.ts';
 
 describe('the qemu guest and directories under its fresh mounts', () => {
   it('lists the directories the guest would hide, by real path, none inside another', () => {
@@ -46,5 +53,30 @@ describe('the qemu guest and directories under its fresh mounts', () => {
     } finally {
       rmSync(checkout, {recursive: true, force: true});
     }
+  });
+});
+
+describe("a guest run in which Node died is the emulator's fault, not a test's", () => {
+  const run = (exitCode: number | undefined, stdout: string, stderr = '') => ({
+    stdout,
+    stderr,
+    exitCode,
+    consoleLog: '',
+    durationMs: 1,
+    timedOut: false,
+  });
+  const v8Fatal =
+    '\n\n#\n# Fatal error in , line 0\n# Check failed: it->second.Size() > offset.\n#\n#\n#\n#FailureMessage Object: 0x7fff0c268680\n';
+  it('a V8 fatal check in a test file that had started, on stdout or stderr', () => {
+    assert.equal(nodeDiedInGuest(run(1, `▶ ipvs agent\n  ✔ first case (10ms)\n${v8Fatal}✖ test/kernel/ipvs-agent.test.ts\n`)), true);
+    assert.equal(nodeDiedInGuest(run(1, '▶ ipvs agent\n', v8Fatal)), true);
+  });
+  it('a runner that ended before any test started', () => {
+    assert.equal(nodeDiedInGuest(run(134, '')), true);
+  });
+  it('not a test that failed on its own, a passing run or a guest that never reported', () => {
+    assert.equal(nodeDiedInGuest(run(1, "▶ ipvs agent\n  ✖ a case (10ms)\n  AssertionError: 'Check failed: x' !== 'y'\n")), false);
+    assert.equal(nodeDiedInGuest(run(0, `▶ ipvs agent\n${v8Fatal}`)), false);
+    assert.equal(nodeDiedInGuest(run(undefined, v8Fatal)), false);
   });
 });

@@ -21,7 +21,9 @@ export function itRunsInGuest(fileUrl: string, options: {timeoutMs: number; memo
       const output = `${result.crashedFirstRun.stdout}\n${result.crashedFirstRun.stderr}`
         .split('\n')
         .map((line) => `guest's first run | ${line}`);
-      t.diagnostic(`the guest's first run ended before any test started and was run again:\n${output.join('\n')}`);
+      t.diagnostic(
+        `Node died in the guest's first run (the emulator's fault, not a test's) and the file was run again:\n${output.join('\n')}`,
+      );
     }
     for (const line of result.stdout.split('\n').filter((text) => /^ℹ (tests|pass|fail|skipped|duration_ms)|^\s+[✔✖] /.test(text)))
       t.diagnostic(`guest: ${line.trim()}`);
