@@ -140,7 +140,16 @@ Without a cluster: --rules FILE traces over a saved iptables-save dump (or "kube
 
     const locator = this.locator(flags);
     const config = locator.kubeConfig();
+    // Each request to the API server is a round trip of its own: those that do not wait on one
+    // another go out together (the agent pods here, the node's address once the family is known).
+    if (!locator.direct) locator.agentPods().catch(() => undefined);
     const target = await resolveService(config, args.service, objectNamespace(config, flags.namespace), flags.port);
+    const family = isIP(target.clusterIPs[0]) === 6 ? 6 : 4;
+    const addresses = new Map<string, Promise<string>>();
+    const addressOf = (node: string) => {
+      if (!addresses.has(node)) addresses.set(node, nodeAddress(config, node, family));
+      return addresses.get(node)!;
+    };
     const source = flags.from ? await resolveSource(config, flags.from, target.namespace) : undefined;
     let nodes: (string | undefined)[];
     if (flags['all-nodes']) nodes = await locator.nodes();
@@ -148,10 +157,11 @@ Without a cluster: --rules FILE traces over a saved iptables-save dump (or "kube
     else if (locator.direct) nodes = [undefined];
     else if (source) throw new PluginError(`--from ${flags.from} is an address, not a pod: name the node it enters with --node`);
     else nodes = await locator.chooseNodes(undefined, false);
+    for (const node of nodes) if (node !== undefined) addressOf(node).catch(() => undefined);
 
     const progress = nodes.length > 1 ? 'nodes traced' : undefined;
     const {answered: traced, failed} = await this.askAgents(locator, nodes, {concurrency: 5, progress}, (client, node) =>
-      this.traceOnNode(client, config, node, target, source, flags),
+      this.traceOnNode(client, addressOf, node, target, source, flags),
     );
 
     if (flags.output === 'json' || flags.output === 'yaml') {
@@ -178,19 +188,18 @@ Without a cluster: --rules FILE traces over a saved iptables-save dump (or "kube
 
   private async traceOnNode(
     client: AgentClient,
-    config: KubeConfig,
+    addressOf: (node: string) => Promise<string>,
     node: string | undefined,
     target: ServiceTarget,
     source: PacketSource | undefined,
     flags: {via: string; probe?: number; 'from-netns'?: string; from?: string},
   ): Promise<NodeTrace> {
     const agentNode = node ?? (await client.call('status', {})).node;
-    const family = isIP(target.clusterIPs[0]) === 6 ? 6 : 4;
     let dstIP: string;
     let dstPort = target.port;
     if (flags.via === 'node-port') {
       if (!target.nodePort) throw new PluginError(`service ${target.servicePort} has no NodePort (type ${target.type})`);
-      dstIP = await nodeAddress(config, agentNode, family);
+      dstIP = await addressOf(agentNode);
       dstPort = target.nodePort;
     } else if (flags.via === 'external-ip') {
       if (target.externalIPs.length === 0) throw new PluginError(`service ${target.servicePort} has no externalIPs`);
@@ -203,7 +212,7 @@ Without a cluster: --rules FILE traces over a saved iptables-save dump (or "kube
     }
     const packet: Packet = source
       ? {srcIP: source.ip, dstIP, dstPort, protocol: target.protocol, origin: 'arriving'}
-      : {srcIP: await nodeAddress(config, agentNode, family), dstIP, dstPort, protocol: target.protocol, origin: 'local'};
+      : {srcIP: await addressOf(agentNode), dstIP, dstPort, protocol: target.protocol, origin: 'local'};
     const trace = await client.call('trace', {packet, service: target.servicePort});
     const warnings = [...trace.warnings];
     // The tracer already names a service without endpoints; the API server adds why and which pods.

@@ -93,6 +93,11 @@ export async function resolveService(
 ): Promise<ServiceTarget> {
   const {namespace, name} = splitName(reference, defaultNamespace);
   const label = `${namespace}/${name}`;
+  // The slices are listed by the service's name, so both requests go out together.
+  const slicesListed = config
+    .makeApiClient(DiscoveryV1Api)
+    .listNamespacedEndpointSlice({namespace, labelSelector: `kubernetes.io/service-name=${name}`});
+  slicesListed.catch(() => undefined); // awaited below; a service that cannot be read is the error to show
   const service = await readService(config, namespace, name);
   const spec = service.spec ?? {};
   if (spec.type === 'ExternalName')
@@ -105,9 +110,7 @@ export async function resolveService(
 
   const endpoints = new Map<string, EndpointInfo & {ip: string}>();
   try {
-    const slices = await config
-      .makeApiClient(DiscoveryV1Api)
-      .listNamespacedEndpointSlice({namespace, labelSelector: `kubernetes.io/service-name=${name}`});
+    const slices = await slicesListed;
     for (const slice of slices.items) {
       const slicePort = (slice.ports ?? []).find(
         (candidate) => (candidate.name ?? '') === portName && (candidate.protocol ?? 'TCP') === protocol,
@@ -156,6 +159,11 @@ export async function resolveService(
 export async function resolveServiceKey(config: KubeConfig, reference: string, defaultNamespace: string): Promise<string> {
   const {namespace, name, port: wantedPort} = splitServiceReference(reference, defaultNamespace);
   const label = `${namespace}/${name}`;
+  // The slices are listed by the service's name, so both requests go out together.
+  const slicesListed = config
+    .makeApiClient(DiscoveryV1Api)
+    .listNamespacedEndpointSlice({namespace, labelSelector: `kubernetes.io/service-name=${name}`});
+  slicesListed.catch(() => undefined); // awaited below; a service that cannot be read is the error to show
   const service = await readService(config, namespace, name);
   if (wantedPort === undefined) return label;
   const port = pickPort(service, wantedPort, label);
