@@ -159,11 +159,6 @@ export async function resolveService(
 export async function resolveServiceKey(config: KubeConfig, reference: string, defaultNamespace: string): Promise<string> {
   const {namespace, name, port: wantedPort} = splitServiceReference(reference, defaultNamespace);
   const label = `${namespace}/${name}`;
-  // The slices are listed by the service's name, so both requests go out together.
-  const slicesListed = config
-    .makeApiClient(DiscoveryV1Api)
-    .listNamespacedEndpointSlice({namespace, labelSelector: `kubernetes.io/service-name=${name}`});
-  slicesListed.catch(() => undefined); // awaited below; a service that cannot be read is the error to show
   const service = await readService(config, namespace, name);
   if (wantedPort === undefined) return label;
   const port = pickPort(service, wantedPort, label);
