@@ -14,6 +14,7 @@ export function defaultProxyConfig(): ProxyConfig {
     nodePortAddresses: [],
     localhostNodePorts: true,
     iptablesFeatures: {nfacctCounters: [], randomFully: true, conntrackTCPLiberal: false},
+    nftablesLayout: 'proxyctl',
   };
 }
 
@@ -63,6 +64,10 @@ export function resolveProxyConfig(input: ProxyConfigInput, node: NodeDefinition
         if (!config.nodePortAddresses.includes(cidr.text)) config.nodePortAddresses.push(cidr.text);
       }
     }
+  }
+  if (given.nftablesLayout !== undefined) {
+    if (given.nftablesLayout === 'proxyctl' || given.nftablesLayout === 'kube-proxy') config.nftablesLayout = given.nftablesLayout;
+    else problems.add('nftablesLayout', `${describe(given.nftablesLayout)} is neither "proxyctl" nor "kube-proxy"`, 'default "proxyctl" used');
   }
   if (given.iptablesFeatures !== undefined) config.iptablesFeatures = resolveIptablesFeatures(given.iptablesFeatures, problems);
   config.localDetector = resolveLocalDetector(input, node, problems, sink);

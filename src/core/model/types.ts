@@ -27,7 +27,14 @@ export interface ProxyConfig {
   localhostNodePorts: boolean;
   /** What the node's kernel and iptables offer that changes iptables mode's rules; detected by whoever runs on the node. */
   iptablesFeatures: IptablesFeatures;
+  /**
+   * nftables mode's table layout: 'proxyctl' picks endpoints from shared maps (fewer kernel
+   * objects), 'kube-proxy' writes kube-proxy's own layout (a chain per endpoint, numgen vmaps).
+   */
+  nftablesLayout: NftablesLayout;
 }
+
+export type NftablesLayout = 'proxyctl' | 'kube-proxy';
 
 /**
  * IptablesFeatures: the node facts kube-proxy's iptables proxier checks before writing rules. The
