@@ -272,7 +272,7 @@ export function parseNftablesJson(json: string, tableName = 'kube-proxy'): NftRu
 }
 
 /** splitTopLevel splits on a separator outside braces and quotes. */
-function splitTopLevel(text: string, separator: string): string[] {
+export function splitTopLevel(text: string, separator: string): string[] {
   const parts: string[] = [];
   let depth = 0;
   let quoted = false;
@@ -302,13 +302,13 @@ function changeObject<T>(objects: Map<string, T>, verb: string, name: string, fl
   } else if (!objects.has(name)) objects.set(name, create());
 }
 
-function splitComment(text: string): {text: string; comment?: string} {
+export function splitComment(text: string): {text: string; comment?: string} {
   const match = /^(.*?)\s*comment "((?:[^"\\]|\\.)*)"(.*)$/.exec(text);
   if (!match) return {text: text.trim()};
   return {text: `${match[1]}${match[3]}`.trim(), comment: match[2]};
 }
 
-function parseElement(text: string, isMap: boolean): NftSetElement {
+export function parseElement(text: string, isMap: boolean): NftSetElement {
   if (!isMap) {
     const {text: key, comment} = splitComment(text);
     return {key, ...(comment !== undefined ? {comment} : {})};
@@ -318,7 +318,33 @@ function parseElement(text: string, isMap: boolean): NftSetElement {
   return {key, value: rest.join(' : '), ...(comment !== undefined ? {comment} : {})};
 }
 
+/** hexMark: a mark written in any base ("0x4000", "16384", "0") as nft lists it. */
+function hexMark(text: string): string {
+  return hex32(Number(text));
+}
+
+/**
+ * listSpelling rewrites a rule as kube-proxy's script spells it into nft's list syntax, so that a
+ * script and the kernel's listing of it compare equal: "mark set mark or 0x4000" is listed
+ * "meta mark set meta mark | 0x00004000", a one-element anonymous set "{ 10.0.0.0/8 }" as its
+ * element, and "a , b" inside braces as "a, b". Text already in list syntax is kept.
+ */
+export function listSpelling(rule: string): string {
+  return rule
+    .replace(/(^|\s)mark set mark (or|xor) (\w+)/g, (_, lead: string, op: string, value: string) => `${lead}meta mark set meta mark ${op === 'or' ? '|' : '^'} ${hexMark(value)}`)
+    .replace(/(^|\s)mark and (\w+) == (\w+)/g, (_, lead: string, mask: string, value: string) => `${lead}meta mark & ${hexMark(mask)} == ${hexMark(value)}`)
+    .replace(/(^|\s)\{ ([^{},\s]+) \}(?=\s|$)/g, '$1$2')
+    .replace(/ , /g, ', ');
+}
+
 const priorityNames: Record<string, number> = {raw: -300, mangle: -150, dstnat: -100, filter: 0, security: 50, srcnat: 100};
+
+/** priorityValue: a chain priority as a number, from "-110", "dstnat", "dstnat - 10" or "filter+5". */
+export function priorityValue(text: string): number {
+  const compact = text.replace(/\s+/g, '');
+  const named = /^([a-z]+)([+-]\d+)?$/.exec(compact);
+  return named && named[1] in priorityNames ? priorityNames[named[1]] + Number(named[2] ?? 0) : Number(compact);
+}
 
 /**
  * parseNftablesScript replays an `nft -f` script as render writes it (add/flush/delete of tables,
@@ -358,10 +384,9 @@ export function parseNftablesScript(script: string, base?: NftRuleset): NftRules
           (chain) => (chain.rules = []),
           () => {
             const base = /type (\w+) hook (\w+) priority ([^;]+?)\s*;/.exec(rest);
-            const priorityText = base?.[3].replace(/\s+/g, '') ?? '';
-            const named = /^([a-z]+)([+-]\d+)?$/.exec(priorityText);
-            const priority = named && named[1] in priorityNames ? priorityNames[named[1]] + Number(named[2] ?? 0) : Number(priorityText);
-            return base ? {name: name!, type: base[1], hook: base[2], priority, policy: 'accept', rules: []} : {name: name!, rules: []};
+            return base
+              ? {name: name!, type: base[1], hook: base[2], priority: priorityValue(base[3]), policy: 'accept', rules: []}
+              : {name: name!, rules: []};
           },
         );
         break;
@@ -369,7 +394,7 @@ export function parseNftablesScript(script: string, base?: NftRuleset): NftRules
         let chain = ruleset.chains.get(name!);
         if (!chain) ruleset.chains.set(name!, (chain = {name: name!, rules: []}));
         const {text, comment} = splitComment(rest);
-        chain.rules.push({text, ...(comment !== undefined ? {comment} : {})});
+        chain.rules.push({text: listSpelling(text), ...(comment !== undefined ? {comment} : {})});
         break;
       }
       case 'set':
