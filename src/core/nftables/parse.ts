@@ -327,13 +327,17 @@ function hexMark(text: string): string {
  * listSpelling rewrites a rule as kube-proxy's script spells it into nft's list syntax, so that a
  * script and the kernel's listing of it compare equal: "mark set mark or 0x4000" is listed
  * "meta mark set meta mark | 0x00004000", a one-element anonymous set "{ 10.0.0.0/8 }" as its
- * element, and "a , b" inside braces as "a, b". Text already in list syntax is kept.
+ * element, a host prefix "10.0.0.1/32" as the address, and "a , b" inside braces as "a, b". Text
+ * already in list syntax is kept.
  */
 export function listSpelling(rule: string): string {
   return rule
     .replace(/(^|\s)mark set mark (or|xor) (\w+)/g, (_, lead: string, op: string, value: string) => `${lead}meta mark set meta mark ${op === 'or' ? '|' : '^'} ${hexMark(value)}`)
     .replace(/(^|\s)mark and (\w+) == (\w+)/g, (_, lead: string, mask: string, value: string) => `${lead}meta mark & ${hexMark(mask)} == ${hexMark(value)}`)
     .replace(/(^|\s)\{ ([^{},\s]+) \}(?=\s|$)/g, '$1$2')
+    // Not in chain names: "endpoint-...__10.0.0.1/32" is an endpoint on port 32.
+    .replace(/(?<![_\w.])(\d+\.\d+\.\d+\.\d+)\/32\b/g, '$1')
+    .replace(/([0-9a-f:]*:[0-9a-f:]*)\/128\b/gi, '$1')
     .replace(/ , /g, ', ');
 }
 

@@ -110,6 +110,10 @@ describe("kube-proxy's nftables layout: parse and diff", () => {
     assert.equal(listSpelling('ip saddr != { 203.0.113.0/25 } drop'), 'ip saddr != 203.0.113.0/25 drop');
     assert.equal(listSpelling('numgen random mod 2 vmap { 0 : goto a , 1 : goto b }'), 'numgen random mod 2 vmap { 0 : goto a, 1 : goto b }');
     assert.equal(listSpelling('update @affinity-x { ip saddr }'), 'update @affinity-x { ip saddr }');
+    // loadBalancerSourceRanges of one host: kube-proxy writes the prefix, nft lists the address.
+    assert.equal(listSpelling('ip saddr != { 203.0.113.7/32 } drop'), 'ip saddr != 203.0.113.7 drop');
+    assert.equal(listSpelling('numgen random mod 1 vmap { 0 : goto endpoint-X-a/b/tcp/p__10.0.0.1/32 }'), 'numgen random mod 1 vmap { 0 : goto endpoint-X-a/b/tcp/p__10.0.0.1/32 }');
+    assert.equal(listSpelling('ip6 saddr != { 2001:db8::7/128, 2001:db8:1::/64 } drop'), 'ip6 saddr != { 2001:db8::7, 2001:db8:1::/64 } drop');
   });
 
   it('takes counters, element order and chain order as no difference, and names the service of a missing element', () => {
