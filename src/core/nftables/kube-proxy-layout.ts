@@ -49,9 +49,13 @@ export function kubeProxyMark(bit: number): string {
   return `0x${(2 ** bit).toString(16)}`;
 }
 
-/** kubeProxySet: a list of addresses or CIDRs as kube-proxy writes an anonymous set. */
-export function kubeProxySet(items: string[]): string {
-  return `{ ${items.join(', ')} }`;
+/**
+ * kubeProxySet: addresses or CIDRs as kube-proxy writes an anonymous set: its rule words are
+ * joined by spaces, and "," is a word of its own ("{ a , b }"); the service CIDRs come as one
+ * word, joined by "," alone.
+ */
+export function kubeProxySet(items: string[], separator: ' , ' | ',' = ' , '): string {
+  return `{ ${items.join(separator)} }`;
 }
 
 export interface KubeProxySetupInput {
@@ -96,7 +100,7 @@ export function renderKubeProxySetup(model: ProxyModel, input: KubeProxySetupInp
 
   out.push(`add rule ${t} cluster-ips-check ${ipX} daddr @cluster-ips reject comment "Reject traffic to invalid ports of ClusterIPs"`);
   if (input.serviceCIDRs.length > 0) {
-    out.push(`add rule ${t} cluster-ips-check ${ipX} daddr ${kubeProxySet(input.serviceCIDRs)} drop comment "Drop traffic to unallocated ClusterIPs"`);
+    out.push(`add rule ${t} cluster-ips-check ${ipX} daddr ${kubeProxySet(input.serviceCIDRs, ',')} drop comment "Drop traffic to unallocated ClusterIPs"`);
   }
   for (const jump of kubeProxyJumps) out.push(`add rule ${t} ${jump.from} ${jump.rule}`);
   out.push(`add rule ${t} firewall-check ${ipX} daddr . meta l4proto . th dport vmap @firewall-ips`);

@@ -1,6 +1,7 @@
 // Parse nftables tables into one shape, whether they come from the kernel (`nft -j list table ip
 // kube-proxy`) or from a script render wrote (`nft -f` input): chains with their rules as nft
 // lists them, and sets and maps with their elements. Trace and diff read only this shape.
+import {parseCIDR} from '../model/ip.ts';
 
 export interface NftRule {
   /** The rule as nft lists it, without its comment, e.g. "ip daddr @cluster-ips reject". */
@@ -323,15 +324,38 @@ function hexMark(text: string): string {
   return hex32(Number(text));
 }
 
+/** Sort key of an address or CIDR: its bytes, then its prefix length. */
+function addressOrder(text: string): number[] | undefined {
+  const cidr = parseCIDR(text.includes('/') ? text : `${text}/${text.includes(':') ? 128 : 32}`);
+  return cidr && [...cidr.network.bytes, cidr.prefixLength];
+}
+
+/**
+ * sortAddressSets writes anonymous sets of addresses and CIDRs as nft lists them: elements in
+ * address order, joined by ", " (kube-proxy writes them in its own order, "a , b" or "a,b").
+ */
+function sortAddressSets(rule: string): string {
+  return rule.replace(/\{ ([^{}]*?) \}/g, (group, inner: string) => {
+    const items = inner.split(',').map((item) => item.trim());
+    const keyed = items.map((item) => ({item, order: addressOrder(item)}));
+    if (items.length < 2 || keyed.some((entry) => entry.order === undefined)) return group;
+    keyed.sort((a, b) => {
+      const index = a.order!.findIndex((byte, at) => byte !== b.order![at]);
+      return index < 0 ? 0 : a.order![index] - b.order![index];
+    });
+    return `{ ${keyed.map((entry) => entry.item).join(', ')} }`;
+  });
+}
+
 /**
  * listSpelling rewrites a rule as kube-proxy's script spells it into nft's list syntax, so that a
  * script and the kernel's listing of it compare equal: "mark set mark or 0x4000" is listed
  * "meta mark set meta mark | 0x00004000", a one-element anonymous set "{ 10.0.0.0/8 }" as its
- * element, a host prefix "10.0.0.1/32" as the address, and "a , b" inside braces as "a, b". Text
- * already in list syntax is kept.
+ * element, a host prefix "10.0.0.1/32" as the address, and sets of addresses in nft's order ("a , b"
+ * inside braces as "a, b"). Text already in list syntax is kept.
  */
 export function listSpelling(rule: string): string {
-  return rule
+  return sortAddressSets(rule)
     .replace(/(^|\s)mark set mark (or|xor) (\w+)/g, (_, lead: string, op: string, value: string) => `${lead}meta mark set meta mark ${op === 'or' ? '|' : '^'} ${hexMark(value)}`)
     .replace(/(^|\s)mark and (\w+) == (\w+)/g, (_, lead: string, mask: string, value: string) => `${lead}meta mark & ${hexMark(mask)} == ${hexMark(value)}`)
     .replace(/(^|\s)\{ ([^{},\s]+) \}(?=\s|$)/g, '$1$2')

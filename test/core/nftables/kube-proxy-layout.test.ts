@@ -110,6 +110,13 @@ describe("kube-proxy's nftables layout: parse and diff", () => {
     assert.equal(listSpelling('ip saddr != { 203.0.113.0/25 } drop'), 'ip saddr != 203.0.113.0/25 drop');
     assert.equal(listSpelling('numgen random mod 2 vmap { 0 : goto a , 1 : goto b }'), 'numgen random mod 2 vmap { 0 : goto a, 1 : goto b }');
     assert.equal(listSpelling('update @affinity-x { ip saddr }'), 'update @affinity-x { ip saddr }');
+    // Anonymous sets of addresses: nft lists them in address order, joined by ", ".
+    assert.equal(
+      listSpelling('ip saddr != { 203.0.113.0/25 , 192.168.0.0/24 , 5.6.7.8 } drop'),
+      'ip saddr != { 5.6.7.8, 192.168.0.0/24, 203.0.113.0/25 } drop',
+    );
+    assert.equal(listSpelling('ip daddr { 172.30.0.0/16,10.100.0.0/16 } drop'), 'ip daddr { 10.100.0.0/16, 172.30.0.0/16 } drop');
+    assert.equal(listSpelling('ip6 saddr != { fd00::2 , 2001:db8::/64 } drop'), 'ip6 saddr != { 2001:db8::/64, fd00::2 } drop');
     // loadBalancerSourceRanges of one host: kube-proxy writes the prefix, nft lists the address.
     assert.equal(listSpelling('ip saddr != { 203.0.113.7/32 } drop'), 'ip saddr != 203.0.113.7 drop');
     assert.equal(listSpelling('numgen random mod 1 vmap { 0 : goto endpoint-X-a/b/tcp/p__10.0.0.1/32 }'), 'numgen random mod 1 vmap { 0 : goto endpoint-X-a/b/tcp/p__10.0.0.1/32 }');
@@ -208,4 +215,76 @@ describe("kube-proxy's nftables layout: trace over kube-proxy's own table", () =
       'the affinity rule matched',
     );
   });
+});
+
+describe("kube-proxy's packet flow tests, traced over the rendered kube-proxy layout", () => {
+  interface Flow {
+    name: string;
+    src: string;
+    dst: string;
+    port: number;
+    /** kube-proxy's expected output: endpoints, "REJECT" or "DROP". */
+    output: string;
+    masq?: boolean;
+  }
+  /** runFlows: kube-proxy's runPacketFlowTests over our render; a node address as source starts in OUTPUT. */
+  const runFlows = (fixture: string, flows: Flow[]) => {
+    const table = parseNftablesScript(renderNftables(fixtureModel(fixtureObjects(fixture)), fakeProxierRenderOptions));
+    for (const flow of flows) {
+      it(`${fixture}: ${flow.name}`, () => {
+        const origin = fakeProxierNode.localAddresses.includes(flow.src) ? 'local' : 'arriving';
+        const result = traceNftables(
+          table,
+          {srcIP: flow.src, dstIP: flow.dst, dstPort: flow.port, protocol: 'TCP', origin},
+          {localAddresses: fakeProxierNode.localAddresses},
+        );
+        const hops = JSON.stringify(result.hops.map((hop) => `${hop.chain}: ${hop.rule}`));
+        if (flow.output === 'REJECT' || flow.output === 'DROP') {
+          assert.equal(result.verdict, flow.output, hops);
+          return;
+        }
+        assert.equal(result.verdict, 'DNAT', hops);
+        assert.deepEqual(result.branches.map((branch) => branch.endpoint).sort(), flow.output.split(', ').sort());
+        for (const branch of result.branches) assert.equal(branch.masquerade, flow.masq, branch.masqueradeReason);
+      });
+    }
+  };
+
+  it('loadbalancer.yaml: writes the firewall chain as proxier.go builds it, the LB IPs allowed when the ranges hold the node IP', () => {
+    // No published expectation for this rule: proxier.go joins the sources with "," words.
+    const script = renderNftables(fixtureModel(fixtureObjects('loadbalancer.yaml')), fakeProxierRenderOptions);
+    assert.ok(
+      script.includes(
+        'add rule ip kube-proxy firewall-ULMVA6XW-ns1/svc1/tcp/p80 ip saddr != { 192.168.0.0/24 , 203.0.113.0/25 , 1.2.3.4 , 5.6.7.8 } drop',
+      ),
+    );
+  });
+
+  // TestLoadBalancer's flows (external client 203.0.113.2, blocked client 203.0.113.130).
+  const endpoint = '10.180.0.1:80';
+  runFlows('loadbalancer.yaml', [
+    {name: 'pod to cluster IP', src: '10.0.0.2', dst: '172.30.0.41', port: 80, output: endpoint, masq: false},
+    {name: 'external to nodePort', src: '203.0.113.2', dst: '192.168.0.2', port: 3001, output: endpoint, masq: true},
+    {name: 'nodePort bypasses LoadBalancerSourceRanges', src: '203.0.113.130', dst: '192.168.0.2', port: 3001, output: endpoint, masq: true},
+    {name: 'accepted external to LB1', src: '203.0.113.2', dst: '1.2.3.4', port: 80, output: endpoint, masq: true},
+    {name: 'accepted external to LB2', src: '203.0.113.2', dst: '5.6.7.8', port: 80, output: endpoint, masq: true},
+    {name: 'blocked external to LB1', src: '203.0.113.130', dst: '1.2.3.4', port: 80, output: 'DROP'},
+    {name: 'blocked external to LB2', src: '203.0.113.130', dst: '5.6.7.8', port: 80, output: 'DROP'},
+    {name: 'pod to LB1 (blocked by LoadBalancerSourceRanges)', src: '10.0.0.2', dst: '1.2.3.4', port: 80, output: 'DROP'},
+    {name: 'pod to LB2 (blocked by LoadBalancerSourceRanges)', src: '10.0.0.2', dst: '5.6.7.8', port: 80, output: 'DROP'},
+    {name: 'node to LB1 (allowed by LoadBalancerSourceRanges)', src: '192.168.0.2', dst: '1.2.3.4', port: 80, output: endpoint, masq: true},
+    {name: 'node to LB2 (allowed by LoadBalancerSourceRanges)', src: '192.168.0.2', dst: '5.6.7.8', port: 80, output: endpoint, masq: true},
+    {name: 'same node to LB1, SNATted to LB1 (implicitly allowed)', src: '1.2.3.4', dst: '1.2.3.4', port: 80, output: endpoint, masq: true},
+    {name: 'same node to LB2, SNATted to LB2 (implicitly allowed)', src: '5.6.7.8', dst: '5.6.7.8', port: 80, output: endpoint, masq: true},
+  ]);
+
+  // TestNoEndpointsReject's flows.
+  runFlows('no-endpoints.yaml', [
+    {name: 'pod to cluster IP with no endpoints', src: '10.0.0.2', dst: '172.30.0.41', port: 80, output: 'REJECT'},
+    {name: 'external to external IP with no endpoints', src: '203.0.113.2', dst: '192.168.99.11', port: 80, output: 'REJECT'},
+    {name: 'pod to NodePort with no endpoints', src: '10.0.0.2', dst: '192.168.0.2', port: 3001, output: 'REJECT'},
+    {name: 'external to NodePort with no endpoints', src: '203.0.113.2', dst: '192.168.0.2', port: 3001, output: 'REJECT'},
+    {name: 'pod to LoadBalancer IP with no endpoints', src: '10.0.0.2', dst: '1.2.3.4', port: 80, output: 'REJECT'},
+    {name: 'external to LoadBalancer IP with no endpoints', src: '203.0.113.2', dst: '1.2.3.4', port: 80, output: 'REJECT'},
+  ]);
 });
