@@ -16,7 +16,8 @@ function timeoutSeconds(text: string): number | undefined {
 }
 
 interface Block {
-  kind: 'table' | 'chain' | 'set' | 'map';
+  /** 'other': a flowtable, counter, quota, ct helper … the ruleset shape has no place for. */
+  kind: 'table' | 'chain' | 'set' | 'map' | 'other';
   name: string;
   family?: string;
 }
@@ -59,6 +60,11 @@ export function parseNftablesListing(text: string, tableName = 'kube-proxy'): Nf
       stack.push({kind: kind as Block['kind'], name});
       continue;
     }
+    const otherBlock = /^(\S+(?: \S+)?) (\S+) \{$/.exec(line);
+    if (otherBlock && stack.length > 0 && !set && !chain) {
+      stack.push({kind: 'other', name: `${otherBlock[1]} ${otherBlock[2]}`});
+      continue;
+    }
     if (line === '}') {
       const closed = stack.pop();
       if (!closed) throw new Error(`${where()}: "}" closes nothing`);
@@ -68,6 +74,7 @@ export function parseNftablesListing(text: string, tableName = 'kube-proxy'): Nf
     }
     const inside = stack.at(-1);
     if (!inside) throw new Error(`${where()}: cannot read "${line.slice(0, 80)}" outside a table`);
+    if (inside.kind === 'other') continue;
     if (set) {
       index = readSetLine(set, lines, index, line);
       continue;

@@ -147,6 +147,32 @@ describe("kube-proxy's nftables layout: parse and diff", () => {
     );
   });
 
+  it("finds kube-proxy's table in `nft list ruleset` among other software's tables", () => {
+    // What nft 1.0.6 lists for a table of another firewall, with named counter and quota objects.
+    const otherTable = [
+      'table inet filter {',
+      '\tcounter accepted {',
+      '\t\tpackets 0 bytes 0',
+      '\t}',
+      '',
+      '\tquota q {',
+      '\t\tover 100 mbytes',
+      '\t}',
+      '',
+      '\tchain input {',
+      '\t\ttype filter hook input priority filter; policy drop;',
+      '\t\tct state established,related accept',
+      '\t\tcounter name "accepted"',
+      '\t}',
+      '}',
+    ].join('\n');
+    const ruleset = `${otherTable}\n${fixtureText('overall.nft-list.txt')}`;
+    assert.equal(diffNftables(script, parseNftablesListing(ruleset)).text, '');
+    const other = parseNftablesListing(ruleset, 'filter');
+    assert.deepEqual([other.family, other.table, other.chains.get('input')?.policy], ['inet', 'filter', 'drop']);
+    assert.deepEqual(other.chains.get('input')?.rules.map((rule) => rule.text), ['ct state established,related accept', 'counter name "accepted"']);
+  });
+
   it('refuses a listing it cannot read, naming the line', () => {
     assert.throws(() => parseNftablesListing('table ip kube-proxy {\n\tchain x {\n'), /chain x is not closed/);
     assert.throws(() => parseNftablesListing('hello\n'), /nft listing line 1: cannot read "hello" outside a table/);
