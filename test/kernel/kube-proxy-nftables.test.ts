@@ -5,9 +5,22 @@
 // tracer predicted where the packets went. Root only.
 import assert from 'node:assert/strict';
 import {after, before, describe, it} from 'node:test';
-import {diffNftables, parseNftablesListing, parseNftablesScript, traceNftables} from '../../src/core/nftables/index.ts';
-import {execInNamespace} from '../../src/lab/netns/index.ts';
-import {kubeProxyTable, transactionOrder} from '../core/nftables/kube-proxy-fixtures.ts';
+import {
+  diffNftables,
+  parseNftablesJson,
+  parseNftablesListing,
+  parseNftablesScript,
+  renderNftables,
+  traceNftables,
+} from '../../src/core/nftables/index.ts';
+import {createNamespace, deleteNamespace, execInNamespace, newNamespacePrefix} from '../../src/lab/netns/index.ts';
+import {
+  fakeProxierRenderOptions,
+  fixtureModel,
+  fixtureObjects,
+  kubeProxyTable,
+  transactionOrder,
+} from '../core/nftables/kube-proxy-fixtures.ts';
 import {demoPorts, kernelUnavailable, nodeAddresses, startKernelLab} from './namespace-lab.ts';
 import {
   assertTraceAgrees,
@@ -182,5 +195,31 @@ describe("kube-proxy's nftables rules in the kernel", {concurrency: false, timeo
     );
     const results = await scenario.send(sender, svc('172.30.0.45'), 3);
     assertTraceAgrees(predicted, results, sender, svc('172.30.0.45'));
+  });
+});
+
+describe("kube-proxy's nftables table in the kernel against the rendered one", {timeout: 60_000}, () => {
+  it('no difference; a map element deleted behind its back is named by service', async (t) => {
+    if (kernelUnavailable) {
+      t.skip(`needs root: ${kernelUnavailable}`);
+      return;
+    }
+    const namespace = `${newNamespacePrefix()}kpdiff`;
+    await createNamespace(namespace);
+    try {
+      await execInNamespace(namespace, ['nft', '-f', '-'], {input: transactionOrder(kubeProxyTable('overall.nft'))});
+      const listed = async () => (await execInNamespace(namespace, ['nft', '-j', 'list', 'table', 'ip', 'kube-proxy'])).stdout;
+      const desired = parseNftablesScript(renderNftables(fixtureModel(fixtureObjects('overall.yaml')), fakeProxierRenderOptions));
+      assert.equal(diffNftables(desired, parseNftablesJson(await listed())).text, '');
+
+      await execInNamespace(namespace, ['nft', 'delete', 'element', 'ip', 'kube-proxy', 'service-ips', '{ 172.30.0.44 . tcp . 80 }']);
+      const difference = diffNftables(desired, parseNftablesJson(await listed()));
+      assert.deepEqual(
+        difference.groups.map((group) => [group.servicePort, group.added, group.removed]),
+        [['ns4/svc4:p80', ['element service-ips { 172.30.0.44 . tcp . 80 : goto service-LAUZTJTB-ns4/svc4/tcp/p80 }'], []]],
+      );
+    } finally {
+      await deleteNamespace(namespace);
+    }
   });
 });
