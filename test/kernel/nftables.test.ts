@@ -9,6 +9,7 @@ import {after, before, describe, it} from 'node:test';
 import {
   buildProxyModel,
   changedServicePorts,
+  nftablesLayouts,
   type EndpointSliceInput,
   type ProxyModel,
   type ServiceInput,
@@ -214,7 +215,7 @@ describe('nftables rules in the kernel', {concurrency: false, timeout: 120_000},
 });
 
 describe('nftables IPv6 table in the kernel', {timeout: 60_000}, () => {
-  for (const layout of ['proxyctl', 'kube-proxy'] as const) {
+  for (const layout of nftablesLayouts) {
     it(`${layout} layout: loads and lists exactly as written: ip6 addresses, bracketed DNAT, affinity, firewall`, async (t) => {
       if (kernelUnavailable) {
         t.skip(`needs root: ${kernelUnavailable}`);

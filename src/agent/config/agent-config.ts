@@ -1,6 +1,6 @@
 // AgentConfig: the agent's settings after the KubeProxyConfiguration file and the flags are read,
 // checked and merged. Durations are milliseconds.
-import type {NftablesLayout} from '../../core/model/index.ts';
+import {type NftablesLayout, nftablesLayouts} from '../../core/model/index.ts';
 
 export type ProxyMode = 'iptables' | 'ipvs' | 'nftables';
 export const proxyModes: readonly ProxyMode[] = ['iptables', 'ipvs', 'nftables'];
@@ -8,8 +8,7 @@ export const proxyModes: readonly ProxyMode[] = ['iptables', 'ipvs', 'nftables']
 export type DetectLocalMode = 'ClusterCIDR' | 'NodeCIDR' | 'BridgeInterface' | 'InterfaceNamePrefix';
 export const detectLocalModes: readonly DetectLocalMode[] = ['ClusterCIDR', 'NodeCIDR', 'BridgeInterface', 'InterfaceNamePrefix'];
 
-/** nftables mode's table layouts: proxyctl's own, or kube-proxy's (the lab's stand-in for kube-proxy). */
-export const nftablesLayouts: readonly NftablesLayout[] = ['proxyctl', 'kube-proxy'];
+export {nftablesLayouts};
 
 /** IPVS schedulers kube-proxy accepts. */
 export const ipvsSchedulers: readonly string[] = ['rr', 'wrr', 'lc', 'wlc', 'lblc', 'lblcr', 'sh', 'dh', 'sed', 'nq', 'mh'];
@@ -58,7 +57,7 @@ export interface AgentConfig {
     masqueradeBit: number;
     syncPeriod: number;
     minSyncPeriod: number;
-    /** Table layout (proxyctl's own field): 'proxyctl' (shared endpoint maps) or 'kube-proxy' (kube-proxy's own layout). */
+    /** Table layout (proxyctl's own field): 'proxyctl' (shared endpoint maps), or kube-proxy's own ('kube-proxy', 'kube-proxy-1.33'). */
     layout: NftablesLayout;
   };
   conntrack: {

@@ -29,12 +29,14 @@ export interface ProxyConfig {
   iptablesFeatures: IptablesFeatures;
   /**
    * nftables mode's table layout: 'proxyctl' picks endpoints from shared maps (fewer kernel
-   * objects), 'kube-proxy' writes kube-proxy's own layout (a chain per endpoint, numgen vmaps).
+   * objects), 'kube-proxy' writes kube-proxy's own layout (a chain per endpoint, numgen vmaps) as
+   * kube-proxy 1.34 and 1.35 write it, 'kube-proxy-1.33' as kube-proxy 1.33 and before (other
+   * base chains, the port in the ClusterIP masquerade rule).
    */
   nftablesLayout: NftablesLayout;
 }
 
-export type NftablesLayout = 'proxyctl' | 'kube-proxy';
+export type NftablesLayout = 'proxyctl' | 'kube-proxy' | 'kube-proxy-1.33';
 
 /**
  * IptablesFeatures: the node facts kube-proxy's iptables proxier checks before writing rules. The

@@ -25,6 +25,6 @@ export {
   type NftSetElement,
 } from './parse.ts';
 export {parseNftablesListing} from './parse-listing.ts';
-export {kubeProxyBaseChains} from './kube-proxy-layout.ts';
+export {kubeProxyBaseChains, kubeProxyBaseChainsBefore134} from './kube-proxy-layout.ts';
 export {traceNftables} from './trace.ts';
 export {diffNftables, type DiffGroup, type NftablesDiff} from './diff.ts';

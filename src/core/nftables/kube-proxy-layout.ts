@@ -1,12 +1,22 @@
-// The fixed part of kube-proxy's own nftables layout (nftablesLayout 'kube-proxy'): base chains,
+// The fixed part of kube-proxy's own nftables layout (nftablesLayout 'kube-proxy', and
+// 'kube-proxy-1.33' with the base chains of kube-proxy before 1.34): base chains,
 // maps, sets and rules as kube-proxy's nftables proxier writes them, in its spelling ("mark set
 // mark or 0x4000"), so that its published expected rules and this renderer's output compare line
 // by line. The per-service part is render.ts' footprintOf, which switches on the layout.
 import type {ProxyModel} from '../model/types.ts';
 import {tableName} from './names.ts';
 
-/** kube-proxy's base chains: filter before DNAT at dstnat-10, the endpoint checks at filter priority. */
-export const kubeProxyBaseChains: ReadonlyArray<{name: string; type: 'filter' | 'nat'; hook: string; priority: number}> = [
+type BaseChain = {name: string; type: 'filter' | 'nat'; hook: string; priority: number};
+/** A rule in a base chain jumping to a regular one: `from`, `match`, then `jump to`. */
+type Jump = {from: string; match: string; to: string};
+
+/** jumpRule: the jump as nft writes it. */
+export function jumpRule(jump: Jump): string {
+  return `${jump.match ? `${jump.match} ` : ''}jump ${jump.to}`;
+}
+
+/** kube-proxy's base chains (1.34 on): filter before DNAT at dstnat-10, the endpoint checks at filter priority. */
+export const kubeProxyBaseChains: readonly BaseChain[] = [
   {name: 'filter-prerouting-pre-dnat', type: 'filter', hook: 'prerouting', priority: -110},
   {name: 'filter-output-pre-dnat', type: 'filter', hook: 'output', priority: -110},
   {name: 'filter-forward', type: 'filter', hook: 'forward', priority: 0},
@@ -17,19 +27,50 @@ export const kubeProxyBaseChains: ReadonlyArray<{name: string; type: 'filter' | 
   {name: 'nat-prerouting', type: 'nat', hook: 'prerouting', priority: -100},
 ];
 
+/**
+ * kube-proxy's base chains before 1.34 (kubernetes#132456 changed them): every filter chain at
+ * dstnat-10, and the ClusterIP check after DNAT in filter-output-post-dnat. proxyctl's own
+ * layout keeps these.
+ */
+export const kubeProxyBaseChainsBefore134: readonly BaseChain[] = [
+  {name: 'filter-prerouting', type: 'filter', hook: 'prerouting', priority: -110},
+  {name: 'filter-input', type: 'filter', hook: 'input', priority: -110},
+  {name: 'filter-forward', type: 'filter', hook: 'forward', priority: -110},
+  {name: 'filter-output', type: 'filter', hook: 'output', priority: -110},
+  {name: 'filter-output-post-dnat', type: 'filter', hook: 'output', priority: -90},
+  {name: 'nat-prerouting', type: 'nat', hook: 'prerouting', priority: -100},
+  {name: 'nat-output', type: 'nat', hook: 'output', priority: -100},
+  {name: 'nat-postrouting', type: 'nat', hook: 'postrouting', priority: 100},
+];
+
+/** The jumps from base chains before 1.34, in kube-proxy's order. */
+export const kubeProxyJumpsBefore134: readonly Jump[] = [
+  {from: 'filter-input', match: 'ct state new', to: 'nodeport-endpoints-check'},
+  {from: 'filter-input', match: 'ct state new', to: 'service-endpoints-check'},
+  {from: 'filter-forward', match: 'ct state new', to: 'service-endpoints-check'},
+  {from: 'filter-output', match: 'ct state new', to: 'service-endpoints-check'},
+  {from: 'filter-prerouting', match: 'ct state new', to: 'firewall-check'},
+  {from: 'filter-output', match: 'ct state new', to: 'firewall-check'},
+  {from: 'nat-output', match: '', to: 'services'},
+  {from: 'nat-prerouting', match: '', to: 'services'},
+  {from: 'nat-postrouting', match: '', to: 'masquerading'},
+  {from: 'filter-forward', match: 'ct state new', to: 'cluster-ips-check'},
+  {from: 'filter-output-post-dnat', match: 'ct state new', to: 'cluster-ips-check'},
+];
+
 /** The jumps from base chains, in kube-proxy's order. */
-const kubeProxyJumps: ReadonlyArray<{from: string; rule: string}> = [
-  {from: 'filter-prerouting-pre-dnat', rule: 'ct state new jump firewall-check'},
-  {from: 'filter-forward', rule: 'ct state new jump service-endpoints-check'},
-  {from: 'filter-forward', rule: 'ct state new jump cluster-ips-check'},
-  {from: 'filter-input', rule: 'ct state new jump nodeport-endpoints-check'},
-  {from: 'filter-input', rule: 'ct state new jump service-endpoints-check'},
-  {from: 'filter-output', rule: 'ct state new jump service-endpoints-check'},
-  {from: 'filter-output-pre-dnat', rule: 'ct state new jump firewall-check'},
-  {from: 'filter-output', rule: 'ct state new jump cluster-ips-check'},
-  {from: 'nat-output', rule: 'jump services'},
-  {from: 'nat-postrouting', rule: 'jump masquerading'},
-  {from: 'nat-prerouting', rule: 'jump services'},
+const kubeProxyJumps: readonly Jump[] = [
+  {from: 'filter-prerouting-pre-dnat', match: 'ct state new', to: 'firewall-check'},
+  {from: 'filter-forward', match: 'ct state new', to: 'service-endpoints-check'},
+  {from: 'filter-forward', match: 'ct state new', to: 'cluster-ips-check'},
+  {from: 'filter-input', match: 'ct state new', to: 'nodeport-endpoints-check'},
+  {from: 'filter-input', match: 'ct state new', to: 'service-endpoints-check'},
+  {from: 'filter-output', match: 'ct state new', to: 'service-endpoints-check'},
+  {from: 'filter-output-pre-dnat', match: 'ct state new', to: 'firewall-check'},
+  {from: 'filter-output', match: 'ct state new', to: 'cluster-ips-check'},
+  {from: 'nat-output', match: '', to: 'services'},
+  {from: 'nat-postrouting', match: '', to: 'masquerading'},
+  {from: 'nat-prerouting', match: '', to: 'services'},
 ];
 
 /** Regular chains of the fixed part, and the one with a comment. */
@@ -62,6 +103,8 @@ export interface KubeProxySetupInput {
   ipX: 'ip' | 'ip6';
   addrType: 'ipv4_addr' | 'ipv6_addr';
   loopback: string;
+  /** Which kube-proxy releases' base chains: 1.34 on ('current'), or before. */
+  release: 'current' | 'before-1.34';
   /** The service CIDRs of the family. */
   serviceCIDRs: string[];
   nodePorts: {matchAll: boolean; addresses: string[]};
@@ -90,7 +133,8 @@ export function renderKubeProxySetup(model: ProxyModel, input: KubeProxySetupInp
   verdictMap('service-ips', serviceKey, 'ClusterIP, ExternalIP and LoadBalancer IP traffic');
   verdictMap('service-nodeports', 'inet_proto . inet_service', 'NodePort traffic');
 
-  for (const chain of kubeProxyBaseChains) {
+  const before134 = input.release === 'before-1.34';
+  for (const chain of before134 ? kubeProxyBaseChainsBefore134 : kubeProxyBaseChains) {
     out.push(`add chain ${t} ${chain.name} { type ${chain.type} hook ${chain.hook} priority ${chain.priority} ; }`, `flush chain ${t} ${chain.name}`);
   }
   for (const name of kubeProxyChains) {
@@ -102,7 +146,7 @@ export function renderKubeProxySetup(model: ProxyModel, input: KubeProxySetupInp
   if (input.serviceCIDRs.length > 0) {
     out.push(`add rule ${t} cluster-ips-check ${ipX} daddr ${kubeProxySet(input.serviceCIDRs, ',')} drop comment "Drop traffic to unallocated ClusterIPs"`);
   }
-  for (const jump of kubeProxyJumps) out.push(`add rule ${t} ${jump.from} ${jump.rule}`);
+  for (const jump of before134 ? kubeProxyJumpsBefore134 : kubeProxyJumps) out.push(`add rule ${t} ${jump.from} ${jumpRule(jump)}`);
   out.push(`add rule ${t} firewall-check ${ipX} daddr . meta l4proto . th dport vmap @firewall-ips`);
   out.push(`add rule ${t} mark-for-masquerade mark set mark or ${mark}`);
   out.push(`add rule ${t} masquerading mark and ${mark} == 0 return`);

@@ -15,7 +15,7 @@
 import {servicePortIdentity} from '../model/changes.ts';
 import {cidrContains, joinHostPort, parseCIDR, parseIP} from '../model/ip.ts';
 import type {Endpoint, ProxyModel, ServicePort} from '../model/types.ts';
-import {kubeProxySet, renderKubeProxySetup} from './kube-proxy-layout.ts';
+import {jumpRule, kubeProxyBaseChainsBefore134, kubeProxyJumpsBefore134, kubeProxySet, renderKubeProxySetup} from './kube-proxy-layout.ts';
 import {endpointMapShard, endpointNameBase, namePrefixes, servicePortNameBase, tableName} from './names.ts';
 
 export interface NftablesRenderOptions {
@@ -142,36 +142,6 @@ export const nftNames = {
   localCIDRs: 'local-cidrs',
 } as const;
 
-/**
- * Base chains: name, type, hook and numeric priority (dstnat is -100, srcnat 100; older nft takes
- * the names only in some hooks). Filter chains run before DNAT, to see the service address.
- */
-export const nftBaseChains: ReadonlyArray<{name: string; type: 'filter' | 'nat'; hook: string; priority: number}> = [
-  {name: 'filter-prerouting', type: 'filter', hook: 'prerouting', priority: -110},
-  {name: 'filter-input', type: 'filter', hook: 'input', priority: -110},
-  {name: 'filter-forward', type: 'filter', hook: 'forward', priority: -110},
-  {name: 'filter-output', type: 'filter', hook: 'output', priority: -110},
-  {name: 'filter-output-post-dnat', type: 'filter', hook: 'output', priority: -90},
-  {name: 'nat-prerouting', type: 'nat', hook: 'prerouting', priority: -100},
-  {name: 'nat-output', type: 'nat', hook: 'output', priority: -100},
-  {name: 'nat-postrouting', type: 'nat', hook: 'postrouting', priority: 100},
-];
-
-const jumpChains: ReadonlyArray<{to: string; from: string; match: string}> = [
-  // reject is only allowed in input, forward and output hooks on older kernels.
-  {to: nftNames.nodePortEndpointsCheck, from: 'filter-input', match: 'ct state new'},
-  {to: nftNames.serviceEndpointsCheck, from: 'filter-input', match: 'ct state new'},
-  {to: nftNames.serviceEndpointsCheck, from: 'filter-forward', match: 'ct state new'},
-  {to: nftNames.serviceEndpointsCheck, from: 'filter-output', match: 'ct state new'},
-  {to: nftNames.firewallCheck, from: 'filter-prerouting', match: 'ct state new'},
-  {to: nftNames.firewallCheck, from: 'filter-output', match: 'ct state new'},
-  {to: nftNames.services, from: 'nat-output', match: ''},
-  {to: nftNames.services, from: 'nat-prerouting', match: ''},
-  {to: nftNames.masquerading, from: 'nat-postrouting', match: ''},
-  {to: nftNames.clusterIPsCheck, from: 'filter-forward', match: 'ct state new'},
-  {to: nftNames.clusterIPsCheck, from: 'filter-output-post-dnat', match: 'ct state new'},
-];
-
 /** Maps and sets emptied and refilled by every full sync. */
 const refilledContainers = [
   nftNames.clusterIPs,
@@ -203,15 +173,19 @@ interface FamilyWords {
   ipX: 'ip' | 'ip6';
   addrType: 'ipv4_addr' | 'ipv6_addr';
   loopback: string;
-  /** nftablesLayout 'kube-proxy': a chain per endpoint, no shared maps, kube-proxy's spelling. */
+  /** nftablesLayout 'kube-proxy' or 'kube-proxy-1.33': a chain per endpoint, no shared maps, kube-proxy's spelling. */
   kubeProxyLayout: boolean;
+  /** 'kube-proxy-1.33': kube-proxy's base chains before 1.34, and the port in the ClusterIP masquerade rule. */
+  kubeProxyBefore134: boolean;
 }
 
 function familyWords(model: ProxyModel): FamilyWords {
-  const kubeProxyLayout = model.config.nftablesLayout === 'kube-proxy';
+  const kubeProxyBefore134 = model.config.nftablesLayout === 'kube-proxy-1.33';
+  const kubeProxyLayout = kubeProxyBefore134 || model.config.nftablesLayout === 'kube-proxy';
+  const layout = {kubeProxyLayout, kubeProxyBefore134};
   return model.family === 'IPv6'
-    ? {ipX: 'ip6', addrType: 'ipv6_addr', loopback: '::1', kubeProxyLayout}
-    : {ipX: 'ip', addrType: 'ipv4_addr', loopback: '127.0.0.0/8', kubeProxyLayout};
+    ? {ipX: 'ip6', addrType: 'ipv6_addr', loopback: '::1', ...layout}
+    : {ipX: 'ip', addrType: 'ipv4_addr', loopback: '127.0.0.0/8', ...layout};
 }
 
 /**
@@ -313,13 +287,14 @@ function setupKey(model: ProxyModel, options: NftablesRenderOptions): string {
 function renderSetup(model: ProxyModel, options: NftablesRenderOptions, words: FamilyWords, out: string[]): void {
   if (words.kubeProxyLayout) {
     const serviceCIDRs = familyCIDRs(model, options.serviceCIDRs);
-    renderKubeProxySetup(model, {...words, serviceCIDRs, nodePorts: nodePortPlan(model, options.nodeAddresses)}, out);
+    const release = words.kubeProxyBefore134 ? 'before-1.34' : 'current';
+    renderKubeProxySetup(model, {...words, release, serviceCIDRs, nodePorts: nodePortPlan(model, options.nodeAddresses)}, out);
     return;
   }
   const t = `${words.ipX} ${tableName}`;
   const mark = masqueradeMark(model.config.masqueradeBit);
   out.push(`add table ${t} { comment "rules for kube-proxy" ; }`);
-  for (const chain of nftBaseChains) {
+  for (const chain of kubeProxyBaseChainsBefore134) {
     out.push(`add chain ${t} ${chain.name} { type ${chain.type} hook ${chain.hook} priority ${chain.priority} ; }`);
     out.push(`flush chain ${t} ${chain.name}`);
   }
@@ -329,9 +304,10 @@ function renderSetup(model: ProxyModel, options: NftablesRenderOptions, words: F
     created.add(name);
     out.push(`add chain ${t} ${name}`, `flush chain ${t} ${name}`);
   };
-  for (const jump of jumpChains) {
+  // Reject is only allowed in input, forward and output hooks on older kernels.
+  for (const jump of kubeProxyJumpsBefore134) {
     ensure(jump.to);
-    out.push(`add rule ${t} ${jump.from} ${jump.match ? `${jump.match} ` : ''}jump ${jump.to}`);
+    out.push(`add rule ${t} ${jump.from} ${jumpRule(jump)}`);
   }
   for (const name of [
     nftNames.services,
@@ -523,8 +499,9 @@ function footprintOf(model: ProxyModel, port: ServicePort, words: FamilyWords, b
   }
 
   if (hasInternalEndpoints) {
-    // kube-proxy's own layout matches the address alone: the chain is reached for this port only.
-    const match = words.kubeProxyLayout
+    // kube-proxy's own layout (1.34 on) matches the address alone: the chain is reached for this port only.
+    const match =
+      words.kubeProxyLayout && !words.kubeProxyBefore134
       ? `${words.ipX} daddr ${port.clusterIP}`
       : `${words.ipX} daddr ${port.clusterIP} ${protocol} dport ${port.port}`;
     if (model.config.masqueradeAll) chain(internalChain).push(`${match} jump ${mark}`);

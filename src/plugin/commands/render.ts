@@ -1,4 +1,5 @@
 import {Command, Flags} from '@oclif/core';
+import {nftablesLayouts} from '../../core/model/index.ts';
 import {formatData, outputFlag} from '../lib/output.ts';
 import {InputError, readOfflineModel} from '../lib/model-input.ts';
 import {ipvsParts, renderModes, renderRules} from '../lib/render-rules.ts';
@@ -105,8 +106,8 @@ In iptables mode the first line, a comment, records the node addresses the rules
       options: ['true', 'false'] as const,
     })(),
     'nftables-layout': Flags.option({
-      summary: "nftables mode's table layout: proxyctl's own, or kube-proxy's (a chain per endpoint, as kube-proxy writes it).",
-      options: ['proxyctl', 'kube-proxy'] as const,
+      summary: "nftables mode's table layout: proxyctl's own, or kube-proxy's (a chain per endpoint, as kube-proxy 1.34+ writes it; kube-proxy-1.33 as 1.33 and before).",
+      options: nftablesLayouts,
     })(),
     output: outputFlag(['text', 'json']),
   };

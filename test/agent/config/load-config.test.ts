@@ -278,12 +278,12 @@ const refusals: Array<{name: string; argv?: string[]; file?: string; says: RegEx
   {
     name: 'unknown nftables layout by flag',
     argv: ['--proxy-mode=nftables', '--nftables-layout', 'kubeproxy'],
-    says: /^flag --nftables-layout: "kubeproxy" is not one of proxyctl, kube-proxy/,
+    says: /^flag --nftables-layout: "kubeproxy" is not one of proxyctl, kube-proxy, kube-proxy-1.33/,
   },
   {
     name: 'unknown nftables layout in the file',
     file: 'mode: nftables\nnftables:\n  layout: maps\n',
-    says: /^config file \/c\.yaml: nftables\.layout: "maps" is not one of proxyctl, kube-proxy/,
+    says: /^config file \/c\.yaml: nftables\.layout: "maps" is not one of proxyctl, kube-proxy, kube-proxy-1.33/,
   },
   {
     name: 'bad metrics address',

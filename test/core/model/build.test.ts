@@ -490,7 +490,7 @@ test('config: an unknown nftables layout falls back to proxyctl\'s, with a probl
   const model = build({}, {config: {nftablesLayout: 'kube' as never}});
   assert.equal(model.config.nftablesLayout, 'proxyctl');
   assert.equal(model.problems.length, 1);
-  assert.match(model.problems[0].message, /nftablesLayout: "kube" is neither "proxyctl" nor "kube-proxy"/);
+  assert.match(model.problems[0].message, /nftablesLayout: "kube" is not one of proxyctl, kube-proxy, kube-proxy-1.33/);
 });
 
 test('config: NodeCIDR without a pod CIDR of the family turns detection off, with a problem', () => {

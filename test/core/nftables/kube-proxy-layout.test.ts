@@ -54,6 +54,51 @@ describe("kube-proxy's nftables layout: render", () => {
     });
   }
 
+  it("kube-proxy-1.33: the base chains and ClusterIP masquerade rules of kube-proxy before 1.34, the rest as 1.34's", () => {
+    const objects = fixtureObjects('overall.yaml');
+    const model = fixtureModel(objects);
+    const older = renderNftables({...model, config: {...model.config, nftablesLayout: 'kube-proxy-1.33'}}, fakeProxierRenderOptions);
+    const current = tableLines(kubeProxyTable('overall.nft'));
+    const got = tableLines(older);
+    // From kube-proxy's proxier.go before kubernetes#132456 (base chains) and #131492 (the port match).
+    const t = 'add chain ip kube-proxy';
+    const r = 'add rule ip kube-proxy';
+    assert.deepEqual(
+      got.filter((line) => !current.includes(line)),
+      [
+        `${t} filter-forward { type filter hook forward priority -110 ; }`,
+        `${t} filter-input { type filter hook input priority -110 ; }`,
+        `${t} filter-output { type filter hook output priority -110 ; }`,
+        `${t} filter-output-post-dnat { type filter hook output priority -90 ; }`,
+        `${t} filter-prerouting { type filter hook prerouting priority -110 ; }`,
+        `${r} filter-output ct state new jump firewall-check`,
+        `${r} filter-output-post-dnat ct state new jump cluster-ips-check`,
+        `${r} filter-prerouting ct state new jump firewall-check`,
+        ...['ULMVA6XW-ns1/svc1', '42NFTM6N-ns2/svc2', '4AT6LBPK-ns3/svc3', 'LAUZTJTB-ns4/svc4', 'HVFWP5L3-ns5/svc5'].map(
+          (name, index) => `${r} service-${name}/tcp/p80 ip daddr 172.30.0.4${index + 1} tcp dport 80 ip saddr != 10.0.0.0/8 jump mark-for-masquerade`,
+        ),
+      ].sort(),
+    );
+    assert.deepEqual(
+      current.filter((line) => !got.includes(line)).map((line) => line.split(' ').slice(0, 5).join(' ')),
+      [
+        `${t} filter-forward`,
+        `${t} filter-input`,
+        `${t} filter-output`,
+        `${t} filter-output-pre-dnat`,
+        `${t} filter-prerouting-pre-dnat`,
+        `${r} filter-output`,
+        `${r} filter-output-pre-dnat`,
+        `${r} filter-prerouting-pre-dnat`,
+        `${r} service-42NFTM6N-ns2/svc2/tcp/p80`,
+        `${r} service-4AT6LBPK-ns3/svc3/tcp/p80`,
+        `${r} service-HVFWP5L3-ns5/svc5/tcp/p80`,
+        `${r} service-LAUZTJTB-ns4/svc4/tcp/p80`,
+        `${r} service-ULMVA6XW-ns1/svc1/tcp/p80`,
+      ],
+    );
+  });
+
   it("follows TestSyncProxyRulesRepeated's syncs with partial transactions, stale chains deleted a sync later", () => {
     let applied: NftRuleset | undefined;
     let state: NftablesState | undefined;
