@@ -339,6 +339,7 @@ function proxyConfig(config: AgentConfig): Partial<ProxyConfig> {
     nodePortAddresses: config.nodePortAddresses,
     // nftables mode never accepts NodePorts on 127.0.0.1.
     localhostNodePorts: nftables ? false : config.iptables.localhostNodePorts,
+    nftablesLayout: config.nftables.layout,
   };
   let detector: LocalDetector | undefined;
   if (config.detectLocalMode === 'BridgeInterface') detector = {mode: 'BridgeInterface', interfaceName: config.detectLocal.bridgeInterface};

@@ -9,6 +9,7 @@ import {after, before, describe, it} from 'node:test';
 import {
   buildProxyModel,
   changedServicePorts,
+  nftablesLayouts,
   type EndpointSliceInput,
   type ProxyModel,
   type ServiceInput,
@@ -16,6 +17,7 @@ import {
 import {
   diffNftables,
   parseNftablesJson,
+  parseNftablesListing,
   parseNftablesScript,
   renderNftables,
   renderNftablesSync,
@@ -213,83 +215,88 @@ describe('nftables rules in the kernel', {concurrency: false, timeout: 120_000},
 });
 
 describe('nftables IPv6 table in the kernel', {timeout: 60_000}, () => {
-  it('loads and lists exactly as written: ip6 addresses, bracketed DNAT, affinity, firewall', async (t) => {
-    if (kernelUnavailable) {
-      t.skip(`needs root: ${kernelUnavailable}`);
-      return;
-    }
-    const v6Port = {name: 'http', protocol: 'TCP', port: 80, targetPort: 8080};
-    const v6Service = (
-      name: string,
-      clusterIP: string,
-      spec: Partial<NonNullable<ServiceInput['spec']>> = {},
-      status?: ServiceInput['status'],
-    ): ServiceInput => ({
-      apiVersion: 'v1',
-      kind: 'Service',
-      metadata: {name, namespace: 'default'},
-      spec: {type: 'ClusterIP', clusterIP, clusterIPs: [clusterIP], ipFamilies: ['IPv6'], ports: [v6Port], ...spec},
-      ...(status ? {status} : {}),
-    });
-    const v6Slice = (name: string, ips: Array<[string, string]>): EndpointSliceInput => ({
-      apiVersion: 'discovery.k8s.io/v1',
-      kind: 'EndpointSlice',
-      metadata: {name: `${name}-1`, namespace: 'default', labels: {'kubernetes.io/service-name': name}},
-      addressType: 'IPv6',
-      ports: [{name: 'http', protocol: 'TCP', port: 8080}],
-      endpoints: ips.map(([ip, nodeName]) => ({addresses: [ip], nodeName})),
-    });
-    const model = buildProxyModel(
-      {
-        services: [
-          v6Service('web6', 'fd00::10'),
-          v6Service(
-            'sticky6',
-            'fd00::11',
-            {
-              sessionAffinity: 'ClientIP',
-              type: 'LoadBalancer',
-              loadBalancerSourceRanges: ['2001:db8::/64'],
-              ports: [{...v6Port, nodePort: 30001}],
-            },
-            {loadBalancer: {ingress: [{ip: '2001:db8:1::1'}]}},
-          ),
-        ],
-        endpointSlices: [
-          v6Slice('web6', [['fd00:10:244:1::5', 'node-1']]),
-          v6Slice('sticky6', [
-            ['fd00:10:244:1::6', 'node-1'],
-            ['fd00:10:244:2::6', 'node-2'],
-          ]),
-        ],
-        node: {
-          apiVersion: 'v1',
-          kind: 'Node',
-          metadata: {name: 'node-1'},
-          status: {addresses: [{type: 'InternalIP', address: 'fd00:10:240::11'}]},
+  for (const layout of nftablesLayouts) {
+    it(`${layout} layout: loads and lists exactly as written: ip6 addresses, bracketed DNAT, affinity, firewall`, async (t) => {
+      if (kernelUnavailable) {
+        t.skip(`needs root: ${kernelUnavailable}`);
+        return;
+      }
+      const v6Port = {name: 'http', protocol: 'TCP', port: 80, targetPort: 8080};
+      const v6Service = (
+        name: string,
+        clusterIP: string,
+        spec: Partial<NonNullable<ServiceInput['spec']>> = {},
+        status?: ServiceInput['status'],
+      ): ServiceInput => ({
+        apiVersion: 'v1',
+        kind: 'Service',
+        metadata: {name, namespace: 'default'},
+        spec: {type: 'ClusterIP', clusterIP, clusterIPs: [clusterIP], ipFamilies: ['IPv6'], ports: [v6Port], ...spec},
+        ...(status ? {status} : {}),
+      });
+      const v6Slice = (name: string, ips: Array<[string, string]>): EndpointSliceInput => ({
+        apiVersion: 'discovery.k8s.io/v1',
+        kind: 'EndpointSlice',
+        metadata: {name: `${name}-1`, namespace: 'default', labels: {'kubernetes.io/service-name': name}},
+        addressType: 'IPv6',
+        ports: [{name: 'http', protocol: 'TCP', port: 8080}],
+        endpoints: ips.map(([ip, nodeName]) => ({addresses: [ip], nodeName})),
+      });
+      const model = buildProxyModel(
+        {
+          services: [
+            v6Service('web6', 'fd00::10'),
+            v6Service(
+              'sticky6',
+              'fd00::11',
+              {
+                sessionAffinity: 'ClientIP',
+                type: 'LoadBalancer',
+                loadBalancerSourceRanges: ['2001:db8::/64', '2001:db8:5::7/128'],
+                ports: [{...v6Port, nodePort: 30001}],
+              },
+              {loadBalancer: {ingress: [{ip: '2001:db8:1::1'}]}},
+            ),
+          ],
+          endpointSlices: [
+            v6Slice('web6', [['fd00:10:244:1::5', 'node-1']]),
+            v6Slice('sticky6', [
+              ['fd00:10:244:1::6', 'node-1'],
+              ['fd00:10:244:2::6', 'node-2'],
+            ]),
+          ],
+          node: {
+            apiVersion: 'v1',
+            kind: 'Node',
+            metadata: {name: 'node-1'},
+            status: {addresses: [{type: 'InternalIP', address: 'fd00:10:240::11'}]},
+          },
         },
-      },
-      {family: 'IPv6', clusterCIDRs: ['fd00:10:244::/48']},
-    );
-    assert.deepEqual(model.problems, []);
-    const script = renderNftablesSync(model, {serviceCIDRs: ['fd00::/108']}).script;
-    const namespace = `${newNamespacePrefix()}nft6`;
-    await createNamespace(namespace);
-    try {
-      await execInNamespace(namespace, ['nft', '-f', '-'], {input: script});
-      const listed = (await execInNamespace(namespace, ['nft', '-j', 'list', 'table', 'ip6', 'kube-proxy'])).stdout;
-      assertSameTable(parseNftablesScript(script), parseNftablesJson(listed), 'IPv6');
-      const result = traceNftables(
-        parseNftablesJson(listed),
-        {srcIP: 'fd00:10:244:1::9', dstIP: 'fd00::10', dstPort: 80, protocol: 'TCP', origin: 'arriving'},
-        {localAddresses: ['fd00:10:240::11']},
+        {family: 'IPv6', clusterCIDRs: ['fd00:10:244::/48'], config: {nftablesLayout: layout}},
       );
-      assert.deepEqual(
-        result.branches.map((branch) => branch.endpoint),
-        ['[fd00:10:244:1::5]:8080'],
-      );
-    } finally {
-      await deleteNamespace(namespace);
-    }
-  });
+      assert.deepEqual(model.problems, []);
+      const script = renderNftablesSync(model, {serviceCIDRs: ['fd00::/108']}).script;
+      const namespace = `${newNamespacePrefix()}nft6`;
+      await createNamespace(namespace);
+      try {
+        await execInNamespace(namespace, ['nft', '-f', '-'], {input: script});
+        const listed = (await execInNamespace(namespace, ['nft', '-j', 'list', 'table', 'ip6', 'kube-proxy'])).stdout;
+        assertSameTable(parseNftablesScript(script), parseNftablesJson(listed), 'IPv6');
+        // nft's text listing reads as its JSON does.
+        const text = (await execInNamespace(namespace, ['nft', 'list', 'ruleset'])).stdout;
+        assert.equal(diffNftables(parseNftablesJson(listed), parseNftablesListing(text)).text, '');
+        const result = traceNftables(
+          parseNftablesListing(text),
+          {srcIP: 'fd00:10:244:1::9', dstIP: 'fd00::10', dstPort: 80, protocol: 'TCP', origin: 'arriving'},
+          {localAddresses: ['fd00:10:240::11']},
+        );
+        assert.deepEqual(
+          result.branches.map((branch) => branch.endpoint),
+          ['[fd00:10:244:1::5]:8080'],
+        );
+      } finally {
+        await deleteNamespace(namespace);
+      }
+    });
+  }
 });

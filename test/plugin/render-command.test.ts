@@ -74,6 +74,16 @@ describe('kubectl proxyctl render', () => {
     assert.match(noEndpoints, new RegExp(`${escaped(emptyClusterIP)} \\. tcp \\. 80 comment "default/empty:http" : goto reject-chain`));
   });
 
+  it("nftables mode, --nftables-layout kube-proxy: kube-proxy's own layout loads with nft -f", {skip: needsRoot}, async () => {
+    const script = await render(['--mode', 'nftables', '--cluster-cidr', '10.244.0.0/16', '--nftables-layout', 'kube-proxy']);
+    const netns = freshNetns();
+    load(netns, ['nft', '-f', '-'], script);
+    const chains = load(netns, ['nft', 'list', 'chains', 'ip'], '');
+    assert.match(chains, /chain filter-prerouting-pre-dnat \{/, "kube-proxy's base chains");
+    assert.match(chains, /chain endpoint-[A-Z2-7]{8}-default\/demoapp\/tcp\/http__10\.244\.\d+\.\d+\/\d+ \{/, 'a chain per endpoint');
+    assert.doesNotMatch(load(netns, ['nft', 'list', 'ruleset'], ''), /endpoint-targets-/, 'no shared endpoint maps');
+  });
+
   it('ipvs mode: each part loads with its own tool; the ipvsadm part reads back as the servers', {skip: needsRoot}, async () => {
     const all = await render(['--mode', 'ipvs', '--cluster-cidr', '10.244.0.0/16']);
     const headings = all.split('\n').filter((line) => line.startsWith('# ===='));

@@ -1,11 +1,14 @@
 // AgentConfig: the agent's settings after the KubeProxyConfiguration file and the flags are read,
 // checked and merged. Durations are milliseconds.
+import {type NftablesLayout, nftablesLayouts} from '../../core/model/index.ts';
 
 export type ProxyMode = 'iptables' | 'ipvs' | 'nftables';
 export const proxyModes: readonly ProxyMode[] = ['iptables', 'ipvs', 'nftables'];
 
 export type DetectLocalMode = 'ClusterCIDR' | 'NodeCIDR' | 'BridgeInterface' | 'InterfaceNamePrefix';
 export const detectLocalModes: readonly DetectLocalMode[] = ['ClusterCIDR', 'NodeCIDR', 'BridgeInterface', 'InterfaceNamePrefix'];
+
+export {nftablesLayouts};
 
 /** IPVS schedulers kube-proxy accepts. */
 export const ipvsSchedulers: readonly string[] = ['rr', 'wrr', 'lc', 'wlc', 'lblc', 'lblcr', 'sh', 'dh', 'sed', 'nq', 'mh'];
@@ -49,7 +52,14 @@ export interface AgentConfig {
     tcpFinTimeout: number;
     udpTimeout: number;
   };
-  nftables: {masqueradeAll: boolean; masqueradeBit: number; syncPeriod: number; minSyncPeriod: number};
+  nftables: {
+    masqueradeAll: boolean;
+    masqueradeBit: number;
+    syncPeriod: number;
+    minSyncPeriod: number;
+    /** Table layout (proxyctl's own field): 'proxyctl' (shared endpoint maps), or kube-proxy's own ('kube-proxy', 'kube-proxy-1.33'). */
+    layout: NftablesLayout;
+  };
   conntrack: {
     /** 0 leaves nf_conntrack_max as it is. */
     maxPerCore: number;
@@ -98,7 +108,7 @@ export function defaultAgentConfig(): AgentConfig {
       tcpFinTimeout: 0,
       udpTimeout: 0,
     },
-    nftables: {masqueradeAll: false, masqueradeBit: 14, syncPeriod: 30_000, minSyncPeriod: 1_000},
+    nftables: {masqueradeAll: false, masqueradeBit: 14, syncPeriod: 30_000, minSyncPeriod: 1_000, layout: 'proxyctl'},
     conntrack: {
       maxPerCore: 32768,
       min: 131072,

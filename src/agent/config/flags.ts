@@ -1,6 +1,7 @@
 // Command-line flags of proxyctl-agent: kube-proxy's names (pflag syntax: --name=value, --name value,
 // --bool, --bool=false) plus --netns and --api-bind-address.
 import {parseIP} from '../../core/model/index.ts';
+import type {NftablesLayout} from '../../core/model/index.ts';
 import {type AgentConfig, ConfigError, type DetectLocalMode, type ProxyMode} from './agent-config.ts';
 import {parseGoDuration} from './duration.ts';
 import {splitList} from './kube-proxy-configuration.ts';
@@ -69,6 +70,12 @@ export const flagSpecs: Record<string, FlagSpec> = {
       c.iptables.masqueradeAll = v;
       c.nftables.masqueradeAll = v;
     },
+  ),
+  'nftables-layout': flag<string>(
+    'string',
+    "nftables mode's table layout: proxyctl (default; endpoints picked from shared maps), kube-proxy (kube-proxy 1.34+'s own layout, a chain per endpoint) or kube-proxy-1.33 (as kube-proxy 1.33 and before write it)",
+    ['nftables.layout'],
+    (c, v) => (c.nftables.layout = (v || 'proxyctl') as NftablesLayout),
   ),
   'iptables-masquerade-bit': flag<number>(
     'integer',

@@ -4,6 +4,7 @@
 // wrong type are refused with the field's path. As kube-proxy's defaulting does, null, "" and a zero
 // sync period or bind address in the file leave the default in place.
 import {parse as parseYaml} from 'yaml';
+import type {NftablesLayout} from '../../core/model/index.ts';
 import {type AgentConfig, ConfigError, type DetectLocalMode, type ProxyMode} from './agent-config.ts';
 import {parseGoDuration} from './duration.ts';
 
@@ -82,6 +83,8 @@ const schema: Branch = {
         masqueradeAll: leaf<boolean>('boolean', (c, v) => (c.nftables.masqueradeAll = v)),
         syncPeriod: leaf<number>('duration', (c, v) => (c.nftables.syncPeriod = v || c.nftables.syncPeriod)),
         minSyncPeriod: leaf<number>('duration', (c, v) => (c.nftables.minSyncPeriod = v || c.nftables.minSyncPeriod)),
+        // proxyctl's own field: kube-proxy has one layout.
+        layout: leaf<string>('string', (c, v) => (c.nftables.layout = (v === '' ? 'proxyctl' : v) as NftablesLayout)),
       },
     },
     winkernel: {

@@ -4,7 +4,7 @@
 import {existsSync, readFileSync} from 'node:fs';
 import {join} from 'node:path';
 import {parseCIDR, parseIP, type ParsedCIDR, type ParsedIP} from '../../core/model/index.ts';
-import {type AgentConfig, ConfigError, defaultAgentConfig, detectLocalModes, ipvsSchedulers, proxyModes} from './agent-config.ts';
+import {type AgentConfig, ConfigError, defaultAgentConfig, detectLocalModes, ipvsSchedulers, nftablesLayouts, proxyModes} from './agent-config.ts';
 import {formatGoDuration} from './duration.ts';
 import {applyFlags, parseFlags} from './flags.ts';
 import {applyKubeProxyConfiguration, describe} from './kube-proxy-configuration.ts';
@@ -77,6 +77,9 @@ export function validateAgentConfig(config: AgentConfig, source: (path: string) 
 
   checkSection('iptables', config.iptables);
   if (config.mode === 'nftables') checkSection('nftables', config.nftables);
+  if (!nftablesLayouts.includes(config.nftables.layout)) {
+    refuse('nftables.layout', config.nftables.layout, `is not one of ${nftablesLayouts.join(', ')}`);
+  }
   if (config.mode === 'ipvs') {
     checkPeriods('ipvs', config.ipvs);
     if (config.ipvs.scheduler !== '' && !ipvsSchedulers.includes(config.ipvs.scheduler)) {

@@ -3,7 +3,10 @@
 import {parseCIDR} from './ip.ts';
 import type {NodeDefinition} from './node.ts';
 import {describe, ObjectProblems} from './object-reader.ts';
-import type {IPFamily, IptablesFeatures, LocalDetector, Problem, ProxyConfig} from './types.ts';
+import type {IPFamily, IptablesFeatures, LocalDetector, NftablesLayout, Problem, ProxyConfig} from './types.ts';
+
+/** The nftables layouts render knows (ProxyConfig.nftablesLayout). */
+export const nftablesLayouts: readonly NftablesLayout[] = ['proxyctl', 'kube-proxy', 'kube-proxy-1.33'];
 
 /** defaultProxyConfig is KubeProxyConfiguration's defaults for the fields ProxyConfig holds. */
 export function defaultProxyConfig(): ProxyConfig {
@@ -14,6 +17,7 @@ export function defaultProxyConfig(): ProxyConfig {
     nodePortAddresses: [],
     localhostNodePorts: true,
     iptablesFeatures: {nfacctCounters: [], randomFully: true, conntrackTCPLiberal: false},
+    nftablesLayout: 'proxyctl',
   };
 }
 
@@ -63,6 +67,10 @@ export function resolveProxyConfig(input: ProxyConfigInput, node: NodeDefinition
         if (!config.nodePortAddresses.includes(cidr.text)) config.nodePortAddresses.push(cidr.text);
       }
     }
+  }
+  if (given.nftablesLayout !== undefined) {
+    if (nftablesLayouts.includes(given.nftablesLayout)) config.nftablesLayout = given.nftablesLayout;
+    else problems.add('nftablesLayout', `${describe(given.nftablesLayout)} is not one of ${nftablesLayouts.join(', ')}`, 'default "proxyctl" used');
   }
   if (given.iptablesFeatures !== undefined) config.iptablesFeatures = resolveIptablesFeatures(given.iptablesFeatures, problems);
   config.localDetector = resolveLocalDetector(input, node, problems, sink);

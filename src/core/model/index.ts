@@ -1,7 +1,7 @@
 // The model's public surface: read manifests, build a ProxyModel per IP family, find what changed.
 export type * from './types.ts';
 export {buildProxyModel, ProxyModelBuilder, type ModelObjects, type ModelOptions} from './build.ts';
-export {defaultProxyConfig} from './config.ts';
+export {defaultProxyConfig, nftablesLayouts} from './config.ts';
 export {changedServicePorts, nodeWideChange, portsWithIdentities, servicePortIdentity} from './changes.ts';
 export {parseManifests, type ManifestProblem, type ParsedManifests} from './manifests.ts';
 export {cidrContains, joinHostPort, parseCIDR, parseIP, type ParsedCIDR, type ParsedIP} from './ip.ts';

@@ -27,7 +27,16 @@ export interface ProxyConfig {
   localhostNodePorts: boolean;
   /** What the node's kernel and iptables offer that changes iptables mode's rules; detected by whoever runs on the node. */
   iptablesFeatures: IptablesFeatures;
+  /**
+   * nftables mode's table layout: 'proxyctl' picks endpoints from shared maps (fewer kernel
+   * objects), 'kube-proxy' writes kube-proxy's own layout (a chain per endpoint, numgen vmaps) as
+   * kube-proxy 1.34 and 1.35 write it, 'kube-proxy-1.33' as kube-proxy 1.33 and before (other
+   * base chains, the port in the ClusterIP masquerade rule).
+   */
+  nftablesLayout: NftablesLayout;
 }
+
+export type NftablesLayout = 'proxyctl' | 'kube-proxy' | 'kube-proxy-1.33';
 
 /**
  * IptablesFeatures: the node facts kube-proxy's iptables proxier checks before writing rules. The

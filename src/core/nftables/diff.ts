@@ -2,7 +2,8 @@
 // by line, grouped by service port. Endpoint-choice keys (numgen offsets) differ between a full
 // render and a history of partial syncs, so rules that pick from an endpoint map are compared by
 // the endpoints they can reach, not by their keys; elements clients add to affinity sets at run
-// time, and emptied chains waiting for deletion, are not differences.
+// time, emptied chains waiting for deletion, counter values, and the order of chains, sets and
+// elements are not differences (rules keep their order inside a chain: it decides).
 import type {NftRuleset} from './parse.ts';
 
 /** DiffGroup: the changes of one service port (the protocol's DiffGroup has the same shape). */
@@ -59,7 +60,9 @@ function linesOf(ruleset: NftRuleset, other: NftRuleset): Line[] {
         : '';
     lines.push({servicePort: servicePort ?? '', text: `chain ${chain.name}${base}`});
     chain.rules.forEach((rule, index) => {
-      const text = resolveEndpointChoice(ruleset, rule.comment !== undefined ? `${rule.text} comment "${rule.comment}"` : rule.text);
+      // A counter's values change with traffic; whether the rule counts is what is compared.
+      const counted = rule.text.replace(/\bcounter packets \d+ bytes \d+/g, 'counter');
+      const text = resolveEndpointChoice(ruleset, rule.comment !== undefined ? `${counted} comment "${rule.comment}"` : counted);
       lines.push({servicePort: servicePort ?? '', text: `rule ${chain.name} #${index + 1}: ${text}`});
     });
   }

@@ -15,6 +15,7 @@ export {isAffinitySetName, isServiceChainName, tableName} from './names.ts';
 export {
   parseNftablesJson,
   parseNftablesScript,
+  listSpelling,
   exprText,
   statementText,
   type NftChain,
@@ -23,5 +24,7 @@ export {
   type NftSet,
   type NftSetElement,
 } from './parse.ts';
+export {parseNftablesListing} from './parse-listing.ts';
+export {kubeProxyBaseChains, kubeProxyBaseChainsBefore134} from './kube-proxy-layout.ts';
 export {traceNftables} from './trace.ts';
 export {diffNftables, type DiffGroup, type NftablesDiff} from './diff.ts';

@@ -1,6 +1,7 @@
 // Parse nftables tables into one shape, whether they come from the kernel (`nft -j list table ip
 // kube-proxy`) or from a script render wrote (`nft -f` input): chains with their rules as nft
 // lists them, and sets and maps with their elements. Trace and diff read only this shape.
+import {parseCIDR} from '../model/ip.ts';
 
 export interface NftRule {
   /** The rule as nft lists it, without its comment, e.g. "ip daddr @cluster-ips reject". */
@@ -272,7 +273,7 @@ export function parseNftablesJson(json: string, tableName = 'kube-proxy'): NftRu
 }
 
 /** splitTopLevel splits on a separator outside braces and quotes. */
-function splitTopLevel(text: string, separator: string): string[] {
+export function splitTopLevel(text: string, separator: string): string[] {
   const parts: string[] = [];
   let depth = 0;
   let quoted = false;
@@ -302,13 +303,13 @@ function changeObject<T>(objects: Map<string, T>, verb: string, name: string, fl
   } else if (!objects.has(name)) objects.set(name, create());
 }
 
-function splitComment(text: string): {text: string; comment?: string} {
+export function splitComment(text: string): {text: string; comment?: string} {
   const match = /^(.*?)\s*comment "((?:[^"\\]|\\.)*)"(.*)$/.exec(text);
   if (!match) return {text: text.trim()};
   return {text: `${match[1]}${match[3]}`.trim(), comment: match[2]};
 }
 
-function parseElement(text: string, isMap: boolean): NftSetElement {
+export function parseElement(text: string, isMap: boolean): NftSetElement {
   if (!isMap) {
     const {text: key, comment} = splitComment(text);
     return {key, ...(comment !== undefined ? {comment} : {})};
@@ -318,7 +319,60 @@ function parseElement(text: string, isMap: boolean): NftSetElement {
   return {key, value: rest.join(' : '), ...(comment !== undefined ? {comment} : {})};
 }
 
+/** hexMark: a mark written in any base ("0x4000", "16384", "0") as nft lists it. */
+function hexMark(text: string): string {
+  return hex32(Number(text));
+}
+
+/** Sort key of an address or CIDR: its bytes, then its prefix length. */
+function addressOrder(text: string): number[] | undefined {
+  const cidr = parseCIDR(text.includes('/') ? text : `${text}/${text.includes(':') ? 128 : 32}`);
+  return cidr && [...cidr.network.bytes, cidr.prefixLength];
+}
+
+/**
+ * sortAddressSets writes anonymous sets of addresses and CIDRs as nft lists them: elements in
+ * address order, joined by ", " (kube-proxy writes them in its own order, "a , b" or "a,b").
+ */
+function sortAddressSets(rule: string): string {
+  return rule.replace(/\{ ([^{}]*?) \}/g, (group, inner: string) => {
+    const items = inner.split(',').map((item) => item.trim());
+    const keyed = items.map((item) => ({item, order: addressOrder(item)}));
+    if (items.length < 2 || keyed.some((entry) => entry.order === undefined)) return group;
+    keyed.sort((a, b) => {
+      const index = a.order!.findIndex((byte, at) => byte !== b.order![at]);
+      return index < 0 ? 0 : a.order![index] - b.order![index];
+    });
+    return `{ ${keyed.map((entry) => entry.item).join(', ')} }`;
+  });
+}
+
+/**
+ * listSpelling rewrites a rule as kube-proxy's script spells it into nft's list syntax, so that a
+ * script and the kernel's listing of it compare equal: "mark set mark or 0x4000" is listed
+ * "meta mark set meta mark | 0x00004000", a one-element anonymous set "{ 10.0.0.0/8 }" as its
+ * element, a host prefix "10.0.0.1/32" as the address, and sets of addresses in nft's order ("a , b"
+ * inside braces as "a, b"). Text already in list syntax is kept.
+ */
+export function listSpelling(rule: string): string {
+  return sortAddressSets(rule)
+    .replace(/(^|\s)mark set mark (or|xor) (\w+)/g, (_, lead: string, op: string, value: string) => `${lead}meta mark set meta mark ${op === 'or' ? '|' : '^'} ${hexMark(value)}`)
+    .replace(/(^|\s)mark and (\w+) == (\w+)/g, (_, lead: string, mask: string, value: string) => `${lead}meta mark & ${hexMark(mask)} == ${hexMark(value)}`)
+    .replace(/(^|\s)\{ ([^{},\s]+) \}(?=\s|$)/g, '$1$2')
+    // Not in chain names: "endpoint-...__10.0.0.1/32" is an endpoint on port 32.
+    .replace(/(?<![_\w.])(\d+\.\d+\.\d+\.\d+)\/32\b/g, '$1')
+    .replace(/([0-9a-f:]*:[0-9a-f:]*)\/128\b/gi, '$1')
+    .replace(/ , /g, ', ');
+}
+
 const priorityNames: Record<string, number> = {raw: -300, mangle: -150, dstnat: -100, filter: 0, security: 50, srcnat: 100};
+
+/** priorityValue: a chain priority as a number, from "-110", "dstnat", "dstnat - 10" or "filter+5". */
+export function priorityValue(text: string): number {
+  const compact = text.replace(/\s+/g, '');
+  const named = /^([a-z]+)([+-]\d+)?$/.exec(compact);
+  return named && named[1] in priorityNames ? priorityNames[named[1]] + Number(named[2] ?? 0) : Number(compact);
+}
 
 /**
  * parseNftablesScript replays an `nft -f` script as render writes it (add/flush/delete of tables,
@@ -358,10 +412,9 @@ export function parseNftablesScript(script: string, base?: NftRuleset): NftRules
           (chain) => (chain.rules = []),
           () => {
             const base = /type (\w+) hook (\w+) priority ([^;]+?)\s*;/.exec(rest);
-            const priorityText = base?.[3].replace(/\s+/g, '') ?? '';
-            const named = /^([a-z]+)([+-]\d+)?$/.exec(priorityText);
-            const priority = named && named[1] in priorityNames ? priorityNames[named[1]] + Number(named[2] ?? 0) : Number(priorityText);
-            return base ? {name: name!, type: base[1], hook: base[2], priority, policy: 'accept', rules: []} : {name: name!, rules: []};
+            return base
+              ? {name: name!, type: base[1], hook: base[2], priority: priorityValue(base[3]), policy: 'accept', rules: []}
+              : {name: name!, rules: []};
           },
         );
         break;
@@ -369,7 +422,7 @@ export function parseNftablesScript(script: string, base?: NftRuleset): NftRules
         let chain = ruleset.chains.get(name!);
         if (!chain) ruleset.chains.set(name!, (chain = {name: name!, rules: []}));
         const {text, comment} = splitComment(rest);
-        chain.rules.push({text, ...(comment !== undefined ? {comment} : {})});
+        chain.rules.push({text: listSpelling(text), ...(comment !== undefined ? {comment} : {})});
         break;
       }
       case 'set':

@@ -15,6 +15,7 @@
 import {servicePortIdentity} from '../model/changes.ts';
 import {cidrContains, joinHostPort, parseCIDR, parseIP} from '../model/ip.ts';
 import type {Endpoint, ProxyModel, ServicePort} from '../model/types.ts';
+import {jumpRule, kubeProxyBaseChainsBefore134, kubeProxyJumpsBefore134, kubeProxySet, renderKubeProxySetup} from './kube-proxy-layout.ts';
 import {endpointMapShard, endpointNameBase, namePrefixes, servicePortNameBase, tableName} from './names.ts';
 
 export interface NftablesRenderOptions {
@@ -141,36 +142,6 @@ export const nftNames = {
   localCIDRs: 'local-cidrs',
 } as const;
 
-/**
- * Base chains: name, type, hook and numeric priority (dstnat is -100, srcnat 100; older nft takes
- * the names only in some hooks). Filter chains run before DNAT, to see the service address.
- */
-export const nftBaseChains: ReadonlyArray<{name: string; type: 'filter' | 'nat'; hook: string; priority: number}> = [
-  {name: 'filter-prerouting', type: 'filter', hook: 'prerouting', priority: -110},
-  {name: 'filter-input', type: 'filter', hook: 'input', priority: -110},
-  {name: 'filter-forward', type: 'filter', hook: 'forward', priority: -110},
-  {name: 'filter-output', type: 'filter', hook: 'output', priority: -110},
-  {name: 'filter-output-post-dnat', type: 'filter', hook: 'output', priority: -90},
-  {name: 'nat-prerouting', type: 'nat', hook: 'prerouting', priority: -100},
-  {name: 'nat-output', type: 'nat', hook: 'output', priority: -100},
-  {name: 'nat-postrouting', type: 'nat', hook: 'postrouting', priority: 100},
-];
-
-const jumpChains: ReadonlyArray<{to: string; from: string; match: string}> = [
-  // reject is only allowed in input, forward and output hooks on older kernels.
-  {to: nftNames.nodePortEndpointsCheck, from: 'filter-input', match: 'ct state new'},
-  {to: nftNames.serviceEndpointsCheck, from: 'filter-input', match: 'ct state new'},
-  {to: nftNames.serviceEndpointsCheck, from: 'filter-forward', match: 'ct state new'},
-  {to: nftNames.serviceEndpointsCheck, from: 'filter-output', match: 'ct state new'},
-  {to: nftNames.firewallCheck, from: 'filter-prerouting', match: 'ct state new'},
-  {to: nftNames.firewallCheck, from: 'filter-output', match: 'ct state new'},
-  {to: nftNames.services, from: 'nat-output', match: ''},
-  {to: nftNames.services, from: 'nat-prerouting', match: ''},
-  {to: nftNames.masquerading, from: 'nat-postrouting', match: ''},
-  {to: nftNames.clusterIPsCheck, from: 'filter-forward', match: 'ct state new'},
-  {to: nftNames.clusterIPsCheck, from: 'filter-output-post-dnat', match: 'ct state new'},
-];
-
 /** Maps and sets emptied and refilled by every full sync. */
 const refilledContainers = [
   nftNames.clusterIPs,
@@ -202,12 +173,19 @@ interface FamilyWords {
   ipX: 'ip' | 'ip6';
   addrType: 'ipv4_addr' | 'ipv6_addr';
   loopback: string;
+  /** nftablesLayout 'kube-proxy' or 'kube-proxy-1.33': a chain per endpoint, no shared maps, kube-proxy's spelling. */
+  kubeProxyLayout: boolean;
+  /** 'kube-proxy-1.33': kube-proxy's base chains before 1.34, and the port in the ClusterIP masquerade rule. */
+  kubeProxyBefore134: boolean;
 }
 
 function familyWords(model: ProxyModel): FamilyWords {
+  const kubeProxyBefore134 = model.config.nftablesLayout === 'kube-proxy-1.33';
+  const kubeProxyLayout = kubeProxyBefore134 || model.config.nftablesLayout === 'kube-proxy';
+  const layout = {kubeProxyLayout, kubeProxyBefore134};
   return model.family === 'IPv6'
-    ? {ipX: 'ip6', addrType: 'ipv6_addr', loopback: '::1'}
-    : {ipX: 'ip', addrType: 'ipv4_addr', loopback: '127.0.0.0/8'};
+    ? {ipX: 'ip6', addrType: 'ipv6_addr', loopback: '::1', ...layout}
+    : {ipX: 'ip', addrType: 'ipv4_addr', loopback: '127.0.0.0/8', ...layout};
 }
 
 /**
@@ -249,6 +227,7 @@ function localTrafficMatch(model: ProxyModel, words: FamilyWords, local: boolean
       // Several CIDRs go in one named set: an anonymous set in every service chain is a kernel
       // object each, and nft slows down with every one.
       const cidrs = outermostCIDRs(detector.cidrs);
+      if (cidrs.length > 1 && words.kubeProxyLayout) return `${words.ipX} saddr ${op}${kubeProxySet(cidrs)}`;
       if (cidrs.length > 1) return `${words.ipX} saddr ${op}@${nftNames.localCIDRs}`;
       return `${words.ipX} saddr ${op}${valueList(cidrs)}`;
     case 'BridgeInterface':
@@ -258,6 +237,14 @@ function localTrafficMatch(model: ProxyModel, words: FamilyWords, local: boolean
     case 'None':
       return undefined;
   }
+}
+
+/** familyCIDRs: the CIDRs of the model's family, as parseCIDR writes them. */
+function familyCIDRs(model: ProxyModel, texts: string[] | undefined): string[] {
+  return (texts ?? [])
+    .map((text) => parseCIDR(text))
+    .filter((cidr) => cidr !== undefined && cidr.family === model.family)
+    .map((cidr) => cidr!.text);
 }
 
 interface NodePortPlan {
@@ -298,10 +285,16 @@ function setupKey(model: ProxyModel, options: NftablesRenderOptions): string {
 
 /** renderSetup writes the fixed part of the table and empties every refilled map and set. */
 function renderSetup(model: ProxyModel, options: NftablesRenderOptions, words: FamilyWords, out: string[]): void {
+  if (words.kubeProxyLayout) {
+    const serviceCIDRs = familyCIDRs(model, options.serviceCIDRs);
+    const release = words.kubeProxyBefore134 ? 'before-1.34' : 'current';
+    renderKubeProxySetup(model, {...words, release, serviceCIDRs, nodePorts: nodePortPlan(model, options.nodeAddresses)}, out);
+    return;
+  }
   const t = `${words.ipX} ${tableName}`;
   const mark = masqueradeMark(model.config.masqueradeBit);
   out.push(`add table ${t} { comment "rules for kube-proxy" ; }`);
-  for (const chain of nftBaseChains) {
+  for (const chain of kubeProxyBaseChainsBefore134) {
     out.push(`add chain ${t} ${chain.name} { type ${chain.type} hook ${chain.hook} priority ${chain.priority} ; }`);
     out.push(`flush chain ${t} ${chain.name}`);
   }
@@ -311,9 +304,10 @@ function renderSetup(model: ProxyModel, options: NftablesRenderOptions, words: F
     created.add(name);
     out.push(`add chain ${t} ${name}`, `flush chain ${t} ${name}`);
   };
-  for (const jump of jumpChains) {
+  // Reject is only allowed in input, forward and output hooks on older kernels.
+  for (const jump of kubeProxyJumpsBefore134) {
     ensure(jump.to);
-    out.push(`add rule ${t} ${jump.from} ${jump.match ? `${jump.match} ` : ''}jump ${jump.to}`);
+    out.push(`add rule ${t} ${jump.from} ${jumpRule(jump)}`);
   }
   for (const name of [
     nftNames.services,
@@ -348,10 +342,7 @@ function renderSetup(model: ProxyModel, options: NftablesRenderOptions, words: F
   out.push(
     `add rule ${t} ${nftNames.clusterIPsCheck} ${words.ipX} daddr @${nftNames.clusterIPs} reject comment "Reject traffic to invalid ports of ClusterIPs"`,
   );
-  const serviceCIDRs = (options.serviceCIDRs ?? [])
-    .map((text) => parseCIDR(text))
-    .filter((cidr) => cidr !== undefined && cidr.family === model.family)
-    .map((cidr) => cidr!.text);
+  const serviceCIDRs = familyCIDRs(model, options.serviceCIDRs);
   if (serviceCIDRs.length > 0) {
     out.push(
       `add rule ${t} ${nftNames.clusterIPsCheck} ${words.ipX} daddr ${valueList(serviceCIDRs)} drop comment "Drop traffic to unallocated ClusterIPs"`,
@@ -461,6 +452,8 @@ function footprintOf(model: ProxyModel, port: ServicePort, words: FamilyWords, b
   };
   const mark = nftNames.markMasq;
   const affinity = port.sessionAffinity !== undefined;
+  // kube-proxy's layout, and session affinity in either, pick an endpoint chain per endpoint.
+  const endpointChains = affinity || words.kubeProxyLayout;
   const hasEndpoints = port.hasAnyEndpoints;
   const endpointChain = (endpoint: Endpoint) => namePrefixes.endpoint + endpointNameBase(port, endpoint);
   const affinitySet = (endpoint: Endpoint) => namePrefixes.affinity + endpointNameBase(port, endpoint);
@@ -468,7 +461,7 @@ function footprintOf(model: ProxyModel, port: ServicePort, words: FamilyWords, b
   const usesClusterChain = port.clusterEndpoints.length > 0 && port.usesClusterEndpoints;
   const usesLocalChain = port.localEndpoints.length > 0 && port.usesLocalEndpoints;
   // Chain order as kube-proxy creates them: endpoint chains, then the policy chains.
-  if (affinity) for (const endpoint of port.allReachableEndpoints) chain(endpointChain(endpoint));
+  if (endpointChains) for (const endpoint of port.allReachableEndpoints) chain(endpointChain(endpoint));
   if (usesClusterChain) chain(names.cluster);
   if (usesLocalChain) chain(names.local);
 
@@ -506,7 +499,11 @@ function footprintOf(model: ProxyModel, port: ServicePort, words: FamilyWords, b
   }
 
   if (hasInternalEndpoints) {
-    const match = `${words.ipX} daddr ${port.clusterIP} ${protocol} dport ${port.port}`;
+    // kube-proxy's own layout (1.34 on) matches the address alone: the chain is reached for this port only.
+    const match =
+      words.kubeProxyLayout && !words.kubeProxyBefore134
+      ? `${words.ipX} daddr ${port.clusterIP}`
+      : `${words.ipX} daddr ${port.clusterIP} ${protocol} dport ${port.port}`;
     if (model.config.masqueradeAll) chain(internalChain).push(`${match} jump ${mark}`);
     else {
       const notLocal = localTrafficMatch(model, words, false);
@@ -533,7 +530,8 @@ function footprintOf(model: ProxyModel, port: ServicePort, words: FamilyWords, b
     const allowFromNode = nodeIP !== undefined && port.loadBalancerSourceRanges.some((text) => cidrContains(parseCIDR(text)!, nodeIP));
     if (allowFromNode) sources.push(...port.loadBalancerIPs);
     // Unreadable ranges admit nobody.
-    chain(names.firewall).push(sources.length === 0 ? 'drop' : `${words.ipX} saddr != ${valueList(sources)} drop`);
+    const allowed = words.kubeProxyLayout ? kubeProxySet(sources.map((text) => parseCIDR(text)?.text ?? text)) : valueList(sources);
+    chain(names.firewall).push(sources.length === 0 ? 'drop' : `${words.ipX} saddr != ${allowed} drop`);
   }
 
   if (affinity) {
@@ -543,10 +541,11 @@ function footprintOf(model: ProxyModel, port: ServicePort, words: FamilyWords, b
 
   const writeEndpointChoice = (policyChain: string, endpoints: Endpoint[]) => {
     const rules = chain(policyChain);
-    if (affinity) {
-      for (const endpoint of endpoints) rules.push(`${words.ipX} saddr @${affinitySet(endpoint)} goto ${endpointChain(endpoint)}`);
+    if (endpointChains) {
+      if (affinity) for (const endpoint of endpoints) rules.push(`${words.ipX} saddr @${affinitySet(endpoint)} goto ${endpointChain(endpoint)}`);
+      const separator = words.kubeProxyLayout ? ' , ' : ', ';
       rules.push(
-        `numgen random mod ${endpoints.length} vmap { ${endpoints.map((endpoint, index) => `${index} : goto ${endpointChain(endpoint)}`).join(', ')} }`,
+        `numgen random mod ${endpoints.length} vmap { ${endpoints.map((endpoint, index) => `${index} : goto ${endpointChain(endpoint)}`).join(separator)} }`,
       );
       return;
     }
@@ -565,11 +564,11 @@ function footprintOf(model: ProxyModel, port: ServicePort, words: FamilyWords, b
   if (usesLocalChain) writeEndpointChoice(names.local, port.localEndpoints);
 
   for (const endpoint of port.allReachableEndpoints) {
-    element(nftNames.hairpinEndpoints, `${endpoint.ip} . ${endpoint.ip}`);
-    if (!affinity) continue;
+    if (!words.kubeProxyLayout) element(nftNames.hairpinEndpoints, `${endpoint.ip} . ${endpoint.ip}`);
+    if (!endpointChains) continue;
     const rules = chain(endpointChain(endpoint));
     rules.push(`${words.ipX} saddr ${endpoint.ip} jump ${mark}`);
-    rules.push(`update @${affinitySet(endpoint)} { ${words.ipX} saddr }`);
+    if (affinity) rules.push(`update @${affinitySet(endpoint)} { ${words.ipX} saddr }`);
     rules.push(`meta l4proto ${protocol} dnat to ${joinHostPort(endpoint.ip, endpoint.port)}`);
   }
   return footprint;

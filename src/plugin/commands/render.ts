@@ -1,4 +1,5 @@
 import {Command, Flags} from '@oclif/core';
+import {nftablesLayouts} from '../../core/model/index.ts';
 import {formatData, outputFlag} from '../lib/output.ts';
 import {InputError, readOfflineModel} from '../lib/model-input.ts';
 import {ipvsParts, renderModes, renderRules} from '../lib/render-rules.ts';
@@ -37,6 +38,10 @@ In iptables mode the first line, a comment, records the node addresses the rules
     {
       description: "nftables mode with the lab's service CIDR: unused service addresses are dropped",
       command: '<%= config.bin %> render -f examples/cluster.yaml --mode nftables --service-cidr 10.96.0.0/12',
+    },
+    {
+      description: "kube-proxy's own nftables layout (a chain per endpoint), as kube-proxy would write it for node-1",
+      command: '<%= config.bin %> render -f examples/cluster.yaml --mode nftables --nftables-layout kube-proxy --service-cidr 10.96.0.0/12',
     },
     {description: 'ipvs mode: every part, to read', command: '<%= config.bin %> render -f examples/cluster.yaml --mode ipvs'},
     // Load order matters: the iptables layer matches the sets by name.
@@ -100,6 +105,10 @@ In iptables mode the first line, a comment, records the node addresses the rules
       summary: 'Accept NodePort connections on 127.0.0.1 (iptables mode, IPv4).',
       options: ['true', 'false'] as const,
     })(),
+    'nftables-layout': Flags.option({
+      summary: "nftables mode's table layout: proxyctl's own, or kube-proxy's (a chain per endpoint, as kube-proxy 1.34+ writes it; kube-proxy-1.33 as 1.33 and before).",
+      options: nftablesLayouts,
+    })(),
     output: outputFlag(['text', 'json']),
   };
 
@@ -122,6 +131,7 @@ In iptables mode the first line, a comment, records the node addresses the rules
         podBridgeInterface: flags['pod-bridge-interface'],
         podInterfaceNamePrefix: flags['pod-interface-name-prefix'],
         localhostNodePorts: flags['localhost-nodeports'] === undefined ? undefined : flags['localhost-nodeports'] === 'true',
+        nftablesLayout: flags['nftables-layout'],
       });
     } catch (error) {
       if (error instanceof InputError) this.error(error.message, {exit: badInput});

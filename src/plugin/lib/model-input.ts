@@ -10,6 +10,7 @@ import {
   type IPFamily,
   type LocalDetector,
   type ModelOptions,
+  type NftablesLayout,
   type NodeInput,
   type ProxyConfig,
   type ProxyModel,
@@ -29,6 +30,8 @@ export interface OfflineSettings {
   podBridgeInterface?: string;
   podInterfaceNamePrefix?: string;
   localhostNodePorts?: boolean;
+  /** nftables mode's layout: proxyctl's own (default) or kube-proxy's. */
+  nftablesLayout?: NftablesLayout;
   /** The cluster's service CIDRs (kube-apiserver --service-cluster-ip-range, ServiceCIDR objects). */
   serviceCIDRs?: string[];
 }
@@ -115,6 +118,7 @@ function modelOptions(settings: OfflineSettings): ModelOptions {
   if (settings.masqueradeBit !== undefined) config.masqueradeBit = settings.masqueradeBit;
   if (settings.nodePortAddresses !== undefined) config.nodePortAddresses = settings.nodePortAddresses;
   if (settings.localhostNodePorts !== undefined) config.localhostNodePorts = settings.localhostNodePorts;
+  if (settings.nftablesLayout !== undefined) config.nftablesLayout = settings.nftablesLayout;
   const detector = interfaceDetector(settings);
   if (detector) config.localDetector = detector;
   const detectLocalMode = ({'cluster-cidr': 'ClusterCIDR', 'node-cidr': 'NodeCIDR', none: 'None'} as const)[

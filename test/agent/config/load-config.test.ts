@@ -176,6 +176,14 @@ test('a tuned file is read field by field', () => {
   assert.equal(config.verbosity, 3);
 });
 
+test('nftables layout: proxyctl by default, kube-proxy by flag or by the file', () => {
+  assert.equal(load(['--proxy-mode=nftables']).nftables.layout, 'proxyctl');
+  assert.equal(load(['--proxy-mode=nftables', '--nftables-layout', 'kube-proxy']).nftables.layout, 'kube-proxy');
+  const file = 'apiVersion: kubeproxy.config.k8s.io/v1alpha1\nkind: KubeProxyConfiguration\nmode: nftables\nnftables:\n  layout: kube-proxy\n';
+  assert.equal(load(['--config', '/c.yaml'], {'/c.yaml': file}).nftables.layout, 'kube-proxy');
+  assert.equal(load(['--config', '/c.yaml', '--nftables-layout=proxyctl'], {'/c.yaml': file}).nftables.layout, 'proxyctl');
+});
+
 test('flags override the file, wherever they stand', () => {
   const config = load(
     [
@@ -267,6 +275,16 @@ const refusals: Array<{name: string; argv?: string[]; file?: string; says: RegEx
     says: /^flag --cluster-cidr: "10.244.0.0\/33" is not a CIDR/,
   },
   {name: 'two CIDRs of one family', argv: ['--cluster-cidr', '10.0.0.0/8,10.1.0.0/16'], says: /has two IPv4 CIDRs/},
+  {
+    name: 'unknown nftables layout by flag',
+    argv: ['--proxy-mode=nftables', '--nftables-layout', 'kubeproxy'],
+    says: /^flag --nftables-layout: "kubeproxy" is not one of proxyctl, kube-proxy, kube-proxy-1.33/,
+  },
+  {
+    name: 'unknown nftables layout in the file',
+    file: 'mode: nftables\nnftables:\n  layout: maps\n',
+    says: /^config file \/c\.yaml: nftables\.layout: "maps" is not one of proxyctl, kube-proxy, kube-proxy-1.33/,
+  },
   {
     name: 'bad metrics address',
     argv: ['--metrics-bind-address', 'localhost:x'],

@@ -120,3 +120,65 @@ test('nftables proxier: full then partial syncs, stale chains deleted later, dri
   assert.equal(recovered.kind, 'full');
   assert.deepEqual(endpointsOf(netns), ['10.244.2.7 . 8080']);
 });
+
+test("nftables proxier, kube-proxy's layout: a chain per endpoint, partial syncs, no false drift, drift repaired", async (t) => {
+  if (!isRoot) {
+    t.skip('needs root: creates a network namespace and runs nft in it');
+    return;
+  }
+  const netns = createNetns(t);
+  const objects = new MemoryObjects({
+    services: [service('web', '10.96.0.10')],
+    slices: [slice('web-1', 'web', ['10.244.2.5', '10.244.2.6'])],
+  });
+  let now = 1_000_000;
+  const options = proxierOptions({
+    host: new CommandHost({netns}),
+    objects,
+    model: {nodeName: 'node-1', config: {nftablesLayout: 'kube-proxy' as const}},
+    clock: {
+      now: () => now,
+      setTimer: (callback: () => void, ms: number) => setTimeout(callback, ms),
+      clearTimer: (timer: unknown) => clearTimeout(timer as NodeJS.Timeout),
+    },
+  });
+  const proxier = everyListReceived(new NftablesProxier(options));
+  await proxier.start();
+  t.after(() => proxier.stop());
+  const table = () => parseNftablesJson(inNetns(netns, ['nft', '-j', 'list', 'table', 'ip', 'kube-proxy']));
+  const endpointChains = () =>
+    [...table().chains.values()]
+      .filter((chain) => chain.name.startsWith('endpoint-') && chain.rules.length > 0)
+      .map((chain) => chain.rules.find((rule) => rule.text.includes('dnat'))!.text)
+      .sort();
+
+  const [first] = await proxier.syncRules(requested);
+  assert.equal(first.kind, 'full');
+  const listed = table();
+  assert.ok(listed.chains.has('filter-prerouting-pre-dnat') && !listed.chains.has('filter-prerouting'), "kube-proxy's base chains");
+  assert.ok(![...listed.sets.keys()].some((name) => name.startsWith('endpoint-targets-')), 'no shared endpoint maps');
+  assert.deepEqual(endpointChains(), ['meta l4proto tcp dnat to 10.244.2.5:8080', 'meta l4proto tcp dnat to 10.244.2.6:8080']);
+  const serviceChain = [...listed.chains.values()].find((chain) => chain.name.startsWith('service-') && chain.name.includes('/'))!;
+  assert.match(serviceChain.rules.at(-1)!.text, /^numgen random mod 2 vmap \{ 0 : goto endpoint-\S+__10\.244\.2\.5\/8080, 1 : goto endpoint-\S+__10\.244\.2\.6\/8080 \}$/);
+
+  // An endpoint replaced: a partial sync; the old endpoint chain is flushed, deleted a second later.
+  objects.slicesByName.set('web-1', slice('web-1', 'web', ['10.244.2.5', '10.244.2.7']));
+  const [partial] = await proxier.syncRules(requested);
+  assert.deepEqual([partial.kind, partial.changedServicePorts], ['partial', 1]);
+  assert.deepEqual(endpointChains(), ['meta l4proto tcp dnat to 10.244.2.5:8080', 'meta l4proto tcp dnat to 10.244.2.7:8080']);
+  assert.ok(table().chains.has([...table().chains.keys()].find((name) => name.endsWith('__10.244.2.6/8080'))!), 'flushed, still there');
+  now += 2_000;
+  await proxier.syncRules(requested);
+  assert.ok(![...table().chains.keys()].some((name) => name.endsWith('__10.244.2.6/8080')), 'deleted once stale for a second');
+
+  // The kernel's listing of kube-proxy's layout is what the proxier wrote: a periodic check finds no drift.
+  const [checked] = await proxier.syncRules(periodic);
+  assert.deepEqual([checked.kind, checked.drift], ['unchanged', false]);
+
+  // A rule removed from an endpoint chain is drift: rewritten by the next periodic sync.
+  const chain = [...table().chains.keys()].find((name) => name.endsWith('__10.244.2.7/8080'))!;
+  inNetns(netns, ['nft', 'flush', 'chain', 'ip', 'kube-proxy', chain]);
+  const [repaired] = await proxier.syncRules(periodic);
+  assert.deepEqual([repaired.kind, repaired.drift], ['full', true]);
+  assert.deepEqual(endpointChains(), ['meta l4proto tcp dnat to 10.244.2.5:8080', 'meta l4proto tcp dnat to 10.244.2.7:8080']);
+});

@@ -427,6 +427,7 @@ test('config: defaults and local detectors', () => {
     nodePortAddresses: [],
     localhostNodePorts: true,
     iptablesFeatures: {nfacctCounters: [], randomFully: true, conntrackTCPLiberal: false},
+    nftablesLayout: 'proxyctl',
   });
   assert.deepEqual(build({}).config, defaultProxyConfig());
   const cases: Array<{options: Partial<ModelOptions>; family?: 'IPv4' | 'IPv6'; detector: unknown}> = [
@@ -467,6 +468,7 @@ test('config: defaults and local detectors', () => {
         nodePortAddresses: ['primary', '10.240.0.0/24'],
         localhostNodePorts: false,
         iptablesFeatures,
+        nftablesLayout: 'kube-proxy',
       },
     },
   );
@@ -479,8 +481,16 @@ test('config: defaults and local detectors', () => {
       nodePortAddresses: ['primary', '10.240.0.0/24'],
       localhostNodePorts: false,
       iptablesFeatures,
+      nftablesLayout: 'kube-proxy',
     },
   );
+});
+
+test('config: an unknown nftables layout falls back to proxyctl\'s, with a problem naming it', () => {
+  const model = build({}, {config: {nftablesLayout: 'kube' as never}});
+  assert.equal(model.config.nftablesLayout, 'proxyctl');
+  assert.equal(model.problems.length, 1);
+  assert.match(model.problems[0].message, /nftablesLayout: "kube" is not one of proxyctl, kube-proxy, kube-proxy-1.33/);
 });
 
 test('config: NodeCIDR without a pod CIDR of the family turns detection off, with a problem', () => {

@@ -1,0 +1,135 @@
+// parseNftablesListing reads nft's text listing (`nft list table ip kube-proxy`, `nft list
+// ruleset`) into the same NftRuleset as parseNftablesJson: sets and maps with their elements
+// (which nft wraps over several lines), chains with hook and priority, rules as listed.
+import {type NftChain, type NftRuleset, type NftSet, parseElement, priorityValue, splitComment, splitTopLevel} from './parse.ts';
+
+/** timeoutSeconds: nft's "3h", "1d2h30m", "10800s" or "500ms" in seconds. */
+function timeoutSeconds(text: string): number | undefined {
+  const units: Record<string, number> = {d: 86400, h: 3600, m: 60, s: 1, ms: 0.001};
+  let total = 0;
+  let matched = '';
+  for (const part of text.matchAll(/(\d+)(ms|d|h|m|s)/g)) {
+    total += Number(part[1]) * units[part[2]];
+    matched += part[0];
+  }
+  return matched === text && matched !== '' ? total : undefined;
+}
+
+interface Block {
+  /** 'other': a flowtable, counter, quota, ct helper … the ruleset shape has no place for. */
+  kind: 'table' | 'chain' | 'set' | 'map' | 'other';
+  name: string;
+  family?: string;
+}
+
+/** A listing line without its "# handle N" (nft -a), trimmed. */
+function listingLine(raw: string): string {
+  return raw.replace(/\s+# handle \d+$/, '').trim();
+}
+
+/**
+ * parseNftablesListing reads the text listing; with several tables (`list ruleset`), the first
+ * named `tableName`, else the first. Throws on a line it cannot place, naming it.
+ */
+export function parseNftablesListing(text: string, tableName = 'kube-proxy'): NftRuleset {
+  const lines = text.split('\n');
+  const tables: Array<{family: string; name: string; ruleset: NftRuleset}> = [];
+  const stack: Block[] = [];
+  let ruleset: NftRuleset | undefined;
+  let chain: NftChain | undefined;
+  let set: NftSet | undefined;
+  for (let index = 0; index < lines.length; index++) {
+    const line = listingLine(lines[index]);
+    const where = () => `nft listing line ${index + 1}`;
+    if (line === '' || line.startsWith('#')) continue;
+    const opening = /^(table|chain|set|map) (?:(ip6?|inet|arp|bridge|netdev) )?(\S+) \{$/.exec(line);
+    if (opening) {
+      const [, kind, family, name] = opening;
+      if (kind === 'table') {
+        ruleset = {family: family ?? 'ip', table: name, chains: new Map(), sets: new Map()};
+        tables.push({family: ruleset.family, name, ruleset});
+      } else if (!ruleset) {
+        throw new Error(`${where()}: ${kind} ${name} outside a table`);
+      } else if (kind === 'chain') {
+        chain = {name, rules: []};
+        ruleset.chains.set(name, chain);
+      } else {
+        set = {name, kind: kind as 'set' | 'map', flags: [], elements: []};
+        ruleset.sets.set(name, set);
+      }
+      stack.push({kind: kind as Block['kind'], name});
+      continue;
+    }
+    const otherBlock = /^(\S+(?: \S+)?) (\S+) \{$/.exec(line);
+    if (otherBlock && stack.length > 0 && !set && !chain) {
+      stack.push({kind: 'other', name: `${otherBlock[1]} ${otherBlock[2]}`});
+      continue;
+    }
+    if (line === '}') {
+      const closed = stack.pop();
+      if (!closed) throw new Error(`${where()}: "}" closes nothing`);
+      if (closed.kind === 'chain') chain = undefined;
+      if (closed.kind === 'set' || closed.kind === 'map') set = undefined;
+      continue;
+    }
+    const inside = stack.at(-1);
+    if (!inside) throw new Error(`${where()}: cannot read "${line.slice(0, 80)}" outside a table`);
+    if (inside.kind === 'other') continue;
+    if (set) {
+      index = readSetLine(set, lines, index, line);
+      continue;
+    }
+    if (chain) {
+      const base = /^type (\w+) hook (\w+)(?: device \S+)? priority ([^;]+);(?: policy (\w+);)?$/.exec(line);
+      if (base) {
+        Object.assign(chain, {type: base[1], hook: base[2], priority: priorityValue(base[3]), policy: base[4] ?? 'accept'});
+      } else if (!/^comment "(?:[^"\\]|\\.)*"$/.test(line)) {
+        const {text: rule, comment} = splitComment(line);
+        chain.rules.push({text: rule, ...(comment !== undefined ? {comment} : {})});
+      }
+      continue;
+    }
+    // Table-level lines: comment, flags.
+    if (!/^(comment|flags) /.test(line)) throw new Error(`${where()}: cannot read "${line.slice(0, 80)}" in table ${inside.name}`);
+  }
+  if (stack.length > 0) throw new Error(`nft listing: ${stack.at(-1)!.kind} ${stack.at(-1)!.name} is not closed`);
+  const chosen = tables.find((table) => table.name === tableName) ?? tables[0];
+  if (!chosen) throw new Error('nft listing: no table; expected the output of `nft list table ip kube-proxy` or `nft list ruleset`');
+  return chosen.ruleset;
+}
+
+/** readSetLine reads one property of a set or map, or its elements (to the closing brace); returns the last line used. */
+function readSetLine(set: NftSet, lines: string[], index: number, line: string): number {
+  const flags = /^flags (.+)$/.exec(line);
+  if (flags) {
+    set.flags = flags[1].split(',').map((flag) => flag.trim());
+    return index;
+  }
+  const timeout = /^timeout (\S+)$/.exec(line);
+  if (timeout) {
+    const seconds = timeoutSeconds(timeout[1]);
+    if (seconds !== undefined) set.timeoutSeconds = seconds;
+    return index;
+  }
+  if (!line.startsWith('elements = {')) return index; // type, typeof, size, comment, policy, counter
+  let text = line.slice('elements = '.length);
+  let last = index;
+  while (!balanced(text) && last + 1 < lines.length) text += ` ${listingLine(lines[++last])}`;
+  const inner = /^\{(.*)\}$/.exec(text.trim())?.[1] ?? '';
+  // Elements of dynamic sets carry their own timeout and time left, which no key holds.
+  for (const item of splitTopLevel(inner, ','))
+    set.elements.push(parseElement(item.replace(/ timeout \S+| expires \S+/g, ''), set.kind === 'map'));
+  return last;
+}
+
+/** balanced: every "{" outside quotes is closed. */
+function balanced(text: string): boolean {
+  let depth = 0;
+  let quoted = false;
+  for (const char of text) {
+    if (char === '"') quoted = !quoted;
+    else if (!quoted && char === '{') depth++;
+    else if (!quoted && char === '}') depth--;
+  }
+  return depth === 0;
+}
