@@ -79,10 +79,9 @@ describe("kube-proxy's nftables rules in the kernel", {concurrency: false, timeo
   let loaded = '';
   before(async () => {
     if (kernelUnavailable) return;
-    scenario.lab = await startKernelLab(
-      {nodes: 2, podsPerNode: 4, externalClients: 2, externalRoutes: routedToNode0},
-      [...new Set(Object.values(endpointPods))],
-    );
+    scenario.lab = await startKernelLab({nodes: 2, podsPerNode: 4, externalClients: 2, externalRoutes: routedToNode0}, [
+      ...new Set(Object.values(endpointPods)),
+    ]);
     const node0 = scenario.node(0);
     loaded = movedOntoLab(kubeProxyTable('overall.nft'));
     await execInNamespace(node0.namespace, ['nft', '-f', '-'], {input: transactionOrder(loaded)});
@@ -120,7 +119,8 @@ describe("kube-proxy's nftables rules in the kernel", {concurrency: false, timeo
   it('off-cluster client -> ClusterIP is masqueraded', async (t) => {
     if (!scenario.skipUnlessLab(t)) return;
     const sender = scenario.client(0);
-    for (const result of replies(await check(sender, svc('172.30.0.41'), 3), 'client to svc1')) assert.notEqual(result.reply.clientIP, sender.ip);
+    for (const result of replies(await check(sender, svc('172.30.0.41'), 3), 'client to svc1'))
+      assert.notEqual(result.reply.clientIP, sender.ip);
   });
 
   it('hairpin: an endpoint reaching itself through its service is masqueraded by its endpoint chain', async (t) => {

@@ -4,7 +4,15 @@
 import {existsSync, readFileSync} from 'node:fs';
 import {join} from 'node:path';
 import {parseCIDR, parseIP, type ParsedCIDR, type ParsedIP} from '../../core/model/index.ts';
-import {type AgentConfig, ConfigError, defaultAgentConfig, detectLocalModes, ipvsSchedulers, nftablesLayouts, proxyModes} from './agent-config.ts';
+import {
+  type AgentConfig,
+  ConfigError,
+  defaultAgentConfig,
+  detectLocalModes,
+  ipvsSchedulers,
+  nftablesLayouts,
+  proxyModes,
+} from './agent-config.ts';
 import {formatGoDuration} from './duration.ts';
 import {applyFlags, parseFlags} from './flags.ts';
 import {applyKubeProxyConfiguration, describe} from './kube-proxy-configuration.ts';

@@ -70,7 +70,12 @@ export function resolveProxyConfig(input: ProxyConfigInput, node: NodeDefinition
   }
   if (given.nftablesLayout !== undefined) {
     if (nftablesLayouts.includes(given.nftablesLayout)) config.nftablesLayout = given.nftablesLayout;
-    else problems.add('nftablesLayout', `${describe(given.nftablesLayout)} is not one of ${nftablesLayouts.join(', ')}`, 'default "proxyctl" used');
+    else
+      problems.add(
+        'nftablesLayout',
+        `${describe(given.nftablesLayout)} is not one of ${nftablesLayouts.join(', ')}`,
+        'default "proxyctl" used',
+      );
   }
   if (given.iptablesFeatures !== undefined) config.iptablesFeatures = resolveIptablesFeatures(given.iptablesFeatures, problems);
   config.localDetector = resolveLocalDetector(input, node, problems, sink);

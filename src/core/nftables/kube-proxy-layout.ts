@@ -135,7 +135,10 @@ export function renderKubeProxySetup(model: ProxyModel, input: KubeProxySetupInp
 
   const before134 = input.release === 'before-1.34';
   for (const chain of before134 ? kubeProxyBaseChainsBefore134 : kubeProxyBaseChains) {
-    out.push(`add chain ${t} ${chain.name} { type ${chain.type} hook ${chain.hook} priority ${chain.priority} ; }`, `flush chain ${t} ${chain.name}`);
+    out.push(
+      `add chain ${t} ${chain.name} { type ${chain.type} hook ${chain.hook} priority ${chain.priority} ; }`,
+      `flush chain ${t} ${chain.name}`,
+    );
   }
   for (const name of kubeProxyChains) {
     const comment = name === 'reject-chain' ? ' { comment "helper for @no-endpoint-services / @no-endpoint-nodeports" ; }' : '';
@@ -144,7 +147,9 @@ export function renderKubeProxySetup(model: ProxyModel, input: KubeProxySetupInp
 
   out.push(`add rule ${t} cluster-ips-check ${ipX} daddr @cluster-ips reject comment "Reject traffic to invalid ports of ClusterIPs"`);
   if (input.serviceCIDRs.length > 0) {
-    out.push(`add rule ${t} cluster-ips-check ${ipX} daddr ${kubeProxySet(input.serviceCIDRs, ',')} drop comment "Drop traffic to unallocated ClusterIPs"`);
+    out.push(
+      `add rule ${t} cluster-ips-check ${ipX} daddr ${kubeProxySet(input.serviceCIDRs, ',')} drop comment "Drop traffic to unallocated ClusterIPs"`,
+    );
   }
   for (const jump of before134 ? kubeProxyJumpsBefore134 : kubeProxyJumps) out.push(`add rule ${t} ${jump.from} ${jumpRule(jump)}`);
   out.push(`add rule ${t} firewall-check ${ipX} daddr . meta l4proto . th dport vmap @firewall-ips`);

@@ -355,14 +355,22 @@ function sortAddressSets(rule: string): string {
  * inside braces as "a, b"). Text already in list syntax is kept.
  */
 export function listSpelling(rule: string): string {
-  return sortAddressSets(rule)
-    .replace(/(^|\s)mark set mark (or|xor) (\w+)/g, (_, lead: string, op: string, value: string) => `${lead}meta mark set meta mark ${op === 'or' ? '|' : '^'} ${hexMark(value)}`)
-    .replace(/(^|\s)mark and (\w+) == (\w+)/g, (_, lead: string, mask: string, value: string) => `${lead}meta mark & ${hexMark(mask)} == ${hexMark(value)}`)
-    .replace(/(^|\s)\{ ([^{},\s]+) \}(?=\s|$)/g, '$1$2')
-    // Not in chain names: "endpoint-...__10.0.0.1/32" is an endpoint on port 32.
-    .replace(/(?<![_\w.])(\d+\.\d+\.\d+\.\d+)\/32\b/g, '$1')
-    .replace(/([0-9a-f:]*:[0-9a-f:]*)\/128\b/gi, '$1')
-    .replace(/ , /g, ', ');
+  return (
+    sortAddressSets(rule)
+      .replace(
+        /(^|\s)mark set mark (or|xor) (\w+)/g,
+        (_, lead: string, op: string, value: string) => `${lead}meta mark set meta mark ${op === 'or' ? '|' : '^'} ${hexMark(value)}`,
+      )
+      .replace(
+        /(^|\s)mark and (\w+) == (\w+)/g,
+        (_, lead: string, mask: string, value: string) => `${lead}meta mark & ${hexMark(mask)} == ${hexMark(value)}`,
+      )
+      .replace(/(^|\s)\{ ([^{},\s]+) \}(?=\s|$)/g, '$1$2')
+      // Not in chain names: "endpoint-...__10.0.0.1/32" is an endpoint on port 32.
+      .replace(/(?<![_\w.])(\d+\.\d+\.\d+\.\d+)\/32\b/g, '$1')
+      .replace(/([0-9a-f:]*:[0-9a-f:]*)\/128\b/gi, '$1')
+      .replace(/ , /g, ', ')
+  );
 }
 
 const priorityNames: Record<string, number> = {raw: -300, mangle: -150, dstnat: -100, filter: 0, security: 50, srcnat: 100};

@@ -502,8 +502,8 @@ function footprintOf(model: ProxyModel, port: ServicePort, words: FamilyWords, b
     // kube-proxy's own layout (1.34 on) matches the address alone: the chain is reached for this port only.
     const match =
       words.kubeProxyLayout && !words.kubeProxyBefore134
-      ? `${words.ipX} daddr ${port.clusterIP}`
-      : `${words.ipX} daddr ${port.clusterIP} ${protocol} dport ${port.port}`;
+        ? `${words.ipX} daddr ${port.clusterIP}`
+        : `${words.ipX} daddr ${port.clusterIP} ${protocol} dport ${port.port}`;
     if (model.config.masqueradeAll) chain(internalChain).push(`${match} jump ${mark}`);
     else {
       const notLocal = localTrafficMatch(model, words, false);
@@ -542,7 +542,8 @@ function footprintOf(model: ProxyModel, port: ServicePort, words: FamilyWords, b
   const writeEndpointChoice = (policyChain: string, endpoints: Endpoint[]) => {
     const rules = chain(policyChain);
     if (endpointChains) {
-      if (affinity) for (const endpoint of endpoints) rules.push(`${words.ipX} saddr @${affinitySet(endpoint)} goto ${endpointChain(endpoint)}`);
+      if (affinity)
+        for (const endpoint of endpoints) rules.push(`${words.ipX} saddr @${affinitySet(endpoint)} goto ${endpointChain(endpoint)}`);
       const separator = words.kubeProxyLayout ? ' , ' : ', ';
       rules.push(
         `numgen random mod ${endpoints.length} vmap { ${endpoints.map((endpoint, index) => `${index} : goto ${endpointChain(endpoint)}`).join(separator)} }`,

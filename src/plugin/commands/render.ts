@@ -106,7 +106,8 @@ In iptables mode the first line, a comment, records the node addresses the rules
       options: ['true', 'false'] as const,
     })(),
     'nftables-layout': Flags.option({
-      summary: "nftables mode's table layout: proxyctl's own, or kube-proxy's (a chain per endpoint, as kube-proxy 1.34+ writes it; kube-proxy-1.33 as 1.33 and before).",
+      summary:
+        "nftables mode's table layout: proxyctl's own, or kube-proxy's (a chain per endpoint, as kube-proxy 1.34+ writes it; kube-proxy-1.33 as 1.33 and before).",
       options: nftablesLayouts,
     })(),
     output: outputFlag(['text', 'json']),

@@ -179,7 +179,8 @@ test('a tuned file is read field by field', () => {
 test('nftables layout: proxyctl by default, kube-proxy by flag or by the file', () => {
   assert.equal(load(['--proxy-mode=nftables']).nftables.layout, 'proxyctl');
   assert.equal(load(['--proxy-mode=nftables', '--nftables-layout', 'kube-proxy']).nftables.layout, 'kube-proxy');
-  const file = 'apiVersion: kubeproxy.config.k8s.io/v1alpha1\nkind: KubeProxyConfiguration\nmode: nftables\nnftables:\n  layout: kube-proxy\n';
+  const file =
+    'apiVersion: kubeproxy.config.k8s.io/v1alpha1\nkind: KubeProxyConfiguration\nmode: nftables\nnftables:\n  layout: kube-proxy\n';
   assert.equal(load(['--config', '/c.yaml'], {'/c.yaml': file}).nftables.layout, 'kube-proxy');
   assert.equal(load(['--config', '/c.yaml', '--nftables-layout=proxyctl'], {'/c.yaml': file}).nftables.layout, 'proxyctl');
 });

@@ -159,7 +159,10 @@ test("nftables proxier, kube-proxy's layout: a chain per endpoint, partial syncs
   assert.ok(![...listed.sets.keys()].some((name) => name.startsWith('endpoint-targets-')), 'no shared endpoint maps');
   assert.deepEqual(endpointChains(), ['meta l4proto tcp dnat to 10.244.2.5:8080', 'meta l4proto tcp dnat to 10.244.2.6:8080']);
   const serviceChain = [...listed.chains.values()].find((chain) => chain.name.startsWith('service-') && chain.name.includes('/'))!;
-  assert.match(serviceChain.rules.at(-1)!.text, /^numgen random mod 2 vmap \{ 0 : goto endpoint-\S+__10\.244\.2\.5\/8080, 1 : goto endpoint-\S+__10\.244\.2\.6\/8080 \}$/);
+  assert.match(
+    serviceChain.rules.at(-1)!.text,
+    /^numgen random mod 2 vmap \{ 0 : goto endpoint-\S+__10\.244\.2\.5\/8080, 1 : goto endpoint-\S+__10\.244\.2\.6\/8080 \}$/,
+  );
 
   // An endpoint replaced: a partial sync; the old endpoint chain is flushed, deleted a second later.
   objects.slicesByName.set('web-1', slice('web-1', 'web', ['10.244.2.5', '10.244.2.7']));

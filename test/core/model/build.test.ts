@@ -486,7 +486,7 @@ test('config: defaults and local detectors', () => {
   );
 });
 
-test('config: an unknown nftables layout falls back to proxyctl\'s, with a problem naming it', () => {
+test("config: an unknown nftables layout falls back to proxyctl's, with a problem naming it", () => {
   const model = build({}, {config: {nftablesLayout: 'kube' as never}});
   assert.equal(model.config.nftablesLayout, 'proxyctl');
   assert.equal(model.problems.length, 1);

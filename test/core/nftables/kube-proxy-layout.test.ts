@@ -75,7 +75,8 @@ describe("kube-proxy's nftables layout: render", () => {
         `${r} filter-output-post-dnat ct state new jump cluster-ips-check`,
         `${r} filter-prerouting ct state new jump firewall-check`,
         ...['ULMVA6XW-ns1/svc1', '42NFTM6N-ns2/svc2', '4AT6LBPK-ns3/svc3', 'LAUZTJTB-ns4/svc4', 'HVFWP5L3-ns5/svc5'].map(
-          (name, index) => `${r} service-${name}/tcp/p80 ip daddr 172.30.0.4${index + 1} tcp dport 80 ip saddr != 10.0.0.0/8 jump mark-for-masquerade`,
+          (name, index) =>
+            `${r} service-${name}/tcp/p80 ip daddr 172.30.0.4${index + 1} tcp dport 80 ip saddr != 10.0.0.0/8 jump mark-for-masquerade`,
         ),
       ].sort(),
     );
@@ -153,7 +154,10 @@ describe("kube-proxy's nftables layout: parse and diff", () => {
     assert.equal(listSpelling('mark and 0x4000 == 0 return'), 'meta mark & 0x00004000 == 0x00000000 return');
     assert.equal(listSpelling('mark set mark xor 0x4000'), 'meta mark set meta mark ^ 0x00004000');
     assert.equal(listSpelling('ip saddr != { 203.0.113.0/25 } drop'), 'ip saddr != 203.0.113.0/25 drop');
-    assert.equal(listSpelling('numgen random mod 2 vmap { 0 : goto a , 1 : goto b }'), 'numgen random mod 2 vmap { 0 : goto a, 1 : goto b }');
+    assert.equal(
+      listSpelling('numgen random mod 2 vmap { 0 : goto a , 1 : goto b }'),
+      'numgen random mod 2 vmap { 0 : goto a, 1 : goto b }',
+    );
     assert.equal(listSpelling('update @affinity-x { ip saddr }'), 'update @affinity-x { ip saddr }');
     // Anonymous sets of addresses: nft lists them in address order, joined by ", ".
     assert.equal(
@@ -164,8 +168,14 @@ describe("kube-proxy's nftables layout: parse and diff", () => {
     assert.equal(listSpelling('ip6 saddr != { fd00::2 , 2001:db8::/64 } drop'), 'ip6 saddr != { 2001:db8::/64, fd00::2 } drop');
     // loadBalancerSourceRanges of one host: kube-proxy writes the prefix, nft lists the address.
     assert.equal(listSpelling('ip saddr != { 203.0.113.7/32 } drop'), 'ip saddr != 203.0.113.7 drop');
-    assert.equal(listSpelling('numgen random mod 1 vmap { 0 : goto endpoint-X-a/b/tcp/p__10.0.0.1/32 }'), 'numgen random mod 1 vmap { 0 : goto endpoint-X-a/b/tcp/p__10.0.0.1/32 }');
-    assert.equal(listSpelling('ip6 saddr != { 2001:db8::7/128, 2001:db8:1::/64 } drop'), 'ip6 saddr != { 2001:db8::7, 2001:db8:1::/64 } drop');
+    assert.equal(
+      listSpelling('numgen random mod 1 vmap { 0 : goto endpoint-X-a/b/tcp/p__10.0.0.1/32 }'),
+      'numgen random mod 1 vmap { 0 : goto endpoint-X-a/b/tcp/p__10.0.0.1/32 }',
+    );
+    assert.equal(
+      listSpelling('ip6 saddr != { 2001:db8::7/128, 2001:db8:1::/64 } drop'),
+      'ip6 saddr != { 2001:db8::7, 2001:db8:1::/64 } drop',
+    );
   });
 
   it('takes counters, element order and chain order as no difference, and names the service of a missing element', () => {
@@ -184,7 +194,9 @@ describe("kube-proxy's nftables layout: parse and diff", () => {
     };
     assert.equal(diffNftables(script, reordered).text, '');
 
-    const tampered = parseNftablesListing(text.replace(/,\n\s+172\.30\.0\.44 \. tcp \. 80 : goto service-LAUZTJTB-ns4\/svc4\/tcp\/p80/, ''));
+    const tampered = parseNftablesListing(
+      text.replace(/,\n\s+172\.30\.0\.44 \. tcp \. 80 : goto service-LAUZTJTB-ns4\/svc4\/tcp\/p80/, ''),
+    );
     const difference = diffNftables(script, tampered);
     assert.deepEqual(
       difference.groups.map((group) => [group.servicePort, group.added, group.removed]),
@@ -215,7 +227,10 @@ describe("kube-proxy's nftables layout: parse and diff", () => {
     assert.equal(diffNftables(script, parseNftablesListing(ruleset)).text, '');
     const other = parseNftablesListing(ruleset, 'filter');
     assert.deepEqual([other.family, other.table, other.chains.get('input')?.policy], ['inet', 'filter', 'drop']);
-    assert.deepEqual(other.chains.get('input')?.rules.map((rule) => rule.text), ['ct state established,related accept', 'counter name "accepted"']);
+    assert.deepEqual(
+      other.chains.get('input')?.rules.map((rule) => rule.text),
+      ['ct state established,related accept', 'counter name "accepted"'],
+    );
   });
 
   it('refuses a listing it cannot read, naming the line', () => {
@@ -245,12 +260,44 @@ describe("kube-proxy's nftables layout: trace over kube-proxy's own table", () =
       endpoints: ['10.180.0.4:80', '10.180.0.5:80'],
       masq: false,
     },
-    {name: 'external to externalIP', src: '203.0.113.2', dst: '192.168.99.33', port: 80, verdict: 'DNAT', endpoints: ['10.180.0.4:80', '10.180.0.5:80'], masq: true},
-    {name: 'allowed source to LoadBalancer IP', src: '203.0.113.2', dst: '5.6.7.8', port: 80, verdict: 'DNAT', endpoints: ['10.180.0.3:80'], masq: true},
+    {
+      name: 'external to externalIP',
+      src: '203.0.113.2',
+      dst: '192.168.99.33',
+      port: 80,
+      verdict: 'DNAT',
+      endpoints: ['10.180.0.4:80', '10.180.0.5:80'],
+      masq: true,
+    },
+    {
+      name: 'allowed source to LoadBalancer IP',
+      src: '203.0.113.2',
+      dst: '5.6.7.8',
+      port: 80,
+      verdict: 'DNAT',
+      endpoints: ['10.180.0.3:80'],
+      masq: true,
+    },
     {name: 'blocked source to LoadBalancer IP', src: '203.0.113.130', dst: '5.6.7.8', port: 80, verdict: 'DROP'},
-    {name: 'external to NodePort', src: '203.0.113.2', dst: '192.168.0.2', port: 3003, verdict: 'DNAT', endpoints: ['10.180.0.3:80'], masq: true},
+    {
+      name: 'external to NodePort',
+      src: '203.0.113.2',
+      dst: '192.168.0.2',
+      port: 3003,
+      verdict: 'DNAT',
+      endpoints: ['10.180.0.3:80'],
+      masq: true,
+    },
     {name: 'NodePort, Local policy, no local endpoint', src: '203.0.113.2', dst: '192.168.0.2', port: 3001, verdict: 'DROP'},
-    {name: 'pod to Local-policy LoadBalancer IP: short-circuit to the cluster chain', src: '10.0.0.2', dst: '1.2.3.4', port: 80, verdict: 'DNAT', endpoints: ['10.180.0.2:80'], masq: false},
+    {
+      name: 'pod to Local-policy LoadBalancer IP: short-circuit to the cluster chain',
+      src: '10.0.0.2',
+      dst: '1.2.3.4',
+      port: 80,
+      verdict: 'DNAT',
+      endpoints: ['10.180.0.2:80'],
+      masq: false,
+    },
     {name: 'no endpoints', src: '10.0.0.2', dst: '172.30.0.46', port: 80, verdict: 'REJECT'},
     {name: 'unknown port of a ClusterIP', src: '10.0.0.2', dst: '172.30.0.41', port: 81, verdict: 'REJECT'},
     {name: 'unallocated ClusterIP', src: '10.0.0.2', dst: '172.30.0.50', port: 80, verdict: 'DROP'},
@@ -336,7 +383,14 @@ describe("kube-proxy's packet flow tests, traced over the rendered kube-proxy la
   runFlows('loadbalancer.yaml', [
     {name: 'pod to cluster IP', src: '10.0.0.2', dst: '172.30.0.41', port: 80, output: endpoint, masq: false},
     {name: 'external to nodePort', src: '203.0.113.2', dst: '192.168.0.2', port: 3001, output: endpoint, masq: true},
-    {name: 'nodePort bypasses LoadBalancerSourceRanges', src: '203.0.113.130', dst: '192.168.0.2', port: 3001, output: endpoint, masq: true},
+    {
+      name: 'nodePort bypasses LoadBalancerSourceRanges',
+      src: '203.0.113.130',
+      dst: '192.168.0.2',
+      port: 3001,
+      output: endpoint,
+      masq: true,
+    },
     {name: 'accepted external to LB1', src: '203.0.113.2', dst: '1.2.3.4', port: 80, output: endpoint, masq: true},
     {name: 'accepted external to LB2', src: '203.0.113.2', dst: '5.6.7.8', port: 80, output: endpoint, masq: true},
     {name: 'blocked external to LB1', src: '203.0.113.130', dst: '1.2.3.4', port: 80, output: 'DROP'},
