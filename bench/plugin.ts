@@ -35,7 +35,7 @@ function hasKubectl(): boolean {
 }
 
 /** median runs `argv` as a new process `runs` times (after one run that warms the disk cache) and returns the median and the fastest, in ms. */
-async function median(argv: string[], env: NodeJS.ProcessEnv): Promise<{p50: number; min: number}> {
+export async function median(argv: string[], env: NodeJS.ProcessEnv): Promise<{p50: number; min: number}> {
   const times: number[] = [];
   for (let i = 0; i <= runs; i++) {
     const run = await timed(() => execFileAsync(argv[0], argv.slice(1), {env, maxBuffer: 16 << 20}));

