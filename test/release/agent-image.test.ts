@@ -109,7 +109,7 @@ describe('the agent image', {skip}, () => {
       ];
       // A private mount namespace: /proc, /sys, /dev and the lab's /run/netns inside the image's root, gone with the process.
       const mounts = ['proc', 'sys', 'dev'].map((fs) => `mount --rbind /${fs} ${rootfs}/${fs}`).join(' && ');
-      const script = `mkdir -p ${rootfs}/run/netns ${rootfs}/proc ${rootfs}/sys && ${mounts} && mount --bind /run/netns ${rootfs}/run/netns && exec chroot ${rootfs} "$@"`;
+      const script = `mkdir -p ${rootfs}/run/netns ${rootfs}/proc ${rootfs}/sys && ${mounts} && mount --rbind /run/netns ${rootfs}/run/netns && exec chroot ${rootfs} "$@"`;
       const env = Object.fromEntries(config.config.Env.map((entry) => [entry.slice(0, entry.indexOf('=')), entry.slice(entry.indexOf('=') + 1)]));
       agent = spawn('unshare', ['--mount', '--propagation', 'private', '--fork', 'sh', '-c', script, 'sh', ...config.config.Entrypoint, ...args], {
         env,
