@@ -107,9 +107,11 @@ describe('the agent image', {skip}, () => {
         ...['--cluster-cidr', state.topology.clusterCIDR, '--healthz-bind-address', `127.0.0.1:${healthz}`],
         ...['--metrics-bind-address', `127.0.0.1:${metrics}`, '--api-bind-address', `127.0.0.1:${api}`],
       ];
-      // A private mount namespace: /proc, /sys, /dev and the lab's /run/netns inside the image's root, gone with the process.
-      const mounts = ['proc', 'sys', 'dev'].map((fs) => `mount --rbind /${fs} ${rootfs}/${fs}`).join(' && ');
-      const script = `mkdir -p ${rootfs}/run/netns ${rootfs}/proc ${rootfs}/sys && ${mounts} && mount --rbind /run/netns ${rootfs}/run/netns && exec chroot ${rootfs} "$@"`;
+      // A private mount namespace, gone with the process, as a runtime makes one: the image's root
+      // is a mount point (`ip netns exec` remounts / as a slave), with /proc, /sys, /dev and the
+      // lab's /run/netns (the namespaces' nsfs mounts) inside.
+      const mounts = ['proc', 'sys', 'dev', 'run/netns'].map((fs) => `mkdir -p ${rootfs}/${fs} && mount --rbind /${fs} ${rootfs}/${fs}`).join(' && ');
+      const script = `mount --bind ${rootfs} ${rootfs} && ${mounts} && exec chroot ${rootfs} "$@"`;
       const env = Object.fromEntries(config.config.Env.map((entry) => [entry.slice(0, entry.indexOf('=')), entry.slice(entry.indexOf('=') + 1)]));
       agent = spawn('unshare', ['--mount', '--propagation', 'private', '--fork', 'sh', '-c', script, 'sh', ...config.config.Entrypoint, ...args], {
         env,
@@ -126,7 +128,12 @@ describe('the agent image', {skip}, () => {
         if (!synced) await new Promise((r) => setTimeout(r, 500));
       }
       assert.ok(synced, `the image's agent did not sync:\n${log}`);
-      const served = await run('ip', ['netns', 'exec', pod, 'curl', '-s', '-m', '5', 'http://10.96.0.10/']);
+      // The rules may land a moment after the first sync is reported.
+      let served = await run('ip', ['netns', 'exec', pod, 'curl', '-s', '-m', '2', 'http://10.96.0.10/']);
+      for (let i = 0; i < 10 && served.code !== 0; i++) {
+        await new Promise((r) => setTimeout(r, 500));
+        served = await run('ip', ['netns', 'exec', pod, 'curl', '-s', '-m', '2', 'http://10.96.0.10/']);
+      }
       assert.equal(served.code, 0, `a pod on ${node.name} did not reach demoapp through the image's rules: ${served.stderr}\n${log}`);
       assert.match(served.stdout, /"pod"/);
       const status = await plugin.kubectlProxyctl(['status', '--agent-url', `ws://127.0.0.1:${api}`], {KUBECONFIG: state.kubeconfig});
