@@ -35,7 +35,10 @@ export async function benchRelease(): Promise<void> {
       execFileSync('tar', ['-xzf', join(releaseDir, amd64.name), '-C', dir]);
       // A user's PATH with the archive and no Node; the system's tools after it for the launcher's readlink.
       const env = {PATH: `${dir}:/usr/bin:/bin`, HOME: dir, NO_COLOR: '1'};
-      heading('--version from the unpacked linux/amd64 archive', `a new process each run, p50 of 11 after one warm-up, the archive's own Node (${amd64.node}); compile cache in $HOME's temporary directory`);
+      heading(
+        '--version from the unpacked linux/amd64 archive',
+        `a new process each run, p50 of 11 after one warm-up, the archive's own Node (${amd64.node}); the compile cache in the system's temporary directory`,
+      );
       const floor = await median([join(dir, 'node/bin/node'), '-e', '0'], env);
       figure({name: "node -e 0 (the archive's Node)", value: floor.p50, unit: 'ms', note: `min ${floor.min.toFixed(0)} ms`});
       const version = await median([join(dir, 'kubectl-proxyctl'), '--version'], env);
@@ -53,8 +56,18 @@ export async function benchRelease(): Promise<void> {
 
   heading('agent image and release time', 'the OCI archive npm run release wrote; the release: build, 4 archives, krew manifest, image');
   if (facts.agentImage) {
-    figure({name: 'agent image, unpacked (one layer)', value: mib(facts.agentImage.unpackedBytes), unit: 'MiB', note: `goal <= 150 MiB ${mib(facts.agentImage.unpackedBytes) <= 150 ? 'met' : 'NOT met'}`});
+    figure({
+      name: 'agent image, unpacked (one layer)',
+      value: mib(facts.agentImage.unpackedBytes),
+      unit: 'MiB',
+      note: `goal <= 150 MiB ${mib(facts.agentImage.unpackedBytes) <= 150 ? 'met' : 'NOT met'}`,
+    });
     figure({name: 'agent image archive (gzip layer)', value: mib(facts.agentImage.bytes), unit: 'MiB', note: facts.agentImage.digest});
   } else skipped('agent image', 'the last release was built with --no-image');
-  figure({name: 'scripts/release.ts (after npm run build)', value: facts.seconds * 1000, unit: 'ms', note: `goal <= 300 s ${facts.seconds <= 300 ? 'met' : 'NOT met'}`});
+  figure({
+    name: 'scripts/release.ts (after npm run build)',
+    value: facts.seconds * 1000,
+    unit: 'ms',
+    note: `goal <= 300 s ${facts.seconds <= 300 ? 'met' : 'NOT met'}`,
+  });
 }

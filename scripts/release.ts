@@ -36,7 +36,9 @@ const outDir = resolve(values.out ?? join(root, 'dist/release'));
 const image = process.env.PROXYCTL_IMAGE || `proxyctl-agent:${version}`;
 const baseUrl = process.env.PROXYCTL_RELEASE_URL || `https://github.com/proxyctl/proxyctl/releases/download/v${version}`;
 const cacheDir = resolve(process.env.PROXYCTL_RELEASE_CACHE || join(root, '.cache/node-runtimes'));
-const epoch = Number(process.env.SOURCE_DATE_EPOCH || execFileSync('git', ['-C', root, 'log', '-1', '--format=%ct'], {encoding: 'utf8'}).trim());
+const epoch = Number(
+  process.env.SOURCE_DATE_EPOCH || execFileSync('git', ['-C', root, 'log', '-1', '--format=%ct'], {encoding: 'utf8'}).trim(),
+);
 const chosen = platforms.filter((p) => !values.platform || values.platform.includes(platformName(p)));
 if (chosen.length === 0) throw new Error(`--platform ${values.platform}: none of ${platforms.map(platformName).join(', ')}`);
 
@@ -80,8 +82,19 @@ const facts = {
   version,
   sourceDateEpoch: epoch,
   image,
-  archives: archives.map(({platform, nodeVersion: node, name, sha256, bytes}) => ({platform: platformName(platform), node, name, sha256, bytes})),
-  agentImage: agentImage && {name: agentImage.name, digest: agentImage.digest, bytes: agentImage.bytes, unpackedBytes: agentImage.unpackedBytes},
+  archives: archives.map(({platform, nodeVersion: node, name, sha256, bytes}) => ({
+    platform: platformName(platform),
+    node,
+    name,
+    sha256,
+    bytes,
+  })),
+  agentImage: agentImage && {
+    name: agentImage.name,
+    digest: agentImage.digest,
+    bytes: agentImage.bytes,
+    unpackedBytes: agentImage.unpackedBytes,
+  },
   manifests,
   seconds,
 };
@@ -91,5 +104,7 @@ await rm(workDir, {recursive: true, force: true});
 const mib = (bytes: number) => `${(bytes / 2 ** 20).toFixed(1)} MiB`;
 for (const a of facts.archives) console.log(`${a.name}: ${mib(a.bytes)} (Node ${a.node})`);
 if (facts.agentImage)
-  console.log(`${facts.agentImage.name}: ${mib(facts.agentImage.bytes)}, ${mib(facts.agentImage.unpackedBytes)} unpacked (goal <= 150 MiB), ${facts.agentImage.digest}`);
+  console.log(
+    `${facts.agentImage.name}: ${mib(facts.agentImage.bytes)}, ${mib(facts.agentImage.unpackedBytes)} unpacked (goal <= 150 MiB), ${facts.agentImage.digest}`,
+  );
 console.log(`npm run release: ${seconds.toFixed(0)} s (goal <= 300 s), into ${outDir}`);

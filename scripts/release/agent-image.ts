@@ -39,7 +39,10 @@ export const agentImageName = (version: string) => `proxyctl-agent-v${version}-l
 const entrypoint = ['/usr/local/bin/node', ...agentNodeFlags, `/app/${agentMainInBundle}`];
 
 /** makeAgentRootfs builds the image's files in `rootfs`: Debian's part, then Node and the agent. */
-export async function makeAgentRootfs(options: Pick<AgentImageOptions, 'root' | 'runtime' | 'agentBundle' | 'epoch'>, rootfs: string): Promise<void> {
+export async function makeAgentRootfs(
+  options: Pick<AgentImageOptions, 'root' | 'runtime' | 'agentBundle' | 'epoch'>,
+  rootfs: string,
+): Promise<void> {
   const {root, runtime, agentBundle, epoch} = options;
   await rm(rootfs, {recursive: true, force: true});
   process.env.SOURCE_DATE_EPOCH = String(epoch);
@@ -76,7 +79,10 @@ function imageConfigFlags(version: string, created: string): string[] {
 }
 
 /** packAgentImage makes the OCI archive of `rootfs` (read, not changed but for its mtimes). */
-export async function packAgentImage(options: Omit<AgentImageOptions, 'runtime' | 'agentBundle'>, rootfs: string): Promise<Omit<AgentImage, 'rootfs' | 'unpackedBytes'>> {
+export async function packAgentImage(
+  options: Omit<AgentImageOptions, 'runtime' | 'agentBundle'>,
+  rootfs: string,
+): Promise<Omit<AgentImage, 'rootfs' | 'unpackedBytes'>> {
   const {version, image, workDir, outDir, epoch} = options;
   const created = new Date(epoch * 1000).toISOString().replace(/\.000Z$/, 'Z');
   const layoutParent = join(workDir, 'oci');
@@ -92,7 +98,14 @@ export async function packAgentImage(options: Omit<AgentImageOptions, 'runtime' 
   await rm(join(bundle, 'rootfs'), {recursive: true, force: true});
   await runTool('cp', ['-a', rootfs, join(bundle, 'rootfs')]);
   await runTool('find', [join(bundle, 'rootfs'), '-exec', 'touch', '-h', '-d', `@${epoch}`, '{}', '+']);
-  await runTool('umoci', ['repack', '--image', ref, `--history.created=${created}`, '--history.created_by=make-rootfs.sh, Node, the agent bundle', bundle]);
+  await runTool('umoci', [
+    'repack',
+    '--image',
+    ref,
+    `--history.created=${created}`,
+    '--history.created_by=make-rootfs.sh, Node, the agent bundle',
+    bundle,
+  ]);
   await runTool('umoci', ['config', '--image', ref, ...imageConfigFlags(version, created)]);
   await runTool('umoci', ['gc', '--layout', layout]);
   await rm(bundle, {recursive: true, force: true});
@@ -119,9 +132,11 @@ export function ensureImageTools(): void {
     .filter(([command]) => spawnSync('sh', ['-c', `command -v ${command}`]).status !== 0)
     .map(([, pkg]) => pkg);
   if (missing.length === 0) return;
-  if (process.getuid?.() !== 0) throw new Error(`the agent image needs root and these Debian packages: ${missing.join(' ')} (or --no-image)`);
+  if (process.getuid?.() !== 0)
+    throw new Error(`the agent image needs root and these Debian packages: ${missing.join(' ')} (or --no-image)`);
   const env = {...process.env, DEBIAN_FRONTEND: 'noninteractive'};
-  const install = () => spawnSync('apt-get', ['install', '-y', '--no-install-recommends', ...missing], {stdio: 'inherit', env}).status === 0;
+  const install = () =>
+    spawnSync('apt-get', ['install', '-y', '--no-install-recommends', ...missing], {stdio: 'inherit', env}).status === 0;
   if (!install() && !(spawnSync('apt-get', ['update'], {stdio: 'inherit', env}).status === 0 && install()))
     throw new Error(`apt-get install ${missing.join(' ')} failed: the agent image needs them (or --no-image)`);
 }

@@ -103,8 +103,10 @@ export async function krewManifestProblems(path: string, text: string, archiveOf
   const problems: string[] = [];
   if (manifest.apiVersion !== krewApiVersion) problems.push(`apiVersion ${JSON.stringify(manifest.apiVersion)} is not ${krewApiVersion}`);
   if (manifest.kind !== 'Plugin') problems.push(`kind ${JSON.stringify(manifest.kind)} is not Plugin`);
-  if (!safePluginName.test(name) || windowsForbidden.includes(name.toLowerCase())) problems.push(`plugin name ${JSON.stringify(name)} is not allowed`);
-  if (manifest.metadata?.name !== name) problems.push(`plugin should be named ${JSON.stringify(name)} (the file's name), not ${JSON.stringify(manifest.metadata?.name)}`);
+  if (!safePluginName.test(name) || windowsForbidden.includes(name.toLowerCase()))
+    problems.push(`plugin name ${JSON.stringify(name)} is not allowed`);
+  if (manifest.metadata?.name !== name)
+    problems.push(`plugin should be named ${JSON.stringify(name)} (the file's name), not ${JSON.stringify(manifest.metadata?.name)}`);
   if (!spec.shortDescription) problems.push('should have a short description');
   if (!spec.version) problems.push('should have a version specified');
   else if (!semverWithV.test(spec.version)) problems.push(`version ${JSON.stringify(spec.version)} is not semver starting with "v"`);

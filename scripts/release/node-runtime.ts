@@ -53,7 +53,10 @@ async function chooseVersion(platform: Platform, wanted: string, cacheDir: strin
   const major = wanted.split('.')[0];
   const sameMajor = versions.filter((v) => /^\d+\.\d+\.\d+$/.test(v) && v.split('.')[0] === major).sort(compareVersions);
   const newest = sameMajor.at(-1);
-  if (!newest) throw new Error(`${platform.nodePackage}: the npm registry has no Node ${major} release (wanted ${wanted}; it has ${versions.join(', ')})`);
+  if (!newest)
+    throw new Error(
+      `${platform.nodePackage}: the npm registry has no Node ${major} release (wanted ${wanted}; it has ${versions.join(', ')})`,
+    );
   return {version: newest, note: `${platform.nodePackage}@${wanted} is not in the npm registry: ships ${newest}, its newest Node ${major}`};
 }
 
@@ -63,8 +66,11 @@ export async function fetchNodeRuntime(platform: Platform, wanted: string, cache
   const {version, note} = await chooseVersion(platform, wanted, cacheDir);
   const tarball = join(cacheDir, `${platform.nodePackage}-${version}.tgz`);
   if (!existsSync(tarball)) {
-    await execFileAsync('npm', ['pack', '--silent', '--pack-destination', cacheDir, `${platform.nodePackage}@${version}`], {maxBuffer: 1 << 24});
-    if (!existsSync(tarball)) throw new Error(`npm pack ${platform.nodePackage}@${version} wrote no ${tarball} (it has ${(await readdir(cacheDir)).join(', ')})`);
+    await execFileAsync('npm', ['pack', '--silent', '--pack-destination', cacheDir, `${platform.nodePackage}@${version}`], {
+      maxBuffer: 1 << 24,
+    });
+    if (!existsSync(tarball))
+      throw new Error(`npm pack ${platform.nodePackage}@${version} wrote no ${tarball} (it has ${(await readdir(cacheDir)).join(', ')})`);
   }
   const dir = await mkdtemp(join(workDir, `${platform.os}-${platform.arch}-node-`));
   await runTool('tar', ['-xzf', tarball, '-C', dir, '--strip-components=1', 'package/bin/node', 'package/LICENSE']);

@@ -43,5 +43,12 @@ export async function writePluginArchive(options: {
   const name = pluginArchiveName(version, runtime);
   const file = join(outDir, name);
   await writeTar({from: stage, to: file, epoch, gzip: true});
-  return {platform: runtime.platform, nodeVersion: runtime.version, file, name, sha256: await sha256OfFile(file), bytes: (await stat(file)).size};
+  return {
+    platform: runtime.platform,
+    nodeVersion: runtime.version,
+    file,
+    name,
+    sha256: await sha256OfFile(file),
+    bytes: (await stat(file)).size,
+  };
 }

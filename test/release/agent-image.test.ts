@@ -14,7 +14,13 @@ import {after, before, describe, it} from 'node:test';
 import {buildRelease, isRoot, needsBuild, type Release, root, run, type UnpackedPlugin, unpackPlugin} from './release-fixture.ts';
 
 const haveTools = ['mmdebstrap', 'umoci'].every((tool) => spawnSync('sh', ['-c', `command -v ${tool}`]).status === 0);
-const skip = needsBuild ?? (!isRoot ? 'needs root: mmdebstrap, chroot and the lab' : !haveTools ? 'needs mmdebstrap and umoci: apt-get install mmdebstrap umoci' : undefined);
+const skip =
+  needsBuild ??
+  (!isRoot
+    ? 'needs root: mmdebstrap, chroot and the lab'
+    : !haveTools
+      ? 'needs mmdebstrap and umoci: apt-get install mmdebstrap umoci'
+      : undefined);
 
 interface ImageConfig {
   config: {Entrypoint: string[]; Env: string[]; Labels: Record<string, string>};
@@ -38,7 +44,10 @@ function unpackImage(archive: string, into: string): ImageConfig {
   assert.equal(spawnSync('tar', ['-xf', archive, '-C', layout]).status, 0);
   const blob = (digest: string) => join(layout, 'blobs', ...digest.split(':'));
   const index = JSON.parse(readFileSync(join(layout, 'index.json'), 'utf8')) as {manifests: {digest: string}[]};
-  const manifest = JSON.parse(readFileSync(blob(index.manifests[0].digest), 'utf8')) as {config: {digest: string}; layers: {digest: string; mediaType: string}[]};
+  const manifest = JSON.parse(readFileSync(blob(index.manifests[0].digest), 'utf8')) as {
+    config: {digest: string};
+    layers: {digest: string; mediaType: string}[];
+  };
   for (const layer of manifest.layers) {
     assert.equal(layer.mediaType, 'application/vnd.oci.image.layer.v1.tar+gzip');
     const untar = spawnSync('tar', ['-xzf', blob(layer.digest), '-C', rootfs, '--numeric-owner'], {encoding: 'utf8'});
@@ -61,7 +70,12 @@ describe('the agent image', {skip}, () => {
   });
 
   it('has the entrypoint, environment and labels the DaemonSet expects, and the manifests name it', () => {
-    assert.deepEqual(config.config.Entrypoint, ['/usr/local/bin/node', '--max-semi-space-size=8', '--expose-gc', '/app/dist/src/agent/main.js']);
+    assert.deepEqual(config.config.Entrypoint, [
+      '/usr/local/bin/node',
+      '--max-semi-space-size=8',
+      '--expose-gc',
+      '/app/dist/src/agent/main.js',
+    ]);
     assert.ok(config.config.Env.includes('MALLOC_TRIM_THRESHOLD_=1048576'), config.config.Env.join(' '));
     assert.equal(config.config.Labels['org.opencontainers.image.title'], 'proxyctl-agent');
     assert.equal(config.config.Labels['org.opencontainers.image.version'], release.facts.version);
@@ -71,7 +85,9 @@ describe('the agent image', {skip}, () => {
       assert.equal(spawnSync('test', ['-e', join(work, 'rootfs', tool)]).status, 0, `${tool} is not in the image`);
   });
 
-  it('loads into podman under the reference PROXYCTL_IMAGE names', {skip: spawnSync('sh', ['-c', 'command -v podman']).status === 0 ? undefined : 'podman is not installed'}, async () => {
+  it('loads into podman under the reference PROXYCTL_IMAGE names', {
+    skip: spawnSync('sh', ['-c', 'command -v podman']).status === 0 ? undefined : 'podman is not installed',
+  }, async () => {
     const load = await run('podman', ['load', '-i', join(release.dir, release.facts.agentImage!.name)]);
     assert.equal(load.code, 0, load.stderr);
     try {
@@ -89,7 +105,9 @@ describe('the agent image', {skip}, () => {
     const rootfs = join(work, 'rootfs');
     let agent: ReturnType<typeof spawn> | undefined;
     try {
-      const up = await run(launcher, ['lab', 'up', '--name', name, '--nodes', '1', '--pods-per-node', '2', '--no-agents'], {timeout: 180_000});
+      const up = await run(launcher, ['lab', 'up', '--name', name, '--nodes', '1', '--pods-per-node', '2', '--no-agents'], {
+        timeout: 180_000,
+      });
       assert.equal(up.code, 0, up.stderr);
       const state = JSON.parse(readFileSync(`/run/proxyctl-lab/${name}/state.json`, 'utf8')) as {
         kubeconfig: string;
@@ -110,20 +128,31 @@ describe('the agent image', {skip}, () => {
       // A private mount namespace, gone with the process, as a runtime makes one: the image's root
       // is a mount point (`ip netns exec` remounts / as a slave), with /proc, /sys, /dev and the
       // lab's /run/netns (the namespaces' nsfs mounts) inside.
-      const mounts = ['proc', 'sys', 'dev', 'run/netns'].map((fs) => `mkdir -p ${rootfs}/${fs} && mount --rbind /${fs} ${rootfs}/${fs}`).join(' && ');
+      const mounts = ['proc', 'sys', 'dev', 'run/netns']
+        .map((fs) => `mkdir -p ${rootfs}/${fs} && mount --rbind /${fs} ${rootfs}/${fs}`)
+        .join(' && ');
       const script = `mount --bind ${rootfs} ${rootfs} && ${mounts} && exec chroot ${rootfs} "$@"`;
-      const env = Object.fromEntries(config.config.Env.map((entry) => [entry.slice(0, entry.indexOf('=')), entry.slice(entry.indexOf('=') + 1)]));
-      agent = spawn('unshare', ['--mount', '--propagation', 'private', '--fork', 'sh', '-c', script, 'sh', ...config.config.Entrypoint, ...args], {
-        env,
-        stdio: ['ignore', 'pipe', 'pipe'],
-        detached: true,
-      });
+      const env = Object.fromEntries(
+        config.config.Env.map((entry) => [entry.slice(0, entry.indexOf('=')), entry.slice(entry.indexOf('=') + 1)]),
+      );
+      agent = spawn(
+        'unshare',
+        ['--mount', '--propagation', 'private', '--fork', 'sh', '-c', script, 'sh', ...config.config.Entrypoint, ...args],
+        {
+          env,
+          stdio: ['ignore', 'pipe', 'pipe'],
+          detached: true,
+        },
+      );
       let log = '';
       agent.stdout?.on('data', (chunk: Buffer) => (log += chunk));
       agent.stderr?.on('data', (chunk: Buffer) => (log += chunk));
       let synced = false;
       for (let i = 0; i < 120 && !synced && agent.exitCode === null; i++) {
-        const answer = await fetch(`http://127.0.0.1:${healthz}/healthz`).then((r) => r.text(), () => '');
+        const answer = await fetch(`http://127.0.0.1:${healthz}/healthz`).then(
+          (r) => r.text(),
+          () => '',
+        );
         synced = /lastUpdated/.test(answer);
         if (!synced) await new Promise((r) => setTimeout(r, 500));
       }

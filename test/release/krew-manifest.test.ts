@@ -29,7 +29,14 @@ describe('the krew manifest checks', () => {
       version: '0.1.0',
       homepage: 'https://example.invalid/proxyctl',
       baseUrl: 'https://example.invalid/download/',
-      archives: platforms.map((platform) => ({platform, nodeVersion: '24.0.0', file: archive, name: 'kubectl-proxyctl.tar.gz', sha256, bytes: 1})),
+      archives: platforms.map((platform) => ({
+        platform,
+        nodeVersion: '24.0.0',
+        file: archive,
+        name: 'kubectl-proxyctl.tar.gz',
+        sha256,
+        bytes: 1,
+      })),
     });
   });
   after(() => rmSync(base, {recursive: true, force: true}));
@@ -53,21 +60,40 @@ describe('the krew manifest checks', () => {
     {rule: 'name matches the file', text: () => good, file: 'other.yaml', want: /plugin should be named "other"/},
     {rule: 'apiVersion', text: () => changed((m) => (m.apiVersion = 'krew.googlecontainertools.github.com/v1alpha1')), want: /apiVersion/},
     {rule: 'kind', text: () => changed((m) => (m.kind = 'Thing')), want: /kind "Thing" is not Plugin/},
-    {rule: 'semver with v', text: () => changed((m) => (m.spec.version = '0.1.0')), want: /version "0\.1\.0" is not semver starting with "v"/},
+    {
+      rule: 'semver with v',
+      text: () => changed((m) => (m.spec.version = '0.1.0')),
+      want: /version "0\.1\.0" is not semver starting with "v"/,
+    },
     {rule: 'short description', text: () => changed((m) => delete m.spec.shortDescription), want: /short description/},
     {rule: 'a platform', text: () => changed((m) => (m.spec.platforms = [])), want: /should have a platform/},
     {rule: 'selector', text: () => changed((m) => delete m.spec.platforms[1].selector), want: /nil selector/},
-    {rule: 'selector keys', text: () => changed((m) => (m.spec.platforms[0].selector.matchLabels.distro = 'debian')), want: /key "distro" not supported/},
+    {
+      rule: 'selector keys',
+      text: () => changed((m) => (m.spec.platforms[0].selector.matchLabels.distro = 'debian')),
+      want: /key "distro" not supported/,
+    },
     {rule: 'uri', text: () => changed((m) => delete m.spec.platforms[2].uri), want: /URI has to be set/},
     {rule: 'sha256 form', text: () => changed((m) => (m.spec.platforms[0].sha256 = 'ABC')), want: /sha256 value ABC is not valid/},
     {rule: 'bin', text: () => changed((m) => delete m.spec.platforms[3].bin), want: /bin has to be set/},
     {rule: 'files', text: () => changed((m) => (m.spec.platforms[0].files = [])), want: /without specifying file operations/},
-    {rule: 'bin in the archive', text: () => changed((m) => (m.spec.platforms[0].bin = 'kubectl-other')), want: /bin kubectl-other is not in/},
-    {rule: 'bin executable', text: () => changed((m) => (m.spec.platforms[0].bin = 'LICENSE')), want: /bin LICENSE in .* is not executable/},
+    {
+      rule: 'bin in the archive',
+      text: () => changed((m) => (m.spec.platforms[0].bin = 'kubectl-other')),
+      want: /bin kubectl-other is not in/,
+    },
+    {
+      rule: 'bin executable',
+      text: () => changed((m) => (m.spec.platforms[0].bin = 'LICENSE')),
+      want: /bin LICENSE in .* is not executable/,
+    },
   ];
   for (const {rule, text, file, want} of broken)
     it(`refuses a manifest that breaks: ${rule}`, async () => {
       const problems = await problemsOf(text(), file);
-      assert.ok(problems.some((p) => want.test(p)), problems.join('\n'));
+      assert.ok(
+        problems.some((p) => want.test(p)),
+        problems.join('\n'),
+      );
     });
 });

@@ -14,7 +14,11 @@ describe('the agent image in the manifests', () => {
   const cases = [
     {name: 'a container image', line: '          image: proxyctl-agent:0.1.0', want: `          image: ${image}`},
     {name: 'quoted', line: '  image: "proxyctl-agent:0.1.0"', want: `  image: "${image}"`},
-    {name: 'a list item, with a comment after it', line: '- image: ghcr.io/x/proxyctl-agent # the agent', want: `- image: ${image} # the agent`},
+    {
+      name: 'a list item, with a comment after it',
+      line: '- image: ghcr.io/x/proxyctl-agent # the agent',
+      want: `- image: ${image} # the agent`,
+    },
     {name: 'by digest', line: `  image: proxyctl-agent@sha256:${'a'.repeat(64)}`, want: `  image: ${image}`},
     {name: 'another image stays', line: '  image: busybox:1.36', want: '  image: busybox:1.36'},
     {name: 'a name that only contains it stays', line: '  image: proxyctl-agent-debug:1', want: '  image: proxyctl-agent-debug:1'},
@@ -35,7 +39,10 @@ describe('the agent image in the manifests', () => {
         {file: 'daemonset.yaml', images: 1},
         {file: 'observe/daemonset.yaml', images: 1},
       ]);
-      assert.match(readFileSync(join(to, 'observe/daemonset.yaml'), 'utf8'), /^ {6}image: registry\.example\/team\/proxyctl-agent:1\.2\.3$/m);
+      assert.match(
+        readFileSync(join(to, 'observe/daemonset.yaml'), 'utf8'),
+        /^ {6}image: registry\.example\/team\/proxyctl-agent:1\.2\.3$/m,
+      );
       const original = readFileSync(join(root, 'manifests/daemonset.yaml'), 'utf8');
       assert.equal(readFileSync(join(to, 'daemonset.yaml'), 'utf8'), withAgentImage(original, image).text);
     } finally {
@@ -44,6 +51,9 @@ describe('the agent image in the manifests', () => {
   });
 
   it('refuses a PROXYCTL_IMAGE that is not an image reference, naming it', async () => {
-    await assert.rejects(writeManifests(join(root, 'manifests'), join(tmpdir(), 'never'), 'not an image'), /PROXYCTL_IMAGE "not an image" is not an image reference/);
+    await assert.rejects(
+      writeManifests(join(root, 'manifests'), join(tmpdir(), 'never'), 'not an image'),
+      /PROXYCTL_IMAGE "not an image" is not an image reference/,
+    );
   });
 });

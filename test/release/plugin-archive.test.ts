@@ -37,7 +37,13 @@ describe('the linux/amd64 plugin archive', {skip: needsBuild}, () => {
 
   it('renders the bundled example, and trace --rules follows a packet through the rendered rules', async () => {
     const rules = join(plugin.cwd, 'rules.txt');
-    const render = await plugin.kubectlProxyctl(['render', '-f', join(plugin.dir, 'examples/cluster.yaml'), '--cluster-cidr', '10.244.0.0/16']);
+    const render = await plugin.kubectlProxyctl([
+      'render',
+      '-f',
+      join(plugin.dir, 'examples/cluster.yaml'),
+      '--cluster-cidr',
+      '10.244.0.0/16',
+    ]);
     assert.equal(render.code, 0, render.stderr);
     assert.match(render.stdout, /^-A KUBE-SERVICES .* -d 10\.96\.0\.10 --dport 80 -j KUBE-SVC-/m);
     writeFileSync(rules, render.stdout);

@@ -19,10 +19,17 @@ export interface Answer {
   stderr: string;
 }
 
-export function run(command: string, args: string[], options: {env?: NodeJS.ProcessEnv; cwd?: string; timeout?: number} = {}): Promise<Answer> {
+export function run(
+  command: string,
+  args: string[],
+  options: {env?: NodeJS.ProcessEnv; cwd?: string; timeout?: number} = {},
+): Promise<Answer> {
   return new Promise((resolve) => {
-    execFile(command, args, {env: options.env ?? process.env, cwd: options.cwd, timeout: options.timeout ?? 120_000, maxBuffer: 1 << 26}, (error, stdout, stderr) =>
-      resolve({code: error ? (typeof error.code === 'number' ? error.code : null) : 0, stdout, stderr}),
+    execFile(
+      command,
+      args,
+      {env: options.env ?? process.env, cwd: options.cwd, timeout: options.timeout ?? 120_000, maxBuffer: 1 << 26},
+      (error, stdout, stderr) => resolve({code: error ? (typeof error.code === 'number' ? error.code : null) : 0, stdout, stderr}),
     );
   });
 }
@@ -40,7 +47,10 @@ export interface Release {
 /** buildRelease runs `node scripts/release.ts --out TMP ...args` as npm run release does after the build. */
 export async function buildRelease(args: string[], env: NodeJS.ProcessEnv = {}): Promise<Release> {
   const dir = mkdtempSync(join(tmpdir(), 'proxyctl-release-'));
-  const answer = await run(nodeOfProject, [join(root, 'scripts/release.ts'), '--out', dir, ...args], {env: {...process.env, ...env}, timeout: 600_000});
+  const answer = await run(nodeOfProject, [join(root, 'scripts/release.ts'), '--out', dir, ...args], {
+    env: {...process.env, ...env},
+    timeout: 600_000,
+  });
   if (answer.code !== 0) throw new Error(`scripts/release.ts ${args.join(' ')} exited ${answer.code}:\n${answer.stderr}`);
   return {dir, facts: JSON.parse(readFileSync(join(dir, 'release.json'), 'utf8'))};
 }

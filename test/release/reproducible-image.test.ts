@@ -32,7 +32,10 @@ describe('the agent image build', {skip: haveUmoci ? undefined : 'needs umoci: a
         mkdirSync(out);
         const work = join(base, `work-${i}`);
         mkdirSync(work);
-        const image = await packAgentImage({root: '', version: '9.9.9', image: 'proxyctl-agent:9.9.9', workDir: work, outDir: out, epoch: 1_700_000_000}, rootfs);
+        const image = await packAgentImage(
+          {root: '', version: '9.9.9', image: 'proxyctl-agent:9.9.9', workDir: work, outDir: out, epoch: 1_700_000_000},
+          rootfs,
+        );
         builds.push({digest: image.digest, sha256: await sha256OfFile(image.file)});
       }
       assert.match(builds[0].digest, /^sha256:[a-f0-9]{64}$/);
