@@ -3,7 +3,7 @@
 // with `npm pack` into a cache and unpacked from there. They are never dependencies of the project.
 import {execFile} from 'node:child_process';
 import {existsSync} from 'node:fs';
-import {mkdir, mkdtemp, readdir} from 'node:fs/promises';
+import {mkdir, mkdtemp, open, readdir} from 'node:fs/promises';
 import {join} from 'node:path';
 import {promisify} from 'node:util';
 import {runTool} from './deterministic-tar.ts';
@@ -74,5 +74,39 @@ export async function fetchNodeRuntime(platform: Platform, wanted: string, cache
   }
   const dir = await mkdtemp(join(workDir, `${platform.os}-${platform.arch}-node-`));
   await runTool('tar', ['-xzf', tarball, '-C', dir, '--strip-components=1', 'package/bin/node', 'package/LICENSE']);
-  return {platform, version, dir, note};
+  const runtime = {platform, version, dir, note};
+  await checkNodeBinary(runtime);
+  return runtime;
+}
+
+/** What the first bytes of an executable say it runs on: ELF or Mach-O, and the CPU. */
+export function executablePlatform(header: Buffer): Pick<Platform, 'os' | 'arch'> | undefined {
+  if (header.length >= 20 && header.readUInt32BE(0) === 0x7f454c46) {
+    const machine = header[5] === 2 ? header.readUInt16BE(18) : header.readUInt16LE(18);
+    const arch = machine === 0x3e ? 'amd64' : machine === 0xb7 ? 'arm64' : undefined;
+    return arch && {os: 'linux', arch};
+  }
+  if (header.length >= 8 && header.readUInt32LE(0) === 0xfeedfacf) {
+    const cpu = header.readUInt32LE(4);
+    const arch = cpu === 0x01000007 ? 'amd64' : cpu === 0x0100000c ? 'arm64' : undefined;
+    return arch && {os: 'darwin', arch};
+  }
+  return undefined;
+}
+
+/** checkNodeBinary refuses a runtime whose binary is not for its platform (a package that changed, a wrong name in the table). */
+export async function checkNodeBinary(runtime: NodeRuntime): Promise<void> {
+  const file = await open(join(runtime.dir, 'bin/node'));
+  const header = Buffer.alloc(20);
+  try {
+    await file.read(header, 0, 20, 0);
+  } finally {
+    await file.close();
+  }
+  const found = executablePlatform(header);
+  const want = platformName(runtime.platform);
+  if (!found || platformName(found) !== want)
+    throw new Error(
+      `${runtime.platform.nodePackage}@${runtime.version}: bin/node is ${found ? `for ${platformName(found)}` : 'not an ELF or Mach-O executable'}, not for ${want}`,
+    );
 }
