@@ -17,7 +17,7 @@ import {basename, join, resolve} from 'node:path';
 import {parseArgs} from 'node:util';
 import {fileURLToPath} from 'node:url';
 import {bundleAgent} from './bundle-agent.ts';
-import {buildAgentImage} from './release/agent-image.ts';
+import {buildAgentImage, ensureImageTools} from './release/agent-image.ts';
 import {sha256OfFile} from './release/deterministic-tar.ts';
 import {krewManifest, krewManifestProblems} from './release/krew-manifest.ts';
 import {writeManifests} from './release/manifest-images.ts';
@@ -42,6 +42,8 @@ const epoch = Number(
 const chosen = platforms.filter((p) => !values.platform || values.platform.includes(platformName(p)));
 if (chosen.length === 0) throw new Error(`--platform ${values.platform}: none of ${platforms.map(platformName).join(', ')}`);
 
+// The image's tools first: a machine that cannot build it says so before the archives take their time.
+if (!values['no-image']) ensureImageTools();
 await rm(outDir, {recursive: true, force: true});
 await mkdir(outDir, {recursive: true});
 const workDir = await mkdtemp(join(outDir, '.work-'));
