@@ -4,8 +4,8 @@
 # both images hold the same files. Needs mmdebstrap and root.
 #
 # The packages are unpacked, not installed (mmdebstrap --variant=extract): installing needs dpkg,
-# a shell and the rest of Debian's essential set inside the image, about 90 MB that the agent never
-# runs. What the packages' maintainer scripts would do for the programs the agent runs is done
+# a shell and the rest of Debian's essential set inside the image, twice the size of what the
+# agent runs (docs/release.md has the figures). What the packages' maintainer scripts would do for the programs the agent runs is done
 # below. SOURCE_DATE_EPOCH, when set, is passed on: mmdebstrap then uses it where it writes dates.
 set -eu
 rootfs=$1
