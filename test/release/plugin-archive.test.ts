@@ -3,7 +3,7 @@
 // and run: --version, render and trace --rules on the bundled example, and (root) status and trace
 // against a lab.
 import assert from 'node:assert/strict';
-import {readFileSync, writeFileSync} from 'node:fs';
+import {mkdirSync, readFileSync, symlinkSync, writeFileSync} from 'node:fs';
 import {join} from 'node:path';
 import {after, before, describe, it} from 'node:test';
 import {krewManifestProblems} from '../../scripts/release/krew-manifest.ts';
@@ -33,6 +33,19 @@ describe('the linux/amd64 plugin archive', {skip: needsBuild}, () => {
     assert.equal(answer.code, 0, answer.stderr);
     assert.equal(answer.stdout, `proxyctl/${packageJson.version} linux-x64 node-v${release.facts.archives[0].node}\n`);
     if (!plugin.throughKubectl) console.error('# kubectl is not installed: the launcher ran directly');
+  });
+
+  it("runs through a link to it, as krew's bin directory holds it", async () => {
+    const krewBin = join(plugin.cwd, '..', 'krew-bin');
+    mkdirSync(krewBin);
+    symlinkSync(join(plugin.dir, 'kubectl-proxyctl'), join(krewBin, 'kubectl-proxyctl'));
+    const tools = plugin.env.PATH!.split(':').slice(1).join(':');
+    const answer = await run(join(krewBin, 'kubectl-proxyctl'), ['--version'], {
+      env: {...plugin.env, PATH: `${krewBin}:${tools}`},
+      cwd: plugin.cwd,
+    });
+    assert.equal(answer.code, 0, answer.stderr);
+    assert.match(answer.stdout, /^proxyctl\/\S+ linux-x64 node-v/);
   });
 
   it('renders the bundled example, and trace --rules follows a packet through the rendered rules', async () => {
