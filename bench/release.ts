@@ -1,12 +1,12 @@
 // The release as a user gets it (npm run release first: this reads dist/release/): the plugin
 // archives' sizes, `kubectl proxyctl --version` from the unpacked linux/amd64 archive next to
 // `node -e 0` from the same archive's Node, the agent image's size, and how long the release took.
-import {execFileSync} from 'node:child_process';
+import {execFileSync, spawnSync} from 'node:child_process';
 import {existsSync, mkdtempSync, readFileSync, rmSync} from 'node:fs';
 import {tmpdir} from 'node:os';
 import {join} from 'node:path';
 import {fileURLToPath} from 'node:url';
-import {median} from './plugin.ts';
+import {kubectlPluginFloor, median} from './plugin.ts';
 import {figure, heading, mib, skipped} from './report.ts';
 
 const releaseDir = fileURLToPath(new URL('../dist/release/', import.meta.url));
@@ -49,6 +49,17 @@ export async function benchRelease(): Promise<void> {
         floor: {name: 'node -e 0', value: floor.p50},
         note: `min ${version.min.toFixed(0)} ms; goal <= 150 ms ${version.p50 <= 150 ? 'met' : 'NOT met'}`,
       });
+      if (spawnSync('kubectl', ['version', '--client'], {env, stdio: 'ignore'}).status === 0) {
+        const kubectlFloor = await kubectlPluginFloor(env);
+        const viaKubectl = await median(['kubectl', 'proxyctl', '--version'], env);
+        figure({
+          name: 'kubectl proxyctl --version',
+          value: viaKubectl.p50,
+          unit: 'ms',
+          floor: {name: kubectlFloor.name, value: kubectlFloor.p50},
+          note: `min ${viaKubectl.min.toFixed(0)} ms; goal <= 150 ms ${viaKubectl.p50 <= 150 ? 'met' : 'NOT met'}`,
+        });
+      } else skipped('kubectl proxyctl --version', 'kubectl is not installed');
     } finally {
       rmSync(dir, {recursive: true, force: true});
     }
