@@ -35,7 +35,7 @@ function hasKubectl(): boolean {
 }
 
 /** median runs `argv` as a new process `runs` times (after one run that warms the disk cache) and returns the median and the fastest, in ms. */
-async function median(argv: string[], env: NodeJS.ProcessEnv): Promise<{p50: number; min: number}> {
+export async function median(argv: string[], env: NodeJS.ProcessEnv): Promise<{p50: number; min: number}> {
   const times: number[] = [];
   for (let i = 0; i <= runs; i++) {
     const run = await timed(() => execFileAsync(argv[0], argv.slice(1), {env, maxBuffer: 16 << 20}));
@@ -45,6 +45,25 @@ async function median(argv: string[], env: NodeJS.ProcessEnv): Promise<{p50: num
   return {p50: percentile(times, 50), min: times[0]};
 }
 
+/** kubectl's own share of `kubectl proxyctl ...`: kubectl finding and starting a plugin that does nothing. Prints it and returns it as a floor. */
+export async function kubectlPluginFloor(env: NodeJS.ProcessEnv): Promise<{name: string; p50: number; min: number}> {
+  const noopDir = mkdtempSync(join(tmpdir(), 'proxyctl-bench-'));
+  writeFileSync(join(noopDir, 'kubectl-proxyctlbenchnoop'), '#!/bin/sh\nexit 0\n');
+  chmodSync(join(noopDir, 'kubectl-proxyctlbenchnoop'), 0o755);
+  try {
+    const floor = await median(['kubectl', 'proxyctlbenchnoop'], {...env, PATH: `${noopDir}:${env.PATH}`});
+    figure({
+      name: 'kubectl proxyctlbenchnoop (a shell script)',
+      value: floor.p50,
+      unit: 'ms',
+      note: `min ${floor.min.toFixed(0)} ms: kubectl finding and starting a plugin`,
+    });
+    return {name: 'kubectl + a no-op plugin', ...floor};
+  } finally {
+    rmSync(noopDir, {recursive: true, force: true});
+  }
+}
+
 export async function benchPlugin(): Promise<void> {
   const kubectl = hasKubectl();
   const plugin = kubectl ? ['kubectl', 'proxyctl'] : [`${projectRoot}bin/kubectl-proxyctl`];
@@ -52,24 +71,11 @@ export async function benchPlugin(): Promise<void> {
     'kubectl plugin start, as a new process',
     `${plugin.join(' ')} --version / --help, status (2 agents) and trace demoapp --node node-1 against a two-node lab (3 demo pods per node, the lab API server over HTTPS as kubectl reaches it); p50 of ${runs} runs after one warm-up`,
   );
-  // A plugin that does nothing, for kubectl's own share of `kubectl proxyctl ...`.
-  const noopDir = mkdtempSync(join(tmpdir(), 'proxyctl-bench-'));
-  writeFileSync(join(noopDir, 'kubectl-proxyctlbenchnoop'), '#!/bin/sh\nexit 0\n');
-  chmodSync(join(noopDir, 'kubectl-proxyctlbenchnoop'), 0o755);
-  const env = {...process.env, PATH: `${projectRoot}bin:${noopDir}:${process.env.PATH}`, NO_COLOR: '1'};
+  const env = {...process.env, PATH: `${projectRoot}bin:${process.env.PATH}`, NO_COLOR: '1'};
   const node = await median([process.execPath, '-e', '0'], env);
   figure({name: 'node -e 0', value: node.p50, unit: 'ms', note: `min ${node.min.toFixed(0)} ms`});
   let startFloor = {name: 'node -e 0', ...node};
-  if (kubectl) {
-    startFloor = {name: 'kubectl + a no-op plugin', ...(await median(['kubectl', 'proxyctlbenchnoop'], env))};
-    figure({
-      name: 'kubectl proxyctlbenchnoop (a shell script)',
-      value: startFloor.p50,
-      unit: 'ms',
-      note: `min ${startFloor.min.toFixed(0)} ms: kubectl finding and starting a plugin`,
-    });
-  }
-  rmSync(noopDir, {recursive: true, force: true});
+  if (kubectl) startFloor = await kubectlPluginFloor(env);
   const version = await median([...plugin, '--version'], env);
   figure({
     name: `${plugin.join(' ')} --version`,

@@ -10,29 +10,13 @@
 // the agent): it finds them from import.meta.url, which inside the bundle would name dist/plugin/.
 // Here each bundled module's import.meta.url is the address of its own tsc output in dist/src, which
 // npm run build writes first.
-import {readFile, rm} from 'node:fs/promises';
-import {relative} from 'node:path';
+import {rm} from 'node:fs/promises';
 import {fileURLToPath} from 'node:url';
-import {build, type Plugin} from 'esbuild';
+import {build} from 'esbuild';
+import {importMetaOf} from './esbuild-import-meta.ts';
 
 const root = fileURLToPath(new URL('..', import.meta.url));
 const sourceDir = `${root}src/`;
-
-const importMetaUrlOfTscOutput: Plugin = {
-  name: 'import-meta-url-of-tsc-output',
-  setup(esbuild) {
-    esbuild.onLoad({filter: /\/src\/.*\.ts$/}, async ({path}) => {
-      if (!path.startsWith(sourceDir) || path.startsWith(`${sourceDir}plugin/`)) return undefined;
-      const contents = await readFile(path, 'utf8');
-      if (!contents.includes('import.meta.url')) return undefined;
-      const tscOutput = `../src/${relative(sourceDir, path).replace(/\.ts$/, '.js')}`;
-      return {
-        contents: contents.replaceAll('import.meta.url', `new URL(${JSON.stringify(tscOutput)}, import.meta.url).href`),
-        loader: 'ts',
-      };
-    });
-  },
-};
 
 // Chunk names carry a hash of their contents: the last build's would otherwise stay beside them.
 await rm(`${root}dist/plugin`, {recursive: true, force: true});
@@ -65,7 +49,13 @@ await build({
   },
   // oclif reads tsconfig.json with TypeScript only in development (NODE_ENV=development or test).
   external: ['typescript'],
-  plugins: [importMetaUrlOfTscOutput],
+  plugins: [
+    importMetaOf({
+      sourceDir,
+      keep: (path) => path.startsWith(`${sourceDir}plugin/`),
+      target: (pathInSource) => `../src/${pathInSource}`,
+    }),
+  ],
   minifyWhitespace: true,
   minifySyntax: true,
   legalComments: 'linked',

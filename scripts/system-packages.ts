@@ -21,8 +21,18 @@ function onPath(command: string): boolean {
   return spawnSync('sh', ['-c', `command -v ${command}`], {stdio: 'ignore'}).status === 0;
 }
 
-/** Optional: the qemu guest that runs the ipvs kernel tests (they say so when they skip); a failed install is no error. */
-const optional: Record<string, string> = {'qemu-system-x86_64': 'qemu-system-x86', busybox: 'busybox-static', cpio: 'cpio'};
+/**
+ * Optional: the qemu guest that runs the ipvs kernel tests, and what builds the agent image for its
+ * test (mmdebstrap, umoci, strip); the tests say so when they skip; a failed install is no error.
+ */
+const optional: Record<string, string> = {
+  'qemu-system-x86_64': 'qemu-system-x86',
+  busybox: 'busybox-static',
+  cpio: 'cpio',
+  mmdebstrap: 'mmdebstrap',
+  umoci: 'umoci',
+  strip: 'binutils',
+};
 const missingOptional = [
   ...new Set(
     Object.entries(optional)
