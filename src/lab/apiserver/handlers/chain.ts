@@ -11,7 +11,7 @@ import {deleteCollection, deleteObject} from './delete.ts';
 import {healthPaths, nonResourceDocument, sendDocument, sendHealth} from './non-resource.ts';
 import {getObject, listObjects} from './read.ts';
 import {readBody} from './request-body.ts';
-import {sendJson} from './response.ts';
+import {checkAccept, sendJson} from './response.ts';
 import {answerReview} from './review.ts';
 import {parseRoute, verbOf} from './routing.ts';
 import {watchObjects} from './watch.ts';
@@ -68,6 +68,7 @@ export async function handleRequest(context: ServerContext, req: IncomingMessage
   const dryRun = url.searchParams.getAll('dryRun').includes('All');
   const writeOptions: WriteOptions = {dryRun, subresource: route.subresource === 'status' ? 'status' : ''};
 
+  checkAccept(req);
   if (isReview(type)) {
     if (method !== 'POST' || route.name) throw methodNotAllowed();
     sendJson(res, 201, answerReview(context.access, type, await readBody(req), user, route.namespace));
