@@ -32,6 +32,11 @@ const resourceHandlers: Record<string, ResourceHandler> = {
 /** Verbs a subresource (status, binding) takes even where its resource's verbs lack them. */
 const subresourceVerbs = ['get', 'update', 'patch', 'create'];
 
+/** The manager a write's fields are recorded under: ?fieldManager=, else the User-Agent's product, as kube-apiserver. */
+function fieldManagerOf(req: IncomingMessage, url: URL): string {
+  return url.searchParams.get('fieldManager') || (req.headers['user-agent'] ?? '').split('/')[0].slice(0, 128);
+}
+
 export async function handleRequest(context: ServerContext, req: IncomingMessage, res: ServerResponse): Promise<void> {
   const url = new URL(req.url ?? '/', 'http://apiserver');
   const pathname = url.pathname.length > 1 ? url.pathname.replace(/\/+$/, '') : url.pathname;
@@ -66,7 +71,11 @@ export async function handleRequest(context: ServerContext, req: IncomingMessage
   });
   if (!type.verbs.includes(verb) && !(route.subresource && subresourceVerbs.includes(verb))) throw methodNotAllowed();
   const dryRun = url.searchParams.getAll('dryRun').includes('All');
-  const writeOptions: WriteOptions = {dryRun, subresource: route.subresource === 'status' ? 'status' : ''};
+  const writeOptions: WriteOptions = {
+    dryRun,
+    subresource: route.subresource === 'status' ? 'status' : '',
+    fieldManager: fieldManagerOf(req, url),
+  };
 
   checkAccept(req);
   if (isReview(type)) {

@@ -5,7 +5,8 @@ import {ClusterStore, type WriteOptions} from '../cluster-store.ts';
 import {endpointSliceFromV1beta1} from '../endpointslice-rules.ts';
 import {ObjectLog, type KubeObject} from '../object-log.ts';
 import type {ResourceType} from '../resources.ts';
-import type {ResourceHandler} from './context.ts';
+import type {ResourceHandler, ResourceRequest} from './context.ts';
+import {patchTypes} from '../patch.ts';
 import {readBody} from './request-body.ts';
 import {sendJson, sendObject} from './response.ts';
 import type {Route} from './routing.ts';
@@ -41,13 +42,32 @@ export const patchObject: ResourceHandler = async ({store}, {req, res, url, rout
   const {type} = route;
   if (!route.name) throw methodNotAllowed();
   const contentType = req.headers['content-type'] ?? '';
-  if (contentType.startsWith('application/apply-patch')) throw unsupportedMediaType(contentType);
+  if (contentType.startsWith(patchTypes.apply)) {
+    await applyObject(store, {req, res, url, route, writeOptions});
+    return;
+  }
   const patch = await readBody(req);
   const patched = isV1beta1Slice(type)
     ? patchThroughV1beta1(store, type, route, contentType, patch, writeOptions)
     : store.patch(type, route.namespace, route.name, contentType, patch, writeOptions);
   sendObject(req, res, url, type, 200, patched);
 };
+
+/** Server-side apply: PATCH application/apply-patch+yaml with ?fieldManager= (required) and ?force=true. */
+async function applyObject(
+  store: ClusterStore,
+  {req, res, url, route, writeOptions}: Pick<ResourceRequest, 'req' | 'res' | 'url' | 'route' | 'writeOptions'>,
+) {
+  const {type} = route;
+  const manager = url.searchParams.get('fieldManager') ?? '';
+  if (!manager) throw invalid('PatchOptions', 'meta.k8s.io', '', [fieldError.required('fieldManager', 'is required for apply patch')]);
+  if (isV1beta1Slice(type)) throw unsupportedMediaType(req.headers['content-type'] ?? '');
+  const body = accept(type, await readBody(req));
+  checkKind(type, body);
+  const force = url.searchParams.get('force') === 'true';
+  const {object, created} = store.apply(type, route.namespace, route.name!, body, {manager, force}, writeOptions);
+  sendObject(req, res, url, type, created ? 201 : 200, object);
+}
 
 function patchThroughV1beta1(
   store: ClusterStore,
