@@ -15,7 +15,7 @@ export function protobufMessageName(group: string, version: string, kind: string
   return `k8s.io.api.${group.split('.')[0] || 'core'}.${version}.${kind}`;
 }
 
-interface FieldSpec {
+export interface FieldSpec {
   name: string;
   type: string;
   repeated: boolean;
@@ -24,7 +24,8 @@ interface FieldSpec {
 
 const parsed = new Map<string, Map<number, FieldSpec>>();
 
-function messageFields(message: string): Map<number, FieldSpec> | undefined {
+/** The fields of a message by number; undefined for a message the table does not hold. */
+export function messageFields(message: string): Map<number, FieldSpec> | undefined {
   const cached = parsed.get(message);
   if (cached) return cached;
   const line = protobufMessages[message];
@@ -80,6 +81,17 @@ function rfc3339(seconds: number, nanos: number, fraction: number): string {
   if (fraction === 0 || nanos === 0) return `${iso}Z`;
   return `${iso}.${String(nanos).padStart(9, '0').slice(0, fraction)}Z`;
 }
+
+/** apimachinery types whose JSON is a string or free-form object rather than their message's fields. */
+export const specialMessages: Record<string, 'time' | 'intOrString' | 'quantity' | 'duration' | 'object'> = {
+  'k8s.io.apimachinery.pkg.apis.meta.v1.Time': 'time',
+  'k8s.io.apimachinery.pkg.apis.meta.v1.MicroTime': 'time',
+  'k8s.io.apimachinery.pkg.util.intstr.IntOrString': 'intOrString',
+  'k8s.io.apimachinery.pkg.api.resource.Quantity': 'quantity',
+  'k8s.io.apimachinery.pkg.apis.meta.v1.Duration': 'duration',
+  'k8s.io.apimachinery.pkg.runtime.RawExtension': 'object',
+  'k8s.io.apimachinery.pkg.apis.meta.v1.FieldsV1': 'object',
+};
 
 /** The well-known apimachinery types have JSON forms of their own. */
 function decodeSpecial(message: string, fields: WireField[]): {value: unknown} | undefined {

@@ -7,6 +7,8 @@ import {ObjectLog, type KubeObject} from '../object-log.ts';
 import type {ResourceType} from '../resources.ts';
 import type {ResourceHandler, ResourceRequest} from './context.ts';
 import {patchTypes} from '../patch.ts';
+import {validateFields} from '../field-validation.ts';
+import type {ServerResponse} from 'node:http';
 import {readBody} from './request-body.ts';
 import {sendJson, sendObject} from './response.ts';
 import type {Route} from './routing.ts';
@@ -23,7 +25,7 @@ export const createObject: ResourceHandler = async ({store}, {req, res, url, rou
     return;
   }
   if (route.name || (type.namespaced && !route.namespace)) throw methodNotAllowed();
-  const body = accept(type, await readBody(req));
+  const body = accept(type, validatedBody(type, await readBody(req), url, res));
   checkKind(type, body);
   const created = store.create(type, body, route.namespace, writeOptions);
   sendObject(req, res, url, type, 201, created);
@@ -32,7 +34,7 @@ export const createObject: ResourceHandler = async ({store}, {req, res, url, rou
 export const updateObject: ResourceHandler = async ({store}, {req, res, url, route, writeOptions}) => {
   const {type} = route;
   if (!route.name) throw methodNotAllowed();
-  const body = accept(type, await readBody(req));
+  const body = accept(type, validatedBody(type, await readBody(req), url, res));
   checkKind(type, body);
   const updated = store.update(type, body, route.namespace, writeOptions, route.name);
   sendObject(req, res, url, type, 200, updated);
@@ -47,11 +49,17 @@ export const patchObject: ResourceHandler = async ({store}, {req, res, url, rout
     return;
   }
   const patch = await readBody(req);
+  if (!contentType.startsWith(patchTypes.json)) validateFields(type, patch, url, res);
   const patched = isV1beta1Slice(type)
     ? patchThroughV1beta1(store, type, route, contentType, patch, writeOptions)
     : store.patch(type, route.namespace, route.name, contentType, patch, writeOptions);
   sendObject(req, res, url, type, 200, patched);
 };
+
+function validatedBody(type: ResourceType, body: unknown, url: URL, res: ServerResponse): any {
+  validateFields(type, body, url, res);
+  return body;
+}
 
 /** Server-side apply: PATCH application/apply-patch+yaml with ?fieldManager= (required) and ?force=true. */
 async function applyObject(
@@ -62,7 +70,7 @@ async function applyObject(
   const manager = url.searchParams.get('fieldManager') ?? '';
   if (!manager) throw invalid('PatchOptions', 'meta.k8s.io', '', [fieldError.required('fieldManager', 'is required for apply patch')]);
   if (isV1beta1Slice(type)) throw unsupportedMediaType(req.headers['content-type'] ?? '');
-  const body = accept(type, await readBody(req));
+  const body = accept(type, validatedBody(type, await readBody(req), url, res));
   checkKind(type, body);
   const force = url.searchParams.get('force') === 'true';
   const {object, created} = store.apply(type, route.namespace, route.name!, body, {manager, force}, writeOptions);
