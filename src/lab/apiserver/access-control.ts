@@ -47,6 +47,11 @@ export const anonymousUser: UserInfo = {username: 'system:anonymous', groups: ['
 // read the health checks and the version; system:discovery lets authenticated users read discovery.
 const publicInfoPaths = ['/version', '/healthz', '/livez', '/readyz'];
 const discoveryPaths = ['/api', '/apis', '/openapi'];
+// system:basic-user, bound to every authenticated user: asking what one may do, and who one is.
+const basicUserRules: ResourceRule[] = [
+  {verbs: ['create'], apiGroups: ['authorization.k8s.io'], resources: ['selfsubjectaccessreviews', 'selfsubjectrulesreviews']},
+  {verbs: ['create'], apiGroups: ['authentication.k8s.io'], resources: ['selfsubjectreviews']},
+];
 
 function matches(list: string[] | undefined, value: string): boolean {
   return list === undefined || list.includes('*') || list.includes(value);
@@ -91,6 +96,10 @@ export class AccessControl {
       return this.rbac(a);
     }
     const resource = a.subresource ? `${a.resource}/${a.subresource}` : (a.resource ?? '');
+    const basicUser = basicUserRules.some(
+      (r) => r.verbs.includes(a.verb) && r.apiGroups.includes(a.group ?? '') && r.resources.includes(resource),
+    );
+    if (basicUser && groups.includes('system:authenticated')) return {allowed: true, reason: 'system:basic-user'};
     for (const g of this.grants) {
       if (g.user !== undefined && g.user !== a.user.username) continue;
       if (g.group !== undefined && !groups.includes(g.group)) continue;
@@ -169,12 +178,7 @@ export class AccessControl {
     const resourceRules: ResourceRule[] = [];
     const nonResourceRules: NonResourceRule[] = [];
     if (user.groups.includes('system:authenticated')) {
-      resourceRules.push({
-        verbs: ['create'],
-        apiGroups: ['authorization.k8s.io'],
-        resources: ['selfsubjectaccessreviews', 'selfsubjectrulesreviews'],
-      });
-      resourceRules.push({verbs: ['create'], apiGroups: ['authentication.k8s.io'], resources: ['selfsubjectreviews']});
+      resourceRules.push(...basicUserRules);
       nonResourceRules.push({verbs: ['get'], nonResourceURLs: discoveryPaths.flatMap((p) => [p, `${p}/*`])});
     }
     nonResourceRules.push({verbs: ['get'], nonResourceURLs: publicInfoPaths});
