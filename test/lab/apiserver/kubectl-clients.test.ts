@@ -186,7 +186,7 @@ for (const client of clients) {
       await ok('patch', 'service', 'patched', '-p', '{"spec":{"ports":[{"port":443,"name":"https","targetPort":8443}]}}');
       await ok('patch', 'service', 'patched', '--type=json', '-p', '[{"op":"replace","path":"/spec/sessionAffinity","value":"ClientIP"}]');
       const svc = server.store.get('services', 'default', 'patched');
-      assert.equal(svc.metadata.labels.tier, 'web');
+      assert.equal(svc.metadata.labels?.tier, 'web');
       assert.deepEqual(svc.spec.ports.map((p: any) => p.port).sort(), [443, 80], 'the strategic patch added a port beside the first');
       assert.equal(svc.spec.sessionAffinity, 'ClientIP');
     });
@@ -201,7 +201,7 @@ for (const client of clients) {
       assert.equal(r.exitCode, 0, r.stderr);
       assert.match(r.stdout, /service\/patched edited/);
       const svc = server.store.get('services', 'default', 'patched');
-      assert.equal(svc.metadata.labels.tier, 'edited');
+      assert.equal(svc.metadata.labels?.tier, 'edited');
       assert.equal(svc.spec.ports.find((p: any) => p.port === 443).targetPort, 9443);
     });
 
