@@ -75,18 +75,35 @@ for (const client of clients) {
       assert.equal(r.exitCode, 0, `kubectl ${args.join(' ')} failed: ${r.stderr}`);
       return r.stdout;
     };
+    /** A pod bound to a node and Running, as a kubelet would report it. */
+    const runningPod = (name: string, spec: Record<string, unknown> = {}) =>
+      server.store.create(
+        'pods',
+        {
+          metadata: {name, namespace: 'default'},
+          spec: {nodeName: 'node-a', containers: [{name: 'app', image: 'demo'}], ...spec},
+          status: {phase: 'Running', podIP: '10.244.0.9'},
+        },
+        'default',
+        {keepStatus: true},
+      );
     const file = async (name: string, text: string) => {
       await writeFile(join(dir, name), text);
       return join(dir, name);
     };
 
+    let echo: Server;
     before(async () => {
+      echo = createServer((socket) => socket.pipe(socket));
+      await new Promise<void>((r) => echo.listen(0, '127.0.0.1', () => r()));
       kubectlPath = await client.path();
       const version = await execa(kubectlPath, ['version', '--client'], {reject: false});
       assert.match(String(version.stdout), client.version);
       dir = await mkdtemp(join(tmpdir(), 'proxyctl-kubectl-clients-'));
       server = await startApiServer({
         port: 0,
+        // Every pod port forwards to the echo server.
+        resolvePodAddress: () => ({host: '127.0.0.1', port: (echo.address() as {port: number}).port}),
         users: [{name: 'viewer', token: 'viewer-token'}],
         grants: [{user: 'viewer', verbs: ['get', 'list'], resources: ['services']}],
       });
@@ -94,6 +111,7 @@ for (const client of clients) {
     });
     after(async () => {
       await server?.stop();
+      echo?.close();
       if (dir) await rm(dir, {recursive: true, force: true});
     });
 
@@ -216,16 +234,7 @@ for (const client of clients) {
     });
 
     it('deletes a pod with its grace period, and waits for it to be gone', async () => {
-      server.store.create(
-        'pods',
-        {
-          metadata: {name: 'slow', namespace: 'default'},
-          spec: {nodeName: 'node-a', terminationGracePeriodSeconds: 1, containers: [{name: 'app', image: 'demo'}]},
-          status: {phase: 'Running'},
-        },
-        'default',
-        {keepStatus: true},
-      );
+      runningPod('slow', {terminationGracePeriodSeconds: 1});
       const deleted = await ok('delete', 'pod', 'slow', '--wait=false');
       assert.match(deleted, /pod "slow" deleted/);
       assert.ok(server.store.get('pods', 'default', 'slow').metadata.deletionTimestamp, 'the pod is Terminating first');
@@ -250,24 +259,8 @@ for (const client of clients) {
     });
 
     it('port-forwards to a pod', async (t) => {
-      const echo: Server = createServer((socket) => socket.pipe(socket));
-      await new Promise<void>((r) => echo.listen(0, '127.0.0.1', () => r()));
-      t.after(() => echo.close());
-      const echoPort = (echo.address() as {port: number}).port;
-      const forwarding = await startApiServer({port: 0, resolvePodAddress: () => ({host: '127.0.0.1', port: echoPort})});
-      t.after(() => forwarding.stop());
-      await forwarding.writeKubeconfig(join(dir, 'forwarding'));
-      forwarding.store.create(
-        'pods',
-        {
-          metadata: {name: 'echo', namespace: 'default'},
-          spec: {nodeName: 'node-a', containers: [{name: 'app', image: 'echo'}]},
-          status: {phase: 'Running', podIP: '10.244.0.9'},
-        },
-        'default',
-        {keepStatus: true},
-      );
-      const child = execa(kubectlPath, ['--kubeconfig', join(dir, 'forwarding'), 'port-forward', 'pod/echo', ':8080'], {
+      runningPod('echo');
+      const child = execa(kubectlPath, ['--kubeconfig', kubeconfig(), 'port-forward', 'pod/echo', ':8080'], {
         env: {HOME: dir},
         extendEnv: false,
         reject: false,
