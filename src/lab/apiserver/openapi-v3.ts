@@ -92,9 +92,20 @@ function addSchemas(message: string, schemas: Record<string, Schema>, semantics:
   }
 }
 
+let listSemantics: ListSemantics | undefined;
+
+/** Read from every kind's schema at once: messages are shared across groups (a Deployment holds a PodSpec). */
+function allListSemantics(): ListSemantics {
+  if (!listSemantics) {
+    listSemantics = new Map();
+    for (const type of resourceTypes)
+      collectListSemantics(protobufMessageName(type.group, type.version, type.kind), resourceSchema(type), listSemantics);
+  }
+  return listSemantics;
+}
+
 function kindSchema(type: ResourceType, schemas: Record<string, Schema>, semantics: ListSemantics): string {
   const message = protobufMessageName(type.group, type.version, type.kind);
-  collectListSemantics(message, resourceSchema(type), semantics);
   addSchemas(message, schemas, semantics);
   const schema = schemas[schemaName(message)] as Schema & {properties?: Record<string, Schema>};
   schema.description ??= `${type.kind} (${groupVersion(type)}), as the proxyctl lab's API server serves it.`;
@@ -170,7 +181,7 @@ function buildDocument(groupVersionPath: string): Record<string, unknown> | unde
   const types = resourceTypes.filter((t) => gvPath(t) === groupVersionPath);
   if (types.length === 0) return undefined;
   const schemas: Record<string, Schema> = {};
-  const semantics: ListSemantics = new Map();
+  const semantics = allListSemantics();
   const allPaths: Record<string, Schema> = {};
   for (const type of types) {
     const message = kindSchema(type, schemas, semantics);
