@@ -135,6 +135,22 @@ for (const client of clients) {
       assert.deepEqual(server.store.get('configmaps', 'default', 'settings').data, {mode: 'fast'});
     });
 
+    it('runs a pod with `kubectl run` and exposes it with `kubectl expose`', async () => {
+      assert.match(await ok('run', 'runner', '--image=nginx', '--port=8080', '--labels=app=runner'), /pod\/runner created/);
+      const pod = server.store.get('pods', 'default', 'runner');
+      assert.deepEqual(
+        pod.spec.containers.map((c: any) => [c.name, c.image, c.ports?.[0]?.containerPort]),
+        [['runner', 'nginx', 8080]],
+      );
+      assert.match(await ok('expose', 'pod', 'runner', '--port=80', '--target-port=8080'), /service\/runner exposed/);
+      const svc = server.store.get('services', 'default', 'runner');
+      assert.deepEqual(svc.spec.selector, {app: 'runner'});
+      assert.deepEqual(
+        svc.spec.ports.map((p: any) => [p.port, p.targetPort]),
+        [[80, 8080]],
+      );
+    });
+
     it('creates a Deployment with `kubectl create deployment` when apps/v1 is served', async (t) => {
       const served = await kubectl(['api-resources', '--api-group=apps', '-o', 'name']);
       if (!/deployments/.test(served.stdout)) {
