@@ -231,17 +231,17 @@ export function recordUpdate(type: ResourceType, old: KubeObject | undefined, ne
   const owners = ownerSets(start.filter((e) => Object.keys(e.fieldsV1 ?? {}).length > 0));
   const subresource = request.subresource ?? '';
   const after = fieldSet(type, next, subresource);
-  const changed = [...after].filter((path) => !old || !sameValue(valueAt(old, path), valueAt(next, path)));
+  const changed = new Set([...after].filter((path) => !old || !sameValue(valueAt(old, path), valueAt(next, path))));
   let lost = false;
   for (const owner of owners.values()) {
     if ((owner.entry.subresource ?? '') !== subresource) continue;
     for (const path of [...owner.fields]) {
-      if (after.has(path) && !changed.includes(path)) continue;
+      if (after.has(path) && !changed.has(path)) continue;
       owner.fields.delete(path);
       lost = true;
     }
   }
-  if (old && changed.length === 0 && !lost && !sentChanged) {
+  if (old && changed.size === 0 && !lost && !sentChanged) {
     // A write that changes nothing leaves the ownership (and its times) as it was.
     if (old.metadata.managedFields !== undefined) next.metadata.managedFields = old.metadata.managedFields;
     else delete next.metadata.managedFields;
@@ -258,7 +258,7 @@ export function recordUpdate(type: ResourceType, old: KubeObject | undefined, ne
   };
   const mine = owners.get(entryKey(entry))?.fields ?? new Set<string>();
   for (const path of changed) mine.add(path);
-  if (changed.length > 0) owners.set(entryKey(entry), {entry, fields: mine});
+  if (changed.size > 0) owners.set(entryKey(entry), {entry, fields: mine});
   next.metadata.managedFields = writeEntries(owners);
   if (next.metadata.managedFields.length === 0) delete next.metadata.managedFields;
 }

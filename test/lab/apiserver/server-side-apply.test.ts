@@ -146,7 +146,7 @@ describe('media types and self reviews', () => {
     assert.equal(who.body.status.userInfo.username, 'admin');
   });
 
-  it('validates fields: Strict refuses, Warn warns', async () => {
+  it('validates fields: Strict refuses, Warn warns and drops the field', async () => {
     const body = {apiVersion: 'v1', kind: 'Service', metadata: {name: 'v'}, spec: {ports: [{port: 80, bogus: 1}]}};
     const strict = await call('POST', `${services}?fieldValidation=Strict`, body);
     assert.equal(strict.status, 400);
@@ -157,5 +157,6 @@ describe('media types and self reviews', () => {
     const warned = await call('POST', services, body);
     assert.equal(warned.status, 201);
     assert.equal(warned.headers.get('warning'), '299 - "unknown field \\"spec.ports[0].bogus\\""');
+    assert.equal(warned.body.spec.ports[0].bogus, undefined, 'an unknown field is dropped, as kube-apiserver drops it');
   });
 });
