@@ -32,8 +32,9 @@ const scalarSchemas: Record<string, Schema> = {
 
 const specialSchemas: Record<string, Schema> = {
   time: {type: 'string', format: 'date-time'},
-  intOrString: {type: 'string', format: 'int-or-string', 'x-kubernetes-int-or-string': true},
-  quantity: {type: 'string', format: 'quantity', 'x-kubernetes-int-or-string': true},
+  // One of two types, so no `type`: kubectl explain then names the schema (<IntOrString>), as kube's does.
+  intOrString: {oneOf: [{type: 'integer'}, {type: 'string'}], format: 'int-or-string', 'x-kubernetes-int-or-string': true},
+  quantity: {oneOf: [{type: 'integer'}, {type: 'string'}], 'x-kubernetes-int-or-string': true},
   duration: {type: 'string'},
   object: {type: 'object'},
 };

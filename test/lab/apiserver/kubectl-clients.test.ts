@@ -334,6 +334,8 @@ describe('kubectl 1.34: explain and field validation from the OpenAPI v3 documen
       assert.ok(r.stdout.includes(field), `explain lists ${field}`);
     const ports = await kubectl('explain', 'svc.spec.ports.port');
     assert.match(ports.stdout, /^FIELD: port <integer>$/m);
+    const targetPort = await kubectl('explain', 'svc.spec.ports.targetPort');
+    assert.match(targetPort.stdout, /^FIELD: targetPort <IntOrString>$/m);
     const slices = await kubectl('explain', 'endpointslices.endpoints.conditions');
     assert.match(slices.stdout, /ready\t<boolean>/);
   });
