@@ -341,10 +341,12 @@ export class ClusterStore {
     meta.resourceVersion = old.metadata.resourceVersion;
     if (type.hasStatus) {
       if (options.subresource === 'status') {
-        // A status write changes .status only (metadata labels/annotations too, as kube-apiserver allows).
+        // A status write changes .status only (metadata labels/annotations too, as kube-apiserver allows;
+        // and the field ownership an apply to /status computed).
         const status = next.status;
-        const {labels, annotations} = meta;
+        const {labels, annotations, managedFields} = meta;
         next = {...structuredClone(old), status};
+        if (managedFields !== undefined) next.metadata.managedFields = managedFields;
         next.metadata.labels = labels;
         next.metadata.annotations = annotations;
         if (labels === undefined) delete next.metadata.labels;

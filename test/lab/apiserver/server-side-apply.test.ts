@@ -94,6 +94,25 @@ describe('server-side apply and managed fields', () => {
     assert.deepEqual(dropped.body.spec.selector, {app: 'c'});
   });
 
+  it('applies to the status subresource under an entry of its own', async () => {
+    await apply('d', 'alice', {ports: [{port: 80}]});
+    const r = await call(
+      'PATCH',
+      `${services}/d/status?fieldManager=balancer`,
+      {apiVersion: 'v1', kind: 'Service', metadata: {name: 'd'}, status: {loadBalancer: {ingress: [{ip: '192.0.2.1'}]}}},
+      {'content-type': 'application/apply-patch+yaml'},
+    );
+    assert.equal(r.status, 200);
+    assert.deepEqual(r.body.status.loadBalancer.ingress, [{ip: '192.0.2.1'}]);
+    const entry = r.body.metadata.managedFields.find((e: any) => e.manager === 'balancer');
+    assert.deepEqual([entry.operation, entry.subresource], ['Apply', 'status']);
+    assert.deepEqual(entry.fieldsV1, {'f:status': {'f:loadBalancer': {'f:ingress': {}}}});
+    assert.ok(
+      r.body.metadata.managedFields.some((e: any) => e.manager === 'alice'),
+      "the spec's manager keeps its entry",
+    );
+  });
+
   it('needs a field manager for apply, as kube-apiserver', async () => {
     const r = await call(
       'PATCH',
