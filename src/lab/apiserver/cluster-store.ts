@@ -201,12 +201,13 @@ export class ClusterStore {
     const errors = this.validate(type, obj, undefined, options);
     if (errors.length > 0) throw invalid(type.kind, type.group, meta.name ?? '', errors);
     if (this.log.get(type.storageKey, meta.namespace, meta.name)) throw alreadyExists(type.resource, type.group, meta.name);
+    // Before allocation, as kube-apiserver's field manager runs before its registry allocates addresses.
+    if (options.fieldManager !== undefined) recordUpdate(type, undefined, obj, this.managerRequest(options));
     if (type.resource === 'services') {
       const failure = allocateServiceAddresses(obj, undefined, this.network);
       if (failure) throw failure;
       if (options.dryRun) releaseServiceAddresses(obj, this.network);
     }
-    if (options.fieldManager !== undefined) recordUpdate(type, undefined, obj, this.managerRequest(options));
     if (options.dryRun) return obj;
     const stored = this.log.write(type.storageKey, 'ADDED', obj);
     if (type.resource === 'namespaces') this.afterNamespaceCreated(stored);
