@@ -12,8 +12,14 @@ import {serverVersion} from './discovery.ts';
 type Schema = Record<string, unknown>;
 
 /** io.k8s.api.core.v1.Service, the name kube-apiserver gives the schema of k8s.io.api.core.v1.Service. */
-function schemaName(message: string): string {
+export function schemaName(message: string): string {
   return message.replace(/^k8s\.io\./, 'io.k8s.');
+}
+
+/** How a version of OpenAPI refers to a schema and writes the apimachinery types. */
+export interface SchemaStyle {
+  ref(message: string): Schema;
+  specials: Record<string, Schema>;
 }
 
 const ref = (message: string): Schema => ({allOf: [{$ref: `#/components/schemas/${schemaName(message)}`}], default: {}});
@@ -67,20 +73,22 @@ function collectListSemantics(message: string, struct: Struct, out: ListSemantic
   }
 }
 
-function fieldSchema(spec: FieldSpec, extras: Schema | undefined): Schema {
-  const value = messageFields(spec.type) ? ref(spec.type) : (scalarSchemas[spec.type] ?? {});
+const v3Style: SchemaStyle = {ref, specials: specialSchemas};
+
+function fieldSchema(spec: FieldSpec, extras: Schema | undefined, style: SchemaStyle): Schema {
+  const value = messageFields(spec.type) ? style.ref(spec.type) : (scalarSchemas[spec.type] ?? {});
   if (spec.map) return {type: 'object', additionalProperties: value};
   if (spec.repeated) return {type: 'array', items: value, ...extras};
   return value;
 }
 
 /** The component schemas a message needs: its own and those of every message it holds. */
-function addSchemas(message: string, schemas: Record<string, Schema>, semantics: ListSemantics): void {
+function addSchemas(message: string, schemas: Record<string, Schema>, semantics: ListSemantics, style: SchemaStyle): void {
   const name = schemaName(message);
   if (schemas[name]) return;
   const special = specialMessages[message];
   if (special) {
-    schemas[name] = specialSchemas[special];
+    schemas[name] = style.specials[special];
     return;
   }
   const fields = messageFields(message);
@@ -88,8 +96,8 @@ function addSchemas(message: string, schemas: Record<string, Schema>, semantics:
   const properties: Record<string, Schema> = {};
   schemas[name] = {type: 'object', properties};
   for (const spec of fields.values()) {
-    properties[spec.name] = fieldSchema(spec, semantics.get(message)?.get(spec.name));
-    if (messageFields(spec.type)) addSchemas(spec.type, schemas, semantics);
+    properties[spec.name] = fieldSchema(spec, semantics.get(message)?.get(spec.name), style);
+    if (messageFields(spec.type)) addSchemas(spec.type, schemas, semantics, style);
   }
 }
 
@@ -105,9 +113,10 @@ function allListSemantics(): ListSemantics {
   return listSemantics;
 }
 
-function kindSchema(type: ResourceType, schemas: Record<string, Schema>, semantics: ListSemantics): string {
+/** Adds the schema of a kind (and of every message it holds) to `schemas`; returns its message. */
+export function kindSchema(type: ResourceType, schemas: Record<string, Schema>, style: SchemaStyle = v3Style): string {
   const message = protobufMessageName(type.group, type.version, type.kind);
-  addSchemas(message, schemas, semantics);
+  addSchemas(message, schemas, allListSemantics(), style);
   const schema = schemas[schemaName(message)] as Schema & {properties?: Record<string, Schema>};
   schema.description ??= `${type.kind} (${groupVersion(type)}), as the proxyctl lab's API server serves it.`;
   if (schema.properties) {
@@ -182,10 +191,9 @@ function buildDocument(groupVersionPath: string): Record<string, unknown> | unde
   const types = resourceTypes.filter((t) => gvPath(t) === groupVersionPath);
   if (types.length === 0) return undefined;
   const schemas: Record<string, Schema> = {};
-  const semantics = allListSemantics();
   const allPaths: Record<string, Schema> = {};
   for (const type of types) {
-    const message = kindSchema(type, schemas, semantics);
+    const message = kindSchema(type, schemas);
     if (messageFields(message)) Object.assign(allPaths, paths(type, message));
   }
   return {

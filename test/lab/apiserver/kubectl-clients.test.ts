@@ -17,10 +17,17 @@ interface Client {
   name: string;
   path: () => Promise<string>;
   version: RegExp;
+  /** kubectl 1.34 leaves validation to the server (fieldValidation=Strict); 1.20 validates against OpenAPI v2 itself. */
+  unknownField: RegExp;
 }
 
 const clients: Client[] = [
-  {name: 'kubectl 1.34', path: async () => currentKubectl(), version: /v1\.34\./},
+  {
+    name: 'kubectl 1.34',
+    path: async () => currentKubectl(),
+    version: /v1\.34\./,
+    unknownField: /Service in version "v1" cannot be handled as a Service: strict decoding error: unknown field "spec\.bogus"/,
+  },
   {
     name: "Debian's kubectl 1.20",
     path: async () =>
@@ -29,6 +36,7 @@ const clients: Client[] = [
         .split('\n')
         .pop()!,
     version: /v1\.20\./,
+    unknownField: /ValidationError\(Service\.spec\): unknown field "bogus" in io\.k8s\.api\.core\.v1\.ServiceSpec/,
   },
 ];
 
@@ -256,6 +264,19 @@ for (const client of clients) {
       assert.ok(server.store.get('pods', 'default', 'slow').metadata.deletionTimestamp, 'the pod is Terminating first');
       await ok('wait', '--for=delete', 'pod/slow', '--timeout=10s');
       assert.equal(server.store.tryGet('pods', 'default', 'slow'), undefined);
+    });
+
+    it('explains kinds and their fields, and refuses a manifest with an unknown field', async () => {
+      const explained = await ok('explain', 'service.spec');
+      assert.match(explained, /^KIND:\s+Service$/m);
+      assert.match(explained, /^\s+clusterIP\t<string>$/m);
+      assert.match(explained, /^\s+ports\t<\[\](ServicePort|Object)>$/m);
+      assert.match(await ok('explain', 'pod.spec.containers.ports'), /^\s+containerPort\t<integer>( -required-)?$/m);
+      const path = await file('unknown.yaml', service('unknown', 8080).replace('  selector:', '  bogus: 1\n  selector:'));
+      const refused = await kubectl(['apply', '-f', path]);
+      assert.notEqual(refused.exitCode, 0);
+      assert.match(refused.stderr, client.unknownField);
+      assert.equal(server.store.tryGet('services', 'default', 'unknown'), undefined);
     });
 
     it('receives changes with get -w', async (t) => {

@@ -2,7 +2,8 @@
 // and the OpenAPI documents (v2, v3).
 import type {IncomingMessage, ServerResponse} from 'node:http';
 import {pathNotFound} from '../api-error.ts';
-import {coreVersions, group, groupList, openApiV2, openApiV2Protobuf, resourceList, serverVersion} from '../discovery.ts';
+import {coreVersions, group, groupList, resourceList, serverVersion} from '../discovery.ts';
+import {openApiV2, openApiV2Protobuf} from '../openapi-v2.ts';
 import {sendJson} from './response.ts';
 import {openApiV3Document, openApiV3Index} from '../openapi-v3.ts';
 
