@@ -2,7 +2,8 @@
 // `kubectl explain` and kubectl's field validation and patch metadata. Component schemas come from the
 // lab's schemas: every field of a kind from its protobuf message (protobuf-messages.ts, complete), the
 // list semantics (associative list keys, sets) from object-schema.ts. Each kind's patch operation names
-// the fieldValidation parameter, which tells kubectl the server validates fields itself.
+// the fieldValidation parameter, which tells kubectl the server validates fields itself. The same schemas,
+// written the v2 way, are OpenAPI v2's definitions (openapi-v2.ts).
 import {createHash} from 'node:crypto';
 import {messageFields, protobufMessageName, specialMessages, type FieldSpec} from './protobuf-codec.ts';
 import {resourceSchema, type FieldType, type Struct} from './object-schema.ts';
