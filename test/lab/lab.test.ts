@@ -8,6 +8,7 @@ import {join} from 'node:path';
 import {after, before, describe, it} from 'node:test';
 import {fileURLToPath} from 'node:url';
 import {execa} from 'execa';
+import {currentKubectl} from '../../scripts/current-kubectl.ts';
 import {labDir, labNamespacePrefix, type LabState} from '../../src/lab/lab-state.ts';
 import {listNamespaces, netnsUnavailableReason} from '../../src/lab/netns/index.ts';
 import type {ProbeResult} from '../../src/lab/workload/demoapp-client.ts';
@@ -130,14 +131,18 @@ describe('lab up / exec / down', {concurrency: false, skip: skipReason}, () => {
     assert.deepEqual(reply, {pod: 'pod-1-1', podIP: '10.244.1.11', clientIP: '10.244.0.10', protocol: 'tcp'});
   });
 
-  it('kubectl 1.20 sees the nodes, the pods with the agents, and the services', async () => {
+  it('kubectl 1.20 and kubectl 1.34 see the nodes, the pods with the agents, and the services', async () => {
+    for (const binary of [kubectlPath, currentKubectl()]) await seenBy(binary);
+  });
+
+  async function seenBy(binary: string): Promise<void> {
     const kubectl = async (...args: string[]) => {
-      const result = await execa(kubectlPath, ['--kubeconfig', state.kubeconfig, ...args], {
+      const result = await execa(binary, ['--kubeconfig', state.kubeconfig, ...args], {
         reject: false,
         env: {HOME: labDir(name), NO_COLOR: '1'},
         timeout: 30_000,
       });
-      assert.equal(result.exitCode, 0, `kubectl ${args.join(' ')}: ${String(result.stderr)}`);
+      assert.equal(result.exitCode, 0, `${binary} ${args.join(' ')}: ${String(result.stderr)}`);
       return String(result.stdout);
     };
     assert.match(await kubectl('get', 'nodes'), /node-0\s+Ready[\s\S]*node-1\s+Ready/);
@@ -152,7 +157,7 @@ describe('lab up / exec / down', {concurrency: false, skip: skipReason}, () => {
     assert.match(services, /demoapp-nodeport\s+NodePort\s+10\.96\.0\.80\s+<none>\s+80:30080\/TCP/);
     assert.match(services, /demoapp-udp\s+ClusterIP\s+10\.96\.0\.53\s+<none>\s+53\/UDP/);
     assert.match(services, /empty\s+ClusterIP\s+10\.96\.0\.99/);
-  });
+  }
 
   it("the API server's port-forward reaches an agent's own ports", async () => {
     const forward = execa(

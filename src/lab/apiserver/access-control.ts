@@ -47,6 +47,11 @@ export const anonymousUser: UserInfo = {username: 'system:anonymous', groups: ['
 // read the health checks and the version; system:discovery lets authenticated users read discovery.
 const publicInfoPaths = ['/version', '/healthz', '/livez', '/readyz'];
 const discoveryPaths = ['/api', '/apis', '/openapi'];
+// system:basic-user, bound to every authenticated user: asking what one may do, and who one is.
+const basicUserRules: ResourceRule[] = [
+  {verbs: ['create'], apiGroups: ['authorization.k8s.io'], resources: ['selfsubjectaccessreviews', 'selfsubjectrulesreviews']},
+  {verbs: ['create'], apiGroups: ['authentication.k8s.io'], resources: ['selfsubjectreviews']},
+];
 
 function matches(list: string[] | undefined, value: string): boolean {
   return list === undefined || list.includes('*') || list.includes(value);
@@ -91,6 +96,10 @@ export class AccessControl {
       return this.rbac(a);
     }
     const resource = a.subresource ? `${a.resource}/${a.subresource}` : (a.resource ?? '');
+    const basicUser = basicUserRules.some(
+      (r) => r.verbs.includes(a.verb) && r.apiGroups.includes(a.group ?? '') && r.resources.includes(resource),
+    );
+    if (basicUser && groups.includes('system:authenticated')) return {allowed: true, reason: 'system:basic-user'};
     for (const g of this.grants) {
       if (g.user !== undefined && g.user !== a.user.username) continue;
       if (g.group !== undefined && !groups.includes(g.group)) continue;
@@ -104,19 +113,6 @@ export class AccessControl {
 
   /** Stored Roles/ClusterRoles bound to the user, one of its groups, or its service account. */
   private rbac(a: Attributes): Decision {
-    const subjectMatches = (s: any, bindingNamespace?: string) => {
-      if (s.kind === 'User') return s.name === a.user.username;
-      if (s.kind === 'Group') return a.user.groups.includes(s.name);
-      if (s.kind === 'ServiceAccount') return a.user.username === `system:serviceaccount:${s.namespace ?? bindingNamespace}:${s.name}`;
-      return false;
-    };
-    const roleRules = (ref: any, namespace?: string): any[] => {
-      const role: KubeObject | undefined =
-        ref?.kind === 'ClusterRole'
-          ? this.log.get('rbac.authorization.k8s.io/clusterroles', undefined, ref.name)
-          : this.log.get('rbac.authorization.k8s.io/roles', namespace, ref?.name);
-      return Array.isArray(role?.rules) ? role.rules : [];
-    };
     const ruleAllows = (rule: any): boolean => {
       if (!matches(rule.verbs ?? [], a.verb)) return false;
       if (a.path !== undefined)
@@ -136,20 +132,90 @@ export class AccessControl {
         return false;
       return true;
     };
-    for (const binding of this.log.list('rbac.authorization.k8s.io/clusterrolebindings')) {
-      if (!(binding.subjects ?? []).some((s: any) => subjectMatches(s))) continue;
-      if (roleRules(binding.roleRef).some(ruleAllows))
-        return {allowed: true, reason: `RBAC: allowed by ClusterRoleBinding "${binding.metadata.name}"`};
-    }
-    if (a.namespace) {
-      for (const binding of this.log.list('rbac.authorization.k8s.io/rolebindings', a.namespace)) {
-        if (!(binding.subjects ?? []).some((s: any) => subjectMatches(s, a.namespace))) continue;
-        if (roleRules(binding.roleRef, a.namespace).some(ruleAllows))
-          return {allowed: true, reason: `RBAC: allowed by RoleBinding "${binding.metadata.name}/${a.namespace}"`};
-      }
+    for (const bound of this.boundRules(a.user, a.namespace)) {
+      if (bound.rules.some(ruleAllows)) return {allowed: true, reason: `RBAC: allowed by ${bound.binding}`};
     }
     return {allowed: false, reason: ''};
   }
+
+  /** The rules of the stored roles bound to `user`: cluster-wide ones, then those of `namespace`. */
+  private *boundRules(user: UserInfo, namespace: string | undefined): Generator<{rules: any[]; binding: string}> {
+    const subjectMatches = (s: any, bindingNamespace?: string) => {
+      if (s.kind === 'User') return s.name === user.username;
+      if (s.kind === 'Group') return user.groups.includes(s.name);
+      if (s.kind === 'ServiceAccount') return user.username === `system:serviceaccount:${s.namespace ?? bindingNamespace}:${s.name}`;
+      return false;
+    };
+    const roleRules = (ref: any, roleNamespace?: string): any[] => {
+      const role: KubeObject | undefined =
+        ref?.kind === 'ClusterRole'
+          ? this.log.get('rbac.authorization.k8s.io/clusterroles', undefined, ref.name)
+          : this.log.get('rbac.authorization.k8s.io/roles', roleNamespace, ref?.name);
+      return Array.isArray(role?.rules) ? role.rules : [];
+    };
+    for (const binding of this.log.list('rbac.authorization.k8s.io/clusterrolebindings')) {
+      if ((binding.subjects ?? []).some((s: any) => subjectMatches(s)))
+        yield {rules: roleRules(binding.roleRef), binding: `ClusterRoleBinding "${binding.metadata.name}"`};
+    }
+    if (!namespace) return;
+    for (const binding of this.log.list('rbac.authorization.k8s.io/rolebindings', namespace)) {
+      if ((binding.subjects ?? []).some((s: any) => subjectMatches(s, namespace)))
+        yield {rules: roleRules(binding.roleRef, namespace), binding: `RoleBinding "${binding.metadata.name}/${namespace}"`};
+    }
+  }
+
+  /**
+   * What `user` may do in `namespace`, as SelfSubjectRulesReview lists it: system:masters everything,
+   * the default roles every authenticated user has (system:basic-user, system:discovery,
+   * system:public-info-viewer), the static grants, then the stored RBAC rules.
+   */
+  rulesFor(user: UserInfo, namespace: string): {resourceRules: ResourceRule[]; nonResourceRules: NonResourceRule[]} {
+    if (user.groups.includes('system:masters'))
+      return {
+        resourceRules: [{verbs: ['*'], apiGroups: ['*'], resources: ['*']}],
+        nonResourceRules: [{verbs: ['*'], nonResourceURLs: ['*']}],
+      };
+    const resourceRules: ResourceRule[] = [];
+    const nonResourceRules: NonResourceRule[] = [];
+    if (user.groups.includes('system:authenticated')) {
+      resourceRules.push(...basicUserRules);
+      nonResourceRules.push({verbs: ['get'], nonResourceURLs: discoveryPaths.flatMap((p) => [p, `${p}/*`])});
+    }
+    nonResourceRules.push({verbs: ['get'], nonResourceURLs: publicInfoPaths});
+    for (const g of this.grants) {
+      if (g.user === undefined && g.group === undefined) continue;
+      if (g.user !== undefined && g.user !== user.username) continue;
+      if (g.group !== undefined && !user.groups.includes(g.group)) continue;
+      if (g.namespaces && !matches(g.namespaces, namespace)) continue;
+      resourceRules.push({verbs: g.verbs, apiGroups: g.apiGroups ?? ['*'], resources: g.resources});
+    }
+    for (const {rules} of this.boundRules(user, namespace)) {
+      for (const rule of rules) {
+        if (Array.isArray(rule.nonResourceURLs) && rule.nonResourceURLs.length > 0)
+          nonResourceRules.push({verbs: rule.verbs ?? [], nonResourceURLs: rule.nonResourceURLs});
+        if (Array.isArray(rule.resources) && rule.resources.length > 0)
+          resourceRules.push({
+            verbs: rule.verbs ?? [],
+            apiGroups: rule.apiGroups ?? [],
+            resources: rule.resources,
+            ...(rule.resourceNames?.length ? {resourceNames: rule.resourceNames} : {}),
+          });
+      }
+    }
+    return {resourceRules, nonResourceRules};
+  }
+}
+
+export interface ResourceRule {
+  verbs: string[];
+  apiGroups: string[];
+  resources: string[];
+  resourceNames?: string[];
+}
+
+export interface NonResourceRule {
+  verbs: string[];
+  nonResourceURLs: string[];
 }
 
 /** kube-apiserver's wording: `User "bob" cannot create resource "pods/portforward" in API group "" in the namespace "default"`. */

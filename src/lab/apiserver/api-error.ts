@@ -127,6 +127,11 @@ export function unsupportedMediaType(contentType: string): ApiError {
   );
 }
 
+/** 406, as kube-apiserver answers an Accept header naming no type it can write. */
+export function notAcceptable(accepted: string[]): ApiError {
+  return new ApiError(406, 'NotAcceptable', `only the following media types are accepted: ${accepted.join(', ')}`);
+}
+
 // ---- field errors (k8s.io/apimachinery/pkg/util/validation/field) ----
 
 export type FieldErrorType =

@@ -29,6 +29,7 @@ import {
 } from './service-rules.ts';
 import {validateObjectMeta, type NameRule} from './name-rules.ts';
 import {checkFieldTypes} from './object-schema.ts';
+import {applyConfiguration, recordUpdate, type FieldManagerRequest} from './field-manager.ts';
 import {readyServiceCIDRStatus, validateServiceCIDR} from './servicecidr-rules.ts';
 
 export interface WriteOptions {
@@ -42,6 +43,8 @@ export interface WriteOptions {
    * listens on loopback, an endpoint address refused to every other writer.
    */
   apiServerEndpoints?: boolean;
+  /** The field manager of a write over HTTP: it is recorded in metadata.managedFields (operation Update). */
+  fieldManager?: string;
 }
 
 export interface DeleteOptions {
@@ -198,6 +201,8 @@ export class ClusterStore {
     const errors = this.validate(type, obj, undefined, options);
     if (errors.length > 0) throw invalid(type.kind, type.group, meta.name ?? '', errors);
     if (this.log.get(type.storageKey, meta.namespace, meta.name)) throw alreadyExists(type.resource, type.group, meta.name);
+    // Before allocation, as kube-apiserver's field manager runs before its registry allocates addresses.
+    if (options.fieldManager !== undefined) recordUpdate(type, undefined, obj, this.managerRequest(options));
     if (type.resource === 'services') {
       const failure = allocateServiceAddresses(obj, undefined, this.network);
       if (failure) throw failure;
@@ -276,6 +281,46 @@ export class ClusterStore {
     return this.replace(type, old, patched, options);
   }
 
+  /**
+   * Server-side apply (PATCH application/apply-patch+yaml) by `manager`: creates the object when there
+   * is none, else merges the applied configuration (see field-manager.ts). A 409 lists the conflicts.
+   */
+  apply(
+    ref: ResourceRef,
+    namespace: string | undefined,
+    name: string,
+    applied: unknown,
+    request: {manager: string; force: boolean},
+    options: WriteOptions = {},
+  ): {object: KubeObject; created: boolean} {
+    const type = this.type(ref);
+    if (!applied || typeof applied !== 'object' || Array.isArray(applied)) throw badRequest('the applied configuration must be an object');
+    const config = structuredClone(applied) as KubeObject;
+    checkFieldTypes(type, config);
+    if (!config.metadata || config.metadata.name !== name)
+      throw badField(
+        'metadata.name',
+        `the name of the object (${config.metadata?.name ?? ''}) does not match the name on the URL (${name})`,
+      );
+    const live = this.tryGet(type, namespace, name);
+    const fieldRequest = {...this.managerRequest({...options, fieldManager: request.manager}), force: request.force};
+    const writeOptions = {...options, fieldManager: undefined};
+    if (!live) {
+      const object = applyConfiguration(type, undefined, config, fieldRequest);
+      return {object: this.create(type, object, namespace, writeOptions), created: true};
+    }
+    if (config.metadata.resourceVersion && config.metadata.resourceVersion !== live.metadata.resourceVersion)
+      throw conflict(type.resource, type.group, name);
+    const merged = applyConfiguration(type, live, config, fieldRequest);
+    const unchanged = withoutManagedFields(merged) === withoutManagedFields(live);
+    if (unchanged && sameOwnership(merged, live)) return {object: live, created: false};
+    return {object: this.replace(type, live, merged, writeOptions), created: false};
+  }
+
+  private managerRequest(options: WriteOptions): FieldManagerRequest {
+    return {manager: options.fieldManager ?? '', time: nowRfc3339(this.clock), subresource: options.subresource || undefined};
+  }
+
   private replace(type: ResourceType, old: KubeObject, next: KubeObject, options: WriteOptions): KubeObject {
     // update and patch have checked already; mutate's callers get the same rules.
     checkFieldTypes(type, next);
@@ -297,10 +342,12 @@ export class ClusterStore {
     meta.resourceVersion = old.metadata.resourceVersion;
     if (type.hasStatus) {
       if (options.subresource === 'status') {
-        // A status write changes .status only (metadata labels/annotations too, as kube-apiserver allows).
+        // A status write changes .status only (metadata labels/annotations too, as kube-apiserver allows;
+        // and the field ownership an apply to /status computed).
         const status = next.status;
-        const {labels, annotations} = meta;
+        const {labels, annotations, managedFields} = meta;
         next = {...structuredClone(old), status};
+        if (managedFields !== undefined) next.metadata.managedFields = managedFields;
         next.metadata.labels = labels;
         next.metadata.annotations = annotations;
         if (labels === undefined) delete next.metadata.labels;
@@ -323,6 +370,9 @@ export class ClusterStore {
           : validateObjectMeta(next, 'any');
     if (errors.length > 0) throw invalid(type.kind, type.group, meta.name, errors);
 
+    if (options.fieldManager !== undefined) recordUpdate(type, old, next, this.managerRequest(options));
+    else if (next.metadata.managedFields === undefined && old.metadata.managedFields !== undefined)
+      next.metadata.managedFields = old.metadata.managedFields;
     if (withoutResourceVersion(next) === withoutResourceVersion(old)) return old; // no-op writes keep the revision
     if (type.resource === 'services' && options.subresource !== 'status') {
       const failure = allocateServiceAddresses(next, old, this.network);
@@ -505,6 +555,16 @@ export class ClusterStore {
         return validateObjectMeta(obj, nameRules[type.resource] ?? (type.group.startsWith('rbac') ? 'any' : 'dns1123-subdomain'));
     }
   }
+}
+
+function withoutManagedFields(obj: KubeObject): string {
+  return canonicalJson({...obj, metadata: {...obj.metadata, managedFields: undefined}});
+}
+
+/** The same managers own the same fields (times aside): a no-op apply keeps the object as it is. */
+function sameOwnership(a: KubeObject, b: KubeObject): boolean {
+  const owners = (o: KubeObject) => canonicalJson((o.metadata.managedFields ?? []).map((e: any) => ({...e, time: undefined})));
+  return owners(a) === owners(b);
 }
 
 function keyOf(obj: KubeObject): string {

@@ -15,6 +15,8 @@ export interface ObjectMeta {
   annotations?: Record<string, string>;
   ownerReferences?: Array<Record<string, any>>;
   finalizers?: string[];
+  /** Field ownership (field-manager.ts). */
+  managedFields?: Array<Record<string, any>>;
   [key: string]: unknown;
 }
 

@@ -13,9 +13,29 @@ interface Struct {
   struct: string;
   fields: Record<string, FieldType>;
 }
-type FieldType = Scalar | {list: FieldType} | {map: FieldType} | Struct;
+/**
+ * A list is atomic unless it names `keys` (an associative list, kube's x-kubernetes-list-map-keys: items
+ * merge and are owned one by one) or is a `set` of scalars; server-side apply and OpenAPI read this.
+ */
+export interface ListType {
+  list: FieldType;
+  keys?: string[];
+  /** Values of key fields an item may leave out (defaulted before apply matches items). */
+  keyDefaults?: Record<string, string>;
+  set?: boolean;
+}
+export type FieldType = Scalar | ListType | {map: FieldType} | Struct;
+export type {Scalar, Struct};
 
 const list = (of: FieldType): FieldType => ({list: of});
+const keyedList = (of: FieldType, ...keys: string[]): FieldType => ({list: of, keys});
+// Ports are keyed by port and protocol, which defaults to TCP.
+const portList = (of: FieldType, portField: string): FieldType => ({
+  list: of,
+  keys: [portField, 'protocol'],
+  keyDefaults: {protocol: 'TCP'},
+});
+const setList = (of: FieldType): FieldType => ({list: of, set: true});
 const map = (of: FieldType): FieldType => ({map: of});
 const struct = (name: string, fields: Record<string, FieldType>): Struct => ({struct: name, fields});
 const strings = (...names: string[]): Record<string, FieldType> => Object.fromEntries(names.map((name) => [name, 'string']));
@@ -28,9 +48,10 @@ const objectMeta = struct('ObjectMeta', {
   deletionGracePeriodSeconds: 'int64',
   labels: map('string'),
   annotations: map('string'),
-  finalizers: list('string'),
-  ownerReferences: list(
+  finalizers: setList('string'),
+  ownerReferences: keyedList(
     struct('OwnerReference', {...strings('apiVersion', 'kind', 'name', 'uid'), controller: 'bool', blockOwnerDeletion: 'bool'}),
+    'uid',
   ),
 });
 
@@ -47,8 +68,9 @@ const objectReference = struct(
 );
 
 const serviceSpec = struct('ServiceSpec', {
-  ports: list(
+  ports: portList(
     struct('ServicePort', {...strings('name', 'protocol', 'appProtocol'), port: 'int32', targetPort: 'intOrString', nodePort: 'int32'}),
+    'port',
   ),
   selector: map('string'),
   ...strings(
@@ -85,7 +107,7 @@ const loadBalancerStatus = struct('LoadBalancerStatus', {
 const service = struct('Service', {
   metadata: objectMeta,
   spec: serviceSpec,
-  status: struct('ServiceStatus', {loadBalancer: loadBalancerStatus, conditions: list(condition)}),
+  status: struct('ServiceStatus', {loadBalancer: loadBalancerStatus, conditions: keyedList(condition, 'type')}),
 });
 
 const endpointSlice = struct('EndpointSlice', {
@@ -124,8 +146,11 @@ const container = struct('Container', {
   ...strings('name', 'image', 'imagePullPolicy', 'workingDir'),
   command: list('string'),
   args: list('string'),
-  ports: list(struct('ContainerPort', {...strings('name', 'protocol', 'hostIP'), containerPort: 'int32', hostPort: 'int32'})),
-  env: list(struct('EnvVar', strings('name', 'value'))),
+  ports: portList(
+    struct('ContainerPort', {...strings('name', 'protocol', 'hostIP'), containerPort: 'int32', hostPort: 'int32'}),
+    'containerPort',
+  ),
+  env: keyedList(struct('EnvVar', strings('name', 'value')), 'name'),
   readinessProbe: probe,
   livenessProbe: probe,
   startupProbe: probe,
@@ -135,17 +160,17 @@ const pod = struct('Pod', {
   metadata: objectMeta,
   spec: struct('PodSpec', {
     ...strings('nodeName', 'restartPolicy', 'schedulerName', 'serviceAccountName', 'hostname', 'subdomain', 'dnsPolicy'),
-    containers: list(container),
-    initContainers: list(container),
+    containers: keyedList(container, 'name'),
+    initContainers: keyedList(container, 'name'),
     terminationGracePeriodSeconds: 'int64',
     hostNetwork: 'bool',
     nodeSelector: map('string'),
   }),
   status: struct('PodStatus', {
     ...strings('phase', 'podIP', 'hostIP', 'qosClass', 'reason', 'message'),
-    podIPs: list(struct('PodIP', strings('ip'))),
+    podIPs: keyedList(struct('PodIP', strings('ip')), 'ip'),
     hostIPs: list(struct('HostIP', strings('ip'))),
-    conditions: list(condition),
+    conditions: keyedList(condition, 'type'),
     startTime: 'time',
     containerStatuses: list(
       struct('ContainerStatus', {
@@ -168,7 +193,7 @@ const node = struct('Node', {
   }),
   status: struct('NodeStatus', {
     addresses: list(struct('NodeAddress', strings('type', 'address'))),
-    conditions: list(condition),
+    conditions: keyedList(condition, 'type'),
     nodeInfo: map('string'),
   }),
 });
@@ -176,8 +201,14 @@ const node = struct('Node', {
 const serviceCIDR = struct('ServiceCIDR', {
   metadata: objectMeta,
   spec: struct('ServiceCIDRSpec', {cidrs: list('string')}),
-  status: struct('ServiceCIDRStatus', {conditions: list(condition)}),
+  status: struct('ServiceCIDRStatus', {conditions: keyedList(condition, 'type')}),
 });
+
+/** The schema of a resource: its own fields, or ObjectMeta only for kinds the lab does not describe. */
+export function resourceSchema(type: ResourceType): Struct {
+  const schema = schemas[type.storageKey] ?? struct(type.kind, {metadata: objectMeta});
+  return struct(schema.struct, {apiVersion: 'string', kind: 'string', ...schema.fields});
+}
 
 const schemas: Record<string, Struct> = {
   services: service,
@@ -289,8 +320,7 @@ function walk(value: unknown, type: FieldType, path: {field: string; goPath: str
  * with the field in details.causes. Changes nulls in place as Go's decoder reads them.
  */
 export function checkFieldTypes(type: ResourceType, obj: KubeObject): void {
-  const schema = schemas[type.storageKey] ?? struct(type.kind, {metadata: objectMeta});
-  const root = struct(schema.struct, {apiVersion: 'string', kind: 'string', ...schema.fields});
+  const root = resourceSchema(type);
   const found = walk(obj, root, {field: '', goPath: '', owner: root.struct});
   if (!found) return;
   const message = `${type.kind} in version "${type.version}" cannot be handled as a ${type.kind}: ${found.message}`;

@@ -11,7 +11,7 @@ import {deleteCollection, deleteObject} from './delete.ts';
 import {healthPaths, nonResourceDocument, sendDocument, sendHealth} from './non-resource.ts';
 import {getObject, listObjects} from './read.ts';
 import {readBody} from './request-body.ts';
-import {sendJson} from './response.ts';
+import {checkAccept, sendJson} from './response.ts';
 import {answerReview} from './review.ts';
 import {parseRoute, verbOf} from './routing.ts';
 import {watchObjects} from './watch.ts';
@@ -31,6 +31,11 @@ const resourceHandlers: Record<string, ResourceHandler> = {
 
 /** Verbs a subresource (status, binding) takes even where its resource's verbs lack them. */
 const subresourceVerbs = ['get', 'update', 'patch', 'create'];
+
+/** The manager a write's fields are recorded under: ?fieldManager=, else the User-Agent's product, as kube-apiserver. */
+function fieldManagerOf(req: IncomingMessage, url: URL): string {
+  return url.searchParams.get('fieldManager') || (req.headers['user-agent'] ?? '').split('/')[0].slice(0, 128);
+}
 
 export async function handleRequest(context: ServerContext, req: IncomingMessage, res: ServerResponse): Promise<void> {
   const url = new URL(req.url ?? '/', 'http://apiserver');
@@ -66,8 +71,13 @@ export async function handleRequest(context: ServerContext, req: IncomingMessage
   });
   if (!type.verbs.includes(verb) && !(route.subresource && subresourceVerbs.includes(verb))) throw methodNotAllowed();
   const dryRun = url.searchParams.getAll('dryRun').includes('All');
-  const writeOptions: WriteOptions = {dryRun, subresource: route.subresource === 'status' ? 'status' : ''};
+  const writeOptions: WriteOptions = {
+    dryRun,
+    subresource: route.subresource === 'status' ? 'status' : '',
+    fieldManager: fieldManagerOf(req, url),
+  };
 
+  checkAccept(req);
   if (isReview(type)) {
     if (method !== 'POST' || route.name) throw methodNotAllowed();
     sendJson(res, 201, answerReview(context.access, type, await readBody(req), user, route.namespace));

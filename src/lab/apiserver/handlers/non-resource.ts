@@ -1,9 +1,11 @@
 // Paths that name no resource: the health checks, /version, discovery (/api, /apis, resource lists)
-// and the OpenAPI document.
+// and the OpenAPI documents (v2, v3).
 import type {IncomingMessage, ServerResponse} from 'node:http';
 import {pathNotFound} from '../api-error.ts';
-import {coreVersions, group, groupList, openApiV2, openApiV2Protobuf, resourceList, serverVersion} from '../discovery.ts';
+import {coreVersions, group, groupList, resourceList, serverVersion} from '../discovery.ts';
+import {openApiV2, openApiV2Protobuf} from '../openapi-v2.ts';
 import {sendJson} from './response.ts';
+import {openApiV3Document, openApiV3Index} from '../openapi-v3.ts';
 
 export const healthPaths = new Set(['/healthz', '/livez', '/readyz']);
 
@@ -33,6 +35,12 @@ export function nonResourceDocument(
       return resourceList('', 'v1');
     case '/openapi/v2':
       return (req.headers.accept ?? '').includes('protobuf') ? openApiV2Protobuf() : openApiV2();
+  }
+  if (pathname === '/openapi/v3') return openApiV3Index();
+  if (pathname.startsWith('/openapi/v3/')) {
+    const document = openApiV3Document(pathname.slice('/openapi/v3/'.length));
+    if (!document) throw pathNotFound();
+    return document;
   }
   const m = pathname.match(/^\/apis\/([^/]+)(?:\/([^/]+))?$/);
   if (m) {

@@ -1,8 +1,9 @@
-// Reading request bodies (JSON or YAML) and DeleteOptions.
+// Reading request bodies (JSON, YAML or Kubernetes protobuf) and DeleteOptions.
 import type {IncomingMessage} from 'node:http';
 import {parse as parseYaml} from 'yaml';
 import {ApiError, badRequest} from '../api-error.ts';
 import type {DeleteOptions} from '../cluster-store.ts';
+import {decodeProtobufObject, protobufMediaType} from '../protobuf-codec.ts';
 
 const maxBodyBytes = 16 * 1024 * 1024;
 
@@ -14,9 +15,11 @@ export async function readBody(req: IncomingMessage): Promise<any> {
     if (size > maxBodyBytes) throw new ApiError(413, 'RequestEntityTooLarge', 'Request entity too large: limit is 3145728');
     chunks.push(chunk);
   }
-  const text = Buffer.concat(chunks).toString('utf8');
-  if (text.trim() === '') return undefined;
+  const bytes = Buffer.concat(chunks);
   const contentType = req.headers['content-type'] ?? 'application/json';
+  if (bytes.length > 0 && contentType.startsWith(protobufMediaType)) return decodeProtobufObject(bytes);
+  const text = bytes.toString('utf8');
+  if (text.trim() === '') return undefined;
   try {
     if (contentType.includes('yaml')) return parseYaml(text);
     return JSON.parse(text);

@@ -1,10 +1,22 @@
 // Writing answers: JSON objects, lists, Tables (kubectl's `as=Table`) and Status errors.
 import type {IncomingMessage, ServerResponse} from 'node:http';
-import {ApiError} from '../api-error.ts';
+import {ApiError, notAcceptable} from '../api-error.ts';
 import type {KubeObject} from '../object-log.ts';
 import {groupVersion, type ResourceType} from '../resources.ts';
 import {toTable, type IncludeObject} from '../table-printer.ts';
 import {present} from './served-version.ts';
+
+/**
+ * Answers are JSON (Tables and watch streams too): an Accept header that allows neither JSON nor any
+ * type is a 406. Clients that prefer protobuf also accept JSON (kubectl sends "protobuf,json").
+ */
+export function checkAccept(req: IncomingMessage): void {
+  const accept = req.headers.accept;
+  if (!accept) return;
+  const ranges = accept.split(',').map((range) => range.split(';')[0].trim().toLowerCase());
+  if (ranges.some((r) => r === '' || r === 'application/json' || r === '*/*' || r === 'application/*')) return;
+  throw notAcceptable(['application/json']);
+}
 
 export function tableRequest(req: IncomingMessage, url: URL): IncludeObject | undefined {
   const acceptHeader = req.headers.accept ?? '';

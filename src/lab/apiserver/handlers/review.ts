@@ -1,4 +1,5 @@
-// TokenReview and (Self/Local)SubjectAccessReview: answered from the access tables, never stored.
+// TokenReview, SelfSubjectReview, (Self/Local)SubjectAccessReview and SelfSubjectRulesReview: answered
+// from the access tables, never stored.
 import type {AccessControl, Attributes, UserInfo} from '../access-control.ts';
 import {badRequest, fieldError, invalid} from '../api-error.ts';
 import {groupVersion, type ResourceType} from '../resources.ts';
@@ -28,7 +29,14 @@ export function answerReview(
         : {authenticated: false, user: {}, error: 'invalid bearer token'},
     };
   }
+  if (type.resource === 'selfsubjectreviews') {
+    return {...base, status: {userInfo: {username: requester.username, uid: requester.uid, groups: requester.groups}}};
+  }
   const spec = body.spec ?? {};
+  if (type.resource === 'selfsubjectrulesreviews') {
+    if (!spec.namespace) throw badRequest('no namespace on request');
+    return {...base, status: {...access.rulesFor(requester, spec.namespace), incomplete: false}};
+  }
   let subject: UserInfo;
   if (type.resource === 'selfsubjectaccessreviews') subject = requester;
   else {

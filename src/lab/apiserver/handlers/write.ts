@@ -5,7 +5,10 @@ import {ClusterStore, type WriteOptions} from '../cluster-store.ts';
 import {endpointSliceFromV1beta1} from '../endpointslice-rules.ts';
 import {ObjectLog, type KubeObject} from '../object-log.ts';
 import type {ResourceType} from '../resources.ts';
-import type {ResourceHandler} from './context.ts';
+import type {ResourceHandler, ResourceRequest} from './context.ts';
+import {patchTypes} from '../patch.ts';
+import {validateFields} from '../field-validation.ts';
+import type {ServerResponse} from 'node:http';
 import {readBody} from './request-body.ts';
 import {sendJson, sendObject} from './response.ts';
 import type {Route} from './routing.ts';
@@ -22,7 +25,7 @@ export const createObject: ResourceHandler = async ({store}, {req, res, url, rou
     return;
   }
   if (route.name || (type.namespaced && !route.namespace)) throw methodNotAllowed();
-  const body = accept(type, await readBody(req));
+  const body = accept(type, validatedBody(type, await readBody(req), url, res));
   checkKind(type, body);
   const created = store.create(type, body, route.namespace, writeOptions);
   sendObject(req, res, url, type, 201, created);
@@ -31,7 +34,7 @@ export const createObject: ResourceHandler = async ({store}, {req, res, url, rou
 export const updateObject: ResourceHandler = async ({store}, {req, res, url, route, writeOptions}) => {
   const {type} = route;
   if (!route.name) throw methodNotAllowed();
-  const body = accept(type, await readBody(req));
+  const body = accept(type, validatedBody(type, await readBody(req), url, res));
   checkKind(type, body);
   const updated = store.update(type, body, route.namespace, writeOptions, route.name);
   sendObject(req, res, url, type, 200, updated);
@@ -41,13 +44,38 @@ export const patchObject: ResourceHandler = async ({store}, {req, res, url, rout
   const {type} = route;
   if (!route.name) throw methodNotAllowed();
   const contentType = req.headers['content-type'] ?? '';
-  if (contentType.startsWith('application/apply-patch')) throw unsupportedMediaType(contentType);
+  if (contentType.startsWith(patchTypes.apply)) {
+    await applyObject(store, {req, res, url, route, writeOptions});
+    return;
+  }
   const patch = await readBody(req);
+  if (!contentType.startsWith(patchTypes.json)) validateFields(type, patch, url, res);
   const patched = isV1beta1Slice(type)
     ? patchThroughV1beta1(store, type, route, contentType, patch, writeOptions)
     : store.patch(type, route.namespace, route.name, contentType, patch, writeOptions);
   sendObject(req, res, url, type, 200, patched);
 };
+
+function validatedBody(type: ResourceType, body: unknown, url: URL, res: ServerResponse): any {
+  validateFields(type, body, url, res);
+  return body;
+}
+
+/** Server-side apply: PATCH application/apply-patch+yaml with ?fieldManager= (required) and ?force=true. */
+async function applyObject(
+  store: ClusterStore,
+  {req, res, url, route, writeOptions}: Pick<ResourceRequest, 'req' | 'res' | 'url' | 'route' | 'writeOptions'>,
+) {
+  const {type} = route;
+  const manager = url.searchParams.get('fieldManager') ?? '';
+  if (!manager) throw invalid('PatchOptions', 'meta.k8s.io', '', [fieldError.required('fieldManager', 'is required for apply patch')]);
+  if (isV1beta1Slice(type)) throw unsupportedMediaType(req.headers['content-type'] ?? '');
+  const body = accept(type, validatedBody(type, await readBody(req), url, res));
+  checkKind(type, body);
+  const force = url.searchParams.get('force') === 'true';
+  const {object, created} = store.apply(type, route.namespace, route.name!, body, {manager, force}, writeOptions);
+  sendObject(req, res, url, type, created ? 201 : 200, object);
+}
 
 function patchThroughV1beta1(
   store: ClusterStore,
