@@ -220,8 +220,16 @@ function comparableOrder(table: string, chain: string, texts: string[]): string[
 
 function sameOrderFree(table: string, chain: string, a: IptablesRule[], b: IptablesRule[]): boolean {
   if (!orderFreeChains[table]?.has(chain) || a.length !== b.length) return false;
-  const sortedA = comparableOrder(table, chain, a.map((rule) => rule.text));
-  const sortedB = comparableOrder(table, chain, b.map((rule) => rule.text));
+  const sortedA = comparableOrder(
+    table,
+    chain,
+    a.map((rule) => rule.text),
+  );
+  const sortedB = comparableOrder(
+    table,
+    chain,
+    b.map((rule) => rule.text),
+  );
   return sortedA.every((text, index) => text === sortedB[index]);
 }
 

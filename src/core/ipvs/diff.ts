@@ -29,8 +29,41 @@ export function withJumpRules(iptables: string): string {
   });
 }
 
+/**
+ * SetEntryOwners finds the service port a set entry belongs to from the desired virtual servers:
+ * "IP,proto:PORT[,...]" entries by their virtual server, NodePort entries ("PORT" in a set of
+ * one protocol) by the service port with that NodePort. Entries no service port claims alone
+ * (KUBE-LOOP-BACK's endpoints, health-check ports) stay with no service.
+ */
+class SetEntryOwners {
+  private byServer: Map<string, string>;
+  private byNodePort = new Map<string, string>();
+
+  constructor(owners: Map<string, string>, servers: IpvsState['virtualServers']) {
+    this.byServer = owners;
+    const clusterKeys = new Map<string, Set<string>>();
+    for (const server of servers) {
+      const key = `${server.protocol.toLowerCase()}:${server.port}`;
+      if (!clusterKeys.has(key)) clusterKeys.set(key, new Set());
+      clusterKeys.get(key)!.add(server.servicePort || owners.get(virtualServerKey(server)) || '');
+    }
+    for (const [key, ports] of clusterKeys) if (ports.size === 1) this.byNodePort.set(key, [...ports][0]);
+  }
+
+  of(set: string, entry: string): string {
+    const address = /^(\[?[0-9a-fA-F.:]+?\]?),(tcp|udp|sctp):(\d+)/.exec(entry);
+    if (address && !/LOOP-BACK$/.test(set)) {
+      const protocol = address[2].toUpperCase() as 'TCP' | 'UDP' | 'SCTP';
+      return this.byServer.get(virtualServerKey({protocol, address: address[1].replace(/^\[|\]$/g, ''), port: Number(address[3])})) ?? '';
+    }
+    const nodePort = /NODE-PORT(?:-LOCAL)?-(TCP|UDP|SCTP)$/.exec(set);
+    if (nodePort && /^\d+$/.test(entry)) return this.byNodePort.get(`${nodePort[1].toLowerCase()}:${entry}`) ?? '';
+    return '';
+  }
+}
+
 /** stateLines lists the state as one line per fact, keyed by the service port it belongs to. */
-function stateLines(state: IpvsState, owners: Map<string, string>): Map<string, string> {
+function stateLines(state: IpvsState, owners: Map<string, string>, entryOwners: SetEntryOwners): Map<string, string> {
   const lines = new Map<string, string>();
   for (const server of state.virtualServers) {
     const owner = server.servicePort || owners.get(virtualServerKey(server)) || '';
@@ -38,7 +71,7 @@ function stateLines(state: IpvsState, owners: Map<string, string>): Map<string, 
   }
   for (const set of state.sets) {
     lines.set(`create ${set.name} ${set.type}`, '');
-    for (const entry of set.entries) lines.set(`add ${set.name} ${entry}`, '');
+    for (const entry of set.entries) lines.set(`add ${set.name} ${entry}`, entryOwners.of(set.name, entry));
   }
   for (const address of state.boundAddresses) lines.set(`address ${address} dev ${dummyDevice}`, '');
   return lines;
@@ -50,8 +83,9 @@ function stateLines(state: IpvsState, owners: Map<string, string>): Map<string, 
  */
 export function diffIpvs(desired: IpvsState, applied: IpvsState): IpvsDiff {
   const owners = new Map(desired.virtualServers.map((server) => [virtualServerKey(server), server.servicePort]));
-  const want = stateLines(desired, owners);
-  const have = stateLines(applied, owners);
+  const entryOwners = new SetEntryOwners(owners, desired.virtualServers);
+  const want = stateLines(desired, owners, entryOwners);
+  const have = stateLines(applied, owners, entryOwners);
   const groups = new Map<string, IpvsDiffGroup>();
   const group = (servicePort: string) => {
     let found = groups.get(servicePort);
