@@ -1,0 +1,88 @@
+// kube-proxy's own published rules (test/fixtures/kube-proxy) against proxyctl's idea of them:
+// diff --rules of each case's node dump, as iptables-save of either front end prints it, with
+// the case's objects and node settings finds no drift; without any one rule, it names exactly
+// the service port that rule belongs to.
+import assert from 'node:assert/strict';
+import {mkdtempSync, readFileSync, rmSync, writeFileSync} from 'node:fs';
+import {tmpdir} from 'node:os';
+import {join} from 'node:path';
+import {after, describe, it} from 'node:test';
+import {Flags, Parser} from '@oclif/core';
+import {servicePortOfComment} from '../../src/core/iptables/ruleset.ts';
+import {modelFlags, offlineSettings} from '../../src/plugin/lib/model-flags.ts';
+import {readOfflineModel} from '../../src/plugin/lib/model-input.ts';
+import {diffOffline} from '../../src/plugin/lib/offline-diff.ts';
+import {readRulesDump, splitDump} from '../../src/plugin/lib/rules-dump.ts';
+import {kubeProxyCases, type KubeProxyCase} from '../fixtures/kube-proxy/fixtures.ts';
+import {describeRun, runPlugin} from './agent-cluster.ts';
+
+const dir = mkdtempSync(join(tmpdir(), 'pxkpfix-'));
+after(() => rmSync(dir, {recursive: true, force: true}));
+
+/** The case's node.flags read by diff's own flag definitions. */
+async function caseModel(fixture: KubeProxyCase) {
+  const {flags} = await Parser.parse(fixture.flags, {flags: {...modelFlags, output: Flags.string({default: 'text'})}, strict: true});
+  return readOfflineModel([fixture.objects], offlineSettings(flags as Parameters<typeof offlineSettings>[0]));
+}
+
+async function drift(fixture: KubeProxyCase, dumpText: string) {
+  const offline = await caseModel(fixture);
+  assert.deepEqual(offline.problems, []);
+  const dump = readRulesDump(splitDump('node dump', dumpText), offline.model.family);
+  return diffOffline(offline.model, dump, {serviceCIDRs: offline.serviceCIDRs, nftablesLayout: 'proxyctl'});
+}
+
+for (const fixture of kubeProxyCases('iptables')) {
+  describe(`kube-proxy iptables fixture ${fixture.name}`, () => {
+    for (const frontEnd of ['nft', 'legacy']) {
+      const dumpFile = join(fixture.dir, `node.${frontEnd}.iptables-save`);
+
+      it(`iptables-${frontEnd}: diff --rules finds no drift (exit 0)`, async () => {
+        const run = await runPlugin(['diff', '--rules', dumpFile, '-f', fixture.objects, ...fixture.flags]);
+        assert.equal(run.code, 0, describeRun(run));
+        assert.equal(run.stdout, '');
+        assert.doesNotMatch(run.stderr, /no jump/);
+      });
+
+      it(`iptables-${frontEnd}: without any one rule of a service port, diff names exactly that port`, async () => {
+        const lines = readFileSync(dumpFile, 'utf8').split('\n');
+        let checked = 0;
+        for (const [index, line] of lines.entries()) {
+          const comment = /--comment (?:"([^"]*)"|(\S+))/.exec(line);
+          const port = servicePortOfComment(comment?.[1] ?? comment?.[2]);
+          if (!line.startsWith('-A ') || !port) continue;
+          const result = await drift(fixture, lines.filter((_, other) => other !== index).join('\n'));
+          assert.deepEqual(result.drifted, [port], `without: ${line}`);
+          assert.equal(result.otherRulesDiffer, false, line);
+          checked++;
+        }
+        assert.ok(checked > 10, `only ${checked} rules of service ports`);
+      });
+    }
+
+    it("kube-proxy's rules as its test publishes them (restore input): the service rules match, and the missing jumps are named", async () => {
+      const path = join(fixture.dir, 'kube-proxy.rules');
+      const run = await runPlugin(['diff', '--rules', path, '-f', fixture.objects, ...fixture.flags, '-o', 'json']);
+      assert.equal(run.code, 1, describeRun(run));
+      const answer = JSON.parse(run.stdout);
+      assert.deepEqual(answer.drifted, []);
+      assert.equal(answer.otherRulesDiffer, true);
+      assert.ok(answer.groups[0].missing.every((line: string) => / -A (PREROUTING|INPUT|FORWARD|OUTPUT|POSTROUTING) /.test(line)));
+      assert.match(run.stderr, /no jump from nat PREROUTING or OUTPUT into KUBE-SERVICES: this looks like iptables-restore input/);
+    });
+
+    it('a rule kube-proxy does not write is named as unexpected under its service port', async () => {
+      const text = readFileSync(join(fixture.dir, 'node.nft.iptables-save'), 'utf8');
+      const sep = /^-A (KUBE-SEP-\w+) -s (\S+) -m comment --comment ("?)([^"\s]+)"? -j KUBE-MARK-MASQ$/m.exec(text);
+      assert.ok(sep);
+      const port = sep[4];
+      const comment = `${sep[3]}${port}${sep[3]}`;
+      const extra = text.replace(sep[0], `${sep[0]}\n-A ${sep[1]} -s 203.0.113.9/32 -m comment --comment ${comment} -j ACCEPT`);
+      const path = join(dir, `${fixture.name}-extra.iptables-save`);
+      writeFileSync(path, extra);
+      const result = await drift(fixture, extra);
+      assert.deepEqual(result.drifted, [port]);
+      assert.deepEqual(result.groups[0].unexpected, [`-t nat -A ${sep[1]} -s 203.0.113.9/32 -m comment --comment ${comment} -j ACCEPT`]);
+    });
+  });
+}
