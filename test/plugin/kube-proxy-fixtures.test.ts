@@ -86,3 +86,31 @@ for (const fixture of kubeProxyCases('iptables')) {
     });
   });
 }
+
+for (const fixture of kubeProxyCases('ipvs')) {
+  describe(`kube-proxy ipvs fixture ${fixture.name}`, () => {
+    const dumpFile = join(fixture.dir, 'kube-proxy.ipvs');
+
+    it('ipvsadm-save -n and ipset save: diff --rules finds no drift (exit 0)', async () => {
+      const run = await runPlugin(['diff', '--rules', dumpFile, '-f', fixture.objects, ...fixture.flags]);
+      assert.equal(run.code, 0, describeRun(run));
+      assert.equal(run.stdout, '');
+      assert.match(run.stderr, /ipvs mode: no iptables-save output given; only the parts given are read/);
+    });
+
+    it('without any one real server or set entry, diff names exactly its service port', async () => {
+      const lines = readFileSync(dumpFile, 'utf8').split('\n');
+      const ports = new Set((await caseModel(fixture)).model.servicePorts.map((port) => port.key));
+      let checked = 0;
+      for (const [index, line] of lines.entries()) {
+        if (!/^(-a |add )/.test(line)) continue;
+        const result = await drift(fixture, lines.filter((_, other) => other !== index).join('\n'));
+        assert.equal(result.drifted.length, 1, `without: ${line}: ${JSON.stringify(result.groups)}`);
+        assert.ok(ports.has(result.drifted[0]), line);
+        assert.equal(result.otherRulesDiffer, false, line);
+        checked++;
+      }
+      assert.ok(checked >= 6, `only ${checked} lines checked`);
+    });
+  });
+}

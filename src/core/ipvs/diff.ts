@@ -31,46 +31,60 @@ export function withJumpRules(iptables: string): string {
 
 /**
  * SetEntryOwners finds the service port a set entry belongs to from the desired virtual servers:
- * "IP,proto:PORT[,...]" entries by their virtual server, NodePort entries ("PORT" in a set of
- * one protocol) by the service port with that NodePort. Entries no service port claims alone
- * (KUBE-LOOP-BACK's endpoints, health-check ports) stay with no service.
+ * "IP,proto:PORT[,...]" entries by their virtual server, KUBE-LOOP-BACK's by the real server,
+ * NodePort entries ("PORT" in a set of one protocol) by the servers on that port, KUBE-IPVS-IPS'
+ * addresses by the servers on that address: each when one service port alone claims it.
  */
 class SetEntryOwners {
   private byServer: Map<string, string>;
-  private byNodePort = new Map<string, string>();
+  private claims = new Map<string, Set<string>>();
 
   constructor(owners: Map<string, string>, servers: IpvsState['virtualServers']) {
     this.byServer = owners;
-    const clusterKeys = new Map<string, Set<string>>();
     for (const server of servers) {
-      const key = `${server.protocol.toLowerCase()}:${server.port}`;
-      if (!clusterKeys.has(key)) clusterKeys.set(key, new Set());
-      clusterKeys.get(key)!.add(server.servicePort || owners.get(virtualServerKey(server)) || '');
+      const owner = server.servicePort || owners.get(virtualServerKey(server)) || '';
+      const protocol = server.protocol.toLowerCase();
+      this.claim(`port ${protocol}:${server.port}`, owner);
+      this.claim(`address ${server.address}`, owner);
+      for (const real of server.realServers) this.claim(`endpoint ${real.address},${protocol}:${real.port}`, owner);
     }
-    for (const [key, ports] of clusterKeys) if (ports.size === 1) this.byNodePort.set(key, [...ports][0]);
+  }
+
+  private claim(key: string, owner: string): void {
+    if (!this.claims.has(key)) this.claims.set(key, new Set());
+    this.claims.get(key)!.add(owner);
+  }
+
+  private sole(key: string): string {
+    const owners = this.claims.get(key);
+    return owners?.size === 1 ? [...owners][0] : '';
   }
 
   of(set: string, entry: string): string {
-    const address = /^(\[?[0-9a-fA-F.:]+?\]?),(tcp|udp|sctp):(\d+)/.exec(entry);
-    if (address && !/LOOP-BACK$/.test(set)) {
+    const address = /^\[?([0-9a-fA-F.:]+?)\]?,(tcp|udp|sctp):(\d+)/.exec(entry);
+    if (address && /LOOP-BACK$/.test(set)) return this.sole(`endpoint ${address[1]},${address[2]}:${address[3]}`);
+    if (address) {
       const protocol = address[2].toUpperCase() as 'TCP' | 'UDP' | 'SCTP';
-      return this.byServer.get(virtualServerKey({protocol, address: address[1].replace(/^\[|\]$/g, ''), port: Number(address[3])})) ?? '';
+      return this.byServer.get(virtualServerKey({protocol, address: address[1], port: Number(address[3])})) ?? '';
     }
     const nodePort = /NODE-PORT(?:-LOCAL)?-(TCP|UDP|SCTP)$/.exec(set);
-    if (nodePort && /^\d+$/.test(entry)) return this.byNodePort.get(`${nodePort[1].toLowerCase()}:${entry}`) ?? '';
+    if (nodePort && /^\d+$/.test(entry)) return this.sole(`port ${nodePort[1].toLowerCase()}:${entry}`);
+    if (/IPVS-IPS$/.test(set)) return this.sole(`address ${entry}`);
     return '';
   }
 }
 
 /** stateLines lists the state as one line per fact, keyed by the service port it belongs to. */
-function stateLines(state: IpvsState, owners: Map<string, string>, entryOwners: SetEntryOwners): Map<string, string> {
+function stateLines(state: IpvsState, owners: Map<string, string>, entryOwners: SetEntryOwners, typed: Set<string>): Map<string, string> {
   const lines = new Map<string, string>();
   for (const server of state.virtualServers) {
     const owner = server.servicePort || owners.get(virtualServerKey(server)) || '';
     for (const line of formatIpvsadmRestore([server]).trim().split('\n')) lines.set(line, owner);
   }
   for (const set of state.sets) {
-    lines.set(`create ${set.name} ${set.type}`, '');
+    // An empty set matches nothing: whether it exists changes no packet (kube-proxy creates sets it
+    // never fills), and a set one side lacks shows as its entries. Types count where both hold entries.
+    if (typed.has(set.name)) lines.set(`create ${set.name} ${set.type}`, '');
     for (const entry of set.entries) lines.set(`add ${set.name} ${entry}`, entryOwners.of(set.name, entry));
   }
   for (const address of state.boundAddresses) lines.set(`address ${address} dev ${dummyDevice}`, '');
@@ -84,8 +98,11 @@ function stateLines(state: IpvsState, owners: Map<string, string>, entryOwners: 
 export function diffIpvs(desired: IpvsState, applied: IpvsState): IpvsDiff {
   const owners = new Map(desired.virtualServers.map((server) => [virtualServerKey(server), server.servicePort]));
   const entryOwners = new SetEntryOwners(owners, desired.virtualServers);
-  const want = stateLines(desired, owners, entryOwners);
-  const have = stateLines(applied, owners, entryOwners);
+  const filled = (state: IpvsState) => new Set(state.sets.filter((set) => set.entries.length > 0).map((set) => set.name));
+  const appliedFilled = filled(applied);
+  const typed = new Set([...filled(desired)].filter((name) => appliedFilled.has(name)));
+  const want = stateLines(desired, owners, entryOwners, typed);
+  const have = stateLines(applied, owners, entryOwners, typed);
   const groups = new Map<string, IpvsDiffGroup>();
   const group = (servicePort: string) => {
     let found = groups.get(servicePort);

@@ -72,7 +72,6 @@ Without a cluster: --rules FILE -f OBJECTS compares saved rules (kube-proxy's or
       default: 'proxyctl',
       helpGroup: 'OFFLINE',
     })(),
-    'ipvs-scheduler': Flags.string({summary: "Offline, ipvs: kube-proxy's ipvs.scheduler.", default: 'rr', helpGroup: 'OFFLINE'}),
   };
 
   async run(): Promise<void> {

@@ -81,7 +81,11 @@ In iptables mode the first line, a comment, records the node addresses the rules
       throw error;
     }
     const {model, problems, warnings, serviceCIDRs} = offline;
-    process.stdout.write(flags.output === 'json' ? formatData(model, 'json') : renderRules(model, flags.mode, flags.part, {serviceCIDRs}));
+    process.stdout.write(
+      flags.output === 'json'
+        ? formatData(model, 'json')
+        : renderRules(model, flags.mode, flags.part, {serviceCIDRs, scheduler: flags['ipvs-scheduler']}),
+    );
     for (const warning of warnings) process.stderr.write(`warning: ${warning}\n`);
     if (problems.length > 0) {
       for (const problem of problems) process.stderr.write(`skipped: ${problem}\n`);

@@ -51,6 +51,7 @@ export const modelFlags = {
     multiple: true,
     delimiter: ',',
   }),
+  'ipvs-scheduler': Flags.string({summary: "ipvs mode: the virtual servers' scheduler (kube-proxy's ipvs.scheduler).", default: 'rr'}),
   'random-fully': Flags.option({
     summary: 'iptables mode: iptables knows MASQUERADE --random-fully (1.6.2 and later). Default: true.',
     options: ['true', 'false'] as const,
