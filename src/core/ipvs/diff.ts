@@ -39,8 +39,10 @@ class SetEntryOwners {
   private byServer: Map<string, string>;
   private claims = new Map<string, Set<string>>();
 
-  constructor(owners: Map<string, string>, servers: IpvsState['virtualServers']) {
+  constructor(owners: Map<string, string>, servers: IpvsState['virtualServers'], nodePorts: Map<string, string>) {
     this.byServer = owners;
+    // A node without addresses for NodePorts has no virtual server on them; the caller's model still knows whose they are.
+    for (const [port, owner] of nodePorts) this.claim(`port ${port}`, owner);
     for (const server of servers) {
       const owner = server.servicePort || owners.get(virtualServerKey(server)) || '';
       const protocol = server.protocol.toLowerCase();
@@ -91,13 +93,18 @@ function stateLines(state: IpvsState, owners: Map<string, string>, entryOwners: 
   return lines;
 }
 
+export interface DiffIpvsOptions {
+  /** "tcp:30080" -> the service port with that NodePort, for NodePort set entries. */
+  nodePorts?: Map<string, string>;
+}
+
 /**
  * diffIpvs compares virtual and real servers, set entries, bound addresses and the iptables layer.
  * `applied.iptables` is the node's iptables-save text; only the proxy's chains and jumps count.
  */
-export function diffIpvs(desired: IpvsState, applied: IpvsState): IpvsDiff {
+export function diffIpvs(desired: IpvsState, applied: IpvsState, options: DiffIpvsOptions = {}): IpvsDiff {
   const owners = new Map(desired.virtualServers.map((server) => [virtualServerKey(server), server.servicePort]));
-  const entryOwners = new SetEntryOwners(owners, desired.virtualServers);
+  const entryOwners = new SetEntryOwners(owners, desired.virtualServers, options.nodePorts ?? new Map());
   const filled = (state: IpvsState) => new Set(state.sets.filter((set) => set.entries.length > 0).map((set) => set.name));
   const appliedFilled = filled(applied);
   const typed = new Set([...filled(desired)].filter((name) => appliedFilled.has(name)));

@@ -87,7 +87,10 @@ export function diffOffline(model: ProxyModel, dump: RulesDump, options: Offline
     ({groups, text} = diffNftables(desired, dump.ruleset, {service: options.service}));
   } else {
     const [desired, applied] = ipvsSides(model, dump, options.scheduler);
-    const result = diffIpvs(desired, applied);
+    const nodePorts = new Map(
+      model.servicePorts.filter((port) => port.nodePort > 0).map((port) => [`${port.protocol.toLowerCase()}:${port.nodePort}`, port.key]),
+    );
+    const result = diffIpvs(desired, applied, {nodePorts});
     groups = result.groups.filter((group) => matchesService(group.servicePort, options.service));
     text = groups.length === result.groups.length ? result.text : ipvsDiffText(groups);
   }
