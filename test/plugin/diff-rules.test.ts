@@ -2,7 +2,7 @@
 // each mode against what should be programmed for the objects. Exit 0: they match; 1: they differ,
 // each drifting service port named NAMESPACE/NAME:PORT; 2: bad input.
 import assert from 'node:assert/strict';
-import {mkdtempSync, rmSync, writeFileSync} from 'node:fs';
+import {mkdtempSync, readFileSync, rmSync, writeFileSync} from 'node:fs';
 import {tmpdir} from 'node:os';
 import {join} from 'node:path';
 import {after, describe, it} from 'node:test';
@@ -68,6 +68,22 @@ describe('kubectl proxyctl diff --rules', () => {
     const answer = parse(run.stdout);
     assert.deepEqual(answer.drifted, ['default/nginx:http']);
     assert.equal(answer.otherRulesDiffer, false);
+  });
+
+  it('nftables: the table as `nft list ruleset` printed it, as text and as JSON, matches (exit 0)', async () => {
+    for (const name of ['example.nft-list.txt', 'example.nft-list.json']) {
+      const run = await runPlugin(['diff', '--rules', join(root, 'test/plugin/dumps', name), '-f', example]);
+      assert.equal(run.code, 0, `${name}: ${describeRun(run)}`);
+    }
+  });
+
+  it('nftables: a verdict-map element missing from the listing names its service port (exit 1)', async () => {
+    const listing = readFileSync(join(root, 'test/plugin/dumps/example.nft-list.txt'), 'utf8');
+    const tampered = listing.replace(/\s*10\.96\.0\.80 \. tcp \. 80 : goto service-\S+ \}/, ' }').replace(/,\s*\}/, ' }');
+    assert.notEqual(tampered, listing);
+    const run = await runPlugin(['diff', '--rules', saved('nft-tampered.txt', tampered), '-f', example, '-o', 'json']);
+    assert.equal(run.code, 1, describeRun(run));
+    assert.deepEqual(JSON.parse(run.stdout).drifted, ['default/nginx:http']);
   });
 
   it('refuses a file of no known format, naming the file and line (exit 2)', async () => {
