@@ -7,23 +7,16 @@ import {mkdtempSync, readFileSync, rmSync, writeFileSync} from 'node:fs';
 import {tmpdir} from 'node:os';
 import {join} from 'node:path';
 import {after, describe, it} from 'node:test';
-import {Flags, Parser} from '@oclif/core';
 import {servicePortOfComment} from '../../src/core/iptables/ruleset.ts';
-import {modelFlags, offlineSettings} from '../../src/plugin/lib/model-flags.ts';
-import {readOfflineModel} from '../../src/plugin/lib/model-input.ts';
 import {diffOffline} from '../../src/plugin/lib/offline-diff.ts';
 import {readRulesDump, splitDump} from '../../src/plugin/lib/rules-dump.ts';
-import {kubeProxyCases, type KubeProxyCase} from '../fixtures/kube-proxy/fixtures.ts';
+import {kubeProxyCaseModel, kubeProxyCases, type KubeProxyCase} from '../fixtures/kube-proxy/fixtures.ts';
 import {describeRun, runPlugin} from './agent-cluster.ts';
 
 const dir = mkdtempSync(join(tmpdir(), 'pxkpfix-'));
 after(() => rmSync(dir, {recursive: true, force: true}));
 
-/** The case's node.flags read by diff's own flag definitions. */
-async function caseModel(fixture: KubeProxyCase) {
-  const {flags} = await Parser.parse(fixture.flags, {flags: {...modelFlags, output: Flags.string({default: 'text'})}, strict: true});
-  return readOfflineModel([fixture.objects], offlineSettings(flags as Parameters<typeof offlineSettings>[0]));
-}
+const caseModel = kubeProxyCaseModel;
 
 async function drift(fixture: KubeProxyCase, dumpText: string) {
   const offline = await caseModel(fixture);

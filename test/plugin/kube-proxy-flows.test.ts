@@ -7,13 +7,10 @@ import assert from 'node:assert/strict';
 import {readFileSync} from 'node:fs';
 import {join} from 'node:path';
 import {describe, it} from 'node:test';
-import {Flags, Parser} from '@oclif/core';
 import {parse} from 'yaml';
 import {renderIptables} from '../../src/core/iptables/index.ts';
-import {modelFlags, offlineSettings} from '../../src/plugin/lib/model-flags.ts';
-import {readOfflineModel} from '../../src/plugin/lib/model-input.ts';
 import {readRulesDump, splitDump, traceDump} from '../../src/plugin/lib/rules-dump.ts';
-import {kubeProxyCases} from '../fixtures/kube-proxy/fixtures.ts';
+import {kubeProxyCaseModel, kubeProxyCases} from '../fixtures/kube-proxy/fixtures.ts';
 
 /** The IPv4 addresses of kube-proxy's fake node (testNodeIP, testNodeIPAlt, testExternalIP). */
 const nodeIPs = ['192.168.0.2', '192.168.1.2', '192.168.99.11'];
@@ -30,8 +27,7 @@ interface Flow {
 
 for (const fixture of kubeProxyCases('iptables-flows')) {
   describe(`kube-proxy's packet flows: ${fixture.name}`, async () => {
-    const {flags} = await Parser.parse(fixture.flags, {flags: {...modelFlags, output: Flags.string({default: 'text'})}, strict: true});
-    const offline = await readOfflineModel([fixture.objects], offlineSettings(flags as Parameters<typeof offlineSettings>[0]));
+    const offline = await kubeProxyCaseModel(fixture);
     const dump = readRulesDump(splitDump('render', renderIptables(offline.model, {includeJumps: true})));
     const flows = parse(readFileSync(join(fixture.dir, 'flows.yaml'), 'utf8')) as Flow[];
 
