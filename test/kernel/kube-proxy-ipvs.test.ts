@@ -88,7 +88,9 @@ describe("kube-proxy's ipvs state in a kernel with IP_VS", {concurrency: false, 
         }
         await execInNamespace(node, ['ipset', 'restore'], {input: `${ipset.join('\n')}\n`});
         await execInNamespace(node, ['ipvsadm', '-R'], {input: `${ipvsadm.join('\n')}\n`});
-        readBack = (await execInNamespace(node, ['ipvsadm', '-Sn'])).stdout + (await execInNamespace(node, ['ipset', 'save'])).stdout;
+        // One dump after the other, each on its own lines, as a user saves them into one file.
+        const saved = [(await execInNamespace(node, ['ipvsadm', '-Sn'])).stdout, (await execInNamespace(node, ['ipset', 'save'])).stdout];
+        readBack = saved.map((part) => `${part.trimEnd()}\n`).join('');
         await apps.start(endpoints.map((ip, index) => ({namespace: endpointNs(index), name: `ep-${ip}`, httpPort: 80, udpPort: 5353})));
       });
       after(async () => {

@@ -3,7 +3,7 @@
 // the case's objects and node settings finds no drift; without any one rule, it names exactly
 // the service port that rule belongs to.
 import assert from 'node:assert/strict';
-import {mkdtempSync, readFileSync, rmSync, writeFileSync} from 'node:fs';
+import {existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync} from 'node:fs';
 import {tmpdir} from 'node:os';
 import {join} from 'node:path';
 import {after, describe, it} from 'node:test';
@@ -90,6 +90,15 @@ for (const fixture of kubeProxyCases('ipvs')) {
       assert.equal(run.stdout, '');
       assert.match(run.stderr, /ipvs mode: no iptables-save output given; only the parts given are read/);
     });
+
+    // Read back from Debian's kernel in the qemu guest, for the cases that have it.
+    const nodeDump = join(fixture.dir, 'node.ipvs');
+    if (existsSync(nodeDump)) {
+      it('as a kernel printed it back (ipvsadm -Sn, ipset save): no drift', async () => {
+        const result = await drift(fixture, readFileSync(nodeDump, 'utf8'));
+        assert.equal(result.equal, true, result.text);
+      });
+    }
 
     it('without any one real server or set entry, diff names exactly its service port', async () => {
       const lines = readFileSync(dumpFile, 'utf8').split('\n');
