@@ -108,6 +108,14 @@ describe('format detection', () => {
     );
   });
 
+  it('refuses an ipvsadm line whose weight is no number (two dumps glued on one line), naming it', () => {
+    const glued = '-A -t 10.96.0.10:80 -s rr\n-a -t 10.96.0.10:80 -r 10.244.1.5:8080 -m -w 1create KUBE-CLUSTER-IP hash:ip,port\n';
+    assert.throws(
+      () => readRulesDump(readDumpFiles([file('glued.txt', glued)])),
+      (error: unknown) => error instanceof DumpError && error.line === 2 && /weight "1create" is no whole number/.test(error.message),
+    );
+  });
+
   it("warns that restore input without the built-in chains' jumps is no node's dump", () => {
     const dump = readRulesDump(readDumpFiles([file('restore.txt', renderIptables(exampleModel()))]));
     assert.equal(dump.mode, 'iptables');

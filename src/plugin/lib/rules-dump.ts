@@ -126,8 +126,9 @@ function failureLine(part: DumpPart, error: unknown): number {
   if (error instanceof IptablesParseError || error instanceof NftListingError) return part.firstLine + error.line - 1;
   const scriptLine = /line (\d+)/.exec(errorText(error));
   if (scriptLine) return part.firstLine + Number(scriptLine[1]) - 1;
-  const quoted = /: ([^:]+)$/.exec(errorText(error))?.[1]?.trim();
-  const at = quoted ? part.text.split('\n').findIndex((line) => line.trim() === quoted) : -1;
+  // The ipvsadm and ipset readers end their message with the line they refused.
+  const message = errorText(error);
+  const at = part.text.split('\n').findIndex((line) => line.trim() !== '' && message.endsWith(line.trim()));
   return part.firstLine + Math.max(at, 0);
 }
 
