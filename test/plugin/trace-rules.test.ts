@@ -14,19 +14,12 @@ after(() => rmSync(dir, {recursive: true, force: true}));
 
 const trace = (rules: string[], ...extra: string[]) => runPlugin(['trace', ...rules.flatMap((file) => ['--rules', file]), ...extra]);
 
+/** A pod's packet to ns1/svc1's ClusterIP in kube-proxy's overall case, traced over `file`. */
+const podToSvc1 = (file: string) => trace([file], '--src', '10.0.0.2', '--dst', '172.30.0.41:80', '--node-ip', '192.168.0.2', '-o', 'json');
+
 describe('kubectl proxyctl trace --rules', () => {
   it("over a node's dump of kube-proxy's rules: the packet is DNATed to the endpoint, no warning", async () => {
-    const run = await trace(
-      [join(overall.dir, 'node.legacy.iptables-save')],
-      '--src',
-      '10.0.0.2',
-      '--dst',
-      '172.30.0.41:80',
-      '--node-ip',
-      '192.168.0.2',
-      '-o',
-      'json',
-    );
+    const run = await podToSvc1(join(overall.dir, 'node.legacy.iptables-save'));
     assert.equal(run.code, 0, describeRun(run));
     const result = JSON.parse(run.stdout);
     assert.equal(result.verdict, 'DNAT');
@@ -38,17 +31,7 @@ describe('kubectl proxyctl trace --rules', () => {
   });
 
   it("over kube-proxy's restore input without jumps: a warning says why nothing matches", async () => {
-    const run = await trace(
-      [join(overall.dir, 'kube-proxy.rules')],
-      '--src',
-      '10.0.0.2',
-      '--dst',
-      '172.30.0.41:80',
-      '--node-ip',
-      '192.168.0.2',
-      '-o',
-      'json',
-    );
+    const run = await podToSvc1(join(overall.dir, 'kube-proxy.rules'));
     assert.equal(run.code, 0, describeRun(run));
     assert.equal(JSON.parse(run.stdout).verdict, 'ACCEPT');
     assert.match(
