@@ -18,7 +18,8 @@ interface NodeDiff {
 }
 
 export default class Diff extends AgentCommand {
-  static override summary = "Compare the rules an agent means to have with the rules in its node's kernel.";
+  static override summary =
+    "Compare the rules an agent means to have with the rules in its node's kernel, or saved rules with the objects they were written for.";
   static override description =
     `Prints a unified diff, grouped by service, of the rules the agent on NODE means to have ("--- desired") against the rules its kernel holds ("+++ applied"): a "-" line is a rule missing from the kernel, a "+" line one that is there but not wanted. Rules someone deleted, changed or slipped in show up here. Exit code 0: no difference; 1: they differ; 2 or more: an error, as kubectl diff.
 
@@ -38,7 +39,7 @@ Without a cluster: --rules FILE -f OBJECTS compares saved rules (kube-proxy's or
     {
       description: "Offline, ipvs mode: the node's three dumps",
       command:
-        'ipvsadm-save -n > node-1.ipvs; ipset save >> node-1.ipvs; iptables-save >> node-1.ipvs; <%= config.bin %> diff --rules node-1.ipvs -f services.yaml --node-name node-1 --cluster-cidr 10.244.0.0/16 -o yaml',
+        '(ipvsadm-save -n; ipset save; iptables-save) > node-1.ipvs && <%= config.bin %> diff --rules node-1.ipvs -f services.yaml --node-name node-1 --cluster-cidr 10.244.0.0/16 -o yaml',
     },
   ];
 
