@@ -222,6 +222,8 @@ test('ipvs proxier: the first sync prepares the node and writes the whole state 
 
 test('ipvs proxier: an endpoint change writes only that real server and its set entries; a drained one goes', async () => {
   const objects = objectsWithWeb();
+  // On this node, so that each endpoint has its KUBE-LOOP-BACK entry (kube-proxy writes none for remote ones).
+  objects.slicesByName.set('web-1', slice('web-1', 'web', ['10.244.2.5', '10.244.2.6'], {nodeName: 'node-1'}));
   const {host, proxier, log} = start({objects});
   await proxier.start();
   await proxier.syncRules(requested);
@@ -229,7 +231,7 @@ test('ipvs proxier: an endpoint change writes only that real server and its set 
 
   // 10.244.2.6 leaves while a connection to it lives; 10.244.2.7 joins.
   host.connections = 'TCP 14:58  ESTABLISHED 10.244.1.9:40000   10.96.0.10:80      10.244.2.6:8080\n';
-  objects.slicesByName.set('web-1', slice('web-1', 'web', ['10.244.2.5', '10.244.2.7']));
+  objects.slicesByName.set('web-1', slice('web-1', 'web', ['10.244.2.5', '10.244.2.7'], {nodeName: 'node-1'}));
   const [partial] = await proxier.syncRules(requested);
   assert.deepEqual([partial.kind, partial.changedServicePorts], ['partial', 1]);
   assert.equal(host.calls.filter((call) => call === 'ipvsadm -Sn').length, readsBefore, 'a partial sync does not read the kernel');

@@ -1,7 +1,8 @@
 // diffIptables: the proxy's rules as desired against the rules in the kernel, grouped by the
 // service port they belong to. Counters, chain declaration order and other people's chains do not
-// count; rule order inside a chain does (iptables evaluates it).
-import {isServiceChainName} from './chains.ts';
+// count; rule order inside a chain does (iptables evaluates it), except in the chains where each rule
+// matches its own service (orderFreeChains).
+import {filterChains, isServiceChainName, natChains} from './chains.ts';
 import {parseIptablesSave} from './parse.ts';
 import {chainKind, isBuiltinChain, isProxyChain, servicePortOfComment, type IptablesRule, type IptablesRuleset} from './ruleset.ts';
 
@@ -188,6 +189,50 @@ function sequenceDiff(desired: string[], applied: string[]): Array<{kind: 'desir
   ];
 }
 
+/**
+ * Chains whose rules each match their own service address or port and end in the same kind of
+ * verdict, so that their order decides nothing: kube-proxy writes them in Go map order, which
+ * changes from sync to sync. nat KUBE-SERVICES keeps its jump to KUBE-NODEPORTS last.
+ */
+const orderFreeChains: Record<string, ReadonlySet<string>> = {
+  nat: new Set([natChains.services, natChains.nodePorts]),
+  filter: new Set([filterChains.services, filterChains.externalServices, filterChains.nodePorts, filterChains.proxyFirewall]),
+};
+
+/**
+ * comparableOrder: the rule texts of an order-free chain sorted between its jumps to KUBE-NODEPORTS
+ * (which keep their place), other chains' as they are.
+ */
+function comparableOrder(table: string, chain: string, texts: string[]): string[] {
+  if (!orderFreeChains[table]?.has(chain)) return texts;
+  const out: string[] = [];
+  let run: string[] = [];
+  for (const text of texts) {
+    if (targetInText(text) !== natChains.nodePorts) {
+      run.push(text);
+      continue;
+    }
+    out.push(...run.sort(), text);
+    run = [];
+  }
+  return [...out, ...run.sort()];
+}
+
+function sameOrderFree(table: string, chain: string, a: IptablesRule[], b: IptablesRule[]): boolean {
+  if (!orderFreeChains[table]?.has(chain) || a.length !== b.length) return false;
+  const sortedA = comparableOrder(
+    table,
+    chain,
+    a.map((rule) => rule.text),
+  );
+  const sortedB = comparableOrder(
+    table,
+    chain,
+    b.map((rule) => rule.text),
+  );
+  return sortedA.every((text, index) => text === sortedB[index]);
+}
+
 function matchesService(servicePort: string, filter: string | undefined): boolean {
   if (filter === undefined) return true;
   return filter.includes(':') ? servicePort === filter : servicePort === filter || servicePort.startsWith(`${filter}:`);
@@ -220,6 +265,7 @@ export function diffIptables(
       const wantRules = want?.get(chain)?.();
       const haveRules = have?.get(chain)?.();
       if (wantRules && haveRules && sameTexts(wantRules, haveRules)) continue;
+      if (wantRules && haveRules && sameOrderFree(table, chain, wantRules, haveRules)) continue;
       const chainService = services.of(table, chain);
       const commentService = new Map<string, string | undefined>();
       for (const rule of [...(wantRules ?? []), ...(haveRules ?? [])]) commentService.set(rule.text, servicePortOfComment(rule.comment));
@@ -227,7 +273,12 @@ export function diffIptables(
       if (isProxyChain(chain) && (wantRules === undefined) !== (haveRules === undefined)) {
         lines.push({sign: wantRules ? '-' : '+', text: `-t ${table} -N ${chain}`, servicePort: chainService ?? noService});
       }
-      const texts = (rules: IptablesRule[] | undefined) => (rules ?? []).map((rule) => rule.text);
+      const texts = (rules: IptablesRule[] | undefined) =>
+        comparableOrder(
+          table,
+          chain,
+          (rules ?? []).map((rule) => rule.text),
+        );
       for (const entry of sequenceDiff(texts(wantRules), texts(haveRules))) {
         lines.push({sign: entry.kind === 'desired' ? '-' : '+', text: `-t ${table} ${entry.text}`, servicePort: serviceOf(entry.text)});
       }

@@ -117,8 +117,9 @@ export function renderIpvs(model: ProxyModel, options: RenderIpvsOptions = {}): 
     const proto = port.protocol;
     const internal = port.internalPolicyLocal ? port.localEndpoints : port.clusterEndpoints;
     const external = port.externalPolicyLocal ? port.localEndpoints : port.clusterEndpoints;
+    // Only a pod on this node can reach itself through this node's virtual server (kube-proxy skips the others).
     for (const endpoint of port.allReachableEndpoints)
-      add('loopBack', `${endpoint.ip},${proto.toLowerCase()}:${endpoint.port},${endpoint.ip}`);
+      if (endpoint.isLocal) add('loopBack', `${endpoint.ip},${proto.toLowerCase()}:${endpoint.port},${endpoint.ip}`);
 
     if (port.clusterIP) {
       add('clusterIP', ipPort(port.clusterIP, proto, port.port));

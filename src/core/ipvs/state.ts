@@ -138,7 +138,10 @@ export function parseIpvsadmSave(text: string): IpvsVirtualServer[] {
       if (!server) throw new IpvsParseError(`ipvsadm: real server before its virtual server ${key}: ${line}`);
       const real = option('-r');
       if (!real) throw new IpvsParseError(`ipvsadm: real server without -r: ${line}`);
-      server.realServers.push({...splitHostPort(real, line), weight: Number(option('-w') ?? '1')});
+      const weight = Number(option('-w') ?? '1');
+      if (!Number.isInteger(weight) || weight < 0)
+        throw new IpvsParseError(`ipvsadm: weight "${option('-w')}" is no whole number: ${line}`);
+      server.realServers.push({...splitHostPort(real, line), weight});
     }
   }
   return sortServers([...servers.values()]);

@@ -29,7 +29,8 @@ function listingLine(raw: string): string {
 
 /**
  * parseNftablesListing reads the text listing; with several tables (`list ruleset`), the first
- * named `tableName`, else the first. Throws on a line it cannot place, naming it.
+ * named `tableName` ("kube-proxy", or with its family: "ip6 kube-proxy"), else the first. Throws
+ * on a line it cannot place, naming it.
  */
 export function parseNftablesListing(text: string, tableName = 'kube-proxy'): NftRuleset {
   const lines = text.split('\n');
@@ -93,7 +94,8 @@ export function parseNftablesListing(text: string, tableName = 'kube-proxy'): Nf
     if (!/^(comment|flags) /.test(line)) throw new Error(`${where()}: cannot read "${line.slice(0, 80)}" in table ${inside.name}`);
   }
   if (stack.length > 0) throw new Error(`nft listing: ${stack.at(-1)!.kind} ${stack.at(-1)!.name} is not closed`);
-  const chosen = tables.find((table) => table.name === tableName) ?? tables[0];
+  const [family, name] = tableName.includes(' ') ? tableName.split(' ') : [undefined, tableName];
+  const chosen = tables.find((table) => table.name === name && (family === undefined || table.family === family)) ?? tables[0];
   if (!chosen) throw new Error('nft listing: no table; expected the output of `nft list table ip kube-proxy` or `nft list ruleset`');
   return chosen.ruleset;
 }

@@ -6,7 +6,10 @@ import {resolveServiceKey, splitServiceReference} from '../lib/service-target.ts
 import type {AgentLocator} from '../lib/agent-locator.ts';
 import {colorDiff} from '../lib/diff-text.ts';
 import {formatAge, formatData, formatTable, outputFlag, palette, useColor} from '../lib/output.ts';
-import {exitCodes} from '../lib/plugin-error.ts';
+import {exitCodes, PluginError} from '../lib/plugin-error.ts';
+import {modelFlags, objectsFileFlag} from '../lib/model-flags.ts';
+import {diffSavedRules} from '../lib/offline-diff.ts';
+import {renderModes} from '../lib/render-rules.ts';
 
 interface NodeDiff {
   node: string;
@@ -15,16 +18,29 @@ interface NodeDiff {
 }
 
 export default class Diff extends AgentCommand {
-  static override summary = "Compare the rules an agent means to have with the rules in its node's kernel.";
+  static override summary =
+    "Compare the rules an agent means to have with the rules in its node's kernel, or saved rules with the objects they were written for.";
   static override description =
     `Prints a unified diff, grouped by service, of the rules the agent on NODE means to have ("--- desired") against the rules its kernel holds ("+++ applied"): a "-" line is a rule missing from the kernel, a "+" line one that is there but not wanted. Rules someone deleted, changed or slipped in show up here. Exit code 0: no difference; 1: they differ; 2 or more: an error, as kubectl diff.
 
-With --all-nodes: one line per node (mode, drifted services, last sync, agent version) instead of the diffs; the exit code is 1 if any node differs, 2 if any node could not be asked.`;
+With --all-nodes: one line per node (mode, drifted services, last sync, agent version) instead of the diffs; the exit code is 1 if any node differs, 2 if any node could not be asked.
+
+Without a cluster: --rules FILE -f OBJECTS compares saved rules (kube-proxy's or the agent's) with what should have been programmed for the Services and EndpointSlices in OBJECTS on that node, with the node settings given as for render (--node-name, --node-ip, --cluster-cidr, --nodeport-addresses, --service-cidr, --masquerade-all, --localhost-nodeports, --nfacct-counters, --random-fully, ...). The format of each --rules file is found from its text, and the mode from the format (--mode to insist on one): iptables-save of either front end; \`nft list ruleset\` as text or JSON; for ipvs mode \`ipvsadm-save -n\`, \`ipset save\` and iptables-save, in one file or in several --rules (only the parts given are compared). Each service port that differs is named NAMESPACE/NAME:PORT, then the differences follow. Counters, rule order where it decides nothing (KUBE-SERVICES' service rules, set elements, chain order) are no differences. Exit code 0: the rules match; 1: they differ; 2: bad input (an unreadable file names its line; objects that are not valid are named on stderr).`;
 
   static override examples = [
     {description: 'What differs on node-1', command: '<%= config.bin %> diff node-1'},
     {description: 'Only one service', command: '<%= config.bin %> diff node-1 --service demoapp -n default'},
     {description: 'Every node at once', command: '<%= config.bin %> diff --all-nodes'},
+    {
+      description: "Offline: a node's saved iptables rules against the objects they were written for",
+      command:
+        '<%= config.bin %> diff --rules node-1.iptables-save -f services.yaml --node-name node-1 --node-ip 10.240.0.11 --cluster-cidr 10.244.0.0/16',
+    },
+    {
+      description: "Offline, ipvs mode: the node's three dumps",
+      command:
+        '(ipvsadm-save -n; ipset save; iptables-save) > node-1.ipvs && <%= config.bin %> diff --rules node-1.ipvs -f services.yaml --node-name node-1 --cluster-cidr 10.244.0.0/16 -o yaml',
+    },
   ];
 
   static override args = {node: Args.string({description: 'The node whose rules to compare.'})};
@@ -38,10 +54,32 @@ With --all-nodes: one line per node (mode, drifted services, last sync, agent ve
     }),
     output: outputFlag(['text', 'json', 'yaml']),
     concurrency: concurrencyFlag('Agents asked at once with --all-nodes.'),
+    rules: Flags.string({
+      summary:
+        'Offline: saved rules to compare ("-": stdin): iptables-save, nft list ruleset (text or -j), or ipvs mode\'s ipvsadm-save -n, ipset save and iptables-save (one file or repeated --rules). Needs -f.',
+      multiple: true,
+      helpGroup: 'OFFLINE',
+    }),
+    filename: objectsFileFlag.optional,
+    ...modelFlags,
+    mode: Flags.option({
+      summary: 'Offline: the proxy mode the rules are in. Default: the one the --rules files are in.',
+      options: renderModes,
+      helpGroup: 'OFFLINE',
+    })(),
   };
 
   async run(): Promise<void> {
     const {args, flags} = await this.parse(Diff);
+    if (flags.rules !== undefined) {
+      if (args.node !== undefined || flags['all-nodes'])
+        throw new PluginError('--rules compares saved rules without a cluster: give no NODE and no --all-nodes');
+      await diffSavedRules(flags as typeof flags & {rules: string[]});
+      return;
+    }
+    const offlineOnly = ['filename', 'mode', 'node-name', 'node-ip', 'cluster-cidr', 'service-cidr', 'nodeport-addresses'] as const;
+    for (const name of offlineOnly)
+      if (flags[name] !== undefined) throw new PluginError(`--${name} is for comparing saved rules: add --rules FILE`);
     const locator = this.locator(flags);
     const nodes = await locator.chooseNodes(args.node, flags['all-nodes']);
     const params = flags.service ? {service: await serviceKey(locator, flags.service, flags.namespace)} : {};

@@ -1,7 +1,7 @@
 import {Command, Flags} from '@oclif/core';
-import {nftablesLayouts} from '../../core/model/index.ts';
 import {formatData, outputFlag} from '../lib/output.ts';
 import {InputError, readOfflineModel} from '../lib/model-input.ts';
+import {modelFlags, objectsFileFlag, offlineSettings} from '../lib/model-flags.ts';
 import {ipvsParts, renderModes, renderRules} from '../lib/render-rules.ts';
 
 // Exit codes: 0 rules printed; 2 bad input (as for bad flags, which oclif reports with 2 too).
@@ -39,10 +39,6 @@ In iptables mode the first line, a comment, records the node addresses the rules
       description: "nftables mode with the lab's service CIDR: unused service addresses are dropped",
       command: '<%= config.bin %> render -f examples/cluster.yaml --mode nftables --service-cidr 10.96.0.0/12',
     },
-    {
-      description: "kube-proxy's own nftables layout (a chain per endpoint), as kube-proxy would write it for node-1",
-      command: '<%= config.bin %> render -f examples/cluster.yaml --mode nftables --nftables-layout kube-proxy --service-cidr 10.96.0.0/12',
-    },
     {description: 'ipvs mode: every part, to read', command: '<%= config.bin %> render -f examples/cluster.yaml --mode ipvs'},
     // Load order matters: the iptables layer matches the sets by name.
     ...(
@@ -63,52 +59,12 @@ In iptables mode the first line, a comment, records the node addresses the rules
   ];
 
   static override flags = {
-    filename: Flags.string({
-      char: 'f',
-      summary: 'File with Services, EndpointSlices and the Node; "-" reads stdin. Repeat for several files.',
-      multiple: true,
-      required: true,
-    }),
+    ...modelFlags,
+    filename: objectsFileFlag.required,
     mode: Flags.option({summary: 'Proxy mode whose rules to print.', options: renderModes, default: 'iptables'})(),
     part: Flags.option({
       summary: 'With --mode ipvs: print only this part, in the input format of the tool that loads it.',
       options: ipvsParts,
-    })(),
-    'ip-family': Flags.option({summary: 'IP family of the rules.', options: ['ipv4', 'ipv6'] as const, default: 'ipv4'})(),
-    'node-name': Flags.string({summary: 'The node the rules are for (its endpoints are local). Default: the Node in the input.'}),
-    'node-ip': Flags.string({summary: "The node's addresses, primary first. Default: the Node's InternalIPs.", multiple: true}),
-    'cluster-cidr': Flags.string({
-      summary: 'Pod CIDR of the cluster (kube-proxy --cluster-cidr); traffic from outside it is masqueraded.',
-      multiple: true,
-      delimiter: ',',
-    }),
-    'service-cidr': Flags.string({
-      summary:
-        'Service CIDRs of the cluster (kube-apiserver --service-cluster-ip-range); nftables mode drops traffic to their addresses that are no ClusterIP.',
-      multiple: true,
-      delimiter: ',',
-    }),
-    'masquerade-all': Flags.boolean({summary: 'Masquerade all traffic sent to service IPs (kube-proxy --masquerade-all).', default: false}),
-    'masquerade-bit': Flags.integer({summary: 'Bit of the packet mark that flags packets for masquerading.', min: 0, max: 31}),
-    'nodeport-addresses': Flags.string({
-      summary: 'Where NodePorts listen: CIDRs, or "primary" (kube-proxy --nodeport-addresses). Default: every local address.',
-      multiple: true,
-      delimiter: ',',
-    }),
-    'detect-local': Flags.option({
-      summary: 'How pod traffic is told from other traffic. Default: cluster-cidr when --cluster-cidr is given, else none.',
-      options: ['cluster-cidr', 'node-cidr', 'bridge-interface', 'interface-name-prefix', 'none'] as const,
-    })(),
-    'pod-bridge-interface': Flags.string({summary: 'Bridge the pods hang off (with --detect-local bridge-interface).'}),
-    'pod-interface-name-prefix': Flags.string({summary: "Prefix of the pods' interfaces (with --detect-local interface-name-prefix)."}),
-    'localhost-nodeports': Flags.option({
-      summary: 'Accept NodePort connections on 127.0.0.1 (iptables mode, IPv4).',
-      options: ['true', 'false'] as const,
-    })(),
-    'nftables-layout': Flags.option({
-      summary:
-        "nftables mode's table layout: proxyctl's own, or kube-proxy's (a chain per endpoint, as kube-proxy 1.34+ writes it; kube-proxy-1.33 as 1.33 and before).",
-      options: nftablesLayouts,
     })(),
     output: outputFlag(['text', 'json']),
   };
@@ -119,27 +75,17 @@ In iptables mode the first line, a comment, records the node addresses the rules
       this.error(`--part ${flags.part}: only ipvs mode has parts; --mode ${flags.mode} prints one text`, {exit: badInput});
     let offline;
     try {
-      offline = await readOfflineModel(flags.filename, {
-        family: flags['ip-family'] === 'ipv6' ? 'IPv6' : 'IPv4',
-        nodeName: flags['node-name'],
-        nodeIPs: flags['node-ip'],
-        clusterCIDRs: flags['cluster-cidr'],
-        serviceCIDRs: flags['service-cidr'],
-        masqueradeAll: flags['masquerade-all'] || undefined,
-        masqueradeBit: flags['masquerade-bit'],
-        nodePortAddresses: flags['nodeport-addresses'],
-        detectLocal: flags['detect-local'],
-        podBridgeInterface: flags['pod-bridge-interface'],
-        podInterfaceNamePrefix: flags['pod-interface-name-prefix'],
-        localhostNodePorts: flags['localhost-nodeports'] === undefined ? undefined : flags['localhost-nodeports'] === 'true',
-        nftablesLayout: flags['nftables-layout'],
-      });
+      offline = await readOfflineModel(flags.filename, offlineSettings(flags));
     } catch (error) {
       if (error instanceof InputError) this.error(error.message, {exit: badInput});
       throw error;
     }
     const {model, problems, warnings, serviceCIDRs} = offline;
-    process.stdout.write(flags.output === 'json' ? formatData(model, 'json') : renderRules(model, flags.mode, flags.part, {serviceCIDRs}));
+    process.stdout.write(
+      flags.output === 'json'
+        ? formatData(model, 'json')
+        : renderRules(model, flags.mode, flags.part, {serviceCIDRs, scheduler: flags['ipvs-scheduler']}),
+    );
     for (const warning of warnings) process.stderr.write(`warning: ${warning}\n`);
     if (problems.length > 0) {
       for (const problem of problems) process.stderr.write(`skipped: ${problem}\n`);

@@ -1,15 +1,14 @@
 import type {KubeConfig} from '@kubernetes/client-node';
 import {Args, Flags} from '@oclif/core';
-import {readFileSync} from 'node:fs';
 import {isIP} from 'node:net';
-import {parseIptablesSave, traceIptables} from '../../core/iptables/index.ts';
 import type {Packet, TraceResult} from '../../core/trace/types.ts';
 import type {ProbeResult, TraceAnswer} from '../../protocol/methods.ts';
 import type {AgentClient} from '../lib/agent-client.ts';
 import {AgentCommand, connectionFlags, namespaceFlag} from '../lib/agent-command.ts';
 import {objectNamespace} from '../lib/kube-config.ts';
 import {formatAge, formatData, outputFlag, palette, useColor} from '../lib/output.ts';
-import {errorLine, PluginError} from '../lib/plugin-error.ts';
+import {PluginError} from '../lib/plugin-error.ts';
+import {readRulesFlag, traceDump} from '../lib/rules-dump.ts';
 import {formatProbeText} from '../lib/probe-text.ts';
 import {
   endpointWarnings,
@@ -36,7 +35,7 @@ export default class Trace extends AgentCommand {
 
 The packet comes from --from (a pod: its IP, entering its node; the lab's external client, client-0; or an address), or else from the node itself. It goes to the service's cluster IP, or with --via to its NodePort on the node, an external IP or a load-balancer IP. --probe N then opens N real connections the same way (from the pod's network namespace in the lab) and shows which endpoints answered next to the predicted odds.
 
-Without a cluster: --rules FILE traces over a saved iptables-save dump (or "kubectl proxyctl render" output) with --src and --dst.`;
+Without a cluster: --rules FILE traces over saved rules with --src and --dst. The format is found from the text: iptables-save (nf_tables or legacy), \`nft list ruleset\` as text or JSON (-j), ipvs mode's \`ipvsadm-save -n\`, \`ipset save\` and iptables-save (one after the other in one file, or each in its own --rules), and "kubectl proxyctl render" output of each mode. A file of none of these is refused (exit 2) naming the line that could not be read. A dump in which nothing jumps from the built-in chains into KUBE-SERVICES (iptables-restore input, such as kube-proxy's test output, rather than a node's dump) is traced as it stands, with a warning saying so.`;
 
   static override examples = [
     {
@@ -56,6 +55,11 @@ Without a cluster: --rules FILE traces over a saved iptables-save dump (or "kube
     {
       description: 'Offline, over a saved dump',
       command: '<%= config.bin %> trace --rules node-1.iptables-save --src 10.244.1.5 --dst 10.96.0.10:80/tcp --node-ip 10.240.0.11',
+    },
+    {
+      description: "Offline, over an ipvs node's saved state",
+      command:
+        '<%= config.bin %> trace --rules node-1.ipvsadm --rules node-1.ipset --rules node-1.iptables-save --src 10.244.1.5 --dst 10.96.0.10:80 --node-ip 10.240.0.11',
     },
   ];
 
@@ -87,7 +91,12 @@ Without a cluster: --rules FILE traces over a saved iptables-save dump (or "kube
       max: 1000,
     }),
     output: outputFlag(['text', 'wide', 'json', 'yaml'], "Output format (wide adds each rule's text)."),
-    rules: Flags.string({summary: 'Offline: an iptables-save dump or render output to trace over ("-": stdin).', helpGroup: 'OFFLINE'}),
+    rules: Flags.string({
+      summary:
+        'Offline: saved rules to trace over ("-": stdin): iptables-save, nft list ruleset (text or -j), or ipvs mode\'s ipvsadm-save -n, ipset save and iptables-save (in one file or repeated --rules); render output too. The format is found from the text.',
+      multiple: true,
+      helpGroup: 'OFFLINE',
+    }),
     src: Flags.string({summary: 'Offline: source address of the packet.', helpGroup: 'OFFLINE'}),
     dst: Flags.string({summary: 'Offline: destination as IP:PORT[/PROTO] (PROTO tcp, udp or sctp; default tcp).', helpGroup: 'OFFLINE'}),
     'node-ip': Flags.string({
@@ -248,7 +257,7 @@ Without a cluster: --rules FILE traces over a saved iptables-save dump (or "kube
   }
 
   private traceOffline(flags: {
-    rules?: string;
+    rules?: string[];
     src?: string;
     dst?: string;
     'node-ip'?: string[];
@@ -261,26 +270,15 @@ Without a cluster: --rules FILE traces over a saved iptables-save dump (or "kube
     if (isIP(flags.src) === 0) throw new PluginError(`--src ${flags.src}: not an IP address`);
     const destination = parseDestination(flags.dst);
     for (const ip of flags['node-ip'] ?? []) if (isIP(ip) === 0) throw new PluginError(`--node-ip ${ip}: not an IP address`);
-    const file = flags.rules!;
-    let text: string;
-    try {
-      text = readFileSync(file === '-' ? 0 : file, 'utf8');
-    } catch (error) {
-      throw new PluginError(`--rules ${file}: cannot read it: ${errorLine(error)}`);
-    }
-    let rules;
-    try {
-      rules = parseIptablesSave(text);
-    } catch (error) {
-      throw new PluginError(`--rules ${file}: not an iptables-save dump: ${errorLine(error)}`);
-    }
+    const dump = readRulesFlag(flags.rules!);
+    for (const warning of dump.warnings) process.stderr.write(`warning: ${warning}\n`);
     const packet: Packet = {
       srcIP: flags.src,
       ...destination,
       origin: flags.origin === 'local' ? 'local' : 'arriving',
       ...(flags['in-interface'] ? {inInterface: flags['in-interface']} : {}),
     };
-    const result: TraceResult = traceIptables(rules, packet, {localAddresses: flags['node-ip'] ?? rules.nodeAddresses ?? []});
+    const result: TraceResult = traceDump(dump, packet, flags['node-ip']);
     if (flags.output === 'json' || flags.output === 'yaml') process.stdout.write(formatData(result, flags.output));
     else
       process.stdout.write(

@@ -34,6 +34,10 @@ export interface OfflineSettings {
   nftablesLayout?: NftablesLayout;
   /** The cluster's service CIDRs (kube-apiserver --service-cluster-ip-range, ServiceCIDR objects). */
   serviceCIDRs?: string[];
+  /** iptables mode: the nfacct objects the node holds. */
+  nfacctCounters?: string[];
+  /** iptables mode: MASQUERADE --random-fully is known. */
+  randomFully?: boolean;
 }
 
 export interface OfflineModel {
@@ -119,6 +123,13 @@ function modelOptions(settings: OfflineSettings): ModelOptions {
   if (settings.nodePortAddresses !== undefined) config.nodePortAddresses = settings.nodePortAddresses;
   if (settings.localhostNodePorts !== undefined) config.localhostNodePorts = settings.localhostNodePorts;
   if (settings.nftablesLayout !== undefined) config.nftablesLayout = settings.nftablesLayout;
+  if (settings.nfacctCounters !== undefined || settings.randomFully !== undefined) {
+    config.iptablesFeatures = {
+      nfacctCounters: settings.nfacctCounters ?? [],
+      randomFully: settings.randomFully ?? true,
+      conntrackTCPLiberal: false,
+    };
+  }
   const detector = interfaceDetector(settings);
   if (detector) config.localDetector = detector;
   const detectLocalMode = ({'cluster-cidr': 'ClusterCIDR', 'node-cidr': 'NodeCIDR', none: 'None'} as const)[

@@ -28,11 +28,16 @@ const ipvsPartTitles: Record<IpvsPart, string> = {
  * before the iptables rules that match them). Section headings start with '#', a comment for
  * each of the four tools.
  */
-export function renderRules(model: ProxyModel, mode: RenderMode, part?: IpvsPart, options: {serviceCIDRs?: string[]} = {}): string {
+export function renderRules(
+  model: ProxyModel,
+  mode: RenderMode,
+  part?: IpvsPart,
+  options: {serviceCIDRs?: string[]; scheduler?: string} = {},
+): string {
   // The node addresses go along, so that `trace --rules` over this text knows the node's own addresses.
   if (mode === 'iptables') return `${nodeAddressesComment(model.nodeIPs)}\n${renderIptables(model, {includeJumps: true})}`;
   if (mode === 'nftables') return renderNftables(model, {serviceCIDRs: options.serviceCIDRs});
-  const state = renderIpvs(model);
+  const state = renderIpvs(model, {scheduler: options.scheduler});
   const texts: Record<IpvsPart, string> = {
     ipvsadm: formatIpvsadmRestore(state.virtualServers),
     ipset: formatIpsetRestore(state.sets, state.family),

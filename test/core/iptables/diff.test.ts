@@ -191,3 +191,27 @@ test('endpoint chains without comments (large clusters) belong to the service th
 test('a desired ruleset in text and an applied one that cannot be read: the error names the line', () => {
   assert.throws(() => diffIptables(desired, '*nat\nbroken line\nCOMMIT\n'), /iptables rules line 2: /);
 });
+
+test("the order of KUBE-SERVICES' service rules does not count (kube-proxy writes them in map order); its KUBE-NODEPORTS jump must stay last", () => {
+  const serviceRules = (lines: string[]) =>
+    lines.map((line, index) => ({line, index})).filter(({line}) => /^(\[\d+:\d+\] )?-A KUBE-SERVICES .*cluster IP/.test(line));
+  const swapped = edit(applied, (lines) => {
+    const rules = serviceRules(lines);
+    const [a, b] = [rules[0], rules.at(-1)!];
+    [lines[a.index], lines[b.index]] = [b.line, a.line];
+    return lines;
+  });
+  assert.notEqual(swapped, applied);
+  assert.deepEqual(diffIptables(desired, swapped), {equal: true, groups: [], text: ''});
+
+  const nodePortsFirst = edit(applied, (lines) => {
+    const jump = lines.findIndex((line) => /^(\[\d+:\d+\] )?-A KUBE-SERVICES .*-j KUBE-NODEPORTS$/.test(line));
+    const first = lines.findIndex((line) => /^(\[\d+:\d+\] )?-A KUBE-SERVICES /.test(line));
+    const [moved] = lines.splice(jump, 1);
+    lines.splice(first, 0, moved);
+    return lines;
+  });
+  const result = diffIptables(desired, nodePortsFirst);
+  assert.equal(result.equal, false);
+  assert.match(result.text, /KUBE-NODEPORTS/);
+});
