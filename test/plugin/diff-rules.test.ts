@@ -86,6 +86,32 @@ describe('kubectl proxyctl diff --rules', () => {
     assert.deepEqual(JSON.parse(run.stdout).drifted, ['default/nginx:http']);
   });
 
+  it("nftables, --nftables-layout kube-proxy: kube-proxy's own table as nft listed it matches its objects; a removed element names its port", async () => {
+    // TestOverallNFTablesRules (kube-proxy's pkg/proxy/nftables) on its fake node.
+    const fixtures = join(root, 'test/core/nftables/kube-proxy-fixtures');
+    const fakeNode = [
+      '--node-name',
+      'test-node',
+      '--node-ip',
+      '192.168.0.2',
+      '--cluster-cidr',
+      '10.0.0.0/8',
+      '--service-cidr',
+      '172.30.0.0/16',
+    ];
+    const settings = [...fakeNode, '--nodeport-addresses', '192.168.0.2/32', '--masquerade-bit', '14', '--nftables-layout', 'kube-proxy'];
+    const kubeProxyDiff = (file: string) => runPlugin(['diff', '--rules', file, '-f', join(fixtures, 'overall.yaml'), ...settings]);
+    const listing = readFileSync(join(fixtures, 'overall.nft-list.txt'), 'utf8');
+    const clean = await kubeProxyDiff(saved('kube-proxy.nft', listing));
+    assert.equal(clean.code, 0, describeRun(clean));
+    const element = '172.30.0.44 . tcp . 80 : goto service-LAUZTJTB-ns4/svc4/tcp/p80,';
+    assert.ok(listing.includes(element));
+    const tampered = await kubeProxyDiff(saved('kube-proxy-tampered.nft', listing.replace(element, '')));
+    assert.equal(tampered.code, 1, describeRun(tampered));
+    assert.match(tampered.stdout, /^ns4\/svc4:p80: differs$/m);
+    assert.doesNotMatch(tampered.stdout, /ns[12356]\/svc/);
+  });
+
   it('refuses a file of no known format, naming the file and line (exit 2)', async () => {
     const path = saved('notes.txt', '*nat\n:KUBE-SERVICES - [0:0]\nCOMMIT\nnot a rule at all\n');
     const run = await diff([path]);
