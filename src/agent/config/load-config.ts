@@ -4,9 +4,17 @@
 import {existsSync, readFileSync} from 'node:fs';
 import {join} from 'node:path';
 import {parseCIDR, parseIP, type ParsedCIDR, type ParsedIP} from '../../core/model/index.ts';
-import {type AgentConfig, ConfigError, defaultAgentConfig, detectLocalModes, ipvsSchedulers, proxyModes} from './agent-config.ts';
+import {
+  type AgentConfig,
+  ConfigError,
+  defaultAgentConfig,
+  detectLocalModes,
+  ipvsSchedulers,
+  observeBindAddresses,
+  proxyModes,
+} from './agent-config.ts';
 import {formatGoDuration} from './duration.ts';
-import {applyFlags, parseFlags} from './flags.ts';
+import {applyFlags, flagSpecs, parseFlags, withPort} from './flags.ts';
 import {applyKubeProxyConfiguration, describe} from './kube-proxy-configuration.ts';
 import {errorText} from '../../core/error-text.ts';
 
@@ -31,6 +39,8 @@ export interface AgentAddresses {
 export interface CheckedConfig {
   config: AgentConfig;
   addresses: AgentAddresses;
+  /** Config path -> what set it ("flag --cluster-cidr", "config file F"); paths not in it have their default. */
+  setBy?: ReadonlyMap<string, string>;
 }
 
 export interface LoadedConfig extends CheckedConfig {
@@ -55,13 +65,27 @@ export function loadAgentConfig(argv: string[], readFile: (path: string) => stri
     for (const path of applyKubeProxyConfiguration(text, fileName, config)) fileFields.add(path);
   }
   const flagSources = applyFlags(flags, config);
+  if (config.observe) {
+    // Beside kube-proxy, its ports are taken: the observer has its own unless told otherwise.
+    // A flag that gives only an address gets the observer's port, not kube-proxy's.
+    for (const [field, address] of Object.entries(observeBindAddresses) as [keyof typeof observeBindAddresses, string][]) {
+      const flag = flags.values.findLast((entry) => flagSpecs[entry.name]?.paths.includes(field));
+      const port = Number(address.slice(address.lastIndexOf(':') + 1));
+      if (flag !== undefined && flag.value !== '' && parseIP(String(flag.value)) !== undefined)
+        config[field] = withPort(String(flag.value), port);
+      else if (!flagSources.has(field) && !fileFields.has(field)) config[field] = address;
+    }
+  }
   const source = (path: string): string => {
     const flag = flagSources.get(path);
     if (flag !== undefined) return `flag ${flag}`;
     if (fileFields.has(path)) return `config file ${config.configFile}: ${path}`;
     return path;
   };
-  return {...validateAgentConfig(config, source), help: flags.help};
+  const setBy = new Map<string, string>();
+  for (const path of fileFields) setBy.set(path, `config file ${config.configFile}`);
+  for (const [path, flag] of flagSources) setBy.set(path, `flag ${flag}`);
+  return {...validateAgentConfig(config, source), setBy, help: flags.help};
 }
 
 /**
@@ -74,6 +98,9 @@ export function validateAgentConfig(config: AgentConfig, source: (path: string) 
     throw new ConfigError(`${source(path)}: ${describe(value)} ${why}`);
   };
   if (!proxyModes.includes(config.mode)) refuse('mode', config.mode, `is not one of ${proxyModes.join(', ')}`);
+  if (config.observeMode !== undefined && !proxyModes.includes(config.observeMode))
+    refuse('observeMode', config.observeMode, `is not one of ${proxyModes.join(', ')}`);
+  if (config.observeMode !== undefined && !config.observe) refuse('observeMode', config.observeMode, 'is set without observe (--observe)');
 
   checkSection('iptables', config.iptables);
   if (config.mode === 'nftables') checkSection('nftables', config.nftables);

@@ -1,0 +1,114 @@
+// explainDrift: an observing agent's diff groups, each explained by Service for a person on call:
+// "not programmed on this node", "endpoint 10.244.1.7 still programmed, removed from the
+// EndpointSlice 4m ago", "rule not written by kube-proxy", "no kube-proxy rules at all on this
+// node". It reads the rule lines the backends' diff gives (any mode: the addresses in them) and
+// the applied rules' text, so it needs nothing of a backend beyond what diff already answers.
+import type {ProxyModel, ServicePort} from '../../core/model/index.ts';
+import type {DiffGroup, DriftExplanation} from '../../protocol/methods.ts';
+import type {EndpointHistory} from './observing-proxier.ts';
+
+export interface DriftContext {
+  /** The desired models, every family. */
+  models: ProxyModel[];
+  /** The applied rules' text, every family (what kube-proxy programmed). */
+  appliedText: string;
+  history: EndpointHistory;
+  now: number;
+}
+
+/** How many unexplained rules an explanation lists before it says how many more there are. */
+const rulesListed = 3;
+
+export function explainDrift(groups: DiffGroup[], context: DriftContext): DiffGroup[] {
+  const ports = new Map<string, ServicePort[]>();
+  for (const model of context.models) for (const port of model.servicePorts) ports.set(port.key, [...(ports.get(port.key) ?? []), port]);
+  const anyProgrammed = [...ports.values()].some((list) => list.some((port) => programmed(port, context.appliedText)));
+  return groups.map((group) => {
+    if (group.added.length === 0 && group.removed.length === 0) return group;
+    const list = ports.get(group.servicePort) ?? [];
+    return {...group, explanations: explainGroup(group, list, context, ports.size > 0 && !anyProgrammed)};
+  });
+}
+
+function explainGroup(group: DiffGroup, ports: ServicePort[], context: DriftContext, nothingProgrammed: boolean): DriftExplanation[] {
+  if (nothingProgrammed) return [{kind: 'no-kube-proxy-rules', text: 'no kube-proxy rules at all on this node'}];
+  if (ports.length > 0 && !ports.some((port) => programmed(port, context.appliedText)) && group.removed.length === 0)
+    return [{kind: 'not-programmed', text: 'not programmed on this node'}];
+  const current = new Set(ports.flatMap((port) => port.endpoints.map((endpoint) => endpoint.ip)));
+  const serviceIPs = new Set(ports.flatMap((port) => [port.clusterIP, ...port.externalIPs, ...port.loadBalancerIPs]));
+  const explanations: DriftExplanation[] = [];
+  const stale = new Set<string>();
+  for (const line of group.removed) for (const ip of addressesIn(line)) if (!current.has(ip) && !serviceIPs.has(ip)) stale.add(ip);
+  for (const ip of stale) {
+    const left = context.history.leftAt(group.servicePort, ip);
+    explanations.push({
+      kind: 'stale-endpoint',
+      endpoint: ip,
+      text:
+        left === undefined
+          ? `endpoint ${ip} still programmed, not in the EndpointSlices`
+          : `endpoint ${ip} still programmed, removed from the EndpointSlice ${age(context.now - left)} ago`,
+      ...(left !== undefined && {since: new Date(left).toISOString()}),
+    });
+  }
+  const programmedText = group.removed.join('\n');
+  const missing = new Set<string>();
+  for (const line of group.added) for (const ip of addressesIn(line)) if (current.has(ip) && !programmedText.includes(ip)) missing.add(ip);
+  for (const ip of missing) {
+    const joined = context.history.joinedAt(group.servicePort, ip);
+    explanations.push({
+      kind: 'missing-endpoint',
+      endpoint: ip,
+      text:
+        joined === undefined
+          ? `endpoint ${ip} not programmed`
+          : `endpoint ${ip} not programmed, added to the EndpointSlice ${age(context.now - joined)} ago`,
+      ...(joined !== undefined && {since: new Date(joined).toISOString()}),
+    });
+  }
+  if (explanations.length > 0) return explanations;
+  if (group.removed.length > 0) explanations.push({kind: 'foreign-rule', text: `rule not written by kube-proxy: ${listed(group.removed)}`});
+  if (group.added.length > 0)
+    explanations.push({kind: 'missing-rule', text: `rule kube-proxy should have written is missing: ${listed(group.added)}`});
+  return explanations;
+}
+
+/** A service port is programmed when the applied rules name it (comments, chain names' owners) or its ClusterIP and port (ipvs). */
+function programmed(port: ServicePort, appliedText: string): boolean {
+  if (appliedText.includes(`${port.key} `) || appliedText.includes(`${port.key}"`) || appliedText.includes(`${port.key}\\"`)) return true;
+  const address = port.clusterIP.includes(':') ? `[${port.clusterIP}]:${port.port}` : `${port.clusterIP}:${port.port}`;
+  return port.clusterIP !== '' && port.clusterIP !== 'None' && appliedText.includes(address);
+}
+
+/**
+ * The single addresses a rule line names: endpoint addresses in DNAT targets, `-s IP/32`, comments
+ * ("ns/name:port -> IP:PORT"), nft elements and ipvs real servers. Networks (a /N other than a
+ * single address) are left out: they are CIDRs of the configuration, not endpoints.
+ */
+export function addressesIn(line: string): string[] {
+  const found = new Set<string>();
+  for (const match of line.matchAll(/(?<![\w.:])(\d{1,3}(?:\.\d{1,3}){3})(?:\/(\d{1,2}))?/g)) {
+    if (match[2] === undefined || match[2] === '32') found.add(match[1]);
+  }
+  for (const match of line.matchAll(
+    /\[([0-9a-fA-F:]+)\]|(?<![\w:])([0-9a-fA-F]{1,4}(?::[0-9a-fA-F]{0,4}){2,7})(?:\/(\d{1,3}))?(?![\w:])/g,
+  )) {
+    const ip = match[1] ?? match[2];
+    if (ip.includes('::') || ip.split(':').length === 8) if (match[3] === undefined || match[3] === '128') found.add(ip);
+  }
+  return [...found];
+}
+
+function listed(rules: string[]): string {
+  const shown = rules.slice(0, rulesListed).join(' | ');
+  return rules.length > rulesListed ? `${shown} (and ${rules.length - rulesListed} more)` : shown;
+}
+
+/** "45s", "4m", "2h", "3d": how long ago, as people say it. */
+export function age(ms: number): string {
+  const seconds = Math.max(0, Math.round(ms / 1000));
+  if (seconds < 120) return `${seconds}s`;
+  if (seconds < 7200) return `${Math.floor(seconds / 60)}m`;
+  if (seconds < 172_800) return `${Math.floor(seconds / 3600)}h`;
+  return `${Math.floor(seconds / 86_400)}d`;
+}

@@ -1,0 +1,82 @@
+// prepareObservation: what an observing agent settles before it starts: a read-only host on the
+// iptables front end kube-proxy wrote to, kube-proxy's mode (detect-mode.ts) and its settings
+// (kube-proxy-settings.ts), turned into the config the agent renders the desired rules with.
+import {proxyFamilies} from '../agent.ts';
+import type {AgentConfig} from '../config/agent-config.ts';
+import {type CheckedConfig, validateAgentConfig} from '../config/load-config.ts';
+import {CommandHost} from '../host/command-host.ts';
+import type {Host} from '../host/host.ts';
+import {ReadOnlyHost} from '../host/read-only-host.ts';
+import type {Logger} from '../log.ts';
+import type {KubernetesClient} from '../watch/kubernetes-client.ts';
+import {detectKubeProxyMode, type DetectionHosts, type ModeDetection} from './detect-mode.ts';
+import {kubeProxyNftablesLayoutProblem, kubeProxyNftablesLayoutRendered} from './kube-proxy-nftables-seam.ts';
+import {kubeProxyConfigMapPath, learnKubeProxySettings, type ObservedSetting} from './kube-proxy-settings.ts';
+import {errorText} from '../../core/error-text.ts';
+
+/** ObserveReport: what the observer found and uses, for status and the log. */
+export interface ObserveReport {
+  detection: ModeDetection;
+  settings: ObservedSetting[];
+  /** The ConfigMap or its fields that could not be read, and a configured mode the kernel contradicts. */
+  problems: string[];
+}
+
+export interface Observation extends CheckedConfig {
+  host: ReadOnlyHost;
+  report: ObserveReport;
+}
+
+export interface ObservationDependencies {
+  log: Logger;
+  client: KubernetesClient;
+  /** The node's commands (tests give a recording host); default CommandHosts per iptables front end. */
+  host?: Host;
+}
+
+export async function prepareObservation(checked: CheckedConfig, dependencies: ObservationDependencies): Promise<Observation> {
+  const {log, client} = dependencies;
+  const {config} = checked;
+  const onRefused = (error: Error) => log.error('observe mode: a command that writes was refused', {reason: error.message});
+  const commandHost = (iptablesVariant: 'default' | 'nft' | 'legacy'): Host =>
+    dependencies.host ??
+    new CommandHost({netns: config.netns, iptablesVariant, onCommand: (command) => log.detail(4, 'run', {command: command.join(' ')})});
+  const hosts: DetectionHosts = {
+    node: new ReadOnlyHost(commandHost('default'), {onRefused}),
+    iptables: {nf_tables: new ReadOnlyHost(commandHost('nft'), {onRefused}), legacy: new ReadOnlyHost(commandHost('legacy'), {onRefused})},
+  };
+  const detection = await detectKubeProxyMode(hosts, proxyFamilies(checked.addresses), config.observeMode);
+  (detection.finding === 'detected' || detection.finding === 'override' ? log.info : log.warn).call(log, 'observing kube-proxy', {
+    mode: detection.mode,
+    finding: detection.finding,
+    summary: detection.summary,
+  });
+  for (const question of detection.unreadable) log.detail(1, 'observe mode: cannot tell', {question});
+
+  const learned = await learnKubeProxySettings(config, checked.setBy ?? new Map(), async () => {
+    if (!client.get) throw new Error('the client cannot read single objects');
+    return client.get(kubeProxyConfigMapPath);
+  });
+  const problems = [...learned.problems];
+  if (learned.configuredMode !== undefined && detection.found.length > 0 && learned.configuredMode !== detection.mode)
+    problems.push(`kube-proxy's configuration names mode ${learned.configuredMode}, the kernel holds ${detection.mode} mode's rules`);
+  if (detection.mode === 'nftables' && !kubeProxyNftablesLayoutRendered) problems.push(kubeProxyNftablesLayoutProblem);
+  for (const problem of problems) log.warn('observe mode: problem', {problem});
+
+  const merged: AgentConfig = {...learned.config, mode: detection.mode};
+  let result: CheckedConfig;
+  try {
+    result = validateAgentConfig(merged, (path) => `kube-proxy setting ${path}`);
+  } catch (error) {
+    problems.push(`${errorText(error)}; using the agent's own settings`);
+    log.warn('observe mode: kube-proxy settings refused', {reason: errorText(error)});
+    result = validateAgentConfig({...structuredClone(config), mode: detection.mode});
+  }
+  const frontEnd = detection.frontEnd === 'legacy' ? 'legacy' : detection.frontEnd === 'nf_tables' ? 'nft' : 'default';
+  return {
+    ...result,
+    setBy: checked.setBy,
+    host: new ReadOnlyHost(commandHost(frontEnd), {onRefused}),
+    report: {detection, settings: learned.settings, problems},
+  };
+}
