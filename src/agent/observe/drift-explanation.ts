@@ -23,14 +23,47 @@ export function explainDrift(groups: DiffGroup[], context: DriftContext): DiffGr
   const ports = new Map<string, ServicePort[]>();
   for (const model of context.models) for (const port of model.servicePorts) ports.set(port.key, [...(ports.get(port.key) ?? []), port]);
   const anyProgrammed = [...ports.values()].some((list) => list.some((port) => programmed(port, context.appliedText)));
+  // Every address in kube-proxy's rules, read once and only when an endpoint may be missing.
+  let applied: Set<string> | undefined;
+  const appliedAddresses = () => (applied ??= new Set(addressesIn(context.appliedText)));
   return groups.map((group) => {
     if (group.added.length === 0 && group.removed.length === 0) return group;
     const list = ports.get(group.servicePort) ?? [];
-    return {...group, explanations: explainGroup(group, list, context, ports.size > 0 && !anyProgrammed)};
+    return {...group, explanations: explainGroup(group, list, {...context, appliedAddresses}, ports.size > 0 && !anyProgrammed)};
   });
 }
 
-function explainGroup(group: DiffGroup, ports: ServicePort[], context: DriftContext, nothingProgrammed: boolean): DriftExplanation[] {
+/**
+ * An endpoint that is programmed but left the EndpointSlice (stale), or joined it and is not
+ * programmed (missing); `at` is when the observer saw that happen, if it did.
+ */
+function endpointExplanation(
+  kind: 'stale-endpoint' | 'missing-endpoint',
+  ip: string,
+  at: number | undefined,
+  now: number,
+): DriftExplanation {
+  const [state, event] = kind === 'stale-endpoint' ? ['still programmed', 'removed from'] : ['not programmed', 'added to'];
+  if (at === undefined)
+    return {
+      kind,
+      endpoint: ip,
+      text: kind === 'stale-endpoint' ? `endpoint ${ip} ${state}, not in the EndpointSlices` : `endpoint ${ip} ${state}`,
+    };
+  return {
+    kind,
+    endpoint: ip,
+    text: `endpoint ${ip} ${state}, ${event} the EndpointSlice ${age(now - at)} ago`,
+    since: new Date(at).toISOString(),
+  };
+}
+
+function explainGroup(
+  group: DiffGroup,
+  ports: ServicePort[],
+  context: DriftContext & {appliedAddresses: () => Set<string>},
+  nothingProgrammed: boolean,
+): DriftExplanation[] {
   if (nothingProgrammed) return [{kind: 'no-kube-proxy-rules', text: 'no kube-proxy rules at all on this node'}];
   if (ports.length > 0 && !ports.some((port) => programmed(port, context.appliedText)) && group.removed.length === 0)
     return [{kind: 'not-programmed', text: 'not programmed on this node'}];
@@ -39,33 +72,13 @@ function explainGroup(group: DiffGroup, ports: ServicePort[], context: DriftCont
   const explanations: DriftExplanation[] = [];
   const stale = new Set<string>();
   for (const line of group.removed) for (const ip of addressesIn(line)) if (!current.has(ip) && !serviceIPs.has(ip)) stale.add(ip);
-  for (const ip of stale) {
-    const left = context.history.leftAt(group.servicePort, ip);
-    explanations.push({
-      kind: 'stale-endpoint',
-      endpoint: ip,
-      text:
-        left === undefined
-          ? `endpoint ${ip} still programmed, not in the EndpointSlices`
-          : `endpoint ${ip} still programmed, removed from the EndpointSlice ${age(context.now - left)} ago`,
-      ...(left !== undefined && {since: new Date(left).toISOString()}),
-    });
-  }
-  const programmedText = group.removed.join('\n');
+  for (const ip of stale)
+    explanations.push(endpointExplanation('stale-endpoint', ip, context.history.leftAt(group.servicePort, ip), context.now));
   const missing = new Set<string>();
-  for (const line of group.added) for (const ip of addressesIn(line)) if (current.has(ip) && !programmedText.includes(ip)) missing.add(ip);
-  for (const ip of missing) {
-    const joined = context.history.joinedAt(group.servicePort, ip);
-    explanations.push({
-      kind: 'missing-endpoint',
-      endpoint: ip,
-      text:
-        joined === undefined
-          ? `endpoint ${ip} not programmed`
-          : `endpoint ${ip} not programmed, added to the EndpointSlice ${age(context.now - joined)} ago`,
-      ...(joined !== undefined && {since: new Date(joined).toISOString()}),
-    });
-  }
+  for (const line of group.added)
+    for (const ip of addressesIn(line)) if (current.has(ip) && !context.appliedAddresses().has(ip)) missing.add(ip);
+  for (const ip of missing)
+    explanations.push(endpointExplanation('missing-endpoint', ip, context.history.joinedAt(group.servicePort, ip), context.now));
   if (explanations.length > 0) return explanations;
   if (group.removed.length > 0) explanations.push({kind: 'foreign-rule', text: `rule not written by kube-proxy: ${listed(group.removed)}`});
   if (group.added.length > 0)
