@@ -84,10 +84,15 @@ export type SetBy = ReadonlyMap<string, string>;
 /**
  * learnKubeProxySettings: `read` fetches the ConfigMap (undefined when the cluster has none);
  * `agent` is the agent's checked config and `setBy` names the flag or file field behind each of
- * its settings. Per setting: the ConfigMap's value when it sets it, else the agent's own when a
+ * its settings; with `mode`, only the settings that shape that mode's rules are listed. Per setting: the ConfigMap's value when it sets it, else the agent's own when a
  * flag or its file set it, else kube-proxy's default.
  */
-export async function learnKubeProxySettings(agent: AgentConfig, setBy: SetBy, read: () => Promise<unknown>): Promise<KubeProxySettings> {
+export async function learnKubeProxySettings(
+  agent: AgentConfig,
+  setBy: SetBy,
+  read: () => Promise<unknown>,
+  mode?: ProxyMode,
+): Promise<KubeProxySettings> {
   const problems: string[] = [];
   const fromConfigMap = defaultAgentConfig();
   let configMapFields = new Set<string>();
@@ -114,9 +119,17 @@ export async function learnKubeProxySettings(agent: AgentConfig, setBy: SetBy, r
       if (flag === undefined) setting.copy(defaultAgentConfig(), config);
       source = flag ?? "kube-proxy's default";
     }
-    settings.push({name: setting.path, value: setting.show(config), source});
+    if (mode === undefined || appliesTo(setting.path, mode)) settings.push({name: setting.path, value: setting.show(config), source});
   }
   return {config, settings, problems, ...(configuredMode !== undefined && configMapFields.has('mode') ? {configuredMode} : {})};
+}
+
+/** Whether a setting shapes the rules of `mode` (the other modes' sections do not); all are still learnt. */
+function appliesTo(path: string, mode: ProxyMode): boolean {
+  const section = /^(iptables|nftables|ipvs)\./.exec(path)?.[1];
+  if (section === undefined) return true;
+  // ipvs mode writes an iptables layer with the iptables section's settings, as kube-proxy does.
+  return section === mode || (mode === 'ipvs' && section === 'iptables');
 }
 
 /** The KubeProxyConfiguration text in a ConfigMap object; throws naming what is missing. */

@@ -53,10 +53,15 @@ export async function prepareObservation(checked: CheckedConfig, dependencies: O
   });
   for (const question of detection.unreadable) log.detail(1, 'observe mode: cannot tell', {question});
 
-  const learned = await learnKubeProxySettings(config, checked.setBy ?? new Map(), async () => {
-    if (!client.get) throw new Error('the client cannot read single objects');
-    return client.get(kubeProxyConfigMapPath);
-  });
+  const learned = await learnKubeProxySettings(
+    config,
+    checked.setBy ?? new Map(),
+    async () => {
+      if (!client.get) throw new Error('the client cannot read single objects');
+      return client.get(kubeProxyConfigMapPath);
+    },
+    detection.mode,
+  );
   const problems = [...learned.problems];
   if (learned.configuredMode !== undefined && detection.found.length > 0 && learned.configuredMode !== detection.mode)
     problems.push(`kube-proxy's configuration names mode ${learned.configuredMode}, the kernel holds ${detection.mode} mode's rules`);
