@@ -86,9 +86,14 @@ function explainGroup(
   return explanations;
 }
 
-/** A service port is programmed when the applied rules name it (comments, chain names' owners) or its ClusterIP and port (ipvs). */
+/**
+ * A service port is programmed when the applied rules name it: iptables' comments
+ * ("ns/name:port ..."), nftables' chain names ("service-HASH-ns/name/tcp/port"), or, in ipvs
+ * mode, its ClusterIP and port as a virtual server.
+ */
 function programmed(port: ServicePort, appliedText: string): boolean {
   if (appliedText.includes(`${port.key} `) || appliedText.includes(`${port.key}"`) || appliedText.includes(`${port.key}\\"`)) return true;
+  if (appliedText.includes(`-${port.namespace}/${port.serviceName}/${port.protocol.toLowerCase()}/${port.portName}`)) return true;
   const address = port.clusterIP.includes(':') ? `[${port.clusterIP}]:${port.port}` : `${port.clusterIP}:${port.port}`;
   return port.clusterIP !== '' && port.clusterIP !== 'None' && appliedText.includes(address);
 }

@@ -175,3 +175,20 @@ test('drift tracker: one log line when a service port enters drift and one when 
   assert.equal(tracker.nodeDriftSince, undefined);
   assert.match(log.lines[1], /service port no longer drifts .*servicePort=default\/web:http/);
 });
+
+test('explainDrift: an nftables table names its service ports in chain names; one element missing is no "not programmed"', () => {
+  const history = new EndpointHistory();
+  const current = model(['10.244.1.8']);
+  const appliedText = '{"nftables": [{"chain": {"family": "ip", "table": "kube-proxy", "name": "service-U2PUS6B4-default/web/tcp/http"}}]}';
+  const [group] = explainDrift(
+    [
+      {
+        servicePort: 'default/web:http',
+        added: ['element service-ips { 10.96.0.20 . tcp . 80 : goto service-U2PUS6B4-default/web/tcp/http }'],
+        removed: [],
+      },
+    ],
+    {models: [current], appliedText, history, now: 0},
+  );
+  assert.equal(group.explanations?.[0].kind, 'missing-rule');
+});
