@@ -35,7 +35,7 @@ import {errorText} from '../core/error-text.ts';
 import type {ObserveRuntime} from './api/runtime-state.ts';
 import {DriftTracker} from './observe/drift-tracker.ts';
 import {kubeProxyNftablesBackend} from './observe/kube-proxy-nftables-seam.ts';
-import {prepareObservation} from './observe/observation.ts';
+import {followUnsettledMode, prepareObservation} from './observe/observation.ts';
 import {ObservingProxier} from './observe/observing-proxier.ts';
 
 export interface AgentDependencies {
@@ -225,7 +225,9 @@ export async function startAgent(given: CheckedConfig, dependencies: AgentDepend
     syncPeriodSeconds: syncPeriod / 1000,
   });
 
+  const stopFollowingMode = observation ? followUnsettledMode(observation, syncPeriod, log) : () => {};
   running.stop = async () => {
+    stopFollowingMode();
     await running.api?.stop();
     await watch.stop();
     await proxier.stop();

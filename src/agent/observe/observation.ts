@@ -25,6 +25,8 @@ export interface ObserveReport {
 export interface Observation extends CheckedConfig {
   host: ReadOnlyHost;
   report: ObserveReport;
+  /** Looks at the kernel again for kube-proxy's mode (the same questions as at start). */
+  detectAgain: () => Promise<ModeDetection>;
 }
 
 export interface ObservationDependencies {
@@ -45,7 +47,8 @@ export async function prepareObservation(checked: CheckedConfig, dependencies: O
     node: new ReadOnlyHost(commandHost('default'), {onRefused}),
     iptables: {nf_tables: new ReadOnlyHost(commandHost('nft'), {onRefused}), legacy: new ReadOnlyHost(commandHost('legacy'), {onRefused})},
   };
-  const detection = await detectKubeProxyMode(hosts, proxyFamilies(checked.addresses), config.observeMode);
+  const detectAgain = () => detectKubeProxyMode(hosts, proxyFamilies(checked.addresses), config.observeMode);
+  const detection = await detectAgain();
   (detection.finding === 'detected' || detection.finding === 'override' ? log.info : log.warn).call(log, 'observing kube-proxy', {
     mode: detection.mode,
     finding: detection.finding,
@@ -83,5 +86,48 @@ export async function prepareObservation(checked: CheckedConfig, dependencies: O
     setBy: checked.setBy,
     host: new ReadOnlyHost(commandHost(frontEnd), {onRefused}),
     report: {detection, settings: learned.settings, problems},
+    detectAgain,
   };
+}
+
+/**
+ * followUnsettledMode: while the observer found no kube-proxy mode, or several, it looks again
+ * every `intervalMs` (kube-proxy may start after it, or finish its switch). The same mode found
+ * alone settles it; another mode is said in status and the log, with what to do: the observer's
+ * desired rules are of the mode it started with. Returns the stop function.
+ */
+export function followUnsettledMode(observation: Observation, intervalMs: number, log: Logger): () => void {
+  const {report} = observation;
+  const unsettled = () => report.detection.finding === 'none found' || report.detection.finding === 'several found';
+  if (!unsettled()) return () => {};
+  const observed = report.detection.mode;
+  let busy = false;
+  /** The other mode already said, so that it is said once. */
+  let told: string | undefined;
+  const timer = setInterval(() => {
+    if (busy || !unsettled()) return;
+    busy = true;
+    observation
+      .detectAgain()
+      .then((next) => {
+        if (next.finding !== 'detected') return;
+        if (next.mode === observed) {
+          report.detection = next;
+          log.info('observing kube-proxy: its rules are here now', {mode: next.mode, summary: next.summary});
+          return;
+        }
+        if (told === next.mode) return;
+        told = next.mode;
+        report.detection = {
+          ...report.detection,
+          found: next.found,
+          summary: `${next.summary}, but this observer compares as ${observed} mode, as it found at start: restart it to observe ${next.mode} mode`,
+        };
+        log.warn('observing kube-proxy: its mode is not the one observed; restart the observer', {now: next.mode, observed});
+      })
+      .catch((error: unknown) => log.detail(1, 'observe mode: looking for kube-proxy mode again failed', {reason: errorText(error)}))
+      .finally(() => (busy = false));
+  }, intervalMs);
+  timer.unref();
+  return () => clearInterval(timer);
 }

@@ -168,3 +168,36 @@ test('mode detection in a network namespace: iptables-nft, iptables-legacy, nfta
   const nftables = await detectKubeProxyMode(hosts, ['IPv4']);
   assert.deepEqual([nftables.mode, nftables.finding], ['nftables', 'detected']);
 });
+
+test('an unsettled finding is looked at again: kube-proxy starting later settles it; another mode is said, with what to do', async () => {
+  const {followUnsettledMode} = await import('../../../src/agent/observe/observation.ts');
+  const {memoryLogger} = await import('../../../src/agent/log.ts');
+  const none = await detectKubeProxyMode(recordedHosts({tables: ''}), ['IPv4']);
+  const later = (recorded: Recorded) => {
+    const observation = {
+      report: {detection: none, settings: [], problems: []},
+      detectAgain: () => detectKubeProxyMode(recordedHosts(recorded), ['IPv4']),
+    } as unknown as Parameters<typeof followUnsettledMode>[0];
+    return observation;
+  };
+  const wait = () => new Promise((resolve) => setTimeout(resolve, 60));
+
+  const same = later({tables: '', nat: {nf_tables: iptablesModeNat}});
+  const log = memoryLogger(0);
+  const stop = followUnsettledMode(same, 10, log);
+  await wait();
+  stop();
+  assert.equal(same.report.detection.finding, 'detected');
+  assert.match(same.report.detection.summary, /KUBE-SERVICES in iptables-nft/);
+  assert.ok(log.lines.some((line) => line.includes('its rules are here now')));
+
+  const other = later({tables: 'table ip kube-proxy\n'});
+  const stopOther = followUnsettledMode(other, 10, memoryLogger(0));
+  await wait();
+  stopOther();
+  assert.equal(other.report.detection.mode, 'iptables');
+  assert.match(
+    other.report.detection.summary,
+    /nftables \(table ip kube-proxy\), but this observer compares as iptables mode.*restart it to observe nftables mode/,
+  );
+});
