@@ -71,7 +71,9 @@ export async function startAgent(given: CheckedConfig, dependencies: AgentDepend
   const {log} = dependencies;
   const client = dependencies.client ?? createKubernetesClient(loadKubeConfig(given.config.kubeconfig));
   // An observing agent renders with kube-proxy's mode and settings, and reads through a host that refuses writes.
-  const observation = given.config.observe ? await prepareObservation(given, {log, client, host: dependencies.host}) : undefined;
+  const observation = given.config.observe
+    ? await prepareObservation(given, {log, client, host: dependencies.host, families: proxyFamilies(given.addresses)})
+    : undefined;
   const checked = observation ?? given;
   const {addresses} = checked;
   let {config} = checked;
@@ -79,17 +81,7 @@ export async function startAgent(given: CheckedConfig, dependencies: AgentDepend
     observation?.host ??
     dependencies.host ??
     new CommandHost({netns: config.netns, onCommand: (command) => log.detail(4, 'run', {command: command.join(' ')})});
-  if (config.mode === 'ipvs' && !observation) {
-    // As kube-proxy does: without IP_VS in the kernel, ipvs mode falls back to iptables mode.
-    const reason = await host.ipvsadm(['-Ln']).then(
-      () => undefined,
-      (error: unknown) => errorText(error),
-    );
-    if (reason !== undefined) {
-      log.warn("can't use the IPVS proxier, falling back to iptables mode", {reason});
-      config = {...config, mode: 'iptables'};
-    }
-  }
+  if (config.mode === 'ipvs' && !observation && !(await ipvsAvailable(host, log))) config = {...config, mode: 'iptables'};
   const rules = config.mode === 'iptables' && !observation ? (dependencies.rules ?? coreIptablesRules()) : undefined;
   const nodeName = config.hostnameOverride ?? hostname().toLowerCase();
   const families = proxyFamilies(addresses);
@@ -105,19 +97,7 @@ export async function startAgent(given: CheckedConfig, dependencies: AgentDepend
   });
   const health = new ProxierHealth(2 * syncPeriod);
   // kube-proxy serves the healthCheckNodePorts; an observer opens none.
-  const serviceHealth = observation
-    ? undefined
-    : new ServiceHealthServers({
-        hosts: serviceHealthHosts(config.nodePortAddresses),
-        netns: config.netns,
-        proxyHealthy: () => health.state().healthy,
-        onError: (target, error) =>
-          log.error('cannot open health check port', {
-            service: `${target.namespace}/${target.name}`,
-            port: target.healthCheckNodePort,
-            reason: errorText(error),
-          }),
-      });
+  const serviceHealth = observation ? undefined : healthCheckNodePorts(config, health, log);
   const proxierOptions = {
     host,
     objects: {services: () => watch.store.services(), endpointSlices: () => watch.store.endpointSlices(), node: () => watch.store.node()},
@@ -237,6 +217,31 @@ export async function startAgent(given: CheckedConfig, dependencies: AgentDepend
     log.info('agent stopped; rules left in place');
   };
   return running;
+}
+
+/** The healthCheckNodePort servers of Services with externalTrafficPolicy Local, in the node's network. */
+function healthCheckNodePorts(config: AgentConfig, health: ProxierHealth, log: Logger): ServiceHealthServers {
+  return new ServiceHealthServers({
+    hosts: serviceHealthHosts(config.nodePortAddresses),
+    netns: config.netns,
+    proxyHealthy: () => health.state().healthy,
+    onError: (target, error) =>
+      log.error('cannot open health check port', {
+        service: `${target.namespace}/${target.name}`,
+        port: target.healthCheckNodePort,
+        reason: errorText(error),
+      }),
+  });
+}
+
+/** As kube-proxy does: without IP_VS in the kernel, ipvs mode falls back to iptables mode (logged). */
+async function ipvsAvailable(host: Host, log: Logger): Promise<boolean> {
+  const reason = await host.ipvsadm(['-Ln']).then(
+    () => undefined,
+    (error: unknown) => errorText(error),
+  );
+  if (reason !== undefined) log.warn("can't use the IPVS proxier, falling back to iptables mode", {reason});
+  return reason === undefined;
 }
 
 /**

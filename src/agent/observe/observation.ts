@@ -1,7 +1,7 @@
 // prepareObservation: what an observing agent settles before it starts: a read-only host on the
 // iptables front end kube-proxy wrote to, kube-proxy's mode (detect-mode.ts) and its settings
 // (kube-proxy-settings.ts), turned into the config the agent renders the desired rules with.
-import {proxyFamilies} from '../agent.ts';
+import type {IPFamily} from '../../core/model/index.ts';
 import type {AgentConfig} from '../config/agent-config.ts';
 import {type CheckedConfig, validateAgentConfig} from '../config/load-config.ts';
 import {CommandHost} from '../host/command-host.ts';
@@ -34,6 +34,8 @@ export interface ObservationDependencies {
   client: KubernetesClient;
   /** The node's commands (tests give a recording host); default CommandHosts per iptables front end. */
   host?: Host;
+  /** The IP families the agent's own settings name (where kube-proxy's rules are looked for). */
+  families: IPFamily[];
 }
 
 export async function prepareObservation(checked: CheckedConfig, dependencies: ObservationDependencies): Promise<Observation> {
@@ -47,7 +49,7 @@ export async function prepareObservation(checked: CheckedConfig, dependencies: O
     node: new ReadOnlyHost(commandHost('default'), {onRefused}),
     iptables: {nf_tables: new ReadOnlyHost(commandHost('nft'), {onRefused}), legacy: new ReadOnlyHost(commandHost('legacy'), {onRefused})},
   };
-  const detectAgain = () => detectKubeProxyMode(hosts, proxyFamilies(checked.addresses), config.observeMode);
+  const detectAgain = () => detectKubeProxyMode(hosts, dependencies.families, config.observeMode);
   const detection = await detectAgain();
   (detection.finding === 'detected' || detection.finding === 'override' ? log.info : log.warn).call(log, 'observing kube-proxy', {
     mode: detection.mode,
