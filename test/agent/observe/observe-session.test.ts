@@ -65,6 +65,14 @@ function recordingCalls(node: RecordingHost): {host: Host; calls: string[]} {
   return {host, calls};
 }
 
+/** The node both agents run on. */
+const nodeOne: KubeObject = {
+  apiVersion: 'v1',
+  kind: 'Node',
+  metadata: {name: 'node-1'},
+  status: {addresses: [{type: 'InternalIP', address: '10.240.0.11'}]},
+};
+
 function service(name: string): KubeObject {
   return {
     apiVersion: 'v1',
@@ -90,12 +98,7 @@ test('observe session: status, diff, trace and probe through the API; drift expl
   t.after(() => rm(dir, {recursive: true, force: true}));
   const server = await startApiServer({port: 0});
   t.after(() => server.stop());
-  server.store.create('nodes', {
-    apiVersion: 'v1',
-    kind: 'Node',
-    metadata: {name: 'node-1'},
-    status: {addresses: [{type: 'InternalIP', address: '10.240.0.11'}]},
-  });
+  server.store.create('nodes', nodeOne);
   server.store.create(
     'configmaps',
     {
