@@ -12,7 +12,7 @@ import {test} from 'node:test';
 import {startAgent} from '../../../src/agent/agent.ts';
 import {defaultAgentConfig} from '../../../src/agent/config/agent-config.ts';
 import {validateAgentConfig} from '../../../src/agent/config/load-config.ts';
-import type {Host} from '../../../src/agent/host/host.ts';
+import {type Host, HostCommandError} from '../../../src/agent/host/host.ts';
 import {memoryLogger} from '../../../src/agent/log.ts';
 import type {KubeObject} from '../../../src/lab/apiserver/object-log.ts';
 import {startApiServer} from '../../../src/lab/apiserver/server.ts';
@@ -231,3 +231,57 @@ test('observe session: status, diff, trace and probe through the API; drift expl
   );
   assert.ok(!log.lines.some((line) => line.includes('refused')), 'no write was attempted');
 });
+
+for (const mode of ['ipvs', 'nftables'] as const)
+  test(`observe session, ${mode} mode over a node kube-proxy never programmed: every service port said so; nothing written`, async (t) => {
+    const server = await startApiServer({port: 0});
+    t.after(() => server.stop());
+    server.store.create('nodes', nodeOne);
+    server.store.create('services', service('web'), 'default');
+    server.store.create('endpointslices', slice(['10.244.2.5']), 'default');
+    const dir = await mkdtemp(join(tmpdir(), 'pxa-observe-'));
+    t.after(() => rm(dir, {recursive: true, force: true}));
+    const kubeconfig = join(dir, 'kubeconfig');
+    await server.writeKubeconfig(kubeconfig);
+    const node = new RecordingHost();
+    // An empty node, as its tools print it: no ipvs services, no sets, no kube-ipvs0, no nft table.
+    node.nft = async (args) => {
+      node.calls.push(`nft ${args.join(' ')}`);
+      if (args.includes('kube-proxy')) throw new HostCommandError(['nft', ...args], 1, 'Error: No such file or directory');
+      return '';
+    };
+    node.ip = async (args) => {
+      node.calls.push(`ip ${args.join(' ')}`);
+      throw new HostCommandError(['ip', ...args], 1, 'Device "kube-ipvs0" does not exist.');
+    };
+    const config = defaultAgentConfig();
+    Object.assign(config, {
+      kubeconfig,
+      hostnameOverride: 'node-1',
+      clusterCIDRs: ['10.244.0.0/16'],
+      observe: true,
+      observeMode: mode,
+      healthzBindAddress: '127.0.0.1:0',
+      metricsBindAddress: '',
+      apiBindAddress: '127.0.0.1:0',
+    });
+    const {host, calls} = recordingCalls(node);
+    const log = memoryLogger(0);
+    const observer = await startAgent(validateAgentConfig(config), {log, host});
+    t.after(() => observer.stop());
+    const client = await AgentClient.connect({url: observer.api!.url, timeoutMs: 10_000, label: 'the observer'});
+    t.after(() => client.close());
+    await until('the first model', async () => (await client.call('status', {})).ready);
+    const diff = await client.call('diff', {});
+    assert.equal(diff.equal, false);
+    const web = diff.groups.find((group) => group.servicePort === 'default/web:http');
+    assert.deepEqual(web?.explanations, [{kind: 'no-kube-proxy-rules', text: 'no kube-proxy rules at all on this node'}]);
+    const status = await client.call('status', {});
+    assert.equal(status.observe?.observing, `kube-proxy ${mode}`);
+    assert.deepEqual(
+      calls.filter((call) => !readCommands.some((pattern) => pattern.test(call))),
+      [],
+      'the observer ran only reads',
+    );
+    assert.ok(!log.lines.some((line) => line.includes('refused')), log.lines.filter((line) => line.includes('refused')).join('\n'));
+  });
