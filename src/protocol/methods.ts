@@ -67,7 +67,14 @@ export interface DiffGroup {
 }
 
 /** DriftKind: how a service port differs from what kube-proxy should have programmed. */
-export type DriftKind = 'not-programmed' | 'stale-endpoint' | 'missing-endpoint' | 'foreign-rule' | 'missing-rule' | 'no-kube-proxy-rules';
+export type DriftKind =
+  | 'not-programmed'
+  | 'stale-service'
+  | 'stale-endpoint'
+  | 'missing-endpoint'
+  | 'foreign-rule'
+  | 'missing-rule'
+  | 'no-kube-proxy-rules';
 
 /** DriftExplanation: one reason a service port drifted, e.g. an endpoint still programmed after it left the EndpointSlice. */
 export interface DriftExplanation {
@@ -278,6 +285,7 @@ export const diffResultSchema: Schema<DiffResult> = object(
                 {
                   kind: oneOf([
                     'not-programmed',
+                    'stale-service',
                     'stale-endpoint',
                     'missing-endpoint',
                     'foreign-rule',

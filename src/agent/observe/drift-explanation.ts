@@ -67,6 +67,11 @@ function explainGroup(
   if (nothingProgrammed) return [{kind: 'no-kube-proxy-rules', text: 'no kube-proxy rules at all on this node'}];
   if (ports.length > 0 && !ports.some((port) => programmed(port, context.appliedText)) && group.removed.length === 0)
     return [{kind: 'not-programmed', text: 'not programmed on this node'}];
+  // A service port the cluster no longer has, still programmed.
+  if (ports.length === 0 && group.servicePort !== '' && group.added.length === 0)
+    return [{kind: 'stale-service', text: 'still programmed on this node, no longer a port of any Service'}];
+  // Rules of no service port name no endpoint: whatever differs there is a rule.
+  if (ports.length === 0) return ruleExplanations(group);
   const current = new Set(ports.flatMap((port) => port.endpoints.map((endpoint) => endpoint.ip)));
   const serviceIPs = new Set(ports.flatMap((port) => [port.clusterIP, ...port.externalIPs, ...port.loadBalancerIPs]));
   const explanations: DriftExplanation[] = [];
@@ -79,7 +84,12 @@ function explainGroup(
     for (const ip of addressesIn(line)) if (current.has(ip) && !context.appliedAddresses().has(ip)) missing.add(ip);
   for (const ip of missing)
     explanations.push(endpointExplanation('missing-endpoint', ip, context.history.joinedAt(group.servicePort, ip), context.now));
-  if (explanations.length > 0) return explanations;
+  return explanations.length > 0 ? explanations : ruleExplanations(group);
+}
+
+/** A rule in kube-proxy's chains it would not write, and one it should have written that is missing. */
+function ruleExplanations(group: DiffGroup): DriftExplanation[] {
+  const explanations: DriftExplanation[] = [];
   if (group.removed.length > 0) explanations.push({kind: 'foreign-rule', text: `rule not written by kube-proxy: ${listed(group.removed)}`});
   if (group.added.length > 0)
     explanations.push({kind: 'missing-rule', text: `rule kube-proxy should have written is missing: ${listed(group.added)}`});

@@ -102,10 +102,20 @@ test('explainDrift: not programmed, no kube-proxy rules at all, rules not writte
       now: 0,
     },
   );
-  assert.deepEqual(
-    foreign[0].explanations?.map((explanation) => explanation.kind),
-    ['stale-endpoint'],
-  );
+  assert.deepEqual(foreign[0].explanations, [
+    {
+      kind: 'foreign-rule',
+      text: 'rule not written by kube-proxy: -t nat -A KUBE-SERVICES -p tcp --dport 22 -j DNAT --to-destination 10.0.0.1:22',
+    },
+  ]);
+  // A Service deleted whose rules stay.
+  const gone = explainDrift([{servicePort: 'default/old:http', added: [], removed: ['-t nat -A KUBE-SVC-OLD -j KUBE-SEP-OLD']}], {
+    models: [current],
+    appliedText: programmedText,
+    history,
+    now: 0,
+  });
+  assert.deepEqual(gone[0].explanations, [{kind: 'stale-service', text: 'still programmed on this node, no longer a port of any Service'}]);
   const foreignNoAddress = explainDrift([{servicePort: '', added: [], removed: ['-t filter -A KUBE-FORWARD -j ACCEPT']}], {
     models: [current],
     appliedText: programmedText,
