@@ -101,6 +101,9 @@ export function validateAgentConfig(config: AgentConfig, source: (path: string) 
   if (config.observeMode !== undefined && !proxyModes.includes(config.observeMode))
     refuse('observeMode', config.observeMode, `is not one of ${proxyModes.join(', ')}`);
   if (config.observeMode !== undefined && !config.observe) refuse('observeMode', config.observeMode, 'is set without observe (--observe)');
+  // --cleanup removes kube-proxy's rules too: never from an agent told to observe them.
+  if (config.observe && config.cleanup)
+    refuse('cleanup', true, 'is refused with observe (--observe): an observing agent never changes the node');
 
   checkSection('iptables', config.iptables);
   if (config.mode === 'nftables') checkSection('nftables', config.nftables);

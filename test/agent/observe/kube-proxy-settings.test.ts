@@ -92,6 +92,10 @@ test("observer ports: not kube-proxy's, unless set; a bare address gets the obse
   const proxying = loadAgentConfig([]).config;
   assert.equal(proxying.healthzBindAddress, '0.0.0.0:10256');
   assert.throws(() => loadAgentConfig(['--observe-mode', 'ipvs']), /flag --observe-mode: "ipvs" is set without observe/);
+  assert.throws(
+    () => loadAgentConfig(['--observe', '--cleanup']),
+    /flag --cleanup: true is refused with observe \(--observe\): an observing agent never changes the node/,
+  );
   assert.throws(() => loadAgentConfig(['--observe', '--observe-mode', 'userspace']), /flag --observe-mode: "userspace" is not one of/);
   const fromFile = loadAgentConfig(
     ['--config', 'f'],
