@@ -22,14 +22,21 @@ const rulesListed = 3;
 export function explainDrift(groups: DiffGroup[], context: DriftContext): DiffGroup[] {
   const ports = new Map<string, ServicePort[]>();
   for (const model of context.models) for (const port of model.servicePorts) ports.set(port.key, [...(ports.get(port.key) ?? []), port]);
-  const anyProgrammed = [...ports.values()].some((list) => list.some((port) => programmed(port, context.appliedText)));
-  // Every address in kube-proxy's rules, read once and only when an endpoint may be missing.
-  let applied: Set<string> | undefined;
-  const appliedAddresses = () => (applied ??= new Set(addressesIn(context.appliedText)));
+  const drifted = groups.filter((group) => group.added.length > 0 || group.removed.length > 0);
+  if (drifted.length === 0) return groups;
+  // What kube-proxy's rules name and which addresses they hold, each read once, and only when needed.
+  let names: Set<string> | undefined;
+  let addresses: Set<string> | undefined;
+  const parts: GroupContext = {
+    ...context,
+    isProgrammed: (port) => programmed(port, (names ??= programmedNames(context.appliedText))),
+    appliedAddresses: () => (addresses ??= new Set(addressesIn(context.appliedText))),
+  };
+  const anyProgrammed = [...ports.values()].some((list) => list.some(parts.isProgrammed));
   return groups.map((group) => {
     if (group.added.length === 0 && group.removed.length === 0) return group;
     const list = ports.get(group.servicePort) ?? [];
-    return {...group, explanations: explainGroup(group, list, {...context, appliedAddresses}, ports.size > 0 && !anyProgrammed)};
+    return {...group, explanations: explainGroup(group, list, parts, ports.size > 0 && !anyProgrammed)};
   });
 }
 
@@ -58,14 +65,9 @@ function endpointExplanation(
   };
 }
 
-function explainGroup(
-  group: DiffGroup,
-  ports: ServicePort[],
-  context: DriftContext & {appliedAddresses: () => Set<string>},
-  nothingProgrammed: boolean,
-): DriftExplanation[] {
+function explainGroup(group: DiffGroup, ports: ServicePort[], context: GroupContext, nothingProgrammed: boolean): DriftExplanation[] {
   if (nothingProgrammed) return [{kind: 'no-kube-proxy-rules', text: 'no kube-proxy rules at all on this node'}];
-  if (ports.length > 0 && !ports.some((port) => programmed(port, context.appliedText)) && group.removed.length === 0)
+  if (ports.length > 0 && !ports.some(context.isProgrammed) && group.removed.length === 0)
     return [{kind: 'not-programmed', text: 'not programmed on this node'}];
   // A service port the cluster no longer has, still programmed.
   if (ports.length === 0 && group.servicePort !== '' && group.added.length === 0)
@@ -96,16 +98,38 @@ function ruleExplanations(group: DiffGroup): DriftExplanation[] {
   return explanations;
 }
 
+/** What explaining one group needs beyond DriftContext: questions about the applied rules, answered from indexes made once. */
+interface GroupContext extends DriftContext {
+  isProgrammed: (port: ServicePort) => boolean;
+  appliedAddresses: () => Set<string>;
+}
+
 /**
- * A service port is programmed when the applied rules name it: iptables' comments
- * ("ns/name:port ..."), nftables' chain names ("service-HASH-ns/name/tcp/port"), or, in ipvs
- * mode, its ClusterIP and port as a virtual server.
+ * programmedNames: what kube-proxy's rules name, read in one pass: service ports in iptables'
+ * comments ("ns/name:port ..."), in nftables' chain names ("service-HASH-ns/name/tcp/port"), and
+ * the ip:port of ipvs virtual servers.
  */
-function programmed(port: ServicePort, appliedText: string): boolean {
-  if (appliedText.includes(`${port.key} `) || appliedText.includes(`${port.key}"`) || appliedText.includes(`${port.key}\\"`)) return true;
-  if (appliedText.includes(`-${port.namespace}/${port.serviceName}/${port.protocol.toLowerCase()}/${port.portName}`)) return true;
+function programmedNames(appliedText: string): Set<string> {
+  const names = new Set<string>();
+  const word = '[a-z0-9][-a-z0-9.]*';
+  // A comment's "ns/name" or "ns/name:port", not part of a longer word.
+  for (const match of appliedText.matchAll(new RegExp(`(?<![-A-Za-z0-9./])(${word}/${word})(?::(${word}))?`, 'g'))) {
+    names.add(match[1]);
+    if (match[2] !== undefined) names.add(`${match[1]}:${match[2]}`);
+  }
+  // nftables chain names: "service-HASH-ns/name/tcp/port" (the hash is 8 characters of base32).
+  for (const match of appliedText.matchAll(new RegExp(`-[A-Z2-7]{8}-(${word}/${word}/(?:tcp|udp|sctp)/[-a-z0-9]*)`, 'g')))
+    names.add(match[1]);
+  for (const match of appliedText.matchAll(/(\d{1,3}(?:\.\d{1,3}){3}:\d+)|(\[[0-9a-fA-F:]+\]:\d+)/g)) names.add(match[1] ?? match[2]);
+  return names;
+}
+
+/** A service port is programmed when kube-proxy's rules name it, or (ipvs) hold its ClusterIP and port. */
+function programmed(port: ServicePort, names: Set<string>): boolean {
+  if (names.has(port.key) || names.has(`${port.namespace}/${port.serviceName}/${port.protocol.toLowerCase()}/${port.portName}`))
+    return true;
   const address = port.clusterIP.includes(':') ? `[${port.clusterIP}]:${port.port}` : `${port.clusterIP}:${port.port}`;
-  return port.clusterIP !== '' && port.clusterIP !== 'None' && appliedText.includes(address);
+  return port.clusterIP !== '' && port.clusterIP !== 'None' && names.has(address);
 }
 
 /**
