@@ -269,6 +269,7 @@ export class LabSupervisor {
         kubeconfig: this.state.kubeconfig,
         clusterCIDR: clusterAddressing.clusterCIDR,
         proxyMode: spec.proxyMode,
+        extraArgs: standInFlags(spec.proxyMode),
         onChange: () => void this.#save().catch(() => undefined),
       });
       this.#standIns.push(standIn);
@@ -351,6 +352,17 @@ export class LabSupervisor {
     for (const agent of [...this.#agents, ...this.#standIns]) agent.killNow();
     this.#apps.killAllNow();
   }
+}
+
+/**
+ * The flags that make a lab node's proxying agent write kube-proxy's own layout for the mode, so
+ * that it stands in for kube-proxy (lab up --observe). iptables and ipvs modes already write
+ * kube-proxy's layout; nftables mode will once the agent offers `--nftables-layout kube-proxy`:
+ * return that flag here for 'nftables', and make the observer render the same layout
+ * (src/agent/observe/kube-proxy-nftables-seam.ts).
+ */
+function standInFlags(_mode: LabSpec['proxyMode']): string[] {
+  return [];
 }
 
 async function main(): Promise<void> {
