@@ -35,7 +35,7 @@ import {errorText} from '../core/error-text.ts';
 import type {ObserveRuntime} from './api/runtime-state.ts';
 import {DriftTracker} from './observe/drift-tracker.ts';
 import {kubeProxyNftablesBackend} from './observe/kube-proxy-nftables-seam.ts';
-import {followUnsettledMode, prepareObservation} from './observe/observation.ts';
+import {followUnsettledMode, type ObserveReport, prepareObservation} from './observe/observation.ts';
 import {ObservingProxier} from './observe/observing-proxier.ts';
 
 export interface AgentDependencies {
@@ -167,11 +167,8 @@ export async function startAgent(given: CheckedConfig, dependencies: AgentDepend
   try {
     // Switching modes: each mode removes the other's rules at start, as kube-proxy does.
     if (rules !== undefined) await removeNftablesTables(host, families, log);
-    const observe = observation && {
-      report: observation.report,
-      history: (proxier as ObservingProxier).endpointHistory,
-      tracker: new DriftTracker({nodeName, log, registry: metrics.registry, now: Date.now}),
-    };
+    const observe =
+      observation && observeRuntime({report: observation.report, proxier: proxier as ObservingProxier, nodeName, log, metrics});
     running.healthz = await listenOrLog('healthz', addresses.healthz, log, (host, port) =>
       startHealthServer({host, port, health, metrics}),
     );
@@ -217,6 +214,18 @@ export async function startAgent(given: CheckedConfig, dependencies: AgentDepend
     log.info('agent stopped; rules left in place');
   };
   return running;
+}
+
+/** What the API adds for an observer: its findings, the endpoints' history, and the drift tracker with its gauges. */
+function observeRuntime(parts: {
+  report: ObserveReport;
+  proxier: ObservingProxier;
+  nodeName: string;
+  log: Logger;
+  metrics: AgentMetrics;
+}): ObserveRuntime {
+  const {report, proxier, nodeName, log, metrics} = parts;
+  return {report, history: proxier.endpointHistory, tracker: new DriftTracker({nodeName, log, registry: metrics.registry, now: Date.now})};
 }
 
 /** The healthCheckNodePort servers of Services with externalTrafficPolicy Local, in the node's network. */
