@@ -32,6 +32,11 @@ import {ipvsRulesBackend} from './api/rules/ipvs.ts';
 import {ClusterWatch} from './watch/cluster-watch.ts';
 import {createKubernetesClient, type KubernetesClient, loadKubeConfig} from './watch/kubernetes-client.ts';
 import {errorText} from '../core/error-text.ts';
+import type {ObserveRuntime} from './api/runtime-state.ts';
+import {DriftTracker} from './observe/drift-tracker.ts';
+import {kubeProxyNftablesBackend} from './observe/kube-proxy-nftables.ts';
+import {followUnsettledMode, type ObserveReport, prepareObservation} from './observe/observation.ts';
+import {ObservingProxier} from './observe/observing-proxier.ts';
 
 export interface AgentDependencies {
   log: Logger;
@@ -45,7 +50,7 @@ export interface AgentDependencies {
 }
 
 /** The proxier of the configured mode. */
-export type AgentProxier = IptablesProxier | NftablesProxier | IpvsProxier;
+export type AgentProxier = IptablesProxier | NftablesProxier | IpvsProxier | ObservingProxier;
 
 export interface RunningAgent {
   nodeName: string;
@@ -62,47 +67,37 @@ export interface RunningAgent {
   stop(): Promise<void>;
 }
 
-export async function startAgent(checked: CheckedConfig, dependencies: AgentDependencies): Promise<RunningAgent> {
+export async function startAgent(given: CheckedConfig, dependencies: AgentDependencies): Promise<RunningAgent> {
   const {log} = dependencies;
+  const client = dependencies.client ?? createKubernetesClient(loadKubeConfig(given.config.kubeconfig));
+  // An observing agent renders with kube-proxy's mode and settings, and reads through a host that refuses writes.
+  const observation = given.config.observe
+    ? await prepareObservation(given, {log, client, host: dependencies.host, families: proxyFamilies(given.addresses)})
+    : undefined;
+  const checked = observation ?? given;
   const {addresses} = checked;
   let {config} = checked;
   const host =
-    dependencies.host ?? new CommandHost({netns: config.netns, onCommand: (command) => log.detail(4, 'run', {command: command.join(' ')})});
-  if (config.mode === 'ipvs') {
-    // As kube-proxy does: without IP_VS in the kernel, ipvs mode falls back to iptables mode.
-    const reason = await host.ipvsadm(['-Ln']).then(
-      () => undefined,
-      (error: unknown) => errorText(error),
-    );
-    if (reason !== undefined) {
-      log.warn("can't use the IPVS proxier, falling back to iptables mode", {reason});
-      config = {...config, mode: 'iptables'};
-    }
-  }
-  const rules = config.mode === 'iptables' ? (dependencies.rules ?? coreIptablesRules()) : undefined;
-  const client = dependencies.client ?? createKubernetesClient(loadKubeConfig(config.kubeconfig));
+    observation?.host ??
+    dependencies.host ??
+    new CommandHost({netns: config.netns, onCommand: (command) => log.detail(4, 'run', {command: command.join(' ')})});
+  if (config.mode === 'ipvs' && !observation && !(await ipvsAvailable(host, log))) config = {...config, mode: 'iptables'};
+  const rules = config.mode === 'iptables' && !observation ? (dependencies.rules ?? coreIptablesRules()) : undefined;
   const nodeName = config.hostnameOverride ?? hostname().toLowerCase();
   const families = proxyFamilies(addresses);
   const {syncPeriod, minSyncPeriod} = syncPeriods(config);
 
   // kube-proxy's iptables proxier checks these at start; core renders from the answer.
-  const iptablesFeatures = rules !== undefined ? await detectIptablesFeatures(host, log, {families, createCounters: true}) : undefined;
+  const iptablesMode = config.mode === 'iptables';
+  // An observer takes the nfacct counters that are there and creates none.
+  const iptablesFeatures = iptablesMode ? await detectIptablesFeatures(host, log, {families, createCounters: !observation}) : undefined;
   const metrics = createAgentMetrics({
     processMetrics: true,
-    nfacct: rules !== undefined ? (counter) => readNfacctPackets(host, counter) : undefined,
+    nfacct: iptablesMode ? (counter) => readNfacctPackets(host, counter) : undefined,
   });
   const health = new ProxierHealth(2 * syncPeriod);
-  const serviceHealth = new ServiceHealthServers({
-    hosts: serviceHealthHosts(config.nodePortAddresses),
-    netns: config.netns,
-    proxyHealthy: () => health.state().healthy,
-    onError: (target, error) =>
-      log.error('cannot open health check port', {
-        service: `${target.namespace}/${target.name}`,
-        port: target.healthCheckNodePort,
-        reason: errorText(error),
-      }),
-  });
+  // kube-proxy serves the healthCheckNodePorts; an observer opens none.
+  const serviceHealth = observation ? undefined : healthCheckNodePorts(config, health, log);
   const proxierOptions = {
     host,
     objects: {services: () => watch.store.services(), endpointSlices: () => watch.store.endpointSlices(), node: () => watch.store.node()},
@@ -123,15 +118,17 @@ export async function startAgent(checked: CheckedConfig, dependencies: AgentDepe
     serviceHealth,
   };
   const proxier =
-    rules !== undefined
-      ? new IptablesProxier({...proxierOptions, rules})
-      : config.mode === 'ipvs'
-        ? new IpvsProxier({...proxierOptions, ipvs: config.ipvs})
-        : new NftablesProxier({
-            ...proxierOptions,
-            nodeAddresses: () => readNodeAddresses(host.netns),
-            serviceCIDRs: () => serviceCIDRs.current,
-          });
+    observation !== undefined
+      ? new ObservingProxier(proxierOptions)
+      : rules !== undefined
+        ? new IptablesProxier({...proxierOptions, rules})
+        : config.mode === 'ipvs'
+          ? new IpvsProxier({...proxierOptions, ipvs: config.ipvs})
+          : new NftablesProxier({
+              ...proxierOptions,
+              nodeAddresses: () => readNodeAddresses(host.netns),
+              serviceCIDRs: () => serviceCIDRs.current,
+            });
   const watch: ClusterWatch = new ClusterWatch({
     client,
     nodeName,
@@ -170,6 +167,8 @@ export async function startAgent(checked: CheckedConfig, dependencies: AgentDepe
   try {
     // Switching modes: each mode removes the other's rules at start, as kube-proxy does.
     if (rules !== undefined) await removeNftablesTables(host, families, log);
+    const observe =
+      observation && observeRuntime({report: observation.report, proxier: proxier as ObservingProxier, nodeName, log, metrics});
     running.healthz = await listenOrLog('healthz', addresses.healthz, log, (host, port) =>
       startHealthServer({host, port, health, metrics}),
     );
@@ -184,6 +183,8 @@ export async function startAgent(checked: CheckedConfig, dependencies: AgentDepe
       log,
       accessReviewer: dependencies.accessReviewer,
       backend: dependencies.rulesBackend,
+      serviceCIDRs: () => serviceCIDRs.current,
+      observe,
     });
     await proxier.start();
   } catch (error) {
@@ -195,22 +196,61 @@ export async function startAgent(checked: CheckedConfig, dependencies: AgentDepe
   }
   log.info('agent started', {
     node: nodeName,
-    mode: config.mode,
+    mode: observation ? `observe: kube-proxy ${config.mode}` : config.mode,
     families: families.join(','),
     netns: config.netns,
     syncPeriodSeconds: syncPeriod / 1000,
   });
 
+  const stopFollowingMode = observation ? followUnsettledMode(observation, syncPeriod, log) : () => {};
   running.stop = async () => {
+    stopFollowingMode();
     await running.api?.stop();
     await watch.stop();
     await proxier.stop();
-    await serviceHealth.close();
+    await serviceHealth?.close();
     await running.healthz?.close();
     await running.metricsServer?.close();
     log.info('agent stopped; rules left in place');
   };
   return running;
+}
+
+/** What the API adds for an observer: its findings, the endpoints' history, and the drift tracker with its gauges. */
+function observeRuntime(parts: {
+  report: ObserveReport;
+  proxier: ObservingProxier;
+  nodeName: string;
+  log: Logger;
+  metrics: AgentMetrics;
+}): ObserveRuntime {
+  const {report, proxier, nodeName, log, metrics} = parts;
+  return {report, history: proxier.endpointHistory, tracker: new DriftTracker({nodeName, log, registry: metrics.registry, now: Date.now})};
+}
+
+/** The healthCheckNodePort servers of Services with externalTrafficPolicy Local, in the node's network. */
+function healthCheckNodePorts(config: AgentConfig, health: ProxierHealth, log: Logger): ServiceHealthServers {
+  return new ServiceHealthServers({
+    hosts: serviceHealthHosts(config.nodePortAddresses),
+    netns: config.netns,
+    proxyHealthy: () => health.state().healthy,
+    onError: (target, error) =>
+      log.error('cannot open health check port', {
+        service: `${target.namespace}/${target.name}`,
+        port: target.healthCheckNodePort,
+        reason: errorText(error),
+      }),
+  });
+}
+
+/** As kube-proxy does: without IP_VS in the kernel, ipvs mode falls back to iptables mode (logged). */
+async function ipvsAvailable(host: Host, log: Logger): Promise<boolean> {
+  const reason = await host.ipvsadm(['-Ln']).then(
+    () => undefined,
+    (error: unknown) => errorText(error),
+  );
+  if (reason !== undefined) log.warn("can't use the IPVS proxier, falling back to iptables mode", {reason});
+  return reason === undefined;
 }
 
 /**
@@ -228,16 +268,21 @@ async function startApiOrLog(
     log: Logger;
     accessReviewer?: AccessReviewer;
     backend?: RulesBackend;
+    /** The cluster's service CIDRs now (an observer renders nftables mode's drop rule with them). */
+    serviceCIDRs: () => string[];
+    observe?: ObserveRuntime;
   },
 ): Promise<AgentApi | undefined> {
   const {log, host} = parts;
   if (address === undefined) return undefined;
   const {proxier} = parts;
-  const appliedServiceCIDRs = () => (proxier instanceof NftablesProxier ? proxier.appliedServiceCIDRs : []);
+  const appliedServiceCIDRs = () => (proxier instanceof NftablesProxier ? proxier.appliedServiceCIDRs : parts.serviceCIDRs());
   const backend =
     parts.backend ??
     (config.mode === 'nftables'
-      ? nftablesRulesBackend({serviceCIDRs: appliedServiceCIDRs})
+      ? parts.observe
+        ? kubeProxyNftablesBackend({serviceCIDRs: appliedServiceCIDRs})
+        : nftablesRulesBackend({serviceCIDRs: appliedServiceCIDRs})
       : config.mode === 'ipvs'
         ? ipvsRulesBackend({scheduler: config.ipvs.scheduler})
         : iptablesBackend);
@@ -255,6 +300,7 @@ async function startApiOrLog(
     backend,
     changes,
     log,
+    observe: parts.observe,
   });
   try {
     const auth = isLoopbackHost(address.host)

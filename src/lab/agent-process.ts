@@ -13,6 +13,8 @@ export interface AgentProcessOptions {
   kubeconfig: string;
   clusterCIDR: string;
   proxyMode: LabSpec['proxyMode'];
+  /** Flags after the lab's own (--observe for an observing agent). */
+  extraArgs?: string[];
   /** Told whenever the process starts, syncs for the first time, or exits. */
   onChange: (agent: AgentProcess) => void;
 }
@@ -101,6 +103,7 @@ export class AgentProcess {
       `127.0.0.1:${state.apiPort}`,
       '--v',
       '1',
+      ...(this.#options.extraArgs ?? []),
     ];
   }
 

@@ -34,6 +34,8 @@ export interface UpOptions {
   podsPerNode: number;
   proxyMode?: LabSpec['proxyMode'];
   agents?: boolean;
+  /** An observing agent beside each node's agent, which stands in for kube-proxy (LabSpec.observe). */
+  observe?: boolean;
   /** Each step as the supervisor finishes it (for stderr). */
   onProgress?: (text: string) => void;
   /** Aborting stops the supervisor, which removes what it built. */
@@ -43,7 +45,7 @@ export interface UpOptions {
 }
 
 /** checkLabSpec refuses bad input before anything is made, naming the flag. */
-export function checkLabSpec(options: Pick<UpOptions, 'name' | 'nodes' | 'podsPerNode' | 'proxyMode' | 'agents'>): LabSpec {
+export function checkLabSpec(options: Pick<UpOptions, 'name' | 'nodes' | 'podsPerNode' | 'proxyMode' | 'agents' | 'observe'>): LabSpec {
   checkLabName(options.name);
   const range = (flag: string, value: number, limits: {min: number; max: number}) => {
     if (!Number.isInteger(value) || value < limits.min || value > limits.max)
@@ -58,7 +60,16 @@ export function checkLabSpec(options: Pick<UpOptions, 'name' | 'nodes' | 'podsPe
   }
   const proxyMode = options.proxyMode ?? 'iptables';
   if (!proxyModes.includes(proxyMode)) throw new LabError(`--proxy-mode ${proxyMode}: must be one of ${proxyModes.join(', ')}`);
-  return {name: options.name, nodes: options.nodes, podsPerNode: options.podsPerNode, proxyMode, agents: options.agents ?? true};
+  if (options.observe && options.agents === false)
+    throw new LabError("--observe needs the agents: it runs an observer beside each node's agent");
+  return {
+    name: options.name,
+    nodes: options.nodes,
+    podsPerNode: options.podsPerNode,
+    proxyMode,
+    agents: options.agents ?? true,
+    ...(options.observe && {observe: true}),
+  };
 }
 
 /** needNetns turns "no root / no iproute2" into one LabError saying which command needs it. */

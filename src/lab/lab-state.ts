@@ -91,6 +91,11 @@ export interface LabSpec {
   proxyMode: 'iptables' | 'nftables' | 'ipvs';
   /** Start one agent per node (default true). */
   agents: boolean;
+  /**
+   * Each node's agent is an observer (proxyctl-agent --observe) beside a proxying agent that
+   * stands in for kube-proxy; the plugin's commands go to the observers.
+   */
+  observe?: boolean;
 }
 
 export interface LabState {
@@ -109,6 +114,8 @@ export interface LabState {
   apiServer?: {url: string; port: number};
   topology?: ClusterTopology;
   agents: AgentState[];
+  /** With spec.observe: the proxying agents that stand in for kube-proxy, one per node (not registered as agent pods). */
+  standIns?: AgentState[];
   /** Demo app processes, by pod name. */
   workloads: Record<string, number>;
   /** Milliseconds from the supervisor's start to each step, for `lab status` and the bench. */

@@ -1,6 +1,7 @@
 // A running lab as its user sees it: nodes with their agents, pods, external clients and services,
 // read live from the lab's API server, plus the commands to try. `lab up` prints it once ready,
 // `lab status` on demand.
+import {servicePortChainName} from '../core/iptables/chains.ts';
 import {existsSync} from 'node:fs';
 import {readFile} from 'node:fs/promises';
 import {delimiter, join} from 'node:path';
@@ -21,6 +22,8 @@ export interface LabStatus {
    * mode falls back to iptables on a kernel without IP_VS, as kube-proxy does.
    */
   runningMode?: string;
+  /** Each node's agent is an observer beside a stand-in for kube-proxy (lab up --observe). */
+  observe?: boolean;
   supervisorPid: number;
   startedAt: string;
   /** Seconds from start to ready. */
@@ -122,6 +125,7 @@ export async function readLabStatus(state: LabState): Promise<LabStatus> {
     phase: state.phase,
     proxyMode: state.spec.agents ? state.spec.proxyMode : 'none',
     ...(state.spec.agents && runningMode && runningMode !== state.spec.proxyMode ? {runningMode} : {}),
+    ...(state.spec.observe && {observe: true}),
     supervisorPid: state.supervisorPid,
     startedAt: state.startedAt,
     ...(ready !== undefined ? {buildSeconds: ready} : {}),
@@ -239,6 +243,7 @@ export function usageExamples(status: LabStatus): string[] {
   };
   const showRules = rulesCommand[status.runningMode ?? status.proxyMode];
   if (lastNode && showRules) examples.push([exec(lastNode.name, showRules), `the rules on ${lastNode.name}`]);
+  if (lastNode && status.observe) examples.push(...observeExamples(status, lastNode.name, exec));
   if (toolbox) {
     examples.push([
       `kubectl proxyctl trace ${clusterIP.name} --from ${toolbox.name} --probe 5`,
@@ -263,6 +268,28 @@ export function usageExamples(status: LabStatus): string[] {
   });
 }
 
+/**
+ * observeExamples: with lab up --observe, tamper with the stand-in's rules as someone on the node
+ * might (iptables mode: flush the demo service's chain) and let the observer name the service.
+ */
+function observeExamples(status: LabStatus, node: string, exec: (target: string, command: string) => string): Array<[string, string?]> {
+  const [clusterIP] = demoServices;
+  const examples: Array<[string, string?]> = [];
+  if ((status.runningMode ?? status.proxyMode) === 'iptables') {
+    const chain = servicePortChainName({key: `default/${clusterIP.name}:http`, protocol: clusterIP.protocol});
+    examples.push([
+      exec(node, `iptables -t nat -F ${chain}`),
+      `tamper with ${clusterIP.name}'s rules on ${node} (its stand-in for kube-proxy repairs them within 30 s)`,
+    ]);
+  }
+  examples.push([
+    `kubectl proxyctl diff ${node}`,
+    'the observer names each service port that differs from what kube-proxy should have, exit 1',
+  ]);
+  examples.push(['kubectl proxyctl status', 'MODE observe: kube-proxy ..., DRIFT and how long']);
+  return examples;
+}
+
 /** formatLabStatus is the text `lab status` and `lab up` print. */
 export function formatLabStatus(status: LabStatus): string {
   const out: string[] = [];
@@ -270,9 +297,11 @@ export function formatLabStatus(status: LabStatus): string {
   const agents =
     status.proxyMode === 'none'
       ? 'no agents'
-      : status.runningMode
-        ? `agents in ${status.runningMode} mode (asked for ${status.proxyMode}; see the agents' logs for why)`
-        : `agents in ${status.proxyMode} mode`;
+      : status.observe
+        ? `observing agents beside stand-ins for kube-proxy in ${status.runningMode ?? status.proxyMode} mode`
+        : status.runningMode
+          ? `agents in ${status.runningMode} mode (asked for ${status.proxyMode}; see the agents' logs for why)`
+          : `agents in ${status.proxyMode} mode`;
   out.push(
     `Lab ${status.name}: ${status.phase}, ${count(status.nodes.length, 'node')}, ${count(status.pods.length, 'pod')}, ${agents} (started ${status.startedAt}${built}, supervisor pid ${status.supervisorPid})`,
   );

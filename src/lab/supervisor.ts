@@ -43,6 +43,8 @@ export class LabSupervisor {
   readonly #apps = new DemoAppGroup();
   readonly #appsByPod = new Map<string, RunningDemoApp>();
   readonly #agents: AgentProcess[] = [];
+  /** With spec.observe: the proxying agents standing in for kube-proxy (#agents are then the observers). */
+  readonly #standIns: AgentProcess[] = [];
   #server: ApiServer | undefined;
   #started = Date.now();
   #shutdown: Promise<void> | undefined;
@@ -159,7 +161,13 @@ export class LabSupervisor {
     this.#continue();
     await agentsReady;
     this.#continue();
-    if (spec.agents) this.#step('agents', `${count(this.#agents.length, 'agent')} synced (${spec.proxyMode} mode)`);
+    if (spec.agents)
+      this.#step(
+        'agents',
+        spec.observe
+          ? `${count(this.#agents.length, 'observing agent')} beside ${count(this.#standIns.length, 'stand-in')} for kube-proxy (${spec.proxyMode} mode)`
+          : `${count(this.#agents.length, 'agent')} synced (${spec.proxyMode} mode)`,
+      );
 
     await server.settle();
     this.state.phase = 'ready';
@@ -194,6 +202,7 @@ export class LabSupervisor {
   async #startAgents(nodes: NodeDescription[]): Promise<void> {
     const server = this.#server!;
     const {spec} = this.state;
+    if (spec.observe) await this.#startStandIns(nodes);
     const ports = await freeLoopbackPorts(nodes.length * 3);
     if (this.#shutdown) return;
     for (const [index, node] of nodes.entries()) {
@@ -217,6 +226,7 @@ export class LabSupervisor {
         kubeconfig: this.state.kubeconfig,
         clusterCIDR: clusterAddressing.clusterCIDR,
         proxyMode: spec.proxyMode,
+        ...(spec.observe && {extraArgs: ['--observe']}),
         onChange: (changed) => this.#agentChanged(node, changed),
       });
       this.#agents.push(agent);
@@ -231,6 +241,41 @@ export class LabSupervisor {
     });
     await this.#save();
     await Promise.all(this.#agents.map((agent) => agent.waitSynced(agentSyncTimeoutMs)));
+  }
+
+  /**
+   * With --observe, each node first gets a proxying agent that stands in for kube-proxy: it writes
+   * the node's rules, and is no agent Pod, so that the plugin's commands go to the observers.
+   */
+  async #startStandIns(nodes: NodeDescription[]): Promise<void> {
+    const {spec} = this.state;
+    const ports = await freeLoopbackPorts(nodes.length * 3);
+    this.state.standIns = [];
+    for (const [index, node] of nodes.entries()) {
+      const [healthzPort, metricsPort, apiPort] = ports.slice(index * 3, index * 3 + 3);
+      const state = {
+        node: node.name,
+        namespace: node.namespace,
+        pod: `kube-proxy-${node.name}`,
+        healthzPort,
+        metricsPort,
+        apiPort,
+        log: join(this.state.dir, `kube-proxy-${node.name}.log`),
+        restarts: 0,
+      };
+      this.state.standIns.push(state);
+      const standIn = new AgentProcess({
+        state,
+        kubeconfig: this.state.kubeconfig,
+        clusterCIDR: clusterAddressing.clusterCIDR,
+        proxyMode: spec.proxyMode,
+        extraArgs: standInFlags(spec.proxyMode),
+        onChange: () => void this.#save().catch(() => undefined),
+      });
+      this.#standIns.push(standIn);
+      standIn.start();
+    }
+    await Promise.all(this.#standIns.map((standIn) => standIn.waitSynced(agentSyncTimeoutMs)));
   }
 
   /**
@@ -295,7 +340,7 @@ export class LabSupervisor {
     }
     this.#unsubscribe?.();
     this.#unsubscribeAgents?.();
-    await Promise.allSettled(this.#agents.map((agent) => agent.stop()));
+    await Promise.allSettled([...this.#agents, ...this.#standIns].map((agent) => agent.stop()));
     await this.#apps.stopAll().catch(() => this.#apps.killAllNow());
     await this.#server?.stop().catch(() => undefined);
     await deleteNamespacesWithPrefix(this.state.prefix).catch(() => undefined);
@@ -304,9 +349,18 @@ export class LabSupervisor {
 
   /** killNow: for a process exit that cannot wait; `lab down` finishes the job. */
   killNow(): void {
-    for (const agent of this.#agents) agent.killNow();
+    for (const agent of [...this.#agents, ...this.#standIns]) agent.killNow();
     this.#apps.killAllNow();
   }
+}
+
+/**
+ * The flags that make a lab node's proxying agent write kube-proxy's own layout for the mode, so
+ * that it stands in for kube-proxy (lab up --observe). iptables and ipvs modes write kube-proxy's
+ * layout already; nftables mode has it as a second layout.
+ */
+function standInFlags(mode: LabSpec['proxyMode']): string[] {
+  return mode === 'nftables' ? ['--nftables-layout', 'kube-proxy'] : [];
 }
 
 async function main(): Promise<void> {

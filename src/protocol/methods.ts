@@ -35,6 +35,8 @@ export interface StatusResult {
   syncFailures: number;
   /** When the applied rules were last read from the kernel; null if never. */
   rulesReadAt: string | null;
+  /** Present when the agent observes kube-proxy (--observe) rather than proxying. */
+  observe?: ObserveStatus;
 }
 
 export interface RulesParams {
@@ -60,6 +62,45 @@ export interface DiffGroup {
   added: string[];
   /** Rules in the kernel that are not desired. */
   removed: string[];
+  /** An observing agent's reading of the difference, by Service (absent from a proxying agent). */
+  explanations?: DriftExplanation[];
+}
+
+/** DriftKind: how a service port differs from what kube-proxy should have programmed. */
+export type DriftKind =
+  | 'not-programmed'
+  | 'stale-service'
+  | 'stale-endpoint'
+  | 'missing-endpoint'
+  | 'foreign-rule'
+  | 'missing-rule'
+  | 'no-kube-proxy-rules';
+
+/** DriftExplanation: one reason a service port drifted, e.g. an endpoint still programmed after it left the EndpointSlice. */
+export interface DriftExplanation {
+  kind: DriftKind;
+  /** As a person reads it: "endpoint 10.244.1.7 still programmed, removed from the EndpointSlice 4m ago". */
+  text: string;
+  /** The endpoint address, for stale-endpoint and missing-endpoint. */
+  endpoint?: string;
+  /** When the endpoint left or joined the EndpointSlice, when the agent saw it happen. */
+  since?: string;
+}
+
+/** ObserveStatus: an observing agent's part of the status answer (absent from a proxying agent). */
+export interface ObserveStatus {
+  /** "kube-proxy iptables", "kube-proxy nftables", "kube-proxy ipvs". */
+  observing: string;
+  /** detected, override (--observe-mode), none found, several found. */
+  finding: string;
+  /** The finding in one sentence, e.g. that no kube-proxy rules are on the node. */
+  summary: string;
+  /** kube-proxy's settings the desired rules are rendered with, and where each came from. */
+  settings: {name: string; value: string; source: string}[];
+  /** What could not be read (the ConfigMap, unknown fields), by name. */
+  problems: string[];
+  /** Since when the node has differed from what kube-proxy should have programmed; null when it does not. */
+  driftSince: string | null;
 }
 
 export interface DiffResult {
@@ -203,6 +244,21 @@ export const statusResultSchema: Schema<StatusResult> = object(
     drift: driftReport,
     syncFailures: count,
     rulesReadAt: nullable(timestamp()),
+    observe: optional(
+      object(
+        {
+          observing: string({maxLength: 64}),
+          finding: string({maxLength: 64}),
+          summary: string({maxLength: 4096}),
+          settings: array(
+            object({name: string({maxLength: 128}), value: string({maxLength: 4096}), source: string({maxLength: 512})}, lenient),
+          ),
+          problems: array(string({maxLength: 4096})),
+          driftSince: nullable(timestamp()),
+        },
+        lenient,
+      ),
+    ),
   },
   lenient,
 );
@@ -217,7 +273,37 @@ const diffParams: Schema<DiffParams> = object({service: optional(serviceFilter)}
 export const diffResultSchema: Schema<DiffResult> = object(
   {
     equal: boolean(),
-    groups: array(object({servicePort: string({maxLength: 512}), added: ruleLines, removed: ruleLines}, lenient)),
+    groups: array(
+      object(
+        {
+          servicePort: string({maxLength: 512}),
+          added: ruleLines,
+          removed: ruleLines,
+          explanations: optional(
+            array(
+              object(
+                {
+                  kind: oneOf([
+                    'not-programmed',
+                    'stale-service',
+                    'stale-endpoint',
+                    'missing-endpoint',
+                    'foreign-rule',
+                    'missing-rule',
+                    'no-kube-proxy-rules',
+                  ]),
+                  text: string({maxLength: 64 * 1024}),
+                  endpoint: optional(ipAddress()),
+                  since: optional(timestamp()),
+                },
+                lenient,
+              ),
+            ),
+          ),
+        },
+        lenient,
+      ),
+    ),
     text: string({maxLength: Number.MAX_SAFE_INTEGER}),
     readAt: timestamp(),
   },

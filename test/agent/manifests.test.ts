@@ -70,6 +70,43 @@ test('DaemonSet: host network, node-critical, capabilities, lock file, modules, 
   assert.ok(container.args.includes('--config=/etc/proxyctl-agent/config.conf'));
 });
 
+test('observe DaemonSet: host network, only the capabilities to read rules, its own ports, found by the plugin', () => {
+  const [daemonSet] = documents('observe/daemonset.yaml');
+  const [account] = documents('observe/rbac.yaml');
+  const pod = daemonSet.spec.template.spec;
+  const container = pod.containers[0];
+  assert.equal(daemonSet.metadata.namespace, 'kube-system');
+  assert.equal(pod.serviceAccountName, account.metadata.name);
+  assert.equal(pod.hostNetwork, true, "kube-proxy's rules are in the node's network namespace");
+  assert.ok(container.args.includes('--observe'));
+  const security = container.securityContext;
+  assert.equal(security.privileged, false);
+  assert.equal(security.allowPrivilegeEscalation, false);
+  assert.deepEqual(security.capabilities.add, ['NET_ADMIN', 'NET_RAW']);
+  assert.deepEqual(security.capabilities.drop, ['ALL']);
+  assert.equal(
+    pod.volumes.some((volume: any) => volume.hostPath),
+    false,
+    'no host paths: nothing on the node is written',
+  );
+  // The plugin finds agents by this label and the container port named "api".
+  assert.equal(daemonSet.spec.template.metadata.labels['app.kubernetes.io/name'], 'proxyctl-agent');
+  const ports = Object.fromEntries(container.ports.map((port: any) => [port.name, port.containerPort]));
+  assert.deepEqual(ports, {api: 10270, healthz: 10271, metrics: 10272});
+  for (const taken of [10249, 10256, 10260])
+    assert.ok(!Object.values(ports).includes(taken), `port ${taken} is kube-proxy's or the proxying agent's`);
+  assert.deepEqual([container.readinessProbe.httpGet.path, container.readinessProbe.httpGet.port], ['/healthz', 10271]);
+  assert.deepEqual([container.livenessProbe.httpGet.path, container.livenessProbe.httpGet.port], ['/livez', 10271]);
+  // The ports the probes and the plugin use are the agent's own defaults with --observe.
+  const {config} = loadAgentConfig(container.args.map((arg: string) => arg.replace('$(NODE_NAME)', 'node-1')));
+  assert.deepEqual(
+    [config.apiBindAddress, config.healthzBindAddress, config.metricsBindAddress],
+    ['127.0.0.1:10270', '0.0.0.0:10271', '0.0.0.0:10272'],
+  );
+  // Not selected by the proxying agent's DaemonSet selector alone: it carries its own component label.
+  assert.equal(daemonSet.spec.selector.matchLabels['app.kubernetes.io/component'], 'observer');
+});
+
 test('the image has the netfilter tools on Node 24 (Debian)', () => {
   const dockerfile = readFileSync(new URL('../../manifests/Dockerfile', import.meta.url), 'utf8');
   assert.match(dockerfile, /^FROM node:24-bookworm/m);
@@ -182,6 +219,46 @@ describe('the RBAC manifests applied with kubectl to the lab API server', () => 
     };
     const {config} = loadAgentConfig(['--config', 'config.conf'], () => stored.data['config.conf']);
     assert.equal(config.mode, 'iptables', "the stored ConfigMap loads as the agent's settings");
+  });
+
+  test("the observer's ServiceAccount may read what kube-proxy renders from and kube-proxy's ConfigMap, and nothing else", async () => {
+    const applied = (await kubectl('apply', '-f', manifest('observe/rbac.yaml'))).trim().split('\n');
+    assert.deepEqual(applied, [
+      'serviceaccount/proxyctl-observer created',
+      'clusterrole.rbac.authorization.k8s.io/proxyctl-observer created',
+      'clusterrolebinding.rbac.authorization.k8s.io/proxyctl-observer created',
+      'role.rbac.authorization.k8s.io/proxyctl-observer created',
+      'rolebinding.rbac.authorization.k8s.io/proxyctl-observer created',
+    ]);
+    const observer = 'system:serviceaccount:kube-system:proxyctl-observer';
+    const groups = ['system:serviceaccounts', 'system:serviceaccounts:kube-system', 'system:authenticated'];
+    const granted: Access[] = [
+      {verb: 'list', resource: 'services'},
+      {verb: 'watch', resource: 'services'},
+      {verb: 'get', resource: 'services', namespace: 'default', name: 'web'},
+      {verb: 'list', resource: 'endpointslices', group: 'discovery.k8s.io'},
+      {verb: 'watch', resource: 'endpointslices', group: 'discovery.k8s.io'},
+      {verb: 'get', resource: 'nodes', name: 'node-1'},
+      {verb: 'list', resource: 'nodes'},
+      {verb: 'watch', resource: 'nodes'},
+      {verb: 'list', resource: 'servicecidrs', group: 'networking.k8s.io'},
+      {verb: 'watch', resource: 'servicecidrs', group: 'networking.k8s.io'},
+      {verb: 'get', resource: 'configmaps', namespace: 'kube-system', name: 'kube-proxy'},
+    ];
+    const refused: Access[] = [
+      {verb: 'get', resource: 'configmaps', namespace: 'kube-system', name: 'coredns'},
+      {verb: 'list', resource: 'configmaps', namespace: 'kube-system'},
+      {verb: 'get', resource: 'configmaps', namespace: 'default', name: 'kube-proxy'},
+      {verb: 'update', resource: 'configmaps', namespace: 'kube-system', name: 'kube-proxy'},
+      {verb: 'update', resource: 'services', namespace: 'default'},
+      {verb: 'delete', resource: 'endpointslices', group: 'discovery.k8s.io', namespace: 'default'},
+      {verb: 'create', resource: 'events', namespace: 'default'},
+      {verb: 'get', resource: 'secrets', namespace: 'kube-system'},
+      {verb: 'list', resource: 'pods'},
+    ];
+    for (const access of granted) assert.equal(await allowed(observer, groups, access), true, `the observer may ${describeAccess(access)}`);
+    for (const access of refused)
+      assert.equal(await allowed(observer, groups, access), false, `the observer may not ${describeAccess(access)}`);
   });
 
   test("the agent's ServiceAccount may do what the agent does, and no more", async () => {

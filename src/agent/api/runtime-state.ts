@@ -9,6 +9,17 @@ import type {SyncOutcome} from '../sync/types.ts';
 import {releaseGarbage} from '../sync/sync-bookkeeping.ts';
 import type {AppliedRules, AppliedState} from '../applied/applied-state.ts';
 import type {ParsedRules, RulesBackend, RulesDiff} from './rules/backend.ts';
+import type {ObserveReport} from '../observe/observation.ts';
+import type {EndpointHistory} from '../observe/observing-proxier.ts';
+import type {DriftTracker} from '../observe/drift-tracker.ts';
+import {explainDrift} from '../observe/drift-explanation.ts';
+
+/** What an observing agent (--observe) adds to the answers: what it found, and drift explained by Service. */
+export interface ObserveRuntime {
+  report: ObserveReport;
+  history: EndpointHistory;
+  tracker: DriftTracker;
+}
 
 /** What the method handlers need of the proxier: its models and its syncs. */
 export interface ProxierSyncs {
@@ -39,6 +50,7 @@ export interface RuntimeStateOptions {
   syncTimeoutMs: number;
   nodeAddresses: () => Promise<string[]>;
   probe: (params: ProbeParams, netns: string | undefined) => Promise<ProbeResult>;
+  observe?: ObserveRuntime;
 }
 
 const addressesTtlMs = 5000;
@@ -83,6 +95,7 @@ export class RuntimeState {
   readonly now: () => number;
   readonly probe: (params: ProbeParams, netns: string | undefined) => Promise<ProbeResult>;
   readonly listeners = new Set<(event: SyncEvent) => void>();
+  readonly observe: ObserveRuntime | undefined;
   lastOutcome: SyncOutcome | undefined;
   everSynced = false;
   failures = 0;
@@ -110,6 +123,7 @@ export class RuntimeState {
     this.probe = options.probe;
     this.syncTimeoutMs = options.syncTimeoutMs;
     this.nodeAddresses = options.nodeAddresses;
+    this.observe = options.observe;
   }
 
   recordSync(outcome: SyncOutcome): void {
@@ -178,7 +192,7 @@ export class RuntimeState {
   }
 
   async diffAll(service?: string): Promise<DiffResult> {
-    const groups: DiffGroup[] = [];
+    let groups: DiffGroup[] = [];
     const texts: {family: IPFamily; text: string}[] = [];
     let equal = true;
     let readAt = Infinity;
@@ -191,6 +205,16 @@ export class RuntimeState {
       groups.push(...result.groups);
       texts.push({family, text: result.text});
       readAt = Math.min(readAt, current.readAt);
+    }
+    if (this.observe) {
+      const models = this.models().map(([, model]) => model);
+      groups = explainDrift(groups, {
+        models,
+        appliedText: readings.map((reading) => reading.text).join('\n'),
+        history: this.observe.history,
+        now: this.now(),
+      });
+      if (!service) this.observe.tracker.checked(groups, Math.min(readAt, this.now()));
     }
     const answer: DiffResult = {
       equal,

@@ -18,7 +18,7 @@ import {readNodeAddresses} from './node-addresses.ts';
 import {probeHere, probeInNetns} from './probe.ts';
 import type {RulesetChanges} from '../applied/ruleset-changes.ts';
 import type {RulesBackend} from './rules/backend.ts';
-import {RuntimeState, type ProxierSyncs} from './runtime-state.ts';
+import {type ObserveRuntime, RuntimeState, type ProxierSyncs} from './runtime-state.ts';
 
 /** ProxierView: what the runtime needs of the proxier (IptablesProxier has it). */
 export interface ProxierView extends ProxierSyncs {
@@ -47,7 +47,12 @@ export interface AgentRuntimeOptions {
   probe?: (params: ProbeParams, netns: string | undefined) => Promise<ProbeResult>;
   /** Longest wait for a sync the plugin asked for (default 60 s). */
   syncTimeoutMs?: number;
+  /** Set when the agent observes kube-proxy (--observe). */
+  observe?: ObserveRuntime;
 }
+
+/** How often an observer looks whether the ruleset monitor saw a change (a number read, nothing more). */
+const observeChangePollMs = 1000;
 
 export interface AgentRuntime extends AgentApiHandlers {
   close(): void;
@@ -93,8 +98,21 @@ export function createAgentRuntime(options: AgentRuntimeOptions): AgentRuntime {
     syncTimeoutMs,
     nodeAddresses,
     probe,
+    observe: options.observe,
   });
   const stopWatchingSyncs = proxier.onSync((outcome) => state.recordSync(outcome));
+  // An observer's drift comes from kube-proxy's changes, not its own syncs: a change the monitor
+  // saw starts a drift check, so that drift is logged and counted within seconds of it.
+  let foreignSeen = changes.lastForeignChangeAt();
+  const followForeignChanges =
+    options.observe &&
+    setInterval(() => {
+      const at = changes.lastForeignChangeAt();
+      if (!changes.watching() || at === foreignSeen) return;
+      foreignSeen = at;
+      state.warmUp();
+    }, observeChangePollMs);
+  if (followForeignChanges) followForeignChanges.unref();
 
   // The router: one handler per method.
   return {
@@ -113,6 +131,7 @@ export function createAgentRuntime(options: AgentRuntimeOptions): AgentRuntime {
 
     close() {
       state.closed = true;
+      if (followForeignChanges) clearInterval(followForeignChanges);
       stopWatchingSyncs();
       state.listeners.clear();
       stopFollowingProxier?.();

@@ -82,6 +82,13 @@ export interface AgentConfig {
   netns?: string;
   /** Remove the agent's rules and exit. */
   cleanup: boolean;
+  /**
+   * Observe kube-proxy instead of proxying: write nothing, compare what kube-proxy programmed with
+   * what it should have (docs/observe.md).
+   */
+  observe: boolean;
+  /** The kube-proxy mode to observe; unset: found from the kernel's rules. */
+  observeMode?: ProxyMode;
   /** Log detail, as --v: 0 events and errors, 2 each sync, 4 commands, 5 rule text. */
   verbosity: number;
   featureGates: Record<string, boolean>;
@@ -123,10 +130,22 @@ export function defaultAgentConfig(): AgentConfig {
     apiBindAddress: '127.0.0.1:10260',
     configSyncPeriod: 15 * 60_000,
     cleanup: false,
+    observe: false,
     verbosity: 0,
     featureGates: {},
   };
 }
+
+/**
+ * The observing agent's own ports, so that it runs beside kube-proxy (10256 healthz, 10249
+ * metrics) and beside a proxying agent (10260 API) on the same node: 10270 API, 10271 healthz,
+ * 10272 metrics. Used when --observe is on and the address is not set.
+ */
+export const observeBindAddresses = {
+  apiBindAddress: '127.0.0.1:10270',
+  healthzBindAddress: '0.0.0.0:10271',
+  metricsBindAddress: '127.0.0.1:10272',
+} as const;
 
 /** syncPeriods returns the periods of the configured mode. */
 export function syncPeriods(config: AgentConfig): {syncPeriod: number; minSyncPeriod: number} {

@@ -24,7 +24,7 @@ const flag = <T>(kind: FlagKind, help: string, paths: string[], store: (config: 
 });
 
 /** Adds the default port when the flag gives only an address, as kube-proxy does. */
-function withPort(address: string, port: number): string {
+export function withPort(address: string, port: number): string {
   const ip = parseIP(address);
   if (ip === undefined) return address;
   return ip.family === 'IPv6' ? `[${ip.text}]:${port}` : `${ip.text}:${port}`;
@@ -164,23 +164,35 @@ export const flagSpecs: Record<string, FlagSpec> = {
   'bind-address': flag<string>('string', "the node's primary IP", ['bindAddress'], (c, v) => (c.bindAddress = v)),
   'metrics-bind-address': flag<string>(
     'string',
-    'host:port of /metrics (default 127.0.0.1:10249; empty: off)',
+    'host:port of /metrics (default 127.0.0.1:10249, observing 127.0.0.1:10272; empty: off)',
     ['metricsBindAddress'],
     (c, v) => (c.metricsBindAddress = withPort(v, 10249)),
   ),
   'healthz-bind-address': flag<string>(
     'string',
-    'host:port of /healthz and /livez (default 0.0.0.0:10256; empty: off)',
+    'host:port of /healthz and /livez (default 0.0.0.0:10256, observing 0.0.0.0:10271; empty: off)',
     ['healthzBindAddress'],
     (c, v) => (c.healthzBindAddress = withPort(v, 10256)),
   ),
   'api-bind-address': flag<string>(
     'string',
-    'host:port of the WebSocket API (default 127.0.0.1:10260; empty: off)',
+    'host:port of the WebSocket API (default 127.0.0.1:10260, observing 127.0.0.1:10270; empty: off)',
     ['apiBindAddress'],
     (c, v) => (c.apiBindAddress = withPort(v, 10260)),
   ),
   netns: flag<string>('string', 'run every rule command inside this network namespace', ['netns'], (c, v) => (c.netns = v || undefined)),
+  observe: flag<boolean>(
+    'boolean',
+    "observe kube-proxy's rules beside it, changing nothing on the node (own ports 10270-10272)",
+    ['observe'],
+    (c, v) => (c.observe = v),
+  ),
+  'observe-mode': flag<string>(
+    'string',
+    "with --observe: kube-proxy's mode, iptables, nftables or ipvs (default: found from the kernel)",
+    ['observeMode'],
+    (c, v) => (c.observeMode = (v || undefined) as ProxyMode | undefined),
+  ),
   cleanup: flag<boolean>('boolean', "remove the agent's rules and exit", ['cleanup'], (c, v) => (c.cleanup = v)),
   v: flag<number>('integer', 'log detail (0-5)', ['logging.verbosity'], (c, v) => (c.verbosity = v)),
 };

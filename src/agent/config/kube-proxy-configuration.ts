@@ -119,6 +119,9 @@ const schema: Branch = {
     },
     configSyncPeriod: leaf<number>('duration', (c, v) => (c.configSyncPeriod = v || c.configSyncPeriod)),
     portRange: unused('string'),
+    // The agent's own fields (kube-proxy has no such field): observe kube-proxy instead of proxying.
+    observe: leaf<boolean>('boolean', (c, v) => (c.observe = v)),
+    observeMode: leaf<string>('string', (c, v) => (c.observeMode = (v || undefined) as ProxyMode | undefined)),
     windowsRunAsService: unused('boolean'),
   },
 };
@@ -132,10 +135,23 @@ export function splitList(text: string): string[] {
 }
 
 /**
+ * A field that cannot be read, told instead of thrown (an observing agent reads kube-proxy's own
+ * ConfigMap, and keeps observing with what it can read).
+ */
+export type FieldProblem = (path: string, reason: string) => void;
+
+/**
  * applyKubeProxyConfiguration parses the file text and stores every field it sets into config.
  * Returns the dotted paths of the fields that were set (null counts as unset, as Go decodes it).
+ * With `onFieldProblem`, an unknown field or a value of the wrong type is told to it and skipped
+ * rather than refused; a document that is no KubeProxyConfiguration is refused either way.
  */
-export function applyKubeProxyConfiguration(text: string, fileName: string, config: AgentConfig): Set<string> {
+export function applyKubeProxyConfiguration(
+  text: string,
+  fileName: string,
+  config: AgentConfig,
+  onFieldProblem?: FieldProblem,
+): Set<string> {
   let document: unknown;
   try {
     document = parseYaml(text);
@@ -156,7 +172,12 @@ export function applyKubeProxyConfiguration(text: string, fileName: string, conf
     throw new ConfigError(`config file ${fileName}: kind: ${JSON.stringify(object.kind)} is not ${kubeProxyConfigurationKind}`);
   }
   const set = new Set<string>();
-  readBranch(schema, object, '', fileName, config, set);
+  const problem: FieldProblem =
+    onFieldProblem ??
+    ((path, reason) => {
+      throw new ConfigError(`config file ${fileName}: ${path}: ${reason}`);
+    });
+  readBranch(schema, object, '', config, set, problem);
   return set;
 }
 
@@ -164,25 +185,30 @@ function readBranch(
   branch: Branch,
   value: Record<string, unknown>,
   prefix: string,
-  fileName: string,
   config: AgentConfig,
   set: Set<string>,
+  problem: FieldProblem,
 ): void {
   for (const [name, fieldValue] of Object.entries(value)) {
     const path = prefix + name;
     const spec = branch.fields[name];
-    if (spec === undefined) throw new ConfigError(`config file ${fileName}: ${path}: unknown field`);
+    if (spec === undefined) {
+      problem(path, 'unknown field');
+      continue;
+    }
     if (fieldValue === null || fieldValue === undefined) continue;
     if ('fields' in spec) {
       if (typeof fieldValue !== 'object' || Array.isArray(fieldValue)) {
-        throw new ConfigError(`config file ${fileName}: ${path}: ${describe(fieldValue)} is not an object`);
+        problem(path, `${describe(fieldValue)} is not an object`);
+        continue;
       }
-      readBranch(spec, fieldValue as Record<string, unknown>, `${path}.`, fileName, config, set);
+      readBranch(spec, fieldValue as Record<string, unknown>, `${path}.`, config, set, problem);
       continue;
     }
     const checked = readLeaf(spec.kind, fieldValue);
     if (typeof checked === 'string' && checked.startsWith('\0')) {
-      throw new ConfigError(`config file ${fileName}: ${path}: ${checked.slice(1)}`);
+      problem(path, checked.slice(1));
+      continue;
     }
     spec.store?.(config, checked as never);
     set.add(path);

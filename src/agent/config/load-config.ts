@@ -11,10 +11,11 @@ import {
   detectLocalModes,
   ipvsSchedulers,
   nftablesLayouts,
+  observeBindAddresses,
   proxyModes,
 } from './agent-config.ts';
 import {formatGoDuration} from './duration.ts';
-import {applyFlags, parseFlags} from './flags.ts';
+import {applyFlags, flagSpecs, parseFlags, withPort} from './flags.ts';
 import {applyKubeProxyConfiguration, describe} from './kube-proxy-configuration.ts';
 import {errorText} from '../../core/error-text.ts';
 
@@ -39,6 +40,8 @@ export interface AgentAddresses {
 export interface CheckedConfig {
   config: AgentConfig;
   addresses: AgentAddresses;
+  /** Config path -> what set it ("flag --cluster-cidr", "config file F"); paths not in it have their default. */
+  setBy?: ReadonlyMap<string, string>;
 }
 
 export interface LoadedConfig extends CheckedConfig {
@@ -63,13 +66,27 @@ export function loadAgentConfig(argv: string[], readFile: (path: string) => stri
     for (const path of applyKubeProxyConfiguration(text, fileName, config)) fileFields.add(path);
   }
   const flagSources = applyFlags(flags, config);
+  if (config.observe) {
+    // Beside kube-proxy, its ports are taken: the observer has its own unless told otherwise.
+    // A flag that gives only an address gets the observer's port, not kube-proxy's.
+    for (const [field, address] of Object.entries(observeBindAddresses) as [keyof typeof observeBindAddresses, string][]) {
+      const flag = flags.values.findLast((entry) => flagSpecs[entry.name]?.paths.includes(field));
+      const port = Number(address.slice(address.lastIndexOf(':') + 1));
+      if (flag !== undefined && flag.value !== '' && parseIP(String(flag.value)) !== undefined)
+        config[field] = withPort(String(flag.value), port);
+      else if (!flagSources.has(field) && !fileFields.has(field)) config[field] = address;
+    }
+  }
   const source = (path: string): string => {
     const flag = flagSources.get(path);
     if (flag !== undefined) return `flag ${flag}`;
     if (fileFields.has(path)) return `config file ${config.configFile}: ${path}`;
     return path;
   };
-  return {...validateAgentConfig(config, source), help: flags.help};
+  const setBy = new Map<string, string>();
+  for (const path of fileFields) setBy.set(path, `config file ${config.configFile}`);
+  for (const [path, flag] of flagSources) setBy.set(path, `flag ${flag}`);
+  return {...validateAgentConfig(config, source), setBy, help: flags.help};
 }
 
 /**
@@ -82,6 +99,12 @@ export function validateAgentConfig(config: AgentConfig, source: (path: string) 
     throw new ConfigError(`${source(path)}: ${describe(value)} ${why}`);
   };
   if (!proxyModes.includes(config.mode)) refuse('mode', config.mode, `is not one of ${proxyModes.join(', ')}`);
+  if (config.observeMode !== undefined && !proxyModes.includes(config.observeMode))
+    refuse('observeMode', config.observeMode, `is not one of ${proxyModes.join(', ')}`);
+  if (config.observeMode !== undefined && !config.observe) refuse('observeMode', config.observeMode, 'is set without observe (--observe)');
+  // --cleanup removes kube-proxy's rules too: never from an agent told to observe them.
+  if (config.observe && config.cleanup)
+    refuse('cleanup', true, 'is refused with observe (--observe): an observing agent never changes the node');
 
   checkSection('iptables', config.iptables);
   if (config.mode === 'nftables') checkSection('nftables', config.nftables);

@@ -82,16 +82,27 @@ export interface CommandHostOptions {
   runner?: CommandRunner;
   /** Called with each command line before it runs (for --v=4 logs). */
   onCommand?: (command: string[]) => void;
+  /**
+   * Run iptables-nft or iptables-legacy (and their save, restore and ip6tables twins) rather than
+   * whichever `iptables` the node's alternatives name: an observing agent reads the front end
+   * kube-proxy wrote to. Default: `iptables`.
+   */
+  iptablesVariant?: IptablesVariant;
 }
+
+/** Which iptables binaries a CommandHost runs: the node's default, or one front end by name. */
+export type IptablesVariant = 'default' | 'nft' | 'legacy';
 
 export class CommandHost implements Host {
   readonly netns: string | undefined;
   readonly #runner: CommandRunner;
   readonly #onCommand: ((command: string[]) => void) | undefined;
   readonly #spawnListeners = new Set<(pid: number, command: string[]) => void>();
+  readonly #variant: IptablesVariant;
 
   constructor(options: CommandHostOptions = {}) {
     this.netns = options.netns;
+    this.#variant = options.iptablesVariant ?? 'default';
     this.#runner = options.runner ?? execaRunner;
     this.#onCommand = options.onCommand;
   }
@@ -114,19 +125,21 @@ export class CommandHost implements Host {
   }
 
   async iptablesRestore(family: IPFamily, rules: RestoreInput, options: RestoreOptions): Promise<void> {
-    const command = [restoreCommand(family), ...xtablesWait];
+    const command = [restoreCommand(family, this.#variant), ...xtablesWait];
     if (options.noflush) command.push('--noflush');
     if (options.counters) command.push('--counters');
     await this.run(command, {input: rules, inputTaken: options.inputTaken});
   }
 
   async iptablesSave(family: IPFamily, table?: IptablesTable): Promise<string> {
-    return (await this.run([saveCommand(family), ...(table ? ['-t', table] : [])])).stdout;
+    return (await this.run([saveCommand(family, this.#variant), ...(table ? ['-t', table] : [])])).stdout;
   }
 
   async iptablesHasRule(family: IPFamily, table: IptablesTable, chain: string, rule: string[]): Promise<boolean> {
     // -C exits 1 when the rule is missing, and also when the chain is: both mean "not there".
-    const result = await this.run([iptablesCommand(family), ...xtablesWait, '-t', table, '-C', chain, ...rule], {accept: [1]});
+    const result = await this.run([iptablesCommand(family, this.#variant), ...xtablesWait, '-t', table, '-C', chain, ...rule], {
+      accept: [1],
+    });
     return result.exitCode === 0;
   }
 
@@ -137,14 +150,22 @@ export class CommandHost implements Host {
     rule: string[],
     position: 'prepend' | 'append',
   ): Promise<void> {
-    await this.run([iptablesCommand(family), ...xtablesWait, '-t', table, position === 'prepend' ? '-I' : '-A', chain, ...rule]);
+    await this.run([
+      iptablesCommand(family, this.#variant),
+      ...xtablesWait,
+      '-t',
+      table,
+      position === 'prepend' ? '-I' : '-A',
+      chain,
+      ...rule,
+    ]);
   }
 
   async iptablesEnsureChain(family: IPFamily, table: IptablesTable, chain: string): Promise<boolean> {
-    const result = await this.run([iptablesCommand(family), ...xtablesWait, '-t', table, '-N', chain], {accept: [1]});
+    const result = await this.run([iptablesCommand(family, this.#variant), ...xtablesWait, '-t', table, '-N', chain], {accept: [1]});
     if (result.exitCode === 0) return false;
     if (/exists/i.test(result.stderr)) return true;
-    throw new HostCommandError([iptablesCommand(family), '-t', table, '-N', chain], result.exitCode, result.stderr);
+    throw new HostCommandError([iptablesCommand(family, this.#variant), '-t', table, '-N', chain], result.exitCode, result.stderr);
   }
 
   async iptablesFrontEnd(family: IPFamily): Promise<IptablesFrontEnd> {
@@ -152,7 +173,7 @@ export class CommandHost implements Host {
   }
 
   async iptablesVersion(family: IPFamily): Promise<string> {
-    return (await this.run([iptablesCommand(family), '--version'])).stdout.trim();
+    return (await this.run([iptablesCommand(family, this.#variant), '--version'])).stdout.trim();
   }
 
   async nfacct(args: string[]): Promise<string> {
@@ -201,12 +222,13 @@ export function parseIptablesFrontEnd(versionText: string): IptablesFrontEnd {
   return /\(nf_tables\)/.test(versionText) ? 'nf_tables' : 'legacy';
 }
 
-function iptablesCommand(family: IPFamily): string {
-  return family === 'IPv6' ? 'ip6tables' : 'iptables';
+function iptablesCommand(family: IPFamily, variant: IptablesVariant = 'default'): string {
+  const base = family === 'IPv6' ? 'ip6tables' : 'iptables';
+  return variant === 'default' ? base : `${base}-${variant}`;
 }
-function restoreCommand(family: IPFamily): string {
-  return `${iptablesCommand(family)}-restore`;
+function restoreCommand(family: IPFamily, variant: IptablesVariant): string {
+  return `${iptablesCommand(family, variant)}-restore`;
 }
-function saveCommand(family: IPFamily): string {
-  return `${iptablesCommand(family)}-save`;
+function saveCommand(family: IPFamily, variant: IptablesVariant): string {
+  return `${iptablesCommand(family, variant)}-save`;
 }

@@ -20,6 +20,8 @@ export interface WatchHandle {
 }
 
 export interface KubernetesClient {
+  /** GET one object (an observing agent reads kube-proxy's ConfigMap with it); optional for clients made in tests. */
+  get?(path: string): Promise<unknown>;
   list(path: string, query: Record<string, string>): Promise<ListResult>;
   /** Streams events until the server ends the watch or an error; onDone is called once either way. */
   watch(
@@ -57,6 +59,13 @@ export function loadKubeConfig(path?: string): KubeConfig {
 export function createKubernetesClient(config: KubeConfig): KubernetesClient {
   const watcher = new Watch(config);
   return {
+    async get(path) {
+      const cluster = config.getCurrentCluster()!;
+      const url = new URL(cluster.server.replace(/\/$/, '') + path);
+      const options: RequestOptions = {method: 'GET', headers: {Accept: 'application/json'}};
+      await config.applyToHTTPSOptions(options);
+      return getJson(url, options);
+    },
     async list(path, query) {
       const cluster = config.getCurrentCluster()!;
       const url = new URL(cluster.server.replace(/\/$/, '') + path);

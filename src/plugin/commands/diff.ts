@@ -23,6 +23,8 @@ export default class Diff extends AgentCommand {
   static override description =
     `Prints a unified diff, grouped by service, of the rules the agent on NODE means to have ("--- desired") against the rules its kernel holds ("+++ applied"): a "-" line is a rule missing from the kernel, a "+" line one that is there but not wanted. Rules someone deleted, changed or slipped in show up here. Exit code 0: no difference; 1: they differ; 2 or more: an error, as kubectl diff.
 
+On an observing agent (proxyctl-agent --observe, beside kube-proxy) the desired rules are what kube-proxy should have programmed, and each drifted service port is explained first, e.g. "default/web:http: endpoint 10.244.1.7 still programmed, removed from the EndpointSlice 4m ago", "not programmed on this node", "rule not written by kube-proxy: ...", "no kube-proxy rules at all on this node"; -o json and -o yaml carry the same in each group's explanations.
+
 With --all-nodes: one line per node (mode, drifted services, last sync, agent version) instead of the diffs; the exit code is 1 if any node differs, 2 if any node could not be asked.
 
 Without a cluster: --rules FILE -f OBJECTS compares saved rules (kube-proxy's or the agent's) with what should have been programmed for the Services and EndpointSlices in OBJECTS on that node, with the node settings given as for render (--node-name, --node-ip, --cluster-cidr, --nodeport-addresses, --service-cidr, --masquerade-all, --localhost-nodeports, --nfacct-counters, --random-fully, ...). The format of each --rules file is found from its text, and the mode from the format (--mode to insist on one): iptables-save of either front end; \`nft list ruleset\` as text or JSON; for ipvs mode \`ipvsadm-save -n\`, \`ipset save\` and iptables-save, in one file or in several --rules (only the parts given are compared). Each service port that differs is named NAMESPACE/NAME:PORT, then the differences follow. Counters, rule order where it decides nothing (KUBE-SERVICES' service rules, set elements, chain order) are no differences. Exit code 0: the rules match; 1: they differ; 2: bad input (an unreadable file names its line; objects that are not valid are named on stderr).`;
@@ -103,7 +105,11 @@ Without a cluster: --rules FILE -f OBJECTS compares saved rules (kube-proxy's or
     } else if (flags['all-nodes']) {
       if (answered.length > 0) process.stdout.write(driftTable(answered, color));
     } else {
-      for (const {diff} of answered) if (!diff.equal) process.stdout.write(`${colorDiff(diff.text.replace(/\n?$/, ''), palette(color))}\n`);
+      for (const {node, diff} of answered) {
+        if (diff.equal) continue;
+        process.stdout.write(driftExplanations(node, diff));
+        process.stdout.write(`${colorDiff(diff.text.replace(/\n?$/, ''), palette(color))}\n`);
+      }
     }
     if (failed.length === 0 && answered.some(({diff}) => !diff.equal)) process.exitCode = exitCodes.differs;
   }
@@ -136,11 +142,21 @@ function driftTable(nodes: NodeDiff[], color: boolean): string {
     const last = status.lastSync;
     return [
       node,
-      status.mode,
+      status.observe ? `observe: ${status.observe.observing}` : status.mode,
       drifted.length === 0 ? c.green('none') : c.yellow(drifted.join(',')),
       last ? `${formatAge(now - Date.parse(last.at))} ago${last.ok ? '' : ' (failed)'}` : '-',
       status.version,
     ];
   });
   return formatTable(['NODE', 'MODE', 'DRIFTED SERVICES', 'LAST SYNC', 'AGENT VERSION'], rows);
+}
+
+/** An observer's explanations of each drifted service port, one line each, before the rules. */
+function driftExplanations(node: string, diff: DiffResult): string {
+  const lines: string[] = [];
+  for (const group of diff.groups) {
+    for (const explanation of group.explanations ?? [])
+      lines.push(`${node}: ${group.servicePort || '(rules of no service)'}: ${explanation.text}`);
+  }
+  return lines.length > 0 ? `${lines.join('\n')}\n\n` : '';
 }

@@ -6,11 +6,17 @@ import {formatAge, formatData, formatDuration, formatTable, outputFlag, palette,
 export default class Status extends AgentCommand {
   static override summary = 'Show the proxyctl agents: mode, readiness, version, last sync, services, drift.';
   static override description =
-    `Asks every agent (or the one on NODE) how it is doing. DRIFT counts the services whose rules in the kernel differ from what the agent means to have (see "kubectl proxyctl diff"). Agents that do not answer are named on stderr; the others are still shown, and the exit code is 2.`;
+    `Asks every agent (or the one on NODE) how it is doing. DRIFT counts the services whose rules in the kernel differ from what the agent means to have (see "kubectl proxyctl diff"). Agents that do not answer are named on stderr; the others are still shown, and the exit code is 2.
+
+An observing agent (proxyctl-agent --observe, beside kube-proxy) shows its MODE as "observe: kube-proxy MODE", and DRIFT says how long the node has differed from what kube-proxy should have programmed ("2 for 4m"). Below the table: what it found when that is not one clear mode (no kube-proxy rules at all, or several modes' rules), what it could not read, and, for one node or with -o wide, kube-proxy's settings it renders with and where each came from.`;
 
   static override examples = [
     {description: 'Every agent in the cluster', command: '<%= config.bin %> status'},
     {description: 'One node, as JSON', command: '<%= config.bin %> status node-1 -o json'},
+    {
+      description: 'An observing agent beside kube-proxy, at its default address',
+      command: '<%= config.bin %> status --agent-url ws://127.0.0.1:10270/',
+    },
     {
       description: "On a node, its agent straight at its default address (a lab's agents: see the api ports in lab status)",
       command: '<%= config.bin %> status --agent-url ws://127.0.0.1:10260/',
@@ -38,7 +44,9 @@ export default class Status extends AgentCommand {
     if (flags.output === 'json' || flags.output === 'yaml') {
       process.stdout.write(formatData({agents: answered, errors: failed}, flags.output));
     } else if (answered.length > 0) {
-      process.stdout.write(statusTable(answered, flags.output === 'wide', useColor(flags.output)));
+      const wide = flags.output === 'wide';
+      process.stdout.write(statusTable(answered, wide, useColor(flags.output)));
+      process.stdout.write(observeNotes(answered, wide || nodes.length === 1));
     }
   }
 }
@@ -52,14 +60,14 @@ function statusTable(agents: StatusResult[], wide: boolean, color: boolean): str
     const last = agent.lastSync;
     const row = [
       agent.node,
-      agent.mode,
+      agent.observe ? `observe: ${agent.observe.observing}` : agent.mode,
       agent.ready ? c.green('true') : c.red('false'),
       agent.version,
       last ? `${formatAge(now - Date.parse(last.at))} ago${last.ok ? '' : ` ${c.red('(failed)')}`}` : '-',
       last ? `${formatDuration(last.durationMs)} ${last.kind}` : '-',
       String(agent.services),
       String(agent.endpoints),
-      agent.drift.checkedAt === null ? '?' : agent.drift.services.length > 0 ? c.yellow(String(agent.drift.services.length)) : '0',
+      driftCell(agent, now, c),
       agent.syncFailures > 0 ? c.yellow(String(agent.syncFailures)) : '0',
     ];
     if (wide)
@@ -67,4 +75,30 @@ function statusTable(agents: StatusResult[], wide: boolean, color: boolean): str
     return row;
   });
   return formatTable(head, rows);
+}
+
+/** DRIFT: drifted service ports at the last check, and for an observer how long the node has differed. */
+function driftCell(agent: StatusResult, now: number, c: ReturnType<typeof palette>): string {
+  if (agent.drift.checkedAt === null) return '?';
+  if (agent.drift.services.length === 0) return '0';
+  const since = agent.observe?.driftSince;
+  return c.yellow(`${agent.drift.services.length}${since ? ` for ${formatAge(now - Date.parse(since))}` : ''}`);
+}
+
+/**
+ * observeNotes: for each observing agent, its finding when it is not one clear mode and what it
+ * could not read; with `settings`, kube-proxy's settings it renders with and their sources.
+ */
+function observeNotes(agents: StatusResult[], settings: boolean): string {
+  const lines: string[] = [];
+  for (const agent of agents) {
+    const observe = agent.observe;
+    if (!observe) continue;
+    if (observe.finding === 'none found' || observe.finding === 'several found') lines.push(`${agent.node}: ${observe.summary}`);
+    for (const problem of observe.problems) lines.push(`${agent.node}: ${problem}`);
+    if (!settings) continue;
+    lines.push(`${agent.node}: ${observe.summary}; kube-proxy's settings:`);
+    for (const setting of observe.settings) lines.push(`  ${setting.name}: ${setting.value || '(none)'}  (${setting.source})`);
+  }
+  return lines.length > 0 ? `\n${lines.join('\n')}\n` : '';
 }

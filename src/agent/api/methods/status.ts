@@ -1,6 +1,6 @@
 // The status method: the node's mode, last sync, counts and the last drift check, answered at once.
-import type {StatusResult} from '../../../protocol/methods.ts';
-import {syncKind, type RuntimeState} from '../runtime-state.ts';
+import type {ObserveStatus, StatusResult} from '../../../protocol/methods.ts';
+import {type ObserveRuntime, syncKind, type RuntimeState} from '../runtime-state.ts';
 
 export async function answerStatus(state: RuntimeState): Promise<StatusResult> {
   const {proxier, families, applied, lastOutcome} = state;
@@ -36,5 +36,19 @@ export async function answerStatus(state: RuntimeState): Promise<StatusResult> {
     drift: {services: check?.services ?? [], checkedAt: check?.checkedAt ?? null},
     syncFailures: state.failures,
     rulesReadAt: readings.length > 0 ? new Date(Math.max(...readings)).toISOString() : null,
+    ...(state.observe && {observe: observeStatus(state.observe)}),
+  };
+}
+
+function observeStatus(observe: ObserveRuntime): ObserveStatus {
+  const {detection, settings, problems} = observe.report;
+  const since = observe.tracker.nodeDriftSince;
+  return {
+    observing: `kube-proxy ${detection.mode}`,
+    finding: detection.finding,
+    summary: detection.summary,
+    settings,
+    problems,
+    driftSince: since === undefined ? null : new Date(since).toISOString(),
   };
 }

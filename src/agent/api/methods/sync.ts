@@ -5,6 +5,7 @@ import {syncKind, type RuntimeState} from '../runtime-state.ts';
 
 export async function answerSync(state: RuntimeState, params: SyncParams): Promise<SyncAnswer> {
   const {nodeName, proxier, log} = state;
+  if (state.observe) throw new Error(`node ${nodeName}'s agent observes kube-proxy and writes no rules: syncing is kube-proxy's job there`);
   if (!proxier.status().initialized)
     throw new Error(`node ${nodeName} cannot sync yet: the agent is still waiting for the lists of services, endpoint slices and its node`);
   // A partial sync rewrites only changed services: drifted rules need a full one to be repaired.

@@ -14,6 +14,10 @@ Returns once nodes, pods and agents are ready; the lab keeps running in the back
   static override examples = [
     {description: 'Two nodes with three pods each', command: '<%= config.bin %> lab up'},
     {description: 'A second, bigger lab beside the first', command: '<%= config.bin %> lab up --name big --nodes 3 --pods-per-node 10'},
+    {
+      description: "Observe kube-proxy: each node's agent stands in for it, an observer beside it answers status, trace and diff",
+      command: '<%= config.bin %> lab up --name obs --observe',
+    },
   ];
 
   static override flags = {
@@ -31,6 +35,11 @@ Returns once nodes, pods and agents are ready; the lab keeps running in the back
       default: true,
       allowNo: true,
     }),
+    observe: Flags.boolean({
+      summary:
+        "Each node's agent stands in for kube-proxy, and an observing agent (proxyctl-agent --observe) runs beside it; status, trace and diff go to the observers.",
+      default: false,
+    }),
   };
 
   async run(): Promise<void> {
@@ -46,6 +55,7 @@ Returns once nodes, pods and agents are ready; the lab keeps running in the back
         podsPerNode: flags['pods-per-node'],
         proxyMode: flags['proxy-mode'],
         agents: flags.agents,
+        observe: flags.observe,
         signal: abort.signal,
         onProgress: (text) => process.stderr.write(`${text}\n`),
       });

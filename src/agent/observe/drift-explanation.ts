@@ -1,0 +1,166 @@
+// explainDrift: an observing agent's diff groups, each explained by Service for a person on call:
+// "not programmed on this node", "endpoint 10.244.1.7 still programmed, removed from the
+// EndpointSlice 4m ago", "rule not written by kube-proxy", "no kube-proxy rules at all on this
+// node". It reads the rule lines the backends' diff gives (any mode: the addresses in them) and
+// the applied rules' text, so it needs nothing of a backend beyond what diff already answers.
+import type {ProxyModel, ServicePort} from '../../core/model/index.ts';
+import type {DiffGroup, DriftExplanation} from '../../protocol/methods.ts';
+import type {EndpointHistory} from './observing-proxier.ts';
+
+export interface DriftContext {
+  /** The desired models, every family. */
+  models: ProxyModel[];
+  /** The applied rules' text, every family (what kube-proxy programmed). */
+  appliedText: string;
+  history: EndpointHistory;
+  now: number;
+}
+
+/** How many unexplained rules an explanation lists before it says how many more there are. */
+const rulesListed = 3;
+
+export function explainDrift(groups: DiffGroup[], context: DriftContext): DiffGroup[] {
+  const ports = new Map<string, ServicePort[]>();
+  for (const model of context.models) for (const port of model.servicePorts) ports.set(port.key, [...(ports.get(port.key) ?? []), port]);
+  const drifted = groups.filter((group) => group.added.length > 0 || group.removed.length > 0);
+  if (drifted.length === 0) return groups;
+  // What kube-proxy's rules name and which addresses they hold, each read once, and only when needed.
+  let names: Set<string> | undefined;
+  let addresses: Set<string> | undefined;
+  const parts: GroupContext = {
+    ...context,
+    isProgrammed: (port) => programmed(port, (names ??= programmedNames(context.appliedText))),
+    appliedAddresses: () => (addresses ??= new Set(addressesIn(context.appliedText))),
+  };
+  const anyProgrammed = [...ports.values()].some((list) => list.some(parts.isProgrammed));
+  return groups.map((group) => {
+    if (group.added.length === 0 && group.removed.length === 0) return group;
+    const list = ports.get(group.servicePort) ?? [];
+    return {...group, explanations: explainGroup(group, list, parts, ports.size > 0 && !anyProgrammed)};
+  });
+}
+
+/**
+ * An endpoint that is programmed but left the EndpointSlice (stale), or joined it and is not
+ * programmed (missing); `at` is when the observer saw that happen, if it did.
+ */
+function endpointExplanation(
+  kind: 'stale-endpoint' | 'missing-endpoint',
+  ip: string,
+  at: number | undefined,
+  now: number,
+): DriftExplanation {
+  const [state, event] = kind === 'stale-endpoint' ? ['still programmed', 'removed from'] : ['not programmed', 'added to'];
+  if (at === undefined)
+    return {
+      kind,
+      endpoint: ip,
+      text: kind === 'stale-endpoint' ? `endpoint ${ip} ${state}, not in the EndpointSlices` : `endpoint ${ip} ${state}`,
+    };
+  return {
+    kind,
+    endpoint: ip,
+    text: `endpoint ${ip} ${state}, ${event} the EndpointSlice ${age(now - at)} ago`,
+    since: new Date(at).toISOString(),
+  };
+}
+
+function explainGroup(group: DiffGroup, ports: ServicePort[], context: GroupContext, nothingProgrammed: boolean): DriftExplanation[] {
+  if (nothingProgrammed) return [{kind: 'no-kube-proxy-rules', text: 'no kube-proxy rules at all on this node'}];
+  if (ports.length > 0 && !ports.some(context.isProgrammed) && group.removed.length === 0)
+    return [{kind: 'not-programmed', text: 'not programmed on this node'}];
+  // A service port the cluster no longer has, still programmed.
+  if (ports.length === 0 && group.servicePort !== '' && group.added.length === 0)
+    return [{kind: 'stale-service', text: 'still programmed on this node, no longer a port of any Service'}];
+  // Rules of no service port name no endpoint: whatever differs there is a rule.
+  if (ports.length === 0) return ruleExplanations(group);
+  const current = new Set(ports.flatMap((port) => port.endpoints.map((endpoint) => endpoint.ip)));
+  const serviceIPs = new Set(ports.flatMap((port) => [port.clusterIP, ...port.externalIPs, ...port.loadBalancerIPs]));
+  const explanations: DriftExplanation[] = [];
+  const stale = new Set<string>();
+  for (const line of group.removed) for (const ip of addressesIn(line)) if (!current.has(ip) && !serviceIPs.has(ip)) stale.add(ip);
+  for (const ip of stale)
+    explanations.push(endpointExplanation('stale-endpoint', ip, context.history.leftAt(group.servicePort, ip), context.now));
+  const missing = new Set<string>();
+  for (const line of group.added)
+    for (const ip of addressesIn(line)) if (current.has(ip) && !context.appliedAddresses().has(ip)) missing.add(ip);
+  for (const ip of missing)
+    explanations.push(endpointExplanation('missing-endpoint', ip, context.history.joinedAt(group.servicePort, ip), context.now));
+  return explanations.length > 0 ? explanations : ruleExplanations(group);
+}
+
+/** A rule in kube-proxy's chains it would not write, and one it should have written that is missing. */
+function ruleExplanations(group: DiffGroup): DriftExplanation[] {
+  const explanations: DriftExplanation[] = [];
+  if (group.removed.length > 0) explanations.push({kind: 'foreign-rule', text: `rule not written by kube-proxy: ${listed(group.removed)}`});
+  if (group.added.length > 0)
+    explanations.push({kind: 'missing-rule', text: `rule kube-proxy should have written is missing: ${listed(group.added)}`});
+  return explanations;
+}
+
+/** What explaining one group needs beyond DriftContext: questions about the applied rules, answered from indexes made once. */
+interface GroupContext extends DriftContext {
+  isProgrammed: (port: ServicePort) => boolean;
+  appliedAddresses: () => Set<string>;
+}
+
+/**
+ * programmedNames: what kube-proxy's rules name, read in one pass: service ports in iptables'
+ * comments ("ns/name:port ..."), in nftables' chain names ("service-HASH-ns/name/tcp/port"), and
+ * the ip:port of ipvs virtual servers.
+ */
+function programmedNames(appliedText: string): Set<string> {
+  const names = new Set<string>();
+  const word = '[a-z0-9][-a-z0-9.]*';
+  // A comment's "ns/name" or "ns/name:port", not part of a longer word.
+  for (const match of appliedText.matchAll(new RegExp(`(?<![-A-Za-z0-9./])(${word}/${word})(?::(${word}))?`, 'g'))) {
+    names.add(match[1]);
+    if (match[2] !== undefined) names.add(`${match[1]}:${match[2]}`);
+  }
+  // nftables chain names: "service-HASH-ns/name/tcp/port" (the hash is 8 characters of base32).
+  for (const match of appliedText.matchAll(new RegExp(`-[A-Z2-7]{8}-(${word}/${word}/(?:tcp|udp|sctp)/[-a-z0-9]*)`, 'g')))
+    names.add(match[1]);
+  for (const match of appliedText.matchAll(/(\d{1,3}(?:\.\d{1,3}){3}:\d+)|(\[[0-9a-fA-F:]+\]:\d+)/g)) names.add(match[1] ?? match[2]);
+  return names;
+}
+
+/** A service port is programmed when kube-proxy's rules name it, or (ipvs) hold its ClusterIP and port. */
+function programmed(port: ServicePort, names: Set<string>): boolean {
+  if (names.has(port.key) || names.has(`${port.namespace}/${port.serviceName}/${port.protocol.toLowerCase()}/${port.portName}`))
+    return true;
+  const address = port.clusterIP.includes(':') ? `[${port.clusterIP}]:${port.port}` : `${port.clusterIP}:${port.port}`;
+  return port.clusterIP !== '' && port.clusterIP !== 'None' && names.has(address);
+}
+
+/**
+ * The single addresses a rule line names: endpoint addresses in DNAT targets, `-s IP/32`, comments
+ * ("ns/name:port -> IP:PORT"), nft elements and ipvs real servers. Networks (a /N other than a
+ * single address) are left out: they are CIDRs of the configuration, not endpoints.
+ */
+export function addressesIn(line: string): string[] {
+  const found = new Set<string>();
+  for (const match of line.matchAll(/(?<![\w.:])(\d{1,3}(?:\.\d{1,3}){3})(?:\/(\d{1,2}))?/g)) {
+    if (match[2] === undefined || match[2] === '32') found.add(match[1]);
+  }
+  for (const match of line.matchAll(
+    /\[([0-9a-fA-F:]+)\]|(?<![\w:])([0-9a-fA-F]{1,4}(?::[0-9a-fA-F]{0,4}){2,7})(?:\/(\d{1,3}))?(?![\w:])/g,
+  )) {
+    const ip = match[1] ?? match[2];
+    if (ip.includes('::') || ip.split(':').length === 8) if (match[3] === undefined || match[3] === '128') found.add(ip);
+  }
+  return [...found];
+}
+
+function listed(rules: string[]): string {
+  const shown = rules.slice(0, rulesListed).join(' | ');
+  return rules.length > rulesListed ? `${shown} (and ${rules.length - rulesListed} more)` : shown;
+}
+
+/** "45s", "4m", "2h", "3d": how long ago, as people say it. */
+export function age(ms: number): string {
+  const seconds = Math.max(0, Math.round(ms / 1000));
+  if (seconds < 120) return `${seconds}s`;
+  if (seconds < 7200) return `${Math.floor(seconds / 60)}m`;
+  if (seconds < 172_800) return `${Math.floor(seconds / 3600)}h`;
+  return `${Math.floor(seconds / 86_400)}d`;
+}

@@ -1,0 +1,204 @@
+// Drift explained by Service: from the diff groups any backend gives, the desired model and the
+// applied rules' text, each drifted service port gets the reason a person on call needs.
+import assert from 'node:assert/strict';
+import {test} from 'node:test';
+import {buildProxyModel, type ProxyModel} from '../../../src/core/model/index.ts';
+import {addressesIn, explainDrift} from '../../../src/agent/observe/drift-explanation.ts';
+import {DriftTracker} from '../../../src/agent/observe/drift-tracker.ts';
+import {EndpointHistory} from '../../../src/agent/observe/observing-proxier.ts';
+import {memoryLogger} from '../../../src/agent/log.ts';
+
+function model(endpoints: string[]): ProxyModel {
+  return buildProxyModel(
+    {
+      services: [
+        {
+          apiVersion: 'v1',
+          kind: 'Service',
+          metadata: {name: 'web', namespace: 'default'},
+          spec: {clusterIP: '10.96.0.20', clusterIPs: ['10.96.0.20'], ports: [{name: 'http', port: 80, targetPort: 8080, protocol: 'TCP'}]},
+        },
+      ],
+      endpointSlices: [
+        {
+          apiVersion: 'discovery.k8s.io/v1',
+          kind: 'EndpointSlice',
+          metadata: {name: 'web-1', namespace: 'default', labels: {'kubernetes.io/service-name': 'web'}},
+          addressType: 'IPv4',
+          ports: [{name: 'http', protocol: 'TCP', port: 8080}],
+          endpoints: endpoints.map((address) => ({addresses: [address], conditions: {ready: true}, nodeName: 'node-2'})),
+        },
+      ],
+    },
+    {family: 'IPv4', nodeName: 'node-1'},
+  );
+}
+
+const programmedText = '-A KUBE-SERVICES -d 10.96.0.20/32 -p tcp -m comment --comment "default/web:http cluster IP" -j KUBE-SVC-X\n';
+
+test('explainDrift: a stale endpoint, with how long ago it left the EndpointSlice', () => {
+  const history = new EndpointHistory();
+  const before = model(['10.244.1.7', '10.244.1.8']);
+  const after = model(['10.244.1.8']);
+  history.note(undefined, before, 0);
+  history.note(before, after, 60_000);
+  const [group] = explainDrift(
+    [
+      {
+        servicePort: 'default/web:http',
+        added: [],
+        removed: [
+          '-t nat -A KUBE-SEP-ABC -s 10.244.1.7/32 -m comment --comment "default/web:http" -j KUBE-MARK-MASQ',
+          '-t nat -A KUBE-SEP-ABC -p tcp -m comment --comment "default/web:http" -m tcp -j DNAT --to-destination 10.244.1.7:8080',
+        ],
+      },
+    ],
+    {models: [after], appliedText: programmedText, history, now: 60_000 + 4 * 60_000},
+  );
+  assert.deepEqual(group.explanations, [
+    {
+      kind: 'stale-endpoint',
+      endpoint: '10.244.1.7',
+      text: 'endpoint 10.244.1.7 still programmed, removed from the EndpointSlice 4m ago',
+      since: new Date(60_000).toISOString(),
+    },
+  ]);
+});
+
+test('explainDrift: not programmed, no kube-proxy rules at all, rules not written by kube-proxy, a missing endpoint', () => {
+  const history = new EndpointHistory();
+  const current = model(['10.244.1.8']);
+  const missingAll = {servicePort: 'default/web:http', added: ['-t nat -A KUBE-SERVICES -d 10.96.0.20/32 -j KUBE-SVC-X'], removed: []};
+  const other = {servicePort: 'default/other:http', added: ['-t nat -A KUBE-SERVICES -d 10.96.0.30/32 -j KUBE-SVC-Y'], removed: []};
+  // The other service's rules are there, web's are not.
+  const notProgrammed = explainDrift([missingAll], {
+    models: [current, model2('other', '10.96.0.30')],
+    appliedText: '-A KUBE-SERVICES -d 10.96.0.30/32 -p tcp -m comment --comment "default/other:http cluster IP" -j KUBE-SVC-Y\n',
+    history,
+    now: 0,
+  });
+  assert.deepEqual(notProgrammed[0].explanations, [{kind: 'not-programmed', text: 'not programmed on this node'}]);
+  // Nothing of any service is there.
+  const nothing = explainDrift([missingAll, other], {
+    models: [current, model2('other', '10.96.0.30')],
+    appliedText: '*nat\nCOMMIT\n',
+    history,
+    now: 0,
+  });
+  assert.deepEqual(
+    nothing.map((group) => group.explanations),
+    [
+      [{kind: 'no-kube-proxy-rules', text: 'no kube-proxy rules at all on this node'}],
+      [{kind: 'no-kube-proxy-rules', text: 'no kube-proxy rules at all on this node'}],
+    ],
+  );
+  // A rule someone slipped in: not written by kube-proxy.
+  const foreign = explainDrift(
+    [{servicePort: '', added: [], removed: ['-t nat -A KUBE-SERVICES -p tcp --dport 22 -j DNAT --to-destination 10.0.0.1:22']}],
+    {
+      models: [current],
+      appliedText: programmedText,
+      history,
+      now: 0,
+    },
+  );
+  assert.deepEqual(foreign[0].explanations, [
+    {
+      kind: 'foreign-rule',
+      text: 'rule not written by kube-proxy: -t nat -A KUBE-SERVICES -p tcp --dport 22 -j DNAT --to-destination 10.0.0.1:22',
+    },
+  ]);
+  // A Service deleted whose rules stay.
+  const gone = explainDrift([{servicePort: 'default/old:http', added: [], removed: ['-t nat -A KUBE-SVC-OLD -j KUBE-SEP-OLD']}], {
+    models: [current],
+    appliedText: programmedText,
+    history,
+    now: 0,
+  });
+  assert.deepEqual(gone[0].explanations, [{kind: 'stale-service', text: 'still programmed on this node, no longer a port of any Service'}]);
+  const foreignNoAddress = explainDrift([{servicePort: '', added: [], removed: ['-t filter -A KUBE-FORWARD -j ACCEPT']}], {
+    models: [current],
+    appliedText: programmedText,
+    history,
+    now: 0,
+  });
+  assert.deepEqual(foreignNoAddress[0].explanations, [
+    {kind: 'foreign-rule', text: 'rule not written by kube-proxy: -t filter -A KUBE-FORWARD -j ACCEPT'},
+  ]);
+  // An endpoint that joined and was never programmed.
+  const joined = new EndpointHistory();
+  const grown = model(['10.244.1.8', '10.244.1.9']);
+  joined.note(undefined, current, 0);
+  joined.note(current, grown, 1000);
+  const missing = explainDrift(
+    [{servicePort: 'default/web:http', added: ['-t nat -A KUBE-SEP-Z -p tcp -j DNAT --to-destination 10.244.1.9:8080'], removed: []}],
+    {models: [grown], appliedText: programmedText, history: joined, now: 31_000},
+  );
+  assert.equal(missing[0].explanations?.[0].text, 'endpoint 10.244.1.9 not programmed, added to the EndpointSlice 30s ago');
+});
+
+function model2(name: string, clusterIP: string): ProxyModel {
+  return buildProxyModel(
+    {
+      services: [
+        {
+          apiVersion: 'v1',
+          kind: 'Service',
+          metadata: {name, namespace: 'default'},
+          spec: {clusterIP, clusterIPs: [clusterIP], ports: [{name: 'http', port: 80, targetPort: 8080, protocol: 'TCP'}]},
+        },
+      ],
+      endpointSlices: [],
+    },
+    {family: 'IPv4', nodeName: 'node-1'},
+  );
+}
+
+test('addressesIn: endpoints in rule lines of each mode, not networks', () => {
+  assert.deepEqual(addressesIn('-A KUBE-SEP-X -s 10.244.1.7/32 -j KUBE-MARK-MASQ'), ['10.244.1.7']);
+  assert.deepEqual(addressesIn('-A KUBE-SERVICES ! -s 10.244.0.0/16 -d 10.96.0.1/32 -j KUBE-MARK-MASQ'), ['10.96.0.1']);
+  assert.deepEqual(addressesIn('-a -t 10.96.0.1:443 -r 172.18.0.2:6443 -m -w 1'), ['10.96.0.1', '172.18.0.2']);
+  assert.deepEqual(addressesIn('dnat to [fd00:10:244::7]:8080'), ['fd00:10:244::7']);
+  assert.deepEqual(addressesIn('ip6 daddr fd00:10:96::/112 drop'), []);
+});
+
+test('drift tracker: one log line when a service port enters drift and one when it leaves; node drift time', () => {
+  const log = memoryLogger(0);
+  let now = 1000;
+  const tracker = new DriftTracker({nodeName: 'node-1', log, now: () => now});
+  const drifted = [
+    {
+      servicePort: 'default/web:http',
+      added: ['x'],
+      removed: [],
+      explanations: [{kind: 'not-programmed' as const, text: 'not programmed on this node'}],
+    },
+  ];
+  tracker.checked(drifted, 1000);
+  now = 5000;
+  tracker.checked(drifted, 5000);
+  assert.equal(tracker.nodeDriftSince, 1000);
+  assert.equal(log.lines.filter((line) => line.includes('service port drifted')).length, 1);
+  assert.match(log.lines[0], /servicePort=default\/web:http/);
+  assert.match(log.lines[0], /not programmed on this node/);
+  tracker.checked([{servicePort: 'default/web:http', added: [], removed: []}], 9000);
+  assert.equal(tracker.nodeDriftSince, undefined);
+  assert.match(log.lines[1], /service port no longer drifts .*servicePort=default\/web:http/);
+});
+
+test('explainDrift: an nftables table names its service ports in chain names; one element missing is no "not programmed"', () => {
+  const history = new EndpointHistory();
+  const current = model(['10.244.1.8']);
+  const appliedText = '{"nftables": [{"chain": {"family": "ip", "table": "kube-proxy", "name": "service-U2PUS6B4-default/web/tcp/http"}}]}';
+  const [group] = explainDrift(
+    [
+      {
+        servicePort: 'default/web:http',
+        added: ['element service-ips { 10.96.0.20 . tcp . 80 : goto service-U2PUS6B4-default/web/tcp/http }'],
+        removed: [],
+      },
+    ],
+    {models: [current], appliedText, history, now: 0},
+  );
+  assert.equal(group.explanations?.[0].kind, 'missing-rule');
+});
