@@ -65,7 +65,7 @@ async function tamperOneObject(mode: LabMode, netns: string): Promise<string> {
   assert.ok(element, 'the demoapp element of service-ips on node-1');
   const key = element.slice(0, element.indexOf(' : '));
   inNode('nft', 'delete', 'element', 'ip', 'kube-proxy', 'service-ips', `{ ${key} }`);
-  return `+ element service-ips { ${element} }`;
+  return `- element service-ips { ${element} }`;
 }
 
 for (const mode of labModes)

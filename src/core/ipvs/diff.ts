@@ -126,12 +126,21 @@ export function diffIpvs(desired: IpvsState, applied: IpvsState, options: DiffIp
   const sorted = [...groups.values()]
     .filter((g) => g.added.length + g.removed.length > 0)
     .sort((a, b) => (a.servicePort < b.servicePort ? -1 : 1));
-  const text = sorted
-    .map((g) =>
-      [`@@ ${g.servicePort || '(no service)'} @@`, ...g.added.map((line) => `+${line}`), ...g.removed.map((line) => `-${line}`)].join('\n'),
-    )
-    .join('\n');
-  return {equal: sorted.length === 0, groups: sorted, text: text ? `--- applied\n+++ desired\n${text}\n` : ''};
+  return {equal: sorted.length === 0, groups: sorted, text: ipvsDiffText(sorted)};
+}
+
+/**
+ * ipvsDiffText spells diff groups as every mode's diff does: "-" desired and missing from the
+ * kernel, "+" in the kernel and not desired.
+ */
+export function ipvsDiffText(groups: readonly IpvsDiffGroup[]): string {
+  if (groups.length === 0) return '';
+  const body = groups.flatMap((g) => [
+    `@@ ${g.servicePort || '(no service)'} @@`,
+    ...g.added.map((line) => `-${line}`),
+    ...g.removed.map((line) => `+${line}`),
+  ]);
+  return `--- desired\n+++ applied\n${body.join('\n')}\n`;
 }
 
 /** realServerText is "ip:port" of a real server (brackets for IPv6). */

@@ -15,6 +15,6 @@ export {
   type IpvsState,
   type IpvsVirtualServer,
 } from './state.ts';
-export {diffIpvs, withJumpRules, type DiffIpvsOptions, type IpvsDiff, type IpvsDiffGroup} from './diff.ts';
+export {diffIpvs, ipvsDiffText, withJumpRules, type DiffIpvsOptions, type IpvsDiff, type IpvsDiffGroup} from './diff.ts';
 export {traceIpvs} from './trace.ts';
 export {planIpvsSync, realServerKey, type IpvsSyncOptions, type IpvsSyncPlan} from './sync.ts';

@@ -134,8 +134,10 @@ export function diffNftables(desired: NftRuleset, applied: NftRuleset, options: 
     .map((entry) =>
       [
         `# ${entry.servicePort || '(not a service)'}`,
-        ...entry.removed.map((line) => `- ${line}`),
-        ...entry.added.map((line) => `+ ${line}`),
+        // As iptables mode's diff and `kubectl proxyctl diff` say: "-" is desired and missing from the
+        // kernel, "+" is in the kernel and not desired.
+        ...entry.added.map((line) => `- ${line}`),
+        ...entry.removed.map((line) => `+ ${line}`),
       ].join('\n'),
     )
     .join('\n');

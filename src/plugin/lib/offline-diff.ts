@@ -1,7 +1,7 @@
 // `diff --rules`: the rules a saved dump holds against what kube-proxy (or the proxy) should have
 // programmed for the given objects and node settings, in the dump's mode, grouped by service port.
 import {diffIptables, parseIptablesSave, renderIptables} from '../../core/iptables/index.ts';
-import {diffIpvs, type IpvsState, renderIpvs} from '../../core/ipvs/index.ts';
+import {diffIpvs, ipvsDiffText, type IpvsState, renderIpvs} from '../../core/ipvs/index.ts';
 import type {ProxyModel} from '../../core/model/index.ts';
 import {diffNftables, parseNftablesScript, renderNftables} from '../../core/nftables/index.ts';
 import {colorDiff} from './diff-text.ts';
@@ -89,16 +89,6 @@ export function diffOffline(model: ProxyModel, dump: RulesDump, options: Offline
     groups: named,
     text,
   };
-}
-
-function ipvsDiffText(groups: Array<{servicePort: string; added: string[]; removed: string[]}>): string {
-  if (groups.length === 0) return '';
-  const body = groups.flatMap((g) => [
-    `@@ ${g.servicePort || '(no service)'} @@`,
-    ...g.added.map((l) => `+${l}`),
-    ...g.removed.map((l) => `-${l}`),
-  ]);
-  return `--- applied\n+++ desired\n${body.join('\n')}\n`;
 }
 
 function matchesService(servicePort: string, filter: string | undefined): boolean {

@@ -280,7 +280,10 @@ describe('diffIpvs', () => {
     const web = diff.groups.find((group) => group.servicePort === 'default/web:http');
     assert.deepEqual(web, {servicePort: 'default/web:http', added: ['-a -t 10.96.0.10:80 -r 10.244.2.2:8080 -m -w 1'], removed: []});
     assert.deepEqual(diff.groups.find((group) => group.servicePort === '')?.removed, ['address 10.96.9.9 dev kube-ipvs0']);
-    assert.match(diff.text, /^\+-a -t 10\.96\.0\.10:80 -r 10\.244\.2\.2:8080 -m -w 1$/m);
+    // As every mode's diff: "-" desired and missing from the kernel, "+" in the kernel and not desired.
+    assert.match(diff.text, /^--- desired\n\+\+\+ applied\n/);
+    assert.match(diff.text, /^--a -t 10\.96\.0\.10:80 -r 10\.244\.2\.2:8080 -m -w 1$/m);
+    assert.match(diff.text, /^\+address 10\.96\.9\.9 dev kube-ipvs0$/m);
   });
 });
 

@@ -202,6 +202,11 @@ describe("kube-proxy's nftables layout: parse and diff", () => {
       difference.groups.map((group) => [group.servicePort, group.added, group.removed]),
       [['ns4/svc4:p80', ['element service-ips { 172.30.0.44 . tcp . 80 : goto service-LAUZTJTB-ns4/svc4/tcp/p80 }'], []]],
     );
+    // As every mode's diff text: "-" is desired and missing from the kernel.
+    assert.equal(
+      difference.text,
+      '# ns4/svc4:p80\n- element service-ips { 172.30.0.44 . tcp . 80 : goto service-LAUZTJTB-ns4/svc4/tcp/p80 }\n',
+    );
   });
 
   it("finds kube-proxy's table in `nft list ruleset` among other software's tables", () => {

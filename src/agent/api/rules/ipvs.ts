@@ -5,6 +5,7 @@
 // iptables-save report in the node's namespace.
 import {
   diffIpvs,
+  ipvsDiffText,
   dummyDevice,
   formatIpvsadmRestore,
   type IpvsDiffGroup,
@@ -109,14 +110,7 @@ export function ipvsRulesBackend(options: {scheduler?: string} = {}): RulesBacke
       const result = diffIpvs(desired as IpvsState, applied as IpvsState);
       if (!service) return {equal: result.equal, groups: result.groups, text: result.text};
       const groups = result.groups.filter((group) => inService(group, service));
-      const body = groups
-        .map((g) =>
-          [`@@ ${g.servicePort || '(no service)'} @@`, ...g.added.map((line) => `+${line}`), ...g.removed.map((line) => `-${line}`)].join(
-            '\n',
-          ),
-        )
-        .join('\n');
-      return {equal: groups.length === 0, groups, text: body ? `--- applied\n+++ desired\n${body}\n` : ''};
+      return {equal: groups.length === 0, groups, text: ipvsDiffText(groups)};
     },
     trace: (rules, packet, context) => traceIpvs(rules as IpvsState, packet, context),
     readApplied: async (host: Host, family: IPFamily) => formatIpvsState(await readIpvsKernelState(host, family)),
