@@ -20,6 +20,11 @@ export interface PodSandbox {
   hostInterface: string;
   /** Whether the kubelet made it (and removes it); a lab's demo pods' sandboxes are made with the lab. */
   owned: boolean;
+  /**
+   * Resolves once the links pass packets (the kernel activates a new link's queue up to a second
+   * later, see netns/README.md); the server starts meanwhile, the pod turns Ready after both.
+   */
+  linksReady: Promise<void>;
 }
 
 /** PodAddresses hands out the node's pod addresses (podCIDR .2-.254) in turn, so that a freed one is not reused at once. */
@@ -74,12 +79,13 @@ export async function createSandbox(node: NodeDescription, namespace: string, ip
   );
   try {
     await plan.apply(`pod sandbox ${namespace}`);
-    await waitForLinksReady([namespace]);
   } catch (error) {
     await deleteNamespaces([namespace]).catch(() => undefined);
     throw error;
   }
-  return {namespace, ip, hostInterface, owned: true};
+  const linksReady = waitForLinksReady([namespace]);
+  linksReady.catch(() => undefined);
+  return {namespace, ip, hostInterface, owned: true, linksReady};
 }
 
 /** removeSandbox deletes the namespace (its veth and the node's route go with it). */

@@ -158,11 +158,18 @@ export class PodWorker {
     this.#event('Normal', 'Pulled', `Container image "${image}" already present on machine`);
     this.#event('Normal', 'Started', `Started container ${this.#pod.spec?.containers?.map((c: any) => c.name).join(', ')}`);
     this.#context.processChanged(this.#pod, child.pid);
-    if (this.#readinessProbes().length === 0) this.#setReady(true);
-    else {
-      this.#report();
-      this.#startProbes(child);
-    }
+    const sandbox = this.#sandbox!;
+    void sandbox.linksReady.then(
+      () => {
+        if (this.#child !== child || this.#gone) return;
+        if (this.#readinessProbes().length === 0) this.#setReady(true);
+        else {
+          this.#report();
+          this.#startProbes(child);
+        }
+      },
+      (error: Error) => this.#event('Warning', 'FailedCreatePodSandBox', `pod network not up: ${error.message}`),
+    );
   }
 
   #exited(child: Child, log: RunLog, startedAt: string, exitCode: number | undefined, signal: string | undefined): void {

@@ -179,11 +179,11 @@ describe('lab API server workloads', () => {
     await kubeletRound(ns);
     const [rs] = replicaSetsOf(ns, 'web');
     assert.match(rs.metadata.name, /^web-[bcdfghjklmnpqrstvwxz2456789]+$/);
-    assert.equal(rs.metadata.annotations['deployment.kubernetes.io/revision'], '1');
-    assert.equal(rs.metadata.ownerReferences[0].kind, 'Deployment');
-    const hash = rs.metadata.labels['pod-template-hash'];
+    assert.equal(rs.metadata.annotations!['deployment.kubernetes.io/revision'], '1');
+    assert.equal(rs.metadata.ownerReferences![0].kind, 'Deployment');
+    const hash = rs.metadata.labels!['pod-template-hash'];
     assert.equal(pods(ns, `app=web,pod-template-hash=${hash}`).length, 3);
-    for (const pod of pods(ns)) assert.equal(pod.metadata.ownerReferences[0].name, rs.metadata.name);
+    for (const pod of pods(ns)) assert.equal(pod.metadata.ownerReferences![0].name, rs.metadata.name);
 
     const d = await ok('GET', `/apis/apps/v1/namespaces/${ns}/deployments/web`);
     assert.equal(d.status.observedGeneration, d.metadata.generation);
@@ -240,7 +240,7 @@ describe('lab API server workloads', () => {
       'old pods may still terminate; the running ones are the new template',
     );
     const history = replicaSetsOf(ns, 'web').map((rs) => [
-      rs.metadata.annotations['deployment.kubernetes.io/revision'],
+      rs.metadata.annotations!['deployment.kubernetes.io/revision'],
       rs.spec.template.spec.containers[0].image,
       rs.spec.replicas,
     ]);
@@ -250,9 +250,9 @@ describe('lab API server workloads', () => {
     ]);
 
     // kubectl rollout undo: the old ReplicaSet's template, put back by a JSON patch, becomes revision 3.
-    const old = replicaSetsOf(ns, 'web').find((rs) => rs.metadata.annotations['deployment.kubernetes.io/revision'] === '1')!;
+    const old = replicaSetsOf(ns, 'web').find((rs) => rs.metadata.annotations!['deployment.kubernetes.io/revision'] === '1')!;
     const template = structuredClone(old.spec.template);
-    delete template.metadata.labels['pod-template-hash'];
+    delete template.metadata.labels!['pod-template-hash'];
     template.metadata.creationTimestamp = null;
     await ok(
       'PATCH',
@@ -262,9 +262,9 @@ describe('lab API server workloads', () => {
     );
     for (let i = 0; i < 10; i++) await kubeletRound(ns);
     const after = server.store.get('replicasets', ns, old.metadata.name);
-    assert.equal(after.metadata.annotations['deployment.kubernetes.io/revision'], '3', 'the rolled-back ReplicaSet is the newest revision');
+    assert.equal(after.metadata.annotations!['deployment.kubernetes.io/revision'], '3', 'the rolled-back ReplicaSet is the newest revision');
     assert.equal(after.spec.replicas, 4);
-    assert.equal(server.store.get('deployments', ns, 'web').metadata.annotations['deployment.kubernetes.io/revision'], '3');
+    assert.equal(server.store.get('deployments', ns, 'web').metadata.annotations!['deployment.kubernetes.io/revision'], '3');
     assert.equal(replicaSetsOf(ns, 'web').length, 2, 'no third ReplicaSet for a template seen before');
     const reasons = (await ok('GET', `/api/v1/namespaces/${ns}/events`)).items.map((e: any) => e.message);
     assert.ok(
