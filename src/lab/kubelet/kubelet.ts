@@ -125,7 +125,13 @@ export class LabKubelet {
     const prepared = this.#prepared.get(pod.metadata.name);
     if (prepared && pod.metadata.namespace === 'default' && pod.metadata.annotations?.[netnsAnnotation] === prepared.namespace) {
       // The lab's own demo pod: its sandbox was built with the lab, and stays until `lab down`.
-      return {namespace: prepared.namespace, ip: prepared.ip, hostInterface: prepared.hostInterface, owned: false, linksReady: Promise.resolve()};
+      return {
+        namespace: prepared.namespace,
+        ip: prepared.ip,
+        hostInterface: prepared.hostInterface,
+        owned: false,
+        linksReady: Promise.resolve(),
+      };
     }
     const octet = this.#addresses.take();
     const namespace = `${this.#options.prefix}p-${pod.metadata.uid!.slice(0, 13)}`;

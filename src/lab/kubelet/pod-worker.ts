@@ -130,7 +130,7 @@ export class PodWorker {
   #startContainer(): void {
     const sandbox = this.#sandbox!;
     const ports = servedPorts(this.#pod);
-    const command = [process.execPath, siblingProgram('demoapp', new URL('../workload/launch.ts', import.meta.url).href)];
+    const command = [process.execPath, siblingProgram('../workload/demoapp', import.meta.url)];
     command.push('--name', this.#name, '--access-log', '--drain-ms', String(drainMs));
     for (const port of ports.tcp) command.push('--http-port', String(port));
     for (const port of ports.udp) command.push('--udp-port', String(port));
