@@ -83,6 +83,16 @@ describe('lab workloads with kubectl 1.20', {concurrency: false, skip: skipReaso
     assert.deepEqual(repliers(await probe('pod-1-1', pod.status.podIP, 80, 2)), ['solo', 'solo']);
     const logs = await ok('logs', 'solo');
     assert.match(logs, /GET \/ port 80 from 10\.244\.1\.11 200/);
+    // kubectl logs -f: a request made while following shows up.
+    const follow = execa(kubectlPath, ['--kubeconfig', state.kubeconfig, 'logs', '-f', 'solo'], {reject: false, env: {HOME: labDir(name)}});
+    let followed = '';
+    follow.stdout?.on('data', (chunk: Buffer) => (followed += chunk.toString()));
+    await new Promise((resolve) => setTimeout(resolve, 1000));
+    await probe('pod-0-0', pod.status.podIP, 80, 1);
+    for (let i = 0; i < 50 && !followed.includes('from 10.244.0.10'); i++) await new Promise((resolve) => setTimeout(resolve, 100));
+    follow.kill();
+    await follow;
+    assert.match(followed, /GET \/ port 80 from 10\.244\.0\.10 200/);
     const events = await ok('get', 'events', '--field-selector', 'involvedObject.name=solo');
     assert.match(events, /Scheduled +pod\/solo +Successfully assigned default\/solo to node-\d/);
     assert.match(events, /Started +pod\/solo +Started container solo/);

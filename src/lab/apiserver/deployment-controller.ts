@@ -127,7 +127,6 @@ export class DeploymentController {
         },
         namespace,
       );
-      this.#events.record(source, deployment, 'Normal', 'ScalingReplicaSet', `Created new replica set "${rs.metadata.name}"`);
     } else if (revisionOf(rs) < revision) {
       // A template rolled back to (kubectl rollout undo) becomes the newest revision again.
       rs = this.#store.mutate('replicasets', namespace, rs.metadata.name, (current) => {
