@@ -63,9 +63,13 @@ async function benchScale(replicas: number): Promise<void> {
         template: {metadata: {labels}, spec: {containers: [{name: 'web', image: 'nginx', ports: [{containerPort: 8080}]}]}},
       },
     });
-    await post('/api/v1/namespaces/default/services', {metadata: {name: 'web'}, spec: {selector: labels, ports: [{port: 80, targetPort: 8080}]}});
+    await post('/api/v1/namespaces/default/services', {
+      metadata: {name: 'web'},
+      spec: {selector: labels, ports: [{port: 80, targetPort: 8080}]},
+    });
     const nodes = supervisor.state.topology!.nodes;
-    const rulesHold = async (count: number) => (await Promise.all(nodes.map((node) => endpointsInRules(node.namespace)))).every((n) => n === count);
+    const rulesHold = async (count: number) =>
+      (await Promise.all(nodes.map((node) => endpointsInRules(node.namespace)))).every((n) => n === count);
     while (!(await rulesHold(1))) await new Promise((resolve) => setTimeout(resolve, 50));
     const started = performance.now();
     const startsSince = startsMark(supervisor);
@@ -111,7 +115,11 @@ async function startOneAtATime(supervisor: LabSupervisor, count: number): Promis
   const server = supervisor.apiServer!;
   const startsSince = startsMark(supervisor);
   for (let i = 0; i < count; i++) {
-    const pod = server.store.create('pods', {metadata: {name: `single-${i}`}, spec: {containers: [{name: 'c', image: 'nginx'}]}}, 'default');
+    const pod = server.store.create(
+      'pods',
+      {metadata: {name: `single-${i}`}, spec: {containers: [{name: 'c', image: 'nginx'}]}},
+      'default',
+    );
     const deadline = performance.now() + 30_000;
     for (;;) {
       const current = server.store.tryGet('pods', 'default', pod.metadata.name);

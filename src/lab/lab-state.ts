@@ -109,8 +109,10 @@ export interface LabState {
   apiServer?: {url: string; port: number};
   topology?: ClusterTopology;
   agents: AgentState[];
-  /** Demo app processes, by pod name. */
+  /** Demo server processes, by pod ("NAME" in default, else "NAMESPACE/NAME"). */
   workloads: Record<string, number>;
+  /** Network namespaces the kubelets made for pods created through the API, by pod as workloads names them (for `lab exec`). */
+  podNamespaces?: Record<string, string>;
   /** Milliseconds from the supervisor's start to each step, for `lab status` and the bench. */
   timings: Record<string, number>;
 }

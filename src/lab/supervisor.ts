@@ -39,6 +39,11 @@ export type SupervisorMessage = {type: 'progress'; text: string} | {type: 'ready
 const agentSyncTimeoutMs = 30_000;
 const demoPodsTimeoutMs = 30_000;
 
+/** How state.json names a pod: NAME in default, else NAMESPACE/NAME. */
+function podKey(namespace: string, name: string): string {
+  return namespace === 'default' ? name : `${namespace}/${name}`;
+}
+
 export class LabSupervisor {
   readonly state: LabState;
   readonly #report: (message: SupervisorMessage) => void;
@@ -188,9 +193,15 @@ export class LabSupervisor {
         prefix: this.state.prefix,
         ignore: (pod) => pod.metadata.namespace === agentNamespace && pod.metadata.labels?.[agentKey] !== undefined,
         onProcess: (pod, pid) => {
-          const key = pod.metadata.namespace === 'default' ? pod.metadata.name : `${pod.metadata.namespace}/${pod.metadata.name}`;
+          const key = podKey(pod.metadata.namespace!, pod.metadata.name);
           if (pid === undefined) delete this.state.workloads[key];
           else this.state.workloads[key] = pid;
+          if (this.state.phase === 'ready') void this.#save().catch(() => undefined);
+        },
+        onSandbox: (pod, netns) => {
+          const namespaces = (this.state.podNamespaces ??= {});
+          if (netns === undefined) delete namespaces[podKey(pod.namespace, pod.name)];
+          else namespaces[podKey(pod.namespace, pod.name)] = netns;
           if (this.state.phase === 'ready') void this.#save().catch(() => undefined);
         },
       });

@@ -8,8 +8,8 @@ import {join} from 'node:path';
 import {after, before, describe, it} from 'node:test';
 import {fileURLToPath} from 'node:url';
 import {execa} from 'execa';
-import {downLab, upLab} from '../../src/lab/lab-control.ts';
-import {labDir, type LabState} from '../../src/lab/lab-state.ts';
+import {downLab, resolveExecTarget, upLab} from '../../src/lab/lab-control.ts';
+import {labDir, type LabState, readLabState} from '../../src/lab/lab-state.ts';
 import {listNamespaces, netnsUnavailableReason} from '../../src/lab/netns/index.ts';
 import type {ProbeResult} from '../../src/lab/workload/demoapp-client.ts';
 
@@ -80,6 +80,13 @@ describe('lab workloads with kubectl 1.20', {concurrency: false, skip: skipReaso
     assert.ok(pod.status.podIP.startsWith(node.podCIDR.split('.').slice(0, 3).join('.')), `${pod.status.podIP} in ${node.podCIDR}`);
     assert.match(pod.metadata.annotations['lab.proxyctl.dev/netns'], new RegExp(`^${state.prefix.replace('.', '\\.')}p-`));
     assert.equal(pod.status.phase, 'Running');
+    // `lab exec solo -- ...` enters the same namespace: the supervisor records it in state.json.
+    let recorded: LabState | undefined;
+    for (let i = 0; i < 20 && !recorded?.podNamespaces?.solo; i++) {
+      recorded = await readLabState(name);
+      await new Promise((resolve) => setTimeout(resolve, 100));
+    }
+    assert.equal(resolveExecTarget(recorded!, 'solo').namespace, pod.metadata.annotations['lab.proxyctl.dev/netns']);
     assert.deepEqual(repliers(await probe('pod-1-1', pod.status.podIP, 80, 2)), ['solo', 'solo']);
     const logs = await ok('logs', 'solo');
     assert.match(logs, /GET \/ port 80 from 10\.244\.1\.11 200/);

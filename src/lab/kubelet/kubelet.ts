@@ -22,6 +22,8 @@ export interface KubeletOptions {
   ignore?: (pod: KubeObject) => boolean;
   /** The demo server's pid as it starts (a number) and stops (undefined), by pod. */
   onProcess?: (pod: KubeObject, pid: number | undefined) => void;
+  /** The network namespace the kubelet made for a pod, once made (a name) and once removed (undefined). */
+  onSandbox?: (pod: {namespace: string; name: string}, netns: string | undefined) => void;
 }
 
 export class LabKubelet {
@@ -106,8 +108,10 @@ export class LabKubelet {
       node,
       prober: this.#prober,
       sandbox: (pod) => this.#sandbox(pod),
-      released: (sandbox) => {
-        if (sandbox.owned) this.#addresses.release(Number(sandbox.ip.split('.')[3]));
+      released: (sandbox, pod) => {
+        if (!sandbox.owned) return;
+        this.#addresses.release(Number(sandbox.ip.split('.')[3]));
+        this.#options.onSandbox?.(pod, undefined);
       },
       finished: (uid) => this.#workers.delete(uid),
       processChanged: (pod, pid) => this.#options.onProcess?.(pod, pid),
@@ -138,6 +142,7 @@ export class LabKubelet {
     try {
       const sandbox = await createSandbox(this.#options.node, namespace, this.#addresses.address(octet), `vk${octet}`);
       this.#annotate(pod, namespace);
+      this.#options.onSandbox?.({namespace: pod.metadata.namespace!, name: pod.metadata.name}, namespace);
       return sandbox;
     } catch (error) {
       this.#addresses.release(octet);

@@ -25,7 +25,7 @@ export interface NodeContext {
   /** Makes (or finds, for a lab's demo pods) the pod's sandbox. */
   sandbox(pod: KubeObject): Promise<PodSandbox>;
   /** The sandbox is gone: its address may be handed out again. */
-  released(sandbox: PodSandbox): void;
+  released(sandbox: PodSandbox, pod: {namespace: string; name: string}): void;
   /** The worker is done with its pod (removed from the API and torn down). */
   finished(uid: string, pid?: number): void;
   /** The demo server runs (pid) or stopped (undefined). */
@@ -315,7 +315,7 @@ export class PodWorker {
     this.#sandbox = undefined;
     if (sandbox) {
       await removeSandbox(sandbox).catch(() => undefined);
-      this.#context.released(sandbox);
+      this.#context.released(sandbox, {namespace: this.#namespace, name: this.#name});
     }
     this.#context.finished(this.#uid);
   }

@@ -262,7 +262,11 @@ describe('lab API server workloads', () => {
     );
     for (let i = 0; i < 10; i++) await kubeletRound(ns);
     const after = server.store.get('replicasets', ns, old.metadata.name);
-    assert.equal(after.metadata.annotations!['deployment.kubernetes.io/revision'], '3', 'the rolled-back ReplicaSet is the newest revision');
+    assert.equal(
+      after.metadata.annotations!['deployment.kubernetes.io/revision'],
+      '3',
+      'the rolled-back ReplicaSet is the newest revision',
+    );
     assert.equal(after.spec.replicas, 4);
     assert.equal(server.store.get('deployments', ns, 'web').metadata.annotations!['deployment.kubernetes.io/revision'], '3');
     assert.equal(replicaSetsOf(ns, 'web').length, 2, 'no third ReplicaSet for a template seen before');
