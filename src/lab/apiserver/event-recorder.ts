@@ -13,6 +13,10 @@ export interface EventSource {
   host?: string;
 }
 
+/** kube-apiserver's --event-ttl default: events not seen again for this long are removed. */
+export const eventTtlMs = 60 * 60 * 1000;
+const sweepEveryMs = 60 * 1000;
+
 function timestamp(ms: number): string {
   return new Date(Math.floor(ms / 1000) * 1000).toISOString().replace('.000Z', 'Z');
 }
@@ -22,6 +26,7 @@ export class EventRecorder {
   readonly #clock: () => number;
   /** Event name per component, object uid, reason and message: repeats raise its count. */
   readonly #names = new Map<string, {namespace: string; name: string}>();
+  #lastSweep = 0;
 
   constructor(store: ClusterStore, clock: () => number = Date.now) {
     this.#store = store;
@@ -34,6 +39,7 @@ export class EventRecorder {
     const namespace = metadata.namespace ?? 'default';
     const key = `${source.component}\u0000${metadata.uid}\u0000${reason}\u0000${message}`;
     const now = timestamp(this.#clock());
+    this.#sweep();
     const known = this.#names.get(key);
     try {
       if (known && this.#store.tryGet('events', known.namespace, known.name)) {
@@ -74,5 +80,22 @@ export class EventRecorder {
     } catch {
       // The namespace is going away, or the event was deleted meanwhile: events are best effort.
     }
+  }
+
+  /** At most once a minute, events last seen more than eventTtlMs ago go, as their etcd lease would expire them. */
+  #sweep(): void {
+    const now = this.#clock();
+    if (now - this.#lastSweep < sweepEveryMs) return;
+    this.#lastSweep = now;
+    for (const event of this.#store.log.list('events')) {
+      const seen = Date.parse(event.lastTimestamp ?? event.eventTime ?? event.metadata.creationTimestamp ?? '');
+      if (!(now - seen > eventTtlMs)) continue;
+      try {
+        this.#store.delete('events', event.metadata.namespace, event.metadata.name);
+      } catch {
+        // gone meanwhile
+      }
+    }
+    for (const [key, {namespace, name}] of this.#names) if (!this.#store.tryGet('events', namespace, name)) this.#names.delete(key);
   }
 }

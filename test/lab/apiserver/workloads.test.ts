@@ -5,6 +5,7 @@
 import assert from 'node:assert/strict';
 import {randomBytes} from 'node:crypto';
 import {after, before, describe, it} from 'node:test';
+import {EventRecorder, eventTtlMs} from '../../../src/lab/apiserver/event-recorder.ts';
 import type {KubeObject} from '../../../src/lab/apiserver/object-log.ts';
 import {type ApiServer, startApiServer} from '../../../src/lab/apiserver/server.ts';
 
@@ -311,6 +312,27 @@ describe('lab API server workloads', () => {
     );
     assert.equal(moved.status, 422);
     assert.match(moved.body.message, /spec.selector: Invalid value: .*field is immutable/);
+  });
+
+  it('counts an event that happens again, and removes events not seen for the event TTL', async () => {
+    const ns = await namespace();
+    let now = Date.parse('2030-01-01T00:00:00Z');
+    const recorder = new EventRecorder(server.store, () => now);
+    const pod = server.store.create('pods', {metadata: {name: 'p'}, spec: {containers: [{name: 'c', image: 'x'}]}}, ns);
+    recorder.record({component: 'kubelet', host: 'node-0'}, pod, 'Warning', 'BackOff', 'Back-off restarting failed container');
+    now += 5000;
+    recorder.record({component: 'kubelet', host: 'node-0'}, pod, 'Warning', 'BackOff', 'Back-off restarting failed container');
+    const [counted] = server.store
+      .list('events', {namespace: ns, fieldSelector: 'involvedObject.name=p'})
+      .items.filter((e) => e.reason === 'BackOff');
+    assert.deepEqual([counted.count, counted.firstTimestamp, counted.lastTimestamp], [2, '2030-01-01T00:00:00Z', '2030-01-01T00:00:05Z']);
+    now += eventTtlMs + 60_000;
+    recorder.record({component: 'kubelet', host: 'node-0'}, pod, 'Normal', 'Started', 'Started container c');
+    const left = server.store
+      .list('events', {namespace: ns})
+      .items.filter((e) => e.involvedObject.name === 'p')
+      .map((e) => e.reason);
+    assert.deepEqual(left, ['Started'], 'the BackOff event, last seen over an hour ago, is gone');
   });
 
   it('answers pods/log as kube-apiserver does for a container no kubelet has started', async () => {
