@@ -16,7 +16,7 @@ import {handleUpgrade, rejectUpgrade} from './handlers/portforward.ts';
 import {sendError} from './handlers/response.ts';
 import {Cidr, ClusterIPAllocator, NodePortAllocator, PortRange} from './ip-allocator.ts';
 import {ObjectLog} from './object-log.ts';
-import type {PodLogSource} from './handlers/pod-log.ts';
+import type {PodLogSource} from './pod-log-source.ts';
 import {podIPResolver, type PodAddressResolver} from './portforward-target.ts';
 import {WebSocketPortForwarder} from './portforward-websocket.ts';
 import {listenPlainAndTls} from './tls-listener.ts';

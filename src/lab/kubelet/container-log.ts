@@ -1,6 +1,6 @@
 // Containers' logs as the lab's kubelets keep them: the lines a pod's demo server wrote (bounded),
 // with followers for `kubectl logs -f`, and the previous run's log for `kubectl logs -p`.
-import type {ContainerLog, LogLine, PodLogSource} from '../apiserver/handlers/pod-log.ts';
+import type {ContainerLog, LogLine, PodLogSource} from '../apiserver/pod-log-source.ts';
 
 const keptLines = 5000;
 

@@ -4,7 +4,7 @@ import type {IncomingMessage, ServerResponse} from 'node:http';
 import type {AccessControl, UserInfo} from '../access-control.ts';
 import type {ClusterStore, WriteOptions} from '../cluster-store.ts';
 import type {ObjectLog} from '../object-log.ts';
-import type {PodLogSource} from './pod-log.ts';
+import type {PodLogSource} from '../pod-log-source.ts';
 import type {SpdyPortForwarder} from '../portforward-spdy.ts';
 import type {WebSocketPortForwarder} from '../portforward-websocket.ts';
 import type {Route} from './routing.ts';

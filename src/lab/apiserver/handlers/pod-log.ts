@@ -1,24 +1,8 @@
 // The pods/log subresource (`kubectl logs [-f] [--tail N] [--timestamps] [-p]`): plain text from
 // the lab's kubelet that runs the pod, with kube-apiserver's 400s for a container it cannot name.
 import {badRequest} from '../api-error.ts';
+import type {LogLine} from '../pod-log-source.ts';
 import type {ResourceHandler} from './context.ts';
-
-/** One line a container wrote, with when. */
-export interface LogLine {
-  time: string;
-  text: string;
-}
-
-export interface ContainerLog {
-  lines: LogLine[];
-  /** follow calls onLine for every new line until the container ends (onEnd) or the returned function is called. */
-  follow(onLine: (line: LogLine) => void, onEnd: () => void): () => void;
-}
-
-/** PodLogSource: where a container's log is (the kubelet that runs it), or undefined when none runs it. */
-export interface PodLogSource {
-  open(namespace: string, pod: string, container: string, previous: boolean): ContainerLog | undefined;
-}
 
 function pickContainer(pod: any, asked: string | null): string {
   const names: string[] = (pod.spec?.containers ?? []).map((container: any) => container.name);
