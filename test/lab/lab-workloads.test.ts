@@ -105,6 +105,31 @@ describe('lab workloads with kubectl 1.20', {concurrency: false, skip: skipReaso
     assert.match(events, /Started +pod\/solo +Started container solo/);
   });
 
+  it("a Service whose only endpoint terminates still answers from it while it drains (kube-proxy's terminating fallback)", async () => {
+    await ok('expose', 'pod', 'solo', '--port=80', '--name=solo');
+    const clusterIP = (await json('get', 'service', 'solo')).spec.clusterIP;
+    let answered: string[] = [];
+    for (let attempt = 0; attempt < 20 && answered.length === 0; attempt++) {
+      const results = await probe('pod-1-1', clusterIP, 80, 1);
+      if (results[0].outcome === 'reply') answered = repliers(results);
+    }
+    assert.deepEqual(answered, ['solo'], 'the agents proxy the new service');
+    await ok('delete', 'pod', 'solo', '--wait=false');
+    let conditions: unknown;
+    for (let i = 0; i < 50; i++) {
+      const slices = (await json('get', 'endpointslices.v1beta1.discovery.k8s.io', '-l', 'kubernetes.io/service-name=solo')).items;
+      conditions = slices.flatMap((slice: any) => slice.endpoints ?? [])[0]?.conditions;
+      if ((conditions as any)?.terminating) break;
+      await new Promise((resolve) => setTimeout(resolve, 50));
+    }
+    assert.deepEqual(conditions, {ready: false, serving: true, terminating: true});
+    // No ready endpoint is left: the rules send to the serving, terminating one.
+    await new Promise((resolve) => setTimeout(resolve, 500));
+    assert.deepEqual(repliers(await probe('pod-1-1', clusterIP, 80, 3)), ['solo', 'solo', 'solo']);
+    await ok('wait', '--for=delete', 'pod/solo', '--timeout=30s');
+    await ok('delete', 'service', 'solo');
+  });
+
   it('a pod no node fits stays Pending with a FailedScheduling event', async () => {
     await ok('run', 'nowhere', '--image=nginx', '--overrides={"spec":{"nodeSelector":{"disk":"ssd"}}}');
     let events = '';
