@@ -88,7 +88,7 @@ function deployment(name: string, replicas: number, extra: Record<string, unknow
     spec: {
       replicas,
       selector: {matchLabels: {app: name}},
-      template: {metadata: {labels: {app: name}}, spec: {containers: [{name: 'web', image: 'nginx:1'}]}},
+      template: {metadata: {labels: {app: name}}, spec: {containers: [{name: 'web', image: 'nginx:1', ports: [{containerPort: 80}]}]}},
       ...extra,
     },
   };
@@ -202,6 +202,15 @@ describe('lab API server workloads', () => {
     await ok('PUT', `/apis/apps/v1/namespaces/${ns}/deployments/web/scale`, {...scale, metadata: {name: 'web'}, spec: {replicas: 2}});
     await kubeletRound(ns);
     assert.equal(pods(ns).length, 2);
+    // kubectl set image: a strategic merge patch naming the container by its merge key keeps its other fields.
+    await ok(
+      'PATCH',
+      `/apis/apps/v1/namespaces/${ns}/deployments/web`,
+      {spec: {template: {spec: {containers: [{name: 'web', image: 'nginx:2'}]}}}},
+      'application/strategic-merge-patch+json',
+    );
+    const [container] = server.store.get('deployments', ns, 'web').spec.template.spec.containers;
+    assert.deepEqual([container.image, container.ports], ['nginx:2', [{containerPort: 80, protocol: 'TCP'}]]);
     const negative = await api(
       'PATCH',
       `/apis/apps/v1/namespaces/${ns}/deployments/web/scale`,
