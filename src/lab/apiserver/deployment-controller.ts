@@ -65,11 +65,17 @@ export class DeploymentController {
     if (!deployment || deployment.metadata.deletionTimestamp) return;
     const all = this.#ownedReplicaSets(deployment);
     const previous = all.filter((rs) => !sameTemplate(rs.spec.template, deployment.spec.template));
-    const newRS = this.#newReplicaSet(deployment, all, previous);
-    if (!deployment.spec.paused) {
-      if (deployment.spec.strategy?.type === 'Recreate') this.#recreate(deployment, newRS, previous);
-      else this.#roll(deployment, newRS, previous);
+    if (deployment.spec.paused) {
+      // kubectl rollout pause: template changes wait for resume; nothing is created or scaled.
+      this.#writeStatus(
+        deployment,
+        all.find((rs) => !previous.includes(rs)),
+      );
+      return;
     }
+    const newRS = this.#newReplicaSet(deployment, all, previous);
+    if (deployment.spec.strategy?.type === 'Recreate') this.#recreate(deployment, newRS, previous);
+    else this.#roll(deployment, newRS, previous);
     this.#cleanUp(deployment, previous);
     this.#writeStatus(deployment, newRS);
   }
@@ -225,18 +231,18 @@ export class DeploymentController {
     }
   }
 
-  #writeStatus(deployment: KubeObject, newRS: KubeObject): void {
+  #writeStatus(deployment: KubeObject, newRS: KubeObject | undefined): void {
     const replicaSets = this.#store.log
       .list('apps/replicasets', deployment.metadata.namespace)
       .filter((rs) => controllerOf(rs)?.uid === deployment.metadata.uid);
     const sum = (field: string) => replicaSets.reduce((total, rs) => total + (rs.status?.[field] ?? 0), 0);
-    const current = this.#store.tryGet('replicasets', newRS.metadata.namespace, newRS.metadata.name) ?? newRS;
+    const current = newRS && (this.#store.tryGet('replicasets', newRS.metadata.namespace, newRS.metadata.name) ?? newRS);
     const replicas = deployment.spec.replicas;
     const specTotal = replicaSets.reduce((total, rs) => total + (rs.spec.replicas ?? 0), 0);
     const status: Record<string, any> = {
       observedGeneration: deployment.metadata.generation,
       replicas: sum('replicas'),
-      updatedReplicas: current.status?.replicas ?? 0,
+      updatedReplicas: current?.status?.replicas ?? 0,
       readyReplicas: sum('readyReplicas'),
       availableReplicas: sum('availableReplicas'),
       unavailableReplicas: Math.max(0, specTotal - sum('availableReplicas')),
@@ -245,7 +251,7 @@ export class DeploymentController {
       if (status[field] === 0 && field !== 'replicas') delete status[field];
     const {unavailable} = rollingBounds(deployment);
     const complete = status.updatedReplicas === replicas && (status.availableReplicas ?? 0) === replicas && status.replicas === replicas;
-    const name = current.metadata.name;
+    const name = current?.metadata.name ?? deployment.metadata.name;
     const conditions = [
       (status.availableReplicas ?? 0) >= replicas - unavailable
         ? {type: 'Available', status: 'True', reason: 'MinimumReplicasAvailable', message: 'Deployment has minimum availability.'}
@@ -255,14 +261,16 @@ export class DeploymentController {
             reason: 'MinimumReplicasUnavailable',
             message: 'Deployment does not have minimum availability.',
           },
-      complete
-        ? {
-            type: 'Progressing',
-            status: 'True',
-            reason: 'NewReplicaSetAvailable',
-            message: `ReplicaSet "${name}" has successfully progressed.`,
-          }
-        : {type: 'Progressing', status: 'True', reason: 'ReplicaSetUpdated', message: `ReplicaSet "${name}" is progressing.`},
+      deployment.spec.paused
+        ? {type: 'Progressing', status: 'Unknown', reason: 'DeploymentPaused', message: 'Deployment is paused'}
+        : complete
+          ? {
+              type: 'Progressing',
+              status: 'True',
+              reason: 'NewReplicaSetAvailable',
+              message: `ReplicaSet "${name}" has successfully progressed.`,
+            }
+          : {type: 'Progressing', status: 'True', reason: 'ReplicaSetUpdated', message: `ReplicaSet "${name}" is progressing.`},
     ];
     const now = rfc3339(Date.now());
     const before = deployment.status?.conditions ?? [];

@@ -287,6 +287,29 @@ describe('lab API server workloads', () => {
     );
   });
 
+  it('a paused Deployment keeps its ReplicaSets until resumed', async () => {
+    const ns = await namespace();
+    await ok('POST', `/apis/apps/v1/namespaces/${ns}/deployments`, deployment('web', 2));
+    await kubeletRound(ns);
+    await ok('PATCH', `/apis/apps/v1/namespaces/${ns}/deployments/web`, {spec: {paused: true}}, 'application/merge-patch+json');
+    await ok(
+      'PATCH',
+      `/apis/apps/v1/namespaces/${ns}/deployments/web`,
+      {spec: {template: {spec: {containers: [{name: 'web', image: 'nginx:2'}]}}}},
+      'application/strategic-merge-patch+json',
+    );
+    await kubeletRound(ns);
+    assert.equal(replicaSetsOf(ns, 'web').length, 1, 'no new ReplicaSet while paused');
+    const progressing = server.store.get('deployments', ns, 'web').status.conditions.find((c: any) => c.type === 'Progressing');
+    assert.deepEqual([progressing.status, progressing.reason], ['Unknown', 'DeploymentPaused']);
+    await ok('PATCH', `/apis/apps/v1/namespaces/${ns}/deployments/web`, {spec: {paused: false}}, 'application/merge-patch+json');
+    for (let i = 0; i < 6; i++) await kubeletRound(ns);
+    const images = pods(ns)
+      .filter((p) => !p.metadata.deletionTimestamp)
+      .map((p) => p.spec.containers[0].image);
+    assert.deepEqual(images, ['nginx:2', 'nginx:2'], 'resumed, the rollout happens');
+  });
+
   it('deletes what an object owns when it goes (background), and keeps it with propagationPolicy Orphan', async () => {
     const ns = await namespace();
     await ok('POST', `/apis/apps/v1/namespaces/${ns}/deployments`, deployment('gone', 2));
