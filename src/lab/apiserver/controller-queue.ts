@@ -1,6 +1,9 @@
 // The work queue behind the lab's controllers (scheduler, ReplicaSets, Deployments, garbage
 // collector): keys queued by watch events are synced once per turn of the event loop, never inside
 // the store's write that queued them, and a key may come back after a delay.
+import type {ClusterStore} from './cluster-store.ts';
+import type {EventRecorder} from './event-recorder.ts';
+
 export class ControllerQueue {
   readonly #name: string;
   readonly #sync: (key: string) => void;
@@ -81,4 +84,20 @@ export function namespacedKey(namespace: string | undefined, name: string): stri
 export function splitKey(key: string): {namespace: string; name: string} {
   const slash = key.indexOf('/');
   return {namespace: key.slice(0, slash), name: key.slice(slash + 1)};
+}
+
+/** QueuedController: a controller of the lab's control plane, with the store it reads and writes, where it records events, and its queue. */
+export abstract class QueuedController {
+  readonly queue: ControllerQueue;
+  protected readonly store: ClusterStore;
+  protected readonly events: EventRecorder;
+
+  protected constructor(name: string, store: ClusterStore, events: EventRecorder) {
+    this.store = store;
+    this.events = events;
+    this.queue = new ControllerQueue(name, (key) => this.sync(key));
+  }
+
+  /** sync brings the object the key names to what its spec asks for. */
+  protected abstract sync(key: string): void;
 }

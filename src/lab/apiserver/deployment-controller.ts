@@ -3,7 +3,7 @@
 // bounded by maxSurge and maxUnavailable (or Recreate), old ReplicaSets kept up to
 // revisionHistoryLimit, and the status and conditions `kubectl rollout status` reads.
 import type {ClusterStore} from './cluster-store.ts';
-import {ControllerQueue, namespacedKey, splitKey} from './controller-queue.ts';
+import {namespacedKey, QueuedController, splitKey} from './controller-queue.ts';
 import type {EventRecorder} from './event-recorder.ts';
 import type {KubeObject} from './object-log.ts';
 import {sameTemplate, templateHash, templateHashLabel} from './pod-template.ts';
@@ -36,32 +36,23 @@ export function rollingBounds(deployment: KubeObject): {surge: number; unavailab
   return {surge, unavailable: Math.min(unavailable, replicas)};
 }
 
-export class DeploymentController {
-  readonly #store: ClusterStore;
-  readonly #events: EventRecorder;
-  readonly #queue = new ControllerQueue('deployment controller', (key) => this.#sync(key));
-
+export class DeploymentController extends QueuedController {
   constructor(store: ClusterStore, events: EventRecorder) {
-    this.#store = store;
-    this.#events = events;
-  }
-
-  get queue(): ControllerQueue {
-    return this.#queue;
+    super('deployment controller', store, events);
   }
 
   onDeployment(deployment: KubeObject): void {
-    this.#queue.add(namespacedKey(deployment.metadata.namespace, deployment.metadata.name));
+    this.queue.add(namespacedKey(deployment.metadata.namespace, deployment.metadata.name));
   }
 
   onReplicaSet(rs: KubeObject): void {
     const owner = controllerOf(rs);
-    if (owner?.kind === 'Deployment') this.#queue.add(namespacedKey(rs.metadata.namespace, owner.name));
+    if (owner?.kind === 'Deployment') this.queue.add(namespacedKey(rs.metadata.namespace, owner.name));
   }
 
-  #sync(key: string): void {
+  protected sync(key: string): void {
     const {namespace, name} = splitKey(key);
-    const deployment = this.#store.tryGet('deployments', namespace, name);
+    const deployment = this.store.tryGet('deployments', namespace, name);
     if (!deployment || deployment.metadata.deletionTimestamp) return;
     const all = this.#ownedReplicaSets(deployment);
     const previous = all.filter((rs) => !sameTemplate(rs.spec.template, deployment.spec.template));
@@ -82,12 +73,12 @@ export class DeploymentController {
 
   #ownedReplicaSets(deployment: KubeObject): KubeObject[] {
     const owned: KubeObject[] = [];
-    for (const rs of this.#store.log.list('apps/replicasets', deployment.metadata.namespace)) {
+    for (const rs of this.store.log.list('apps/replicasets', deployment.metadata.namespace)) {
       const owner = controllerOf(rs);
       if (owner?.uid === deployment.metadata.uid) owned.push(rs);
       else if (!owner && !rs.metadata.deletionTimestamp && matchesLabelSelector(deployment.spec.selector, rs.metadata.labels)) {
         owned.push(
-          this.#store.mutate('replicasets', rs.metadata.namespace, rs.metadata.name, (current) => {
+          this.store.mutate('replicasets', rs.metadata.namespace, rs.metadata.name, (current) => {
             current.metadata.ownerReferences = [...(current.metadata.ownerReferences ?? []), ownerReference(deployment)];
           }),
         );
@@ -112,7 +103,7 @@ export class DeploymentController {
       const selector = structuredClone(deployment.spec.selector);
       selector.matchLabels = {...(selector.matchLabels ?? {}), [templateHashLabel]: hash};
       const {surge} = rollingBounds(deployment);
-      rs = this.#store.create(
+      rs = this.store.create(
         'replicasets',
         {
           apiVersion: 'apps/v1',
@@ -135,13 +126,13 @@ export class DeploymentController {
       );
     } else if (revisionOf(rs) < revision) {
       // A template rolled back to (kubectl rollout undo) becomes the newest revision again.
-      rs = this.#store.mutate('replicasets', namespace, rs.metadata.name, (current) => {
+      rs = this.store.mutate('replicasets', namespace, rs.metadata.name, (current) => {
         current.metadata.annotations = {...(current.metadata.annotations ?? {}), ...inherited, [revisionAnnotation]: String(revision)};
       });
     }
     const current = String(revisionOf(rs));
     if (deployment.metadata.annotations?.[revisionAnnotation] !== current) {
-      this.#store.mutate('deployments', namespace, deployment.metadata.name, (d) => {
+      this.store.mutate('deployments', namespace, deployment.metadata.name, (d) => {
         d.metadata.annotations = {...(d.metadata.annotations ?? {}), [revisionAnnotation]: current};
       });
     }
@@ -152,7 +143,7 @@ export class DeploymentController {
     const from = rs.spec.replicas ?? 0;
     if (from === replicas) return rs;
     const {surge} = rollingBounds(deployment);
-    const scaled = this.#store.mutate('replicasets', rs.metadata.namespace, rs.metadata.name, (current) => {
+    const scaled = this.store.mutate('replicasets', rs.metadata.namespace, rs.metadata.name, (current) => {
       current.spec.replicas = replicas;
       current.metadata.annotations = {
         ...(current.metadata.annotations ?? {}),
@@ -161,7 +152,7 @@ export class DeploymentController {
       };
     });
     const direction = replicas > from ? 'up' : 'down';
-    this.#events.record(
+    this.events.record(
       source,
       deployment,
       'Normal',
@@ -219,12 +210,12 @@ export class DeploymentController {
   #cleanUp(deployment: KubeObject, previous: KubeObject[]): void {
     const limit = deployment.spec.revisionHistoryLimit ?? 10;
     const idle = previous
-      .map((rs) => this.#store.tryGet('replicasets', rs.metadata.namespace, rs.metadata.name))
+      .map((rs) => this.store.tryGet('replicasets', rs.metadata.namespace, rs.metadata.name))
       .filter((rs): rs is KubeObject => rs !== undefined && (rs.spec.replicas ?? 0) === 0 && (rs.status?.replicas ?? 0) === 0)
       .sort((a, b) => revisionOf(a) - revisionOf(b));
     for (const rs of idle.slice(0, Math.max(0, idle.length - limit))) {
       try {
-        this.#store.delete('replicasets', rs.metadata.namespace, rs.metadata.name, {propagationPolicy: 'Background'});
+        this.store.delete('replicasets', rs.metadata.namespace, rs.metadata.name, {propagationPolicy: 'Background'});
       } catch {
         // gone meanwhile
       }
@@ -232,11 +223,11 @@ export class DeploymentController {
   }
 
   #writeStatus(deployment: KubeObject, newRS: KubeObject | undefined): void {
-    const replicaSets = this.#store.log
+    const replicaSets = this.store.log
       .list('apps/replicasets', deployment.metadata.namespace)
       .filter((rs) => controllerOf(rs)?.uid === deployment.metadata.uid);
     const sum = (field: string) => replicaSets.reduce((total, rs) => total + (rs.status?.[field] ?? 0), 0);
-    const current = newRS && (this.#store.tryGet('replicasets', newRS.metadata.namespace, newRS.metadata.name) ?? newRS);
+    const current = newRS && (this.store.tryGet('replicasets', newRS.metadata.namespace, newRS.metadata.name) ?? newRS);
     const replicas = deployment.spec.replicas;
     const specTotal = replicaSets.reduce((total, rs) => total + (rs.spec.replicas ?? 0), 0);
     const status: Record<string, any> = {
@@ -280,9 +271,9 @@ export class DeploymentController {
       if (same) return old;
       return {...condition, lastUpdateTime: now, lastTransitionTime: old?.status === condition.status ? old.lastTransitionTime : now};
     });
-    const latest = this.#store.tryGet('deployments', deployment.metadata.namespace, deployment.metadata.name);
+    const latest = this.store.tryGet('deployments', deployment.metadata.namespace, deployment.metadata.name);
     if (!latest || JSON.stringify(status) === JSON.stringify(latest.status)) return;
-    this.#store.mutate('deployments', latest.metadata.namespace, latest.metadata.name, (d) => void (d.status = status), {
+    this.store.mutate('deployments', latest.metadata.namespace, latest.metadata.name, (d) => void (d.status = status), {
       subresource: 'status',
     });
   }

@@ -2,7 +2,7 @@
 // owns through a controller ownerReference; orphans its selector matches are adopted), deletes
 // the surplus (unscheduled, then not ready, then the youngest first) and reports status.
 import type {ClusterStore} from './cluster-store.ts';
-import {ControllerQueue, namespacedKey, splitKey} from './controller-queue.ts';
+import {namespacedKey, QueuedController, splitKey} from './controller-queue.ts';
 import type {EventRecorder} from './event-recorder.ts';
 import type {KubeObject} from './object-log.ts';
 import {matchesLabelSelector} from './selectors.ts';
@@ -51,18 +51,9 @@ function deletionRank(pod: KubeObject): [number, number, number, number] {
   ];
 }
 
-export class ReplicaSetController {
-  readonly #store: ClusterStore;
-  readonly #events: EventRecorder;
-  readonly #queue = new ControllerQueue('replicaset controller', (key) => this.#sync(key));
-
+export class ReplicaSetController extends QueuedController {
   constructor(store: ClusterStore, events: EventRecorder) {
-    this.#store = store;
-    this.#events = events;
-  }
-
-  get queue(): ControllerQueue {
-    return this.#queue;
+    super('replicaset controller', store, events);
   }
 
   /** onPod queues the ReplicaSet that owns the pod, or whose selector an orphan matches. */
@@ -70,20 +61,20 @@ export class ReplicaSetController {
     const owner = controllerOf(pod);
     const namespace = pod.metadata.namespace;
     if (owner) {
-      if (owner.kind === 'ReplicaSet') this.#queue.add(namespacedKey(namespace, owner.name));
+      if (owner.kind === 'ReplicaSet') this.queue.add(namespacedKey(namespace, owner.name));
       return;
     }
-    for (const rs of this.#store.log.list('apps/replicasets', namespace))
-      if (matchesLabelSelector(rs.spec?.selector, pod.metadata.labels)) this.#queue.add(namespacedKey(namespace, rs.metadata.name));
+    for (const rs of this.store.log.list('apps/replicasets', namespace))
+      if (matchesLabelSelector(rs.spec?.selector, pod.metadata.labels)) this.queue.add(namespacedKey(namespace, rs.metadata.name));
   }
 
   onReplicaSet(rs: KubeObject): void {
-    this.#queue.add(namespacedKey(rs.metadata.namespace, rs.metadata.name));
+    this.queue.add(namespacedKey(rs.metadata.namespace, rs.metadata.name));
   }
 
-  #sync(key: string): void {
+  protected sync(key: string): void {
     const {namespace, name} = splitKey(key);
-    const rs = this.#store.tryGet('replicasets', namespace, name);
+    const rs = this.store.tryGet('replicasets', namespace, name);
     if (!rs || rs.metadata.deletionTimestamp) return;
     const pods = this.#ownedPods(rs);
     const active = pods.filter(isPodActive);
@@ -94,8 +85,8 @@ export class ReplicaSetController {
       const surplus = [...active].sort((a, b) => compareRanks(deletionRank(a), deletionRank(b))).slice(0, active.length - wanted);
       for (const pod of surplus) {
         try {
-          this.#store.delete('pods', namespace, pod.metadata.name);
-          this.#events.record(source, rs, 'Normal', 'SuccessfulDelete', `Deleted pod: ${pod.metadata.name}`);
+          this.store.delete('pods', namespace, pod.metadata.name);
+          this.events.record(source, rs, 'Normal', 'SuccessfulDelete', `Deleted pod: ${pod.metadata.name}`);
         } catch {
           // already gone
         }
@@ -106,11 +97,11 @@ export class ReplicaSetController {
 
   #ownedPods(rs: KubeObject): KubeObject[] {
     const owned: KubeObject[] = [];
-    for (const pod of this.#store.log.list('pods', rs.metadata.namespace)) {
+    for (const pod of this.store.log.list('pods', rs.metadata.namespace)) {
       const owner = controllerOf(pod);
       if (owner?.uid === rs.metadata.uid) owned.push(pod);
       else if (!owner && isPodActive(pod) && matchesLabelSelector(rs.spec?.selector, pod.metadata.labels)) {
-        const adopted = this.#store.mutate('pods', pod.metadata.namespace, pod.metadata.name, (current) => {
+        const adopted = this.store.mutate('pods', pod.metadata.namespace, pod.metadata.name, (current) => {
           current.metadata.ownerReferences = [...(current.metadata.ownerReferences ?? []), ownerReference(rs)];
         });
         owned.push(adopted);
@@ -134,16 +125,16 @@ export class ReplicaSetController {
       spec: template.spec ?? {},
     };
     try {
-      const created = this.#store.create('pods', pod, rs.metadata.namespace);
-      this.#events.record(source, rs, 'Normal', 'SuccessfulCreate', `Created pod: ${created.metadata.name}`);
+      const created = this.store.create('pods', pod, rs.metadata.namespace);
+      this.events.record(source, rs, 'Normal', 'SuccessfulCreate', `Created pod: ${created.metadata.name}`);
     } catch (error) {
-      this.#events.record(source, rs, 'Warning', 'FailedCreate', `Error creating: ${(error as Error).message}`);
+      this.events.record(source, rs, 'Warning', 'FailedCreate', `Error creating: ${(error as Error).message}`);
     }
   }
 
   #writeStatus(rs: KubeObject): void {
     const now = Date.now();
-    const pods = this.#store.log
+    const pods = this.store.log
       .list('pods', rs.metadata.namespace)
       .filter((pod) => controllerOf(pod)?.uid === rs.metadata.uid && isPodActive(pod));
     const minReady = rs.spec?.minReadySeconds ?? 0;
@@ -156,9 +147,9 @@ export class ReplicaSetController {
       observedGeneration: rs.metadata.generation,
     };
     if (minReady > 0 && status.readyReplicas > status.availableReplicas)
-      this.#queue.addAfter(namespacedKey(rs.metadata.namespace, rs.metadata.name), minReady * 1000);
+      this.queue.addAfter(namespacedKey(rs.metadata.namespace, rs.metadata.name), minReady * 1000);
     if (JSON.stringify(status) === JSON.stringify(rs.status)) return;
-    this.#store.mutate('replicasets', rs.metadata.namespace, rs.metadata.name, (current) => void (current.status = status), {
+    this.store.mutate('replicasets', rs.metadata.namespace, rs.metadata.name, (current) => void (current.status = status), {
       subresource: 'status',
     });
   }
