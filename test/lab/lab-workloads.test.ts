@@ -130,6 +130,32 @@ describe('lab workloads with kubectl 1.20', {concurrency: false, skip: skipReaso
     await ok('delete', 'service', 'solo');
   });
 
+  it('the demo server listens on every declared TCP and UDP port, and on 8080 when none is declared', async () => {
+    const ports =
+      '{"spec":{"containers":[{"name":"dns","image":"coredns","ports":[{"containerPort":53,"protocol":"UDP"},{"containerPort":9153}]}]}}';
+    await ok('run', 'ports', '--image=coredns', `--overrides=${ports}`);
+    await ok('run', 'bare', '--image=busybox');
+    await ok('wait', '--for=condition=Ready', 'pod/ports', 'pod/bare', '--timeout=30s');
+    const ipOf = async (pod: string) => (await json('get', 'pod', pod)).status.podIP as string;
+    const udp = await execa('ip', [
+      'netns',
+      'exec',
+      await netnsOf('pod-1-1'),
+      process.execPath,
+      demoClient,
+      '--protocol',
+      'udp',
+      '--host',
+      await ipOf('ports'),
+      '--port',
+      '53',
+    ]);
+    assert.deepEqual(repliers(JSON.parse(String(udp.stdout))), ['ports']);
+    assert.deepEqual(repliers(await probe('pod-1-1', await ipOf('ports'), 9153, 1)), ['ports']);
+    assert.deepEqual(repliers(await probe('pod-1-1', await ipOf('bare'), 8080, 1)), ['bare']);
+    await ok('delete', 'pod', 'ports', 'bare', '--grace-period=1');
+  });
+
   it('a pod no node fits stays Pending with a FailedScheduling event', async () => {
     await ok('run', 'nowhere', '--image=nginx', '--overrides={"spec":{"nodeSelector":{"disk":"ssd"}}}');
     let events = '';
@@ -194,7 +220,8 @@ describe('lab workloads with kubectl 1.20', {concurrency: false, skip: skipReaso
   });
 
   it('kubectl delete pod: Terminating with a serving, terminating, not ready endpoint, then gone with its namespace', async () => {
-    const [pod] = (await json('get', 'pods', '-l', 'app=web')).items;
+    // One that is not terminating already (the rollout's old pods may still drain).
+    const pod = (await json('get', 'pods', '-l', 'app=web')).items.find((p: any) => !p.metadata.deletionTimestamp);
     const podName = pod.metadata.name;
     const netns = pod.metadata.annotations['lab.proxyctl.dev/netns'];
     await ok('delete', 'pod', podName, '--wait=false');

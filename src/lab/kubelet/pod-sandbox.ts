@@ -60,17 +60,21 @@ export class PodAddresses {
   }
 }
 
-/** createSandbox makes the namespace, its veth and routes, and waits until both ends pass packets. */
+/**
+ * createSandbox makes the namespace and its veth, and resolves then: the server may start while the
+ * addresses and routes are set (linksReady resolves once they are, and the links pass packets).
+ */
 export async function createSandbox(node: NodeDescription, namespace: string, ip: string, hostInterface: string): Promise<PodSandbox> {
-  const plan = new NetworkPlan();
-  plan.host(`netns add ${namespace}`, vethCommand({namespace, name: 'eth0'}, {namespace: node.namespace, name: hostInterface}));
-  plan.in(
+  const links = new NetworkPlan();
+  links.host(`netns add ${namespace}`, vethCommand({namespace, name: 'eth0'}, {namespace: node.namespace, name: hostInterface}));
+  const addresses = new NetworkPlan();
+  addresses.in(
     node.namespace,
     addressCommand(hostInterface, `${node.podGateway}/32`),
     linkUpCommand(hostInterface),
     routeCommand({destination: `${ip}/32`, dev: hostInterface, scope: 'link', src: node.podGateway}),
   );
-  plan.in(
+  addresses.in(
     namespace,
     linkUpCommand('lo'),
     addressCommand('eth0', `${ip}/32`),
@@ -78,12 +82,12 @@ export async function createSandbox(node: NodeDescription, namespace: string, ip
     routeCommand({destination: 'default', via: node.podGateway, dev: 'eth0', onlink: true}),
   );
   try {
-    await plan.apply(`pod sandbox ${namespace}`);
+    await links.apply(`pod sandbox ${namespace}`);
   } catch (error) {
     await deleteNamespaces([namespace]).catch(() => undefined);
     throw error;
   }
-  const linksReady = waitForLinksReady([namespace]);
+  const linksReady = addresses.apply(`pod sandbox ${namespace}`).then(() => waitForLinksReady([namespace]));
   linksReady.catch(() => undefined);
   return {namespace, ip, hostInterface, owned: true, linksReady};
 }

@@ -131,7 +131,7 @@ export class PodWorker {
     const sandbox = this.#sandbox!;
     const ports = servedPorts(this.#pod);
     const command = [process.execPath, siblingProgram('../workload/demoapp', import.meta.url)];
-    command.push('--name', this.#name, '--access-log', '--drain-ms', String(drainMs));
+    command.push('--name', this.#name, '--access-log', '--drain-ms', String(drainMs), '--wait-for-address', sandbox.ip);
     for (const port of ports.tcp) command.push('--http-port', String(port));
     for (const port of ports.udp) command.push('--udp-port', String(port));
     const child = spawnInNamespace(sandbox.namespace, command);

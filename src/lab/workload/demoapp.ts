@@ -1,7 +1,7 @@
 // The demo workload, run as its own process inside a pod's namespace: an HTTP server and a UDP
 // echo that both answer {pod, podIP, clientIP}, so a test can see which endpoint a service picked
 // and whether the client's address was rewritten on the way.
-//   node src/lab/workload/demoapp.ts --name POD --http-port 8080 --udp-port 5353 [--access-log] [--drain-ms N]
+//   node src/lab/workload/demoapp.ts --name POD --http-port 8080 --udp-port 5353 [--access-log] [--drain-ms N] [--wait-for-address IP]
 // Each port flag may repeat (a lab pod serves every port its containers declare). Prints one JSON
 // line {"ready":true,...} on stdout once all listen; with --access-log, one line per request after
 // it (what `kubectl logs` shows). On SIGTERM it keeps serving for --drain-ms, as a server that
@@ -19,6 +19,8 @@ export interface DemoAppOptions {
   udpPorts: number[];
   /** Called with one line per request served. */
   log?: (line: string) => void;
+  /** An address the namespace is about to get: UDP sockets are bound once it is there. */
+  waitForAddress?: string;
 }
 
 export interface DemoAppServer {
@@ -28,6 +30,7 @@ export interface DemoAppServer {
 /** startDemoServer listens for HTTP on every address and for UDP on each IPv4 address it holds, on every port given. */
 export async function startDemoServer(options: DemoAppOptions): Promise<DemoAppServer> {
   const servers = await Promise.all(options.httpPorts.map((port) => startHttp(options, port)));
+  if (options.waitForAddress && options.udpPorts.length > 0) await addressPresent(options.waitForAddress);
   const sockets = (await Promise.all(options.udpPorts.map((port) => startUdp(options, port)))).flat();
   return {
     async close() {
@@ -88,6 +91,12 @@ function listen(server: Server, port: number, name: string): Promise<void> {
   });
 }
 
+/** addressPresent resolves once the namespace holds address (its kubelet is still setting it), or after 5 s. */
+async function addressPresent(address: string): Promise<void> {
+  const deadline = Date.now() + 5000;
+  while (!localIPv4Addresses().includes(address) && Date.now() < deadline) await new Promise((resolve) => setTimeout(resolve, 5));
+}
+
 function localIPv4Addresses(): string[] {
   return Object.values(networkInterfaces())
     .flatMap((addresses) => addresses ?? [])
@@ -111,6 +120,7 @@ async function main(): Promise<void> {
       'udp-port': {type: 'string', multiple: true},
       'access-log': {type: 'boolean'},
       'drain-ms': {type: 'string'},
+      'wait-for-address': {type: 'string'},
     },
   });
   const drainMs = Number(values['drain-ms'] ?? 0);
@@ -124,6 +134,7 @@ async function main(): Promise<void> {
     httpPorts: httpPorts.length + udpPorts.length > 0 ? httpPorts : [8080],
     udpPorts,
     log,
+    waitForAddress: values['wait-for-address'],
   };
   const server = await startDemoServer(options);
   let stopping = false;
