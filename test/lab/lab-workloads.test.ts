@@ -57,6 +57,17 @@ describe('lab workloads with kubectl 1.20', {concurrency: false, skip: skipReaso
       return (result as Extract<ProbeResult, {outcome: 'reply'}>).reply.pod;
     });
 
+  /** answering waits (up to 20 s) until a request through the ClusterIP gets a reply, and returns who replied. */
+  const answering = async (fromPod: string, clusterIP: string): Promise<string> => {
+    let last: ProbeResult | undefined;
+    for (let attempt = 0; attempt < 40; attempt++) {
+      [last] = await probe(fromPod, clusterIP, 80, 1);
+      if (last.outcome === 'reply') return last.reply.pod;
+      await new Promise((resolve) => setTimeout(resolve, 500));
+    }
+    assert.fail(`${clusterIP}:80 does not answer: ${JSON.stringify(last)}`);
+  };
+
   before(async () => {
     state = await upLab({name, nodes: 2, podsPerNode: 2});
     const script = await execa(join(repo, 'scripts/debian-kubectl.sh'), [], {reject: true});
@@ -108,12 +119,7 @@ describe('lab workloads with kubectl 1.20', {concurrency: false, skip: skipReaso
   it("a Service whose only endpoint terminates still answers from it while it drains (kube-proxy's terminating fallback)", async () => {
     await ok('expose', 'pod', 'solo', '--port=80', '--name=solo');
     const clusterIP = (await json('get', 'service', 'solo')).spec.clusterIP;
-    let answered: string[] = [];
-    for (let attempt = 0; attempt < 20 && answered.length === 0; attempt++) {
-      const results = await probe('pod-1-1', clusterIP, 80, 1);
-      if (results[0].outcome === 'reply') answered = repliers(results);
-    }
-    assert.deepEqual(answered, ['solo'], 'the agents proxy the new service');
+    assert.equal(await answering('pod-1-1', clusterIP), 'solo', 'the agents proxy the new service');
     await ok('delete', 'pod', 'solo', '--wait=false');
     let conditions: unknown;
     for (let i = 0; i < 50; i++) {
@@ -156,6 +162,34 @@ describe('lab workloads with kubectl 1.20', {concurrency: false, skip: skipReaso
     await ok('delete', 'pod', 'ports', 'bare', '--grace-period=1');
   });
 
+  it('a pod asking for what the lab cannot run is accepted and runs; an event names what is ignored', async () => {
+    const spec = {
+      spec: {
+        volumes: [{name: 'data', emptyDir: {}}],
+        initContainers: [{name: 'setup', image: 'busybox'}],
+        containers: [
+          {
+            name: 'app',
+            image: 'nginx',
+            ports: [{containerPort: 80, hostPort: 8081}],
+            resources: {limits: {cpu: '100m', memory: '64Mi'}},
+            volumeMounts: [{name: 'data', mountPath: '/data'}],
+          },
+        ],
+      },
+    };
+    await ok('run', 'heavy', '--image=nginx', `--overrides=${JSON.stringify(spec)}`);
+    await ok('wait', '--for=condition=Ready', 'pod/heavy', '--timeout=30s');
+    const events = await ok('get', 'events', '--field-selector', 'involvedObject.name=heavy,reason=IgnoredByLab', '-o', 'json');
+    const [ignored] = JSON.parse(events).items;
+    assert.equal(
+      ignored?.message,
+      'The lab runs its demo server for every image and ignores: volumes (data); init containers (setup); container app: volumeMounts, resources, hostPort 8081',
+    );
+    assert.deepEqual(repliers(await probe('pod-1-1', (await json('get', 'pod', 'heavy')).status.podIP, 80, 1)), ['heavy']);
+    await ok('delete', 'pod', 'heavy', '--grace-period=1');
+  });
+
   it('a pod no node fits stays Pending with a FailedScheduling event', async () => {
     await ok('run', 'nowhere', '--image=nginx', '--overrides={"spec":{"nodeSelector":{"disk":"ssd"}}}');
     let events = '';
@@ -180,7 +214,8 @@ describe('lab workloads with kubectl 1.20', {concurrency: false, skip: skipReaso
     const pods = (await json('get', 'pods', '-l', 'app=web')).items.map((p: any) => p.metadata.name).sort();
     assert.equal(pods.length, 5);
     const clusterIP = (await json('get', 'service', 'web')).spec.clusterIP;
-    // The agents may take a moment to add the last endpoints after the pods turned Ready.
+    // The agents take a moment (their minimum sync period) to program a new service and its endpoints.
+    await answering('pod-0-1', clusterIP);
     let seen = new Set<string>();
     for (let attempt = 0; attempt < 10 && seen.size < 5; attempt++) {
       for (const pod of repliers(await probe('pod-0-1', clusterIP, 80, 40))) seen.add(pod);
