@@ -15,15 +15,17 @@ import type {ProbeResult} from '../../src/lab/workload/demoapp-client.ts';
 
 const repo = fileURLToPath(new URL('../..', import.meta.url));
 const demoClient = join(repo, 'src/lab/workload/demoapp-client.ts');
-const built = existsSync(join(repo, 'dist/src/agent/main.js'));
-const unavailable = await netnsUnavailableReason();
 const name = `wl-${process.pid}`;
 
-const skipReason = unavailable
-  ? `needs root: ${unavailable}`
-  : built
-    ? undefined
-    : 'needs the build: run `npm run build` first (the lab runs the agents from dist/)';
+/** Why this suite cannot run here, if it cannot: it needs root (namespaces) and the build (the agents run from dist/). */
+async function skipReasonHere(): Promise<string | undefined> {
+  const unavailable = await netnsUnavailableReason();
+  if (unavailable) return `needs root: ${unavailable}`;
+  if (!existsSync(join(repo, 'dist/src/agent/main.js')))
+    return 'needs the build: run `npm run build` first (the lab runs the agents from dist/)';
+  return undefined;
+}
+const skipReason = await skipReasonHere();
 
 describe('lab workloads with kubectl 1.20', {concurrency: false, skip: skipReason}, () => {
   let state: LabState;
