@@ -323,6 +323,8 @@ export function execTargets(state: LabState): ExecTarget[] {
   return [
     ...topology.nodes.map((node): ExecTarget => ({kind: 'node', name: node.name, namespace: node.namespace})),
     ...topology.nodes.flatMap((node) => node.pods.map((pod): ExecTarget => ({kind: 'pod', name: pod.name, namespace: pod.namespace}))),
+    // Pods created through the API, in the namespaces their kubelets made.
+    ...Object.entries(state.podNamespaces ?? {}).map(([pod, namespace]): ExecTarget => ({kind: 'pod', name: pod, namespace})),
     // An agent's pod is on its node's network (hostNetwork): its namespace is the node's.
     ...state.agents.map((agent): ExecTarget => ({kind: 'node', name: agent.pod, namespace: agent.namespace})),
     ...topology.externalClients.map((client): ExecTarget => ({kind: 'external client', name: client.name, namespace: client.namespace})),

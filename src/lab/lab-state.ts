@@ -116,8 +116,10 @@ export interface LabState {
   agents: AgentState[];
   /** With spec.observe: the proxying agents that stand in for kube-proxy, one per node (not registered as agent pods). */
   standIns?: AgentState[];
-  /** Demo app processes, by pod name. */
+  /** Demo server processes, by pod ("NAME" in default, else "NAMESPACE/NAME"). */
   workloads: Record<string, number>;
+  /** Network namespaces the kubelets made for pods created through the API, by pod as workloads names them (for `lab exec`). */
+  podNamespaces?: Record<string, string>;
   /** Milliseconds from the supervisor's start to each step, for `lab status` and the bench. */
   timings: Record<string, number>;
 }

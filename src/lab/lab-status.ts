@@ -259,6 +259,11 @@ export function usageExamples(status: LabStatus): string[] {
       `${udp.name}: the UDP echo`,
     ]);
   }
+  examples.push(
+    ['kubectl create deployment web --image=nginx --replicas=3 --port=8080', 'every image runs the demo server, on its ports'],
+    ['kubectl expose deployment web --port=80 --target-port=8080'],
+    ['kubectl rollout restart deployment/web && kubectl get events -w', 'a rolling update, as the rules follow it'],
+  );
   examples.push([`kubectl proxyctl lab down${nameFlag}`]);
   // Comments line up after the commands that fit on a line; longer commands carry theirs above.
   const width = Math.max(...examples.filter(([command, comment]) => comment && command.length <= 100).map(([command]) => command.length));

@@ -8,16 +8,18 @@ import {join} from 'node:path';
 import {type ApiServer, startApiServer} from './apiserver/server.ts';
 import {AgentProcess, freeLoopbackPorts} from './agent-process.ts';
 import {
+  agentLabel,
   agentNamespace,
   agentPodName,
   agentPodObject,
   agentPodStatus,
   demoPodObject,
   demoPodRoles,
-  demoPorts,
   demoServiceObjects,
   nodeObject,
 } from './lab-objects.ts';
+import {PodLogs} from './kubelet/container-log.ts';
+import {LabKubelet} from './kubelet/kubelet.ts';
 import {type LabSpec, type LabState, labClusterName, labDir, labNamespacePrefix, removeLabDir, writeLabState} from './lab-state.ts';
 import {
   buildCluster,
@@ -29,19 +31,24 @@ import {
 } from './netns/index.ts';
 import {count} from './lab-status.ts';
 import {labPodResolver} from './pod-port-forward.ts';
-import {DemoAppGroup, type RunningDemoApp} from './workload/launch.ts';
 import {errorText} from '../core/error-text.ts';
 
 /** SupervisorMessage: what the supervisor tells `lab up` over IPC. */
 export type SupervisorMessage = {type: 'progress'; text: string} | {type: 'ready'; state: LabState} | {type: 'failed'; message: string};
 
 const agentSyncTimeoutMs = 30_000;
+const demoPodsTimeoutMs = 30_000;
+
+/** How state.json names a pod: NAME in default, else NAMESPACE/NAME. */
+function podKey(namespace: string, name: string): string {
+  return namespace === 'default' ? name : `${namespace}/${name}`;
+}
 
 export class LabSupervisor {
   readonly state: LabState;
   readonly #report: (message: SupervisorMessage) => void;
-  readonly #apps = new DemoAppGroup();
-  readonly #appsByPod = new Map<string, RunningDemoApp>();
+  readonly #logs = new PodLogs();
+  readonly #kubelets: LabKubelet[] = [];
   readonly #agents: AgentProcess[] = [];
   /** With spec.observe: the proxying agents standing in for kube-proxy (#agents are then the observers). */
   readonly #standIns: AgentProcess[] = [];
@@ -49,7 +56,6 @@ export class LabSupervisor {
   #started = Date.now();
   #shutdown: Promise<void> | undefined;
   #starting: Promise<void> | undefined;
-  #unsubscribe: (() => void) | undefined;
   #unsubscribeAgents: (() => void) | undefined;
   /** Agent pods being replaced after a delete through the API. */
   readonly #replacing = new Set<string>();
@@ -94,6 +100,11 @@ export class LabSupervisor {
     return this.#agents;
   }
 
+  /** The nodes' kubelets, once the lab is built (their startLatencies are the lab's pod-start figures). */
+  get kubelets(): readonly LabKubelet[] {
+    return this.#kubelets;
+  }
+
   get stopRequested(): boolean {
     return this.#shutdown !== undefined;
   }
@@ -135,6 +146,7 @@ export class LabSupervisor {
       serviceCIDR: clusterAddressing.serviceCIDR,
       clusterName: labClusterName(spec.name),
       resolvePodAddress: labPodResolver({prefix: this.state.prefix, agents: () => this.state.agents}),
+      podLogs: this.#logs,
     });
     this.#server = server;
     this.state.apiServer = {url: server.url, port: server.port};
@@ -176,26 +188,46 @@ export class LabSupervisor {
     await this.#save();
   }
 
+  /** One kubelet per node runs every pod bound to it: first the lab's demo pods, whose servers `lab up` waits for. */
   async #startWorkloads(nodes: NodeDescription[]): Promise<void> {
     const server = this.#server!;
-    const pods = nodes.flatMap((node) => node.pods);
-    const apps = await this.#apps.start(
-      pods.map((pod) => ({namespace: pod.namespace, name: pod.name, httpPort: demoPorts.http, udpPort: demoPorts.udp})),
-    );
-    for (const app of apps) {
-      this.#appsByPod.set(app.name, app);
-      this.state.workloads[app.name] = app.pid;
+    const agentKey = Object.keys(agentLabel)[0];
+    for (const node of nodes) {
+      const kubelet = new LabKubelet({
+        store: server.store,
+        events: server.events,
+        logs: this.#logs,
+        node,
+        prefix: this.state.prefix,
+        ignore: (pod) => pod.metadata.namespace === agentNamespace && pod.metadata.labels?.[agentKey] !== undefined,
+        onProcess: (pod, pid) => {
+          const key = podKey(pod.metadata.namespace!, pod.metadata.name);
+          if (pid === undefined) delete this.state.workloads[key];
+          else this.state.workloads[key] = pid;
+          if (this.state.phase === 'ready') void this.#save().catch(() => undefined);
+        },
+        onSandbox: (pod, netns) => {
+          const namespaces = (this.state.podNamespaces ??= {});
+          if (netns === undefined) delete namespaces[podKey(pod.namespace, pod.name)];
+          else namespaces[podKey(pod.namespace, pod.name)] = netns;
+          if (this.state.phase === 'ready') void this.#save().catch(() => undefined);
+        },
+      });
+      this.#kubelets.push(kubelet);
+      kubelet.start();
     }
-    // A demo pod deleted through the API stops serving once it is gone (after its grace period),
-    // as its container would; while terminating it still answers.
-    this.#unsubscribe = server.store.log.subscribe('pods', (event) => {
-      if (event.type !== 'DELETED' || event.object.metadata.namespace !== 'default') return;
-      const app = this.#appsByPod.get(event.object.metadata.name);
-      if (!app) return;
-      this.#appsByPod.delete(event.object.metadata.name);
-      delete this.state.workloads[event.object.metadata.name];
-      void app.stop().then(() => this.#save().catch(() => undefined));
+    let timer: NodeJS.Timeout | undefined;
+    const timeout = new Promise<never>((_, reject) => {
+      timer = setTimeout(() => reject(new Error(`demo pods not ready after ${demoPodsTimeoutMs / 1000} s`)), demoPodsTimeoutMs);
     });
+    try {
+      await Promise.race([
+        Promise.all(this.#kubelets.map((kubelet, index) => kubelet.whenReady(nodes[index].pods.map((pod) => `default/${pod.name}`)))),
+        timeout,
+      ]);
+    } finally {
+      clearTimeout(timer);
+    }
     await this.#save();
   }
 
@@ -338,10 +370,9 @@ export class LabSupervisor {
       this.state.phase = 'stopping';
       await this.#save().catch(() => undefined);
     }
-    this.#unsubscribe?.();
     this.#unsubscribeAgents?.();
     await Promise.allSettled([...this.#agents, ...this.#standIns].map((agent) => agent.stop()));
-    await this.#apps.stopAll().catch(() => this.#apps.killAllNow());
+    for (const kubelet of this.#kubelets) kubelet.stop();
     await this.#server?.stop().catch(() => undefined);
     await deleteNamespacesWithPrefix(this.state.prefix).catch(() => undefined);
     await removeLabDir(this.state.spec.name).catch(() => undefined);
@@ -350,7 +381,7 @@ export class LabSupervisor {
   /** killNow: for a process exit that cannot wait; `lab down` finishes the job. */
   killNow(): void {
     for (const agent of [...this.#agents, ...this.#standIns]) agent.killNow();
-    this.#apps.killAllNow();
+    for (const kubelet of this.#kubelets) kubelet.stop();
   }
 }
 

@@ -188,6 +188,12 @@ describe('lab status usage examples', () => {
       assert.ok(rules[0].includes(` node-0 -- ${command} `), `${mode}: ${rules[0]}`);
     }
     assert.ok(!usageExamples(status('none')).some((line) => line.includes('the rules on')), 'a lab without agents has no rules to show');
+    assert.ok(
+      usageExamples(status('iptables')).some((line) =>
+        /^kubectl create deployment web --image=nginx .*# every image runs the demo server/.test(line),
+      ),
+      'the examples show a workload to play with',
+    );
   });
 
   it('says so when the agents run another mode than asked (ipvs falls back to iptables without IP_VS)', () => {

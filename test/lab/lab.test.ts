@@ -159,6 +159,28 @@ describe('lab up / exec / down', {concurrency: false, skip: skipReason}, () => {
     assert.match(services, /empty\s+ClusterIP\s+10\.96\.0\.99/);
   }
 
+  // The lab started by the built CLI runs the built kubelet: a pod made through the API gets a server.
+  it('a pod created with kubectl run is scheduled and run by its node, and answers on its port', async () => {
+    const run = await execa(kubectlPath, ['--kubeconfig', state.kubeconfig, 'run', 'cli-run', '--image=nginx', '--port=80'], {
+      reject: false,
+    });
+    assert.equal(run.exitCode, 0, String(run.stderr));
+    const wait = await execa(
+      kubectlPath,
+      ['--kubeconfig', state.kubeconfig, 'wait', '--for=condition=Ready', 'pod/cli-run', '--timeout=30s'],
+      {
+        reject: false,
+      },
+    );
+    assert.equal(wait.exitCode, 0, String(wait.stderr));
+    const ip = String(
+      (await execa(kubectlPath, ['--kubeconfig', state.kubeconfig, 'get', 'pod', 'cli-run', '-o', 'jsonpath={.status.podIP}'])).stdout,
+    );
+    const [reply] = replies(await probe('pod-0-0', 'tcp', ip, 80));
+    assert.equal(reply.pod, 'cli-run');
+    await execa(kubectlPath, ['--kubeconfig', state.kubeconfig, 'delete', 'pod', 'cli-run', '--grace-period=1']);
+  });
+
   it("the API server's port-forward reaches an agent's own ports", async () => {
     const forward = execa(
       kubectlPath,

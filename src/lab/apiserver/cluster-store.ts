@@ -17,7 +17,7 @@ import {defaultEndpointSlice, validateEndpointSlice} from './endpointslice-rules
 import {ObjectLog, type KubeObject} from './object-log.ts';
 import {applyJsonPatch, applyMergePatch, applyStrategicMergePatch, patchTypes} from './patch.ts';
 import {defaultPod, validatePod, validatePodUpdate} from './pod-rules.ts';
-import {groupVersion, resolveResourceName, type ResourceType} from './resources.ts';
+import {groupVersion, isReview, resolveResourceName, resourceTypes, storageType, type ResourceType} from './resources.ts';
 import {matchesFields, matchesLabels, parseFieldSelector, parseLabelSelector} from './selectors.ts';
 import {
   allocateServiceAddresses,
@@ -31,6 +31,7 @@ import {validateObjectMeta, type NameRule} from './name-rules.ts';
 import {checkFieldTypes} from './object-schema.ts';
 import {applyConfiguration, recordUpdate, type FieldManagerRequest} from './field-manager.ts';
 import {readyServiceCIDRStatus, validateServiceCIDR} from './servicecidr-rules.ts';
+import {defaultWorkload, validateWorkload} from './workload-rules.ts';
 
 export interface WriteOptions {
   dryRun?: boolean;
@@ -105,6 +106,8 @@ export class ClusterStore {
   readonly network: ServiceNetwork;
   private readonly clock: () => number;
   private readonly podDeletions = new Map<string, NodeJS.Timeout>();
+  /** propagationPolicy of deletes that asked for one, by uid, until the garbage collector reads it. */
+  private readonly propagationPolicies = new Map<string, string>();
 
   constructor(log: ObjectLog, network: ServiceNetwork, clock: () => number = Date.now) {
     this.log = log;
@@ -362,6 +365,7 @@ export class ClusterStore {
     if (type.resource === 'services') defaultService(next, old, this.network);
     if (type.resource === 'pods') defaultPod(next);
     if (type.storageKey === 'discovery.k8s.io/endpointslices') defaultEndpointSlice(next);
+    if (type.group === 'apps') defaultWorkload(next);
     const errors =
       options.subresource !== 'status'
         ? this.validate(type, next, old)
@@ -415,6 +419,7 @@ export class ClusterStore {
       ]);
     }
     if (options.dryRun) return {object: old, gone: true};
+    if (options.propagationPolicy && old.metadata.uid) this.propagationPolicies.set(old.metadata.uid, options.propagationPolicy);
 
     if (type.resource === 'pods') {
       const grace = options.gracePeriodSeconds ?? old.spec?.terminationGracePeriodSeconds ?? 30;
@@ -445,6 +450,13 @@ export class ClusterStore {
     const type = this.type(ref);
     const {items} = this.list(type, {...options, limit: undefined, continue: undefined});
     return items.map((obj) => this.delete(type, obj.metadata.namespace, obj.metadata.name, deleteOptions).object);
+  }
+
+  /** takePropagationPolicy: the propagationPolicy the delete of uid asked for (read once, by the garbage collector). */
+  takePropagationPolicy(uid: string): string | undefined {
+    const policy = this.propagationPolicies.get(uid);
+    this.propagationPolicies.delete(uid);
+    return policy;
   }
 
   /** pods/binding: sets spec.nodeName once, as the scheduler does. */
@@ -512,8 +524,8 @@ export class ClusterStore {
   private stampKind(type: ResourceType, obj: KubeObject): void {
     const {apiVersion: _a, kind: _k, ...rest} = obj;
     for (const key of Object.keys(obj)) delete obj[key];
-    Object.assign(obj, {apiVersion: groupVersion(type), kind: type.kind}, rest);
-    if (type.storageKey === 'discovery.k8s.io/endpointslices') obj.apiVersion = 'discovery.k8s.io/v1';
+    // Stored in the storage version, whichever served version the request named.
+    Object.assign(obj, {apiVersion: groupVersion(storageType(type.storageKey)), kind: type.kind}, rest);
   }
 
   private prepareForCreate(type: ResourceType, obj: KubeObject, options: WriteOptions): void {
@@ -534,6 +546,11 @@ export class ClusterStore {
       case 'endpointslices':
         defaultEndpointSlice(obj);
         break;
+      case 'deployments':
+      case 'replicasets':
+        defaultWorkload(obj);
+        if (!options.keepStatus) obj.status = {};
+        break;
       case 'servicecidrs':
         // kube-apiserver's ServiceCIDR controller marks a new range Ready; here that happens at once.
         if (!options.keepStatus || !obj.status) obj.status = readyServiceCIDRStatus(nowRfc3339(this.clock));
@@ -551,6 +568,9 @@ export class ClusterStore {
         return validateEndpointSlice(obj, {allowSpecialAddresses: options.apiServerEndpoints});
       case 'networking.k8s.io/servicecidrs':
         return validateServiceCIDR(obj, old);
+      case 'apps/deployments':
+      case 'apps/replicasets':
+        return validateWorkload(obj, old);
       default:
         return validateObjectMeta(obj, nameRules[type.resource] ?? (type.group.startsWith('rbac') ? 'any' : 'dns1123-subdomain'));
     }
@@ -576,17 +596,7 @@ function isTerminal(pod: KubeObject): boolean {
 }
 
 function namespacedStorageKeys(): string[] {
-  return [
-    'pods',
-    'services',
-    'endpoints',
-    'configmaps',
-    'events',
-    'serviceaccounts',
-    'discovery.k8s.io/endpointslices',
-    'rbac.authorization.k8s.io/roles',
-    'rbac.authorization.k8s.io/rolebindings',
-  ];
+  return [...new Set(resourceTypes.filter((type) => type.namespaced && !isReview(type)).map((type) => type.storageKey))];
 }
 
 export {ApiError};

@@ -18,6 +18,8 @@ const subresourceInfo: Record<string, {kind: string; verbs: string[]; group?: st
   portforward: {kind: 'PodPortForwardOptions', verbs: ['create', 'get']},
   binding: {kind: 'Binding', verbs: ['create']},
   finalize: {kind: 'Namespace', verbs: ['update']},
+  log: {kind: 'Pod', verbs: ['get']},
+  scale: {kind: 'Scale', verbs: ['get', 'patch', 'update'], group: 'autoscaling', version: 'v1'},
 };
 
 export function coreVersions(hostPort: string): Record<string, unknown> {
@@ -62,6 +64,7 @@ export function resourceList(groupName: string, version: string): Record<string,
         namespaced: t.namespaced,
         kind: info.kind || t.kind,
         verbs: info.verbs,
+        ...(info.group ? {group: info.group, version: info.version} : {}),
       });
     }
   }

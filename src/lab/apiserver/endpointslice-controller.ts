@@ -89,6 +89,10 @@ export class EndpointSliceController {
     this.resolveIdle();
   }
 
+  busy(): boolean {
+    return this.pending.size > 0;
+  }
+
   /** Resolves once every queued service has been synced. */
   whenIdle(): Promise<void> {
     if (this.pending.size === 0) return Promise.resolve();

@@ -171,6 +171,15 @@ const mergeKeys: Record<string, Record<string, string>> = {
   ServiceAccount: {secrets: 'name', imagePullSecrets: 'name'},
 };
 
+// A Deployment's or ReplicaSet's pod template merges as a Pod does, under spec.template.
+const templateMergeKeys = Object.fromEntries(
+  Object.entries(mergeKeys.Pod)
+    .filter(([path]) => path.startsWith('spec.'))
+    .map(([path, key]) => [`spec.template.${path}`, key]),
+);
+mergeKeys.Deployment = {...templateMergeKeys, 'status.conditions': 'type'};
+mergeKeys.ReplicaSet = {...templateMergeKeys, 'status.conditions': 'type'};
+
 function mergeKeyFor(kind: string, path: string): string | undefined {
   return mergeKeys[kind]?.[path] ?? mergeKeys['*'][path];
 }

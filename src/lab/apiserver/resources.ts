@@ -28,7 +28,9 @@ function stored(
   resource: string,
   kind: string,
   namespaced: boolean,
-  extra: Partial<Pick<ResourceType, 'shortNames' | 'subresources' | 'deleteReturnsObject' | 'hasStatus' | 'categories' | 'verbs'>> = {},
+  extra: Partial<
+    Pick<ResourceType, 'shortNames' | 'subresources' | 'deleteReturnsObject' | 'hasStatus' | 'categories' | 'verbs' | 'storageKey'>
+  > = {},
 ): ResourceType {
   return {
     group,
@@ -41,7 +43,7 @@ function stored(
     verbs: extra.verbs ?? storedVerbs,
     subresources: extra.subresources ?? [],
     categories: extra.categories,
-    storageKey: group ? `${group}/${resource}` : resource,
+    storageKey: extra.storageKey ?? (group ? `${group}/${resource}` : resource),
     deleteReturnsObject: extra.deleteReturnsObject ?? false,
     hasStatus: extra.hasStatus ?? false,
   };
@@ -59,7 +61,7 @@ export const resourceTypes: ResourceType[] = [
   stored('', 'v1', 'nodes', 'Node', false, {shortNames: ['no'], subresources: ['status'], hasStatus: true}),
   stored('', 'v1', 'pods', 'Pod', true, {
     shortNames: ['po'],
-    subresources: ['status', 'portforward', 'binding'],
+    subresources: ['status', 'portforward', 'binding', 'log'],
     deleteReturnsObject: true,
     hasStatus: true,
     categories: ['all'],
@@ -75,6 +77,20 @@ export const resourceTypes: ResourceType[] = [
   stored('', 'v1', 'configmaps', 'ConfigMap', true, {shortNames: ['cm']}),
   stored('', 'v1', 'events', 'Event', true, {shortNames: ['ev']}),
   stored('', 'v1', 'serviceaccounts', 'ServiceAccount', true, {shortNames: ['sa'], deleteReturnsObject: true}),
+  // events.k8s.io/v1 is the same storage as core/v1 Events, converted (event-versions.ts).
+  stored('events.k8s.io', 'v1', 'events', 'Event', true, {shortNames: ['ev'], storageKey: 'events'}),
+  stored('apps', 'v1', 'deployments', 'Deployment', true, {
+    shortNames: ['deploy'],
+    subresources: ['status', 'scale'],
+    hasStatus: true,
+    categories: ['all'],
+  }),
+  stored('apps', 'v1', 'replicasets', 'ReplicaSet', true, {
+    shortNames: ['rs'],
+    subresources: ['status', 'scale'],
+    hasStatus: true,
+    categories: ['all'],
+  }),
   stored('discovery.k8s.io', 'v1', 'endpointslices', 'EndpointSlice', true),
   // kubectl 1.20 knows EndpointSlices only as v1beta1 (describe uses it); served from the same storage, converted.
   stored('discovery.k8s.io', 'v1beta1', 'endpointslices', 'EndpointSlice', true),

@@ -155,3 +155,37 @@ export function matchesFields(requirements: FieldRequirement[], obj: Record<stri
   }
   return true;
 }
+
+/** A metav1.LabelSelector ({matchLabels, matchExpressions}) as requirements. */
+export function labelSelectorRequirements(selector: {matchLabels?: Record<string, string>; matchExpressions?: any[]}): LabelRequirement[] {
+  const requirements: LabelRequirement[] = Object.entries(selector.matchLabels ?? {}).map(([key, value]) => ({
+    key,
+    op: 'in' as const,
+    values: [value],
+  }));
+  for (const expression of selector.matchExpressions ?? []) {
+    const op = String(expression.operator ?? '').toLowerCase();
+    if (op === 'in' || op === 'notin') requirements.push({key: expression.key, op, values: expression.values ?? []});
+    else if (op === 'exists') requirements.push({key: expression.key, op: 'exists'});
+    else if (op === 'doesnotexist') requirements.push({key: expression.key, op: '!exists'});
+  }
+  return requirements;
+}
+
+/** matchesLabelSelector: an empty selector matches nothing, as controllers read it. */
+export function matchesLabelSelector(selector: any, labels: Labels): boolean {
+  const requirements = labelSelectorRequirements(selector ?? {});
+  return requirements.length > 0 && matchesLabels(requirements, labels);
+}
+
+/** The query-string form of a LabelSelector ("app=web,tier in (a,b)"), as a Scale's status.selector. */
+export function labelSelectorText(selector: any): string {
+  return labelSelectorRequirements(selector ?? {})
+    .map((r) => {
+      if (r.op === 'exists') return r.key;
+      if (r.op === '!exists') return `!${r.key}`;
+      const {values} = r as {values: string[]};
+      return r.op === 'in' && values.length === 1 ? `${r.key}=${values[0]}` : `${r.key} ${r.op} (${values.join(',')})`;
+    })
+    .join(',');
+}

@@ -8,12 +8,15 @@ import {stringify as toYaml} from 'yaml';
 import {AccessControl, type Grant, type UserEntry} from './access-control.ts';
 import {ClusterStore} from './cluster-store.ts';
 import {EndpointSliceController} from './endpointslice-controller.ts';
+import {EventRecorder} from './event-recorder.ts';
+import {WorkloadControllers} from './workload-controllers.ts';
 import {handleRequest} from './handlers/chain.ts';
 import type {ServerContext, UnauthenticatedRequests} from './handlers/context.ts';
 import {handleUpgrade, rejectUpgrade} from './handlers/portforward.ts';
 import {sendError} from './handlers/response.ts';
 import {Cidr, ClusterIPAllocator, NodePortAllocator, PortRange} from './ip-allocator.ts';
 import {ObjectLog} from './object-log.ts';
+import type {PodLogSource} from './pod-log-source.ts';
 import {podIPResolver, type PodAddressResolver} from './portforward-target.ts';
 import {WebSocketPortForwarder} from './portforward-websocket.ts';
 import {listenPlainAndTls} from './tls-listener.ts';
@@ -56,6 +59,8 @@ export interface ApiServerOptions {
    * distinct per server so that kubeconfigs of several servers can be merged. Default "proxyctl-lab".
    */
   clusterName?: string;
+  /** Where pods/log reads a container's log; without one, logs are a 400 as for a pod no kubelet runs. */
+  podLogs?: PodLogSource;
 }
 
 export interface KubeconfigOptions {
@@ -74,6 +79,10 @@ export interface ApiServer {
   store: ClusterStore;
   access: AccessControl;
   endpointSlices: EndpointSliceController;
+  /** The scheduler, ReplicaSet and Deployment controllers and the garbage collector. */
+  workloads: WorkloadControllers;
+  /** Events as the control plane's components write them; the lab's kubelets write theirs here too. */
+  events: EventRecorder;
   adminToken: string;
   kubeconfig(options?: KubeconfigOptions): string;
   writeKubeconfig(path: string, options?: KubeconfigOptions): Promise<void>;
@@ -103,6 +112,8 @@ export async function startApiServer(options: ApiServerOptions = {}): Promise<Ap
     options.grants ?? [],
   );
   const controller = new EndpointSliceController(store, {maxEndpointsPerSlice: options.maxEndpointsPerSlice});
+  const events = new EventRecorder(store);
+  const workloads = new WorkloadControllers(store, events);
   const resolver = options.resolvePodAddress ?? podIPResolver;
   const context: ServerContext = {
     store,
@@ -115,6 +126,7 @@ export async function startApiServer(options: ApiServerOptions = {}): Promise<Ap
     maxWatchMs: (options.maxWatchSeconds ?? 1800) * 1000,
     watchTimers: new Set<() => void>(),
     hostPort: '',
+    podLogs: options.podLogs,
   };
 
   for (const name of ['default', 'kube-system', 'kube-public', 'kube-node-lease']) store.create('namespaces', {metadata: {name}});
@@ -142,6 +154,7 @@ export async function startApiServer(options: ApiServerOptions = {}): Promise<Ap
   createKubernetesService(store, options.advertiseAddress ?? host, port);
   store.create('servicecidrs', defaultServiceCIDR(cidrs.map((cidr) => cidr.text)));
   controller.start();
+  workloads.start();
 
   const kubeconfig = (opts: KubeconfigOptions = {}) => kubeconfigText(access, options.clusterName ?? 'proxyctl-lab', secureUrl, opts);
 
@@ -153,15 +166,23 @@ export async function startApiServer(options: ApiServerOptions = {}): Promise<Ap
     store,
     access,
     endpointSlices: controller,
+    workloads,
+    events,
     adminToken,
     kubeconfig,
     writeKubeconfig: (path, opts) => writeFile(path, kubeconfig(opts), {mode: 0o600}),
     settle: async () => {
-      await new Promise((r) => setImmediate(r));
-      await controller.whenIdle();
+      // Controllers write for one another: a Deployment's ReplicaSet, its pods, their bindings, slices.
+      for (let round = 0; round < 10; round++) {
+        await new Promise((r) => setImmediate(r));
+        if (!workloads.busy() && !controller.busy()) break;
+        await workloads.whenIdle();
+        await controller.whenIdle();
+      }
     },
     stop: async () => {
       controller.stop();
+      workloads.stop();
       store.stop();
       for (const stopWatch of [...context.watchTimers]) stopWatch();
       context.wsForwarder.close();

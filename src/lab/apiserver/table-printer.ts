@@ -1,5 +1,6 @@
 // Server-side printing: meta.k8s.io/v1 Table responses, which `kubectl get` asks for and prints as columns.
 import type {KubeObject} from './object-log.ts';
+import {labelSelectorText} from './selectors.ts';
 
 interface Column {
   name: string;
@@ -71,9 +72,42 @@ function podReady(pod: KubeObject): string {
   return `${ready}/${total}`;
 }
 
+/** kubectl's STATUS of a pod: Terminating, else a container's waiting or terminated reason, else the phase. */
 function podStatus(pod: KubeObject): string {
   if (pod.metadata.deletionTimestamp) return 'Terminating';
-  return pod.status?.reason ?? pod.status?.phase ?? 'Unknown';
+  let reason = pod.status?.reason ?? pod.status?.phase ?? 'Unknown';
+  for (const container of pod.status?.containerStatuses ?? []) {
+    const state = container.state ?? {};
+    if (state.waiting?.reason) reason = state.waiting.reason;
+    else if (state.terminated)
+      reason =
+        state.terminated.reason ??
+        (state.terminated.signal ? `Signal:${state.terminated.signal}` : `ExitCode:${state.terminated.exitCode}`);
+  }
+  return reason;
+}
+
+function templateColumns(): Column[] {
+  const containers = (o: KubeObject) => (o.spec?.template?.spec?.containers ?? []) as any[];
+  return [
+    col(
+      'Containers',
+      (o) =>
+        containers(o)
+          .map((c) => c.name)
+          .join(','),
+      1,
+    ),
+    col(
+      'Images',
+      (o) =>
+        containers(o)
+          .map((c) => c.image)
+          .join(','),
+      1,
+    ),
+    col('Selector', (o) => labelSelectorText(o.spec?.selector) || '<none>', 1),
+  ];
 }
 
 function sliceEndpoints(slice: KubeObject): string {
@@ -136,17 +170,37 @@ const columnsByKind: Record<string, Column[]> = {
     col('Version', (o) => o.status?.nodeInfo?.kubeletVersion ?? ''),
     col('Internal-IP', (o) => (o.status?.addresses ?? []).find((a: any) => a.type === 'InternalIP')?.address ?? '<none>', 1),
   ],
+  Deployment: [
+    name,
+    col('Ready', (o) => `${o.status?.readyReplicas ?? 0}/${o.spec?.replicas ?? 0}`),
+    col('Up-to-date', (o) => o.status?.updatedReplicas ?? 0, 0, 'integer'),
+    col('Available', (o) => o.status?.availableReplicas ?? 0, 0, 'integer'),
+    age,
+    ...templateColumns(),
+  ],
+  ReplicaSet: [
+    name,
+    col('Desired', (o) => o.spec?.replicas ?? 0, 0, 'integer'),
+    col('Current', (o) => o.status?.replicas ?? 0, 0, 'integer'),
+    col('Ready', (o) => o.status?.readyReplicas ?? 0, 0, 'integer'),
+    age,
+    ...templateColumns(),
+  ],
   ServiceCIDR: [name, col('CIDRs', (o) => (Array.isArray(o.spec?.cidrs) ? o.spec.cidrs.join(',') : '')), age],
   Namespace: [name, col('Status', (o) => o.status?.phase ?? 'Active'), age],
+  // core/v1 names first, then events.k8s.io/v1's (the same events, served converted).
   Event: [
     col('Last Seen', (o, now) => {
-      const t = o.lastTimestamp ?? o.eventTime ?? o.metadata.creationTimestamp;
+      const t = o.lastTimestamp ?? o.deprecatedLastTimestamp ?? o.eventTime ?? o.metadata.creationTimestamp;
       return t ? humanDuration(now - Date.parse(t)) : '<unknown>';
     }),
     col('Type', (o) => o.type ?? ''),
     col('Reason', (o) => o.reason ?? ''),
-    col('Object', (o) => `${String(o.involvedObject?.kind ?? '').toLowerCase()}/${o.involvedObject?.name ?? ''}`),
-    col('Message', (o) => o.message ?? ''),
+    col('Object', (o) => {
+      const about = o.involvedObject ?? o.regarding;
+      return `${String(about?.kind ?? '').toLowerCase()}/${about?.name ?? ''}`;
+    }),
+    col('Message', (o) => o.message ?? o.note ?? ''),
   ],
   ConfigMap: [name, col('Data', (o) => Object.keys(o.data ?? {}).length + Object.keys(o.binaryData ?? {}).length, 0, 'integer'), age],
   ServiceAccount: [name, col('Secrets', (o) => (o.secrets ?? []).length, 0, 'integer'), age],

@@ -132,12 +132,12 @@ export async function execInNamespace(
 export function spawnInNamespace(
   namespace: string,
   command: string[],
-  options: {env?: Record<string, string>} = {},
-): ResultPromise<{reject: false; buffer: false; stdin: 'ignore'}> {
+  options: {env?: Record<string, string>; stdin?: 'ignore' | 'pipe'} = {},
+): ResultPromise<{reject: false; buffer: false; stdin: 'ignore' | 'pipe'}> {
   return execa('ip', ['netns', 'exec', namespace, ...command], {
     reject: false,
     buffer: false,
-    stdin: 'ignore',
+    stdin: options.stdin ?? 'ignore',
     env: options.env,
   });
 }

@@ -315,6 +315,42 @@ describe('Debian kubectl 1.20 against the embedded API server', () => {
     assert.equal(server.store.tryGet('services', 'default', 'watched'), undefined);
   });
 
+  // No kubelet runs here: pods stay unready (test/lab/lab-workloads.test.ts runs them in a lab).
+  it('creates, scales and exposes a deployment, and shows its ReplicaSet, pods, events and history', async () => {
+    server.store.create(
+      'nodes',
+      {metadata: {name: 'node-k'}, spec: {}, status: {conditions: [{type: 'Ready', status: 'True'}]}},
+      undefined,
+      {keepStatus: true},
+    );
+    assert.equal(
+      (await ok('create', 'deployment', 'kd', '--image=nginx:1.25', '--replicas=2', '--port=8080')).trim(),
+      'deployment.apps/kd created',
+    );
+    assert.equal((await ok('scale', 'deployment', 'kd', '--replicas=3')).trim(), 'deployment.apps/kd scaled');
+    await server.settle();
+    const [rs] = rows(await ok('get', 'replicasets', '-l', 'app=kd'));
+    assert.match(rs.NAME, /^kd-\w+$/);
+    assert.deepEqual([rs.DESIRED, rs.CURRENT, rs.READY], ['3', '3', '0']);
+    const [deployment] = rows(await ok('get', 'deployment', 'kd'));
+    assert.deepEqual([deployment.READY, deployment['UP-TO-DATE'], deployment.AVAILABLE], ['0/3', '3', '0']);
+    const pods = rows(await ok('get', 'pods', '-l', 'app=kd', '-o', 'wide'));
+    assert.equal(pods.length, 3);
+    for (const pod of pods) assert.deepEqual([pod.STATUS, pod.NODE], ['Pending', 'node-k']);
+    assert.equal((await ok('expose', 'deployment', 'kd', '--port=80', '--target-port=8080')).trim(), 'service/kd exposed');
+    assert.match(await ok('get', 'service', 'kd', '-o', 'wide'), /kd +ClusterIP +[\d.]+ +<none> +80\/TCP +\S+ +app=kd/);
+    const events = await ok('get', 'events');
+    assert.match(events, new RegExp(`ScalingReplicaSet +deployment/kd +Scaled up replica set ${rs.NAME} from 0 to 2`));
+    assert.match(events, new RegExp(`SuccessfulCreate +replicaset/${rs.NAME} +Created pod: ${rs.NAME}-\\w+`));
+    assert.match(events, /Scheduled +pod\/kd-\w+-\w+ +Successfully assigned default\/kd-\w+-\w+ to node-k/);
+    assert.match(await ok('rollout', 'history', 'deployment/kd'), /REVISION +CHANGE-CAUSE\n1 +<none>/);
+    const logs = await kubectl('logs', 'deployment/kd');
+    assert.match(logs.stderr, /is waiting to start: ContainerCreating/);
+    assert.match(await ok('delete', 'deployment', 'kd'), /deployment.apps "kd" deleted/);
+    await server.settle();
+    assert.deepEqual(rows(await ok('get', 'replicasets', '-l', 'app=kd')), []);
+  });
+
   it("merges with another server's kubeconfig: each context reaches its own server", async () => {
     const other = await startApiServer({port: 0, clusterName: 'proxyctl-lab-other'});
     try {

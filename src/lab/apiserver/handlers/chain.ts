@@ -13,7 +13,9 @@ import {getObject, listObjects} from './read.ts';
 import {readBody} from './request-body.ts';
 import {checkAccept, sendJson} from './response.ts';
 import {answerReview} from './review.ts';
+import {podLog} from './pod-log.ts';
 import {parseRoute, verbOf} from './routing.ts';
+import {scaleSubresource} from './scale.ts';
 import {watchObjects} from './watch.ts';
 import {createObject, patchObject, updateObject} from './write.ts';
 
@@ -84,7 +86,7 @@ export async function handleRequest(context: ServerContext, req: IncomingMessage
     return;
   }
 
-  const handler = resourceHandlers[verb];
+  const handler = route.subresource === 'log' ? podLog : route.subresource === 'scale' ? scaleSubresource : resourceHandlers[verb];
   if (!handler) throw methodNotAllowed();
   await handler(context, {req, res, url, route, user, dryRun, writeOptions});
 }

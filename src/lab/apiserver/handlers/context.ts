@@ -4,6 +4,7 @@ import type {IncomingMessage, ServerResponse} from 'node:http';
 import type {AccessControl, UserInfo} from '../access-control.ts';
 import type {ClusterStore, WriteOptions} from '../cluster-store.ts';
 import type {ObjectLog} from '../object-log.ts';
+import type {PodLogSource} from '../pod-log-source.ts';
 import type {SpdyPortForwarder} from '../portforward-spdy.ts';
 import type {WebSocketPortForwarder} from '../portforward-websocket.ts';
 import type {Route} from './routing.ts';
@@ -24,6 +25,8 @@ export interface ServerContext {
   watchTimers: Set<() => void>;
   /** host:port as clients reach it (known once the server listens); discovery names it. */
   hostPort: string;
+  /** Where pods/log reads from (the lab's kubelets); absent outside a lab. */
+  podLogs?: PodLogSource;
 }
 
 /** A request for a resource that got past authentication, routing and authorization. */

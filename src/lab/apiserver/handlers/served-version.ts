@@ -2,6 +2,7 @@
 // discovery.k8s.io/v1 and served as v1beta1 too, for kubectl 1.20.
 import {badField, badRequest} from '../api-error.ts';
 import {endpointSliceFromV1beta1, endpointSliceToV1beta1} from '../endpointslice-rules.ts';
+import {eventFromEventsV1, eventToEventsV1, isEventsV1} from '../event-versions.ts';
 import type {KubeObject} from '../object-log.ts';
 import {groupVersion, type ResourceType} from '../resources.ts';
 
@@ -25,11 +26,13 @@ export function accept(type: ResourceType, body: any): KubeObject {
     converted.apiVersion = body.apiVersion;
     return converted;
   }
+  if (isEventsV1(type)) return {...eventFromEventsV1(body), apiVersion: body.apiVersion};
   return body;
 }
 
 export function present(type: ResourceType, obj: KubeObject): KubeObject {
   if (isV1beta1Slice(type)) return endpointSliceToV1beta1(obj);
+  if (isEventsV1(type)) return eventToEventsV1(obj);
   return obj;
 }
 
