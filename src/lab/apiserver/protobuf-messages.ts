@@ -304,6 +304,9 @@ export const protobufMessages: Record<string, string> = {
     'metadata=1:k8s.io.apimachinery.pkg.apis.meta.v1.ObjectMeta addressType=4 endpoints=2:k8s.io.api.discovery.v1beta1.Endpoint* ports=3:k8s.io.api.discovery.v1beta1.EndpointPort*',
   'k8s.io.api.discovery.v1beta1.ForNode': 'name=1',
   'k8s.io.api.discovery.v1beta1.ForZone': 'name=1',
+  'k8s.io.api.events.v1.Event':
+    'metadata=1:k8s.io.apimachinery.pkg.apis.meta.v1.ObjectMeta eventTime=2:k8s.io.apimachinery.pkg.apis.meta.v1.MicroTime series=3:k8s.io.api.events.v1.EventSeries reportingController=4 reportingInstance=5 action=6 reason=7 regarding=8:k8s.io.api.core.v1.ObjectReference related=9:k8s.io.api.core.v1.ObjectReference note=10 type=11 deprecatedSource=12:k8s.io.api.core.v1.EventSource deprecatedFirstTimestamp=13:k8s.io.apimachinery.pkg.apis.meta.v1.Time deprecatedLastTimestamp=14:k8s.io.apimachinery.pkg.apis.meta.v1.Time deprecatedCount=15:int32',
+  'k8s.io.api.events.v1.EventSeries': 'count=1:int32 lastObservedTime=2:k8s.io.apimachinery.pkg.apis.meta.v1.MicroTime',
   'k8s.io.api.networking.v1.ServiceCIDR':
     'metadata=1:k8s.io.apimachinery.pkg.apis.meta.v1.ObjectMeta spec=2:k8s.io.api.networking.v1.ServiceCIDRSpec status=3:k8s.io.api.networking.v1.ServiceCIDRStatus',
   'k8s.io.api.networking.v1.ServiceCIDRSpec': 'cidrs=1*',
