@@ -86,8 +86,8 @@ class Tracer {
   runHook(hook: Hook, table: string, walk: Walk): Walk[] {
     const chain = findChain(this.ruleset, table, hook);
     if (!chain) return [walk];
-    // Packets conntrack does not track skip the nat table.
-    if (table === 'nat' && walk.state.ctState === 'UNTRACKED') return [walk];
+    // Only a packet that starts a tracked connection passes the nat table.
+    if (table === 'nat' && walk.state.ctState !== 'NEW') return [walk];
     this.hook = hook;
     return this.runChain(chain, 0, walk, 0, undefined).map((result) => result.walk);
   }
@@ -503,7 +503,7 @@ export function traceIptables(ruleset: IptablesRuleset, packet: Packet, context:
       inInterface: packet.origin === 'local' ? '' : packet.inInterface,
       outInterface: undefined,
       mark: 0,
-      ctState: 'NEW',
+      ctState: packet.conntrack === 'invalid' ? 'INVALID' : 'NEW',
       dnatDone: false,
       originalDst: dst,
       originalDstPort: packet.dstPort,

@@ -167,7 +167,7 @@ function readSelector(
     const local = walker.local.has(parseIP(address)?.text ?? address) || isLoopback(address);
     return {value: local ? 'local' : 'unicast', next: index + 3};
   }
-  if (word === 'ct' && next === 'state') return {value: 'new', next: index + 2};
+  if (word === 'ct' && next === 'state') return {value: packet.conntrack ?? 'new', next: index + 2};
   if (word === 'ct' && next === 'status') return {value: state.endpoint !== undefined ? 'dnat' : '', next: index + 2};
   return undefined;
 }
@@ -516,14 +516,27 @@ function splitEndpoint(endpoint: string): [string, number] {
   return [endpoint, 0];
 }
 
+// A table with tens of thousands of chains has a handful of base chains: find them once per table,
+// not once per hook of every traced packet.
+const baseChainsByTable = new WeakMap<Map<string, NftChain>, Map<string, NftChain[]>>();
+
 function baseChains(ruleset: NftRuleset, hook: string): NftChain[] {
-  return [...ruleset.chains.values()].filter((chain) => chain.hook === hook).sort((a, b) => (a.priority ?? 0) - (b.priority ?? 0));
+  let byHook = baseChainsByTable.get(ruleset.chains);
+  if (!byHook) {
+    byHook = new Map();
+    for (const chain of ruleset.chains.values()) if (chain.hook !== undefined) byHook.set(chain.hook, [...(byHook.get(chain.hook) ?? []), chain]);
+    for (const chains of byHook.values()) chains.sort((a, b) => (a.priority ?? 0) - (b.priority ?? 0));
+    baseChainsByTable.set(ruleset.chains, byHook);
+  }
+  return byHook.get(hook) ?? [];
 }
 
 /** runHook passes every path through the hook's base chains in priority order. */
 function runHook(walker: Walker, hook: Hook, paths: PathState[]): PathState[] {
   let current = paths;
   for (const chain of baseChains(walker.ruleset, hook.toLowerCase())) {
+    // nat chains see only the packet that starts a connection.
+    if (chain.type === 'nat' && walker.packet.conntrack === 'invalid') continue;
     const next: PathState[] = [];
     for (const path of current) {
       if (path.end) {

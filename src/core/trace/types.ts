@@ -14,6 +14,12 @@ export interface Packet {
   origin: 'arriving' | 'local';
   /** Interface the packet arrives on (for bridge / interface-prefix local detection). */
   inInterface?: string;
+  /**
+   * How conntrack sees the packet; default 'new'. 'invalid' is a packet conntrack cannot place
+   * (an out-of-window TCP segment): the nat table never sees it, and only rules matching that
+   * state (iptables mode's INVALID drop) act on it.
+   */
+  conntrack?: 'new' | 'invalid';
 }
 
 /** TraceContext is what the tracer must know about the node that no rule says. */
