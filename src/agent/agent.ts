@@ -255,6 +255,7 @@ async function startApiOrLog(
     backend,
     changes,
     log,
+    serviceCIDRs: () => (appliedServiceCIDRs().length > 0 ? appliedServiceCIDRs() : config.serviceCIDRs),
   });
   try {
     const auth = isLoopbackHost(address.host)

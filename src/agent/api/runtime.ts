@@ -10,6 +10,7 @@ import type {Logger} from '../log.ts';
 import type {RulesWriteListener} from '../sync/types.ts';
 import {AppliedState} from '../applied/applied-state.ts';
 import type {AgentApiHandlers} from './handlers.ts';
+import {answerBehaviour} from './methods/behaviour.ts';
 import {answerAppliedRules, answerDesiredRules} from './methods/rules.ts';
 import {answerStatus} from './methods/status.ts';
 import {answerSync} from './methods/sync.ts';
@@ -47,6 +48,8 @@ export interface AgentRuntimeOptions {
   probe?: (params: ProbeParams, netns: string | undefined) => Promise<ProbeResult>;
   /** Longest wait for a sync the plugin asked for (default 60 s). */
   syncTimeoutMs?: number;
+  /** The cluster's service CIDRs, as the proxier last used them (behaviour's unused service addresses). */
+  serviceCIDRs?: () => string[];
 }
 
 export interface AgentRuntime extends AgentApiHandlers {
@@ -103,6 +106,7 @@ export function createAgentRuntime(options: AgentRuntimeOptions): AgentRuntime {
     'rules.applied': () => answerAppliedRules(state),
     diff: (params) => state.diffAll(params.service),
     trace: (params) => answerTrace(state, params),
+    behaviour: (params) => answerBehaviour(state, params, options.serviceCIDRs?.() ?? []),
     probe: async (params) => state.probe(params, params.from?.netns ?? state.host.netns),
     sync: (params) => answerSync(state, params),
 

@@ -11,7 +11,17 @@ export {
   type Sources,
 } from './classes.ts';
 export {answers, describeOutcome, outcomeKey, outcomeOf, type Outcome, type OutcomePath} from './outcome.ts';
-export {behaviourSide, type BehaviourSide, type ModeRules, type ProxyMode} from './sides.ts';
+export {
+  behaviourSide,
+  DumpFormatError,
+  readRulesDump,
+  renderedRules,
+  renderedSide,
+  type BehaviourSide,
+  type ModeRules,
+  type ProxyMode,
+  type RenderedSideOptions,
+} from './sides.ts';
 export {
   changeSentence,
   diffBehaviour,

@@ -1,6 +1,7 @@
 import {Command, Flags} from '@oclif/core';
 import {formatData, outputFlag} from '../lib/output.ts';
 import {InputError, readOfflineModel} from '../lib/model-input.ts';
+import {nodeSettingsFlags, offlineSettings} from '../lib/node-settings-flags.ts';
 import {ipvsParts, renderModes, renderRules} from '../lib/render-rules.ts';
 
 // Exit codes: 0 rules printed; 2 bad input (as for bad flags, which oclif reports with 2 too).
@@ -69,37 +70,7 @@ In iptables mode the first line, a comment, records the node addresses the rules
       summary: 'With --mode ipvs: print only this part, in the input format of the tool that loads it.',
       options: ipvsParts,
     })(),
-    'ip-family': Flags.option({summary: 'IP family of the rules.', options: ['ipv4', 'ipv6'] as const, default: 'ipv4'})(),
-    'node-name': Flags.string({summary: 'The node the rules are for (its endpoints are local). Default: the Node in the input.'}),
-    'node-ip': Flags.string({summary: "The node's addresses, primary first. Default: the Node's InternalIPs.", multiple: true}),
-    'cluster-cidr': Flags.string({
-      summary: 'Pod CIDR of the cluster (kube-proxy --cluster-cidr); traffic from outside it is masqueraded.',
-      multiple: true,
-      delimiter: ',',
-    }),
-    'service-cidr': Flags.string({
-      summary:
-        'Service CIDRs of the cluster (kube-apiserver --service-cluster-ip-range); nftables mode drops traffic to their addresses that are no ClusterIP.',
-      multiple: true,
-      delimiter: ',',
-    }),
-    'masquerade-all': Flags.boolean({summary: 'Masquerade all traffic sent to service IPs (kube-proxy --masquerade-all).', default: false}),
-    'masquerade-bit': Flags.integer({summary: 'Bit of the packet mark that flags packets for masquerading.', min: 0, max: 31}),
-    'nodeport-addresses': Flags.string({
-      summary: 'Where NodePorts listen: CIDRs, or "primary" (kube-proxy --nodeport-addresses). Default: every local address.',
-      multiple: true,
-      delimiter: ',',
-    }),
-    'detect-local': Flags.option({
-      summary: 'How pod traffic is told from other traffic. Default: cluster-cidr when --cluster-cidr is given, else none.',
-      options: ['cluster-cidr', 'node-cidr', 'bridge-interface', 'interface-name-prefix', 'none'] as const,
-    })(),
-    'pod-bridge-interface': Flags.string({summary: 'Bridge the pods hang off (with --detect-local bridge-interface).'}),
-    'pod-interface-name-prefix': Flags.string({summary: "Prefix of the pods' interfaces (with --detect-local interface-name-prefix)."}),
-    'localhost-nodeports': Flags.option({
-      summary: 'Accept NodePort connections on 127.0.0.1 (iptables mode, IPv4).',
-      options: ['true', 'false'] as const,
-    })(),
+    ...nodeSettingsFlags,
     output: outputFlag(['text', 'json']),
   };
 
@@ -109,20 +80,7 @@ In iptables mode the first line, a comment, records the node addresses the rules
       this.error(`--part ${flags.part}: only ipvs mode has parts; --mode ${flags.mode} prints one text`, {exit: badInput});
     let offline;
     try {
-      offline = await readOfflineModel(flags.filename, {
-        family: flags['ip-family'] === 'ipv6' ? 'IPv6' : 'IPv4',
-        nodeName: flags['node-name'],
-        nodeIPs: flags['node-ip'],
-        clusterCIDRs: flags['cluster-cidr'],
-        serviceCIDRs: flags['service-cidr'],
-        masqueradeAll: flags['masquerade-all'] || undefined,
-        masqueradeBit: flags['masquerade-bit'],
-        nodePortAddresses: flags['nodeport-addresses'],
-        detectLocal: flags['detect-local'],
-        podBridgeInterface: flags['pod-bridge-interface'],
-        podInterfaceNamePrefix: flags['pod-interface-name-prefix'],
-        localhostNodePorts: flags['localhost-nodeports'] === undefined ? undefined : flags['localhost-nodeports'] === 'true',
-      });
+      offline = await readOfflineModel(flags.filename, offlineSettings(flags));
     } catch (error) {
       if (error instanceof InputError) this.error(error.message, {exit: badInput});
       throw error;
