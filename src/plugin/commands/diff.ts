@@ -4,6 +4,7 @@ import {AgentCommand, concurrencyFlag, connectionFlags, namespaceFlag} from '../
 import {objectNamespace} from '../lib/kube-config.ts';
 import {resolveServiceKey, splitServiceReference} from '../lib/service-target.ts';
 import type {AgentLocator} from '../lib/agent-locator.ts';
+import {driftWords, nodeReport, printReports} from '../lib/behaviour-report.ts';
 import {colorDiff} from '../lib/diff-text.ts';
 import {formatAge, formatData, formatTable, outputFlag, palette, useColor} from '../lib/output.ts';
 import {exitCodes} from '../lib/plugin-error.ts';
@@ -19,12 +20,15 @@ export default class Diff extends AgentCommand {
   static override description =
     `Prints a unified diff, grouped by service, of the rules the agent on NODE means to have ("--- desired") against the rules its kernel holds ("+++ applied"): a "-" line is a rule missing from the kernel, a "+" line one that is there but not wanted. Rules someone deleted, changed or slipped in show up here. Exit code 0: no difference; 1: they differ; 2 or more: an error, as kubectl diff.
 
-With --all-nodes: one line per node (mode, drifted services, last sync, agent version) instead of the diffs; the exit code is 1 if any node differs, 2 if any node could not be asked.`;
+With --all-nodes: one line per node (mode, drifted services, last sync, agent version) instead of the diffs; the exit code is 1 if any node differs, 2 if any node could not be asked.
+
+With --behaviour: the desired and applied rules compared by what they do rather than by their text: every packet class of every service port (as migrate-check traces them) through both, and each class whose fate differs in a plain sentence. Useful when the layouts differ (observe mode over kube-proxy's rules, another kube-proxy version), where a text diff shows every rule.`;
 
   static override examples = [
     {description: 'What differs on node-1', command: '<%= config.bin %> diff node-1'},
     {description: 'Only one service', command: '<%= config.bin %> diff node-1 --service demoapp -n default'},
     {description: 'Every node at once', command: '<%= config.bin %> diff --all-nodes'},
+    {description: 'What the drift does, not which rules differ', command: '<%= config.bin %> diff node-1 --behaviour'},
   ];
 
   static override args = {node: Args.string({description: 'The node whose rules to compare.'})};
@@ -36,6 +40,7 @@ With --all-nodes: one line per node (mode, drifted services, last sync, agent ve
     service: Flags.string({
       summary: "Only the rules of this service: NAME (in the -n namespace, else the context's) or NAMESPACE/NAME, either with :PORT.",
     }),
+    behaviour: Flags.boolean({summary: 'Compare by what the rules do to each class of packet, not by their text.', default: false}),
     output: outputFlag(['text', 'json', 'yaml']),
     concurrency: concurrencyFlag('Agents asked at once with --all-nodes.'),
   };
@@ -46,6 +51,17 @@ With --all-nodes: one line per node (mode, drifted services, last sync, agent ve
     const nodes = await locator.chooseNodes(args.node, flags['all-nodes']);
     const params = flags.service ? {service: await serviceKey(locator, flags.service, flags.namespace)} : {};
     const progress = flags['all-nodes'] ? 'agents answered' : undefined;
+    if (flags.behaviour) {
+      const asked = await this.askAgents(locator, nodes, {concurrency: flags.concurrency, progress}, (client) =>
+        client.call('behaviour', params),
+      );
+      const reports = asked.answered.map((answer) =>
+        nodeReport(answer.node, answer.diff, answer.evidence, driftWords, 'in the applied rules'),
+      );
+      printReports(reports, asked.failed, flags.output, flags['all-nodes']);
+      if (asked.failed.length === 0 && reports.some((report) => !report.equal)) process.exitCode = exitCodes.differs;
+      return;
+    }
     const {answered, failed} = await this.askAgents(
       locator,
       nodes,

@@ -15,10 +15,10 @@ import {
 import type {ProxyModel} from '../../core/model/index.ts';
 import type {BehaviourAnswer} from '../../protocol/methods.ts';
 import {AgentCommand, concurrencyFlag, connectionFlags} from '../lib/agent-command.ts';
-import {formatReportText, nodeReport, reportTable, switchWords, type NodeBehaviourReport} from '../lib/behaviour-report.ts';
+import {nodeReport, printReports, switchWords, type NodeBehaviourReport} from '../lib/behaviour-report.ts';
 import {InputError, readOfflineModel} from '../lib/model-input.ts';
 import {nodeSettingsFlags, offlineSettings} from '../lib/node-settings-flags.ts';
-import {formatData, outputFlag, palette, useColor} from '../lib/output.ts';
+import {outputFlag} from '../lib/output.ts';
 import {errorLine, exitCodes, PluginError} from '../lib/plugin-error.ts';
 
 const modes = ['nftables', 'iptables', 'ipvs'] as const;
@@ -171,17 +171,4 @@ function offlineEvidence(mode: ProxyMode, diff: BehaviourDiff): string[] {
       'on the node, kubeproxy_iptables_ct_state_invalid_dropped_packets_total (or `nfacct get ct_state_invalid_dropped_pkts`) counts the INVALID packets dropped today: above 0, connections may see resets after the switch unless nf_conntrack_tcp_be_liberal is set',
     );
   return evidence;
-}
-
-function printReports(reports: NodeBehaviourReport[], failed: unknown[], output: 'text' | 'json' | 'yaml', allNodes: boolean): void {
-  if (output === 'json' || output === 'yaml') {
-    process.stdout.write(formatData(allNodes ? {nodes: reports, errors: failed} : (reports[0] ?? {errors: failed}), output));
-    return;
-  }
-  const c = palette(useColor(output));
-  if (allNodes) {
-    if (reports.length > 0) process.stdout.write(reportTable(reports, c));
-    return;
-  }
-  process.stdout.write(reports.map((report) => formatReportText(report, c)).join('\n'));
 }

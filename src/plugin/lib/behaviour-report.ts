@@ -2,7 +2,7 @@
 // service port in plain sentences, the node's evidence, and a verdict line; --all-nodes as one
 // table, worst node first.
 import {changeSentence, sentenceGroups, type BehaviourDiff, type SideWords} from '../../core/behaviour/index.ts';
-import {formatTable, type Palette} from './output.ts';
+import {formatData, formatTable, palette, useColor, type Palette} from './output.ts';
 
 export interface NodeBehaviourReport {
   node: string;
@@ -20,7 +20,7 @@ export interface NodeBehaviourReport {
 }
 
 export const switchWords: SideWords = {before: 'today', after: 'after the switch'};
-export const driftWords: SideWords = {before: 'as desired', after: 'as applied'};
+export const driftWords: SideWords = {before: 'in the desired rules', after: 'in the applied rules'};
 
 export function nodeReport(node: string, diff: BehaviourDiff, evidence: string[], words: SideWords, action: string): NodeBehaviourReport {
   const services = diff.groups.map((group) => ({
@@ -28,10 +28,12 @@ export function nodeReport(node: string, diff: BehaviourDiff, evidence: string[]
     sentences: sentenceGroups(group).map((changes) => changeSentence(changes, words)),
   }));
   const {summary} = diff;
+  const ports = (count: number) => `${count} service port${count === 1 ? '' : 's'}`;
+  const stopped = summary.stopAnswering;
   const verdict = diff.equal
-    ? `nothing would change: all ${summary.classes} packet classes of ${summary.servicePorts} service ports behave the same ${action}`
-    : `${summary.changedClasses} of ${summary.classes} packet classes would behave differently ${action}, in ${summary.changedServicePorts} of ${summary.servicePorts} service ports${
-        summary.stopAnswering > 0 ? `; ${summary.stopAnswering} that answer ${words.before} would not ${words.after}` : ''
+    ? `nothing would change: all ${summary.classes} packet classes of ${ports(summary.servicePorts)} behave the same ${action}`
+    : `${summary.changedClasses} of ${summary.classes} packet classes would behave differently ${action}, in ${summary.changedServicePorts} of ${ports(summary.servicePorts)}${
+        stopped > 0 ? `; ${stopped} of them answer ${words.before} and would not ${words.after}` : ''
       }`;
   return {node, from: diff.before, to: diff.after, equal: diff.equal, summary, services, evidence, verdict, changes: diff.groups};
 }
@@ -43,7 +45,7 @@ export function formatReportText(report: NodeBehaviourReport, c: Palette): strin
     for (const sentence of service.sentences) lines.push(`  - ${sentence}`);
   }
   if (report.evidence.length > 0) {
-    lines.push('', c.bold('Evidence on the node'));
+    lines.push('', c.bold('Evidence'));
     for (const item of report.evidence) lines.push(`  - ${item}`);
   }
   lines.push('', `${c.bold('Verdict')}  ${report.equal ? c.green(report.verdict) : c.yellow(report.verdict)}`);
@@ -67,4 +69,18 @@ export function reportTable(reports: NodeBehaviourReport[], c: Palette): string 
     String(report.evidence.length),
   ]);
   return formatTable(['NODE', 'SWITCH', 'CHANGED CLASSES', 'STOP ANSWERING', 'SERVICES', 'EVIDENCE'], rows);
+}
+
+/** printReports: text per node (a table with --all-nodes), or every report as data. */
+export function printReports(reports: NodeBehaviourReport[], failed: unknown[], output: 'text' | 'json' | 'yaml', allNodes: boolean): void {
+  if (output === 'json' || output === 'yaml') {
+    process.stdout.write(formatData(allNodes ? {nodes: reports, errors: failed} : (reports[0] ?? {errors: failed}), output));
+    return;
+  }
+  const c = palette(useColor(output));
+  if (allNodes) {
+    if (reports.length > 0) process.stdout.write(reportTable(reports, c));
+    return;
+  }
+  process.stdout.write(reports.map((report) => formatReportText(report, c)).join('\n'));
 }
