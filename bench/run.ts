@@ -63,6 +63,11 @@ const benches: Record<string, {about: string; run: () => Promise<void>}> = {
       'kubectl proxyctl as a new process: --version (goal <= 150 ms) and --help vs kubectl running a no-op plugin, status and trace in a two-node lab (goal <= 400 ms) vs kubectl get svc',
     run: async () => (await import('./plugin.ts')).benchPlugin(),
   },
+  behaviour: {
+    about:
+      'behaviour diff iptables -> nftables of 10,000 services x 10 endpoints, both rulesets in memory (goal <= 10 s), vs tracing every packet class once',
+    run: async () => (await import('./behaviour.ts')).benchBehaviour(),
+  },
   latency: {
     about:
       'first-packet latency (TCP connect through a ClusterIP), p50/p99 at 1,000 / 10,000 / 30,000 services, iptables vs nftables mode (goal: nftables p99 at 30,000 within 1.2x of 1,000)',

@@ -29,16 +29,16 @@ export interface BehaviourSide {
 export function behaviourSide(rules: ModeRules, nodeAddresses: string[], label = `${rules.mode} mode`): BehaviourSide {
   switch (rules.mode) {
     case 'iptables': {
-      const context = {localAddresses: nodeAddresses};
+      const context = {localAddresses: nodeAddresses, explain: false};
       return {label, mode: 'iptables', localAddresses: nodeAddresses, trace: (packet) => traceIptables(rules.rules, packet, context)};
     }
     case 'nftables': {
-      const context = {localAddresses: nodeAddresses};
+      const context = {localAddresses: nodeAddresses, explain: false};
       return {label, mode: 'nftables', localAddresses: nodeAddresses, trace: (packet) => traceNftables(rules.rules, packet, context)};
     }
     case 'ipvs': {
       const localAddresses = [...nodeAddresses, ...rules.rules.boundAddresses];
-      const context = {localAddresses};
+      const context = {localAddresses, explain: false};
       return {label, mode: 'ipvs', localAddresses, trace: (packet) => traceIpvs(rules.rules, packet, context)};
     }
   }

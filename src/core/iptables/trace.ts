@@ -65,7 +65,11 @@ class Tracer {
   /** The node's own addresses, in the order the caller gave them. */
   localAddresses: ParsedIP[];
 
-  constructor(ruleset: IptablesRuleset, addresses: AddressKind, localAddresses: ParsedIP[]) {
+  /** Whether hops get their sentences (TraceContext.explain). */
+  explain: boolean;
+
+  constructor(ruleset: IptablesRuleset, addresses: AddressKind, localAddresses: ParsedIP[], explain = true) {
+    this.explain = explain;
     this.ruleset = ruleset;
     this.explainer = new Explainer(ruleset);
     this.addresses = addresses;
@@ -148,13 +152,15 @@ class Tracer {
   }
 
   pushHop(walk: Walk, rule: IptablesRule, before: PacketState, ruleProbability: number, caller?: Caller): number {
-    const explanation = explainRule(this.explainer, rule, {
-      ruleProbability,
-      branchProbability: walk.probability,
-      before,
-      after: walk.state,
-      callerChain: caller?.rule.chain,
-    });
+    const explanation = !this.explain
+      ? ''
+      : explainRule(this.explainer, rule, {
+          ruleProbability,
+          branchProbability: walk.probability,
+          before,
+          after: walk.state,
+          callerChain: caller?.rule.chain,
+        });
     walk.hops.push({
       hook: this.hook,
       table: rule.table,
@@ -215,7 +221,10 @@ class Tracer {
         // The reason to remember is the rule that sent the packet to KUBE-MARK-MASQ.
         const setBits = (walk.state.mark & ~before.mark) >>> 0;
         if (setBits && rule.chain === 'KUBE-MARK-MASQ') {
-          walk.markedBy = {chain: rule.chain, because: masqueradeBecause(this.explainer, caller?.rule ?? rule, caller?.state ?? before)};
+          walk.markedBy = {
+            chain: rule.chain,
+            because: this.explain ? masqueradeBecause(this.explainer, caller?.rule ?? rule, caller?.state ?? before) : '',
+          };
         }
         this.pushHop(walk, rule, before, ruleProbability);
         return next();
@@ -263,7 +272,7 @@ class Tracer {
         walk.masqueradeReason =
           walk.markedBy && rule.chain === 'KUBE-POSTROUTING'
             ? `marked for masquerade by ${walk.markedBy.chain} because ${walk.markedBy.because}`
-            : `${rule.table} ${rule.chain} rewrites the source with ${target.name} because ${masqueradeBecause(this.explainer, rule, before)}`;
+            : `${rule.table} ${rule.chain} rewrites the source with ${target.name}${this.explain ? ` because ${masqueradeBecause(this.explainer, rule, before)}` : ''}`;
         return [{walk, exit: 'accept'}];
       }
       case 'NOTRACK':
@@ -486,7 +495,7 @@ export function traceIptables(ruleset: IptablesRuleset, packet: Packet, context:
       return answer;
     },
   };
-  const tracer = new Tracer(ruleset, addresses, localAddresses);
+  const tracer = new Tracer(ruleset, addresses, localAddresses, context.explain !== false);
   if (src.family !== ruleset.family || dst.family !== ruleset.family) {
     tracer.warn(
       `the packet is ${dst.family} but the rules are ${ruleset.family}: ${ruleset.family === 'IPv4' ? 'iptables' : 'ip6tables'} rules never see it (trace it through the ${dst.family === 'IPv4' ? 'iptables-save' : 'ip6tables-save'} dump)`,

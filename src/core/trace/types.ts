@@ -26,6 +26,11 @@ export interface Packet {
 export interface TraceContext {
   /** Addresses the node holds (for `-m addrtype --dst-type LOCAL` and `--src-type LOCAL`). */
   localAddresses: string[];
+  /**
+   * false: hops and masquerade reasons carry no sentences, for callers that read only where packets
+   * go (a behaviour diff traces tens of thousands). Default true.
+   */
+  explain?: boolean;
 }
 
 /** TraceHop is one rule the packet matched (or the chain policy it fell to). */
