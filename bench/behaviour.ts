@@ -8,7 +8,8 @@ import {figure, heading, timed} from './report.ts';
 import {benchClusterCIDR, benchNodeIP, benchNodeName, makeWorkload} from './workload.ts';
 
 const goalMs = 10_000;
-const serviceCIDR = '10.0.0.0/8';
+// The workload's ClusterIPs are 10.0.0.1 upward; its pods are in 10.128.0.0/9, outside this range.
+const serviceCIDR = '10.0.0.0/16';
 
 export async function benchBehaviour(serviceCount = 10_000, endpointsPerService = 10): Promise<void> {
   const workload = makeWorkload(serviceCount, endpointsPerService);
