@@ -19,6 +19,7 @@ import {nodeReport, printReports, switchWords, type NodeBehaviourReport} from '.
 import {InputError, readOfflineModel} from '../lib/model-input.ts';
 import {nodeSettingsFlags, offlineSettings} from '../lib/node-settings-flags.ts';
 import {outputFlag} from '../lib/output.ts';
+import {progressBar} from '../lib/progress-bar.ts';
 import {errorLine, exitCodes, PluginError} from '../lib/plugin-error.ts';
 
 const modes = ['nftables', 'iptables', 'ipvs'] as const;
@@ -123,7 +124,9 @@ Offline: --rules DUMP (iptables-save output, nft -j list table JSON, or an nft -
     const classes = packetClasses(model, {nodeAddresses, serviceCIDRs, ...(flags.service ? {service: flags.service} : {})});
     checkObjectsMatch(model, today.mode, before, classes, {nodeAddresses, serviceCIDRs}, file);
     const after = renderedSide(model, flags.to, {nodeAddresses, serviceCIDRs});
-    const diff = diffBehaviour(classes, before, after);
+    const bar = progressBar('packet classes compared');
+    const diff = diffBehaviour(classes, before, after, {onProgress: (done, total) => bar.update(done, total)});
+    bar.end();
     return nodeReport(
       model.nodeName || '(offline)',
       diff,

@@ -16,7 +16,9 @@ export function progressBar(label: string, stream: NodeJS.WriteStream = process.
     update(done, total) {
       if (!stream.isTTY || now() - started < delayMs || total === 0) return;
       const filled = Math.round((done / total) * width);
-      stream.write(`\r[${'#'.repeat(filled)}${' '.repeat(width - filled)}] ${done.toLocaleString('en-US')}/${total.toLocaleString('en-US')} ${label}`);
+      stream.write(
+        `\r[${'#'.repeat(filled)}${' '.repeat(width - filled)}] ${done.toLocaleString('en-US')}/${total.toLocaleString('en-US')} ${label}`,
+      );
       drawn = true;
     },
     end() {
