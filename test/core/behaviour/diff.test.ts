@@ -174,3 +174,50 @@ describe('diffBehaviour', () => {
     );
   });
 });
+
+describe('externalTrafficPolicy Local', () => {
+  const local = buildProxyModel(
+    {
+      services: [
+        service(
+          'local-lb',
+          {
+            clusterIP: '10.96.0.20',
+            type: 'LoadBalancer',
+            externalTrafficPolicy: 'Local',
+            healthCheckNodePort: 32000,
+            ports: httpPort(30020),
+          },
+          {status: {loadBalancer: {ingress: [{ip: '203.0.113.20'}]}}},
+        ),
+      ],
+      endpointSlices: [slice('local-lb-1', 'local-lb', [{ip: '10.244.2.20', node: 'node-2'}])],
+      node: node('node-1', {addresses: [{type: 'InternalIP', address: primary}]}),
+    },
+    {family: 'IPv4', clusterCIDRs: ['10.244.0.0/16']},
+  );
+  const localClasses = packetClasses(local, {serviceCIDRs: [serviceCIDR]});
+  const side = (mode: 'iptables' | 'nftables') =>
+    mode === 'iptables'
+      ? behaviourSide({mode, rules: parseIptablesSave(renderIptables(local, {includeJumps: true}))}, [primary])
+      : behaviourSide({mode, rules: parseNftablesScript(renderNftables(local, {serviceCIDRs: [serviceCIDR]}))}, [primary]);
+
+  it('outside clients of a node without a local endpoint are dropped in both modes; the health check port reaches the node', () => {
+    const iptables = side('iptables');
+    const nftables = side('nftables');
+    const health = localClasses.find((entry) => entry.entry === 'health-check-node-port');
+    assert.ok(health, 'the health check port is a class');
+    assert.equal(health.packet.dstPort, 32000);
+    const external = localClasses.find((entry) => entry.entry === 'load-balancer' && entry.source === 'external');
+    assert.ok(external);
+    for (const ruleset of [iptables, nftables]) {
+      assert.equal(ruleset.trace(external.packet).verdict, 'DROP', `${ruleset.label}: no local endpoint, external traffic dropped`);
+      assert.equal(ruleset.trace(health.packet).verdict, 'ACCEPT', `${ruleset.label}: health check port left to the node`);
+    }
+    const changed = rows(diffBehaviour(localClasses, iptables, nftables));
+    // The node's own connection to the load-balancer IP is a case apart (short-circuited to the
+    // cluster endpoints), left out here.
+    const externalRow = (row: string) => row.startsWith('load-balancer ') && !row.includes(' node: ');
+    assert.ok(!changed.some((row) => externalRow(row) || row.startsWith('health-check')), changed.join('\n'));
+  });
+});
