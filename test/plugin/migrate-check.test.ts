@@ -128,7 +128,7 @@ test('kubectl proxyctl migrate-check and diff --behaviour against a real agent',
 
     const table = await runPlugin(['migrate-check', '--to', 'nftables', '--all-nodes', ...admin]);
     assert.equal(table.code, 1, describeRun(table));
-    assert.match(table.stdout, /^NODE\s+SWITCH\s+CHANGED CLASSES\s+STOP ANSWERING/);
+    assert.match(table.stdout, /^NODE\s+COMPARED\s+CHANGED CLASSES\s+STOP ANSWERING/);
     assert.match(table.stdout, /^node-1\s+iptables mode \(applied\) -> nftables mode\s+\d+/m);
 
     const json = await runPlugin(['migrate-check', '--to', 'nftables', 'node-1', '--service', 'default/web', '-o', 'json', ...admin]);

@@ -68,7 +68,7 @@ export function reportTable(reports: NodeBehaviourReport[], c: Palette): string 
     report.services.map((service) => service.servicePort).join(',') || '-',
     String(report.evidence.length),
   ]);
-  return formatTable(['NODE', 'SWITCH', 'CHANGED CLASSES', 'STOP ANSWERING', 'SERVICES', 'EVIDENCE'], rows);
+  return formatTable(['NODE', 'COMPARED', 'CHANGED CLASSES', 'STOP ANSWERING', 'SERVICES', 'EVIDENCE'], rows);
 }
 
 /** printReports: text per node (a table with --all-nodes), or every report as data. */
