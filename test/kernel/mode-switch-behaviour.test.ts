@@ -161,9 +161,6 @@ for (const [from, to] of [
         (packetClass) =>
           packetClass.packet.protocol === 'TCP' &&
           packetClass.entry !== 'conntrack-invalid' &&
-          // Another node's pod reaches node-0's rules only at node-0's own addresses: its ClusterIP
-          // packets are its own node's business.
-          (packetClass.source !== 'pod-elsewhere' || packetClass.entry === 'node-port') &&
           // The clients route only the node network, the service CIDR and the external addresses to node-0.
           (!packetClass.source.startsWith('external') ||
             clientRoutes.some((cidr) => cidrContains(cidr, parseIP(packetClass.packet.dstIP)!))),

@@ -99,10 +99,13 @@ export function packetClasses(model: ProxyModel, options: ClassOptions = {}): Pa
     const add = (entry: EntryKind, target: string, dstIP: string, dstPort: number, from: SourceKind[], protocol = port.protocol) => {
       for (const source of from) classes.push(makeClass(port.key, entry, target, source, dstIP, dstPort, protocol, sources, nodeSource));
     };
+    // A pod on another node meets this node's rules only at this node's own addresses: its packets
+    // to service addresses are its own node's to DNAT.
+    const atServiceAddress: SourceKind[] = ['pod-here', 'node', 'external'];
     const everyone: SourceKind[] = ['pod-here', 'pod-elsewhere', 'node', 'external'];
     const proto = port.protocol;
     if (port.clusterIP) {
-      add('cluster-ip', `ClusterIP ${port.clusterIP} port ${port.port}/${proto}`, port.clusterIP, port.port, everyone);
+      add('cluster-ip', `ClusterIP ${port.clusterIP} port ${port.port}/${proto}`, port.clusterIP, port.port, atServiceAddress);
       // A ClusterIP's undefined port is one class per ClusterIP: the first of its ports carries it.
       const siblings = portsByClusterIP.get(port.clusterIP)!;
       if (siblings[0] === port) {
@@ -130,13 +133,13 @@ export function packetClasses(model: ProxyModel, options: ClassOptions = {}): Pa
         packet: {srcIP: loopback, dstIP: loopback, dstPort: port.nodePort, protocol: proto, origin: 'local'},
       });
     }
-    for (const ip of port.externalIPs) add('external-ip', `external IP ${ip} port ${port.port}/${proto}`, ip, port.port, everyone);
+    for (const ip of port.externalIPs) add('external-ip', `external IP ${ip} port ${port.port}/${proto}`, ip, port.port, atServiceAddress);
     for (const ip of port.loadBalancerIPs) {
       const ranged = port.loadBalancerSourceRanges.length > 0 || port.loadBalancerSourceRangesInvalid;
       const outside = ranged ? sourceOutside(port.loadBalancerSourceRanges, family, sources.external.ip) : undefined;
       const inside = ranged ? sourceInside(port.loadBalancerSourceRanges, family) : undefined;
       const target = `load-balancer IP ${ip} port ${port.port}/${proto}`;
-      add('load-balancer', target, ip, port.port, ['pod-here', 'pod-elsewhere', 'node']);
+      add('load-balancer', target, ip, port.port, ['pod-here', 'node']);
       if (!ranged) add('load-balancer', target, ip, port.port, ['external']);
       for (const [kind, address] of [
         ['external-allowed', inside],

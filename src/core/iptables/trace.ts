@@ -406,7 +406,25 @@ function fork(walk: Walk, probability: number): Walk {
   return {...walk, probability, hops: [...walk.hops], splitAt: walk.splitAt ?? walk.hops.length};
 }
 
+// A DNAT target is read once per rule text: every packet through an endpoint chain meets the same one.
+const destinations = new Map<string, {ip: ParsedIP; port: number | undefined} | null>();
+const destinationCacheLimit = 100_000;
+
 function parseDestination(text: string, currentPort: number): {ip: ParsedIP; port: number} | undefined {
+  let known = destinations.get(text);
+  if (known === undefined) {
+    known = readDestination(text) ?? null;
+    if (destinations.size >= destinationCacheLimit) destinations.clear();
+    destinations.set(text, known);
+  }
+  if (known === null) return undefined;
+  const port = known.port ?? currentPort;
+  if (!Number.isInteger(port) || port < 1 || port > 65535) return undefined;
+  return {ip: known.ip, port};
+}
+
+/** readDestination: the address and, when given, the port of a --to-destination value. */
+function readDestination(text: string): {ip: ParsedIP; port: number | undefined} | undefined {
   // "ip", "ip:port", "ip:port-port", "ip-ip:port", "[v6]:port", "v6".
   let host = text;
   let portText: string | undefined;
@@ -419,8 +437,8 @@ function parseDestination(text: string, currentPort: number): {ip: ParsedIP; por
   }
   const ip = parseIP(host.split('-')[0]);
   if (!ip) return undefined;
-  const port = portText === undefined ? currentPort : Number(portText.split('-')[0]);
-  if (!Number.isInteger(port) || port < 1 || port > 65535) return undefined;
+  const port = portText === undefined ? undefined : Number(portText.split('-')[0]);
+  if (port !== undefined && (!Number.isInteger(port) || port < 1 || port > 65535)) return undefined;
   return {ip, port};
 }
 

@@ -135,7 +135,9 @@ function canonicalPart(part: string): string | undefined {
   if (text.endsWith('*') || text.includes('/') || /^\d+-\d+$/.test(text) || /^0x/i.test(text)) return undefined;
   const protocol = protocolNumbers[text];
   if (protocol !== undefined) return protocol;
-  return text.includes('.') || text.includes(':') ? (parseIP(text)?.text ?? text) : text;
+  // IPv4 text is canonical unless an octet has a leading zero; IPv6 text has many spellings.
+  if (text.includes(':') || (text.includes('.') && /(^|\.)0\d/.test(text))) return parseIP(text)?.text ?? text;
+  return text;
 }
 
 interface SetIndex {
