@@ -16,7 +16,8 @@ import {kernelUnavailable} from './namespace-lab.ts';
 import {ServiceScenario} from './service-scenario.ts';
 
 const inGuest = process.env.PROXYCTL_IN_GUEST === '1';
-const runHere = !kernelUnavailable && (inGuest || hostHasIpvs());
+// hostHasIpvs loads ip_vs when it can: in the guest too, before any namespace asks for its sysctls.
+const runHere = !kernelUnavailable && (hostHasIpvs() || inGuest);
 
 const ipvsMode: ModeAdapter = {
   mode: 'ipvs',
