@@ -34,9 +34,15 @@ const unavailable = () => (kernelUnavailable ? `needs root: ${kernelUnavailable}
 if (!runHere && !kernelUnavailable) {
   describe('leaving ipvs mode in a kernel with IP_VS', () => itRunsInGuest(import.meta.url, {timeoutMs: 1_400_000}));
 } else {
-  // The emulated guest is slower: a probe that gets through may take seconds.
+  // The emulated guest is slower: a probe that gets through may take seconds, and a probe's Node
+  // process many more to start, so fewer run at once.
   const probeTimeoutMs = inGuest ? 4000 : 1500;
+  const concurrency = inGuest ? 2 : 8;
   // NodePorts answer on 127.0.0.1 in iptables mode only.
-  registerModeSwitch(new ServiceScenario(unavailable), ipvsMode, iptablesMode, {known: ['node-port-loopback'], probeTimeoutMs});
-  registerModeSwitch(new ServiceScenario(unavailable), ipvsMode, nftablesMode, {known: [], probeTimeoutMs});
+  registerModeSwitch(new ServiceScenario(unavailable), ipvsMode, iptablesMode, {
+    known: ['node-port-loopback'],
+    probeTimeoutMs,
+    concurrency,
+  });
+  registerModeSwitch(new ServiceScenario(unavailable), ipvsMode, nftablesMode, {known: [], probeTimeoutMs, concurrency});
 }

@@ -34,8 +34,6 @@ import {probeFromNamespace} from '../../src/lab/workload/launch.ts';
 import {demoPorts, kernelUnavailable, nodeAddresses, restoreIptables, saveIptables} from './namespace-lab.ts';
 import {type ServiceScenario, serviceCIDR, type Sender} from './service-scenario.ts';
 
-const concurrency = 8;
-
 /**
  * ModeAdapter: how one mode's rules get onto a node and go again, as kube-proxy writes and cleans
  * them, and how the node's rules are read back for the tracer.
@@ -170,9 +168,11 @@ export function registerModeSwitch(
   scenario: ServiceScenario,
   from: ModeAdapter,
   to: ModeAdapter,
-  options: {known: KnownChange[]; probeTimeoutMs?: number},
+  options: {known: KnownChange[]; probeTimeoutMs?: number; concurrency?: number},
 ): void {
   const probeTimeoutMs = options.probeTimeoutMs ?? 1500;
+  // Probes at once: each is a Node process, which starts slowly in an emulated guest.
+  const concurrency = options.concurrency ?? 8;
   describe(`switching ${from.mode} -> ${to.mode}: the packets change as the behaviour diff says`, {
     concurrency: false,
     timeout: 300_000,
@@ -222,10 +222,10 @@ export function registerModeSwitch(
 
       await switchTo(scenario, undefined, from, models);
       const before = await from.applied(entry, addresses);
-      const seenBefore = await sendAll(classes, senderOf, probeTimeoutMs);
+      const seenBefore = await sendAll(classes, senderOf, probeTimeoutMs, concurrency);
       await switchTo(scenario, from, to, models);
       const after = await to.applied(entry, addresses);
-      const seenAfter = await sendAll(classes, senderOf, probeTimeoutMs);
+      const seenAfter = await sendAll(classes, senderOf, probeTimeoutMs, concurrency);
 
       const diff = diffBehaviour(classes, before, after);
       const predicted = new Set(diff.groups.flatMap((group) => group.changes.map((change) => change.class)));
