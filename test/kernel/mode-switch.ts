@@ -118,6 +118,7 @@ async function sendAll(
   classes: PacketClass[],
   senderOf: (packetClass: PacketClass) => Sender,
   probeTimeoutMs: number,
+  concurrency: number,
 ): Promise<Sighting[]> {
   const sightings: Sighting[] = [];
   for (let start = 0; start < classes.length; start += concurrency) {
