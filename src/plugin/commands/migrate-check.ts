@@ -17,7 +17,7 @@ import type {BehaviourAnswer} from '../../protocol/methods.ts';
 import {AgentCommand, concurrencyFlag, connectionFlags} from '../lib/agent-command.ts';
 import {nodeReport, printReports, switchWords, type NodeBehaviourReport} from '../lib/behaviour-report.ts';
 import {InputError, readOfflineModel} from '../lib/model-input.ts';
-import {nodeSettingsFlags, offlineSettings} from '../lib/node-settings-flags.ts';
+import {nodeSettingsFlagsIn, offlineSettings} from '../lib/node-settings-flags.ts';
 import {outputFlag} from '../lib/output.ts';
 import {progressBar} from '../lib/progress-bar.ts';
 import {errorLine, exitCodes, PluginError} from '../lib/plugin-error.ts';
@@ -62,7 +62,7 @@ Offline: --rules DUMP (iptables-save output, nft -j list table JSON, or an nft -
       multiple: true,
       helpGroup: 'OFFLINE',
     }),
-    ...nodeSettingsFlags,
+    ...nodeSettingsFlagsIn('OFFLINE'),
   };
 
   async run(): Promise<void> {

@@ -69,3 +69,10 @@ export function offlineSettings(flags: NodeSettingsValues): OfflineSettings {
     localhostNodePorts: flags['localhost-nodeports'] === undefined ? undefined : flags['localhost-nodeports'] === 'true',
   };
 }
+
+/** The same flags under a help heading (migrate-check shows them with its other offline flags). */
+export function nodeSettingsFlagsIn(helpGroup: string): typeof nodeSettingsFlags {
+  return Object.fromEntries(
+    Object.entries(nodeSettingsFlags).map(([name, flag]) => [name, {...flag, helpGroup}]),
+  ) as unknown as typeof nodeSettingsFlags;
+}
