@@ -22,7 +22,7 @@ export async function benchBehaviour(serviceCount = 10_000, endpointsPerService 
   const classes = packetClasses(model, options);
   heading(
     'behaviour diff: iptables mode -> nftables mode',
-    `${workload.label}, ClusterIP, one TCP port each; ${classes.length.toLocaleString('en-US')} packet classes (ClusterIP from 4 sources, an undefined port from 2, node-wide classes); both rulesets rendered and parsed in memory beforehand`,
+    `${workload.label}, ClusterIP, one TCP port each; ${classes.length.toLocaleString('en-US')} packet classes (each ClusterIP from a pod on the node, the node and an outside client; an undefined port from 2; node-wide classes); both rulesets rendered and parsed in memory beforehand`,
   );
   const iptables = behaviourSide(renderedRules(model, 'iptables', options), [benchNodeIP]);
   const nftables = behaviourSide(renderedRules(model, 'nftables', options), [benchNodeIP]);
