@@ -56,6 +56,11 @@ const benches: Record<string, {about: string; run: () => Promise<void>}> = {
       'npm run release (read from dist/release/): archive size per platform, --version from the unpacked linux/amd64 archive (goal <= 150 ms) vs node -e 0, agent image size (goal <= 150 MiB unpacked), release time (goal <= 5 min)',
     run: async () => (await import('./release.ts')).benchRelease(),
   },
+  behaviour: {
+    about:
+      'behaviour diff iptables -> nftables of 10,000 services x 10 endpoints, both rulesets in memory (goal <= 10 s), vs tracing every packet class once',
+    run: async () => (await import('./behaviour.ts')).benchBehaviour(),
+  },
   latency: {
     about:
       'first-packet latency (TCP connect through a ClusterIP), p50/p99 at 1,000 / 10,000 / 30,000 services, iptables vs nftables mode (goal: nftables p99 at 30,000 within 1.2x of 1,000)',

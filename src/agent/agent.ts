@@ -301,6 +301,7 @@ async function startApiOrLog(
     changes,
     log,
     observe: parts.observe,
+    serviceCIDRs: () => (appliedServiceCIDRs().length > 0 ? appliedServiceCIDRs() : config.serviceCIDRs),
   });
   try {
     const auth = isLoopbackHost(address.host)

@@ -8,6 +8,7 @@ import LabDown from './commands/lab/down.ts';
 import LabExec from './commands/lab/exec.ts';
 import LabStatus from './commands/lab/status.ts';
 import LabUp from './commands/lab/up.ts';
+import MigrateCheck from './commands/migrate-check.ts';
 import Render from './commands/render.ts';
 import Status from './commands/status.ts';
 import Sync from './commands/sync.ts';
@@ -21,6 +22,7 @@ export const COMMANDS = {
   'lab:exec': LabExec,
   'lab:status': LabStatus,
   'lab:up': LabUp,
+  'migrate-check': MigrateCheck,
   render: Render,
   status: Status,
   sync: Sync,

@@ -1,6 +1,7 @@
 // The methods of protocol proxyctl.v1: their params and results as TypeScript types, and the schemas
 // both sides check them with (the agent checks params, the plugin checks every answer).
 import type {Protocol} from '../core/model/types.ts';
+import type {BehaviourDiff, ProxyMode as SwitchMode} from '../core/behaviour/index.ts';
 import type {Packet, TraceResult} from '../core/trace/types.ts';
 import {array, boolean, integer, ipAddress, nullable, number, object, oneOf, optional, string, timestamp, type Schema} from './schema.ts';
 
@@ -117,6 +118,22 @@ export interface TraceParams {
   service?: string;
 }
 
+export interface BehaviourParams {
+  /** Compare the applied rules with this mode's, rendered for the node; without it, with the desired rules. */
+  to?: SwitchMode;
+  /** "namespace/name[:port]": only this service's classes. */
+  service?: string;
+}
+
+/** BehaviourAnswer: the behaviour diff of a node's applied rules, and what the node shows that bears on it. */
+export interface BehaviourAnswer {
+  node: string;
+  diff: BehaviourDiff;
+  /** Counters, sockets and settings of the node that bear on the changes, one sentence each. */
+  evidence: string[];
+  readAt: string;
+}
+
 /** TraceAnswer: the tracer's result over the applied rules, when they were read, and whether they drift. */
 export type TraceAnswer = TraceResult & {readAt: string; drifted: boolean};
 
@@ -194,6 +211,7 @@ export interface MethodTypes {
   'rules.applied': {params: RulesParams; result: RulesResult};
   diff: {params: DiffParams; result: DiffResult};
   trace: {params: TraceParams; result: TraceAnswer};
+  behaviour: {params: BehaviourParams; result: BehaviourAnswer};
   probe: {params: ProbeParams; result: ProbeResult};
   sync: {params: SyncParams; result: SyncResult};
   'events.subscribe': {params: NoParams; result: SubscribeResult};
@@ -373,6 +391,30 @@ export const traceAnswerSchema: Schema<TraceAnswer> = object(
   lenient,
 );
 
+const behaviourParams: Schema<BehaviourParams> = object(
+  {to: optional(oneOf(['iptables', 'nftables', 'ipvs'])), service: optional(serviceFilter)},
+  strict,
+);
+// The changes themselves are the core's shape, passed through; the plugin reads the fields named here.
+export const behaviourAnswerSchema = object(
+  {
+    node: string({maxLength: 253}),
+    diff: object(
+      {
+        before: string({maxLength: 256}),
+        after: string({maxLength: 256}),
+        equal: boolean(),
+        groups: array(object({servicePort: string({maxLength: 512}), changes: array(object({}, lenient))}, lenient)),
+        summary: object({classes: integer({min: 0}), changedClasses: integer({min: 0}), stopAnswering: integer({min: 0})}, lenient),
+      },
+      lenient,
+    ),
+    evidence: array(string({maxLength: 64 * 1024})),
+    readAt: timestamp(),
+  },
+  lenient,
+) as unknown as Schema<BehaviourAnswer>;
+
 const probeParams: Schema<ProbeParams> = object(
   {
     from: optional(
@@ -427,6 +469,12 @@ export const methodSpecs: {[M in MethodName]: MethodSpec<M>} = {
   'rules.applied': {params: rulesParams, result: rulesResultSchema, access: 'read', summary: 'the rules read from the kernel'},
   diff: {params: diffParams, result: diffResultSchema, access: 'read', summary: 'desired against applied rules'},
   trace: {params: traceParams, result: traceAnswerSchema, access: 'read', summary: 'a packet through the applied rules'},
+  behaviour: {
+    params: behaviourParams,
+    result: behaviourAnswerSchema,
+    access: 'read',
+    summary: 'the applied rules against another mode or the desired rules, by what they do to each class of packet',
+  },
   probe: {params: probeParams, result: probeResultSchema, access: 'act', summary: 'real connections to a service from the node'},
   sync: {params: syncParams, result: syncResultSchema, access: 'act', summary: 'sync the rules now'},
   'events.subscribe': {params: noParams, result: subscribeResult, access: 'read', summary: 'receive events.sync after each sync'},

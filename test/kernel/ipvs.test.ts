@@ -7,24 +7,13 @@
 // stock kernel (scripts/qemu/guest.ts) once and runs all its cases there in one go.
 import assert from 'node:assert/strict';
 import {after, before, describe, it} from 'node:test';
-import {
-  diffIpvs,
-  formatIpsetRestore,
-  formatIpvsadmRestore,
-  parseBoundAddresses,
-  parseIpsetSave,
-  parseIpvsadmSave,
-  planIpvsSync,
-  renderIpvs,
-  traceIpvs,
-  withJumpRules,
-  type IpvsState,
-} from '../../src/core/ipvs/index.ts';
+import {diffIpvs, planIpvsSync, renderIpvs, traceIpvs, type IpvsState} from '../../src/core/ipvs/index.ts';
 import type {EndpointSliceInput} from '../../src/core/model/index.ts';
 import {execInNamespace, type NodeDescription} from '../../src/lab/netns/index.ts';
 import {hostHasIpvs} from '../../scripts/qemu/guest.ts';
 import {itRunsInGuest} from './in-guest.ts';
-import {demoPorts, kernelUnavailable, nodeAddresses, restoreIptables, saveIptables} from './namespace-lab.ts';
+import {applyIpvsState, readIpvsState} from './ipvs-state.ts';
+import {demoPorts, kernelUnavailable, nodeAddresses} from './namespace-lab.ts';
 import {
   clusterIPs,
   firstPacket,
@@ -63,37 +52,6 @@ const ipvsBehaviour: ModeBehaviour = {
 /** desiredFor renders what the proxy on `entry` wants for these objects. */
 function desiredFor(entry: NodeDescription, slices: EndpointSliceInput[]): IpvsState {
   return renderIpvs(scenario.modelFor(entry, slices));
-}
-
-/** applyIpvsState loads the state into the node's namespace the way ipvs mode's first sync does. */
-async function applyIpvsState(entry: NodeDescription, state: IpvsState): Promise<void> {
-  const inNode = (command: string[], input?: string) => execInNamespace(entry.namespace, command, input === undefined ? {} : {input});
-  // kube-proxy's ipvs sysctls: conntrack for the iptables layer's masquerade, quick expiry of dead real servers.
-  await inNode([
-    'sysctl',
-    '-qw',
-    'net.ipv4.ip_forward=1',
-    'net.ipv4.vs.conntrack=1',
-    'net.ipv4.vs.expire_nodest_conn=1',
-    'net.ipv4.vs.expire_quiescent_template=1',
-  ]);
-  await inNode(['ip', 'link', 'add', 'kube-ipvs0', 'type', 'dummy']);
-  for (const address of state.boundAddresses) await inNode(['ip', 'addr', 'add', `${address}/32`, 'dev', 'kube-ipvs0']);
-  await inNode(['ipset', 'restore'], formatIpsetRestore(state.sets, state.family));
-  await inNode(['ipvsadm-restore'], formatIpvsadmRestore(state.virtualServers));
-  await restoreIptables(entry, withJumpRules(state.iptables));
-}
-
-/** readIpvsState reads the node's state back with the tools an operator would use. */
-async function readIpvsState(entry: NodeDescription): Promise<IpvsState> {
-  const inNode = async (command: string[]) => (await execInNamespace(entry.namespace, command)).stdout;
-  return {
-    family: 'IPv4',
-    virtualServers: parseIpvsadmSave(await inNode(['ipvsadm', '-Sn'])),
-    sets: parseIpsetSave(await inNode(['ipset', 'save'])),
-    boundAddresses: parseBoundAddresses(await inNode(['ip', '-j', 'addr', 'show', 'dev', 'kube-ipvs0'])),
-    iptables: await saveIptables(entry),
-  };
 }
 
 const trace: NodeTracer = (entry, sender, target) =>

@@ -10,6 +10,7 @@ import type {Logger} from '../log.ts';
 import type {RulesWriteListener} from '../sync/types.ts';
 import {AppliedState} from '../applied/applied-state.ts';
 import type {AgentApiHandlers} from './handlers.ts';
+import {answerBehaviour} from './methods/behaviour.ts';
 import {answerAppliedRules, answerDesiredRules} from './methods/rules.ts';
 import {answerStatus} from './methods/status.ts';
 import {answerSync} from './methods/sync.ts';
@@ -49,6 +50,8 @@ export interface AgentRuntimeOptions {
   syncTimeoutMs?: number;
   /** Set when the agent observes kube-proxy (--observe). */
   observe?: ObserveRuntime;
+  /** The cluster's service CIDRs, as the proxier last used them (behaviour's unused service addresses). */
+  serviceCIDRs?: () => string[];
 }
 
 /** How often an observer looks whether the ruleset monitor saw a change (a number read, nothing more). */
@@ -121,6 +124,7 @@ export function createAgentRuntime(options: AgentRuntimeOptions): AgentRuntime {
     'rules.applied': () => answerAppliedRules(state),
     diff: (params) => state.diffAll(params.service),
     trace: (params) => answerTrace(state, params),
+    behaviour: (params) => answerBehaviour(state, params, options.serviceCIDRs?.() ?? []),
     probe: async (params) => state.probe(params, params.from?.netns ?? state.host.netns),
     sync: (params) => answerSync(state, params),
 

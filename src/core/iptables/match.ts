@@ -17,7 +17,7 @@ export interface PacketState {
   outInterface: string | undefined;
   mark: number;
   /** Conntrack state of the connection: NEW, or UNTRACKED after NOTRACK. */
-  ctState: 'NEW' | 'UNTRACKED';
+  ctState: 'NEW' | 'UNTRACKED' | 'INVALID';
   /** The destination was rewritten (conntrack's DNAT status). */
   dnatDone: boolean;
   /** Destination before any DNAT (conntrack's original destination). */

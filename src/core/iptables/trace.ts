@@ -65,7 +65,11 @@ class Tracer {
   /** The node's own addresses, in the order the caller gave them. */
   localAddresses: ParsedIP[];
 
-  constructor(ruleset: IptablesRuleset, addresses: AddressKind, localAddresses: ParsedIP[]) {
+  /** Whether hops get their sentences (TraceContext.explain). */
+  explain: boolean;
+
+  constructor(ruleset: IptablesRuleset, addresses: AddressKind, localAddresses: ParsedIP[], explain = true) {
+    this.explain = explain;
     this.ruleset = ruleset;
     this.explainer = new Explainer(ruleset);
     this.addresses = addresses;
@@ -86,8 +90,8 @@ class Tracer {
   runHook(hook: Hook, table: string, walk: Walk): Walk[] {
     const chain = findChain(this.ruleset, table, hook);
     if (!chain) return [walk];
-    // Packets conntrack does not track skip the nat table.
-    if (table === 'nat' && walk.state.ctState === 'UNTRACKED') return [walk];
+    // Only a packet that starts a tracked connection passes the nat table.
+    if (table === 'nat' && walk.state.ctState !== 'NEW') return [walk];
     this.hook = hook;
     return this.runChain(chain, 0, walk, 0, undefined).map((result) => result.walk);
   }
@@ -148,13 +152,15 @@ class Tracer {
   }
 
   pushHop(walk: Walk, rule: IptablesRule, before: PacketState, ruleProbability: number, caller?: Caller): number {
-    const explanation = explainRule(this.explainer, rule, {
-      ruleProbability,
-      branchProbability: walk.probability,
-      before,
-      after: walk.state,
-      callerChain: caller?.rule.chain,
-    });
+    const explanation = !this.explain
+      ? ''
+      : explainRule(this.explainer, rule, {
+          ruleProbability,
+          branchProbability: walk.probability,
+          before,
+          after: walk.state,
+          callerChain: caller?.rule.chain,
+        });
     walk.hops.push({
       hook: this.hook,
       table: rule.table,
@@ -215,7 +221,10 @@ class Tracer {
         // The reason to remember is the rule that sent the packet to KUBE-MARK-MASQ.
         const setBits = (walk.state.mark & ~before.mark) >>> 0;
         if (setBits && rule.chain === 'KUBE-MARK-MASQ') {
-          walk.markedBy = {chain: rule.chain, because: masqueradeBecause(this.explainer, caller?.rule ?? rule, caller?.state ?? before)};
+          walk.markedBy = {
+            chain: rule.chain,
+            because: this.explain ? masqueradeBecause(this.explainer, caller?.rule ?? rule, caller?.state ?? before) : '',
+          };
         }
         this.pushHop(walk, rule, before, ruleProbability);
         return next();
@@ -263,7 +272,7 @@ class Tracer {
         walk.masqueradeReason =
           walk.markedBy && rule.chain === 'KUBE-POSTROUTING'
             ? `marked for masquerade by ${walk.markedBy.chain} because ${walk.markedBy.because}`
-            : `${rule.table} ${rule.chain} rewrites the source with ${target.name} because ${masqueradeBecause(this.explainer, rule, before)}`;
+            : `${rule.table} ${rule.chain} rewrites the source with ${target.name}${this.explain ? ` because ${masqueradeBecause(this.explainer, rule, before)}` : ''}`;
         return [{walk, exit: 'accept'}];
       }
       case 'NOTRACK':
@@ -397,7 +406,25 @@ function fork(walk: Walk, probability: number): Walk {
   return {...walk, probability, hops: [...walk.hops], splitAt: walk.splitAt ?? walk.hops.length};
 }
 
+// A DNAT target is read once per rule text: every packet through an endpoint chain meets the same one.
+const destinations = new Map<string, {ip: ParsedIP; port: number | undefined} | null>();
+const destinationCacheLimit = 100_000;
+
 function parseDestination(text: string, currentPort: number): {ip: ParsedIP; port: number} | undefined {
+  let known = destinations.get(text);
+  if (known === undefined) {
+    known = readDestination(text) ?? null;
+    if (destinations.size >= destinationCacheLimit) destinations.clear();
+    destinations.set(text, known);
+  }
+  if (known === null) return undefined;
+  const port = known.port ?? currentPort;
+  if (!Number.isInteger(port) || port < 1 || port > 65535) return undefined;
+  return {ip: known.ip, port};
+}
+
+/** readDestination: the address and, when given, the port of a --to-destination value. */
+function readDestination(text: string): {ip: ParsedIP; port: number | undefined} | undefined {
   // "ip", "ip:port", "ip:port-port", "ip-ip:port", "[v6]:port", "v6".
   let host = text;
   let portText: string | undefined;
@@ -410,8 +437,8 @@ function parseDestination(text: string, currentPort: number): {ip: ParsedIP; por
   }
   const ip = parseIP(host.split('-')[0]);
   if (!ip) return undefined;
-  const port = portText === undefined ? currentPort : Number(portText.split('-')[0]);
-  if (!Number.isInteger(port) || port < 1 || port > 65535) return undefined;
+  const port = portText === undefined ? undefined : Number(portText.split('-')[0]);
+  if (port !== undefined && (!Number.isInteger(port) || port < 1 || port > 65535)) return undefined;
   return {ip, port};
 }
 
@@ -486,7 +513,7 @@ export function traceIptables(ruleset: IptablesRuleset, packet: Packet, context:
       return answer;
     },
   };
-  const tracer = new Tracer(ruleset, addresses, localAddresses);
+  const tracer = new Tracer(ruleset, addresses, localAddresses, context.explain !== false);
   if (src.family !== ruleset.family || dst.family !== ruleset.family) {
     tracer.warn(
       `the packet is ${dst.family} but the rules are ${ruleset.family}: ${ruleset.family === 'IPv4' ? 'iptables' : 'ip6tables'} rules never see it (trace it through the ${dst.family === 'IPv4' ? 'iptables-save' : 'ip6tables-save'} dump)`,
@@ -503,7 +530,7 @@ export function traceIptables(ruleset: IptablesRuleset, packet: Packet, context:
       inInterface: packet.origin === 'local' ? '' : packet.inInterface,
       outInterface: undefined,
       mark: 0,
-      ctState: 'NEW',
+      ctState: packet.conntrack === 'invalid' ? 'INVALID' : 'NEW',
       dnatDone: false,
       originalDst: dst,
       originalDstPort: packet.dstPort,

@@ -4,7 +4,7 @@
 // kube-proxy writes it, or a DNAT map as render writes it), masquerade marks, reject and drop.
 import {cidrContains, parseCIDR, parseIP} from '../model/ip.ts';
 import type {Packet, TraceBranch, TraceContext, TraceHop, TraceResult} from '../trace/types.ts';
-import type {NftChain, NftRuleset, NftSet} from './parse.ts';
+import type {NftChain, NftRule, NftRuleset, NftSet, NftSetElement} from './parse.ts';
 
 type Hook = TraceHop['hook'];
 
@@ -62,6 +62,17 @@ function tokenize(text: string): string[] {
   return words;
 }
 
+// Many packets pass the same rules: split each rule into words once.
+const ruleWords = new WeakMap<NftRule, {text: string; words: string[]}>();
+
+function wordsOf(rule: NftRule): string[] {
+  const known = ruleWords.get(rule);
+  if (known && known.text === rule.text) return known.words;
+  const words = tokenize(rule.text);
+  ruleWords.set(rule, {text: rule.text, words});
+  return words;
+}
+
 function setItems(group: string): string[] {
   const inner = group.slice(1, -1);
   const items: string[] = [];
@@ -115,25 +126,61 @@ function literalMatches(literal: string, value: string): boolean {
   return false;
 }
 
-function setContains(set: NftSet | undefined, key: string[]): boolean {
-  if (!set) return false;
-  const joined = key.join(' . ');
-  return set.elements.some((element) => {
-    if (element.key === joined) return true;
+/**
+ * canonicalPart: one part of a set key as the index holds it; undefined for a part that matches more
+ * than itself (CIDR, range, wildcard, hex mask), which only literalMatches can judge.
+ */
+function canonicalPart(part: string): string | undefined {
+  const text = unquote(part);
+  if (text.endsWith('*') || text.includes('/') || /^\d+-\d+$/.test(text) || /^0x/i.test(text)) return undefined;
+  const protocol = protocolNumbers[text];
+  if (protocol !== undefined) return protocol;
+  // IPv4 text is canonical unless an octet has a leading zero; IPv6 text has many spellings.
+  if (text.includes(':') || (text.includes('.') && /(^|\.)0\d/.test(text))) return parseIP(text)?.text ?? text;
+  return text;
+}
+
+interface SetIndex {
+  /** Elements whose every part is plain, by their canonical key. */
+  exact: Map<string, NftSetElement>;
+  /** The others, in set order. */
+  patterns: NftSetElement[];
+  size: number;
+}
+
+// A service table's sets hold one element per service port: look keys up instead of scanning.
+const setIndexes = new WeakMap<NftSet, SetIndex>();
+
+function setIndex(set: NftSet): SetIndex {
+  let index = setIndexes.get(set);
+  if (index && index.size === set.elements.length) return index;
+  index = {exact: new Map(), patterns: [], size: set.elements.length};
+  for (const element of set.elements) {
+    const parts = element.key.split(' . ').map(canonicalPart);
+    if (parts.some((part) => part === undefined)) index.patterns.push(element);
+    else if (!index.exact.has(parts.join(' . '))) index.exact.set(parts.join(' . '), element);
+  }
+  setIndexes.set(set, index);
+  return index;
+}
+
+function findElement(set: NftSet | undefined, key: string[]): NftSetElement | undefined {
+  if (!set) return undefined;
+  const index = setIndex(set);
+  const exact = index.exact.get(key.map((part) => canonicalPart(part) ?? part).join(' . '));
+  if (exact) return exact;
+  return index.patterns.find((element) => {
     const parts = element.key.split(' . ');
-    return parts.length === key.length && parts.every((part, index) => literalMatches(part, key[index]));
+    return parts.length === key.length && parts.every((part, position) => literalMatches(part, key[position]));
   });
 }
 
+function setContains(set: NftSet | undefined, key: string[]): boolean {
+  return findElement(set, key) !== undefined;
+}
+
 function mapLookup(set: NftSet | undefined, key: string[]): string | undefined {
-  if (!set) return undefined;
-  const joined = key.join(' . ');
-  const exact = set.elements.find((element) => element.key === joined);
-  if (exact) return exact.value;
-  return set.elements.find((element) => {
-    const parts = element.key.split(' . ');
-    return parts.length === key.length && parts.every((part, index) => literalMatches(part, key[index]));
-  })?.value;
+  return findElement(set, key)?.value;
 }
 
 /** readSelector reads one packet field at words[index]; returns its value (undefined: does not apply) and the next index. */
@@ -167,7 +214,7 @@ function readSelector(
     const local = walker.local.has(parseIP(address)?.text ?? address) || isLoopback(address);
     return {value: local ? 'local' : 'unicast', next: index + 3};
   }
-  if (word === 'ct' && next === 'state') return {value: 'new', next: index + 2};
+  if (word === 'ct' && next === 'state') return {value: packet.conntrack ?? 'new', next: index + 2};
   if (word === 'ct' && next === 'status') return {value: state.endpoint !== undefined ? 'dnat' : '', next: index + 2};
   return undefined;
 }
@@ -215,8 +262,9 @@ interface RuleEffect {
 }
 
 /** evaluateRule reads a rule left to right: every match must hold; the statements then apply. */
-function evaluateRule(walker: Walker, state: PathState, text: string): RuleEffect {
-  const words = tokenize(text);
+function evaluateRule(walker: Walker, state: PathState, rule: NftRule): RuleEffect {
+  const text = rule.text;
+  const words = wordsOf(rule);
   const effect: RuleEffect = {matched: true, explanation: ''};
   const conditions: string[] = [];
   let index = 0;
@@ -401,7 +449,7 @@ function execChain(
   }
   for (let position = index; position < chain.rules.length; position++) {
     const rule = chain.rules[position];
-    const effect = evaluateRule(walker, state, rule.text);
+    const effect = evaluateRule(walker, state, rule);
     if (!effect.matched) continue;
     if (effect.mark) {
       state.mark = effect.mark.op === '|' ? state.mark | effect.mark.value : state.mark ^ effect.mark.value;
@@ -516,14 +564,28 @@ function splitEndpoint(endpoint: string): [string, number] {
   return [endpoint, 0];
 }
 
+// A table with tens of thousands of chains has a handful of base chains: find them once per table,
+// not once per hook of every traced packet.
+const baseChainsByTable = new WeakMap<Map<string, NftChain>, Map<string, NftChain[]>>();
+
 function baseChains(ruleset: NftRuleset, hook: string): NftChain[] {
-  return [...ruleset.chains.values()].filter((chain) => chain.hook === hook).sort((a, b) => (a.priority ?? 0) - (b.priority ?? 0));
+  let byHook = baseChainsByTable.get(ruleset.chains);
+  if (!byHook) {
+    byHook = new Map();
+    for (const chain of ruleset.chains.values())
+      if (chain.hook !== undefined) byHook.set(chain.hook, [...(byHook.get(chain.hook) ?? []), chain]);
+    for (const chains of byHook.values()) chains.sort((a, b) => (a.priority ?? 0) - (b.priority ?? 0));
+    baseChainsByTable.set(ruleset.chains, byHook);
+  }
+  return byHook.get(hook) ?? [];
 }
 
 /** runHook passes every path through the hook's base chains in priority order. */
 function runHook(walker: Walker, hook: Hook, paths: PathState[]): PathState[] {
   let current = paths;
   for (const chain of baseChains(walker.ruleset, hook.toLowerCase())) {
+    // nat chains see only the packet that starts a connection.
+    if (chain.type === 'nat' && walker.packet.conntrack === 'invalid') continue;
     const next: PathState[] = [];
     for (const path of current) {
       if (path.end) {
@@ -595,7 +657,11 @@ export function traceNftables(ruleset: NftRuleset, packet: Packet, context: Trac
   const first = chosen[0].hops;
   while (
     shared < first.length &&
-    chosen.every((path) => path.hops[shared] !== undefined && JSON.stringify(path.hops[shared]) === JSON.stringify(first[shared]))
+    chosen.every(
+      (path) =>
+        path.hops[shared] !== undefined &&
+        (path.hops[shared] === first[shared] || JSON.stringify(path.hops[shared]) === JSON.stringify(first[shared])),
+    )
   )
     shared++;
   const branches: TraceBranch[] = [];

@@ -14,12 +14,23 @@ export interface Packet {
   origin: 'arriving' | 'local';
   /** Interface the packet arrives on (for bridge / interface-prefix local detection). */
   inInterface?: string;
+  /**
+   * How conntrack sees the packet; default 'new'. 'invalid' is a packet conntrack cannot place
+   * (an out-of-window TCP segment): the nat table never sees it, and only rules matching that
+   * state (iptables mode's INVALID drop) act on it.
+   */
+  conntrack?: 'new' | 'invalid';
 }
 
 /** TraceContext is what the tracer must know about the node that no rule says. */
 export interface TraceContext {
   /** Addresses the node holds (for `-m addrtype --dst-type LOCAL` and `--src-type LOCAL`). */
   localAddresses: string[];
+  /**
+   * false: hops and masquerade reasons carry no sentences, for callers that read only where packets
+   * go (a behaviour diff traces tens of thousands). Default true.
+   */
+  explain?: boolean;
 }
 
 /** TraceHop is one rule the packet matched (or the chain policy it fell to). */

@@ -4,6 +4,7 @@ import {AgentCommand, concurrencyFlag, connectionFlags, namespaceFlag} from '../
 import {objectNamespace} from '../lib/kube-config.ts';
 import {resolveServiceKey, splitServiceReference} from '../lib/service-target.ts';
 import type {AgentLocator} from '../lib/agent-locator.ts';
+import {driftWords, nodeReport, printReports} from '../lib/behaviour-report.ts';
 import {colorDiff} from '../lib/diff-text.ts';
 import {formatAge, formatData, formatTable, outputFlag, palette, useColor} from '../lib/output.ts';
 import {exitCodes, PluginError} from '../lib/plugin-error.ts';
@@ -27,6 +28,8 @@ On an observing agent (proxyctl-agent --observe, beside kube-proxy) the desired 
 
 With --all-nodes: one line per node (mode, drifted services, last sync, agent version) instead of the diffs; the exit code is 1 if any node differs, 2 if any node could not be asked.
 
+With --behaviour: the desired and applied rules compared by what they do rather than by their text: every packet class of every service port (as migrate-check traces them) through both, and each class whose fate differs in a plain sentence. Useful when the layouts differ (observe mode over kube-proxy's rules, another kube-proxy version), where a text diff shows every rule.
+
 Without a cluster: --rules FILE -f OBJECTS compares saved rules (kube-proxy's or the agent's) with what should have been programmed for the Services and EndpointSlices in OBJECTS on that node, with the node settings given as for render (--node-name, --node-ip, --cluster-cidr, --nodeport-addresses, --service-cidr, --masquerade-all, --localhost-nodeports, --nfacct-counters, --random-fully, ...). The format of each --rules file is found from its text, and the mode from the format (--mode to insist on one): iptables-save of either front end; \`nft list ruleset\` as text or JSON; for ipvs mode \`ipvsadm-save -n\`, \`ipset save\` and iptables-save, in one file or in several --rules (only the parts given are compared). Each service port that differs is named NAMESPACE/NAME:PORT, then the differences follow. Counters, rule order where it decides nothing (KUBE-SERVICES' service rules, set elements, chain order) are no differences. Exit code 0: the rules match; 1: they differ; 2: bad input (an unreadable file names its line; objects that are not valid are named on stderr).`;
 
   static override examples = [
@@ -43,6 +46,7 @@ Without a cluster: --rules FILE -f OBJECTS compares saved rules (kube-proxy's or
       command:
         '(ipvsadm-save -n; ipset save; iptables-save) > node-1.ipvs && <%= config.bin %> diff --rules node-1.ipvs -f services.yaml --node-name node-1 --cluster-cidr 10.244.0.0/16 -o yaml',
     },
+    {description: 'What the drift does, not which rules differ', command: '<%= config.bin %> diff node-1 --behaviour'},
   ];
 
   static override args = {node: Args.string({description: 'The node whose rules to compare.'})};
@@ -54,6 +58,7 @@ Without a cluster: --rules FILE -f OBJECTS compares saved rules (kube-proxy's or
     service: Flags.string({
       summary: "Only the rules of this service: NAME (in the -n namespace, else the context's) or NAMESPACE/NAME, either with :PORT.",
     }),
+    behaviour: Flags.boolean({summary: 'Compare by what the rules do to each class of packet, not by their text.', default: false}),
     output: outputFlag(['text', 'json', 'yaml']),
     concurrency: concurrencyFlag('Agents asked at once with --all-nodes.'),
     rules: Flags.string({
@@ -86,6 +91,17 @@ Without a cluster: --rules FILE -f OBJECTS compares saved rules (kube-proxy's or
     const nodes = await locator.chooseNodes(args.node, flags['all-nodes']);
     const params = flags.service ? {service: await serviceKey(locator, flags.service, flags.namespace)} : {};
     const progress = flags['all-nodes'] ? 'agents answered' : undefined;
+    if (flags.behaviour) {
+      const asked = await this.askAgents(locator, nodes, {concurrency: flags.concurrency, progress}, (client) =>
+        client.call('behaviour', params),
+      );
+      const reports = asked.answered.map((answer) =>
+        nodeReport(answer.node, answer.diff, answer.evidence, driftWords, 'in the applied rules'),
+      );
+      printReports(reports, asked.failed, flags.output, flags['all-nodes']);
+      if (asked.failed.length === 0 && reports.some((report) => !report.equal)) process.exitCode = exitCodes.differs;
+      return;
+    }
     const {answered, failed} = await this.askAgents(
       locator,
       nodes,

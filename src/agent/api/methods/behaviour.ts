@@ -1,0 +1,127 @@
+// The behaviour method: the applied rules against another mode's rules for the same node (what a
+// switch would change), or against the desired rules (what the drift does), compared by what they
+// do to each class of packet; with what the node shows that bears on the changes.
+import {
+  behaviourSide,
+  diffBehaviour,
+  packetClasses,
+  renderedSide,
+  type BehaviourDiff,
+  type BehaviourSide,
+  type ModeRules,
+  type ProxyMode,
+} from '../../../core/behaviour/index.ts';
+import {errorText} from '../../../core/error-text.ts';
+import {parseIP, type IPFamily} from '../../../core/model/index.ts';
+import type {BehaviourAnswer, BehaviourParams} from '../../../protocol/methods.ts';
+import type {RuntimeState} from '../runtime-state.ts';
+
+export async function answerBehaviour(state: RuntimeState, params: BehaviourParams, serviceCIDRs: string[]): Promise<BehaviourAnswer> {
+  if (params.to) await checkKernelRuns(state, params.to);
+  const addresses = await state.localAddresses();
+  const diffs: BehaviourDiff[] = [];
+  let readAt = Infinity;
+  for (const [family, model] of state.models()) {
+    const current = await state.readApplied(family);
+    readAt = Math.min(readAt, current.readAt);
+    const nodeAddresses = [...model.nodeIPs, ...addresses.filter((address) => parseIP(address)?.family === family)];
+    const applied = behaviourSide(
+      {mode: state.backend.mode, rules: current.rules} as ModeRules,
+      nodeAddresses,
+      `${state.backend.mode} mode (applied)`,
+    );
+    const familyCIDRs = serviceCIDRs.filter((cidr) => (cidr.includes(':') ? 'IPv6' : 'IPv4') === family);
+    const classes = packetClasses(model, {nodeAddresses, serviceCIDRs: familyCIDRs, ...(params.service ? {service: params.service} : {})});
+    if (params.to) {
+      const target = renderedSide(model, params.to, {nodeAddresses, serviceCIDRs: familyCIDRs, label: `${params.to} mode`});
+      diffs.push(diffBehaviour(classes, applied, target));
+    } else {
+      const desired: BehaviourSide = behaviourSide(
+        {mode: state.backend.mode, rules: state.desiredFor(model)} as ModeRules,
+        nodeAddresses,
+        `${state.backend.mode} mode (desired)`,
+      );
+      diffs.push(diffBehaviour(classes, desired, applied));
+    }
+  }
+  const diff = mergeFamilies(diffs);
+  const evidence = params.to ? await switchEvidence(state, params.to, diff) : [];
+  return {node: state.nodeName, diff, evidence, readAt: new Date(readAt).toISOString()};
+}
+
+/** A mode the node's kernel cannot run is an error, not a prediction. */
+async function checkKernelRuns(state: RuntimeState, mode: ProxyMode): Promise<void> {
+  const {host, nodeName} = state;
+  try {
+    if (mode === 'ipvs') await host.ipvsadm(['-Ln']);
+    else if (mode === 'nftables') await host.nft(['list', 'tables']);
+    else await host.iptablesVersion(state.families[0] as IPFamily);
+  } catch (error) {
+    throw new Error(`node ${nodeName} cannot run ${mode} mode: ${errorText(error).split('\n')[0]}`);
+  }
+}
+
+function mergeFamilies(diffs: BehaviourDiff[]): BehaviourDiff {
+  if (diffs.length === 1) return diffs[0];
+  const [first, ...rest] = diffs;
+  const merged: BehaviourDiff = {...first, groups: [...first.groups], summary: {...first.summary, byEntry: {...first.summary.byEntry}}};
+  for (const diff of rest) {
+    merged.equal &&= diff.equal;
+    merged.groups.push(...diff.groups);
+    for (const key of ['classes', 'servicePorts', 'changedClasses', 'changedServicePorts', 'stopAnswering', 'startAnswering'] as const)
+      merged.summary[key] += diff.summary[key];
+    for (const [entry, count] of Object.entries(diff.summary.byEntry))
+      merged.summary.byEntry[entry as keyof typeof merged.summary.byEntry] =
+        (merged.summary.byEntry[entry as keyof typeof merged.summary.byEntry] ?? 0) + count;
+  }
+  return merged;
+}
+
+/** nfacct's answer "{ pkts = 00000000000000000042, bytes = ... } = name;" as a number. */
+function nfacctPackets(text: string): number | undefined {
+  const match = /pkts\s*=\s*(\d+)/.exec(text);
+  return match ? Number(match[1]) : undefined;
+}
+
+async function switchEvidence(state: RuntimeState, to: ProxyMode, diff: BehaviourDiff): Promise<string[]> {
+  const {host, backend} = state;
+  const entries = new Set(diff.groups.flatMap((group) => group.changes.map((change) => change.class.entry)));
+  const evidence: string[] = [];
+  const counter = async (name: string): Promise<number | undefined> => {
+    try {
+      return nfacctPackets(await host.nfacct(['get', name]));
+    } catch {
+      return undefined;
+    }
+  };
+  if (backend.mode === 'iptables' && to !== 'iptables') {
+    const localhost = await counter('localhost_nps_accepted_pkts');
+    if (localhost !== undefined)
+      evidence.push(
+        `${localhost} packets reached NodePorts on 127.0.0.1 so far (nfacct localhost_nps_accepted_pkts)${localhost > 0 && entries.has('node-port-loopback') ? ': something on the node uses them, and they stop answering after the switch' : ''}`,
+      );
+    const invalid = await counter('ct_state_invalid_dropped_pkts');
+    if (invalid !== undefined)
+      evidence.push(
+        `${invalid} packets conntrack marked INVALID were dropped so far (nfacct ct_state_invalid_dropped_pkts)${invalid > 0 ? `: after the switch ${to} mode lets them through, and the endpoints may answer them with resets` : ''}`,
+      );
+  }
+  if (backend.mode === 'ipvs' && to !== 'ipvs') {
+    const lbIPs = state.models().flatMap(([, model]) => model.servicePorts.flatMap((port) => port.loadBalancerIPs));
+    if (lbIPs.length > 0) {
+      try {
+        const ignore = (await host.sysctlRead('net/ipv4/conf/all/arp_ignore')).trim();
+        const announce = (await host.sysctlRead('net/ipv4/conf/all/arp_announce')).trim();
+        const strict = ignore === '1' && announce === '2';
+        evidence.push(
+          strict
+            ? `arp_ignore=1 and arp_announce=2 (strictARP): the node does not answer ARP for the ${lbIPs.length} load-balancer IPs on kube-ipvs0, as after the switch`
+            : `arp_ignore=${ignore} and arp_announce=${announce} (no strictARP): the node answers ARP for the ${lbIPs.length} load-balancer IPs bound to kube-ipvs0 today, and would not after the switch`,
+        );
+      } catch (error) {
+        evidence.push(`the ARP settings could not be read: ${errorText(error).split('\n')[0]}`);
+      }
+    }
+  }
+  return evidence;
+}
