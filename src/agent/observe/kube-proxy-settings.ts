@@ -84,8 +84,8 @@ export type SetBy = ReadonlyMap<string, string>;
 /**
  * learnKubeProxySettings: `read` fetches the ConfigMap (undefined when the cluster has none);
  * `agent` is the agent's checked config and `setBy` names the flag or file field behind each of
- * its settings; with `mode`, only the settings that shape that mode's rules are listed. Per setting: the ConfigMap's value when it sets it, else the agent's own when a
- * flag or its file set it, else kube-proxy's default.
+ * its settings; with `mode`, only the settings that shape that mode's rules are listed. Per setting:
+ * the ConfigMap's value when it sets it, else the agent's own when a flag or its file set it, else kube-proxy's default.
  */
 export async function learnKubeProxySettings(
   agent: AgentConfig,
