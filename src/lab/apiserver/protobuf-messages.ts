@@ -3,22 +3,33 @@
 // given, `*` repeated, `map:TYPE` a map from string). Do not edit; run the script again.
 export const protobufMessages: Record<string, string> = {
   'k8s.io.api.apps.v1.Deployment':
-    'metadata=1:k8s.io.apimachinery.pkg.apis.meta.v1.ObjectMeta spec=2:k8s.io.api.apps.v1.DeploymentSpec status=3:k8s.io.api.apps.v1.DeploymentStatus',
+    'metadata=1:k8s.io.apimachinery.pkg.apis.meta.v1.ObjectMeta spec=2:k8s.io.api.apps.v1.DeploymentSpec ' +
+    'status=3:k8s.io.api.apps.v1.DeploymentStatus',
   'k8s.io.api.apps.v1.DeploymentCondition':
-    'type=1 status=2 lastUpdateTime=6:k8s.io.apimachinery.pkg.apis.meta.v1.Time lastTransitionTime=7:k8s.io.apimachinery.pkg.apis.meta.v1.Time reason=4 message=5',
+    'type=1 status=2 lastUpdateTime=6:k8s.io.apimachinery.pkg.apis.meta.v1.Time ' +
+    'lastTransitionTime=7:k8s.io.apimachinery.pkg.apis.meta.v1.Time reason=4 message=5',
   'k8s.io.api.apps.v1.DeploymentSpec':
-    'replicas=1:int32 selector=2:k8s.io.apimachinery.pkg.apis.meta.v1.LabelSelector template=3:k8s.io.api.core.v1.PodTemplateSpec strategy=4:k8s.io.api.apps.v1.DeploymentStrategy minReadySeconds=5:int32 revisionHistoryLimit=6:int32 paused=7:bool progressDeadlineSeconds=9:int32',
+    'replicas=1:int32 selector=2:k8s.io.apimachinery.pkg.apis.meta.v1.LabelSelector ' +
+    'template=3:k8s.io.api.core.v1.PodTemplateSpec strategy=4:k8s.io.api.apps.v1.DeploymentStrategy ' +
+    'minReadySeconds=5:int32 revisionHistoryLimit=6:int32 paused=7:bool progressDeadlineSeconds=9:int32',
   'k8s.io.api.apps.v1.DeploymentStatus':
-    'observedGeneration=1:int64 replicas=2:int32 updatedReplicas=3:int32 readyReplicas=7:int32 availableReplicas=4:int32 unavailableReplicas=5:int32 terminatingReplicas=9:int32 conditions=6:k8s.io.api.apps.v1.DeploymentCondition* collisionCount=8:int32',
+    'observedGeneration=1:int64 replicas=2:int32 updatedReplicas=3:int32 readyReplicas=7:int32 ' +
+    'availableReplicas=4:int32 unavailableReplicas=5:int32 terminatingReplicas=9:int32 ' +
+    'conditions=6:k8s.io.api.apps.v1.DeploymentCondition* collisionCount=8:int32',
   'k8s.io.api.apps.v1.DeploymentStrategy': 'type=1 rollingUpdate=2:k8s.io.api.apps.v1.RollingUpdateDeployment',
   'k8s.io.api.apps.v1.ReplicaSet':
-    'metadata=1:k8s.io.apimachinery.pkg.apis.meta.v1.ObjectMeta spec=2:k8s.io.api.apps.v1.ReplicaSetSpec status=3:k8s.io.api.apps.v1.ReplicaSetStatus',
+    'metadata=1:k8s.io.apimachinery.pkg.apis.meta.v1.ObjectMeta spec=2:k8s.io.api.apps.v1.ReplicaSetSpec ' +
+    'status=3:k8s.io.api.apps.v1.ReplicaSetStatus',
   'k8s.io.api.apps.v1.ReplicaSetCondition':
     'type=1 status=2 lastTransitionTime=3:k8s.io.apimachinery.pkg.apis.meta.v1.Time reason=4 message=5',
   'k8s.io.api.apps.v1.ReplicaSetSpec':
-    'replicas=1:int32 minReadySeconds=4:int32 selector=2:k8s.io.apimachinery.pkg.apis.meta.v1.LabelSelector template=3:k8s.io.api.core.v1.PodTemplateSpec',
+    'replicas=1:int32 minReadySeconds=4:int32 ' +
+    'selector=2:k8s.io.apimachinery.pkg.apis.meta.v1.LabelSelector ' +
+    'template=3:k8s.io.api.core.v1.PodTemplateSpec',
   'k8s.io.api.apps.v1.ReplicaSetStatus':
-    'replicas=1:int32 fullyLabeledReplicas=2:int32 readyReplicas=4:int32 availableReplicas=5:int32 terminatingReplicas=7:int32 observedGeneration=3:int64 conditions=6:k8s.io.api.apps.v1.ReplicaSetCondition*',
+    'replicas=1:int32 fullyLabeledReplicas=2:int32 readyReplicas=4:int32 availableReplicas=5:int32 ' +
+    'terminatingReplicas=7:int32 observedGeneration=3:int64 ' +
+    'conditions=6:k8s.io.api.apps.v1.ReplicaSetCondition*',
   'k8s.io.api.apps.v1.RollingUpdateDeployment':
     'maxUnavailable=1:k8s.io.apimachinery.pkg.util.intstr.IntOrString maxSurge=2:k8s.io.apimachinery.pkg.util.intstr.IntOrString',
   'k8s.io.api.authentication.v1.ExtraValue': 'items=1*',
@@ -26,7 +37,9 @@ export const protobufMessages: Record<string, string> = {
     'metadata=1:k8s.io.apimachinery.pkg.apis.meta.v1.ObjectMeta status=2:k8s.io.api.authentication.v1.SelfSubjectReviewStatus',
   'k8s.io.api.authentication.v1.SelfSubjectReviewStatus': 'userInfo=1:k8s.io.api.authentication.v1.UserInfo',
   'k8s.io.api.authentication.v1.TokenReview':
-    'metadata=1:k8s.io.apimachinery.pkg.apis.meta.v1.ObjectMeta spec=2:k8s.io.api.authentication.v1.TokenReviewSpec status=3:k8s.io.api.authentication.v1.TokenReviewStatus',
+    'metadata=1:k8s.io.apimachinery.pkg.apis.meta.v1.ObjectMeta ' +
+    'spec=2:k8s.io.api.authentication.v1.TokenReviewSpec ' +
+    'status=3:k8s.io.api.authentication.v1.TokenReviewStatus',
   'k8s.io.api.authentication.v1.TokenReviewSpec': 'token=1 audiences=2*',
   'k8s.io.api.authentication.v1.TokenReviewStatus':
     'authenticated=1:bool user=2:k8s.io.api.authentication.v1.UserInfo audiences=4* error=3',
@@ -37,28 +50,43 @@ export const protobufMessages: Record<string, string> = {
   'k8s.io.api.authorization.v1.LabelSelectorAttributes':
     'rawSelector=1 requirements=2:k8s.io.apimachinery.pkg.apis.meta.v1.LabelSelectorRequirement*',
   'k8s.io.api.authorization.v1.LocalSubjectAccessReview':
-    'metadata=1:k8s.io.apimachinery.pkg.apis.meta.v1.ObjectMeta spec=2:k8s.io.api.authorization.v1.SubjectAccessReviewSpec status=3:k8s.io.api.authorization.v1.SubjectAccessReviewStatus',
+    'metadata=1:k8s.io.apimachinery.pkg.apis.meta.v1.ObjectMeta ' +
+    'spec=2:k8s.io.api.authorization.v1.SubjectAccessReviewSpec ' +
+    'status=3:k8s.io.api.authorization.v1.SubjectAccessReviewStatus',
   'k8s.io.api.authorization.v1.NonResourceAttributes': 'path=1 verb=2',
   'k8s.io.api.authorization.v1.NonResourceRule': 'verbs=1* nonResourceURLs=2*',
   'k8s.io.api.authorization.v1.ResourceAttributes':
-    'namespace=1 verb=2 group=3 version=4 resource=5 subresource=6 name=7 fieldSelector=8:k8s.io.api.authorization.v1.FieldSelectorAttributes labelSelector=9:k8s.io.api.authorization.v1.LabelSelectorAttributes',
+    'namespace=1 verb=2 group=3 version=4 resource=5 subresource=6 name=7 ' +
+    'fieldSelector=8:k8s.io.api.authorization.v1.FieldSelectorAttributes ' +
+    'labelSelector=9:k8s.io.api.authorization.v1.LabelSelectorAttributes',
   'k8s.io.api.authorization.v1.ResourceRule': 'verbs=1* apiGroups=2* resources=3* resourceNames=4*',
   'k8s.io.api.authorization.v1.SelfSubjectAccessReview':
-    'metadata=1:k8s.io.apimachinery.pkg.apis.meta.v1.ObjectMeta spec=2:k8s.io.api.authorization.v1.SelfSubjectAccessReviewSpec status=3:k8s.io.api.authorization.v1.SubjectAccessReviewStatus',
+    'metadata=1:k8s.io.apimachinery.pkg.apis.meta.v1.ObjectMeta ' +
+    'spec=2:k8s.io.api.authorization.v1.SelfSubjectAccessReviewSpec ' +
+    'status=3:k8s.io.api.authorization.v1.SubjectAccessReviewStatus',
   'k8s.io.api.authorization.v1.SelfSubjectAccessReviewSpec':
-    'resourceAttributes=1:k8s.io.api.authorization.v1.ResourceAttributes nonResourceAttributes=2:k8s.io.api.authorization.v1.NonResourceAttributes',
+    'resourceAttributes=1:k8s.io.api.authorization.v1.ResourceAttributes ' +
+    'nonResourceAttributes=2:k8s.io.api.authorization.v1.NonResourceAttributes',
   'k8s.io.api.authorization.v1.SelfSubjectRulesReview':
-    'metadata=1:k8s.io.apimachinery.pkg.apis.meta.v1.ObjectMeta spec=2:k8s.io.api.authorization.v1.SelfSubjectRulesReviewSpec status=3:k8s.io.api.authorization.v1.SubjectRulesReviewStatus',
+    'metadata=1:k8s.io.apimachinery.pkg.apis.meta.v1.ObjectMeta ' +
+    'spec=2:k8s.io.api.authorization.v1.SelfSubjectRulesReviewSpec ' +
+    'status=3:k8s.io.api.authorization.v1.SubjectRulesReviewStatus',
   'k8s.io.api.authorization.v1.SelfSubjectRulesReviewSpec': 'namespace=1',
   'k8s.io.api.authorization.v1.SubjectAccessReview':
-    'metadata=1:k8s.io.apimachinery.pkg.apis.meta.v1.ObjectMeta spec=2:k8s.io.api.authorization.v1.SubjectAccessReviewSpec status=3:k8s.io.api.authorization.v1.SubjectAccessReviewStatus',
+    'metadata=1:k8s.io.apimachinery.pkg.apis.meta.v1.ObjectMeta ' +
+    'spec=2:k8s.io.api.authorization.v1.SubjectAccessReviewSpec ' +
+    'status=3:k8s.io.api.authorization.v1.SubjectAccessReviewStatus',
   'k8s.io.api.authorization.v1.SubjectAccessReviewSpec':
-    'resourceAttributes=1:k8s.io.api.authorization.v1.ResourceAttributes nonResourceAttributes=2:k8s.io.api.authorization.v1.NonResourceAttributes user=3 groups=4* extra=5:map:k8s.io.api.authorization.v1.ExtraValue uid=6',
+    'resourceAttributes=1:k8s.io.api.authorization.v1.ResourceAttributes ' +
+    'nonResourceAttributes=2:k8s.io.api.authorization.v1.NonResourceAttributes user=3 groups=4* ' +
+    'extra=5:map:k8s.io.api.authorization.v1.ExtraValue uid=6',
   'k8s.io.api.authorization.v1.SubjectAccessReviewStatus': 'allowed=1:bool denied=4:bool reason=2 evaluationError=3',
   'k8s.io.api.authorization.v1.SubjectRulesReviewStatus':
-    'resourceRules=1:k8s.io.api.authorization.v1.ResourceRule* nonResourceRules=2:k8s.io.api.authorization.v1.NonResourceRule* incomplete=3:bool evaluationError=4',
+    'resourceRules=1:k8s.io.api.authorization.v1.ResourceRule* ' +
+    'nonResourceRules=2:k8s.io.api.authorization.v1.NonResourceRule* incomplete=3:bool evaluationError=4',
   'k8s.io.api.core.v1.Affinity':
-    'nodeAffinity=1:k8s.io.api.core.v1.NodeAffinity podAffinity=2:k8s.io.api.core.v1.PodAffinity podAntiAffinity=3:k8s.io.api.core.v1.PodAntiAffinity',
+    'nodeAffinity=1:k8s.io.api.core.v1.NodeAffinity podAffinity=2:k8s.io.api.core.v1.PodAffinity ' +
+    'podAntiAffinity=3:k8s.io.api.core.v1.PodAntiAffinity',
   'k8s.io.api.core.v1.AppArmorProfile': 'type=1 localhostProfile=2',
   'k8s.io.api.core.v1.AttachedVolume': 'name=1 devicePath=2',
   'k8s.io.api.core.v1.AWSElasticBlockStoreVolumeSource': 'volumeID=1 fsType=2 partition=3:int32 readOnly=4:bool',
@@ -80,9 +108,19 @@ export const protobufMessages: Record<string, string> = {
   'k8s.io.api.core.v1.ConfigMapProjection':
     'localObjectReference=1:k8s.io.api.core.v1.LocalObjectReference items=2:k8s.io.api.core.v1.KeyToPath* optional=4:bool',
   'k8s.io.api.core.v1.ConfigMapVolumeSource':
-    'localObjectReference=1:k8s.io.api.core.v1.LocalObjectReference items=2:k8s.io.api.core.v1.KeyToPath* defaultMode=3:int32 optional=4:bool',
+    'localObjectReference=1:k8s.io.api.core.v1.LocalObjectReference items=2:k8s.io.api.core.v1.KeyToPath* ' +
+    'defaultMode=3:int32 optional=4:bool',
   'k8s.io.api.core.v1.Container':
-    'name=1 image=2 command=3* args=4* workingDir=5 ports=6:k8s.io.api.core.v1.ContainerPort* envFrom=19:k8s.io.api.core.v1.EnvFromSource* env=7:k8s.io.api.core.v1.EnvVar* resources=8:k8s.io.api.core.v1.ResourceRequirements resizePolicy=23:k8s.io.api.core.v1.ContainerResizePolicy* restartPolicy=24 restartPolicyRules=25:k8s.io.api.core.v1.ContainerRestartRule* volumeMounts=9:k8s.io.api.core.v1.VolumeMount* volumeDevices=21:k8s.io.api.core.v1.VolumeDevice* livenessProbe=10:k8s.io.api.core.v1.Probe readinessProbe=11:k8s.io.api.core.v1.Probe startupProbe=22:k8s.io.api.core.v1.Probe lifecycle=12:k8s.io.api.core.v1.Lifecycle terminationMessagePath=13 terminationMessagePolicy=20 imagePullPolicy=14 securityContext=15:k8s.io.api.core.v1.SecurityContext stdin=16:bool stdinOnce=17:bool tty=18:bool',
+    'name=1 image=2 command=3* args=4* workingDir=5 ports=6:k8s.io.api.core.v1.ContainerPort* ' +
+    'envFrom=19:k8s.io.api.core.v1.EnvFromSource* env=7:k8s.io.api.core.v1.EnvVar* ' +
+    'resources=8:k8s.io.api.core.v1.ResourceRequirements ' +
+    'resizePolicy=23:k8s.io.api.core.v1.ContainerResizePolicy* restartPolicy=24 ' +
+    'restartPolicyRules=25:k8s.io.api.core.v1.ContainerRestartRule* ' +
+    'volumeMounts=9:k8s.io.api.core.v1.VolumeMount* volumeDevices=21:k8s.io.api.core.v1.VolumeDevice* ' +
+    'livenessProbe=10:k8s.io.api.core.v1.Probe readinessProbe=11:k8s.io.api.core.v1.Probe ' +
+    'startupProbe=22:k8s.io.api.core.v1.Probe lifecycle=12:k8s.io.api.core.v1.Lifecycle ' +
+    'terminationMessagePath=13 terminationMessagePolicy=20 imagePullPolicy=14 ' +
+    'securityContext=15:k8s.io.api.core.v1.SecurityContext stdin=16:bool stdinOnce=17:bool tty=18:bool',
   'k8s.io.api.core.v1.ContainerExtendedResourceRequest': 'containerName=1 resourceName=2 requestName=3',
   'k8s.io.api.core.v1.ContainerImage': 'names=1* sizeBytes=2:int64',
   'k8s.io.api.core.v1.ContainerPort': 'name=1 hostPort=2:int32 containerPort=3:int32 protocol=4 hostIP=5',
@@ -90,13 +128,22 @@ export const protobufMessages: Record<string, string> = {
   'k8s.io.api.core.v1.ContainerRestartRule': 'action=1 exitCodes=2:k8s.io.api.core.v1.ContainerRestartRuleOnExitCodes',
   'k8s.io.api.core.v1.ContainerRestartRuleOnExitCodes': 'operator=1 values=2:int32*',
   'k8s.io.api.core.v1.ContainerState':
-    'waiting=1:k8s.io.api.core.v1.ContainerStateWaiting running=2:k8s.io.api.core.v1.ContainerStateRunning terminated=3:k8s.io.api.core.v1.ContainerStateTerminated',
+    'waiting=1:k8s.io.api.core.v1.ContainerStateWaiting ' +
+    'running=2:k8s.io.api.core.v1.ContainerStateRunning ' +
+    'terminated=3:k8s.io.api.core.v1.ContainerStateTerminated',
   'k8s.io.api.core.v1.ContainerStateRunning': 'startedAt=1:k8s.io.apimachinery.pkg.apis.meta.v1.Time',
   'k8s.io.api.core.v1.ContainerStateTerminated':
-    'exitCode=1:int32 signal=2:int32 reason=3 message=4 startedAt=5:k8s.io.apimachinery.pkg.apis.meta.v1.Time finishedAt=6:k8s.io.apimachinery.pkg.apis.meta.v1.Time containerID=7',
+    'exitCode=1:int32 signal=2:int32 reason=3 message=4 ' +
+    'startedAt=5:k8s.io.apimachinery.pkg.apis.meta.v1.Time ' +
+    'finishedAt=6:k8s.io.apimachinery.pkg.apis.meta.v1.Time containerID=7',
   'k8s.io.api.core.v1.ContainerStateWaiting': 'reason=1 message=2',
   'k8s.io.api.core.v1.ContainerStatus':
-    'name=1 state=2:k8s.io.api.core.v1.ContainerState lastState=3:k8s.io.api.core.v1.ContainerState ready=4:bool restartCount=5:int32 image=6 imageID=7 containerID=8 started=9:bool allocatedResources=10:map:k8s.io.apimachinery.pkg.api.resource.Quantity resources=11:k8s.io.api.core.v1.ResourceRequirements volumeMounts=12:k8s.io.api.core.v1.VolumeMountStatus* user=13:k8s.io.api.core.v1.ContainerUser allocatedResourcesStatus=14:k8s.io.api.core.v1.ResourceStatus* stopSignal=15',
+    'name=1 state=2:k8s.io.api.core.v1.ContainerState lastState=3:k8s.io.api.core.v1.ContainerState ' +
+    'ready=4:bool restartCount=5:int32 image=6 imageID=7 containerID=8 started=9:bool ' +
+    'allocatedResources=10:map:k8s.io.apimachinery.pkg.api.resource.Quantity ' +
+    'resources=11:k8s.io.api.core.v1.ResourceRequirements ' +
+    'volumeMounts=12:k8s.io.api.core.v1.VolumeMountStatus* user=13:k8s.io.api.core.v1.ContainerUser ' +
+    'allocatedResourcesStatus=14:k8s.io.api.core.v1.ResourceStatus* stopSignal=15',
   'k8s.io.api.core.v1.ContainerUser': 'linux=1:k8s.io.api.core.v1.LinuxContainerUser',
   'k8s.io.api.core.v1.CSIVolumeSource':
     'driver=1 readOnly=2:bool fsType=3 volumeAttributes=4:map:string nodePublishSecretRef=5:k8s.io.api.core.v1.LocalObjectReference',
@@ -110,18 +157,36 @@ export const protobufMessages: Record<string, string> = {
   'k8s.io.api.core.v1.EndpointPort': 'name=1 port=2:int32 protocol=3 appProtocol=4',
   'k8s.io.api.core.v1.Endpoints': 'metadata=1:k8s.io.apimachinery.pkg.apis.meta.v1.ObjectMeta subsets=2:k8s.io.api.core.v1.EndpointSubset*',
   'k8s.io.api.core.v1.EndpointSubset':
-    'addresses=1:k8s.io.api.core.v1.EndpointAddress* notReadyAddresses=2:k8s.io.api.core.v1.EndpointAddress* ports=3:k8s.io.api.core.v1.EndpointPort*',
+    'addresses=1:k8s.io.api.core.v1.EndpointAddress* ' +
+    'notReadyAddresses=2:k8s.io.api.core.v1.EndpointAddress* ports=3:k8s.io.api.core.v1.EndpointPort*',
   'k8s.io.api.core.v1.EnvFromSource':
     'prefix=1 configMapRef=2:k8s.io.api.core.v1.ConfigMapEnvSource secretRef=3:k8s.io.api.core.v1.SecretEnvSource',
   'k8s.io.api.core.v1.EnvVar': 'name=1 value=2 valueFrom=3:k8s.io.api.core.v1.EnvVarSource',
   'k8s.io.api.core.v1.EnvVarSource':
-    'fieldRef=1:k8s.io.api.core.v1.ObjectFieldSelector resourceFieldRef=2:k8s.io.api.core.v1.ResourceFieldSelector configMapKeyRef=3:k8s.io.api.core.v1.ConfigMapKeySelector secretKeyRef=4:k8s.io.api.core.v1.SecretKeySelector fileKeyRef=5:k8s.io.api.core.v1.FileKeySelector',
+    'fieldRef=1:k8s.io.api.core.v1.ObjectFieldSelector ' +
+    'resourceFieldRef=2:k8s.io.api.core.v1.ResourceFieldSelector ' +
+    'configMapKeyRef=3:k8s.io.api.core.v1.ConfigMapKeySelector ' +
+    'secretKeyRef=4:k8s.io.api.core.v1.SecretKeySelector fileKeyRef=5:k8s.io.api.core.v1.FileKeySelector',
   'k8s.io.api.core.v1.EphemeralContainer': 'ephemeralContainerCommon=1:k8s.io.api.core.v1.EphemeralContainerCommon targetContainerName=2',
   'k8s.io.api.core.v1.EphemeralContainerCommon':
-    'name=1 image=2 command=3* args=4* workingDir=5 ports=6:k8s.io.api.core.v1.ContainerPort* envFrom=19:k8s.io.api.core.v1.EnvFromSource* env=7:k8s.io.api.core.v1.EnvVar* resources=8:k8s.io.api.core.v1.ResourceRequirements resizePolicy=23:k8s.io.api.core.v1.ContainerResizePolicy* restartPolicy=24 restartPolicyRules=25:k8s.io.api.core.v1.ContainerRestartRule* volumeMounts=9:k8s.io.api.core.v1.VolumeMount* volumeDevices=21:k8s.io.api.core.v1.VolumeDevice* livenessProbe=10:k8s.io.api.core.v1.Probe readinessProbe=11:k8s.io.api.core.v1.Probe startupProbe=22:k8s.io.api.core.v1.Probe lifecycle=12:k8s.io.api.core.v1.Lifecycle terminationMessagePath=13 terminationMessagePolicy=20 imagePullPolicy=14 securityContext=15:k8s.io.api.core.v1.SecurityContext stdin=16:bool stdinOnce=17:bool tty=18:bool',
+    'name=1 image=2 command=3* args=4* workingDir=5 ports=6:k8s.io.api.core.v1.ContainerPort* ' +
+    'envFrom=19:k8s.io.api.core.v1.EnvFromSource* env=7:k8s.io.api.core.v1.EnvVar* ' +
+    'resources=8:k8s.io.api.core.v1.ResourceRequirements ' +
+    'resizePolicy=23:k8s.io.api.core.v1.ContainerResizePolicy* restartPolicy=24 ' +
+    'restartPolicyRules=25:k8s.io.api.core.v1.ContainerRestartRule* ' +
+    'volumeMounts=9:k8s.io.api.core.v1.VolumeMount* volumeDevices=21:k8s.io.api.core.v1.VolumeDevice* ' +
+    'livenessProbe=10:k8s.io.api.core.v1.Probe readinessProbe=11:k8s.io.api.core.v1.Probe ' +
+    'startupProbe=22:k8s.io.api.core.v1.Probe lifecycle=12:k8s.io.api.core.v1.Lifecycle ' +
+    'terminationMessagePath=13 terminationMessagePolicy=20 imagePullPolicy=14 ' +
+    'securityContext=15:k8s.io.api.core.v1.SecurityContext stdin=16:bool stdinOnce=17:bool tty=18:bool',
   'k8s.io.api.core.v1.EphemeralVolumeSource': 'volumeClaimTemplate=1:k8s.io.api.core.v1.PersistentVolumeClaimTemplate',
   'k8s.io.api.core.v1.Event':
-    'metadata=1:k8s.io.apimachinery.pkg.apis.meta.v1.ObjectMeta involvedObject=2:k8s.io.api.core.v1.ObjectReference reason=3 message=4 source=5:k8s.io.api.core.v1.EventSource firstTimestamp=6:k8s.io.apimachinery.pkg.apis.meta.v1.Time lastTimestamp=7:k8s.io.apimachinery.pkg.apis.meta.v1.Time count=8:int32 type=9 eventTime=10:k8s.io.apimachinery.pkg.apis.meta.v1.MicroTime series=11:k8s.io.api.core.v1.EventSeries action=12 related=13:k8s.io.api.core.v1.ObjectReference reportingComponent=14 reportingInstance=15',
+    'metadata=1:k8s.io.apimachinery.pkg.apis.meta.v1.ObjectMeta ' +
+    'involvedObject=2:k8s.io.api.core.v1.ObjectReference reason=3 message=4 ' +
+    'source=5:k8s.io.api.core.v1.EventSource firstTimestamp=6:k8s.io.apimachinery.pkg.apis.meta.v1.Time ' +
+    'lastTimestamp=7:k8s.io.apimachinery.pkg.apis.meta.v1.Time count=8:int32 type=9 ' +
+    'eventTime=10:k8s.io.apimachinery.pkg.apis.meta.v1.MicroTime series=11:k8s.io.api.core.v1.EventSeries ' +
+    'action=12 related=13:k8s.io.api.core.v1.ObjectReference reportingComponent=14 reportingInstance=15',
   'k8s.io.api.core.v1.EventSeries': 'count=1:int32 lastObservedTime=2:k8s.io.apimachinery.pkg.apis.meta.v1.MicroTime',
   'k8s.io.api.core.v1.EventSource': 'component=1 host=2',
   'k8s.io.api.core.v1.ExecAction': 'command=1*',
@@ -142,18 +207,22 @@ export const protobufMessages: Record<string, string> = {
   'k8s.io.api.core.v1.HTTPHeader': 'name=1 value=2',
   'k8s.io.api.core.v1.ImageVolumeSource': 'reference=1 pullPolicy=2',
   'k8s.io.api.core.v1.ISCSIVolumeSource':
-    'targetPortal=1 iqn=2 lun=3:int32 iscsiInterface=4 fsType=5 readOnly=6:bool portals=7* chapAuthDiscovery=8:bool chapAuthSession=11:bool secretRef=10:k8s.io.api.core.v1.LocalObjectReference initiatorName=12',
+    'targetPortal=1 iqn=2 lun=3:int32 iscsiInterface=4 fsType=5 readOnly=6:bool portals=7* ' +
+    'chapAuthDiscovery=8:bool chapAuthSession=11:bool ' +
+    'secretRef=10:k8s.io.api.core.v1.LocalObjectReference initiatorName=12',
   'k8s.io.api.core.v1.KeyToPath': 'key=1 path=2 mode=3:int32',
   'k8s.io.api.core.v1.Lifecycle':
     'postStart=1:k8s.io.api.core.v1.LifecycleHandler preStop=2:k8s.io.api.core.v1.LifecycleHandler stopSignal=3',
   'k8s.io.api.core.v1.LifecycleHandler':
-    'exec=1:k8s.io.api.core.v1.ExecAction httpGet=2:k8s.io.api.core.v1.HTTPGetAction tcpSocket=3:k8s.io.api.core.v1.TCPSocketAction sleep=4:k8s.io.api.core.v1.SleepAction',
+    'exec=1:k8s.io.api.core.v1.ExecAction httpGet=2:k8s.io.api.core.v1.HTTPGetAction ' +
+    'tcpSocket=3:k8s.io.api.core.v1.TCPSocketAction sleep=4:k8s.io.api.core.v1.SleepAction',
   'k8s.io.api.core.v1.LinuxContainerUser': 'uid=1:int64 gid=2:int64 supplementalGroups=3:int64*',
   'k8s.io.api.core.v1.LoadBalancerIngress': 'ip=1 hostname=2 ipMode=3 ports=4:k8s.io.api.core.v1.PortStatus*',
   'k8s.io.api.core.v1.LoadBalancerStatus': 'ingress=1:k8s.io.api.core.v1.LoadBalancerIngress*',
   'k8s.io.api.core.v1.LocalObjectReference': 'name=1',
   'k8s.io.api.core.v1.Namespace':
-    'metadata=1:k8s.io.apimachinery.pkg.apis.meta.v1.ObjectMeta spec=2:k8s.io.api.core.v1.NamespaceSpec status=3:k8s.io.api.core.v1.NamespaceStatus',
+    'metadata=1:k8s.io.apimachinery.pkg.apis.meta.v1.ObjectMeta spec=2:k8s.io.api.core.v1.NamespaceSpec ' +
+    'status=3:k8s.io.api.core.v1.NamespaceStatus',
   'k8s.io.api.core.v1.NamespaceCondition':
     'type=1 status=2 lastTransitionTime=4:k8s.io.apimachinery.pkg.apis.meta.v1.Time reason=5 message=6',
   'k8s.io.api.core.v1.NamespaceSpec': 'finalizers=1*',
@@ -163,12 +232,15 @@ export const protobufMessages: Record<string, string> = {
     'metadata=1:k8s.io.apimachinery.pkg.apis.meta.v1.ObjectMeta spec=2:k8s.io.api.core.v1.NodeSpec status=3:k8s.io.api.core.v1.NodeStatus',
   'k8s.io.api.core.v1.NodeAddress': 'type=1 address=2',
   'k8s.io.api.core.v1.NodeAffinity':
-    'requiredDuringSchedulingIgnoredDuringExecution=1:k8s.io.api.core.v1.NodeSelector preferredDuringSchedulingIgnoredDuringExecution=2:k8s.io.api.core.v1.PreferredSchedulingTerm*',
+    'requiredDuringSchedulingIgnoredDuringExecution=1:k8s.io.api.core.v1.NodeSelector ' +
+    'preferredDuringSchedulingIgnoredDuringExecution=2:k8s.io.api.core.v1.PreferredSchedulingTerm*',
   'k8s.io.api.core.v1.NodeCondition':
-    'type=1 status=2 lastHeartbeatTime=3:k8s.io.apimachinery.pkg.apis.meta.v1.Time lastTransitionTime=4:k8s.io.apimachinery.pkg.apis.meta.v1.Time reason=5 message=6',
+    'type=1 status=2 lastHeartbeatTime=3:k8s.io.apimachinery.pkg.apis.meta.v1.Time ' +
+    'lastTransitionTime=4:k8s.io.apimachinery.pkg.apis.meta.v1.Time reason=5 message=6',
   'k8s.io.api.core.v1.NodeConfigSource': 'configMap=2:k8s.io.api.core.v1.ConfigMapNodeConfigSource',
   'k8s.io.api.core.v1.NodeConfigStatus':
-    'assigned=1:k8s.io.api.core.v1.NodeConfigSource active=2:k8s.io.api.core.v1.NodeConfigSource lastKnownGood=3:k8s.io.api.core.v1.NodeConfigSource error=4',
+    'assigned=1:k8s.io.api.core.v1.NodeConfigSource active=2:k8s.io.api.core.v1.NodeConfigSource ' +
+    'lastKnownGood=3:k8s.io.api.core.v1.NodeConfigSource error=4',
   'k8s.io.api.core.v1.NodeDaemonEndpoints': 'kubeletEndpoint=1:k8s.io.api.core.v1.DaemonEndpoint',
   'k8s.io.api.core.v1.NodeFeatures': 'supplementalGroupsPolicy=1:bool',
   'k8s.io.api.core.v1.NodeRuntimeHandler': 'name=1 features=2:k8s.io.api.core.v1.NodeRuntimeHandlerFeatures',
@@ -178,16 +250,30 @@ export const protobufMessages: Record<string, string> = {
   'k8s.io.api.core.v1.NodeSelectorTerm':
     'matchExpressions=1:k8s.io.api.core.v1.NodeSelectorRequirement* matchFields=2:k8s.io.api.core.v1.NodeSelectorRequirement*',
   'k8s.io.api.core.v1.NodeSpec':
-    'podCIDR=1 podCIDRs=7* providerID=3 unschedulable=4:bool taints=5:k8s.io.api.core.v1.Taint* configSource=6:k8s.io.api.core.v1.NodeConfigSource externalID=2',
+    'podCIDR=1 podCIDRs=7* providerID=3 unschedulable=4:bool taints=5:k8s.io.api.core.v1.Taint* ' +
+    'configSource=6:k8s.io.api.core.v1.NodeConfigSource externalID=2',
   'k8s.io.api.core.v1.NodeStatus':
-    'capacity=1:map:k8s.io.apimachinery.pkg.api.resource.Quantity allocatable=2:map:k8s.io.apimachinery.pkg.api.resource.Quantity phase=3 conditions=4:k8s.io.api.core.v1.NodeCondition* addresses=5:k8s.io.api.core.v1.NodeAddress* daemonEndpoints=6:k8s.io.api.core.v1.NodeDaemonEndpoints nodeInfo=7:k8s.io.api.core.v1.NodeSystemInfo images=8:k8s.io.api.core.v1.ContainerImage* volumesInUse=9* volumesAttached=10:k8s.io.api.core.v1.AttachedVolume* config=11:k8s.io.api.core.v1.NodeConfigStatus runtimeHandlers=12:k8s.io.api.core.v1.NodeRuntimeHandler* features=13:k8s.io.api.core.v1.NodeFeatures',
+    'capacity=1:map:k8s.io.apimachinery.pkg.api.resource.Quantity ' +
+    'allocatable=2:map:k8s.io.apimachinery.pkg.api.resource.Quantity phase=3 ' +
+    'conditions=4:k8s.io.api.core.v1.NodeCondition* addresses=5:k8s.io.api.core.v1.NodeAddress* ' +
+    'daemonEndpoints=6:k8s.io.api.core.v1.NodeDaemonEndpoints ' +
+    'nodeInfo=7:k8s.io.api.core.v1.NodeSystemInfo images=8:k8s.io.api.core.v1.ContainerImage* ' +
+    'volumesInUse=9* volumesAttached=10:k8s.io.api.core.v1.AttachedVolume* ' +
+    'config=11:k8s.io.api.core.v1.NodeConfigStatus ' +
+    'runtimeHandlers=12:k8s.io.api.core.v1.NodeRuntimeHandler* ' +
+    'features=13:k8s.io.api.core.v1.NodeFeatures',
   'k8s.io.api.core.v1.NodeSwapStatus': 'capacity=1:int64',
   'k8s.io.api.core.v1.NodeSystemInfo':
-    'machineID=1 systemUUID=2 bootID=3 kernelVersion=4 osImage=5 containerRuntimeVersion=6 kubeletVersion=7 kubeProxyVersion=8 operatingSystem=9 architecture=10 swap=11:k8s.io.api.core.v1.NodeSwapStatus',
+    'machineID=1 systemUUID=2 bootID=3 kernelVersion=4 osImage=5 containerRuntimeVersion=6 ' +
+    'kubeletVersion=7 kubeProxyVersion=8 operatingSystem=9 architecture=10 ' +
+    'swap=11:k8s.io.api.core.v1.NodeSwapStatus',
   'k8s.io.api.core.v1.ObjectFieldSelector': 'apiVersion=1 fieldPath=2',
   'k8s.io.api.core.v1.ObjectReference': 'kind=1 namespace=2 name=3 uid=4 apiVersion=5 resourceVersion=6 fieldPath=7',
   'k8s.io.api.core.v1.PersistentVolumeClaimSpec':
-    'accessModes=1* selector=4:k8s.io.apimachinery.pkg.apis.meta.v1.LabelSelector resources=2:k8s.io.api.core.v1.VolumeResourceRequirements volumeName=3 storageClassName=5 volumeMode=6 dataSource=7:k8s.io.api.core.v1.TypedLocalObjectReference dataSourceRef=8:k8s.io.api.core.v1.TypedObjectReference volumeAttributesClassName=9',
+    'accessModes=1* selector=4:k8s.io.apimachinery.pkg.apis.meta.v1.LabelSelector ' +
+    'resources=2:k8s.io.api.core.v1.VolumeResourceRequirements volumeName=3 storageClassName=5 ' +
+    'volumeMode=6 dataSource=7:k8s.io.api.core.v1.TypedLocalObjectReference ' +
+    'dataSourceRef=8:k8s.io.api.core.v1.TypedObjectReference volumeAttributesClassName=9',
   'k8s.io.api.core.v1.PersistentVolumeClaimTemplate':
     'metadata=1:k8s.io.apimachinery.pkg.apis.meta.v1.ObjectMeta spec=2:k8s.io.api.core.v1.PersistentVolumeClaimSpec',
   'k8s.io.api.core.v1.PersistentVolumeClaimVolumeSource': 'claimName=1 readOnly=2:bool',
@@ -195,15 +281,20 @@ export const protobufMessages: Record<string, string> = {
   'k8s.io.api.core.v1.Pod':
     'metadata=1:k8s.io.apimachinery.pkg.apis.meta.v1.ObjectMeta spec=2:k8s.io.api.core.v1.PodSpec status=3:k8s.io.api.core.v1.PodStatus',
   'k8s.io.api.core.v1.PodAffinity':
-    'requiredDuringSchedulingIgnoredDuringExecution=1:k8s.io.api.core.v1.PodAffinityTerm* preferredDuringSchedulingIgnoredDuringExecution=2:k8s.io.api.core.v1.WeightedPodAffinityTerm*',
+    'requiredDuringSchedulingIgnoredDuringExecution=1:k8s.io.api.core.v1.PodAffinityTerm* ' +
+    'preferredDuringSchedulingIgnoredDuringExecution=2:k8s.io.api.core.v1.WeightedPodAffinityTerm*',
   'k8s.io.api.core.v1.PodAffinityTerm':
-    'labelSelector=1:k8s.io.apimachinery.pkg.apis.meta.v1.LabelSelector namespaces=2* topologyKey=3 namespaceSelector=4:k8s.io.apimachinery.pkg.apis.meta.v1.LabelSelector matchLabelKeys=5* mismatchLabelKeys=6*',
+    'labelSelector=1:k8s.io.apimachinery.pkg.apis.meta.v1.LabelSelector namespaces=2* topologyKey=3 ' +
+    'namespaceSelector=4:k8s.io.apimachinery.pkg.apis.meta.v1.LabelSelector matchLabelKeys=5* ' +
+    'mismatchLabelKeys=6*',
   'k8s.io.api.core.v1.PodAntiAffinity':
-    'requiredDuringSchedulingIgnoredDuringExecution=1:k8s.io.api.core.v1.PodAffinityTerm* preferredDuringSchedulingIgnoredDuringExecution=2:k8s.io.api.core.v1.WeightedPodAffinityTerm*',
+    'requiredDuringSchedulingIgnoredDuringExecution=1:k8s.io.api.core.v1.PodAffinityTerm* ' +
+    'preferredDuringSchedulingIgnoredDuringExecution=2:k8s.io.api.core.v1.WeightedPodAffinityTerm*',
   'k8s.io.api.core.v1.PodCertificateProjection':
     'signerName=1 keyType=2 maxExpirationSeconds=3:int32 credentialBundlePath=4 keyPath=5 certificateChainPath=6',
   'k8s.io.api.core.v1.PodCondition':
-    'type=1 observedGeneration=7:int64 status=2 lastProbeTime=3:k8s.io.apimachinery.pkg.apis.meta.v1.Time lastTransitionTime=4:k8s.io.apimachinery.pkg.apis.meta.v1.Time reason=5 message=6',
+    'type=1 observedGeneration=7:int64 status=2 lastProbeTime=3:k8s.io.apimachinery.pkg.apis.meta.v1.Time ' +
+    'lastTransitionTime=4:k8s.io.apimachinery.pkg.apis.meta.v1.Time reason=5 message=6',
   'k8s.io.api.core.v1.PodDNSConfig': 'nameservers=1* searches=2* options=3:k8s.io.api.core.v1.PodDNSConfigOption*',
   'k8s.io.api.core.v1.PodDNSConfigOption': 'name=1 value=2',
   'k8s.io.api.core.v1.PodExtendedResourceClaimStatus':
@@ -215,19 +306,52 @@ export const protobufMessages: Record<string, string> = {
   'k8s.io.api.core.v1.PodResourceClaimStatus': 'name=1 resourceClaimName=2',
   'k8s.io.api.core.v1.PodSchedulingGate': 'name=1',
   'k8s.io.api.core.v1.PodSecurityContext':
-    'seLinuxOptions=1:k8s.io.api.core.v1.SELinuxOptions windowsOptions=8:k8s.io.api.core.v1.WindowsSecurityContextOptions runAsUser=2:int64 runAsGroup=6:int64 runAsNonRoot=3:bool supplementalGroups=4:int64* supplementalGroupsPolicy=12 fsGroup=5:int64 sysctls=7:k8s.io.api.core.v1.Sysctl* fsGroupChangePolicy=9 seccompProfile=10:k8s.io.api.core.v1.SeccompProfile appArmorProfile=11:k8s.io.api.core.v1.AppArmorProfile seLinuxChangePolicy=13',
+    'seLinuxOptions=1:k8s.io.api.core.v1.SELinuxOptions ' +
+    'windowsOptions=8:k8s.io.api.core.v1.WindowsSecurityContextOptions runAsUser=2:int64 ' +
+    'runAsGroup=6:int64 runAsNonRoot=3:bool supplementalGroups=4:int64* supplementalGroupsPolicy=12 ' +
+    'fsGroup=5:int64 sysctls=7:k8s.io.api.core.v1.Sysctl* fsGroupChangePolicy=9 ' +
+    'seccompProfile=10:k8s.io.api.core.v1.SeccompProfile ' +
+    'appArmorProfile=11:k8s.io.api.core.v1.AppArmorProfile seLinuxChangePolicy=13',
   'k8s.io.api.core.v1.PodSpec':
-    'volumes=1:k8s.io.api.core.v1.Volume* initContainers=20:k8s.io.api.core.v1.Container* containers=2:k8s.io.api.core.v1.Container* ephemeralContainers=34:k8s.io.api.core.v1.EphemeralContainer* restartPolicy=3 terminationGracePeriodSeconds=4:int64 activeDeadlineSeconds=5:int64 dnsPolicy=6 nodeSelector=7:map:string serviceAccountName=8 serviceAccount=9 automountServiceAccountToken=21:bool nodeName=10 hostNetwork=11:bool hostPID=12:bool hostIPC=13:bool shareProcessNamespace=27:bool securityContext=14:k8s.io.api.core.v1.PodSecurityContext imagePullSecrets=15:k8s.io.api.core.v1.LocalObjectReference* hostname=16 subdomain=17 affinity=18:k8s.io.api.core.v1.Affinity schedulerName=19 tolerations=22:k8s.io.api.core.v1.Toleration* hostAliases=23:k8s.io.api.core.v1.HostAlias* priorityClassName=24 priority=25:int32 dnsConfig=26:k8s.io.api.core.v1.PodDNSConfig readinessGates=28:k8s.io.api.core.v1.PodReadinessGate* runtimeClassName=29 enableServiceLinks=30:bool preemptionPolicy=31 overhead=32:map:k8s.io.apimachinery.pkg.api.resource.Quantity topologySpreadConstraints=33:k8s.io.api.core.v1.TopologySpreadConstraint* setHostnameAsFQDN=35:bool os=36:k8s.io.api.core.v1.PodOS hostUsers=37:bool schedulingGates=38:k8s.io.api.core.v1.PodSchedulingGate* resourceClaims=39:k8s.io.api.core.v1.PodResourceClaim* resources=40:k8s.io.api.core.v1.ResourceRequirements hostnameOverride=41',
+    'volumes=1:k8s.io.api.core.v1.Volume* initContainers=20:k8s.io.api.core.v1.Container* ' +
+    'containers=2:k8s.io.api.core.v1.Container* ' +
+    'ephemeralContainers=34:k8s.io.api.core.v1.EphemeralContainer* restartPolicy=3 ' +
+    'terminationGracePeriodSeconds=4:int64 activeDeadlineSeconds=5:int64 dnsPolicy=6 ' +
+    'nodeSelector=7:map:string serviceAccountName=8 serviceAccount=9 automountServiceAccountToken=21:bool ' +
+    'nodeName=10 hostNetwork=11:bool hostPID=12:bool hostIPC=13:bool shareProcessNamespace=27:bool ' +
+    'securityContext=14:k8s.io.api.core.v1.PodSecurityContext ' +
+    'imagePullSecrets=15:k8s.io.api.core.v1.LocalObjectReference* hostname=16 subdomain=17 ' +
+    'affinity=18:k8s.io.api.core.v1.Affinity schedulerName=19 ' +
+    'tolerations=22:k8s.io.api.core.v1.Toleration* hostAliases=23:k8s.io.api.core.v1.HostAlias* ' +
+    'priorityClassName=24 priority=25:int32 dnsConfig=26:k8s.io.api.core.v1.PodDNSConfig ' +
+    'readinessGates=28:k8s.io.api.core.v1.PodReadinessGate* runtimeClassName=29 ' +
+    'enableServiceLinks=30:bool preemptionPolicy=31 ' +
+    'overhead=32:map:k8s.io.apimachinery.pkg.api.resource.Quantity ' +
+    'topologySpreadConstraints=33:k8s.io.api.core.v1.TopologySpreadConstraint* setHostnameAsFQDN=35:bool ' +
+    'os=36:k8s.io.api.core.v1.PodOS hostUsers=37:bool ' +
+    'schedulingGates=38:k8s.io.api.core.v1.PodSchedulingGate* ' +
+    'resourceClaims=39:k8s.io.api.core.v1.PodResourceClaim* ' +
+    'resources=40:k8s.io.api.core.v1.ResourceRequirements hostnameOverride=41',
   'k8s.io.api.core.v1.PodStatus':
-    'observedGeneration=17:int64 phase=1 conditions=2:k8s.io.api.core.v1.PodCondition* message=3 reason=4 nominatedNodeName=11 hostIP=5 hostIPs=16:k8s.io.api.core.v1.HostIP* podIP=6 podIPs=12:k8s.io.api.core.v1.PodIP* startTime=7:k8s.io.apimachinery.pkg.apis.meta.v1.Time initContainerStatuses=10:k8s.io.api.core.v1.ContainerStatus* containerStatuses=8:k8s.io.api.core.v1.ContainerStatus* qosClass=9 ephemeralContainerStatuses=13:k8s.io.api.core.v1.ContainerStatus* resize=14 resourceClaimStatuses=15:k8s.io.api.core.v1.PodResourceClaimStatus* extendedResourceClaimStatus=18:k8s.io.api.core.v1.PodExtendedResourceClaimStatus',
+    'observedGeneration=17:int64 phase=1 conditions=2:k8s.io.api.core.v1.PodCondition* message=3 reason=4 ' +
+    'nominatedNodeName=11 hostIP=5 hostIPs=16:k8s.io.api.core.v1.HostIP* podIP=6 ' +
+    'podIPs=12:k8s.io.api.core.v1.PodIP* startTime=7:k8s.io.apimachinery.pkg.apis.meta.v1.Time ' +
+    'initContainerStatuses=10:k8s.io.api.core.v1.ContainerStatus* ' +
+    'containerStatuses=8:k8s.io.api.core.v1.ContainerStatus* qosClass=9 ' +
+    'ephemeralContainerStatuses=13:k8s.io.api.core.v1.ContainerStatus* resize=14 ' +
+    'resourceClaimStatuses=15:k8s.io.api.core.v1.PodResourceClaimStatus* ' +
+    'extendedResourceClaimStatus=18:k8s.io.api.core.v1.PodExtendedResourceClaimStatus',
   'k8s.io.api.core.v1.PodTemplateSpec': 'metadata=1:k8s.io.apimachinery.pkg.apis.meta.v1.ObjectMeta spec=2:k8s.io.api.core.v1.PodSpec',
   'k8s.io.api.core.v1.PortStatus': 'port=1:int32 protocol=2 error=3',
   'k8s.io.api.core.v1.PortworxVolumeSource': 'volumeID=1 fsType=2 readOnly=3:bool',
   'k8s.io.api.core.v1.PreferredSchedulingTerm': 'weight=1:int32 preference=2:k8s.io.api.core.v1.NodeSelectorTerm',
   'k8s.io.api.core.v1.Probe':
-    'handler=1:k8s.io.api.core.v1.ProbeHandler initialDelaySeconds=2:int32 timeoutSeconds=3:int32 periodSeconds=4:int32 successThreshold=5:int32 failureThreshold=6:int32 terminationGracePeriodSeconds=7:int64',
+    'handler=1:k8s.io.api.core.v1.ProbeHandler initialDelaySeconds=2:int32 timeoutSeconds=3:int32 ' +
+    'periodSeconds=4:int32 successThreshold=5:int32 failureThreshold=6:int32 ' +
+    'terminationGracePeriodSeconds=7:int64',
   'k8s.io.api.core.v1.ProbeHandler':
-    'exec=1:k8s.io.api.core.v1.ExecAction httpGet=2:k8s.io.api.core.v1.HTTPGetAction tcpSocket=3:k8s.io.api.core.v1.TCPSocketAction grpc=4:k8s.io.api.core.v1.GRPCAction',
+    'exec=1:k8s.io.api.core.v1.ExecAction httpGet=2:k8s.io.api.core.v1.HTTPGetAction ' +
+    'tcpSocket=3:k8s.io.api.core.v1.TCPSocketAction grpc=4:k8s.io.api.core.v1.GRPCAction',
   'k8s.io.api.core.v1.ProjectedVolumeSource': 'sources=1:k8s.io.api.core.v1.VolumeProjection* defaultMode=2:int32',
   'k8s.io.api.core.v1.QuobyteVolumeSource': 'registry=1 volume=2 readOnly=3:bool user=4 group=5 tenant=6',
   'k8s.io.api.core.v1.RBDVolumeSource':
@@ -236,10 +360,13 @@ export const protobufMessages: Record<string, string> = {
   'k8s.io.api.core.v1.ResourceFieldSelector': 'containerName=1 resource=2 divisor=3:k8s.io.apimachinery.pkg.api.resource.Quantity',
   'k8s.io.api.core.v1.ResourceHealth': 'resourceID=1 health=2',
   'k8s.io.api.core.v1.ResourceRequirements':
-    'limits=1:map:k8s.io.apimachinery.pkg.api.resource.Quantity requests=2:map:k8s.io.apimachinery.pkg.api.resource.Quantity claims=3:k8s.io.api.core.v1.ResourceClaim*',
+    'limits=1:map:k8s.io.apimachinery.pkg.api.resource.Quantity ' +
+    'requests=2:map:k8s.io.apimachinery.pkg.api.resource.Quantity ' +
+    'claims=3:k8s.io.api.core.v1.ResourceClaim*',
   'k8s.io.api.core.v1.ResourceStatus': 'name=1 resources=2:k8s.io.api.core.v1.ResourceHealth*',
   'k8s.io.api.core.v1.ScaleIOVolumeSource':
-    'gateway=1 system=2 secretRef=3:k8s.io.api.core.v1.LocalObjectReference sslEnabled=4:bool protectionDomain=5 storagePool=6 storageMode=7 volumeName=8 fsType=9 readOnly=10:bool',
+    'gateway=1 system=2 secretRef=3:k8s.io.api.core.v1.LocalObjectReference sslEnabled=4:bool ' +
+    'protectionDomain=5 storagePool=6 storageMode=7 volumeName=8 fsType=9 readOnly=10:bool',
   'k8s.io.api.core.v1.SeccompProfile': 'type=1 localhostProfile=2',
   'k8s.io.api.core.v1.SecretEnvSource': 'localObjectReference=1:k8s.io.api.core.v1.LocalObjectReference optional=2:bool',
   'k8s.io.api.core.v1.SecretKeySelector': 'localObjectReference=1:k8s.io.api.core.v1.LocalObjectReference key=2 optional=3:bool',
@@ -247,17 +374,30 @@ export const protobufMessages: Record<string, string> = {
     'localObjectReference=1:k8s.io.api.core.v1.LocalObjectReference items=2:k8s.io.api.core.v1.KeyToPath* optional=4:bool',
   'k8s.io.api.core.v1.SecretVolumeSource': 'secretName=1 items=2:k8s.io.api.core.v1.KeyToPath* defaultMode=3:int32 optional=4:bool',
   'k8s.io.api.core.v1.SecurityContext':
-    'capabilities=1:k8s.io.api.core.v1.Capabilities privileged=2:bool seLinuxOptions=3:k8s.io.api.core.v1.SELinuxOptions windowsOptions=10:k8s.io.api.core.v1.WindowsSecurityContextOptions runAsUser=4:int64 runAsGroup=8:int64 runAsNonRoot=5:bool readOnlyRootFilesystem=6:bool allowPrivilegeEscalation=7:bool procMount=9 seccompProfile=11:k8s.io.api.core.v1.SeccompProfile appArmorProfile=12:k8s.io.api.core.v1.AppArmorProfile',
+    'capabilities=1:k8s.io.api.core.v1.Capabilities privileged=2:bool ' +
+    'seLinuxOptions=3:k8s.io.api.core.v1.SELinuxOptions ' +
+    'windowsOptions=10:k8s.io.api.core.v1.WindowsSecurityContextOptions runAsUser=4:int64 ' +
+    'runAsGroup=8:int64 runAsNonRoot=5:bool readOnlyRootFilesystem=6:bool allowPrivilegeEscalation=7:bool ' +
+    'procMount=9 seccompProfile=11:k8s.io.api.core.v1.SeccompProfile ' +
+    'appArmorProfile=12:k8s.io.api.core.v1.AppArmorProfile',
   'k8s.io.api.core.v1.SELinuxOptions': 'user=1 role=2 type=3 level=4',
   'k8s.io.api.core.v1.Service':
-    'metadata=1:k8s.io.apimachinery.pkg.apis.meta.v1.ObjectMeta spec=2:k8s.io.api.core.v1.ServiceSpec status=3:k8s.io.api.core.v1.ServiceStatus',
+    'metadata=1:k8s.io.apimachinery.pkg.apis.meta.v1.ObjectMeta spec=2:k8s.io.api.core.v1.ServiceSpec ' +
+    'status=3:k8s.io.api.core.v1.ServiceStatus',
   'k8s.io.api.core.v1.ServiceAccount':
-    'metadata=1:k8s.io.apimachinery.pkg.apis.meta.v1.ObjectMeta secrets=2:k8s.io.api.core.v1.ObjectReference* imagePullSecrets=3:k8s.io.api.core.v1.LocalObjectReference* automountServiceAccountToken=4:bool',
+    'metadata=1:k8s.io.apimachinery.pkg.apis.meta.v1.ObjectMeta ' +
+    'secrets=2:k8s.io.api.core.v1.ObjectReference* ' +
+    'imagePullSecrets=3:k8s.io.api.core.v1.LocalObjectReference* automountServiceAccountToken=4:bool',
   'k8s.io.api.core.v1.ServiceAccountTokenProjection': 'audience=1 expirationSeconds=2:int64 path=3',
   'k8s.io.api.core.v1.ServicePort':
     'name=1 protocol=2 appProtocol=6 port=3:int32 targetPort=4:k8s.io.apimachinery.pkg.util.intstr.IntOrString nodePort=5:int32',
   'k8s.io.api.core.v1.ServiceSpec':
-    'ports=1:k8s.io.api.core.v1.ServicePort* selector=2:map:string clusterIP=3 clusterIPs=18* type=4 externalIPs=5* sessionAffinity=7 loadBalancerIP=8 loadBalancerSourceRanges=9* externalName=10 externalTrafficPolicy=11 healthCheckNodePort=12:int32 publishNotReadyAddresses=13:bool sessionAffinityConfig=14:k8s.io.api.core.v1.SessionAffinityConfig ipFamilies=19* ipFamilyPolicy=17 allocateLoadBalancerNodePorts=20:bool loadBalancerClass=21 internalTrafficPolicy=22 trafficDistribution=23',
+    'ports=1:k8s.io.api.core.v1.ServicePort* selector=2:map:string clusterIP=3 clusterIPs=18* type=4 ' +
+    'externalIPs=5* sessionAffinity=7 loadBalancerIP=8 loadBalancerSourceRanges=9* externalName=10 ' +
+    'externalTrafficPolicy=11 healthCheckNodePort=12:int32 publishNotReadyAddresses=13:bool ' +
+    'sessionAffinityConfig=14:k8s.io.api.core.v1.SessionAffinityConfig ipFamilies=19* ipFamilyPolicy=17 ' +
+    'allocateLoadBalancerNodePorts=20:bool loadBalancerClass=21 internalTrafficPolicy=22 ' +
+    'trafficDistribution=23',
   'k8s.io.api.core.v1.ServiceStatus':
     'loadBalancer=1:k8s.io.api.core.v1.LoadBalancerStatus conditions=2:k8s.io.apimachinery.pkg.apis.meta.v1.Condition*',
   'k8s.io.api.core.v1.SessionAffinityConfig': 'clientIP=1:k8s.io.api.core.v1.ClientIPConfig',
@@ -269,7 +409,9 @@ export const protobufMessages: Record<string, string> = {
   'k8s.io.api.core.v1.TCPSocketAction': 'port=1:k8s.io.apimachinery.pkg.util.intstr.IntOrString host=2',
   'k8s.io.api.core.v1.Toleration': 'key=1 operator=2 value=3 effect=4 tolerationSeconds=5:int64',
   'k8s.io.api.core.v1.TopologySpreadConstraint':
-    'maxSkew=1:int32 topologyKey=2 whenUnsatisfiable=3 labelSelector=4:k8s.io.apimachinery.pkg.apis.meta.v1.LabelSelector minDomains=5:int32 nodeAffinityPolicy=6 nodeTaintsPolicy=7 matchLabelKeys=8*',
+    'maxSkew=1:int32 topologyKey=2 whenUnsatisfiable=3 ' +
+    'labelSelector=4:k8s.io.apimachinery.pkg.apis.meta.v1.LabelSelector minDomains=5:int32 ' +
+    'nodeAffinityPolicy=6 nodeTaintsPolicy=7 matchLabelKeys=8*',
   'k8s.io.api.core.v1.TypedLocalObjectReference': 'apiGroup=1 kind=2 name=3',
   'k8s.io.api.core.v1.TypedObjectReference': 'apiGroup=1 kind=2 name=3 namespace=4',
   'k8s.io.api.core.v1.Volume': 'name=1 volumeSource=2:k8s.io.api.core.v1.VolumeSource',
@@ -277,66 +419,117 @@ export const protobufMessages: Record<string, string> = {
   'k8s.io.api.core.v1.VolumeMount': 'name=1 readOnly=2:bool recursiveReadOnly=7 mountPath=3 subPath=4 mountPropagation=5 subPathExpr=6',
   'k8s.io.api.core.v1.VolumeMountStatus': 'name=1 mountPath=2 readOnly=3:bool recursiveReadOnly=4',
   'k8s.io.api.core.v1.VolumeProjection':
-    'secret=1:k8s.io.api.core.v1.SecretProjection downwardAPI=2:k8s.io.api.core.v1.DownwardAPIProjection configMap=3:k8s.io.api.core.v1.ConfigMapProjection serviceAccountToken=4:k8s.io.api.core.v1.ServiceAccountTokenProjection clusterTrustBundle=5:k8s.io.api.core.v1.ClusterTrustBundleProjection podCertificate=6:k8s.io.api.core.v1.PodCertificateProjection',
+    'secret=1:k8s.io.api.core.v1.SecretProjection downwardAPI=2:k8s.io.api.core.v1.DownwardAPIProjection ' +
+    'configMap=3:k8s.io.api.core.v1.ConfigMapProjection ' +
+    'serviceAccountToken=4:k8s.io.api.core.v1.ServiceAccountTokenProjection ' +
+    'clusterTrustBundle=5:k8s.io.api.core.v1.ClusterTrustBundleProjection ' +
+    'podCertificate=6:k8s.io.api.core.v1.PodCertificateProjection',
   'k8s.io.api.core.v1.VolumeResourceRequirements':
     'limits=1:map:k8s.io.apimachinery.pkg.api.resource.Quantity requests=2:map:k8s.io.apimachinery.pkg.api.resource.Quantity',
   'k8s.io.api.core.v1.VolumeSource':
-    'hostPath=1:k8s.io.api.core.v1.HostPathVolumeSource emptyDir=2:k8s.io.api.core.v1.EmptyDirVolumeSource gcePersistentDisk=3:k8s.io.api.core.v1.GCEPersistentDiskVolumeSource awsElasticBlockStore=4:k8s.io.api.core.v1.AWSElasticBlockStoreVolumeSource gitRepo=5:k8s.io.api.core.v1.GitRepoVolumeSource secret=6:k8s.io.api.core.v1.SecretVolumeSource nfs=7:k8s.io.api.core.v1.NFSVolumeSource iscsi=8:k8s.io.api.core.v1.ISCSIVolumeSource glusterfs=9:k8s.io.api.core.v1.GlusterfsVolumeSource persistentVolumeClaim=10:k8s.io.api.core.v1.PersistentVolumeClaimVolumeSource rbd=11:k8s.io.api.core.v1.RBDVolumeSource flexVolume=12:k8s.io.api.core.v1.FlexVolumeSource cinder=13:k8s.io.api.core.v1.CinderVolumeSource cephfs=14:k8s.io.api.core.v1.CephFSVolumeSource flocker=15:k8s.io.api.core.v1.FlockerVolumeSource downwardAPI=16:k8s.io.api.core.v1.DownwardAPIVolumeSource fc=17:k8s.io.api.core.v1.FCVolumeSource azureFile=18:k8s.io.api.core.v1.AzureFileVolumeSource configMap=19:k8s.io.api.core.v1.ConfigMapVolumeSource vsphereVolume=20:k8s.io.api.core.v1.VsphereVirtualDiskVolumeSource quobyte=21:k8s.io.api.core.v1.QuobyteVolumeSource azureDisk=22:k8s.io.api.core.v1.AzureDiskVolumeSource photonPersistentDisk=23:k8s.io.api.core.v1.PhotonPersistentDiskVolumeSource projected=26:k8s.io.api.core.v1.ProjectedVolumeSource portworxVolume=24:k8s.io.api.core.v1.PortworxVolumeSource scaleIO=25:k8s.io.api.core.v1.ScaleIOVolumeSource storageos=27:k8s.io.api.core.v1.StorageOSVolumeSource csi=28:k8s.io.api.core.v1.CSIVolumeSource ephemeral=29:k8s.io.api.core.v1.EphemeralVolumeSource image=30:k8s.io.api.core.v1.ImageVolumeSource',
+    'hostPath=1:k8s.io.api.core.v1.HostPathVolumeSource ' +
+    'emptyDir=2:k8s.io.api.core.v1.EmptyDirVolumeSource ' +
+    'gcePersistentDisk=3:k8s.io.api.core.v1.GCEPersistentDiskVolumeSource ' +
+    'awsElasticBlockStore=4:k8s.io.api.core.v1.AWSElasticBlockStoreVolumeSource ' +
+    'gitRepo=5:k8s.io.api.core.v1.GitRepoVolumeSource secret=6:k8s.io.api.core.v1.SecretVolumeSource ' +
+    'nfs=7:k8s.io.api.core.v1.NFSVolumeSource iscsi=8:k8s.io.api.core.v1.ISCSIVolumeSource ' +
+    'glusterfs=9:k8s.io.api.core.v1.GlusterfsVolumeSource ' +
+    'persistentVolumeClaim=10:k8s.io.api.core.v1.PersistentVolumeClaimVolumeSource ' +
+    'rbd=11:k8s.io.api.core.v1.RBDVolumeSource flexVolume=12:k8s.io.api.core.v1.FlexVolumeSource ' +
+    'cinder=13:k8s.io.api.core.v1.CinderVolumeSource cephfs=14:k8s.io.api.core.v1.CephFSVolumeSource ' +
+    'flocker=15:k8s.io.api.core.v1.FlockerVolumeSource ' +
+    'downwardAPI=16:k8s.io.api.core.v1.DownwardAPIVolumeSource fc=17:k8s.io.api.core.v1.FCVolumeSource ' +
+    'azureFile=18:k8s.io.api.core.v1.AzureFileVolumeSource ' +
+    'configMap=19:k8s.io.api.core.v1.ConfigMapVolumeSource ' +
+    'vsphereVolume=20:k8s.io.api.core.v1.VsphereVirtualDiskVolumeSource ' +
+    'quobyte=21:k8s.io.api.core.v1.QuobyteVolumeSource ' +
+    'azureDisk=22:k8s.io.api.core.v1.AzureDiskVolumeSource ' +
+    'photonPersistentDisk=23:k8s.io.api.core.v1.PhotonPersistentDiskVolumeSource ' +
+    'projected=26:k8s.io.api.core.v1.ProjectedVolumeSource ' +
+    'portworxVolume=24:k8s.io.api.core.v1.PortworxVolumeSource ' +
+    'scaleIO=25:k8s.io.api.core.v1.ScaleIOVolumeSource ' +
+    'storageos=27:k8s.io.api.core.v1.StorageOSVolumeSource csi=28:k8s.io.api.core.v1.CSIVolumeSource ' +
+    'ephemeral=29:k8s.io.api.core.v1.EphemeralVolumeSource image=30:k8s.io.api.core.v1.ImageVolumeSource',
   'k8s.io.api.core.v1.VsphereVirtualDiskVolumeSource': 'volumePath=1 fsType=2 storagePolicyName=3 storagePolicyID=4',
   'k8s.io.api.core.v1.WeightedPodAffinityTerm': 'weight=1:int32 podAffinityTerm=2:k8s.io.api.core.v1.PodAffinityTerm',
   'k8s.io.api.core.v1.WindowsSecurityContextOptions': 'gmsaCredentialSpecName=1 gmsaCredentialSpec=2 runAsUserName=3 hostProcess=4:bool',
   'k8s.io.api.discovery.v1.Endpoint':
-    'addresses=1* conditions=2:k8s.io.api.discovery.v1.EndpointConditions hostname=3 targetRef=4:k8s.io.api.core.v1.ObjectReference deprecatedTopology=5:map:string nodeName=6 zone=7 hints=8:k8s.io.api.discovery.v1.EndpointHints',
+    'addresses=1* conditions=2:k8s.io.api.discovery.v1.EndpointConditions hostname=3 ' +
+    'targetRef=4:k8s.io.api.core.v1.ObjectReference deprecatedTopology=5:map:string nodeName=6 zone=7 ' +
+    'hints=8:k8s.io.api.discovery.v1.EndpointHints',
   'k8s.io.api.discovery.v1.EndpointConditions': 'ready=1:bool serving=2:bool terminating=3:bool',
   'k8s.io.api.discovery.v1.EndpointHints': 'forZones=1:k8s.io.api.discovery.v1.ForZone* forNodes=2:k8s.io.api.discovery.v1.ForNode*',
   'k8s.io.api.discovery.v1.EndpointPort': 'name=1 protocol=2 port=3:int32 appProtocol=4',
   'k8s.io.api.discovery.v1.EndpointSlice':
-    'metadata=1:k8s.io.apimachinery.pkg.apis.meta.v1.ObjectMeta addressType=4 endpoints=2:k8s.io.api.discovery.v1.Endpoint* ports=3:k8s.io.api.discovery.v1.EndpointPort*',
+    'metadata=1:k8s.io.apimachinery.pkg.apis.meta.v1.ObjectMeta addressType=4 ' +
+    'endpoints=2:k8s.io.api.discovery.v1.Endpoint* ports=3:k8s.io.api.discovery.v1.EndpointPort*',
   'k8s.io.api.discovery.v1.ForNode': 'name=1',
   'k8s.io.api.discovery.v1.ForZone': 'name=1',
   'k8s.io.api.discovery.v1beta1.Endpoint':
-    'addresses=1* conditions=2:k8s.io.api.discovery.v1beta1.EndpointConditions hostname=3 targetRef=4:k8s.io.api.core.v1.ObjectReference topology=5:map:string nodeName=6 hints=7:k8s.io.api.discovery.v1beta1.EndpointHints',
+    'addresses=1* conditions=2:k8s.io.api.discovery.v1beta1.EndpointConditions hostname=3 ' +
+    'targetRef=4:k8s.io.api.core.v1.ObjectReference topology=5:map:string nodeName=6 ' +
+    'hints=7:k8s.io.api.discovery.v1beta1.EndpointHints',
   'k8s.io.api.discovery.v1beta1.EndpointConditions': 'ready=1:bool serving=2:bool terminating=3:bool',
   'k8s.io.api.discovery.v1beta1.EndpointHints':
     'forZones=1:k8s.io.api.discovery.v1beta1.ForZone* forNodes=2:k8s.io.api.discovery.v1beta1.ForNode*',
   'k8s.io.api.discovery.v1beta1.EndpointPort': 'name=1 protocol=2 port=3:int32 appProtocol=4',
   'k8s.io.api.discovery.v1beta1.EndpointSlice':
-    'metadata=1:k8s.io.apimachinery.pkg.apis.meta.v1.ObjectMeta addressType=4 endpoints=2:k8s.io.api.discovery.v1beta1.Endpoint* ports=3:k8s.io.api.discovery.v1beta1.EndpointPort*',
+    'metadata=1:k8s.io.apimachinery.pkg.apis.meta.v1.ObjectMeta addressType=4 ' +
+    'endpoints=2:k8s.io.api.discovery.v1beta1.Endpoint* ' +
+    'ports=3:k8s.io.api.discovery.v1beta1.EndpointPort*',
   'k8s.io.api.discovery.v1beta1.ForNode': 'name=1',
   'k8s.io.api.discovery.v1beta1.ForZone': 'name=1',
   'k8s.io.api.events.v1.Event':
-    'metadata=1:k8s.io.apimachinery.pkg.apis.meta.v1.ObjectMeta eventTime=2:k8s.io.apimachinery.pkg.apis.meta.v1.MicroTime series=3:k8s.io.api.events.v1.EventSeries reportingController=4 reportingInstance=5 action=6 reason=7 regarding=8:k8s.io.api.core.v1.ObjectReference related=9:k8s.io.api.core.v1.ObjectReference note=10 type=11 deprecatedSource=12:k8s.io.api.core.v1.EventSource deprecatedFirstTimestamp=13:k8s.io.apimachinery.pkg.apis.meta.v1.Time deprecatedLastTimestamp=14:k8s.io.apimachinery.pkg.apis.meta.v1.Time deprecatedCount=15:int32',
+    'metadata=1:k8s.io.apimachinery.pkg.apis.meta.v1.ObjectMeta ' +
+    'eventTime=2:k8s.io.apimachinery.pkg.apis.meta.v1.MicroTime series=3:k8s.io.api.events.v1.EventSeries ' +
+    'reportingController=4 reportingInstance=5 action=6 reason=7 ' +
+    'regarding=8:k8s.io.api.core.v1.ObjectReference related=9:k8s.io.api.core.v1.ObjectReference note=10 ' +
+    'type=11 deprecatedSource=12:k8s.io.api.core.v1.EventSource ' +
+    'deprecatedFirstTimestamp=13:k8s.io.apimachinery.pkg.apis.meta.v1.Time ' +
+    'deprecatedLastTimestamp=14:k8s.io.apimachinery.pkg.apis.meta.v1.Time deprecatedCount=15:int32',
   'k8s.io.api.events.v1.EventSeries': 'count=1:int32 lastObservedTime=2:k8s.io.apimachinery.pkg.apis.meta.v1.MicroTime',
   'k8s.io.api.networking.v1.ServiceCIDR':
-    'metadata=1:k8s.io.apimachinery.pkg.apis.meta.v1.ObjectMeta spec=2:k8s.io.api.networking.v1.ServiceCIDRSpec status=3:k8s.io.api.networking.v1.ServiceCIDRStatus',
+    'metadata=1:k8s.io.apimachinery.pkg.apis.meta.v1.ObjectMeta ' +
+    'spec=2:k8s.io.api.networking.v1.ServiceCIDRSpec status=3:k8s.io.api.networking.v1.ServiceCIDRStatus',
   'k8s.io.api.networking.v1.ServiceCIDRSpec': 'cidrs=1*',
   'k8s.io.api.networking.v1.ServiceCIDRStatus': 'conditions=1:k8s.io.apimachinery.pkg.apis.meta.v1.Condition*',
   'k8s.io.api.rbac.v1.AggregationRule': 'clusterRoleSelectors=1:k8s.io.apimachinery.pkg.apis.meta.v1.LabelSelector*',
   'k8s.io.api.rbac.v1.ClusterRole':
-    'metadata=1:k8s.io.apimachinery.pkg.apis.meta.v1.ObjectMeta rules=2:k8s.io.api.rbac.v1.PolicyRule* aggregationRule=3:k8s.io.api.rbac.v1.AggregationRule',
+    'metadata=1:k8s.io.apimachinery.pkg.apis.meta.v1.ObjectMeta rules=2:k8s.io.api.rbac.v1.PolicyRule* ' +
+    'aggregationRule=3:k8s.io.api.rbac.v1.AggregationRule',
   'k8s.io.api.rbac.v1.ClusterRoleBinding':
-    'metadata=1:k8s.io.apimachinery.pkg.apis.meta.v1.ObjectMeta subjects=2:k8s.io.api.rbac.v1.Subject* roleRef=3:k8s.io.api.rbac.v1.RoleRef',
+    'metadata=1:k8s.io.apimachinery.pkg.apis.meta.v1.ObjectMeta subjects=2:k8s.io.api.rbac.v1.Subject* ' +
+    'roleRef=3:k8s.io.api.rbac.v1.RoleRef',
   'k8s.io.api.rbac.v1.PolicyRule': 'verbs=1* apiGroups=2* resources=3* resourceNames=4* nonResourceURLs=5*',
   'k8s.io.api.rbac.v1.Role': 'metadata=1:k8s.io.apimachinery.pkg.apis.meta.v1.ObjectMeta rules=2:k8s.io.api.rbac.v1.PolicyRule*',
   'k8s.io.api.rbac.v1.RoleBinding':
-    'metadata=1:k8s.io.apimachinery.pkg.apis.meta.v1.ObjectMeta subjects=2:k8s.io.api.rbac.v1.Subject* roleRef=3:k8s.io.api.rbac.v1.RoleRef',
+    'metadata=1:k8s.io.apimachinery.pkg.apis.meta.v1.ObjectMeta subjects=2:k8s.io.api.rbac.v1.Subject* ' +
+    'roleRef=3:k8s.io.api.rbac.v1.RoleRef',
   'k8s.io.api.rbac.v1.RoleRef': 'apiGroup=1 kind=2 name=3',
   'k8s.io.api.rbac.v1.Subject': 'kind=1 apiGroup=2 name=3 namespace=4',
   'k8s.io.apimachinery.pkg.api.resource.Quantity': 'string=1',
   'k8s.io.apimachinery.pkg.apis.meta.v1.Condition':
     'type=1 status=2 observedGeneration=3:int64 lastTransitionTime=4:k8s.io.apimachinery.pkg.apis.meta.v1.Time reason=5 message=6',
   'k8s.io.apimachinery.pkg.apis.meta.v1.DeleteOptions':
-    'gracePeriodSeconds=1:int64 preconditions=2:k8s.io.apimachinery.pkg.apis.meta.v1.Preconditions orphanDependents=3:bool propagationPolicy=4 dryRun=5* ignoreStoreReadErrorWithClusterBreakingPotential=6:bool',
+    'gracePeriodSeconds=1:int64 preconditions=2:k8s.io.apimachinery.pkg.apis.meta.v1.Preconditions ' +
+    'orphanDependents=3:bool propagationPolicy=4 dryRun=5* ' +
+    'ignoreStoreReadErrorWithClusterBreakingPotential=6:bool',
   'k8s.io.apimachinery.pkg.apis.meta.v1.FieldSelectorRequirement': 'key=1 operator=2 values=3*',
   'k8s.io.apimachinery.pkg.apis.meta.v1.FieldsV1': 'Raw=1:bytes',
   'k8s.io.apimachinery.pkg.apis.meta.v1.LabelSelector':
     'matchLabels=1:map:string matchExpressions=2:k8s.io.apimachinery.pkg.apis.meta.v1.LabelSelectorRequirement*',
   'k8s.io.apimachinery.pkg.apis.meta.v1.LabelSelectorRequirement': 'key=1 operator=2 values=3*',
   'k8s.io.apimachinery.pkg.apis.meta.v1.ManagedFieldsEntry':
-    'manager=1 operation=2 apiVersion=3 time=4:k8s.io.apimachinery.pkg.apis.meta.v1.Time fieldsType=6 fieldsV1=7:k8s.io.apimachinery.pkg.apis.meta.v1.FieldsV1 subresource=8',
+    'manager=1 operation=2 apiVersion=3 time=4:k8s.io.apimachinery.pkg.apis.meta.v1.Time fieldsType=6 ' +
+    'fieldsV1=7:k8s.io.apimachinery.pkg.apis.meta.v1.FieldsV1 subresource=8',
   'k8s.io.apimachinery.pkg.apis.meta.v1.MicroTime': 'seconds=1:int64 nanos=2:int32',
   'k8s.io.apimachinery.pkg.apis.meta.v1.ObjectMeta':
-    'name=1 generateName=2 namespace=3 selfLink=4 uid=5 resourceVersion=6 generation=7:int64 creationTimestamp=8:k8s.io.apimachinery.pkg.apis.meta.v1.Time deletionTimestamp=9:k8s.io.apimachinery.pkg.apis.meta.v1.Time deletionGracePeriodSeconds=10:int64 labels=11:map:string annotations=12:map:string ownerReferences=13:k8s.io.apimachinery.pkg.apis.meta.v1.OwnerReference* finalizers=14* managedFields=17:k8s.io.apimachinery.pkg.apis.meta.v1.ManagedFieldsEntry*',
+    'name=1 generateName=2 namespace=3 selfLink=4 uid=5 resourceVersion=6 generation=7:int64 ' +
+    'creationTimestamp=8:k8s.io.apimachinery.pkg.apis.meta.v1.Time ' +
+    'deletionTimestamp=9:k8s.io.apimachinery.pkg.apis.meta.v1.Time deletionGracePeriodSeconds=10:int64 ' +
+    'labels=11:map:string annotations=12:map:string ' +
+    'ownerReferences=13:k8s.io.apimachinery.pkg.apis.meta.v1.OwnerReference* finalizers=14* ' +
+    'managedFields=17:k8s.io.apimachinery.pkg.apis.meta.v1.ManagedFieldsEntry*',
   'k8s.io.apimachinery.pkg.apis.meta.v1.OwnerReference': 'apiVersion=5 kind=1 name=3 uid=4 controller=6:bool blockOwnerDeletion=7:bool',
   'k8s.io.apimachinery.pkg.apis.meta.v1.Preconditions': 'uid=1 resourceVersion=2',
   'k8s.io.apimachinery.pkg.apis.meta.v1.Time': 'seconds=1:int64 nanos=2:int32',
