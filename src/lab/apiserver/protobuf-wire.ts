@@ -24,6 +24,12 @@ function readVarint(buf: Buffer, at: number): [bigint, number] {
   throw new ProtobufError('truncated varint');
 }
 
+/** The `size` bytes of a fixed32 or fixed64 field's value at `at`. */
+function fixedBytes(buf: Buffer, at: number, size: 4 | 8): Buffer {
+  if (at + size > buf.length) throw new ProtobufError(`truncated fixed${size * 8}`);
+  return buf.subarray(at, at + size);
+}
+
 /** Every field of a message, in wire order (repeated fields appear once per element). */
 export function readFields(buf: Buffer): WireField[] {
   const fields: WireField[] = [];
@@ -42,8 +48,7 @@ export function readFields(buf: Buffer): WireField[] {
         break;
       }
       case 1:
-        if (at + 8 > buf.length) throw new ProtobufError('truncated fixed64');
-        fields.push({number, wireType, value: buf.subarray(at, at + 8)});
+        fields.push({number, wireType, value: fixedBytes(buf, at, 8)});
         at += 8;
         break;
       case 2: {
@@ -55,8 +60,7 @@ export function readFields(buf: Buffer): WireField[] {
         break;
       }
       case 5:
-        if (at + 4 > buf.length) throw new ProtobufError('truncated fixed32');
-        fields.push({number, wireType, value: buf.subarray(at, at + 4)});
+        fields.push({number, wireType, value: fixedBytes(buf, at, 4)});
         at += 4;
         break;
       default:
