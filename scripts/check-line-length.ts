@@ -2,9 +2,7 @@
 // characters by default). The formatter keeps code within its own width but cannot split a string
 // literal or a comment; those are split by hand at word breaks.
 // Usage: node scripts/check-line-length.ts [DIR] [--max N]   (default src, 160)
-import {readFileSync} from 'node:fs';
-import {relative, resolve} from 'node:path';
-import {sourceFiles} from './check-import-cycles.ts';
+import {runSourceCheck} from './source-check.ts';
 
 export interface LongLine {
   file: string;
@@ -21,12 +19,13 @@ export function longLines(file: string, text: string, max: number): LongLine[] {
 }
 
 if (import.meta.url === `file://${process.argv[1]}`) {
-  const args = process.argv.slice(2);
-  const maxAt = args.indexOf('--max');
-  const max = maxAt >= 0 ? Number(args.splice(maxAt, 2)[1]) : 160;
-  const root = resolve(args[0] ?? 'src');
-  const found = sourceFiles(root).flatMap((file) => longLines(file, readFileSync(file, 'utf8'), max));
-  for (const f of found) console.error(`${relative(process.cwd(), f.file)}:${f.line}: ${f.length} characters (at most ${max})`);
-  if (found.length > 0) process.exit(1);
-  console.log(`no line over ${max} characters in ${relative(process.cwd(), root) || '.'}`);
+  runSourceCheck(
+    {
+      defaultMax: 160,
+      find: longLines,
+      problem: (found, max) => `${found.length} characters (at most ${max})`,
+      passed: (max) => `no line over ${max} characters`,
+    },
+    process.argv.slice(2),
+  );
 }
