@@ -521,8 +521,8 @@ function declareFixedChains(model: ProxyModel, plan: NodePortPlan, filter: Table
   filter.declare(kubeletFirewallChain);
   filter.add(
     kubeletFirewallChain,
-    `-A ${kubeletFirewallChain} -m comment --comment "block incoming localnet connections" -d ` +
-      `127.0.0.0/8 ! -s 127.0.0.0/8 -m conntrack ! --ctstate RELATED,ESTABLISHED,DNAT -j DROP`,
+    `-A ${kubeletFirewallChain} -m comment --comment "block incoming localnet connections" ` +
+      `-d 127.0.0.0/8 ! -s 127.0.0.0/8 -m conntrack ! --ctstate RELATED,ESTABLISHED,DNAT -j DROP`,
   );
 }
 
@@ -882,8 +882,8 @@ function writeFixedChainRules(
   if (port.healthCheckNodePort !== 0) {
     // Load balancers probe this port whether or not the node has local endpoints.
     filterRules.push(
-      `-A ${filterChains.nodePorts} -m comment --comment ${quote(`${name} health check node port`)} -m ` +
-        `tcp -p tcp --dport ${port.healthCheckNodePort} -j ACCEPT`,
+      `-A ${filterChains.nodePorts} -m comment --comment ${quote(`${name} health check node port`)} ` +
+        `-m tcp -p tcp --dport ${port.healthCheckNodePort} -j ACCEPT`,
     );
   }
 
