@@ -1,10 +1,8 @@
 // Fails when a function under src/ is longer than a reader can hold at once (150 lines by
 // default): such a function does several jobs that want names of their own.
 // Usage: node scripts/check-function-length.ts [DIR] [--max N]   (default src, 150)
-import {readFileSync} from 'node:fs';
-import {relative, resolve} from 'node:path';
 import ts from 'typescript';
-import {sourceFiles} from './check-import-cycles.ts';
+import {runSourceCheck} from './source-check.ts';
 
 export interface LongFunction {
   file: string;
@@ -39,12 +37,13 @@ export function longFunctions(file: string, text: string, max: number): LongFunc
 }
 
 if (import.meta.url === `file://${process.argv[1]}`) {
-  const args = process.argv.slice(2);
-  const maxAt = args.indexOf('--max');
-  const max = maxAt >= 0 ? Number(args.splice(maxAt, 2)[1]) : 150;
-  const root = resolve(args[0] ?? 'src');
-  const found = sourceFiles(root).flatMap((file) => longFunctions(file, readFileSync(file, 'utf8'), max));
-  for (const f of found) console.error(`${relative(process.cwd(), f.file)}:${f.line}: ${f.name} is ${f.lines} lines (at most ${max})`);
-  if (found.length > 0) process.exit(1);
-  console.log(`no function over ${max} lines in ${relative(process.cwd(), root) || '.'}`);
+  runSourceCheck(
+    {
+      defaultMax: 150,
+      find: longFunctions,
+      problem: (found, max) => `${found.name} is ${found.lines} lines (at most ${max})`,
+      passed: (max) => `no function over ${max} lines`,
+    },
+    process.argv.slice(2),
+  );
 }

@@ -128,7 +128,9 @@ export async function upLab(options: UpOptions): Promise<LabState> {
     }
     if (running) {
       throw new LabError(
-        `lab ${spec.name} is already running (since ${running.startedAt}, kubeconfig ${running.kubeconfig}): use it, remove it with \`kubectl proxyctl lab down --name ${spec.name}\`, or pick another --name`,
+        `lab ${spec.name} is already running (since ${running.startedAt}, ` +
+          `kubeconfig ${running.kubeconfig}): use it, remove it with \`kubectl proxyctl lab down ` +
+          `--name ${spec.name}\`, or pick another --name`,
       );
     }
     // A lab whose supervisor died: its remains are ours to clear.
@@ -215,7 +217,8 @@ function waitForSupervisor(child: ChildProcess, spec: LabSpec, options: UpOption
       const log = lastLines(join(labDir(spec.name), 'supervisor.log'), 10);
       finish(
         new LabError(
-          `lab ${spec.name}: its supervisor ${signal ? `was killed by ${signal}` : `exited with code ${code}`} before the lab was ready${log ? `; its log ends:\n${log}` : ''}`,
+          `lab ${spec.name}: its ` +
+            `supervisor ${signal ? `was killed by ${signal}` : `exited with code ${code}`} before the lab was ready${log ? `; its log ends:\n${log}` : ''}`,
         ),
       );
     });

@@ -308,7 +308,8 @@ export function formatLabStatus(status: LabStatus): string {
           ? `agents in ${status.runningMode} mode (asked for ${status.proxyMode}; see the agents' logs for why)`
           : `agents in ${status.proxyMode} mode`;
   out.push(
-    `Lab ${status.name}: ${status.phase}, ${count(status.nodes.length, 'node')}, ${count(status.pods.length, 'pod')}, ${agents} (started ${status.startedAt}${built}, supervisor pid ${status.supervisorPid})`,
+    `Lab ${status.name}: ${status.phase}, ${count(status.nodes.length, 'node')}, ${count(status.pods.length, 'pod')}, ${agents} ` +
+      `(started ${status.startedAt}${built}, supervisor pid ${status.supervisorPid})`,
   );
   out.push(`API server  ${status.apiServer ?? '-'}`, `kubeconfig  ${status.kubeconfig} (context ${status.context})`);
   if (status.apiServerError) out.push(`warning: ${status.apiServerError}`);

@@ -138,7 +138,8 @@ export class LabSupervisor {
     this.#continue();
     this.#step(
       'namespaces',
-      `network: ${count(topology.nodes.length, 'node')}, ${count(clusterPods(topology).length, 'pod')}, 1 external client (${topology.namespaces.length} namespaces)`,
+      `network: ${count(topology.nodes.length, 'node')}, ${count(clusterPods(topology).length, 'pod')}, 1 ` +
+        `external client (${topology.namespaces.length} namespaces)`,
     );
 
     const server = await startApiServer({

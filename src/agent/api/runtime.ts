@@ -23,7 +23,10 @@ import {type ObserveRuntime, RuntimeState, type ProxierSyncs} from './runtime-st
 
 /** ProxierView: what the runtime needs of the proxier (IptablesProxier has it). */
 export interface ProxierView extends ProxierSyncs {
-  /** Tells of each write of rules and what it left, and of its readings (the iptables and nftables proxiers do): the applied state then follows them without reading the kernel. */
+  /**
+   * Tells of each write of rules and what it left, and of its readings (the iptables and nftables
+   * proxiers do): the applied state then follows them without reading the kernel.
+   */
   onWrite?(listener: RulesWriteListener): () => void;
   /** Reads the kernel's rules as the backend parses them, with the proxier's own reader. */
   readApplied?(family: IPFamily): Promise<string>;

@@ -93,7 +93,8 @@ export async function startAgentApi(options: AgentApiOptions): Promise<AgentApi>
   const {handlers, auth, log} = options;
   if (!isLoopbackHost(host) && !auth) {
     throw new Error(
-      `agent api on ${host}:${requestedPort}: a non-loopback address needs authentication (TokenReview and SubjectAccessReview): listen on 127.0.0.1 or turn authentication on`,
+      `agent api on ${host}:${requestedPort}: a non-loopback address needs authentication (TokenReview ` +
+        `and SubjectAccessReview): listen on 127.0.0.1 or turn authentication on`,
     );
   }
   const nodeName = options.nodeName ?? '';

@@ -37,7 +37,10 @@ export interface AppliedStateOptions {
    * only while something uses it (it is parsed again for the next request).
    */
   textOf?(rules: ParsedRules): string | undefined;
-  /** Replaces the written chains in parsed rules (a new value; the old one stays as it was); without it, writes of chains make the next request read the kernel. */
+  /**
+   * Replaces the written chains in parsed rules (a new value; the old one stays as it was); without
+   * it, writes of chains make the next request read the kernel.
+   */
   patch?(rules: ParsedRules, tables: ChainsWritten[]): ParsedRules;
   /** The text of patched rules. */
   format?(rules: ParsedRules): string;

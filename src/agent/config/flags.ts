@@ -73,7 +73,9 @@ export const flagSpecs: Record<string, FlagSpec> = {
   ),
   'nftables-layout': flag<string>(
     'string',
-    "nftables mode's table layout: proxyctl (default; endpoints picked from shared maps), kube-proxy (kube-proxy 1.34+'s own layout, a chain per endpoint) or kube-proxy-1.33 (as kube-proxy 1.33 and before write it)",
+    "nftables mode's table layout: proxyctl (default; endpoints picked from shared maps), kube-proxy " +
+      "(kube-proxy 1.34+'s own layout, a chain per endpoint) or kube-proxy-1.33 (as kube-proxy 1.33 and " +
+      'before write it)',
     ['nftables.layout'],
     (c, v) => (c.nftables.layout = (v || 'proxyctl') as NftablesLayout),
   ),

@@ -105,6 +105,9 @@ export function isNfacctRead(args: readonly string[]): boolean {
   return args[0] === 'get' || args[0] === 'list';
 }
 
+/** Whether a call of each tool only reads, by tool. */
+const isReadOnly = {nfacct: isNfacctRead, nft: isNftRead, ipset: isIpsetRead, ipvsadm: isIpvsadmRead, ip: isIpRead};
+
 export interface ReadOnlyHostOptions {
   /** Told of each refused command (the agent logs it and counts it). */
   onRefused?: (error: WriteRefusedError) => void;
@@ -123,6 +126,12 @@ export class ReadOnlyHost implements Host {
 
   get netns(): string | undefined {
     return this.#inner.netns;
+  }
+
+  /** Passes a call of `tool` on when it only reads (a reading verb, no input to load), else refuses it. */
+  #read(tool: keyof typeof isReadOnly, args: string[], input?: string): Promise<string> {
+    if (input !== undefined || !isReadOnly[tool](args)) this.#refuse([tool, ...args]);
+    return this.#inner[tool](args);
   }
 
   #refuse(command: string[]): never {
@@ -167,28 +176,23 @@ export class ReadOnlyHost implements Host {
   }
 
   async nfacct(args: string[]): Promise<string> {
-    if (!isNfacctRead(args)) this.#refuse(['nfacct', ...args]);
-    return this.#inner.nfacct(args);
+    return this.#read('nfacct', args);
   }
 
   async nft(args: string[], input?: string): Promise<string> {
-    if (input !== undefined || !isNftRead(args)) this.#refuse(['nft', ...args]);
-    return this.#inner.nft(args);
+    return this.#read('nft', args, input);
   }
 
   async ipset(args: string[], input?: string): Promise<string> {
-    if (input !== undefined || !isIpsetRead(args)) this.#refuse(['ipset', ...args]);
-    return this.#inner.ipset(args);
+    return this.#read('ipset', args, input);
   }
 
   async ipvsadm(args: string[], input?: string): Promise<string> {
-    if (input !== undefined || !isIpvsadmRead(args)) this.#refuse(['ipvsadm', ...args]);
-    return this.#inner.ipvsadm(args);
+    return this.#read('ipvsadm', args, input);
   }
 
   async ip(args: string[], input?: string): Promise<string> {
-    if (input !== undefined || !isIpRead(args)) this.#refuse(['ip', ...args]);
-    return this.#inner.ip(args);
+    return this.#read('ip', args, input);
   }
 
   async conntrackDelete(filter: ConntrackFilter): Promise<number> {

@@ -131,7 +131,8 @@ function decide(found: ModeEvidence[], override: ProxyMode | undefined, unreadab
       finding: 'none found',
       found,
       summary:
-        'no kube-proxy rules at all on this node: no table ip/ip6 kube-proxy, no KUBE-SERVICES in iptables-nft or iptables-legacy, no ipvs virtual servers with kube-ipvs0; comparing as iptables mode',
+        'no kube-proxy rules at all on this node: no table ip/ip6 kube-proxy, no KUBE-SERVICES in ' +
+        'iptables-nft or iptables-legacy, no ipvs virtual servers with kube-ipvs0; comparing as iptables mode',
       unreadable,
     };
   }
@@ -151,7 +152,9 @@ function decide(found: ModeEvidence[], override: ProxyMode | undefined, unreadab
     frontEnd: chosen.frontEnd,
     finding: 'several found',
     found,
-    summary: `more than one kube-proxy mode's rules on this node (a half-done mode switch?): ${seen}; comparing as ${chosen.mode}${chosen.frontEnd ? ` (${frontEndTool[chosen.frontEnd]})` : ''}`,
+    summary:
+      `more than one kube-proxy mode's rules on this node (a half-done mode switch?): ${seen}; ` +
+      `comparing as ${chosen.mode}${chosen.frontEnd ? ` (${frontEndTool[chosen.frontEnd]})` : ''}`,
     unreadable,
   };
 }

@@ -30,51 +30,46 @@ export interface KubeProxySettings {
   configuredMode?: ProxyMode;
 }
 
+interface ShapingSetting {
+  path: string;
+  copy: (from: AgentConfig, to: AgentConfig) => void;
+  show: (config: AgentConfig) => string;
+}
+
+type ConfigSection = 'detectLocal' | 'iptables' | 'nftables' | 'ipvs';
+
+/** A setting held as one value at `section.key` of an AgentConfig: copied as it is, shown as text. */
+function sectionScalar<S extends ConfigSection, K extends keyof AgentConfig[S] & string>(
+  section: S,
+  key: K,
+  show: (value: AgentConfig[S][K]) => string = String,
+): ShapingSetting {
+  return {
+    path: `${section}.${key}`,
+    copy: (from, to) => {
+      to[section][key] = from[section][key];
+    },
+    show: (config) => show(config[section][key]),
+  };
+}
+
 /**
  * The settings that shape kube-proxy's rules, by their KubeProxyConfiguration path, with how to
  * read and copy each in an AgentConfig.
  */
-const shapingSettings: Array<{path: string; copy: (from: AgentConfig, to: AgentConfig) => void; show: (config: AgentConfig) => string}> = [
+const shapingSettings: ShapingSetting[] = [
   {path: 'clusterCIDR', copy: (f, t) => (t.clusterCIDRs = [...f.clusterCIDRs]), show: (c) => c.clusterCIDRs.join(',')},
   {path: 'detectLocalMode', copy: (f, t) => (t.detectLocalMode = f.detectLocalMode), show: (c) => c.detectLocalMode},
-  {
-    path: 'detectLocal.bridgeInterface',
-    copy: (f, t) => (t.detectLocal.bridgeInterface = f.detectLocal.bridgeInterface),
-    show: (c) => c.detectLocal.bridgeInterface,
-  },
-  {
-    path: 'detectLocal.interfaceNamePrefix',
-    copy: (f, t) => (t.detectLocal.interfaceNamePrefix = f.detectLocal.interfaceNamePrefix),
-    show: (c) => c.detectLocal.interfaceNamePrefix,
-  },
-  {
-    path: 'iptables.masqueradeBit',
-    copy: (f, t) => (t.iptables.masqueradeBit = f.iptables.masqueradeBit),
-    show: (c) => String(c.iptables.masqueradeBit),
-  },
-  {
-    path: 'iptables.masqueradeAll',
-    copy: (f, t) => (t.iptables.masqueradeAll = f.iptables.masqueradeAll),
-    show: (c) => String(c.iptables.masqueradeAll),
-  },
-  {
-    path: 'iptables.localhostNodePorts',
-    copy: (f, t) => (t.iptables.localhostNodePorts = f.iptables.localhostNodePorts),
-    show: (c) => String(c.iptables.localhostNodePorts),
-  },
-  {
-    path: 'nftables.masqueradeBit',
-    copy: (f, t) => (t.nftables.masqueradeBit = f.nftables.masqueradeBit),
-    show: (c) => String(c.nftables.masqueradeBit),
-  },
-  {
-    path: 'nftables.masqueradeAll',
-    copy: (f, t) => (t.nftables.masqueradeAll = f.nftables.masqueradeAll),
-    show: (c) => String(c.nftables.masqueradeAll),
-  },
+  sectionScalar('detectLocal', 'bridgeInterface'),
+  sectionScalar('detectLocal', 'interfaceNamePrefix'),
+  sectionScalar('iptables', 'masqueradeBit'),
+  sectionScalar('iptables', 'masqueradeAll'),
+  sectionScalar('iptables', 'localhostNodePorts'),
+  sectionScalar('nftables', 'masqueradeBit'),
+  sectionScalar('nftables', 'masqueradeAll'),
   {path: 'nodePortAddresses', copy: (f, t) => (t.nodePortAddresses = [...f.nodePortAddresses]), show: (c) => c.nodePortAddresses.join(',')},
-  {path: 'ipvs.scheduler', copy: (f, t) => (t.ipvs.scheduler = f.ipvs.scheduler), show: (c) => c.ipvs.scheduler || 'rr'},
-  {path: 'ipvs.strictARP', copy: (f, t) => (t.ipvs.strictARP = f.ipvs.strictARP), show: (c) => String(c.ipvs.strictARP)},
+  sectionScalar('ipvs', 'scheduler', (scheduler) => scheduler || 'rr'),
+  sectionScalar('ipvs', 'strictARP'),
   {path: 'ipvs.excludeCIDRs', copy: (f, t) => (t.ipvs.excludeCIDRs = [...f.ipvs.excludeCIDRs]), show: (c) => c.ipvs.excludeCIDRs.join(',')},
 ];
 
@@ -84,8 +79,8 @@ export type SetBy = ReadonlyMap<string, string>;
 /**
  * learnKubeProxySettings: `read` fetches the ConfigMap (undefined when the cluster has none);
  * `agent` is the agent's checked config and `setBy` names the flag or file field behind each of
- * its settings; with `mode`, only the settings that shape that mode's rules are listed. Per setting: the ConfigMap's value when it sets it, else the agent's own when a
- * flag or its file set it, else kube-proxy's default.
+ * its settings; with `mode`, only the settings that shape that mode's rules are listed. Per setting:
+ * the ConfigMap's value when it sets it, else the agent's own when a flag or its file set it, else kube-proxy's default.
  */
 export async function learnKubeProxySettings(
   agent: AgentConfig,

@@ -94,7 +94,10 @@ export class NftablesProxier extends ProxierBase<FamilyState> {
     return () => this.#writeListeners.delete(listener);
   }
 
-  /** readApplied lists the table as `nft -j list table` prints it (an empty listing when there is none yet); the listing is the caller's, listeners are not told of it. */
+  /**
+   * readApplied lists the table as `nft -j list table` prints it (an empty listing when there is none
+   * yet); the listing is the caller's, listeners are not told of it.
+   */
   async readApplied(family: IPFamily): Promise<string> {
     try {
       return await this.#list(family, false);

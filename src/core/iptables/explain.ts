@@ -120,8 +120,11 @@ export function conditions(rule: IptablesRule, state: PacketState, options: {ski
   }
   if (rule.outInterface)
     words.push(`it leaves by ${state.outInterface}${rule.outInterface.negated ? `, not by ${rule.outInterface.name}` : ''}`);
-  const portWords = (negated: boolean, spec: string) =>
-    `the destination port ${state.dstPort} is ${negated ? 'not ' : ''}${spec.includes(',') || spec.includes(':') ? `in ${spec}` : spec === String(state.dstPort) ? 'the one it tests' : spec}`;
+  const portWords = (negated: boolean, spec: string) => {
+    const isList = spec.includes(',') || spec.includes(':');
+    const where = isList ? `in ${spec}` : spec === String(state.dstPort) ? 'the one it tests' : spec;
+    return `the destination port ${state.dstPort} is ${negated ? 'not ' : ''}${where}`;
+  };
   let portSaid = false;
   for (const match of rule.matches) {
     switch (match.module) {
@@ -238,7 +241,8 @@ function explainTarget(explainer: Explainer, rule: IptablesRule, facts: HopFacts
   switch (target) {
     case undefined:
       return sentence(
-        `${because || 'Every packet reaches this rule'}; the rule has no target (${comment || 'it only counts packets'}), so the packet goes on to the next rule`,
+        `${because || 'Every packet reaches this rule'}; the rule has no target ` +
+          `(${comment || 'it only counts packets'}), so the packet goes on to the next rule`,
       );
     case 'KUBE-MARK-MASQ':
       return sentence(`${masqueradeBecause(explainer, rule, before)}, so the packet goes to KUBE-MARK-MASQ to be marked for masquerade`);
@@ -259,7 +263,8 @@ function explainTarget(explainer: Explainer, rule: IptablesRule, facts: HopFacts
       if (rule.chain === 'KUBE-MARK-DROP') return sentence(`This rule ${what}: kubelet's KUBE-FIREWALL drops packets that carry it`);
       if (rule.chain === 'KUBE-POSTROUTING')
         return sentence(
-          `The packet carries the masquerade mark, so this rule ${what} before it is masqueraded (a packet that comes back through the rules is not masqueraded twice)`,
+          `The packet carries the masquerade mark, so this rule ${what} before it is masqueraded (a packet ` +
+            `that comes back through the rules is not masqueraded twice)`,
         );
       return sentence(`${because ? `${because}, so this rule` : 'This rule'} ${what}`);
     }
@@ -269,11 +274,13 @@ function explainTarget(explainer: Explainer, rule: IptablesRule, facts: HopFacts
       const list = affinity && option(affinity, 'name')?.values[0];
       const seconds = findAffinitySeconds(explainer, rule.table, list, facts.callerChain);
       const sticky = affinity
-        ? `; it also records the client ${before.src.text} in the list ${list}, so its next connections${seconds ? ` within ${seconds} s` : ''} go to the same endpoint (session affinity)`
+        ? `; it also records the client ${before.src.text} in the list ${list}, so its next ` +
+          `connections${seconds ? ` within ${seconds} s` : ''} go to the same endpoint (session affinity)`
         : '';
       const tested = conditions(rule, before, {skipProtocol: true});
       return sentence(
-        `${tested.length > 0 ? `${joinWords(tested)}, so the` : 'The'} destination is rewritten from ${before.dst.text}:${before.dstPort} to ${to} (DNAT)${service ? `: the connection now goes to this endpoint of ${service}` : ''}${sticky}`,
+        `${tested.length > 0 ? `${joinWords(tested)}, so the` : 'The'} destination is rewritten ` +
+          `from ${before.dst.text}:${before.dstPort} to ${to} (DNAT)${service ? `: the connection now goes to this endpoint of ${service}` : ''}${sticky}`,
       );
     }
     case 'REDIRECT':
@@ -335,12 +342,16 @@ function explainServiceRule(explainer: Explainer, rule: IptablesRule, facts: Hop
   }
   if (/ loadbalancer IP$/.test(comment) && target && rule.source) {
     return sentence(
-      `The source ${before.src.text} is inside ${rule.source.cidr}, one of the loadBalancerSourceRanges of ${service}, so the packet is allowed on to ${explainer.chainRole(rule.table, target)}`,
+      `The source ${before.src.text} is inside ${rule.source.cidr}, one of the loadBalancerSourceRanges ` +
+        `of ${service}, so the packet is allowed on to ${explainer.chainRole(rule.table, target)}`,
     );
   }
   if (/has no endpoints$/.test(comment)) {
     return sentence(
-      `${service} has no endpoints, so ${target === 'REJECT' ? `the connection to ${port} is refused at once (REJECT with ${rule.target?.options[0]?.values[0] ?? 'an ICMP error'})` : `the packet to ${port} goes to ${target}`}`,
+      `${service} has no endpoints, so ` +
+        (target === 'REJECT'
+          ? `the connection to ${port} is refused at once (REJECT with ${rule.target?.options[0]?.values[0] ?? 'an ICMP error'})`
+          : `the packet to ${port} goes to ${target}`),
     );
   }
   if (/has no local endpoints$/.test(comment)) {
@@ -352,17 +363,21 @@ function explainServiceRule(explainer: Explainer, rule: IptablesRule, facts: Hop
   }
   if (/traffic not accepted by /.test(comment) && target === 'DROP') {
     return sentence(
-      `The packet is still addressed to the load-balancer IP ${port}: ${comment.replace(/^.* traffic not accepted by /, '')} did not let its source ${before.src.text} through (it is not in loadBalancerSourceRanges), so it is dropped`,
+      `The packet is still addressed to the load-balancer ` +
+        `IP ${port}: ${comment.replace(/^.* traffic not accepted by /, '')} did not let its ` +
+        `source ${before.src.text} through (it is not in loadBalancerSourceRanges), so it is dropped`,
     );
   }
   if (/^other traffic to .* will be dropped by /.test(comment) && !target) {
     return sentence(
-      `No allowed source range matched ${before.src.text}, so the packet keeps its load-balancer destination and ${comment.replace(/^.* will be dropped by /, '')} in the filter table will drop it`,
+      `No allowed source range matched ${before.src.text}, so the packet keeps its load-balancer ` +
+        `destination and ${comment.replace(/^.* will be dropped by /, '')} in the filter table will drop it`,
     );
   }
   if (rule.chain === 'KUBE-NODEPORTS' && target && (target.startsWith('KUBE-EXT-') || target.startsWith('KUBE-SVC-'))) {
     return sentence(
-      `Port ${before.dstPort}/${before.protocol.toUpperCase()} is the node port of ${service}, so the packet goes to ${explainer.chainRole(rule.table, target)}`,
+      `Port ${before.dstPort}/${before.protocol.toUpperCase()} is the node port of ${service}, so the ` +
+        `packet goes to ${explainer.chainRole(rule.table, target)}`,
     );
   }
   if (/ health check node port$/.test(comment) && target === 'ACCEPT') {
@@ -372,17 +387,21 @@ function explainServiceRule(explainer: Explainer, rule: IptablesRule, facts: Hop
   }
   if (/^pod traffic for /.test(comment) && target) {
     return sentence(
-      `The source ${before.src.text} is a pod (${rule.source ? `in ${rule.source.cidr}` : 'local traffic'}), so it is treated like traffic to the cluster IP and goes to ${explainer.chainRole(rule.table, target)}`,
+      `The source ${before.src.text} is a pod ` +
+        `(${rule.source ? `in ${rule.source.cidr}` : 'local traffic'}), so it is treated like traffic to the ` +
+        `cluster IP and goes to ${explainer.chainRole(rule.table, target)}`,
     );
   }
   if (/^route LOCAL traffic for /.test(comment) && target) {
     return sentence(
-      `The node itself sent the packet, so it may use every endpoint of ${service}, not only this node's: it goes to ${explainer.chainRole(rule.table, target)}`,
+      `The node itself sent the packet, so it may use every endpoint of ${service}, not only this node's: ` +
+        `it goes to ${explainer.chainRole(rule.table, target)}`,
     );
   }
   if (rule.chain.startsWith('KUBE-EXT-') && target?.startsWith('KUBE-SVL-')) {
     return sentence(
-      `Traffic from outside keeps its source address under externalTrafficPolicy Local, so it may only go to endpoints on this node: ${explainer.chainRole(rule.table, target)}`,
+      `Traffic from outside keeps its source address under externalTrafficPolicy Local, so it may only go ` +
+        `to endpoints on this node: ${explainer.chainRole(rule.table, target)}`,
     );
   }
   if (rule.chain.startsWith('KUBE-EXT-') && target?.startsWith('KUBE-SVC-') && !comment) {
@@ -392,7 +411,8 @@ function explainServiceRule(explainer: Explainer, rule: IptablesRule, facts: Hop
     const endpoint = explainer.endpointOf(rule.table, target) ?? comment.replace(/^.* -> /, '');
     if (facts.ruleProbability < 1) {
       return sentence(
-        `The random draw picked endpoint ${endpoint} of ${service} (${percent(facts.ruleProbability)} of the connections reaching this rule, ${percent(facts.branchProbability)} of all), so the packet goes to ${target}`,
+        `The random draw picked endpoint ${endpoint} of ${service} (${percent(facts.ruleProbability)} of ` +
+          `the connections reaching this rule, ${percent(facts.branchProbability)} of all), so the packet goes to ${target}`,
       );
     }
     const share = facts.branchProbability < 1 ? ` (${percent(facts.branchProbability)} of all)` : '';
@@ -440,7 +460,10 @@ export function masqueradeBecause(explainer: Explainer, rule: IptablesRule, stat
     return `the source ${state.src.text} is the endpoint itself (hairpin: a pod reaching itself through its service)`;
   }
   if (/^masquerade traffic for /.test(comment)) {
-    return `the packet came to an external address of ${service ?? 'the service'} (node port, external IP or load-balancer IP) and externalTrafficPolicy is Cluster`;
+    return (
+      `the packet came to an external address of ${service ?? 'the service'} (node port, external IP or ` +
+      `load-balancer IP) and externalTrafficPolicy is Cluster`
+    );
   }
   if (/^masquerade LOCAL traffic for /.test(comment))
     return `the node itself sent the packet to an external address of ${service ?? 'the service'}`;

@@ -521,7 +521,8 @@ function declareFixedChains(model: ProxyModel, plan: NodePortPlan, filter: Table
   filter.declare(kubeletFirewallChain);
   filter.add(
     kubeletFirewallChain,
-    `-A ${kubeletFirewallChain} -m comment --comment "block incoming localnet connections" -d 127.0.0.0/8 ! -s 127.0.0.0/8 -m conntrack ! --ctstate RELATED,ESTABLISHED,DNAT -j DROP`,
+    `-A ${kubeletFirewallChain} -m comment --comment "block incoming localnet connections" ` +
+      `-d 127.0.0.0/8 ! -s 127.0.0.0/8 -m conntrack ! --ctstate RELATED,ESTABLISHED,DNAT -j DROP`,
   );
 }
 
@@ -655,7 +656,8 @@ function writeMasqueradeRules(model: ProxyModel, fixedNat: LineSink): void {
     `-A ${natChains.postrouting} -m mark ! --mark ${mark}/${mark} -j RETURN`,
     // Clearing the mark keeps a packet that passes the stack again from being masqueraded twice.
     `-A ${natChains.postrouting} -j MARK --xor-mark ${mark}`,
-    `-A ${natChains.postrouting} -m comment --comment "kubernetes service traffic requiring SNAT" -j MASQUERADE${model.config.iptablesFeatures.randomFully ? ' --random-fully' : ''}`,
+    `-A ${natChains.postrouting} -m comment --comment "kubernetes service traffic requiring SNAT" -j MASQUERADE` +
+      (model.config.iptablesFeatures.randomFully ? ' --random-fully' : ''),
     `-A ${natChains.markMasq} -j MARK --or-mark ${mark}`,
   );
 }
@@ -808,11 +810,13 @@ function writeFixedChainRules(
 
   if (hasInternalEndpoints) {
     natRules.push(
-      `-A ${natChains.services} -m comment --comment ${quote(`${name} cluster IP`)} ${matchProtocol} -d ${port.clusterIP} --dport ${port.port} -j ${internalChain}`,
+      `-A ${natChains.services} -m comment --comment ${quote(`${name} cluster IP`)} ${matchProtocol} ` +
+        `-d ${port.clusterIP} --dport ${port.port} -j ${internalChain}`,
     );
   } else {
     filterRules.push(
-      `-A ${filterChains.services} -m comment --comment ${filterVerdict.comment} ${matchProtocol} -d ${port.clusterIP} --dport ${port.port} -j ${filterVerdict.target}`,
+      `-A ${filterChains.services} -m comment --comment ${filterVerdict.comment} ${matchProtocol} ` +
+        `-d ${port.clusterIP} --dport ${port.port} -j ${filterVerdict.target}`,
     );
   }
 
@@ -826,7 +830,8 @@ function writeFixedChainRules(
     // short-circuit (DROP).
     if (!hasExternalEndpoints) {
       filterRules.push(
-        `-A ${filterChains.externalServices} -m comment --comment ${filterVerdict.comment} ${matchProtocol} -d ${ip} --dport ${port.port} -j ${filterVerdict.target}`,
+        `-A ${filterChains.externalServices} -m comment --comment ${filterVerdict.comment} ${matchProtocol} ` +
+          `-d ${ip} --dport ${port.port} -j ${filterVerdict.target}`,
       );
     }
   }
@@ -834,19 +839,23 @@ function writeFixedChainRules(
   for (const ip of port.loadBalancerIPs) {
     if (hasEndpoints) {
       natRules.push(
-        `-A ${natChains.services} -m comment --comment ${quote(`${name} loadbalancer IP`)} ${matchProtocol} -d ${ip} --dport ${port.port} -j ${loadBalancerChain}`,
+        `-A ${natChains.services} -m comment --comment ${quote(`${name} loadbalancer IP`)} ${matchProtocol} ` +
+          `-d ${ip} --dport ${port.port} -j ${loadBalancerChain}`,
       );
     }
     if (usesFirewallChain) {
       filterRules.push(
-        `-A ${filterChains.proxyFirewall} -m comment --comment ${quote(`${name} traffic not accepted by ${firewallChain}`)} ${matchProtocol} -d ${ip} --dport ${port.port} -j DROP`,
+        `-A ${filterChains.proxyFirewall} -m comment ` +
+          `--comment ${quote(`${name} traffic not accepted by ${firewallChain}`)} ${matchProtocol} -d ${ip} ` +
+          `--dport ${port.port} -j DROP`,
       );
     }
   }
   if (!hasExternalEndpoints) {
     for (const ip of port.loadBalancerIPs) {
       filterRules.push(
-        `-A ${filterChains.externalServices} -m comment --comment ${filterVerdict.comment} ${matchProtocol} -d ${ip} --dport ${port.port} -j ${filterVerdict.target}`,
+        `-A ${filterChains.externalServices} -m comment --comment ${filterVerdict.comment} ${matchProtocol} ` +
+          `-d ${ip} --dport ${port.port} -j ${filterVerdict.target}`,
       );
     }
   }
@@ -864,7 +873,8 @@ function writeFixedChainRules(
       natRules.push(`-A ${natChains.nodePorts} -m comment --comment ${name} ${matchProtocol} --dport ${port.nodePort} -j ${externalChain}`);
     if (!hasExternalEndpoints) {
       filterRules.push(
-        `-A ${filterChains.externalServices} -m comment --comment ${filterVerdict.comment} -m addrtype --dst-type LOCAL ${matchProtocol} --dport ${port.nodePort} -j ${filterVerdict.target}`,
+        `-A ${filterChains.externalServices} -m comment --comment ${filterVerdict.comment} -m addrtype ` +
+          `--dst-type LOCAL ${matchProtocol} --dport ${port.nodePort} -j ${filterVerdict.target}`,
       );
     }
   }
@@ -872,7 +882,8 @@ function writeFixedChainRules(
   if (port.healthCheckNodePort !== 0) {
     // Load balancers probe this port whether or not the node has local endpoints.
     filterRules.push(
-      `-A ${filterChains.nodePorts} -m comment --comment ${quote(`${name} health check node port`)} -m tcp -p tcp --dport ${port.healthCheckNodePort} -j ACCEPT`,
+      `-A ${filterChains.nodePorts} -m comment --comment ${quote(`${name} health check node port`)} ` +
+        `-m tcp -p tcp --dport ${port.healthCheckNodePort} -j ACCEPT`,
     );
   }
 

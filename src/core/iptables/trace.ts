@@ -333,7 +333,9 @@ class Tracer {
     if (!recent) return;
     const service = walk.servicePort ?? servicePortOfComment(rule.comment) ?? 'this service';
     this.warn(
-      `${service} has session affinity (ClientIP): this trace shows a client's first connection, chosen at random; the kernel then remembers the client ${walk.state.src.text}, and its later connections go straight to the endpoint this one reached`,
+      `${service} has session affinity (ClientIP): this trace shows a client's first connection, chosen ` +
+        `at random; the kernel then remembers the client ${walk.state.src.text}, and its later connections ` +
+        `go straight to the endpoint this one reached`,
     );
   }
 }
@@ -516,7 +518,9 @@ export function traceIptables(ruleset: IptablesRuleset, packet: Packet, context:
   const tracer = new Tracer(ruleset, addresses, localAddresses, context.explain !== false);
   if (src.family !== ruleset.family || dst.family !== ruleset.family) {
     tracer.warn(
-      `the packet is ${dst.family} but the rules are ${ruleset.family}: ${ruleset.family === 'IPv4' ? 'iptables' : 'ip6tables'} rules never see it (trace it through the ${dst.family === 'IPv4' ? 'iptables-save' : 'ip6tables-save'} dump)`,
+      `the packet is ${dst.family} but the rules ` +
+        `are ${ruleset.family}: ${ruleset.family === 'IPv4' ? 'iptables' : 'ip6tables'} rules never see it ` +
+        `(trace it through the ${dst.family === 'IPv4' ? 'iptables-save' : 'ip6tables-save'} dump)`,
     );
   }
   for (const note of ruleset.notes) tracer.warn(`the dump says "${note}": the trace covers only the rules in this dump`);
@@ -576,7 +580,9 @@ export function traceIptables(ruleset: IptablesRuleset, packet: Packet, context:
   );
   if (guessed.length > 0) {
     tracer.warn(
-      `no address of the node was given, so -m addrtype LOCAL matched only loopback: ${guessed.map((ip) => ip.text).join(' and ')} was taken for another host's address, and a NodePort there would be missed; give the node's addresses`,
+      `no address of the node was given, so -m addrtype LOCAL matched only ` +
+        `loopback: ${guessed.map((ip) => ip.text).join(' and ')} was taken for another host's address, and a ` +
+        `NodePort there would be missed; give the node's addresses`,
     );
   }
   return summarize(packet, finished, tracer);

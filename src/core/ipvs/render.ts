@@ -189,6 +189,29 @@ export const ipvsJumpRules = {
 } as const;
 
 /**
+ * The rules that send what one set matches on to a chain, each written only when its set has entries
+ * (kube-proxy keeps the same facts in one table, ipsetWithIptablesChain).
+ */
+const setJumpRules: ReadonlyArray<{
+  role: SetRole;
+  table: 'nat' | 'filter';
+  chain: string;
+  protocol?: 'tcp' | 'udp';
+  dirs: string;
+  target: string;
+}> = [
+  {role: 'loopBack', table: 'nat', chain: 'KUBE-POSTROUTING', dirs: 'dst,dst,src', target: 'MASQUERADE'},
+  {role: 'loadBalancer', table: 'nat', chain: 'KUBE-SERVICES', dirs: 'dst,dst', target: 'KUBE-LOAD-BALANCER'},
+  {role: 'loadBalancerLocal', table: 'nat', chain: 'KUBE-LOAD-BALANCER', dirs: 'dst,dst', target: 'RETURN'},
+  {role: 'nodePortLocalTCP', table: 'nat', chain: 'KUBE-NODE-PORT', protocol: 'tcp', dirs: 'dst', target: 'RETURN'},
+  {role: 'nodePortTCP', table: 'nat', chain: 'KUBE-NODE-PORT', protocol: 'tcp', dirs: 'dst', target: 'KUBE-MARK-MASQ'},
+  {role: 'nodePortLocalUDP', table: 'nat', chain: 'KUBE-NODE-PORT', protocol: 'udp', dirs: 'dst', target: 'RETURN'},
+  {role: 'nodePortUDP', table: 'nat', chain: 'KUBE-NODE-PORT', protocol: 'udp', dirs: 'dst', target: 'KUBE-MARK-MASQ'},
+  {role: 'loadBalancerFW', table: 'filter', chain: 'KUBE-PROXY-FIREWALL', dirs: 'dst,dst', target: 'KUBE-SOURCE-RANGES-FIREWALL'},
+  {role: 'loadBalancerSourceCIDR', table: 'filter', chain: 'KUBE-SOURCE-RANGES-FIREWALL', dirs: 'dst,dst,src', target: 'RETURN'},
+];
+
+/**
  * renderIpvsIptables writes the iptables layer: `set(role)` names a set that has entries (rules
  * matching empty sets are left out, as kube-proxy does).
  */
@@ -204,42 +227,11 @@ function renderIpvsIptables(model: ProxyModel, set: (role: SetRole) => string | 
   const push = (lines: string[], line: string | undefined) => line && lines.push(line);
 
   nat.push(`-A KUBE-SERVICES -s ${model.family === 'IPv6' ? '::1/128' : '127.0.0.0/8'} -j RETURN`);
-  push(
-    nat,
-    when('loopBack', () => `-A KUBE-POSTROUTING ${match('loopBack', 'dst,dst,src')} -j MASQUERADE`),
-  );
-  push(
-    nat,
-    when('loadBalancer', () => `-A KUBE-SERVICES ${match('loadBalancer', 'dst,dst')} -j KUBE-LOAD-BALANCER`),
-  );
-  push(
-    nat,
-    when('loadBalancerLocal', () => `-A KUBE-LOAD-BALANCER ${match('loadBalancerLocal', 'dst,dst')} -j RETURN`),
-  );
-  push(
-    nat,
-    when('nodePortLocalTCP', () => `-A KUBE-NODE-PORT -p tcp ${match('nodePortLocalTCP', 'dst')} -j RETURN`),
-  );
-  push(
-    nat,
-    when('nodePortTCP', () => `-A KUBE-NODE-PORT -p tcp ${match('nodePortTCP', 'dst')} -j KUBE-MARK-MASQ`),
-  );
-  push(
-    nat,
-    when('nodePortLocalUDP', () => `-A KUBE-NODE-PORT -p udp ${match('nodePortLocalUDP', 'dst')} -j RETURN`),
-  );
-  push(
-    nat,
-    when('nodePortUDP', () => `-A KUBE-NODE-PORT -p udp ${match('nodePortUDP', 'dst')} -j KUBE-MARK-MASQ`),
-  );
-  push(
-    filter,
-    when('loadBalancerFW', () => `-A KUBE-PROXY-FIREWALL ${match('loadBalancerFW', 'dst,dst')} -j KUBE-SOURCE-RANGES-FIREWALL`),
-  );
-  push(
-    filter,
-    when('loadBalancerSourceCIDR', () => `-A KUBE-SOURCE-RANGES-FIREWALL ${match('loadBalancerSourceCIDR', 'dst,dst,src')} -j RETURN`),
-  );
+  for (const rule of setJumpRules) {
+    if (!set(rule.role)) continue;
+    const protocol = rule.protocol ? ` -p ${rule.protocol}` : '';
+    (rule.table === 'nat' ? nat : filter).push(`-A ${rule.chain}${protocol} ${match(rule.role, rule.dirs)} -j ${rule.target}`);
+  }
 
   if (set('clusterIP')) {
     const notLocal = notLocalMatch(model.config.localDetector);

@@ -57,7 +57,8 @@ export function inputWarnings(input: WarnedInput, model: ProxyModel): string[] {
       warnings.push(
         where(
           service,
-          `${name} has no ${model.family} cluster IP (${otherFamily}): it is not in these rules; render it with --ip-family ${model.family === 'IPv4' ? 'ipv6' : 'ipv4'}`,
+          `${name} has no ${model.family} cluster IP (${otherFamily}): it is not in these rules; render it ` +
+            `with --ip-family ${model.family === 'IPv4' ? 'ipv6' : 'ipv4'}`,
         ),
       );
     for (const port of ports) {
@@ -68,7 +69,9 @@ export function inputWarnings(input: WarnedInput, model: ProxyModel): string[] {
         warnings.push(
           where(
             service,
-            `${name}${portName ? ` port ${String(portName)}` : ''}: nodePort ${nodePort} is outside the default node-port range ${defaultNodePortRange.low}-${defaultNodePortRange.high}; kube-apiserver would refuse it unless its --service-node-port-range allows it`,
+            `${name}${portName ? ` port ${String(portName)}` : ''}: nodePort ${nodePort} is outside the default ` +
+              `node-port range ${defaultNodePortRange.low}-${defaultNodePortRange.high}; kube-apiserver would ` +
+              `refuse it unless its --service-node-port-range allows it`,
           ),
         );
       }
@@ -106,7 +109,8 @@ function sliceWarnings(slice: unknown, portNames: Map<string, string[]>, family:
     if (!names.includes(portName)) {
       const shown = (text: string): string => (text === '' ? '(unnamed)' : `"${text}"`);
       warnings.push(
-        `${name}: port ${shown(portName)} matches no port of Service ${meta.namespace}/${serviceName} (${names.map(shown).join(', ')}): its endpoints are not used for it`,
+        `${name}: port ${shown(portName)} matches no port of Service ${meta.namespace}/${serviceName} ` +
+          `(${names.map(shown).join(', ')}): its endpoints are not used for it`,
       );
     }
   }

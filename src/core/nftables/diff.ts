@@ -74,7 +74,10 @@ function linesOf(ruleset: NftRuleset, other: NftRuleset): Line[] {
     const flags = set.flags.filter((flag) => flag !== 'dynamic');
     lines.push({
       servicePort: owner,
-      text: `${set.kind} ${set.name}${flags.length > 0 ? ` flags ${flags.join(',')}` : ''}${set.timeoutSeconds !== undefined ? ` timeout ${set.timeoutSeconds}s` : ''}`,
+      text:
+        `${set.kind} ${set.name}` +
+        (flags.length > 0 ? ` flags ${flags.join(',')}` : '') +
+        (set.timeoutSeconds !== undefined ? ` timeout ${set.timeoutSeconds}s` : ''),
     });
     if (affinity) continue;
     for (const element of set.elements) {

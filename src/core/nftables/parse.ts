@@ -93,7 +93,9 @@ export function exprText(expr: Json, markContext = false): string {
     }
     case 'set': {
       const items = Array.isArray(body) ? body : [body];
-      return `{ ${items.map((item) => (Array.isArray(item) ? `${exprText(item[0])} : ${verdictOrExprText(item[1])}` : exprText(item, markContext))).join(', ')} }`;
+      const itemText = (item: Json): string =>
+        Array.isArray(item) ? `${exprText(item[0])} : ${verdictOrExprText(item[1])}` : exprText(item, markContext);
+      return `{ ${items.map(itemText).join(', ')} }`;
     }
     case 'elem': {
       const elem = body as {val: Json};

@@ -329,7 +329,8 @@ function renderSetup(model: ProxyModel, options: NftablesRenderOptions, words: F
     out.push(`add element ${t} ${nftNames.localCIDRs} { ${outermostCIDRs(detector.cidrs).join(', ')} }`);
   }
   out.push(
-    `add set ${t} ${nftNames.hairpinEndpoints} { type ${words.addrType} . ${words.addrType} ; comment "endpoints masqueraded when they reach themselves through a service" ; }`,
+    `add set ${t} ${nftNames.hairpinEndpoints} { type ${words.addrType} . ${words.addrType} ` +
+      `; comment "endpoints masqueraded when they reach themselves through a service" ; }`,
   );
   out.push(
     `add rule ${t} ${nftNames.masquerading} ct status dnat ${words.ipX} saddr . ${words.ipX} daddr @${nftNames.hairpinEndpoints} jump ${nftNames.markMasq}`,
@@ -359,10 +360,12 @@ function renderSetup(model: ProxyModel, options: NftablesRenderOptions, words: F
   }
 
   out.push(
-    `add map ${t} ${nftNames.noEndpointServices} { type ${words.addrType} . inet_proto . inet_service : verdict ; comment "vmap to drop or reject packets to services with no endpoints" ; }`,
+    `add map ${t} ${nftNames.noEndpointServices} { type ${words.addrType} . inet_proto . inet_service : verdict ` +
+      `; comment "vmap to drop or reject packets to services with no endpoints" ; }`,
   );
   out.push(
-    `add map ${t} ${nftNames.noEndpointNodePorts} { type inet_proto . inet_service : verdict ; comment "vmap to drop or reject packets to service nodeports with no endpoints" ; }`,
+    `add map ${t} ${nftNames.noEndpointNodePorts} { type inet_proto . inet_service : verdict ` +
+      `; comment "vmap to drop or reject packets to service nodeports with no endpoints" ; }`,
   );
   out.push(`add rule ${t} ${nftNames.reject} reject`);
   out.push(
@@ -371,22 +374,26 @@ function renderSetup(model: ProxyModel, options: NftablesRenderOptions, words: F
   out.push(
     nodePorts.matchAll
       ? `add rule ${t} ${nftNames.nodePortEndpointsCheck} ${words.ipX} daddr != ${words.loopback} meta l4proto . th dport vmap @${nftNames.noEndpointNodePorts}`
-      : `add rule ${t} ${nftNames.nodePortEndpointsCheck} ${words.ipX} daddr @${nftNames.nodePortIPs} meta l4proto . th dport vmap @${nftNames.noEndpointNodePorts}`,
+      : `add rule ${t} ${nftNames.nodePortEndpointsCheck} ${words.ipX} daddr @${nftNames.nodePortIPs} ` +
+          `meta l4proto . th dport vmap @${nftNames.noEndpointNodePorts}`,
   );
 
   out.push(
-    `add map ${t} ${nftNames.firewallIPs} { type ${words.addrType} . inet_proto . inet_service : verdict ; comment "destinations that are subject to LoadBalancerSourceRanges" ; }`,
+    `add map ${t} ${nftNames.firewallIPs} { type ${words.addrType} . inet_proto . inet_service : verdict ` +
+      `; comment "destinations that are subject to LoadBalancerSourceRanges" ; }`,
   );
   out.push(`add rule ${t} ${nftNames.firewallCheck} ${words.ipX} daddr . meta l4proto . th dport vmap @${nftNames.firewallIPs}`);
 
   out.push(
-    `add map ${t} ${nftNames.serviceIPs} { type ${words.addrType} . inet_proto . inet_service : verdict ; comment "ClusterIP, ExternalIP and LoadBalancer IP traffic" ; }`,
+    `add map ${t} ${nftNames.serviceIPs} { type ${words.addrType} . inet_proto . inet_service : verdict ` +
+      `; comment "ClusterIP, ExternalIP and LoadBalancer IP traffic" ; }`,
   );
   out.push(`add map ${t} ${nftNames.serviceNodePorts} { type inet_proto . inet_service : verdict ; comment "NodePort traffic" ; }`);
   out.push(`add rule ${t} ${nftNames.services} ${words.ipX} daddr . meta l4proto . th dport vmap @${nftNames.serviceIPs}`);
   out.push(
     nodePorts.matchAll
-      ? `add rule ${t} ${nftNames.services} fib daddr type local ${words.ipX} daddr != ${words.loopback} meta l4proto . th dport vmap @${nftNames.serviceNodePorts}`
+      ? `add rule ${t} ${nftNames.services} fib daddr type local ${words.ipX} daddr != ${words.loopback} ` +
+          `meta l4proto . th dport vmap @${nftNames.serviceNodePorts}`
       : `add rule ${t} ${nftNames.services} ${words.ipX} daddr @${nftNames.nodePortIPs} meta l4proto . th dport vmap @${nftNames.serviceNodePorts}`,
   );
 

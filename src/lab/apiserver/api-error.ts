@@ -123,7 +123,8 @@ export function unsupportedMediaType(contentType: string): ApiError {
   return new ApiError(
     415,
     'UnsupportedMediaType',
-    `the body of the request was in an unknown format - accepted media types include: application/json-patch+json, application/merge-patch+json, application/strategic-merge-patch+json (got ${contentType})`,
+    `the body of the request was in an unknown format - accepted media types include: ` +
+      `application/json-patch+json, application/merge-patch+json, application/strategic-merge-patch+json (got ${contentType})`,
   );
 }
 

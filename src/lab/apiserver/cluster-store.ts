@@ -81,6 +81,17 @@ const nameRules: Record<string, NameRule> = {
 
 const generateNameAlphabet = 'bcdfghjklmnpqrstvwxz2456789';
 
+/** kube-apiserver's answer to a body that names its object other than the URL does. */
+function nameMismatch(bodyName: string | undefined, urlName: string): ApiError {
+  return badField('metadata.name', `the name of the object (${bodyName ?? ''}) does not match the name on the URL (${urlName})`);
+}
+
+/** The optimistic-concurrency precondition: a resourceVersion in the body must be the stored object's. */
+function checkPrecondition(type: ResourceType, body: KubeObject, stored: KubeObject): void {
+  const wanted = body.metadata.resourceVersion;
+  if (wanted && wanted !== stored.metadata.resourceVersion) throw conflict(type.resource, type.group, stored.metadata.name);
+}
+
 function nowRfc3339(clock: () => number): string {
   return new Date(Math.floor(clock() / 1000) * 1000).toISOString().replace('.000Z', 'Z');
 }
@@ -222,19 +233,17 @@ export class ClusterStore {
     if (!body || typeof body !== 'object' || Array.isArray(body)) throw badRequest('the body of the request must be a JSON object');
     body = structuredClone(body);
     checkFieldTypes(type, body);
-    if (!body.metadata)
-      throw badField('metadata.name', `the name of the object () does not match the name on the URL (${expectedName ?? ''})`);
+    if (!body.metadata) throw nameMismatch(undefined, expectedName ?? '');
     const name = body.metadata.name;
     if (expectedName !== undefined && name !== expectedName) {
-      throw badField('metadata.name', `the name of the object (${name ?? ''}) does not match the name on the URL (${expectedName})`);
+      throw nameMismatch(name, expectedName);
     }
     if (type.namespaced && body.metadata.namespace && namespace && body.metadata.namespace !== namespace) {
       throw badField('metadata.namespace', 'the namespace of the provided object does not match the namespace sent on the request');
     }
     const ns = type.namespaced ? (namespace ?? body.metadata.namespace ?? 'default') : undefined;
     const old = this.get(type, ns, name);
-    if (body.metadata.resourceVersion && body.metadata.resourceVersion !== old.metadata.resourceVersion)
-      throw conflict(type.resource, type.group, name);
+    checkPrecondition(type, body, old);
     return this.replace(type, old, body, options);
   }
 
@@ -274,13 +283,8 @@ export class ClusterStore {
       throw badRequest('the patch made the object something other than a JSON object');
     checkFieldTypes(type, patched);
     if (!patched.metadata) throw badField('metadata', "the patch removed the object's metadata");
-    if (patched.metadata.name !== name)
-      throw badField(
-        'metadata.name',
-        `the name of the object (${patched.metadata.name ?? ''}) does not match the name on the URL (${name})`,
-      );
-    if (patched.metadata.resourceVersion && patched.metadata.resourceVersion !== old.metadata.resourceVersion)
-      throw conflict(type.resource, type.group, name);
+    if (patched.metadata.name !== name) throw nameMismatch(patched.metadata.name, name);
+    checkPrecondition(type, patched, old);
     return this.replace(type, old, patched, options);
   }
 
@@ -300,11 +304,7 @@ export class ClusterStore {
     if (!applied || typeof applied !== 'object' || Array.isArray(applied)) throw badRequest('the applied configuration must be an object');
     const config = structuredClone(applied) as KubeObject;
     checkFieldTypes(type, config);
-    if (!config.metadata || config.metadata.name !== name)
-      throw badField(
-        'metadata.name',
-        `the name of the object (${config.metadata?.name ?? ''}) does not match the name on the URL (${name})`,
-      );
+    if (!config.metadata || config.metadata.name !== name) throw nameMismatch(config.metadata?.name, name);
     const live = this.tryGet(type, namespace, name);
     const fieldRequest = {...this.managerRequest({...options, fieldManager: request.manager}), force: request.force};
     const writeOptions = {...options, fieldManager: undefined};
@@ -312,8 +312,7 @@ export class ClusterStore {
       const object = applyConfiguration(type, undefined, config, fieldRequest);
       return {object: this.create(type, object, namespace, writeOptions), created: true};
     }
-    if (config.metadata.resourceVersion && config.metadata.resourceVersion !== live.metadata.resourceVersion)
-      throw conflict(type.resource, type.group, name);
+    checkPrecondition(type, config, live);
     const merged = applyConfiguration(type, live, config, fieldRequest);
     const unchanged = withoutManagedFields(merged) === withoutManagedFields(live);
     if (unchanged && sameOwnership(merged, live)) return {object: live, created: false};

@@ -20,7 +20,9 @@ export function dns1123LabelErrors(value: string): string[] {
     value,
     63,
     dns1123LabelRe,
-    "a lowercase RFC 1123 label must consist of lower case alphanumeric characters or '-', and must start and end with an alphanumeric character (e.g. 'my-name',  or '123-abc', regex used for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?')",
+    "a lowercase RFC 1123 label must consist of lower case alphanumeric characters or '-', and must " +
+      "start and end with an alphanumeric character (e.g. 'my-name',  or '123-abc', regex used for " +
+      "validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?')",
   );
 }
 
@@ -29,7 +31,9 @@ export function dns1123SubdomainErrors(value: string): string[] {
     value,
     253,
     dns1123SubdomainRe,
-    "a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', and must start and end with an alphanumeric character (e.g. 'example.com', regex used for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*')",
+    "a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', and " +
+      "must start and end with an alphanumeric character (e.g. 'example.com', regex used for validation is " +
+      "'[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*')",
   );
 }
 
@@ -38,7 +42,9 @@ export function dns1035LabelErrors(value: string): string[] {
     value,
     63,
     dns1035LabelRe,
-    "a DNS-1035 label must consist of lower case alphanumeric characters or '-', start with an alphabetic character, and end with an alphanumeric character (e.g. 'my-name',  or 'abc-123', regex used for validation is '[a-z]([-a-z0-9]*[a-z0-9])?')",
+    "a DNS-1035 label must consist of lower case alphanumeric characters or '-', start with an " +
+      "alphabetic character, and end with an alphanumeric character (e.g. 'my-name',  or 'abc-123', regex " +
+      "used for validation is '[a-z]([-a-z0-9]*[a-z0-9])?')",
   );
 }
 
@@ -93,7 +99,8 @@ function labelKeyErrors(key: string): string[] {
   if (prefix && dns1123SubdomainErrors(prefix).length > 0) errs.push('prefix part ' + dns1123SubdomainErrors(prefix)[0]);
   if (name.length === 0 || name.length > 63 || !qualifiedNameRe.test(name)) {
     errs.push(
-      "name part must consist of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric character (e.g. 'MyName',  or 'my.name',  or '123-abc', regex used for validation is '([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]')",
+      "name part must consist of alphanumeric characters, '-', '_' or '.', and must start and end with an " +
+        "alphanumeric character (e.g. 'MyName',  or 'my.name',  or '123-abc', regex used for validation is '([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]')",
     );
   }
   return errs;
@@ -109,7 +116,9 @@ export function validateLabels(labels: unknown, field: string): FieldError[] {
         fieldError.invalid(
           `${field}`,
           v,
-          "a valid label must be an empty string or consist of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric character (e.g. 'MyValue',  or 'my_value',  or '12345', regex used for validation is '(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?')",
+          "a valid label must be an empty string or consist of alphanumeric characters, '-', '_' or '.', and " +
+            "must start and end with an alphanumeric character (e.g. 'MyValue',  or 'my_value',  or '12345', " +
+            "regex used for validation is '(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?')",
         ),
       );
     }

@@ -61,7 +61,10 @@ export function validatePod(pod: KubeObject): FieldError[] {
 }
 
 const mutableSpecMessage =
-  'pod updates may not change fields other than `spec.containers[*].image`,`spec.initContainers[*].image`,`spec.activeDeadlineSeconds`,`spec.tolerations` (only additions to existing tolerations),`spec.terminationGracePeriodSeconds` (allow it to be set to 1 if it was previously negative)';
+  'pod updates may not change fields other than ' +
+  '`spec.containers[*].image`,`spec.initContainers[*].image`,`spec.activeDeadlineSeconds`,`spec.tolerations` ' +
+  '(only additions to existing tolerations),`spec.terminationGracePeriodSeconds` (allow it to be set ' +
+  'to 1 if it was previously negative)';
 
 /** A pod's spec is fixed after creation except images, deadlines, added tolerations and a first nodeName. */
 export function validatePodUpdate(pod: KubeObject, old: KubeObject): FieldError[] {

@@ -24,44 +24,44 @@ function readVarint(buf: Buffer, at: number): [bigint, number] {
   throw new ProtobufError('truncated varint');
 }
 
+/** The `size` bytes of a fixed32 or fixed64 value at `at`, and where the next field starts. */
+function readFixed(buf: Buffer, at: number, size: 4 | 8): [Buffer, number] {
+  if (at + size > buf.length) throw new ProtobufError(`truncated fixed${size * 8}`);
+  return [buf.subarray(at, at + size), at + size];
+}
+
+/** The value of field `number` of wire type `wireType` at `at`, and where the next field starts. */
+function readValue(buf: Buffer, at: number, number: number, wireType: number): [bigint | Buffer, number] {
+  switch (wireType) {
+    case 0:
+      return readVarint(buf, at);
+    case 1:
+      return readFixed(buf, at, 8);
+    case 2: {
+      const [length, after] = readVarint(buf, at);
+      const end = after + Number(length);
+      if (end > buf.length) throw new ProtobufError(`field ${number}: length ${length} runs past the message`);
+      return [buf.subarray(after, end), end];
+    }
+    case 5:
+      return readFixed(buf, at, 4);
+    default:
+      throw new ProtobufError(`field ${number}: wire type ${wireType} is not supported`);
+  }
+}
+
 /** Every field of a message, in wire order (repeated fields appear once per element). */
 export function readFields(buf: Buffer): WireField[] {
   const fields: WireField[] = [];
   let at = 0;
   while (at < buf.length) {
-    const [key, next] = readVarint(buf, at);
-    at = next;
+    const [key, afterKey] = readVarint(buf, at);
     const number = Number(key >> 3n);
     const wireType = Number(key & 7n);
     if (number === 0) throw new ProtobufError('field number 0');
-    switch (wireType) {
-      case 0: {
-        const [value, after] = readVarint(buf, at);
-        fields.push({number, wireType, value});
-        at = after;
-        break;
-      }
-      case 1:
-        if (at + 8 > buf.length) throw new ProtobufError('truncated fixed64');
-        fields.push({number, wireType, value: buf.subarray(at, at + 8)});
-        at += 8;
-        break;
-      case 2: {
-        const [length, after] = readVarint(buf, at);
-        const end = after + Number(length);
-        if (end > buf.length) throw new ProtobufError(`field ${number}: length ${length} runs past the message`);
-        fields.push({number, wireType, value: buf.subarray(after, end)});
-        at = end;
-        break;
-      }
-      case 5:
-        if (at + 4 > buf.length) throw new ProtobufError('truncated fixed32');
-        fields.push({number, wireType, value: buf.subarray(at, at + 4)});
-        at += 4;
-        break;
-      default:
-        throw new ProtobufError(`field ${number}: wire type ${wireType} is not supported`);
-    }
+    const [value, next] = readValue(buf, afterKey, number, wireType);
+    fields.push({number, wireType, value});
+    at = next;
   }
   return fields;
 }

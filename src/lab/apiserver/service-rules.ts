@@ -134,7 +134,10 @@ export function defaultService(svc: KubeObject, old: KubeObject | undefined, net
 }
 
 function duplicatePortText(protocol: string, port: number): string {
-  return `core.ServicePort{Name:"", Protocol:"${protocol}", AppProtocol:(*string)(nil), Port:${port}, TargetPort:intstr.IntOrString{Type:0, IntVal:0, StrVal:""}, NodePort:0}`;
+  return (
+    `core.ServicePort{Name:"", Protocol:"${protocol}", AppProtocol:(*string)(nil), Port:${port}, ` +
+    `TargetPort:intstr.IntOrString{Type:0, IntVal:0, StrVal:""}, NodePort:0}`
+  );
 }
 
 export function validateService(svc: KubeObject, old: KubeObject | undefined, network: ServiceNetwork): FieldError[] {

@@ -219,22 +219,37 @@ export async function buildCluster(options: ClusterOptions): Promise<ClusterTopo
   }
 }
 
+/**
+ * Plugs a namespace into the node network: a veth whose other end, `uplink`, is on the bridge, and
+ * the namespace's address on the node network; `extra` lines run in the namespace after them.
+ */
+function joinNodeNetwork(
+  plan: NetworkPlan,
+  topology: ClusterTopology,
+  member: {namespace: string; interface: string; ip: string},
+  uplink: string,
+  ...extra: string[]
+): void {
+  const {network} = topology;
+  const prefixLength = topology.nodeCIDR.split('/')[1];
+  plan.host(vethCommand({namespace: member.namespace, name: member.interface}, {namespace: network.namespace, name: uplink}));
+  plan.in(network.namespace, attachToBridgeCommand(uplink, network.bridge), linkUpCommand(uplink));
+  plan.in(
+    member.namespace,
+    linkUpCommand('lo'),
+    addressCommand(member.interface, `${member.ip}/${prefixLength}`),
+    linkUpCommand(member.interface),
+    ...extra,
+  );
+}
+
 function planCluster(topology: ClusterTopology): NetworkPlan {
   const plan = new NetworkPlan();
   const {network} = topology;
-  const prefixLength = topology.nodeCIDR.split('/')[1];
   plan.in(network.namespace, linkUpCommand('lo'), ...bridgeCommands(network.bridge));
 
   for (const [index, node] of topology.nodes.entries()) {
-    const uplink = `node${index}`;
-    plan.host(vethCommand({namespace: node.namespace, name: node.interface}, {namespace: network.namespace, name: uplink}));
-    plan.in(network.namespace, attachToBridgeCommand(uplink, network.bridge), linkUpCommand(uplink));
-    plan.in(
-      node.namespace,
-      linkUpCommand('lo'),
-      addressCommand(node.interface, `${node.ip}/${prefixLength}`),
-      linkUpCommand(node.interface),
-    );
+    joinNodeNetwork(plan, topology, node, `node${index}`);
     for (const other of topology.nodes) {
       if (other !== node) plan.in(node.namespace, routeCommand({destination: other.podCIDR, via: other.ip, dev: node.interface}));
     }
@@ -259,28 +274,18 @@ function planCluster(topology: ClusterTopology): NetworkPlan {
   }
 
   for (const [index, client] of topology.externalClients.entries()) {
-    const uplink = `client${index}`;
-    plan.host(vethCommand({namespace: client.namespace, name: client.interface}, {namespace: network.namespace, name: uplink}));
-    plan.in(network.namespace, attachToBridgeCommand(uplink, network.bridge), linkUpCommand(uplink));
-    plan.in(
-      client.namespace,
-      linkUpCommand('lo'),
-      addressCommand(client.interface, `${client.ip}/${prefixLength}`),
-      linkUpCommand(client.interface),
-    );
+    joinNodeNetwork(plan, topology, client, `client${index}`);
     for (const destination of client.routes)
       plan.in(client.namespace, routeCommand({destination, via: client.gateway, dev: client.interface}));
   }
 
   const {upstream} = topology;
   if (upstream) {
-    plan.host(vethCommand({namespace: upstream.namespace, name: upstream.interface}, {namespace: network.namespace, name: 'upstream'}));
-    plan.in(network.namespace, attachToBridgeCommand('upstream', network.bridge), linkUpCommand('upstream'));
-    plan.in(
-      upstream.namespace,
-      linkUpCommand('lo'),
-      addressCommand(upstream.interface, `${upstream.ip}/${prefixLength}`),
-      linkUpCommand(upstream.interface),
+    joinNodeNetwork(
+      plan,
+      topology,
+      upstream,
+      'upstream',
       // Every address is local here (AnyIP) and nothing listens: TCP gets a reset, UDP a port
       // unreachable, whatever address a node sent it to.
       'route add local 0.0.0.0/0 dev lo',

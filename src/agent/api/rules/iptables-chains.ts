@@ -266,7 +266,8 @@ export class ChainIndexedRuleset implements IptablesRuleset {
     const dump = `${header}*${table.name}\n:${name} ${policy} [0:0]\n${rules.length > 0 ? `${rules.join('\n')}\n` : ''}COMMIT\n`;
     const parsed = parseIptablesSave(dump, {family});
     const chain = parsed.tables.get(table.name)!.chains.get(name)!;
-    // Rule k of the chain came from dump line headerLines + 3 + k (one line gives several rules only for address lists, which are not in iptables-save's output).
+    // Rule k of the chain came from dump line headerLines + 3 + k (one line gives several rules only
+    // for address lists, which are not in iptables-save's output).
     const lineOf = (line: number) => lines[line - headerLines - 3] ?? line;
     for (const rule of chain.rules) rule.line = lineOf(rule.line);
     return {chain, unknownMatches: parsed.unknownMatches.map((match) => ({...match, line: lineOf(match.line)}))};

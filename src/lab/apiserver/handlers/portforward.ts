@@ -48,6 +48,7 @@ export function rejectUpgrade(socket: Duplex, err: unknown): void {
   const status = err instanceof ApiError ? err.toStatus() : new ApiError(500, 'InternalError', String(err)).toStatus();
   const body = JSON.stringify(status);
   socket.end(
-    `HTTP/1.1 ${status.code} ${status.reason}\r\ncontent-type: application/json\r\ncontent-length: ${Buffer.byteLength(body)}\r\nconnection: close\r\n\r\n${body}`,
+    `HTTP/1.1 ${status.code} ${status.reason}\r\ncontent-type: ` +
+      `application/json\r\ncontent-length: ${Buffer.byteLength(body)}\r\nconnection: close\r\n\r\n${body}`,
   );
 }

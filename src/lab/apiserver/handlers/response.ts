@@ -35,7 +35,9 @@ export function sendObject(req: IncomingMessage, res: ServerResponse, url: URL, 
 
 export function listJson(type: ResourceType, items: KubeObject[], meta: Record<string, unknown>): string {
   const parts = items.map((o) => JSON.stringify(present(type, o)));
-  return `{"kind":${JSON.stringify(`${type.kind}List`)},"apiVersion":${JSON.stringify(groupVersion(type))},"metadata":${JSON.stringify(meta)},"items":[${parts.join(',')}]}`;
+  // The items are spliced in as text, already serialised once each.
+  const head = `"kind":${JSON.stringify(`${type.kind}List`)},"apiVersion":${JSON.stringify(groupVersion(type))}`;
+  return `{${head},"metadata":${JSON.stringify(meta)},"items":[${parts.join(',')}]}`;
 }
 
 export function sendJson(res: ServerResponse, code: number, body: unknown): void {

@@ -5,7 +5,8 @@ import {PluginCommand} from '../../lib/plugin-command.ts';
 export default class LabDown extends PluginCommand {
   static override summary = 'Remove a lab: its agents, pods, namespaces, API server and state.';
   static override description =
-    'Works from any shell, also when the lab broke half-way or its supervisor died. Running it again, or for a lab that does not exist, changes nothing and succeeds.';
+    'Works from any shell, also when the lab broke half-way or its supervisor died. Running it again, ' +
+    'or for a lab that does not exist, changes nothing and succeeds.';
 
   static override examples = [
     {description: 'Remove the default lab', command: '<%= config.bin %> lab down'},

@@ -19,7 +19,9 @@ export function splitAtDoubleDash(argv: string[]): {own: string[]; command: stri
 export default class LabExec extends PluginCommand {
   static override summary = 'Run a command inside a lab pod, node or external client (its network namespace).';
   static override description =
-    `TARGET is a pod (pod-0-1), a node (node-0, or its agent pod proxyctl-agent-node-0), an external client (client-0, or just "client"), or "upstream". The command runs as root in that namespace with this terminal; its exit code is passed through. Everything after the first -- reaches the command unchanged.`;
+    `TARGET is a pod (pod-0-1), a node (node-0, or its agent pod proxyctl-agent-node-0), an external ` +
+    `client (client-0, or just "client"), or "upstream". The command runs as root in that namespace with ` +
+    `this terminal; its exit code is passed through. Everything after the first -- reaches the command unchanged.`;
 
   static override examples = [
     {

@@ -6,10 +6,15 @@ import {formatLabStatus, readLabStatus} from '../../../lab/lab-status.ts';
 
 export default class LabUp extends PluginCommand {
   static override summary = 'Build a small cluster on this machine out of network namespaces, with one proxyctl agent per node.';
-  static override description =
-    `Creates one network namespace per node (joined by a bridge), pods behind each node running a demo HTTP and UDP server, and an external client outside the cluster. An embedded Kubernetes API server holds the nodes, pods and demo Services (ClusterIP, NodePort, UDP, one without endpoints) and hands out a kubeconfig; one proxyctl agent per node writes that node's rules inside its namespace.
-
-Returns once nodes, pods and agents are ready; the lab keeps running in the background until \`lab down\`. Needs root and iproute2. Its state is in /run/proxyctl-lab/NAME.`;
+  static override description = [
+    'Creates one network namespace per node (joined by a bridge), pods behind each node running a demo ' +
+      'HTTP and UDP server, and an external client outside the cluster. An embedded Kubernetes API server ' +
+      'holds the nodes, pods and demo Services (ClusterIP, NodePort, UDP, one without endpoints) and hands ' +
+      "out a kubeconfig; one proxyctl agent per node writes that node's rules inside its namespace.",
+    '',
+    'Returns once nodes, pods and agents are ready; the lab keeps running in the background until `lab ' +
+      'down`. Needs root and iproute2. Its state is in /run/proxyctl-lab/NAME.',
+  ].join('\n');
 
   static override examples = [
     {description: 'Two nodes with three pods each', command: '<%= config.bin %> lab up'},
@@ -37,7 +42,8 @@ Returns once nodes, pods and agents are ready; the lab keeps running in the back
     }),
     observe: Flags.boolean({
       summary:
-        "Each node's agent stands in for kube-proxy, and an observing agent (proxyctl-agent --observe) runs beside it; status, trace and diff go to the observers.",
+        "Each node's agent stands in for kube-proxy, and an observing agent (proxyctl-agent --observe) runs " +
+        'beside it; status, trace and diff go to the observers.',
       default: false,
     }),
   };
