@@ -99,7 +99,8 @@ export function readRulesDump(text: string, name: string): ModeRules {
   if (/^\*(nat|filter|mangle|raw)\s*$/m.test(text)) {
     if (/--match-set KUBE-(6-)?CLUSTER-IP /.test(text))
       throw new DumpFormatError(
-        `${name} is the iptables layer of an ipvs-mode node: ipvs mode's behaviour lives in its virtual servers and sets too, which an iptables dump does not hold`,
+        `${name} is the iptables layer of an ipvs-mode node: ipvs mode's behaviour lives in its virtual servers and sets too, which an iptables dump ` +
+          `does not hold`,
       );
     return {mode: 'iptables', rules: parseIptablesSave(text)};
   }

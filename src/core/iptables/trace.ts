@@ -272,7 +272,8 @@ class Tracer {
         walk.masqueradeReason =
           walk.markedBy && rule.chain === 'KUBE-POSTROUTING'
             ? `marked for masquerade by ${walk.markedBy.chain} because ${walk.markedBy.because}`
-            : `${rule.table} ${rule.chain} rewrites the source with ${target.name}${this.explain ? ` because ${masqueradeBecause(this.explainer, rule, before)}` : ''}`;
+            : `${rule.table} ${rule.chain} rewrites the source ` +
+              `with ${target.name}${this.explain ? ` because ${masqueradeBecause(this.explainer, rule, before)}` : ''}`;
         return [{walk, exit: 'accept'}];
       }
       case 'NOTRACK':

@@ -27,11 +27,19 @@ const modes = ['nftables', 'iptables', 'ipvs'] as const;
 export default class MigrateCheck extends AgentCommand {
   static override summary = 'Say what would behave differently if a node switched proxy mode, before switching it.';
   static override description =
-    `Compares the rules a node holds today (proxyctl's, or kube-proxy's read through observe mode) with the rules the --to mode would write for the same node, objects and settings, by what they do rather than by their text: every service port's ClusterIP, NodePort on every node address and on 127.0.0.1, externalIPs, load-balancer IPs and health check port, an undefined port of each ClusterIP and an unused service-CIDR address, each from a pod on the node, a pod on another node, the node itself and outside clients (inside and outside loadBalancerSourceRanges), traced through both rulesets.
+    `Compares the rules a node holds today (proxyctl's, or kube-proxy's read through observe mode) with the rules the --to mode would write for the ` +
+    `same node, objects and settings, by what they do rather than by their text: every service port's ClusterIP, NodePort on every node address and ` +
+    `on 127.0.0.1, externalIPs, load-balancer IPs and health check port, an undefined port of each ClusterIP and an unused service-CIDR address, ` +
+    `each from a pod on the node, a pod on another node, the node itself and outside clients (inside and outside loadBalancerSourceRanges), ` +
+    `traced through both rulesets.
 
-Prints, per node, each behaviour that would change in a plain sentence, the evidence the node has (counters of localhost NodePorts and INVALID drops, host sockets that answer on service addresses only because ipvs binds them to kube-ipvs0, ARP settings against load-balancer IPs), and a verdict line. Exit code 0: nothing would change; 1: something would; 2: bad input or an error (an unknown dump format, a mode the node's kernel cannot run, objects that do not match the dump). Nothing on the node is changed.
+Prints, per node, each behaviour that would change in a plain sentence, the evidence the node has (counters of localhost NodePorts and INVALID drops, ` +
+    `host sockets that answer on service addresses only because ipvs binds them to kube-ipvs0, ARP settings against load-balancer IPs), and a verdict ` +
+    `line. Exit code 0: nothing would change; 1: something would; 2: bad input or an error (an unknown dump format, a mode the node's kernel cannot ` +
+    `run, objects that do not match the dump). Nothing on the node is changed.
 
-Offline: --rules DUMP (iptables-save output, nft -j list table JSON, or an nft -f script) with -f OBJECTS (the Services, EndpointSlices and Node the dump was written for) and render's node settings flags.`;
+Offline: --rules DUMP (iptables-save output, nft -j list table JSON, or an nft -f script) with -f OBJECTS (the Services, EndpointSlices and Node the ` +
+    `dump was written for) and render's node settings flags.`;
 
   static override examples = [
     {description: 'Would node-1 behave the same in nftables mode?', command: '<%= config.bin %> migrate-check --to nftables node-1'},
@@ -152,7 +160,8 @@ function checkObjectsMatch(
   if (mismatched.length === 0) return;
   const named = mismatched.slice(0, 5).join(', ') + (mismatched.length > 5 ? ` and ${mismatched.length - 5} more` : '');
   throw new PluginError(
-    `the objects do not match --rules ${file}: ${mismatched.length} of ${clusterIPs.length} ClusterIPs of service ports (${named}) go elsewhere in the dump than the objects say (other endpoints, or the service is missing on one side); give the objects the dump was written for`,
+    `the objects do not match --rules ${file}: ${mismatched.length} of ${clusterIPs.length} ClusterIPs of service ports (${named}) go elsewhere in the ` +
+      `dump than the objects say (other endpoints, or the service is missing on one side); give the objects the dump was written for`,
   );
 }
 
@@ -162,11 +171,13 @@ function offlineEvidence(mode: ProxyMode, diff: BehaviourDiff): string[] {
   const evidence: string[] = [];
   if (mode === 'iptables' && entries.has('node-port-loopback'))
     evidence.push(
-      "on the node, kube-proxy's kubeproxy_iptables_localhost_nodeports_accepted_packets_total (or `nfacct get localhost_nps_accepted_pkts`) counts connections to NodePorts on 127.0.0.1: above 0, something uses them",
+      "on the node, kube-proxy's kubeproxy_iptables_localhost_nodeports_accepted_packets_total (or `nfacct get localhost_nps_accepted_pkts`) counts " +
+        'connections to NodePorts on 127.0.0.1: above 0, something uses them',
     );
   if (mode === 'iptables' && entries.has('conntrack-invalid'))
     evidence.push(
-      'on the node, kubeproxy_iptables_ct_state_invalid_dropped_packets_total (or `nfacct get ct_state_invalid_dropped_pkts`) counts the INVALID packets dropped today: above 0, connections may see resets after the switch unless nf_conntrack_tcp_be_liberal is set',
+      'on the node, kubeproxy_iptables_ct_state_invalid_dropped_packets_total (or `nfacct get ct_state_invalid_dropped_pkts`) counts the INVALID ' +
+        'packets dropped today: above 0, connections may see resets after the switch unless nf_conntrack_tcp_be_liberal is set',
     );
   return evidence;
 }

@@ -55,7 +55,8 @@ async function refusal(res: IncomingMessage, label: string): Promise<PluginError
   }
   if (!speaks)
     return new PluginError(
-      `${label}: HTTP ${res.statusCode} from something that is not a proxyctl agent${body ? ` (${body.split('\n')[0].slice(0, 200)})` : ''}: check the address or port`,
+      `${label}: HTTP ${res.statusCode} from something that is not a proxyctl agent${body ? ` (${body.split('\n')[0].slice(0, 200)})` : ''}: check the ` +
+        `address or port`,
     );
   return new PluginError(`${label} refused the connection (HTTP ${res.statusCode}): ${body || 'no reason given'}`);
 }

@@ -73,7 +73,8 @@ export abstract class AgentCommand extends PluginCommand {
       const command = this.id?.replaceAll(':', ' ') ?? '';
       return super.catch(
         new PluginError(
-          `${command} has no -n: the agents' namespace is --agent-namespace (default kube-system); -n names the namespace of Services in trace and diff --service`,
+          `${command} has no -n: the agents' namespace is --agent-namespace (default kube-system); -n names the namespace of Services in trace and ` +
+            `diff --service`,
         ),
       );
     }

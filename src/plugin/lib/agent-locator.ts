@@ -60,7 +60,8 @@ export class AgentLocator {
     const pods = await this.agentPods();
     if (pods.length === 0) {
       throw new PluginError(
-        `no proxyctl agents found (pods labelled app.kubernetes.io/name=proxyctl-agent in namespace ${this.#options.agentNamespace}): is the agent DaemonSet installed? --agent-namespace names its namespace`,
+        `no proxyctl agents found (pods labelled app.kubernetes.io/name=proxyctl-agent in namespace ${this.#options.agentNamespace}): is the agent ` +
+          `DaemonSet installed? --agent-namespace names its namespace`,
       );
     }
     return [...new Set(pods.map((pod) => pod.node))];

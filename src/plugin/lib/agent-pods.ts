@@ -95,7 +95,9 @@ export function agentOnNode(pods: AgentPod[], node: string, namespace: string): 
   if (onNode.length === 0) {
     const nodes = [...new Set(pods.map((pod) => pod.node))];
     throw new PluginError(
-      `no proxyctl agent runs on node ${node} (pods labelled ${agentLabelSelector} in namespace ${namespace}${nodes.length > 0 ? ` run on ${nodes.join(', ')}` : ': none found'}): check the node name, --agent-namespace, or the agent DaemonSet`,
+      `no proxyctl agent runs on node ${node} (pods labelled ${agentLabelSelector} in namespace ${namespace}${
+        nodes.length > 0 ? ` run ` + `on ${nodes.join(', ')}` : ': none found'
+      }): check the node name, --agent-namespace, or the agent DaemonSet`,
     );
   }
   return onNode.find((pod) => pod.running) ?? onNode[0];

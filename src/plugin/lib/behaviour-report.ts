@@ -32,7 +32,8 @@ export function nodeReport(node: string, diff: BehaviourDiff, evidence: string[]
   const stopped = summary.stopAnswering;
   const verdict = diff.equal
     ? `nothing would change: all ${summary.classes} packet classes of ${ports(summary.servicePorts)} behave the same ${action}`
-    : `${summary.changedClasses} of ${summary.classes} packet classes would behave differently ${action}, in ${summary.changedServicePorts} of ${ports(summary.servicePorts)}${
+    : `${summary.changedClasses} of ${summary.classes} packet classes would behave differently ${action}, ` +
+      `in ${summary.changedServicePorts} of ${ports(summary.servicePorts)}${
         stopped > 0 ? `; ${stopped} of them answer ${words.before} and would not ${words.after}` : ''
       }`;
   return {node, from: diff.before, to: diff.after, equal: diff.equal, summary, services, evidence, verdict, changes: diff.groups};

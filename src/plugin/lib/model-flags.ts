@@ -48,14 +48,16 @@ export const modelFlags = {
   })(),
   'nfacct-counters': Flags.string({
     summary:
-      'iptables mode: the nfacct objects the node holds (ct_state_invalid_dropped_pkts, localhost_nps_accepted_pkts), which kube-proxy counts into. Default: none.',
+      'iptables mode: the nfacct objects the node holds (ct_state_invalid_dropped_pkts, localhost_nps_accepted_pkts), which kube-proxy counts into. ' +
+      'Default: none.',
     multiple: true,
     delimiter: ',',
   }),
   'ipvs-scheduler': Flags.string({summary: "ipvs mode: the virtual servers' scheduler (kube-proxy's ipvs.scheduler).", default: 'rr'}),
   'nftables-layout': Flags.option({
     summary:
-      "nftables mode's table layout: proxyctl's own (default), or kube-proxy's (a chain per endpoint, as kube-proxy 1.34+ writes it; kube-proxy-1.33 as 1.33 and before).",
+      "nftables mode's table layout: proxyctl's own (default), or kube-proxy's (a chain per endpoint, as kube-proxy 1.34+ writes it; kube-proxy-1.33 " +
+      'as 1.33 and before).',
     options: nftablesLayouts,
   })(),
   'random-fully': Flags.option({

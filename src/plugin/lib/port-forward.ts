@@ -29,7 +29,8 @@ export async function openPortForward(config: KubeConfig, target: PortForwardTar
     const text = refusalText(error);
     if (/\b403\b/.test(text)) {
       throw new PluginError(
-        `the API server refused to port-forward to pod ${namespace}/${pod} (403 Forbidden): your user needs create on pods/portforward in namespace ${namespace}`,
+        `the API server refused to port-forward to pod ${namespace}/${pod} (403 Forbidden): your user needs create on pods/portforward in ` +
+          `namespace ${namespace}`,
       );
     }
     if (/\b401\b/.test(text))

@@ -206,7 +206,9 @@ function jumpWarnings(parts: DumpPart[], ruleset: IptablesRuleset): string[] {
   const missing = ['PREROUTING', 'OUTPUT'].filter((chain) => !entered(chain));
   if (missing.length === 0) return [];
   return [
-    `${files}: no jump from nat ${missing.join(' or ')} into KUBE-SERVICES: this looks like iptables-restore input (such as kube-proxy's test output), not a node's iptables-save dump; packets ${missing.length === 2 ? 'never reach' : `from ${missing[0]} do not reach`} the service rules as the file stands`,
+    `${files}: no jump from nat ${missing.join(' or ')} into KUBE-SERVICES: this looks like iptables-restore input (such as kube-proxy's test output), ` +
+      `not a node's iptables-save dump; packets ${missing.length === 2 ? 'never reach' : `from ${missing[0]} do not reach`} the service rules as the ` +
+      `file stands`,
   ];
 }
 

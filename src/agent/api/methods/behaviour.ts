@@ -98,12 +98,19 @@ async function switchEvidence(state: RuntimeState, to: ProxyMode, diff: Behaviou
     const localhost = await counter('localhost_nps_accepted_pkts');
     if (localhost !== undefined)
       evidence.push(
-        `${localhost} packets reached NodePorts on 127.0.0.1 so far (nfacct localhost_nps_accepted_pkts)${localhost > 0 && entries.has('node-port-loopback') ? ': something on the node uses them, and they stop answering after the switch' : ''}`,
+        `${localhost} packets reached NodePorts on 127.0.0.1 so far (nfacct ` +
+          `localhost_nps_accepted_pkts)${
+            localhost > 0 && entries.has('node-port-loopback')
+              ? ': something on the node uses them, and they stop ' + 'answering after the switch'
+              : ''
+          }`,
       );
     const invalid = await counter('ct_state_invalid_dropped_pkts');
     if (invalid !== undefined)
       evidence.push(
-        `${invalid} packets conntrack marked INVALID were dropped so far (nfacct ct_state_invalid_dropped_pkts)${invalid > 0 ? `: after the switch ${to} mode lets them through, and the endpoints may answer them with resets` : ''}`,
+        `${invalid} packets conntrack marked INVALID were dropped so far (nfacct ct_state_invalid_dropped_pkts)${
+          invalid > 0 ? `: after the ` + `switch ${to} mode lets them through, and the endpoints may answer them with resets` : ''
+        }`,
       );
   }
   if (backend.mode === 'ipvs' && to !== 'ipvs') {
@@ -115,8 +122,10 @@ async function switchEvidence(state: RuntimeState, to: ProxyMode, diff: Behaviou
         const strict = ignore === '1' && announce === '2';
         evidence.push(
           strict
-            ? `arp_ignore=1 and arp_announce=2 (strictARP): the node does not answer ARP for the ${lbIPs.length} load-balancer IPs on kube-ipvs0, as after the switch`
-            : `arp_ignore=${ignore} and arp_announce=${announce} (no strictARP): the node answers ARP for the ${lbIPs.length} load-balancer IPs bound to kube-ipvs0 today, and would not after the switch`,
+            ? `arp_ignore=1 and arp_announce=2 (strictARP): the node does not answer ARP for the ${lbIPs.length} load-balancer IPs on kube-ipvs0, as ` +
+                `after the switch`
+            : `arp_ignore=${ignore} and arp_announce=${announce} (no strictARP): the node answers ARP for the ${lbIPs.length} load-balancer IPs bound ` +
+                `to kube-ipvs0 today, and would not after the switch`,
         );
       } catch (error) {
         evidence.push(`the ARP settings could not be read: ${errorText(error).split('\n')[0]}`);
