@@ -1,9 +1,11 @@
 // The lab's figures: `lab up` with 3 nodes x 10 pods (goal < 10 s); then, in a 3-node lab with its
 // agents, Debian's kubectl 1.20 running `kubectl scale deployment web --replicas=50` from one replica to every pod Ready and every
 // agent's iptables rules holding all 50 endpoints (goal <= 15 s), and pod start, bound -> Ready as
-// the kubelet reports it (goal p50 <= 200 ms).
+// the kubelet reports it (goal p50 <= 200 ms); and a rolling update (`kubectl rollout restart`) of
+// 20 replicas under a stream of requests through the ClusterIP from a pod (goal: none fails).
 import {cpus, loadavg} from 'node:os';
 import {execa} from 'execa';
+import type {ProbeResult} from '../src/lab/workload/demoapp-client.ts';
 import {timeLabUp} from '../src/lab/lab-bench.ts';
 import {claimLabDir} from '../src/lab/lab-state.ts';
 import {LabSupervisor} from '../src/lab/supervisor.ts';
@@ -98,10 +100,53 @@ async function benchScale(replicas: number): Promise<void> {
     console.log(
       `   pod start one at a time (${single.length} pods, kubectl run's path), bound -> Ready as the kubelet reports it: p50 ${p50.toFixed(0)} ms (goal <= 200 ms ${p50 <= 200 ? 'met' : 'NOT met'}), max ${Math.max(...single).toFixed(0)} ms`,
     );
+    await rollingUpdateUnderTraffic(supervisor, kubectl, 20, rulesHold);
     console.log(`   load average over the run: ${loadavg()[0].toFixed(1)} (other work on this machine slows every figure)`);
   } finally {
     await supervisor.shutdown();
   }
+}
+
+/**
+ * rollingUpdateUnderTraffic scales web to `replicas`, then restarts it (kubectl rollout restart)
+ * while pod single-0 sends request after request to its ClusterIP, until the rollout is done.
+ */
+async function rollingUpdateUnderTraffic(
+  supervisor: LabSupervisor,
+  kubectl: string,
+  replicas: number,
+  rulesHold: (count: number) => Promise<boolean>,
+): Promise<void> {
+  const server = supervisor.apiServer!;
+  const run = (...args: string[]) => execa(kubectl, ['--kubeconfig', supervisor.state.kubeconfig, ...args]);
+  await run('scale', 'deployment', 'web', `--replicas=${replicas}`);
+  await run('rollout', 'status', 'deployment/web', '--timeout=120s');
+  while (!(await rulesHold(replicas))) await new Promise((resolve) => setTimeout(resolve, 50));
+  const clusterIP = server.store.get('services', 'default', 'web').spec.clusterIP as string;
+  const netns = server.store.get('pods', 'default', 'single-0').metadata.annotations?.['lab.proxyctl.dev/netns'] as string;
+  const client = new URL('../src/lab/workload/demoapp-client.ts', import.meta.url).pathname;
+  const results: ProbeResult[] = [];
+  let rolledOut = false;
+  const stream = (async () => {
+    while (!rolledOut) {
+      const args = ['netns', 'exec', netns, process.execPath, client, '--protocol', 'tcp', '--host', clusterIP, '--port', '80'];
+      const batch = await execa('ip', [...args, '--count', '200', '--timeout-ms', '2000']);
+      results.push(...(JSON.parse(String(batch.stdout)) as ProbeResult[]));
+    }
+  })();
+  const started = performance.now();
+  await run('rollout', 'restart', 'deployment/web');
+  await run('rollout', 'status', 'deployment/web', '--timeout=300s');
+  const rolloutMs = performance.now() - started;
+  rolledOut = true;
+  await stream;
+  const failed = results.filter((result) => result.outcome !== 'reply');
+  const repliers = new Set(results.flatMap((result) => (result.outcome === 'reply' ? [result.reply.pod] : [])));
+  console.log(
+    `   kubectl rollout restart deployment/web, ${replicas} replicas, ${seconds(rolloutMs)}, under ${results.length} requests ` +
+      `through the ClusterIP from a pod, one after another: ${failed.length} failed (goal 0 ${failed.length === 0 ? 'met' : 'NOT met'}), ` +
+      `${repliers.size} pods answered`,
+  );
 }
 
 /** A mark in every kubelet's start latencies; startsSince(mark) are the ones recorded after it. */
