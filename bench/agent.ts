@@ -420,7 +420,7 @@ const nftablesMode: AgentBenchMode = {
 };
 
 /** Puts the workload into the API server's storage as etcd would hold it (the objects are already complete and valid). */
-function loadWorkload(store: Awaited<ReturnType<typeof startApiServer>>['store'], workload: Workload): void {
+export function loadWorkload(store: Awaited<ReturnType<typeof startApiServer>>['store'], workload: Workload): void {
   store.create('namespaces', {apiVersion: 'v1', kind: 'Namespace', metadata: {name: 'bench'}});
   store.create('nodes', workload.node as unknown as KubeObject);
   const now = new Date().toISOString();
@@ -452,8 +452,10 @@ function heapText(heap: HeapFigures): string {
   );
 }
 
-interface AgentRun {
+export interface AgentRun {
   startedAt: number;
+  pid: number;
+  metricsUrl: string;
   lines: string[];
   waitForLine(pattern: RegExp, timeoutMs: number, from?: number): Promise<{line: string; at: number}>;
   rss(): Promise<{rss: number; peak: number}>;
@@ -471,7 +473,13 @@ interface AgentRun {
   stop(): Promise<void>;
 }
 
-async function startAgentRun(namespace: string, kubeconfig: string, mode: 'iptables' | 'nftables'): Promise<AgentRun> {
+/** startAgentRun starts bin/proxyctl-agent on `namespace`; `mode` undefined leaves --proxy-mode out (an observer finds its mode), `extraFlags` follow. */
+export async function startAgentRun(
+  namespace: string,
+  kubeconfig: string,
+  mode: 'iptables' | 'nftables' | undefined,
+  extraFlags: string[] = [],
+): Promise<AgentRun> {
   const [healthzPort, metricsPort, apiPort] = await freeLoopbackPorts(3);
   const args = [
     '--netns',
@@ -485,10 +493,10 @@ async function startAgentRun(namespace: string, kubeconfig: string, mode: 'iptab
     `--healthz-bind-address=127.0.0.1:${healthzPort}`,
     `--metrics-bind-address=127.0.0.1:${metricsPort}`,
     `--api-bind-address=127.0.0.1:${apiPort}`,
-    '--proxy-mode',
-    mode,
+    ...(mode ? ['--proxy-mode', mode] : []),
     '--v',
     process.env.PXBENCH_AGENT_VERBOSITY ?? '2',
+    ...extraFlags,
   ];
   const logFile = process.env.PXBENCH_AGENT_LOG;
   const startedAt = performance.now();
@@ -515,7 +523,7 @@ async function startAgentRun(namespace: string, kubeconfig: string, mode: 'iptab
     return {rss: kib('VmRSS'), peak: kib('VmHWM')};
   };
   const heap = async (): Promise<HeapFigures> => {
-    const page = await (await fetch(`http://127.0.0.1:${metricsPort}/metrics`)).text();
+    const page = await (await fetch(run.metricsUrl)).text();
     const value = (name: string) => Number(new RegExp(`^${name} (\\S+)`, 'm').exec(page)?.[1] ?? NaN);
     const spaces = new Map<string, number>();
     for (const match of page.matchAll(/^nodejs_heap_space_size_total_bytes\{space="(\w+)"\} (\S+)/gm))
@@ -529,6 +537,8 @@ async function startAgentRun(namespace: string, kubeconfig: string, mode: 'iptab
   };
   const run: AgentRun = {
     startedAt,
+    pid: child.pid!,
+    metricsUrl: `http://127.0.0.1:${metricsPort}/metrics`,
     lines,
     finalRss: undefined,
     finalHeap: undefined,
