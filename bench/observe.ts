@@ -340,5 +340,7 @@ async function waitForStatus(
 
 function loadAverage(): string {
   // Read at the start of each layout: the machine is shared, and the figures move with its load.
-  return loadavg().map((value) => value.toFixed(2)).join(', ');
+  return loadavg()
+    .map((value) => value.toFixed(2))
+    .join(', ');
 }
