@@ -295,20 +295,26 @@ interface ApiUse {
 const apiTraces = 10;
 const apiDiffs = 2;
 
+/** tracesAcross traces `count` services spread across the model through the agent API, as `kubectl proxyctl trace` asks; each must reach DNAT. Their times, ms. */
+export async function tracesAcross(client: AgentClient, model: ProxyModel, count: number): Promise<number[]> {
+  const traces: number[] = [];
+  for (let i = 0; i < count; i++) {
+    const port = model.servicePorts[Math.floor(((i + 0.5) * model.servicePorts.length) / count)];
+    const packet = {srcIP: '10.128.0.5', dstIP: port.clusterIP, dstPort: port.port, protocol: port.protocol, origin: 'arriving' as const};
+    const trace = await timed(() => client.call('trace', {packet, service: `${port.namespace}/${port.serviceName}`}));
+    if (trace.result.verdict !== 'DNAT')
+      throw new Error(`trace of ${port.namespace}/${port.serviceName} through the agent API: ${trace.result.verdict}, not DNAT`);
+    traces.push(trace.ms);
+  }
+  return traces;
+}
+
 /** useAgentApi uses the agent's WebSocket API as the plugin does and measures the agent's RSS around it. */
 async function useAgentApi(agent: AgentRun, model: ProxyModel): Promise<ApiUse> {
   agent.resetPeak();
   const client = await AgentClient.connect({url: agent.apiUrl, timeoutMs: 0, label: 'the bench agent'});
   try {
-    const traces: number[] = [];
-    for (let i = 0; i < apiTraces; i++) {
-      const port = model.servicePorts[Math.floor(((i + 0.5) * model.servicePorts.length) / apiTraces)];
-      const packet = {srcIP: '10.128.0.5', dstIP: port.clusterIP, dstPort: port.port, protocol: port.protocol, origin: 'arriving' as const};
-      const trace = await timed(() => client.call('trace', {packet, service: `${port.namespace}/${port.serviceName}`}));
-      if (trace.result.verdict !== 'DNAT')
-        throw new Error(`trace of ${port.namespace}/${port.serviceName} through the agent API: ${trace.result.verdict}, not DNAT`);
-      traces.push(trace.ms);
-    }
+    const traces = await tracesAcross(client, model, apiTraces);
     const diffs: number[] = [];
     for (let i = 0; i < apiDiffs; i++) {
       const diff = await timed(() => client.call('diff', {}));

@@ -29,7 +29,7 @@ import {detectIptablesFeatures} from '../src/agent/sync/iptables-features.ts';
 import {startApiServer} from '../src/lab/apiserver/server.ts';
 import {AgentClient} from '../src/plugin/lib/agent-client.ts';
 import type {StatusResult} from '../src/protocol/methods.ts';
-import {type AgentRun, loadWorkload, startAgentRun} from './agent.ts';
+import {type AgentRun, loadWorkload, startAgentRun, tracesAcross} from './agent.ts';
 import {deleteNamespace, isRoot, runIn, runInAsync, scratchNamespace} from './netns.ts';
 import {figure, heading, mib, percentile, skipped, timed} from './report.ts';
 import {benchClusterCIDR, benchNodeName, makeWorkload} from './workload.ts';
@@ -207,15 +207,7 @@ async function benchLayout(serviceCount: number, endpointsPerService: number, la
 
 /** Traces of services across the model (each must reach DNAT), then a whole-node diff (must find no drift). */
 async function useApi(client: AgentClient, model: ProxyModel): Promise<{traces: number[]; diff: number}> {
-  const traces: number[] = [];
-  for (let i = 0; i < apiTraces; i++) {
-    const port = model.servicePorts[Math.floor(((i + 0.5) * model.servicePorts.length) / apiTraces)];
-    const packet = {srcIP: '10.128.0.5', dstIP: port.clusterIP, dstPort: port.port, protocol: port.protocol, origin: 'arriving' as const};
-    const trace = await timed(() => client.call('trace', {packet, service: `${port.namespace}/${port.serviceName}`}));
-    if (trace.result.verdict !== 'DNAT')
-      throw new Error(`trace of ${port.namespace}/${port.serviceName} through the observer: ${trace.result.verdict}, not DNAT`);
-    traces.push(trace.ms);
-  }
+  const traces = await tracesAcross(client, model, apiTraces);
   const diff = await timed(() => client.call('diff', {}));
   if (!diff.result.equal) throw new Error(`diff through the observer found drift:\n${diff.result.text.slice(0, 2000)}`);
   return {traces, diff: diff.ms};
