@@ -306,7 +306,11 @@ async function untilIdle(pid: number, timeoutMs: number): Promise<{own: number; 
 async function waitForMetric(observer: AgentRun, count: number, timeoutMs: number): Promise<void> {
   const deadline = performance.now() + timeoutMs;
   for (;;) {
-    const page = await (await fetch(observer.metricsUrl)).text();
+    // A keep-alive connection the observer's metrics server closed while its event loop was busy
+    // (ECONNRESET) is no answer: ask again on a new one.
+    const page = await fetch(observer.metricsUrl, {keepalive: false, headers: {connection: 'close'}})
+      .then((response) => response.text())
+      .catch(() => '');
     const value = Number(/^proxyctl_observe_drifted_service_ports\{[^}]*\} (\S+)/m.exec(page)?.[1] ?? NaN);
     if (value >= count) return;
     if (performance.now() > deadline)
