@@ -295,20 +295,26 @@ interface ApiUse {
 const apiTraces = 10;
 const apiDiffs = 2;
 
+/** tracesAcross traces `count` services spread across the model through the agent API, as `kubectl proxyctl trace` asks; each must reach DNAT. Their times, ms. */
+export async function tracesAcross(client: AgentClient, model: ProxyModel, count: number): Promise<number[]> {
+  const traces: number[] = [];
+  for (let i = 0; i < count; i++) {
+    const port = model.servicePorts[Math.floor(((i + 0.5) * model.servicePorts.length) / count)];
+    const packet = {srcIP: '10.128.0.5', dstIP: port.clusterIP, dstPort: port.port, protocol: port.protocol, origin: 'arriving' as const};
+    const trace = await timed(() => client.call('trace', {packet, service: `${port.namespace}/${port.serviceName}`}));
+    if (trace.result.verdict !== 'DNAT')
+      throw new Error(`trace of ${port.namespace}/${port.serviceName} through the agent API: ${trace.result.verdict}, not DNAT`);
+    traces.push(trace.ms);
+  }
+  return traces;
+}
+
 /** useAgentApi uses the agent's WebSocket API as the plugin does and measures the agent's RSS around it. */
 async function useAgentApi(agent: AgentRun, model: ProxyModel): Promise<ApiUse> {
   agent.resetPeak();
   const client = await AgentClient.connect({url: agent.apiUrl, timeoutMs: 0, label: 'the bench agent'});
   try {
-    const traces: number[] = [];
-    for (let i = 0; i < apiTraces; i++) {
-      const port = model.servicePorts[Math.floor(((i + 0.5) * model.servicePorts.length) / apiTraces)];
-      const packet = {srcIP: '10.128.0.5', dstIP: port.clusterIP, dstPort: port.port, protocol: port.protocol, origin: 'arriving' as const};
-      const trace = await timed(() => client.call('trace', {packet, service: `${port.namespace}/${port.serviceName}`}));
-      if (trace.result.verdict !== 'DNAT')
-        throw new Error(`trace of ${port.namespace}/${port.serviceName} through the agent API: ${trace.result.verdict}, not DNAT`);
-      traces.push(trace.ms);
-    }
+    const traces = await tracesAcross(client, model, apiTraces);
     const diffs: number[] = [];
     for (let i = 0; i < apiDiffs; i++) {
       const diff = await timed(() => client.call('diff', {}));
@@ -420,7 +426,7 @@ const nftablesMode: AgentBenchMode = {
 };
 
 /** Puts the workload into the API server's storage as etcd would hold it (the objects are already complete and valid). */
-function loadWorkload(store: Awaited<ReturnType<typeof startApiServer>>['store'], workload: Workload): void {
+export function loadWorkload(store: Awaited<ReturnType<typeof startApiServer>>['store'], workload: Workload): void {
   store.create('namespaces', {apiVersion: 'v1', kind: 'Namespace', metadata: {name: 'bench'}});
   store.create('nodes', workload.node as unknown as KubeObject);
   const now = new Date().toISOString();
@@ -452,8 +458,10 @@ function heapText(heap: HeapFigures): string {
   );
 }
 
-interface AgentRun {
+export interface AgentRun {
   startedAt: number;
+  pid: number;
+  metricsUrl: string;
   lines: string[];
   waitForLine(pattern: RegExp, timeoutMs: number, from?: number): Promise<{line: string; at: number}>;
   rss(): Promise<{rss: number; peak: number}>;
@@ -471,7 +479,13 @@ interface AgentRun {
   stop(): Promise<void>;
 }
 
-async function startAgentRun(namespace: string, kubeconfig: string, mode: 'iptables' | 'nftables'): Promise<AgentRun> {
+/** startAgentRun starts bin/proxyctl-agent on `namespace`; `mode` undefined leaves --proxy-mode out (an observer finds its mode), `extraFlags` follow. */
+export async function startAgentRun(
+  namespace: string,
+  kubeconfig: string,
+  mode: 'iptables' | 'nftables' | undefined,
+  extraFlags: string[] = [],
+): Promise<AgentRun> {
   const [healthzPort, metricsPort, apiPort] = await freeLoopbackPorts(3);
   const args = [
     '--netns',
@@ -485,10 +499,10 @@ async function startAgentRun(namespace: string, kubeconfig: string, mode: 'iptab
     `--healthz-bind-address=127.0.0.1:${healthzPort}`,
     `--metrics-bind-address=127.0.0.1:${metricsPort}`,
     `--api-bind-address=127.0.0.1:${apiPort}`,
-    '--proxy-mode',
-    mode,
+    ...(mode ? ['--proxy-mode', mode] : []),
     '--v',
     process.env.PXBENCH_AGENT_VERBOSITY ?? '2',
+    ...extraFlags,
   ];
   const logFile = process.env.PXBENCH_AGENT_LOG;
   const startedAt = performance.now();
@@ -515,7 +529,7 @@ async function startAgentRun(namespace: string, kubeconfig: string, mode: 'iptab
     return {rss: kib('VmRSS'), peak: kib('VmHWM')};
   };
   const heap = async (): Promise<HeapFigures> => {
-    const page = await (await fetch(`http://127.0.0.1:${metricsPort}/metrics`)).text();
+    const page = await (await fetch(run.metricsUrl)).text();
     const value = (name: string) => Number(new RegExp(`^${name} (\\S+)`, 'm').exec(page)?.[1] ?? NaN);
     const spaces = new Map<string, number>();
     for (const match of page.matchAll(/^nodejs_heap_space_size_total_bytes\{space="(\w+)"\} (\S+)/gm))
@@ -529,6 +543,8 @@ async function startAgentRun(namespace: string, kubeconfig: string, mode: 'iptab
   };
   const run: AgentRun = {
     startedAt,
+    pid: child.pid!,
+    metricsUrl: `http://127.0.0.1:${metricsPort}/metrics`,
     lines,
     finalRss: undefined,
     finalHeap: undefined,

@@ -61,6 +61,11 @@ const benches: Record<string, {about: string; run: () => Promise<void>}> = {
       'behaviour diff iptables -> nftables of 10,000 services x 10 endpoints, both rulesets in memory (goal <= 10 s), vs tracing every packet class once',
     run: async () => (await import('./behaviour.ts')).benchBehaviour(),
   },
+  observe: {
+    about:
+      'proxyctl-agent --observe beside kube-proxy iptables and nftables layouts at 1,000 and 10,000 services x 10 endpoints: first full read vs the dump tool (goal <= 1.5x), RSS after 10 traces and a diff (goal < 250 MiB), a foreign change to drift in metrics (goal <= 5 s) and CPU per change (goal <= 1 s); ipvs needs the qemu guest and is left out',
+    run: async () => (await import('./observe.ts')).benchObserve(),
+  },
   latency: {
     about:
       'first-packet latency (TCP connect through a ClusterIP), p50/p99 at 1,000 / 10,000 / 30,000 services, iptables vs nftables mode (goal: nftables p99 at 30,000 within 1.2x of 1,000)',

@@ -1,0 +1,342 @@
+// The observing agent's figures (docs/observe.md, Figures) at 1,000 and 10,000 services x 10
+// endpoints, beside kube-proxy's rules in each layout that loads on this kernel: a
+// proxyctl-agent --observe process on a scratch network namespace, fed by the embedded API server
+// in this process, as bench/agent.ts runs the proxying agent. kube-proxy's stand-in is its layout
+// rendered by proxyctl and loaded straight into the namespace: iptables mode's with
+// iptables-restore (with the conditional pieces this node's iptables allows, as the observer
+// detects them), nftables mode's (`nftablesLayout: 'kube-proxy'`) with nft -f. ipvs mode needs the
+// qemu guest (this kernel has no IP_VS) and is not measured here. Per layout:
+// - first full read: the observer's start to its first drift check done (status says when),
+//   next to the mode's own dump tool on the same rules (iptables-save; `nft -j list table ip
+//   kube-proxy`), timed before the observer starts and after it stopped; goal <= 1.5x;
+// - the observer's RSS after the first full read, 10 traces and a diff through its WebSocket API
+//   (goal < 250 MiB), and its peak (VmHWM) since it started;
+// - a foreign change (one service's rule or map element deleted by hand), from the deleting
+//   command's exit to the observer's metrics counting the drifted service port (goal <= 5 s), and
+//   the observer's own CPU time (utime + stime in /proc/PID/stat) from just before the change until
+//   it is idle again (goal <= 1 s per change); its reaped children's CPU (the dumps it ran) is noted.
+// PXBENCH_OBSERVE_SIZES=1000 (comma-separated service counts) runs only those sizes: the
+// 10,000-service run takes many minutes.
+import {mkdtemp, readFile, rm} from 'node:fs/promises';
+import {loadavg, tmpdir} from 'node:os';
+import {join} from 'node:path';
+import {buildProxyModel, type EndpointSliceInput, type ProxyModel, type ServiceInput} from '../src/core/model/index.ts';
+import {renderIptables} from '../src/core/iptables/render.ts';
+import {renderNftables} from '../src/core/nftables/render.ts';
+import {CommandHost} from '../src/agent/host/command-host.ts';
+import {createLogger} from '../src/agent/log.ts';
+import {detectIptablesFeatures} from '../src/agent/sync/iptables-features.ts';
+import {startApiServer} from '../src/lab/apiserver/server.ts';
+import {AgentClient} from '../src/plugin/lib/agent-client.ts';
+import type {StatusResult} from '../src/protocol/methods.ts';
+import {type AgentRun, loadWorkload, startAgentRun, tracesAcross} from './agent.ts';
+import {deleteNamespace, isRoot, runIn, runInAsync, scratchNamespace} from './netns.ts';
+import {figure, heading, mib, percentile, skipped, timed} from './report.ts';
+import {benchClusterCIDR, benchNodeName, makeWorkload} from './workload.ts';
+
+const quiet = createLogger({write: () => {}});
+/** Traces through the API before the RSS is read, as the issue's figure asks; then one whole-node diff. */
+const apiTraces = 10;
+/** Foreign changes per layout; the median and the largest are printed. */
+const foreignChanges = 3;
+/** How often the bench asks the observer (status, metrics) while it waits for something. */
+const pollMs = 100;
+/** The observer is idle again once its CPU time has not grown for this long. */
+const idleWindowMs = 1500;
+/** How long the observer's idle CPU is measured before the first change. */
+const idleMeasuredMs = 35_000;
+/** Clock ticks per second of /proc/PID/stat's times (USER_HZ, 100 on Linux). */
+const ticksPerSecond = 100;
+
+/** One of kube-proxy's layouts as the bench loads it, deletes a piece of it, and dumps it. */
+interface ObservedLayout {
+  name: 'iptables' | 'nftables';
+  dumpName: string;
+  dump: string[];
+  /** kube-proxy's rules for `model` (the namespace tells what the node allows), and the command that loads them. */
+  render(model: ProxyModel, node: {namespace: string; serviceCIDRs: string[]}): Promise<{text: string; load: string[]; size: string}>;
+  /** The command that deletes one piece of service `s`'s rules from `text`, as someone on the node might. */
+  deleteOne(text: string, s: number): string[];
+}
+
+const iptablesLayout: ObservedLayout = {
+  name: 'iptables',
+  dumpName: 'iptables-save',
+  dump: ['iptables-save'],
+  async render(model, {namespace}) {
+    const iptablesFeatures = await detectIptablesFeatures(new CommandHost({netns: namespace}), quiet, {
+      families: ['IPv4'],
+      createCounters: false,
+    });
+    const text = renderIptables({...model, config: {...model.config, iptablesFeatures}}, {includeJumps: true});
+    return {text, load: ['iptables-restore', '-w', '5'], size: `${text.split('\n').length.toLocaleString('en-US')} iptables lines`};
+  },
+  deleteOne(text, s) {
+    // The service's jump in KUBE-SERVICES, deleted by its spec as `iptables -D` takes it.
+    const jump = text.split('\n').find((line) => line.startsWith('-A KUBE-SERVICES ') && line.includes(`"bench/svc-${s}:http cluster IP"`));
+    if (!jump) throw new Error(`no KUBE-SERVICES jump for bench/svc-${s} in the rendered rules`);
+    const words = [...jump.slice(3).matchAll(/"([^"]*)"|(\S+)/g)].map((match) => match[1] ?? match[2]);
+    return ['iptables', '-w', '5', '-t', 'nat', '-D', ...words];
+  },
+};
+
+const nftablesLayout: ObservedLayout = {
+  name: 'nftables',
+  dumpName: 'nft -j list table ip kube-proxy',
+  dump: ['nft', '-j', 'list', 'table', 'ip', 'kube-proxy'],
+  async render(model, {serviceCIDRs}) {
+    const text = renderNftables({...model, config: {...model.config, nftablesLayout: 'kube-proxy'}}, {serviceCIDRs});
+    return {text, load: ['nft', '-f', '-'], size: `${(text.length / 1e6).toFixed(1)} MB nft script`};
+  },
+  deleteOne(text, s) {
+    // The service's element of the service-ips verdict map.
+    const ip = new RegExp(`(\\d+\\.\\d+\\.\\d+\\.\\d+) \\. tcp \\. 80 : goto service-\\w+-bench/svc-${s}/tcp/http\\b`).exec(text)?.[1];
+    if (!ip) throw new Error(`no service-ips element for bench/svc-${s} in the rendered table`);
+    return ['nft', 'delete', 'element', 'ip', 'kube-proxy', 'service-ips', `{ ${ip} . tcp . 80 }`];
+  },
+};
+
+export async function benchObserve(
+  sizes = (process.env.PXBENCH_OBSERVE_SIZES ?? '1000,10000').split(',').map(Number),
+  endpointsPerService = 10,
+): Promise<void> {
+  if (!isRoot) {
+    heading('observe: an observing agent beside kube-proxy', 'proxyctl-agent --observe on a scratch network namespace');
+    skipped('every figure', 'needs root (scratch network namespaces, kube-proxy layouts loaded into them)');
+    return;
+  }
+  for (const size of sizes) {
+    for (const layout of [iptablesLayout, nftablesLayout]) await benchLayout(size, endpointsPerService, layout);
+    heading(`observe (ipvs): ${size.toLocaleString('en-US')} services`, 'kube-proxy ipvs mode');
+    skipped('every figure', 'ipvs needs the qemu guest (this kernel has no IP_VS); not measured by this bench');
+  }
+}
+
+async function benchLayout(serviceCount: number, endpointsPerService: number, layout: ObservedLayout): Promise<void> {
+  const workload = makeWorkload(serviceCount, endpointsPerService);
+  heading(
+    `observe (kube-proxy ${layout.name}): first full read, memory, drift`,
+    `${workload.label}, one TCP port each, ClusterIP; kube-proxy's ${layout.name} layout loaded into a scratch namespace; ` +
+      `proxyctl-agent --observe --netns, embedded API server; load average ${loadAverage()}`,
+  );
+  const namespace = scratchNamespace(`observe-${layout.name}-${serviceCount}`);
+  const dir = await mkdtemp(join(tmpdir(), 'pxbench-observe-'));
+  let server: Awaited<ReturnType<typeof startApiServer>> | undefined;
+  let observer: AgentRun | undefined;
+  try {
+    server = await startApiServer({port: 0});
+    loadWorkload(server.store, workload);
+    // kube-proxy programs every Service the API server serves: the workload's and default/kubernetes.
+    const model = buildProxyModel(
+      {
+        services: server.store.log.list('services') as unknown as ServiceInput[],
+        endpointSlices: server.store.log.list('discovery.k8s.io/endpointslices') as unknown as EndpointSliceInput[],
+        node: workload.node,
+      },
+      {family: 'IPv4', nodeName: benchNodeName, clusterCIDRs: [benchClusterCIDR]},
+    );
+    const serviceCIDRs = server.store.log
+      .list('networking.k8s.io/servicecidrs')
+      .flatMap((object) => (object as unknown as {spec: {cidrs: string[]}}).spec.cidrs);
+    const rules = await layout.render(model, {namespace, serviceCIDRs});
+    const loaded = await timed(() => runIn(namespace, rules.load, rules.text));
+    figure({name: `kube-proxy's rules loaded (${rules.size})`, value: loaded.ms, unit: 'ms', note: rules.load.join(' ')});
+    const dumpBefore = await timed(() => runIn(namespace, layout.dump));
+
+    const kubeconfig = join(dir, 'kubeconfig');
+    await server.writeKubeconfig(kubeconfig);
+    observer = await startAgentRun(namespace, kubeconfig, undefined, ['--observe']);
+    await observer.waitForLine(/desired rules rebuilt/, 900_000);
+    const client = await AgentClient.connect({url: observer.apiUrl, timeoutMs: 0, label: 'the observer'});
+    try {
+      const first = await waitForStatus(client, (status) => status.drift.checkedAt !== null, 900_000, 'its first drift check');
+      const firstReadMs = performance.now() - observer.startedAt;
+      if (first.observe?.observing !== `kube-proxy ${layout.name}`)
+        throw new Error(`the observer found ${first.observe?.observing ?? 'no observe status'}, not kube-proxy ${layout.name}`);
+      if (first.drift.services.length > 0) {
+        const diff = await client.call('diff', {});
+        throw new Error(`the observer found drift in the loaded rules:\n${diff.text.slice(0, 3000)}`);
+      }
+      // Each figure is printed as soon as it is measured, so that a later failure loses none.
+      figure({
+        name: 'first full read: start -> first drift check',
+        value: firstReadMs,
+        unit: 'ms',
+        floor: {name: layout.dumpName, value: dumpBefore.ms, goal: 1.5},
+        note: 'the floor timed on the same rules just before the observer started',
+      });
+      const afterFirstRead = await observer.rss();
+      figure({
+        name: 'observer RSS after the first full read',
+        value: mib(afterFirstRead.rss),
+        unit: 'MiB',
+        note: `peak ${mib(afterFirstRead.peak).toFixed(0)} MiB`,
+      });
+      const api = await useApi(client, model);
+      const afterApi = await observer.rss();
+      const ms = (list: number[]) => list.map((value) => value.toFixed(0)).join(', ');
+      figure({
+        name: `observer RSS after ${apiTraces} traces and a diff`,
+        value: mib(afterApi.rss),
+        unit: 'MiB',
+        note: `goal < 250 MiB ${mib(afterApi.rss) < 250 ? 'met' : 'NOT met'}; peak since start ${mib(afterApi.peak).toFixed(0)} MiB; traces ${ms(api.traces)} ms, diff ${api.diff.toFixed(0)} ms`,
+      });
+      printChanges(await foreignChangesMeasured(observer, client, namespace, layout, rules.text, serviceCount));
+      await observer.stop();
+      const dumpAfter = await timed(() => runIn(namespace, layout.dump));
+      figure({
+        name: `  ${layout.dumpName} after the observer stopped`,
+        value: dumpAfter.ms,
+        unit: 'ms',
+        floor: {name: 'the same dump before the observer', value: dumpBefore.ms},
+        note: `first read vs the mean of both: ${(firstReadMs / ((dumpBefore.ms + dumpAfter.ms) / 2)).toFixed(3)}x`,
+      });
+    } catch (error) {
+      const log = observer?.lines.slice(-12).join('\n      ') ?? '';
+      skipped('the remaining figures', `failed: ${(error as Error).message}; the observer's log ends:\n      ${log}`);
+    } finally {
+      client.close();
+    }
+  } finally {
+    await observer?.stop();
+    await server?.stop();
+    deleteNamespace(namespace);
+    await rm(dir, {recursive: true, force: true});
+  }
+}
+
+/** Traces of services across the model (each must reach DNAT), then a whole-node diff (must find no drift). */
+async function useApi(client: AgentClient, model: ProxyModel): Promise<{traces: number[]; diff: number}> {
+  const traces = await tracesAcross(client, model, apiTraces);
+  const diff = await timed(() => client.call('diff', {}));
+  if (!diff.result.equal) throw new Error(`diff through the observer found drift:\n${diff.result.text.slice(0, 2000)}`);
+  return {traces, diff: diff.ms};
+}
+
+interface ChangeFigures {
+  command: string;
+  /** Per change: the deleting command's own time, its exit to the metrics counting the drift, the observer's CPU and its children's. */
+  rounds: Array<{commandMs: number; noticedMs: number; cpuMs: number; childCpuMs: number}>;
+  /** The observer's CPU while idle, per second, measured before the first change. */
+  idleCpuMsPerSecond: number;
+}
+
+/** Deletes one piece of a different service's rules per round and measures how the observer notices it. */
+async function foreignChangesMeasured(
+  observer: AgentRun,
+  client: AgentClient,
+  namespace: string,
+  layout: ObservedLayout,
+  rulesText: string,
+  serviceCount: number,
+): Promise<ChangeFigures> {
+  // Idle for longer than a syncPeriod (30 s), so that the rate holds the periodic model rebuild and its drift check.
+  const idleFrom = await cpuTimes(observer.pid);
+  await new Promise((resolve) => setTimeout(resolve, idleMeasuredMs));
+  const idleCpuMsPerSecond = ((await cpuTimes(observer.pid)).own - idleFrom.own) / (idleMeasuredMs / 1000);
+  const rounds: ChangeFigures['rounds'] = [];
+  let command: string[] = [];
+  for (let round = 1; round <= foreignChanges; round++) {
+    const s = Math.floor((serviceCount * round) / (foreignChanges + 1)) + 3;
+    command = layout.deleteOne(rulesText, s);
+    await untilIdle(observer.pid, 600_000);
+    const before = await cpuTimes(observer.pid);
+    const deleting = await timed(() => runInAsync(namespace, command));
+    const deleted = performance.now();
+    await waitForMetric(observer, round, 600_000);
+    const noticedMs = performance.now() - deleted;
+    const after = await untilIdle(observer.pid, 600_000);
+    const status = await client.call('status', {});
+    if (!status.drift.services.some((name) => name.includes(`bench/svc-${s}`)))
+      throw new Error(`the observer's status does not name bench/svc-${s} after its rule was deleted: ${status.drift.services.join(', ')}`);
+    rounds.push({commandMs: deleting.ms, noticedMs, cpuMs: after.own - before.own, childCpuMs: after.children - before.children});
+  }
+  return {command: command.length > 7 ? `${command.slice(0, 7).join(' ')} ...` : command.join(' '), rounds, idleCpuMsPerSecond};
+}
+
+function printChanges(changes: ChangeFigures): void {
+  const sorted = (pick: (round: ChangeFigures['rounds'][number]) => number) => changes.rounds.map(pick).sort((a, b) => a - b);
+  const noticed = sorted((round) => round.noticedMs);
+  const cpu = sorted((round) => round.cpuMs);
+  const list = (values: number[]) => values.map((value) => value.toFixed(0)).join(', ');
+  figure({
+    name: `foreign change -> drift in metrics (p50 of ${changes.rounds.length})`,
+    value: percentile(noticed, 50),
+    unit: 'ms',
+    note:
+      `each ${list(changes.rounds.map((round) => round.noticedMs))} ms, from the exit of "${changes.command}" ` +
+      `(itself ${list(changes.rounds.map((round) => round.commandMs))} ms); goal <= 5 s ${noticed.at(-1)! <= 5000 ? 'met' : 'NOT met'}`,
+  });
+  figure({
+    name: `observer CPU per foreign change (p50 of ${changes.rounds.length})`,
+    value: percentile(cpu, 50),
+    unit: 'ms',
+    note:
+      `each ${list(changes.rounds.map((round) => round.cpuMs))} ms (utime+stime, until idle ${idleWindowMs / 1000} s); ` +
+      `its dumps' CPU ${list(changes.rounds.map((round) => round.childCpuMs))} ms; idle ${changes.idleCpuMsPerSecond.toFixed(0)} ms/s; ` +
+      `goal <= 1 s ${cpu.at(-1)! <= 1000 ? 'met' : 'NOT met'}`,
+  });
+}
+
+/** The process's own CPU time and its reaped children's, in milliseconds (/proc/PID/stat fields 14-17). */
+async function cpuTimes(pid: number): Promise<{own: number; children: number}> {
+  const stat = await readFile(`/proc/${pid}/stat`, 'utf8');
+  // The command name (field 2) may hold spaces: count from after its closing parenthesis.
+  const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+  const ticks = (index: number) => Number(fields[index - 3]);
+  const ms = (value: number) => (value * 1000) / ticksPerSecond;
+  return {own: ms(ticks(14) + ticks(15)), children: ms(ticks(16) + ticks(17))};
+}
+
+/** Waits until the process's CPU time has not grown for idleWindowMs; returns the times at the start of that quiet window. */
+async function untilIdle(pid: number, timeoutMs: number): Promise<{own: number; children: number}> {
+  const deadline = performance.now() + timeoutMs;
+  let last = await cpuTimes(pid);
+  let quietSince = performance.now();
+  for (;;) {
+    await new Promise((resolve) => setTimeout(resolve, pollMs));
+    const now = await cpuTimes(pid);
+    if (now.own !== last.own || now.children !== last.children) [last, quietSince] = [now, performance.now()];
+    else if (performance.now() - quietSince >= idleWindowMs) return last;
+    if (performance.now() > deadline) throw new Error(`the observer was not idle for ${idleWindowMs} ms within ${timeoutMs / 1000} s`);
+  }
+}
+
+/** Waits until the observer's gauge of drifted service ports reaches `count`, as a Prometheus scrape would see it. */
+async function waitForMetric(observer: AgentRun, count: number, timeoutMs: number): Promise<void> {
+  const deadline = performance.now() + timeoutMs;
+  for (;;) {
+    // A keep-alive connection the observer's metrics server closed while its event loop was busy
+    // (ECONNRESET) is no answer: ask again on a new one.
+    const page = await fetch(observer.metricsUrl, {keepalive: false, headers: {connection: 'close'}})
+      .then((response) => response.text())
+      .catch(() => '');
+    const value = Number(/^proxyctl_observe_drifted_service_ports\{[^}]*\} (\S+)/m.exec(page)?.[1] ?? NaN);
+    if (value >= count) return;
+    if (performance.now() > deadline)
+      throw new Error(`the observer's metrics did not count ${count} drifted service ports within ${timeoutMs / 1000} s (at ${value})`);
+    await new Promise((resolve) => setTimeout(resolve, pollMs));
+  }
+}
+
+async function waitForStatus(
+  client: AgentClient,
+  done: (status: StatusResult) => boolean,
+  timeoutMs: number,
+  what: string,
+): Promise<StatusResult> {
+  const deadline = performance.now() + timeoutMs;
+  for (;;) {
+    const status = await client.call('status', {});
+    if (done(status)) return status;
+    if (performance.now() > deadline) throw new Error(`the observer did not finish ${what} within ${timeoutMs / 1000} s`);
+    await new Promise((resolve) => setTimeout(resolve, pollMs));
+  }
+}
+
+function loadAverage(): string {
+  // Read at the start of each layout: the machine is shared, and the figures move with its load.
+  return loadavg()
+    .map((value) => value.toFixed(2))
+    .join(', ');
+}
