@@ -63,7 +63,9 @@ export async function listenPlainAndTls(
   onSocket: (socket: Socket) => void,
 ): Promise<Server> {
   const secureContext = await labCertificate();
-  const listener = createServer((socket) => {
+  // Without noDelay a response written in pieces (headers, then the body; a TLS record each) waits
+  // for the client's delayed acknowledgement of the first piece before the second is sent.
+  const listener = createServer({noDelay: true}, (socket) => {
     onSocket(socket);
     socket.once('error', () => socket.destroy());
     socket.once('data', (first: Buffer) => {
