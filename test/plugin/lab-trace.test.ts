@@ -153,6 +153,12 @@ for (const mode of labModes)
       }
     });
 
+    it('a trace from no node in particular on two nodes asks for --node, the flag trace takes', async () => {
+      const run = await plugin('trace', 'demoapp', '-n', 'default');
+      assert.equal(run.code, 2, describeRun(run));
+      assert.match(run.stderr, /agents run on 2 nodes \(node-0, node-1\): give --node NODE or use --all-nodes/, describeRun(run));
+    });
+
     it('the text a person reads: the path once, a row per endpoint, within 30 lines; -o wide adds the sentences', async () => {
       const client = pods.find((pod) => pod.app === 'toolbox') ?? pods[0];
       const json = await traceJson('demoapp', '--from', client.name);

@@ -187,7 +187,7 @@ export default class Trace extends AgentCommand {
     else if (flags.node ?? source?.node) nodes = [flags.node ?? source?.node];
     else if (locator.direct) nodes = [undefined];
     else if (source) throw new PluginError(`--from ${flags.from} is an address, not a pod: name the node it enters with --node`);
-    else nodes = await locator.chooseNodes(undefined, false);
+    else nodes = await locator.chooseNodes(undefined, false, 'give --node NODE');
     for (const node of nodes) if (node !== undefined) addressOf(node).catch(() => undefined);
 
     const progress = nodes.length > 1 ? 'nodes traced' : undefined;

@@ -69,16 +69,17 @@ export class AgentLocator {
 
   /**
    * The nodes a command asked for: NODE, or every node with --all-nodes, or the only agent when
-   * there is one. With --agent-url: the one agent (its node is what it says it is).
+   * there is one. With --agent-url: the one agent (its node is what it says it is). `howToName` is
+   * how the command takes a node, for the error that asks for one.
    */
-  async chooseNodes(node: string | undefined, allNodes: boolean): Promise<(string | undefined)[]> {
+  async chooseNodes(node: string | undefined, allNodes: boolean, howToName = 'name a NODE'): Promise<(string | undefined)[]> {
     if (node !== undefined && allNodes) throw new PluginError('name a NODE or use --all-nodes, not both');
     if (this.direct) return [node];
     if (node !== undefined) return [node];
     const nodes = await this.nodes();
     if (allNodes || nodes.length === 1) return nodes;
     throw new PluginError(
-      `agents run on ${nodes.length} nodes (${nodes.slice(0, 5).join(', ')}${nodes.length > 5 ? ', ...' : ''}): name a NODE or use --all-nodes`,
+      `agents run on ${nodes.length} nodes (${nodes.slice(0, 5).join(', ')}${nodes.length > 5 ? ', ...' : ''}): ${howToName} or use --all-nodes`,
     );
   }
 
