@@ -31,12 +31,12 @@ export interface AppliedStateOptions {
   read(family: IPFamily): Promise<string>;
   parse(text: string): ParsedRules;
   /**
-   * The text parsed rules were read from, when they keep it (iptables' ChainIndexedRuleset does):
-   * the cache then keeps no text of its own. Without it the cache keeps the text compressed once
+   * Reads back the text parsed rules were read from, when they keep it (iptables'
+   * ChainIndexedRuleset does, deflated): the cache then keeps no text of its own. Without it the cache keeps the text compressed once
    * the rules are parsed (nftables' JSON listing is large, and only shown), and their parsed form
    * only while something uses it (it is parsed again for the next request).
    */
-  textOf?(rules: ParsedRules): string | undefined;
+  textOf?(rules: ParsedRules): (() => string) | undefined;
   /**
    * Replaces the written chains in parsed rules (a new value; the old one stays as it was); without
    * it, writes of chains make the next request read the kernel.
@@ -248,7 +248,7 @@ export class AppliedState implements RulesWriteListener {
       },
       get text() {
         if (raw !== undefined) return raw;
-        return (rules && textOf?.(rules)) ?? inflateRawSync(compressed!).toString();
+        return (rules && textOf?.(rules)?.()) ?? inflateRawSync(compressed!).toString();
       },
     };
   }

@@ -91,7 +91,11 @@ describe('AppliedState', () => {
       assert.equal(reading.text, kernelV1);
       assert.equal(reading.text, kernelV1, 'and again');
     }
-    assert.equal(iptablesBackend.textOf!(iptablesBackend.parse(kernelV1)), kernelV1, 'iptables rules read chain by chain hold their text');
+    assert.equal(
+      iptablesBackend.textOf!(iptablesBackend.parse(kernelV1))?.(),
+      kernelV1,
+      'iptables rules read chain by chain hold their text',
+    );
   });
 
   it('shares one reading between requests that arrive together', async () => {

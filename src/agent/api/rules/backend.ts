@@ -35,8 +35,8 @@ export interface RulesBackend {
   patch?(rules: ParsedRules, tables: ChainsWritten[]): ParsedRules;
   /** The text of parsed rules, as the kernel tools print them (for patched rules). */
   format?(rules: ParsedRules): string;
-  /** The text parsed rules were read from, when they hold it as it was given; undefined when they do not. */
-  textOf?(rules: ParsedRules): string | undefined;
+  /** Reads back the text parsed rules were read from, when they keep it as it was given; undefined when they do not. */
+  textOf?(rules: ParsedRules): (() => string) | undefined;
   /** Reads the applied rules from the kernel; default iptables-save -t filter + -t nat. */
   readApplied?(host: Host, family: IPFamily): Promise<string>;
 }

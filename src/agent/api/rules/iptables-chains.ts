@@ -2,8 +2,9 @@
 // IptablesRuleset whose chains are parsed one at a time, when a trace or a diff asks for them. A
 // node with 10,000 services holds 430,000 rules in 110,000 chains; a trace of one service needs
 // about thirty of those chains, and a parsed copy of all of them kept between requests is most of
-// what the agent API would hold. What is kept instead: the text, and where each chain's rules are
-// in it. A diff still walks every chain, parsing each as it goes, and keeps nothing afterwards.
+// what the agent API would hold. What is kept instead: the text, deflated (CompressedText), and
+// where each chain's rules are in it. A diff still walks every chain, parsing each as it goes, and
+// keeps nothing afterwards.
 import {guessFamily, parseIptablesSave} from '../../../core/iptables/parse.ts';
 import {
   isBuiltinChain,
@@ -13,6 +14,7 @@ import {
   type UnknownMatch,
 } from '../../../core/iptables/ruleset.ts';
 import type {ChainsWritten} from '../../sync/types.ts';
+import {CompressedText, detached} from './compressed-text.ts';
 
 /** Rules a partial write left in a chain, in iptables-save's spelling, and the line each had in that write's record. */
 interface WrittenChain {
@@ -40,7 +42,7 @@ interface TableIndex {
 }
 
 interface DumpIndex {
-  text: string;
+  text: CompressedText;
   family: IptablesRuleset['family'];
   /** The dump's comment lines, which say who wrote it (and so whether its rules are in iptables-save's spelling). */
   comments: string;
@@ -63,7 +65,8 @@ function declare(table: TableBuilder, name: string, policy: string): number {
   let id = table.ids.get(name);
   if (id === undefined) {
     id = table.ids.size;
-    table.ids.set(name, id);
+    // Kept after the dump's text is deflated: not a view into that text.
+    table.ids.set(detached(name), id);
     table.runs.push(-1, -1, 0);
   }
   if (policy === '-') table.policies.delete(id);
@@ -130,7 +133,7 @@ function indexDump(text: string, family?: IptablesRuleset['family']): DumpIndex 
   }
   const indexes = new Map<string, TableIndex>();
   for (const [name, built] of tables) indexes.set(name, {...built, runs: Int32Array.from(built.runs), written: new Map()});
-  return {text, family: family ?? guessFamily(text), comments: comments.join('\n'), tables: indexes};
+  return {text: new CompressedText(text), family: family ?? guessFamily(text), comments: detached(comments.join('\n')), tables: indexes};
 }
 
 /**
@@ -163,9 +166,11 @@ export class ChainIndexedRuleset implements IptablesRuleset {
     return index && new ChainIndexedRuleset(index);
   }
 
-  /** The text these rules were read from; undefined once a partial write replaced chains of it. */
-  get sourceText(): string | undefined {
-    return [...this.#index.tables.values()].some((table) => table.written.size > 0) ? undefined : this.#index.text;
+  /** Reads back the text these rules were read from; undefined once a partial write replaced chains of it. */
+  get sourceText(): (() => string) | undefined {
+    if ([...this.#index.tables.values()].some((table) => table.written.size > 0)) return undefined;
+    const text = this.#index.text;
+    return () => text.toString();
   }
 
   /** Rules with matches the tracer does not evaluate: every chain parsed to tell, so only when asked. */
