@@ -1,5 +1,5 @@
 // iptables <-> nftables on this kernel: what the behaviour diff predicts for a switch is what real
-// packets do (the check is test/kernel/mode-switch.ts). The ipvs pairs are not checked on a kernel yet.
+// packets do (the check is test/kernel/mode-switch.ts). ipvs pairs: mode-switch-ipvs.test.ts.
 import {iptablesMode, nftablesMode, registerModeSwitch} from './mode-switch.ts';
 import {ServiceScenario} from './service-scenario.ts';
 

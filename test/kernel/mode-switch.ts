@@ -30,7 +30,7 @@ import {nftablesCleanupScript, parseNftablesJson, renderNftables} from '../../sr
 import {cleanupRestoreInput, readOwnedRules} from '../../src/agent/sync/owned-rules.ts';
 import {execInNamespace, type NodeDescription} from '../../src/lab/netns/index.ts';
 import type {ProbeResult} from '../../src/lab/workload/demoapp-client.ts';
-import {probeFromNamespace} from '../../src/lab/workload/launch.ts';
+import {type NamespaceProber, openProber} from '../../src/lab/workload/launch.ts';
 import {demoPorts, kernelUnavailable, nodeAddresses, restoreIptables, saveIptables} from './namespace-lab.ts';
 import {type ServiceScenario, serviceCIDR, type Sender} from './service-scenario.ts';
 
@@ -121,22 +121,30 @@ async function sendAll(
   concurrency: number,
 ): Promise<Sighting[]> {
   const sightings: Sighting[] = [];
-  for (let start = 0; start < classes.length; start += concurrency) {
-    const batch = classes.slice(start, start + concurrency);
-    sightings.push(
-      ...(await Promise.all(
-        batch.map(async (packetClass) => {
-          const sender = senderOf(packetClass);
-          const {dstIP, dstPort} = packetClass.packet;
-          const [result] = await probeFromNamespace(
-            sender.namespace,
-            {protocol: 'tcp', host: dstIP, port: dstPort, timeoutMs: probeTimeoutMs},
-            1,
-          );
-          return {result, sender};
-        }),
-      )),
-    );
+  // One demo client per sending namespace for all its probes: a Node process per probe takes
+  // seconds to start in the qemu guest.
+  const probers = new Map<string, NamespaceProber>();
+  const proberIn = (namespace: string) => {
+    let prober = probers.get(namespace);
+    if (!prober) probers.set(namespace, (prober = openProber(namespace)));
+    return prober;
+  };
+  try {
+    for (let start = 0; start < classes.length; start += concurrency) {
+      const batch = classes.slice(start, start + concurrency);
+      sightings.push(
+        ...(await Promise.all(
+          batch.map(async (packetClass) => {
+            const sender = senderOf(packetClass);
+            const {dstIP, dstPort} = packetClass.packet;
+            const result = await proberIn(sender.namespace).probe({protocol: 'tcp', host: dstIP, port: dstPort, timeoutMs: probeTimeoutMs});
+            return {result, sender};
+          }),
+        )),
+      );
+    }
+  } finally {
+    await Promise.all([...probers.values()].map((prober) => prober.close()));
   }
   return sightings;
 }
@@ -172,7 +180,7 @@ export function registerModeSwitch(
   options: {known: KnownChange[]; probeTimeoutMs?: number; concurrency?: number},
 ): void {
   const probeTimeoutMs = options.probeTimeoutMs ?? 1500;
-  // Probes at once: each is a Node process, which starts slowly in an emulated guest.
+  // Probes at once, through one demo client per sending namespace.
   const concurrency = options.concurrency ?? 8;
   describe(`switching ${from.mode} -> ${to.mode}: the packets change as the behaviour diff says`, {
     concurrency: false,

@@ -23,7 +23,7 @@ import {
   vethCommand,
   type ClusterTopology,
 } from '../../src/lab/netns/index.ts';
-import {DemoAppGroup, probeFromNamespace} from '../../src/lab/workload/launch.ts';
+import {DemoAppGroup, openProber, probeFromNamespace} from '../../src/lab/workload/launch.ts';
 
 const unavailable = await netnsUnavailableReason();
 const prefix = newNamespacePrefix();
@@ -172,6 +172,29 @@ describe('a namespace cluster', {concurrency: false}, () => {
         assert.deepEqual(result.reply, {pod: server.name, podIP: server.ip, clientIP: client.ip, protocol});
       }
     }
+  });
+
+  it('a demo client kept running in a namespace answers many probes, together, as separate runs would', async (t) => {
+    if (!topology) return t.skip(`needs root: ${unavailable}`);
+    const [server, client] = topology.nodes[2].pods.slice(3, 5);
+    await apps.start([{namespace: server.namespace, name: server.name, httpPort: 8080, udpPort: 5353}]);
+    const prober = openProber(client.namespace);
+    try {
+      const targets = [
+        ...Array.from({length: 6}, () => ({protocol: 'tcp' as const, host: server.ip, port: 8080})),
+        {protocol: 'udp' as const, host: server.ip, port: 5353},
+        {protocol: 'tcp' as const, host: server.ip, port: 8081},
+      ];
+      const results = await Promise.all(targets.map((target) => prober.probe({...target, timeoutMs: 2000})));
+      for (const result of results.slice(0, 7)) {
+        assert.equal(result.outcome, 'reply', JSON.stringify(result));
+        if (result.outcome === 'reply') assert.deepEqual([result.reply.pod, result.reply.clientIP], [server.name, client.ip]);
+      }
+      assert.equal(results[7].outcome, 'refused', `nothing listens on 8081: ${JSON.stringify(results[7])}`);
+    } finally {
+      await prober.close();
+    }
+    await assert.rejects(prober.probe({protocol: 'tcp', host: server.ip, port: 8080}), /demo client in .* ended/);
   });
 
   it('reaches nodes from the external client, but not pods (no route to the cluster CIDR)', async (t) => {

@@ -6,6 +6,7 @@
 // and prints a JSON array of ProbeResults.
 import {createSocket} from 'node:dgram';
 import {request} from 'node:http';
+import {createInterface} from 'node:readline';
 import {parseArgs} from 'node:util';
 import {type DemoReply, isDemoReply, plainIPv4} from './demo-reply.ts';
 import {errorText} from '../../core/error-text.ts';
@@ -130,7 +131,40 @@ export async function probeMany(target: ProbeTarget, count: number): Promise<Pro
   return results;
 }
 
+/** A request to a client started with --serve: one line of JSON on its stdin. */
+export interface ServedProbe {
+  id: number;
+  target: ProbeTarget;
+}
+
+/**
+ * serveProbes answers probe requests, a line of JSON each (ServedProbe), with a line of JSON each
+ * ({id, result} or {id, error}), as each completes: one process sends many probes from its
+ * namespace, where starting a Node process per probe costs seconds (in an emulated machine).
+ */
+async function serveProbes(): Promise<void> {
+  const running: Promise<void>[] = [];
+  for await (const line of createInterface({input: process.stdin})) {
+    if (line.trim() === '') continue;
+    let asked: ServedProbe;
+    try {
+      asked = JSON.parse(line) as ServedProbe;
+    } catch (error) {
+      process.stdout.write(`${JSON.stringify({id: -1, error: `not a JSON request: ${errorText(error)}`})}\n`);
+      continue;
+    }
+    running.push(
+      probe(asked.target).then(
+        (result) => void process.stdout.write(`${JSON.stringify({id: asked.id, result})}\n`),
+        (error: unknown) => void process.stdout.write(`${JSON.stringify({id: asked.id, error: errorText(error)})}\n`),
+      ),
+    );
+  }
+  await Promise.all(running);
+}
+
 async function main(): Promise<void> {
+  if (process.argv.slice(2).includes('--serve')) return serveProbes();
   const {values} = parseArgs({
     options: {
       protocol: {type: 'string', default: 'tcp'},

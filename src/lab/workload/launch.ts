@@ -140,3 +140,58 @@ export async function probeFromNamespace(namespace: string, target: ProbeTarget,
   const {stdout} = await execInNamespace(namespace, command, {timeoutMs: limit});
   return JSON.parse(stdout) as ProbeResult[];
 }
+
+/** A demo client that stays running in a namespace and sends each probe it is given (openProber). */
+export interface NamespaceProber {
+  probe(target: ProbeTarget): Promise<ProbeResult>;
+  close(): Promise<void>;
+}
+
+/**
+ * openProber starts demoapp-client.ts --serve inside the namespace: one Node process for all the
+ * probes sent from there, where probeFromNamespace starts one per call.
+ */
+export function openProber(namespace: string): NamespaceProber {
+  const child = spawnInNamespace(namespace, [process.execPath, siblingProgram('demoapp-client'), '--serve'], {stdin: 'pipe'});
+  const waiting = new Map<number, {resolve(result: ProbeResult): void; reject(error: Error): void}>();
+  let nextId = 0;
+  let stderr = '';
+  let ended: Error | undefined;
+  child.stderr?.on('data', (chunk: Buffer) => {
+    stderr += chunk.toString('utf8');
+  });
+  let pending = '';
+  child.stdout?.on('data', (chunk: Buffer) => {
+    pending += chunk.toString('utf8');
+    for (let end = pending.indexOf('\n'); end >= 0; end = pending.indexOf('\n')) {
+      const line = pending.slice(0, end);
+      pending = pending.slice(end + 1);
+      const answer = JSON.parse(line) as {id: number; result?: ProbeResult; error?: string};
+      const waiter = waiting.get(answer.id);
+      waiting.delete(answer.id);
+      if (answer.result) waiter?.resolve(answer.result);
+      else waiter?.reject(new Error(`demo client in ${namespace}: ${answer.error}`));
+    }
+  });
+  void child.then((result) => {
+    ended = new Error(`demo client in ${namespace} ended (exit ${result.exitCode ?? result.signal}): ${stderr.trim() || 'no message'}`);
+    for (const waiter of waiting.values()) waiter.reject(ended);
+    waiting.clear();
+  });
+  return {
+    probe(target) {
+      if (ended) return Promise.reject(ended);
+      const id = nextId++;
+      return new Promise<ProbeResult>((resolve, reject) => {
+        waiting.set(id, {resolve, reject});
+        child.stdin?.write(`${JSON.stringify({id, target})}\n`);
+      });
+    },
+    async close() {
+      child.stdin?.end();
+      const timer = setTimeout(() => child.kill('SIGKILL'), 5000);
+      await child;
+      clearTimeout(timer);
+    },
+  };
+}
