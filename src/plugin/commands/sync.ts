@@ -1,19 +1,21 @@
 import {Args, Flags} from '@oclif/core';
 import type {ProxyMode, SyncResult} from '../../protocol/methods.ts';
-import {AgentCommand, concurrencyFlag, connectionFlags} from '../lib/agent-command.ts';
+import {AgentCommand, concurrencyFlag} from '../lib/agent-command.ts';
 import {formatData, formatDuration, formatTable, outputFlag, palette, useColor, type Palette} from '../lib/output.ts';
+import {helpText} from '../lib/help-text.ts';
 
 /** NodeSync: one agent's sync, with the node and the mode its rule counts are in. */
 type NodeSync = {node: string; mode: ProxyMode} & SyncResult;
 
 export default class Sync extends AgentCommand {
   static override summary = 'Make an agent sync its rules now and wait for the result.';
-  static override description =
-    `Asks the agent on NODE (or every agent) to write its rules now, waits for that sync to finish, and ` +
-    `prints how long it took, how many rules the kernel holds afterwards, and the drift: before syncing, ` +
-    `the agent compares the rules in the kernel with the ones it means to have; if any service's rules ` +
-    `differ ("kubectl proxyctl diff" shows how), the sync is full and rewrites them, and DRIFT names the ` +
-    `services it repaired ("none found" otherwise). --full rewrites every chain regardless.`;
+  static override description = helpText`
+    Asks the agent on NODE (or every agent) to write its rules now, waits for that sync to finish, and
+    prints how long it took, how many rules the kernel holds afterwards, and the drift: before syncing, the
+    agent compares the rules in the kernel with the ones it means to have; if any service's rules differ
+    ("kubectl proxyctl diff" shows how), the sync is full and rewrites them, and DRIFT names the services it
+    repaired ("none found" otherwise). --full rewrites every chain regardless.
+  `;
 
   static override examples = [
     {description: 'Sync node-1', command: '<%= config.bin %> sync node-1'},
@@ -23,7 +25,6 @@ export default class Sync extends AgentCommand {
   static override args = {node: Args.string({description: 'The node to sync.'})};
 
   static override flags = {
-    ...connectionFlags,
     'all-nodes': Flags.boolean({summary: 'Sync every agent.', default: false}),
     full: Flags.boolean({summary: 'Rewrite every chain rather than only those of changed services.', default: false}),
     output: outputFlag(['text', 'json', 'yaml']),
