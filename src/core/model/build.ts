@@ -393,14 +393,18 @@ class ObjectListReader<T extends {namespace: string; name: string}> {
   #raw: readonly unknown[] | undefined;
   /** Its readings; undefined when some object had a problem or came twice: the next build reads the list whole. */
   #values: Reading<T>[] | undefined;
+  #changedAt: readonly number[] | undefined;
+
+  constructor(kind: 'Service' | 'EndpointSlice') {
+    this.#kind = kind;
+  }
+
   /**
    * Where the list just read held other objects than the one read before, of the same names, when
    * it was read from that one's readings; undefined when it was read whole.
    */
-  changedAt: readonly number[] | undefined;
-
-  constructor(kind: 'Service' | 'EndpointSlice') {
-    this.#kind = kind;
+  get changedAt(): readonly number[] | undefined {
+    return this.#changedAt;
   }
 
   read(raw: unknown[], read: (object: unknown, sink: Problem[]) => T | undefined, sink: Problem[]): Reading<T>[] {
@@ -417,7 +421,7 @@ class ObjectListReader<T extends {namespace: string; name: string}> {
     const replaced = this.#values && this.#raw ? replacedInPlace(this.#raw, raw, this.#values, readOne) : undefined;
     // A copy: the caller may change its list afterwards.
     this.#raw = raw.slice();
-    this.changedAt = replaced?.changedAt;
+    this.#changedAt = replaced?.changedAt;
     if (replaced) return (this.#values = replaced.values);
 
     const seen = new Set<string>();
