@@ -1,6 +1,6 @@
 import {Args, Flags} from '@oclif/core';
 import type {DiffResult, StatusResult} from '../../protocol/methods.ts';
-import {AgentCommand, concurrencyFlag, namespaceFlag} from '../lib/agent-command.ts';
+import {AgentCommand, concurrencyFlag, connectionFlags, namespaceFlag} from '../lib/agent-command.ts';
 import {objectNamespace} from '../lib/kube-config.ts';
 import {resolveServiceKey, splitServiceReference} from '../lib/service-target.ts';
 import type {AgentLocator} from '../lib/agent-locator.ts';
@@ -77,6 +77,7 @@ export default class Diff extends AgentCommand {
 
   static override flags = {
     ...namespaceFlag,
+    ...connectionFlags,
     'all-nodes': Flags.boolean({summary: 'Ask every agent; print a table.', default: false}),
     service: Flags.string({
       summary: "Only the rules of this service: NAME (in the -n namespace, else the context's) or NAMESPACE/NAME, either with :PORT.",

@@ -14,7 +14,7 @@ import {
 } from '../../core/behaviour/index.ts';
 import type {ProxyModel} from '../../core/model/index.ts';
 import type {BehaviourAnswer} from '../../protocol/methods.ts';
-import {AgentCommand, concurrencyFlag} from '../lib/agent-command.ts';
+import {AgentCommand, concurrencyFlag, connectionFlags} from '../lib/agent-command.ts';
 import {nodeReport, printReports, switchWords, type NodeBehaviourReport} from '../lib/behaviour-report.ts';
 import {InputError, readOfflineModel} from '../lib/model-input.ts';
 import {modelFlags, objectsFileFlag, offlineSettings} from '../lib/model-flags.ts';
@@ -63,6 +63,7 @@ export default class MigrateCheck extends AgentCommand {
   static override args = {node: Args.string({description: 'The node to check (live).'})};
 
   static override flags = {
+    ...connectionFlags,
     to: Flags.option({summary: 'The proxy mode to switch to.', options: modes, required: true})(),
     'all-nodes': Flags.boolean({summary: 'Check every node that runs an agent; print one table, worst first.', default: false}),
     service: Flags.string({summary: 'Only this service: NAMESPACE/NAME (or NAMESPACE/NAME:PORT).'}),

@@ -1,6 +1,6 @@
 import {Args} from '@oclif/core';
 import type {StatusResult} from '../../protocol/methods.ts';
-import {AgentCommand, concurrencyFlag} from '../lib/agent-command.ts';
+import {AgentCommand, concurrencyFlag, connectionFlags} from '../lib/agent-command.ts';
 import {formatAge, formatData, formatDuration, formatTable, outputFlag, palette, useColor} from '../lib/output.ts';
 import {helpText} from '../lib/help-text.ts';
 
@@ -34,6 +34,7 @@ export default class Status extends AgentCommand {
   static override args = {node: Args.string({description: 'Only the agent on this node.'})};
 
   static override flags = {
+    ...connectionFlags,
     output: outputFlag(['text', 'wide', 'json', 'yaml']),
     concurrency: concurrencyFlag('Agents asked at once.'),
   };

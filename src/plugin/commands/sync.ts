@@ -1,6 +1,6 @@
 import {Args, Flags} from '@oclif/core';
 import type {ProxyMode, SyncResult} from '../../protocol/methods.ts';
-import {AgentCommand, concurrencyFlag} from '../lib/agent-command.ts';
+import {AgentCommand, concurrencyFlag, connectionFlags} from '../lib/agent-command.ts';
 import {formatData, formatDuration, formatTable, outputFlag, palette, useColor, type Palette} from '../lib/output.ts';
 import {helpText} from '../lib/help-text.ts';
 
@@ -25,6 +25,7 @@ export default class Sync extends AgentCommand {
   static override args = {node: Args.string({description: 'The node to sync.'})};
 
   static override flags = {
+    ...connectionFlags,
     'all-nodes': Flags.boolean({summary: 'Sync every agent.', default: false}),
     full: Flags.boolean({summary: 'Rewrite every chain rather than only those of changed services.', default: false}),
     output: outputFlag(['text', 'json', 'yaml']),

@@ -4,7 +4,7 @@ import {isIP} from 'node:net';
 import type {Packet, TraceResult} from '../../core/trace/types.ts';
 import type {ProbeResult, TraceAnswer} from '../../protocol/methods.ts';
 import type {AgentClient} from '../lib/agent-client.ts';
-import {AgentCommand, namespaceFlag} from '../lib/agent-command.ts';
+import {AgentCommand, connectionFlags, namespaceFlag} from '../lib/agent-command.ts';
 import {objectNamespace} from '../lib/kube-config.ts';
 import {formatAge, formatData, outputFlag, palette, useColor} from '../lib/output.ts';
 import {PluginError} from '../lib/plugin-error.ts';
@@ -114,6 +114,7 @@ export default class Trace extends AgentCommand {
 
   static override flags = {
     ...namespaceFlag,
+    ...connectionFlags,
     port: Flags.string({summary: 'The service port, by name or number (needed when the service has several).'}),
     node: Flags.string({summary: "The node whose rules to trace (default: the --from pod's node)."}),
     'all-nodes': Flags.boolean({summary: 'Trace on every node that runs an agent.', default: false}),

@@ -9,7 +9,7 @@ import {PluginCommand} from './plugin-command.ts';
 import {exitCodes, PluginError} from './plugin-error.ts';
 import {parseRequestTimeout} from './request-timeout.ts';
 
-/** How a command reaches the agents: kubectl's connection flags, and straight to one agent. Every AgentCommand takes them. */
+/** How a command reaches the agents: kubectl's connection flags, or straight to one agent. */
 export const connectionFlags = inHelpGroup('CONNECTION', {
   kubeconfig: Flags.string({summary: 'Path to the kubeconfig file (default: $KUBECONFIG, then ~/.kube/config).'}),
   context: Flags.string({summary: 'The kubeconfig context to use.'}),
@@ -62,8 +62,6 @@ export interface AgentAnswers<T> {
 }
 
 export abstract class AgentCommand extends PluginCommand {
-  static override baseFlags = connectionFlags;
-
   protected override async catch(error: Error & {exitCode?: number; oclif?: {exit?: number}; code?: string}): Promise<unknown> {
     // -n once named the agents' namespace; it is kubectl's -n now, and only where Services are named.
     if (/^Nonexistent flags?: (-n|--namespace)\b/.test(error.message ?? '')) {

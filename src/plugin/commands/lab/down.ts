@@ -1,8 +1,9 @@
 import {downLab} from '../../../lab/lab-control.ts';
-import {LabCommand} from '../../lib/lab-command.ts';
+import {labNameFlag} from '../../lib/lab-name-flag.ts';
+import {PluginCommand} from '../../lib/plugin-command.ts';
 import {helpText} from '../../lib/help-text.ts';
 
-export default class LabDown extends LabCommand {
+export default class LabDown extends PluginCommand {
   static override summary = 'Remove a lab: its agents, pods, namespaces, API server and state.';
   static override description = helpText`
     Works from any shell, also when the lab broke half-way or its supervisor died. Running it again, or for
@@ -13,6 +14,10 @@ export default class LabDown extends LabCommand {
     {description: 'Remove the default lab', command: '<%= config.bin %> lab down'},
     {description: 'Remove the lab named big', command: '<%= config.bin %> lab down --name big'},
   ];
+
+  static override flags = {
+    name: labNameFlag(),
+  };
 
   async run(): Promise<void> {
     const {flags} = await this.parse(LabDown);

@@ -1,6 +1,7 @@
 import {Args} from '@oclif/core';
 import {execInLab} from '../../../lab/lab-control.ts';
-import {LabCommand} from '../../lib/lab-command.ts';
+import {labNameFlag} from '../../lib/lab-name-flag.ts';
+import {PluginCommand} from '../../lib/plugin-command.ts';
 import {PluginError} from '../../lib/plugin-error.ts';
 import {helpText} from '../../lib/help-text.ts';
 
@@ -16,7 +17,7 @@ export function splitAtDoubleDash(argv: string[]): {own: string[]; command: stri
   return {own: argv.slice(0, at), command: argv.slice(at + 1)};
 }
 
-export default class LabExec extends LabCommand {
+export default class LabExec extends PluginCommand {
   static override summary = 'Run a command inside a lab pod, node or external client (its network namespace).';
   static override description = helpText`
     TARGET is a pod (pod-0-1), a node (node-0, or its agent pod proxyctl-agent-node-0), an external client
@@ -43,6 +44,10 @@ export default class LabExec extends LabCommand {
 
   static override args = {
     target: Args.string({description: 'Pod, node or client to run in.', required: true}),
+  };
+
+  static override flags = {
+    name: labNameFlag(),
   };
 
   async run(): Promise<void> {

@@ -1,9 +1,10 @@
 import {requireLab} from '../../../lab/lab-control.ts';
-import {LabCommand} from '../../lib/lab-command.ts';
+import {labNameFlag} from '../../lib/lab-name-flag.ts';
+import {PluginCommand} from '../../lib/plugin-command.ts';
 import {formatLabStatus, readLabStatus} from '../../../lab/lab-status.ts';
 import {formatData, outputFlag} from '../../lib/output.ts';
 
-export default class LabStatus extends LabCommand {
+export default class LabStatus extends PluginCommand {
   static override summary = "Show a lab's nodes, agents, pods, external client and services, and how to use them.";
   static override description =
     'Reads the state the lab keeps in /run/proxyctl-lab/NAME and asks its API server for the live objects. Exit code 1 when no such lab runs.';
@@ -14,6 +15,7 @@ export default class LabStatus extends LabCommand {
   ];
 
   static override flags = {
+    name: labNameFlag(),
     output: outputFlag(['text', 'json', 'yaml']),
   };
 

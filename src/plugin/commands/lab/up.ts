@@ -1,10 +1,11 @@
 import {Flags} from '@oclif/core';
 import {labLimits, proxyModes, upLab} from '../../../lab/lab-control.ts';
-import {LabCommand, labNameFlag} from '../../lib/lab-command.ts';
+import {labNameFlag} from '../../lib/lab-name-flag.ts';
+import {PluginCommand} from '../../lib/plugin-command.ts';
 import {formatLabStatus, readLabStatus} from '../../../lab/lab-status.ts';
 import {helpText} from '../../lib/help-text.ts';
 
-export default class LabUp extends LabCommand {
+export default class LabUp extends PluginCommand {
   static override summary = 'Build a small cluster on this machine out of network namespaces, with one proxyctl agent per node.';
   static override description = helpText`
     Creates one network namespace per node (joined by a bridge), pods behind each node running a demo HTTP
