@@ -69,7 +69,6 @@ test('read-only host: reads pass through', async () => {
   await host.sysctlRead('net.ipv4.conf.all.route_localnet');
   assert.deepEqual(node.calls, [
     'iptables-save IPv4 nat',
-    'iptables -C IPv4 nat PREROUTING',
     'nft -j list table ip kube-proxy',
     'nft list tables',
     'ipset save',
