@@ -53,6 +53,19 @@ export interface RpcFailure {
 
 export type RpcResponse = RpcSuccess | RpcFailure;
 
+/** IncomingRequest: what the agent makes of one message. */
+export type IncomingRequest =
+  | {kind: 'request'; request: RpcRequest}
+  | {kind: 'notification'; notification: RpcNotification}
+  /** Answer `response` and go on. */
+  | {kind: 'invalid'; response: RpcFailure};
+
+/** IncomingAnswer: what the plugin makes of one message from the agent. */
+export type IncomingAnswer =
+  | {kind: 'response'; response: RpcResponse}
+  | {kind: 'notification'; notification: RpcNotification}
+  | {kind: 'invalid'; problem: string};
+
 export function failure(id: RequestId | null, code: number, message: string, data?: unknown): RpcFailure {
   return data === undefined ? {jsonrpc: '2.0', id, error: {code, message}} : {jsonrpc: '2.0', id, error: {code, message, data}};
 }
@@ -72,35 +85,35 @@ function validId(id: unknown): id is RequestId {
   return (typeof id === 'string' && id.length <= maxIdLength) || (typeof id === 'number' && Number.isFinite(id));
 }
 
-/** parseMessage: one message's JSON value, or why it is no JSON. */
-function parseMessage(text: string): {message: unknown} | {error: string} {
+/** What keeps a message from being looked at as a request or an answer at all. */
+type MessageFault = {fault: 'not JSON'; reason: string} | {fault: 'batch'} | {fault: 'not an object'};
+
+/** readObject: one message's JSON object, or its fault; each reader words the fault for its side. */
+function readObject(text: string): {message: Record<string, unknown>} | MessageFault {
+  let message: unknown;
   try {
-    return {message: JSON.parse(text)};
+    message = JSON.parse(text);
   } catch (err) {
-    return {error: (err as Error).message};
+    return {fault: 'not JSON', reason: (err as Error).message};
   }
+  if (Array.isArray(message)) return {fault: 'batch'};
+  if (!isObject(message)) return {fault: 'not an object'};
+  return {message};
 }
 
-/** IncomingRequest: what the agent makes of one message. */
-export type IncomingRequest =
-  | {kind: 'request'; request: RpcRequest}
-  | {kind: 'notification'; notification: RpcNotification}
-  /** Answer `response` and go on. */
-  | {kind: 'invalid'; response: RpcFailure};
+/** The answer to a request that is no JSON object, as JSON-RPC 2.0 says to give it. */
+function requestFault(read: MessageFault): RpcFailure {
+  if (read.fault === 'not JSON') return failure(null, errorCodes.parseError, `parse error: ${read.reason}`);
+  if (read.fault === 'batch')
+    return failure(null, errorCodes.invalidRequest, 'invalid request: batches are not supported; send one request per message');
+  return failure(null, errorCodes.invalidRequest, 'invalid request: a request must be a JSON object');
+}
 
 /** Sorts a message a client sent into a request, a notification, or the error to answer it with. */
 export function readRequest(text: string): IncomingRequest {
-  const parsed = parseMessage(text);
-  if ('error' in parsed) return {kind: 'invalid', response: failure(null, errorCodes.parseError, `parse error: ${parsed.error}`)};
-  const {message} = parsed;
-  if (Array.isArray(message)) {
-    return {
-      kind: 'invalid',
-      response: failure(null, errorCodes.invalidRequest, 'invalid request: batches are not supported; send one request per message'),
-    };
-  }
-  if (!isObject(message))
-    return {kind: 'invalid', response: failure(null, errorCodes.invalidRequest, 'invalid request: a request must be a JSON object')};
+  const read = readObject(text);
+  if ('fault' in read) return {kind: 'invalid', response: requestFault(read)};
+  const {message} = read;
   const hasId = Object.hasOwn(message, 'id');
   const id = hasId && validId(message.id) ? message.id : null;
   const invalid = (why: string): IncomingRequest => ({
@@ -117,18 +130,11 @@ export function readRequest(text: string): IncomingRequest {
   return {kind: 'request', request: {...base, id: message.id as RequestId}};
 }
 
-/** IncomingAnswer: what the plugin makes of one message from the agent. */
-export type IncomingAnswer =
-  | {kind: 'response'; response: RpcResponse}
-  | {kind: 'notification'; notification: RpcNotification}
-  | {kind: 'invalid'; problem: string};
-
 /** Sorts a message an agent sent into a response or a notification; `problem` says what is wrong otherwise. */
 export function readAnswer(text: string): IncomingAnswer {
-  const parsed = parseMessage(text);
-  if ('error' in parsed) return {kind: 'invalid', problem: `not JSON: ${parsed.error}`};
-  const {message} = parsed;
-  if (!isObject(message)) return {kind: 'invalid', problem: 'not a JSON object'};
+  const read = readObject(text);
+  if ('fault' in read) return {kind: 'invalid', problem: read.fault === 'not JSON' ? `not JSON: ${read.reason}` : 'not a JSON object'};
+  const {message} = read;
   if (message.jsonrpc !== '2.0') return {kind: 'invalid', problem: 'jsonrpc is not "2.0"'};
   if (!Object.hasOwn(message, 'id')) {
     if (typeof message.method !== 'string') return {kind: 'invalid', problem: 'neither a response (no id) nor a notification (no method)'};

@@ -98,29 +98,6 @@ export class RecordingHost implements Host {
     return lines.join('\n');
   }
 
-  async iptablesHasRule(family: IPFamily, table: IptablesTable, chain: string, rule: string[]): Promise<boolean> {
-    this.calls.push(`iptables -C ${family} ${table} ${chain}`);
-    return this.table(family, table).get(chain)?.includes(joinRule(rule)) ?? false;
-  }
-
-  async iptablesAddRule(
-    family: IPFamily,
-    table: IptablesTable,
-    chain: string,
-    rule: string[],
-    position: 'prepend' | 'append',
-  ): Promise<void> {
-    this.calls.push(`iptables ${position === 'prepend' ? '-I' : '-A'} ${family} ${table} ${chain}`);
-    this.tamper(family, table, `${position === 'prepend' ? '-I' : '-A'} ${chain} ${joinRule(rule)}`);
-  }
-
-  async iptablesEnsureChain(family: IPFamily, table: IptablesTable, chain: string): Promise<boolean> {
-    const chains = this.table(family, table);
-    if (chains.has(chain)) return true;
-    chains.set(chain, []);
-    return false;
-  }
-
   async iptablesFrontEnd(): Promise<IptablesFrontEnd> {
     return 'nf_tables';
   }
@@ -189,11 +166,6 @@ export class RecordingHost implements Host {
     this.calls.push(`sysctl ${name}=${value}`);
     this.sysctls.set(name, value);
   }
-}
-
-/** Quote words with spaces as iptables-save prints them. */
-function joinRule(rule: string[]): string {
-  return rule.map((word) => (/\s/.test(word) ? `"${word}"` : word)).join(' ');
 }
 
 function cloneTable(table: Table): Table {

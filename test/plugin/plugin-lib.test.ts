@@ -5,11 +5,35 @@ import {describe, it} from 'node:test';
 import {parseDestination} from '../../src/plugin/commands/trace.ts';
 import {agentOnNode, type AgentPod} from '../../src/plugin/lib/agent-pods.ts';
 import {colorDiff} from '../../src/plugin/lib/diff-text.ts';
+import {inHelpGroup} from '../../src/plugin/lib/help-group.ts';
+import {helpText} from '../../src/plugin/lib/help-text.ts';
 import {formatAge, formatTable, palette, useColor} from '../../src/plugin/lib/output.ts';
 import {PluginError} from '../../src/plugin/lib/plugin-error.ts';
 import {compareProbe, endpointIP} from '../../src/plugin/lib/probe-text.ts';
 import {parseRequestTimeout} from '../../src/plugin/lib/request-timeout.ts';
 import type {TraceAnswer} from '../../src/protocol/methods.ts';
+
+describe('help text', () => {
+  it('helpText: the lines of a paragraph join with one space, paragraphs with a blank line', () => {
+    const port = 10260;
+    const text = helpText`
+      Asks every agent how it is
+      doing,   at \`ws://127.0.0.1:${port}/\`.
+
+      A second
+      paragraph.
+    `;
+    assert.equal(text, 'Asks every agent how it is doing, at `ws://127.0.0.1:10260/`.\n\nA second paragraph.');
+  });
+
+  it('inHelpGroup: each flag of the set under the heading, the rest of it as it was', () => {
+    const grouped = inHelpGroup('OFFLINE', {src: {summary: 'Source address.', multiple: false}, dst: {summary: 'Destination.'}});
+    assert.deepEqual(grouped, {
+      src: {summary: 'Source address.', multiple: false, helpGroup: 'OFFLINE'},
+      dst: {summary: 'Destination.', helpGroup: 'OFFLINE'},
+    });
+  });
+});
 
 describe('--request-timeout', () => {
   for (const [text, ms] of [

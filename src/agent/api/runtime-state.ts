@@ -83,26 +83,15 @@ function driftedServices(groups: DiffGroup[]): string[] {
     .map((group) => group.servicePort || '(rules of no service)');
 }
 
+/** RuntimeState holds the options it was made with, as they were given, and what happened since. */
+export interface RuntimeState extends Readonly<RuntimeStateOptions> {}
 export class RuntimeState {
-  readonly nodeName: string;
-  readonly version: string;
-  readonly families: IPFamily[];
-  readonly proxier: ProxierSyncs;
-  readonly host: Host;
-  readonly backend: RulesBackend;
-  readonly log: Logger;
-  readonly applied: AppliedState;
-  readonly now: () => number;
-  readonly probe: (params: ProbeParams, netns: string | undefined) => Promise<ProbeResult>;
   readonly listeners = new Set<(event: SyncEvent) => void>();
-  readonly observe: ObserveRuntime | undefined;
   lastOutcome: SyncOutcome | undefined;
   everSynced = false;
   failures = 0;
   drift: DriftCheck | undefined;
   closed = false;
-  private readonly syncTimeoutMs: number;
-  private readonly nodeAddresses: () => Promise<string[]>;
   private addresses: {list: string[]; at: number} | undefined;
   private warming: Promise<void> | undefined;
   private warmAgain = false;
@@ -111,19 +100,7 @@ export class RuntimeState {
   private readonly fullDiffs = new WeakMap<AppliedRules, {model: ProxyModel; result: RulesDiff}>();
 
   constructor(options: RuntimeStateOptions) {
-    this.nodeName = options.nodeName;
-    this.version = options.version;
-    this.families = options.families;
-    this.proxier = options.proxier;
-    this.host = options.host;
-    this.backend = options.backend;
-    this.log = options.log;
-    this.applied = options.applied;
-    this.now = options.now;
-    this.probe = options.probe;
-    this.syncTimeoutMs = options.syncTimeoutMs;
-    this.nodeAddresses = options.nodeAddresses;
-    this.observe = options.observe;
+    Object.assign(this, options);
   }
 
   recordSync(outcome: SyncOutcome): void {

@@ -24,6 +24,16 @@ interface Branch {
 const leaf = <T>(kind: LeafKind, store?: (config: AgentConfig, value: T) => void): Leaf => ({kind, store: store as Leaf['store']});
 const unused = (kind: LeafKind): Leaf => ({kind});
 
+/** The fields kube-proxy's iptables and nftables sections share, stored into that section. */
+function masqueradeAndSyncFields(section: 'iptables' | 'nftables'): Record<string, Leaf> {
+  return {
+    masqueradeBit: leaf<number>('integer', (c, v) => (c[section].masqueradeBit = v)),
+    masqueradeAll: leaf<boolean>('boolean', (c, v) => (c[section].masqueradeAll = v)),
+    syncPeriod: leaf<number>('duration', (c, v) => (c[section].syncPeriod = v || c[section].syncPeriod)),
+    minSyncPeriod: leaf<number>('duration', (c, v) => (c[section].minSyncPeriod = v || c[section].minSyncPeriod)),
+  };
+}
+
 const schema: Branch = {
   fields: {
     apiVersion: unused('string'),
@@ -57,12 +67,9 @@ const schema: Branch = {
     mode: leaf<string>('string', (c, v) => (c.mode = (v === '' ? 'iptables' : v) as ProxyMode)),
     iptables: {
       fields: {
-        masqueradeBit: leaf<number>('integer', (c, v) => (c.iptables.masqueradeBit = v)),
-        masqueradeAll: leaf<boolean>('boolean', (c, v) => (c.iptables.masqueradeAll = v)),
+        ...masqueradeAndSyncFields('iptables'),
         localhostNodePorts: leaf<boolean>('boolean', (c, v) => (c.iptables.localhostNodePorts = v)),
         snatNodeInternalIP: unused('boolean'),
-        syncPeriod: leaf<number>('duration', (c, v) => (c.iptables.syncPeriod = v || c.iptables.syncPeriod)),
-        minSyncPeriod: leaf<number>('duration', (c, v) => (c.iptables.minSyncPeriod = v || c.iptables.minSyncPeriod)),
       },
     },
     ipvs: {
@@ -79,10 +86,7 @@ const schema: Branch = {
     },
     nftables: {
       fields: {
-        masqueradeBit: leaf<number>('integer', (c, v) => (c.nftables.masqueradeBit = v)),
-        masqueradeAll: leaf<boolean>('boolean', (c, v) => (c.nftables.masqueradeAll = v)),
-        syncPeriod: leaf<number>('duration', (c, v) => (c.nftables.syncPeriod = v || c.nftables.syncPeriod)),
-        minSyncPeriod: leaf<number>('duration', (c, v) => (c.nftables.minSyncPeriod = v || c.nftables.minSyncPeriod)),
+        ...masqueradeAndSyncFields('nftables'),
         // proxyctl's own field: kube-proxy has one layout.
         layout: leaf<string>('string', (c, v) => (c.nftables.layout = (v === '' ? 'proxyctl' : v) as NftablesLayout)),
       },

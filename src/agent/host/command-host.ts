@@ -135,39 +135,6 @@ export class CommandHost implements Host {
     return (await this.run([saveCommand(family, this.#variant), ...(table ? ['-t', table] : [])])).stdout;
   }
 
-  async iptablesHasRule(family: IPFamily, table: IptablesTable, chain: string, rule: string[]): Promise<boolean> {
-    // -C exits 1 when the rule is missing, and also when the chain is: both mean "not there".
-    const result = await this.run([iptablesCommand(family, this.#variant), ...xtablesWait, '-t', table, '-C', chain, ...rule], {
-      accept: [1],
-    });
-    return result.exitCode === 0;
-  }
-
-  async iptablesAddRule(
-    family: IPFamily,
-    table: IptablesTable,
-    chain: string,
-    rule: string[],
-    position: 'prepend' | 'append',
-  ): Promise<void> {
-    await this.run([
-      iptablesCommand(family, this.#variant),
-      ...xtablesWait,
-      '-t',
-      table,
-      position === 'prepend' ? '-I' : '-A',
-      chain,
-      ...rule,
-    ]);
-  }
-
-  async iptablesEnsureChain(family: IPFamily, table: IptablesTable, chain: string): Promise<boolean> {
-    const result = await this.run([iptablesCommand(family, this.#variant), ...xtablesWait, '-t', table, '-N', chain], {accept: [1]});
-    if (result.exitCode === 0) return false;
-    if (/exists/i.test(result.stderr)) return true;
-    throw new HostCommandError([iptablesCommand(family, this.#variant), '-t', table, '-N', chain], result.exitCode, result.stderr);
-  }
-
   async iptablesFrontEnd(family: IPFamily): Promise<IptablesFrontEnd> {
     return parseIptablesFrontEnd(await this.iptablesVersion(family));
   }

@@ -52,12 +52,6 @@ export interface Host {
    * does, where two readings of two tables cost twice that.
    */
   iptablesSave(family: IPFamily, table?: IptablesTable): Promise<string>;
-  /** iptables -C: true when the rule is there. */
-  iptablesHasRule(family: IPFamily, table: IptablesTable, chain: string, rule: string[]): Promise<boolean>;
-  /** iptables -I (prepend) or -A (append). */
-  iptablesAddRule(family: IPFamily, table: IptablesTable, chain: string, rule: string[], position: 'prepend' | 'append'): Promise<void>;
-  /** iptables -N, unless the chain exists. Returns true when it existed. */
-  iptablesEnsureChain(family: IPFamily, table: IptablesTable, chain: string): Promise<boolean>;
   /** Which kernel interface the iptables command drives, from `iptables --version`. */
   iptablesFrontEnd(family: IPFamily): Promise<IptablesFrontEnd>;
   /** `iptables --version` (ip6tables for IPv6) as it prints it, e.g. "iptables v1.8.9 (nf_tables)". */

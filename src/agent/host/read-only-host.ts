@@ -1,5 +1,5 @@
 // ReadOnlyHost: the Host of an observing agent (--observe). It passes on the commands that only
-// read the node (iptables-save, iptables -C, nft list, ipset list/save, ipvsadm -L/-S, ip ... show,
+// read the node (iptables-save, nft list, ipset list/save, ipvsadm -L/-S, ip ... show,
 // nfacct get/list, sysctl -n) and refuses every other one before it runs, naming it. The rule
 // is an allow-list: a command the list does not know is a write, so a bug elsewhere (a proxier's
 // path reached by mistake, a new command added later) fails loudly instead of changing a node
@@ -147,24 +147,6 @@ export class ReadOnlyHost implements Host {
 
   iptablesSave(family: IPFamily, table?: IptablesTable): Promise<string> {
     return this.#inner.iptablesSave(family, table);
-  }
-
-  iptablesHasRule(family: IPFamily, table: IptablesTable, chain: string, rule: string[]): Promise<boolean> {
-    return this.#inner.iptablesHasRule(family, table, chain, rule);
-  }
-
-  async iptablesAddRule(
-    family: IPFamily,
-    table: IptablesTable,
-    chain: string,
-    rule: string[],
-    position: 'prepend' | 'append',
-  ): Promise<void> {
-    this.#refuse([iptables(family), '-t', table, position === 'prepend' ? '-I' : '-A', chain, ...rule]);
-  }
-
-  async iptablesEnsureChain(family: IPFamily, table: IptablesTable, chain: string): Promise<boolean> {
-    this.#refuse([iptables(family), '-t', table, '-N', chain]);
   }
 
   iptablesFrontEnd(family: IPFamily): Promise<IptablesFrontEnd> {

@@ -257,11 +257,15 @@ function declareChain(table: RulesetTable, name: string, policy: string | undefi
   return chain;
 }
 
+/** The parts of a rule SavedRule reads from its text when first asked, each a getter. */
+const partsReadWhenAsked = ['source', 'inInterface', 'outInterface', 'protocol', 'fragment', 'matches', 'target'] as const;
+
 /**
  * SavedRule keeps what every rule needs (its place and its text) and reads the rest from the text
  * when first asked: a node with 10,000 services has hundreds of thousands of rules, and the trace
  * or the diff look into few of them.
  */
+interface SavedRule extends Readonly<Pick<ParsedRuleArgs, (typeof partsReadWhenAsked)[number]>> {}
 class SavedRule implements IptablesRule {
   table: string;
   chain: string;
@@ -294,27 +298,16 @@ class SavedRule implements IptablesRule {
     return this.parsed;
   }
 
-  get source() {
-    return this.args().source;
+  static {
+    for (const part of partsReadWhenAsked) {
+      Object.defineProperty(SavedRule.prototype, part, {
+        get(this: SavedRule) {
+          return this.args()[part];
+        },
+      });
+    }
   }
-  get inInterface() {
-    return this.args().inInterface;
-  }
-  get outInterface() {
-    return this.args().outInterface;
-  }
-  get protocol() {
-    return this.args().protocol;
-  }
-  get fragment() {
-    return this.args().fragment;
-  }
-  get matches() {
-    return this.args().matches;
-  }
-  get target() {
-    return this.args().target;
-  }
+
   get comment(): string | undefined {
     return this.args()
       .matches.find((match) => match.module === 'comment')

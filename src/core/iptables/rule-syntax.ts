@@ -119,6 +119,12 @@ const optionAliases: Record<string, Record<string, string>> = {
   multiport: {'source-ports': 'sports', 'destination-ports': 'dports'},
 };
 
+/** The options that set the rule's addresses, in each spelling iptables takes; an error names the short one. */
+const addressOptions = new Map<string, {part: 'source' | 'destination'; short: '-s' | '-d'}>([
+  ...['-s', '--source', '--src'].map((spelling) => [spelling, {part: 'source', short: '-s'}] as const),
+  ...['-d', '--destination', '--dst'].map((spelling) => [spelling, {part: 'destination', short: '-d'}] as const),
+]);
+
 const protocolMatches = new Set(['tcp', 'udp', 'sctp', 'udplite', 'icmp', 'icmp6']);
 const protocolNumbers: Record<string, string> = {'1': 'icmp', '6': 'tcp', '17': 'udp', '58': 'ipv6-icmp', '132': 'sctp', '136': 'udplite'};
 
@@ -231,21 +237,15 @@ export function parseRuleArgs(tokens: Token[], family: IPFamily): ParsedRuleArgs
     const token = tokens[index++];
     if (token.quoted) throw new RuleSyntaxError(`unexpected value "${token.text}"`);
     const word = token.text;
+    const address = addressOptions.get(word);
+    if (address) {
+      if (parsed[address.part]) throw new RuleSyntaxError(`${address.short} given twice`);
+      parsed[address.part] = addressCondition(word, address.short);
+      continue;
+    }
     switch (word) {
       case '!':
         negatePending = true;
-        break;
-      case '-s':
-      case '--source':
-      case '--src':
-        if (parsed.source) throw new RuleSyntaxError('-s given twice');
-        parsed.source = addressCondition(word, '-s');
-        break;
-      case '-d':
-      case '--destination':
-      case '--dst':
-        if (parsed.destination) throw new RuleSyntaxError('-d given twice');
-        parsed.destination = addressCondition(word, '-d');
         break;
       case '-i':
       case '--in-interface': {

@@ -132,15 +132,13 @@ function replacedIndexes(last: readonly unknown[], next: readonly unknown[]): nu
  */
 export class ProxyModelBuilder {
   readonly #options: ModelOptions;
-  readonly #serviceReads = new WeakMap<object, ObjectRead<ServiceDefinition>>();
-  readonly #sliceReads = new WeakMap<object, ObjectRead<SliceSummary>>();
+  readonly #services = new ObjectListReader<ServiceDefinition>('Service');
+  readonly #slices = new ObjectListReader<SliceSummary>('EndpointSlice');
   #ports = new Map<string, ServicePortsEntry>();
   /** What the service ports were computed against: node name and zone. */
   #portsContext = '';
   #previous: PreviousBuild | undefined;
   #generation = 0;
-  readonly #serviceList: ListMemo<ServiceDefinition> = {};
-  readonly #sliceList: ListMemo<SliceSummary> = {};
   /** The slices of the last build, in order, and their grouping by service. */
   #sliceGroups: {slices: readonly SliceReading[]; byService: Map<string, SliceSummary[]>} | undefined;
 
@@ -189,14 +187,7 @@ export class ProxyModelBuilder {
         {family, serviceProxyName: options.serviceProxyName, sourceRangesFromAnnotation: options.sourceRangesFromAnnotation ?? false},
         sink,
       );
-    const services = uniqueByName(
-      listOf(objects.services, 'services', configProblems),
-      'Service',
-      this.#serviceReads,
-      readOneService,
-      problems,
-      this.#serviceList,
-    );
+    const services = this.#services.read(listOf(objects.services, 'services', configProblems), readOneService, problems);
     // Slices read in this build, so that their service ports need not read them again.
     const sliceDefinitions = new Map<SliceSummary, SliceDefinition>();
     const readOneSlice = (object: unknown, sink: Problem[]): SliceSummary | undefined => {
@@ -222,14 +213,7 @@ export class ProxyModelBuilder {
         ports: [],
         endpoints: [],
       };
-    const slices = uniqueByName(
-      listOf(objects.endpointSlices, 'endpointSlices', configProblems),
-      'EndpointSlice',
-      this.#sliceReads,
-      readOneSlice,
-      problems,
-      this.#sliceList,
-    );
+    const slices = this.#slices.read(listOf(objects.endpointSlices, 'endpointSlices', configProblems), readOneSlice, problems);
     const {byService: slicesByService, regrouped} = this.#groupSlices(slices);
 
     // Kept from build to build: at 10,000 services, a new map each build was most of its cost.
@@ -264,7 +248,7 @@ export class ProxyModelBuilder {
         samePorts = false;
       }
     };
-    const replacedServices = this.#serviceList.changedAt;
+    const replacedServices = this.#services.changedAt;
     if (samePorts && replacedServices !== undefined && regrouped !== undefined && ports.size === services.length) {
       // The same services in the same places, a few replaced by ones of the same name, and a few
       // slices replaced: only their services can have changed. The other entries are the last
@@ -394,70 +378,74 @@ export class ProxyModelBuilder {
 
 type Reading<T> = ObjectRead<T> & {value: T; id: string};
 
-/** A list of objects as one build got it, and its readings when every object was read without a problem. */
-interface ListMemo<T> {
-  raw?: readonly unknown[];
-  /** Undefined when some object had a problem or came twice: the next build reads the list whole. */
-  values?: Reading<T>[];
-  /**
-   * Where this build's list held other objects than the last build's, of the same names, when
-   * it was read from the last one's readings; undefined when it was read whole.
-   */
-  changedAt?: readonly number[];
-}
-
 /**
- * uniqueByName reads each object (or takes its earlier reading), adds its problems to `sink`, and
- * keeps the first of several objects with the same namespace and name. When the last build's list
- * was read without a problem and this one holds the same objects in the same places, a few
- * replaced by objects of the same name, only those are looked at: a lookup and a name check per
- * object would cost every build time in proportion to the cluster, not to the change.
+ * ObjectListReader reads one kind's list of objects from build to build: it reads each object (or
+ * takes its earlier reading), adds its problems to the build's, and keeps the first of several
+ * objects with the same namespace and name. When the last build's list was read without a problem
+ * and this one holds the same objects in the same places, a few replaced by objects of the same
+ * name, only those are looked at: a lookup and a name check per object would cost every build
+ * time in proportion to the cluster, not to the change.
  */
-function uniqueByName<T extends {namespace: string; name: string}>(
-  raw: unknown[],
-  kind: 'Service' | 'EndpointSlice',
-  reads: WeakMap<object, ObjectRead<T>>,
-  read: (object: unknown, sink: Problem[]) => T | undefined,
-  sink: Problem[],
-  memo: ListMemo<T>,
-): Reading<T>[] {
-  const readOne = (object: unknown): ObjectRead<T> => {
-    const cacheable = typeof object === 'object' && object !== null;
-    let reading = cacheable ? reads.get(object) : undefined;
-    if (!reading) {
-      const problems: Problem[] = [];
-      reading = {value: read(object, problems), problems};
-      if (cacheable) reads.set(object, reading);
-    }
-    return reading;
-  };
-  const replaced = memo.values && memo.raw ? replacedInPlace(memo.raw, raw, memo.values, readOne) : undefined;
-  // A copy: the caller may change its list afterwards.
-  memo.raw = raw.slice();
-  memo.changedAt = replaced?.changedAt;
-  if (replaced) return (memo.values = replaced.values);
+class ObjectListReader<T extends {namespace: string; name: string}> {
+  readonly #kind: 'Service' | 'EndpointSlice';
+  readonly #reads = new WeakMap<object, ObjectRead<T>>();
+  /** The list as the last build got it. */
+  #raw: readonly unknown[] | undefined;
+  /** Its readings; undefined when some object had a problem or came twice: the next build reads the list whole. */
+  #values: Reading<T>[] | undefined;
+  #changedAt: readonly number[] | undefined;
 
-  const seen = new Set<string>();
-  // The readings themselves, kept from build to build: no new object per object per build.
-  const values: Reading<T>[] = [];
-  let clean = true;
-  for (const object of raw) {
-    const reading = readOne(object);
-    for (const problem of reading.problems) sink.push(problem);
-    const value = reading.value;
-    if (reading.problems.length > 0 || !value) clean = false;
-    if (!value) continue;
-    const id = (reading.id ??= `${value.namespace}/${value.name}`);
-    if (seen.has(id)) {
-      clean = false;
-      new ObjectProblems(sink, kind, value.name, value.namespace).add('metadata.name', 'given twice', 'second copy skipped');
-      continue;
-    }
-    seen.add(id);
-    values.push(reading as Reading<T>);
+  constructor(kind: 'Service' | 'EndpointSlice') {
+    this.#kind = kind;
   }
-  memo.values = clean ? values : undefined;
-  return values;
+
+  /**
+   * Where the list just read held other objects than the one read before, of the same names, when
+   * it was read from that one's readings; undefined when it was read whole.
+   */
+  get changedAt(): readonly number[] | undefined {
+    return this.#changedAt;
+  }
+
+  read(raw: unknown[], read: (object: unknown, sink: Problem[]) => T | undefined, sink: Problem[]): Reading<T>[] {
+    const readOne = (object: unknown): ObjectRead<T> => {
+      const cacheable = typeof object === 'object' && object !== null;
+      let reading = cacheable ? this.#reads.get(object) : undefined;
+      if (!reading) {
+        const problems: Problem[] = [];
+        reading = {value: read(object, problems), problems};
+        if (cacheable) this.#reads.set(object, reading);
+      }
+      return reading;
+    };
+    const replaced = this.#values && this.#raw ? replacedInPlace(this.#raw, raw, this.#values, readOne) : undefined;
+    // A copy: the caller may change its list afterwards.
+    this.#raw = raw.slice();
+    this.#changedAt = replaced?.changedAt;
+    if (replaced) return (this.#values = replaced.values);
+
+    const seen = new Set<string>();
+    // The readings themselves, kept from build to build: no new object per object per build.
+    const values: Reading<T>[] = [];
+    let clean = true;
+    for (const object of raw) {
+      const reading = readOne(object);
+      for (const problem of reading.problems) sink.push(problem);
+      const value = reading.value;
+      if (reading.problems.length > 0 || !value) clean = false;
+      if (!value) continue;
+      const id = (reading.id ??= `${value.namespace}/${value.name}`);
+      if (seen.has(id)) {
+        clean = false;
+        new ObjectProblems(sink, this.#kind, value.name, value.namespace).add('metadata.name', 'given twice', 'second copy skipped');
+        continue;
+      }
+      seen.add(id);
+      values.push(reading as Reading<T>);
+    }
+    this.#values = clean ? values : undefined;
+    return values;
+  }
 }
 
 /**

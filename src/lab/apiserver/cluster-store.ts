@@ -92,6 +92,39 @@ function checkPrecondition(type: ResourceType, body: KubeObject, stored: KubeObj
   if (wanted && wanted !== stored.metadata.resourceVersion) throw conflict(type.resource, type.group, stored.metadata.name);
 }
 
+/** The object a PATCH of `contentType` makes of `base` (a copy: patches may change it). */
+function patchedObject(type: ResourceType, base: KubeObject, contentType: string, patch: unknown): KubeObject {
+  let patched: KubeObject;
+  const mediaType = contentType.split(';')[0].trim();
+  if (mediaType === patchTypes.merge) patched = applyMergePatch(base, patch);
+  else if (mediaType === patchTypes.strategic) patched = applyStrategicMergePatch(base, patch, type.kind);
+  else if (mediaType === patchTypes.json) patched = applyJsonPatch(base, patch);
+  else throw unsupportedMediaType(contentType);
+  if (!patched || typeof patched !== 'object' || Array.isArray(patched))
+    throw badRequest('the patch made the object something other than a JSON object');
+  checkFieldTypes(type, patched);
+  if (!patched.metadata) throw badField('metadata', "the patch removed the object's metadata");
+  return patched;
+}
+
+/** The fields DeleteOptions.preconditions may name, each with kube-apiserver's word for it in a conflict. */
+const deletePreconditions = [
+  ['uid', 'UID'],
+  ['resourceVersion', 'ResourceVersion'],
+] as const;
+
+/** Each precondition a DELETE gives must be the stored object's, as kube-apiserver checks them. */
+function checkDeletePreconditions(type: ResourceType, stored: KubeObject, given: DeleteOptions['preconditions']): void {
+  for (const [field, word] of deletePreconditions) {
+    const wanted = given?.[field];
+    const found = stored.metadata[field];
+    if (wanted && wanted !== found) {
+      const message = `Precondition failed: ${word} in precondition: ${wanted}, ${word} in object meta: ${found}`;
+      throw conflict(type.resource, type.group, stored.metadata.name, message);
+    }
+  }
+}
+
 function nowRfc3339(clock: () => number): string {
   return new Date(Math.floor(clock() / 1000) * 1000).toISOString().replace('.000Z', 'Z');
 }
@@ -247,18 +280,18 @@ export class ClusterStore {
     return this.replace(type, old, body, options);
   }
 
-  /** Get, change, update; retried on conflicts. For programmatic users such as the lab and controllers. */
+  /** Get, change a copy (`change` sees the stored object too), update: how PATCH, the lab and the controllers change objects. */
   mutate(
     ref: ResourceRef,
     namespace: string | undefined,
     name: string,
-    change: (obj: KubeObject) => KubeObject | void,
+    change: (obj: KubeObject, stored: Readonly<KubeObject>) => KubeObject | void,
     options: WriteOptions = {},
   ): KubeObject {
     const type = this.type(ref);
     const old = this.get(type, namespace, name);
     const copy = structuredClone(old);
-    const changed = change(copy) ?? copy;
+    const changed = change(copy, old) ?? copy;
     return this.replace(type, old, changed, options);
   }
 
@@ -271,21 +304,13 @@ export class ClusterStore {
     options: WriteOptions = {},
   ): KubeObject {
     const type = this.type(ref);
-    const old = this.get(type, namespace, name);
-    const base = structuredClone(old);
-    let patched: KubeObject;
-    const mediaType = contentType.split(';')[0].trim();
-    if (mediaType === patchTypes.merge) patched = applyMergePatch(base, patch);
-    else if (mediaType === patchTypes.strategic) patched = applyStrategicMergePatch(base, patch, type.kind);
-    else if (mediaType === patchTypes.json) patched = applyJsonPatch(base, patch);
-    else throw unsupportedMediaType(contentType);
-    if (!patched || typeof patched !== 'object' || Array.isArray(patched))
-      throw badRequest('the patch made the object something other than a JSON object');
-    checkFieldTypes(type, patched);
-    if (!patched.metadata) throw badField('metadata', "the patch removed the object's metadata");
-    if (patched.metadata.name !== name) throw nameMismatch(patched.metadata.name, name);
-    checkPrecondition(type, patched, old);
-    return this.replace(type, old, patched, options);
+    const patchOne = (base: KubeObject, stored: Readonly<KubeObject>): KubeObject => {
+      const patched = patchedObject(type, base, contentType, patch);
+      if (patched.metadata.name !== name) throw nameMismatch(patched.metadata.name, name);
+      checkPrecondition(type, patched, stored);
+      return patched;
+    };
+    return this.mutate(type, namespace, name, patchOne, options);
   }
 
   /**
@@ -395,23 +420,7 @@ export class ClusterStore {
   delete(ref: ResourceRef, namespace: string | undefined, name: string, options: DeleteOptions = {}): {object: KubeObject; gone: boolean} {
     const type = this.type(ref);
     const old = this.get(type, namespace, name);
-    const pre = options.preconditions;
-    if (pre?.uid && pre.uid !== old.metadata.uid) {
-      throw conflict(
-        type.resource,
-        type.group,
-        name,
-        `Precondition failed: UID in precondition: ${pre.uid}, UID in object meta: ${old.metadata.uid}`,
-      );
-    }
-    if (pre?.resourceVersion && pre.resourceVersion !== old.metadata.resourceVersion) {
-      throw conflict(
-        type.resource,
-        type.group,
-        name,
-        `Precondition failed: ResourceVersion in precondition: ${pre.resourceVersion}, ResourceVersion in object meta: ${old.metadata.resourceVersion}`,
-      );
-    }
+    checkDeletePreconditions(type, old, options.preconditions);
     if (options.gracePeriodSeconds !== undefined && (!Number.isInteger(options.gracePeriodSeconds) || options.gracePeriodSeconds < 0)) {
       throw invalid('DeleteOptions', 'meta.k8s.io', '', [
         {type: 'FieldValueInvalid', field: 'gracePeriodSeconds', message: `Invalid value: ${options.gracePeriodSeconds}: must be >= 0`},

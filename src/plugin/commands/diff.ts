@@ -11,6 +11,7 @@ import {exitCodes, PluginError} from '../lib/plugin-error.ts';
 import {modelFlags, objectsFileFlag} from '../lib/model-flags.ts';
 import {diffSavedRules} from '../lib/offline-diff.ts';
 import {renderModes} from '../lib/render-rules.ts';
+import {helpText} from '../lib/help-text.ts';
 
 interface NodeDiff {
   node: string;
@@ -21,31 +22,38 @@ interface NodeDiff {
 export default class Diff extends AgentCommand {
   static override summary =
     "Compare the rules an agent means to have with the rules in its node's kernel, or saved rules with the objects they were written for.";
-  static override description =
-    `Prints a unified diff, grouped by service, of the rules the agent on NODE means to have ("--- desired") against the rules its kernel holds ("+++ ` +
-    `applied"): a "-" line is a rule missing from the kernel, a "+" line one that is there but not wanted. Rules someone deleted, changed or slipped ` +
-    `in show up here. Exit code 0: no difference; 1: they differ; 2 or more: an error, as kubectl diff.
+  static override description = helpText`
+    Prints a unified diff, grouped by service, of the rules the agent on NODE means to have ("--- desired")
+    against the rules its kernel holds ("+++ applied"): a "-" line is a rule missing from the kernel, a "+"
+    line one that is there but not wanted. Rules someone deleted, changed or slipped in show up here. Exit
+    code 0: no difference; 1: they differ; 2 or more: an error, as kubectl diff.
 
-On an observing agent (proxyctl-agent --observe, beside kube-proxy) the desired rules are what kube-proxy should have programmed, and each drifted ` +
-    `service port is explained first, e.g. "default/web:http: endpoint 10.244.1.7 still programmed, removed from the EndpointSlice 4m ago", "not ` +
-    `programmed on this node", "rule not written by kube-proxy: ...", "no kube-proxy rules at all on this node"; -o json and -o yaml carry the same in ` +
-    `each group's explanations.
+    On an observing agent (proxyctl-agent --observe, beside kube-proxy) the desired rules are what
+    kube-proxy should have programmed, and each drifted service port is explained first, e.g.
+    "default/web:http: endpoint 10.244.1.7 still programmed, removed from the EndpointSlice 4m ago", "not
+    programmed on this node", "rule not written by kube-proxy: ...", "no kube-proxy rules at all on this
+    node"; -o json and -o yaml carry the same in each group's explanations.
 
-With --all-nodes: one line per node (mode, drifted services, last sync, agent version) instead of the diffs; the exit code is 1 if any node differs, 2 ` +
-    `if any node could not be asked.
+    With --all-nodes: one line per node (mode, drifted services, last sync, agent version) instead of the
+    diffs; the exit code is 1 if any node differs, 2 if any node could not be asked.
 
-With --behaviour: the desired and applied rules compared by what they do rather than by their text: every packet class of every service port (as ` +
-    `migrate-check traces them) through both, and each class whose fate differs in a plain sentence. Useful when the layouts differ (observe mode over ` +
-    `kube-proxy's rules, another kube-proxy version), where a text diff shows every rule.
+    With --behaviour: the desired and applied rules compared by what they do rather than by their text:
+    every packet class of every service port (as migrate-check traces them) through both, and each class
+    whose fate differs in a plain sentence. Useful when the layouts differ (observe mode over kube-proxy's
+    rules, another kube-proxy version), where a text diff shows every rule.
 
-Without a cluster: --rules FILE -f OBJECTS compares saved rules (kube-proxy's or the agent's) with what should have been programmed for the Services ` +
-    `and EndpointSlices in OBJECTS on that node, with the node settings given as for render (--node-name, --node-ip, --cluster-cidr, ` +
-    `--nodeport-addresses, --service-cidr, --masquerade-all, --localhost-nodeports, --nfacct-counters, --random-fully, ...). The format of each ` +
-    `--rules file is found from its text, and the mode from the format (--mode to insist on one): iptables-save of either front end; \`nft list ` +
-    `ruleset\` as text or JSON; for ipvs mode \`ipvsadm-save -n\`, \`ipset save\` and iptables-save, in one file or in several --rules (only the ` +
-    `parts given are compared). Each service port that differs is named NAMESPACE/NAME:PORT, then the differences follow. Counters, rule order ` +
-    `where it decides nothing (KUBE-SERVICES' service rules, set elements, chain order) are no differences. Exit code 0: the rules match; 1: ` +
-    `they differ; 2: bad input (an unreadable file names its line; objects that are not valid are named on stderr).`;
+    Without a cluster: --rules FILE -f OBJECTS compares saved rules (kube-proxy's or the agent's) with what
+    should have been programmed for the Services and EndpointSlices in OBJECTS on that node, with the node
+    settings given as for render (--node-name, --node-ip, --cluster-cidr, --nodeport-addresses,
+    --service-cidr, --masquerade-all, --localhost-nodeports, --nfacct-counters, --random-fully, ...). The
+    format of each --rules file is found from its text, and the mode from the format (--mode to insist on
+    one): iptables-save of either front end; \`nft list ruleset\` as text or JSON; for ipvs mode
+    \`ipvsadm-save -n\`, \`ipset save\` and iptables-save, in one file or in several --rules (only the parts
+    given are compared). Each service port that differs is named NAMESPACE/NAME:PORT, then the differences
+    follow. Counters, rule order where it decides nothing (KUBE-SERVICES' service rules, set elements, chain
+    order) are no differences. Exit code 0: the rules match; 1: they differ; 2: bad input (an unreadable
+    file names its line; objects that are not valid are named on stderr).
+  `;
 
   static override examples = [
     {description: 'What differs on node-1', command: '<%= config.bin %> diff node-1'},

@@ -17,29 +17,35 @@ import type {BehaviourAnswer} from '../../protocol/methods.ts';
 import {AgentCommand, concurrencyFlag, connectionFlags} from '../lib/agent-command.ts';
 import {nodeReport, printReports, switchWords, type NodeBehaviourReport} from '../lib/behaviour-report.ts';
 import {InputError, readOfflineModel} from '../lib/model-input.ts';
-import {modelFlagsIn, objectsFileFlag, offlineSettings} from '../lib/model-flags.ts';
+import {modelFlags, objectsFileFlag, offlineSettings} from '../lib/model-flags.ts';
+import {inHelpGroup} from '../lib/help-group.ts';
 import {outputFlag} from '../lib/output.ts';
 import {progressBar} from '../lib/progress-bar.ts';
 import {errorLine, exitCodes, PluginError} from '../lib/plugin-error.ts';
+import {helpText} from '../lib/help-text.ts';
 
 const modes = ['nftables', 'iptables', 'ipvs'] as const;
 
 export default class MigrateCheck extends AgentCommand {
   static override summary = 'Say what would behave differently if a node switched proxy mode, before switching it.';
-  static override description =
-    `Compares the rules a node holds today (proxyctl's, or kube-proxy's read through observe mode) with the rules the --to mode would write for the ` +
-    `same node, objects and settings, by what they do rather than by their text: every service port's ClusterIP, NodePort on every node address and ` +
-    `on 127.0.0.1, externalIPs, load-balancer IPs and health check port, an undefined port of each ClusterIP and an unused service-CIDR address, ` +
-    `each from a pod on the node, a pod on another node, the node itself and outside clients (inside and outside loadBalancerSourceRanges), ` +
-    `traced through both rulesets.
+  static override description = helpText`
+    Compares the rules a node holds today (proxyctl's, or kube-proxy's read through observe mode) with the
+    rules the --to mode would write for the same node, objects and settings, by what they do rather than by
+    their text: every service port's ClusterIP, NodePort on every node address and on 127.0.0.1,
+    externalIPs, load-balancer IPs and health check port, an undefined port of each ClusterIP and an unused
+    service-CIDR address, each from a pod on the node, a pod on another node, the node itself and outside
+    clients (inside and outside loadBalancerSourceRanges), traced through both rulesets.
 
-Prints, per node, each behaviour that would change in a plain sentence, the evidence the node has (counters of localhost NodePorts and INVALID drops, ` +
-    `host sockets that answer on service addresses only because ipvs binds them to kube-ipvs0, ARP settings against load-balancer IPs), and a verdict ` +
-    `line. Exit code 0: nothing would change; 1: something would; 2: bad input or an error (an unknown dump format, a mode the node's kernel cannot ` +
-    `run, objects that do not match the dump). Nothing on the node is changed.
+    Prints, per node, each behaviour that would change in a plain sentence, the evidence the node has
+    (counters of localhost NodePorts and INVALID drops, host sockets that answer on service addresses only
+    because ipvs binds them to kube-ipvs0, ARP settings against load-balancer IPs), and a verdict line. Exit
+    code 0: nothing would change; 1: something would; 2: bad input or an error (an unknown dump format, a
+    mode the node's kernel cannot run, objects that do not match the dump). Nothing on the node is changed.
 
-Offline: --rules DUMP (iptables-save output, nft -j list table JSON, or an nft -f script) with -f OBJECTS (the Services, EndpointSlices and Node the ` +
-    `dump was written for) and render's node settings flags.`;
+    Offline: --rules DUMP (iptables-save output, nft -j list table JSON, or an nft -f script) with -f
+    OBJECTS (the Services, EndpointSlices and Node the dump was written for) and render's node settings
+    flags.
+  `;
 
   static override examples = [
     {description: 'Would node-1 behave the same in nftables mode?', command: '<%= config.bin %> migrate-check --to nftables node-1'},
@@ -65,7 +71,8 @@ Offline: --rules DUMP (iptables-save output, nft -j list table JSON, or an nft -
     concurrency: concurrencyFlag('Agents asked at once with --all-nodes.'),
     rules: Flags.string({summary: 'Offline: the saved rules of the node ("-": stdin).', helpGroup: 'OFFLINE'}),
     filename: objectsFileFlag.optional,
-    ...modelFlagsIn('OFFLINE'),
+    // Shown with the other offline flags: here they describe the node a dump was saved on.
+    ...inHelpGroup('OFFLINE', modelFlags),
   };
 
   async run(): Promise<void> {

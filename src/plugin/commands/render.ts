@@ -3,38 +3,40 @@ import {formatData, outputFlag} from '../lib/output.ts';
 import {InputError, readOfflineModel} from '../lib/model-input.ts';
 import {modelFlags, objectsFileFlag, offlineSettings} from '../lib/model-flags.ts';
 import {ipvsParts, renderModes, renderRules} from '../lib/render-rules.ts';
+import {helpText} from '../lib/help-text.ts';
 
 // Exit codes: 0 rules printed; 2 bad input (as for bad flags, which oclif reports with 2 too).
 const badInput = 2;
 
 export default class Render extends Command {
   static override summary = 'Print the rules the proxy would write for the Services and EndpointSlices in a file.';
-  static override description = [
-    'Reads Services, EndpointSlices and optionally the Node (YAML with several documents, or JSON: ' +
-      'single objects or a v1 List) and prints what the proxy on that node would program, without a ' +
-      'cluster. One IP family per run, as kube-proxy runs one proxier per family.',
-    '',
-    'What is printed depends on --mode, and each text loads into an empty network namespace as it is. ' +
-      'iptables: iptables-restore input for the nat and filter tables. nftables: an `nft -f` script for ' +
-      'the table ip kube-proxy (ip6 kube-proxy with --ip-family ipv6).',
-    '',
-    "ipvs mode's state has four parts, each in the input format of the tool that loads it: the ipsets " +
-      '(`ipset restore`), the iptables layer that matches them (`iptables-restore`, after the sets exist), ' +
-      'the service addresses on the kube-ipvs0 dummy device (`ip -batch -`) and the virtual and real ' +
-      'servers (`ipvsadm-restore`). Without --part all four are printed in that order, each after a ' +
-      'heading line starting with "#", to read; --part prints one part alone, to pipe into its tool.',
-    '',
-    '-o json prints the ProxyModel instead: every service port with its endpoints as the proxy categorised them.',
-    '',
-    'Objects that are not valid are skipped and named on stderr with their file and field; the rules ' +
-      'for the rest are still printed, and the exit code is 2. Input that is valid but renders to nothing ' +
-      '(no objects at all, an FQDN EndpointSlice, slice ports that match no service port, a Service only ' +
-      'of the other IP family) or that kube-apiserver would refuse by default (a NodePort outside ' +
-      '30000-32767) gets a warning on stderr naming the object; the exit code stays 0.',
-    '',
-    'In iptables mode the first line, a comment, records the node addresses the rules were rendered ' +
-      "for; `trace --rules` over the output takes them as the node's own addresses.",
-  ].join('\n');
+  static override description = helpText`
+    Reads Services, EndpointSlices and optionally the Node (YAML with several documents, or JSON: single
+    objects or a v1 List) and prints what the proxy on that node would program, without a cluster. One IP
+    family per run, as kube-proxy runs one proxier per family.
+
+    What is printed depends on --mode, and each text loads into an empty network namespace as it is.
+    iptables: iptables-restore input for the nat and filter tables. nftables: an \`nft -f\` script for the
+    table ip kube-proxy (ip6 kube-proxy with --ip-family ipv6).
+
+    ipvs mode's state has four parts, each in the input format of the tool that loads it: the ipsets
+    (\`ipset restore\`), the iptables layer that matches them (\`iptables-restore\`, after the sets exist),
+    the service addresses on the kube-ipvs0 dummy device (\`ip -batch -\`) and the virtual and real servers
+    (\`ipvsadm-restore\`). Without --part all four are printed in that order, each after a heading line
+    starting with "#", to read; --part prints one part alone, to pipe into its tool.
+
+    -o json prints the ProxyModel instead: every service port with its endpoints as the proxy categorised
+    them.
+
+    Objects that are not valid are skipped and named on stderr with their file and field; the rules for the
+    rest are still printed, and the exit code is 2. Input that is valid but renders to nothing (no objects
+    at all, an FQDN EndpointSlice, slice ports that match no service port, a Service only of the other IP
+    family) or that kube-apiserver would refuse by default (a NodePort outside 30000-32767) gets a warning
+    on stderr naming the object; the exit code stays 0.
+
+    In iptables mode the first line, a comment, records the node addresses the rules were rendered for;
+    \`trace --rules\` over the output takes them as the node's own addresses.
+  `;
 
   static override examples = [
     {

@@ -2,20 +2,21 @@ import {Args} from '@oclif/core';
 import type {StatusResult} from '../../protocol/methods.ts';
 import {AgentCommand, concurrencyFlag, connectionFlags} from '../lib/agent-command.ts';
 import {formatAge, formatData, formatDuration, formatTable, outputFlag, palette, useColor} from '../lib/output.ts';
+import {helpText} from '../lib/help-text.ts';
 
 export default class Status extends AgentCommand {
   static override summary = 'Show the proxyctl agents: mode, readiness, version, last sync, services, drift.';
-  static override description = [
-    'Asks every agent (or the one on NODE) how it is doing. DRIFT counts the services whose rules in ' +
-      'the kernel differ from what the agent means to have (see "kubectl proxyctl diff"). Agents that do ' +
-      'not answer are named on stderr; the others are still shown, and the exit code is 2.',
-    '',
-    'An observing agent (proxyctl-agent --observe, beside kube-proxy) shows its MODE as "observe: ' +
-      'kube-proxy MODE", and DRIFT says how long the node has differed from what kube-proxy should have ' +
-      'programmed ("2 for 4m"). Below the table: what it found when that is not one clear mode (no ' +
-      "kube-proxy rules at all, or several modes' rules), what it could not read, and, for one node or " +
-      "with -o wide, kube-proxy's settings it renders with and where each came from.",
-  ].join('\n');
+  static override description = helpText`
+    Asks every agent (or the one on NODE) how it is doing. DRIFT counts the services whose rules in the
+    kernel differ from what the agent means to have (see "kubectl proxyctl diff"). Agents that do not answer
+    are named on stderr; the others are still shown, and the exit code is 2.
+
+    An observing agent (proxyctl-agent --observe, beside kube-proxy) shows its MODE as "observe: kube-proxy
+    MODE", and DRIFT says how long the node has differed from what kube-proxy should have programmed ("2 for
+    4m"). Below the table: what it found when that is not one clear mode (no kube-proxy rules at all, or
+    several modes' rules), what it could not read, and, for one node or with -o wide, kube-proxy's settings
+    it renders with and where each came from.
+  `;
 
   static override examples = [
     {description: 'Every agent in the cluster', command: '<%= config.bin %> status'},

@@ -2,18 +2,20 @@ import {Args, Flags} from '@oclif/core';
 import type {ProxyMode, SyncResult} from '../../protocol/methods.ts';
 import {AgentCommand, concurrencyFlag, connectionFlags} from '../lib/agent-command.ts';
 import {formatData, formatDuration, formatTable, outputFlag, palette, useColor, type Palette} from '../lib/output.ts';
+import {helpText} from '../lib/help-text.ts';
 
 /** NodeSync: one agent's sync, with the node and the mode its rule counts are in. */
 type NodeSync = {node: string; mode: ProxyMode} & SyncResult;
 
 export default class Sync extends AgentCommand {
   static override summary = 'Make an agent sync its rules now and wait for the result.';
-  static override description =
-    `Asks the agent on NODE (or every agent) to write its rules now, waits for that sync to finish, and ` +
-    `prints how long it took, how many rules the kernel holds afterwards, and the drift: before syncing, ` +
-    `the agent compares the rules in the kernel with the ones it means to have; if any service's rules ` +
-    `differ ("kubectl proxyctl diff" shows how), the sync is full and rewrites them, and DRIFT names the ` +
-    `services it repaired ("none found" otherwise). --full rewrites every chain regardless.`;
+  static override description = helpText`
+    Asks the agent on NODE (or every agent) to write its rules now, waits for that sync to finish, and
+    prints how long it took, how many rules the kernel holds afterwards, and the drift: before syncing, the
+    agent compares the rules in the kernel with the ones it means to have; if any service's rules differ
+    ("kubectl proxyctl diff" shows how), the sync is full and rewrites them, and DRIFT names the services it
+    repaired ("none found" otherwise). --full rewrites every chain regardless.
+  `;
 
   static override examples = [
     {description: 'Sync node-1', command: '<%= config.bin %> sync node-1'},

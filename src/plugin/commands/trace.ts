@@ -19,8 +19,34 @@ import {
   type ServiceTarget,
 } from '../lib/service-target.ts';
 import {formatTraceText} from '../lib/trace-text.ts';
+import {inHelpGroup} from '../lib/help-group.ts';
+import {helpText} from '../lib/help-text.ts';
 
 const defaultProbeCount = 20;
+
+/** Tracing over saved rules, without a cluster. */
+const offlineFlags = inHelpGroup('OFFLINE', {
+  rules: Flags.string({
+    summary:
+      'Offline: saved rules to trace over ("-": stdin): iptables-save, nft list ruleset (text or -j), or ' +
+      "ipvs mode's ipvsadm-save -n, ipset save and iptables-save (in one file or repeated --rules); " +
+      'render output too. The format is found from the text.',
+    multiple: true,
+  }),
+  src: Flags.string({summary: 'Offline: source address of the packet.'}),
+  dst: Flags.string({summary: 'Offline: destination as IP:PORT[/PROTO] (PROTO tcp, udp or sctp; default tcp).'}),
+  'node-ip': Flags.string({
+    summary: "Offline: the node's own addresses (for NodePorts and local traffic). Default: those render recorded in the file.",
+    multiple: true,
+    delimiter: ',',
+  }),
+  'in-interface': Flags.string({summary: 'Offline: interface the packet arrives on.'}),
+  origin: Flags.option({
+    summary: 'Offline: arriving (from a pod or outside) or local (sent by the node).',
+    options: ['arriving', 'local'] as const,
+    default: 'arriving',
+  })(),
+});
 
 interface NodeTrace {
   node: string;
@@ -30,31 +56,30 @@ interface NodeTrace {
 
 export default class Trace extends AgentCommand {
   static override summary = "Follow a Service's packet through the rules a node really holds, hop by hop.";
-  static override description = [
-    "Resolves SERVICE (in the -n namespace, else the kubeconfig context's) and its endpoints, asks the " +
-      'agent on the node to trace the first packet of a connection through the rules in the kernel, and ' +
-      'prints the path once, a hop (hook, table, chain -> target) a line; the endpoints as a table with ' +
-      'their probability, pod, node and whether the packet is masqueraded; for endpoints whose path ' +
-      'differs (a pod reaching itself, say), only the hops that differ; and warnings: no endpoints ' +
-      '(REJECT), Local traffic policy without a local endpoint (DROP), rules that differ from what the ' +
-      'agent means to write, endpoints not ready or terminating. -o wide adds under each hop the sentence ' +
-      "on why it matched and what it does, and the rule's text; -o json and -o yaml carry every endpoint's " +
-      'whole path.',
-    '',
-    "The packet comes from --from (a pod: its IP, entering its node; the lab's external client, " +
-      "client-0; or an address), or else from the node itself. It goes to the service's cluster IP, or " +
-      'with --via to its NodePort on the node, an external IP or a load-balancer IP. --probe N then opens ' +
-      "N real connections the same way (from the pod's network namespace in the lab) and shows which " +
-      'endpoints answered next to the predicted odds.',
-    '',
-    'Without a cluster: --rules FILE traces over saved rules with --src and --dst. The format is found ' +
-      'from the text: iptables-save (nf_tables or legacy), `nft list ruleset` as text or JSON (-j), ipvs ' +
-      "mode's `ipvsadm-save -n`, `ipset save` and iptables-save (one after the other in one file, or each " +
-      'in its own --rules), and "kubectl proxyctl render" output of each mode. A file of none of these ' +
-      'is refused (exit 2) naming the line that could not be read. A dump in which nothing jumps from the ' +
-      "built-in chains into KUBE-SERVICES (iptables-restore input, such as kube-proxy's test output, " +
-      "rather than a node's dump) is traced as it stands, with a warning saying so.",
-  ].join('\n');
+  static override description = helpText`
+    Resolves SERVICE (in the -n namespace, else the kubeconfig context's) and its endpoints, asks the agent
+    on the node to trace the first packet of a connection through the rules in the kernel, and prints the
+    path once, a hop (hook, table, chain -> target) a line; the endpoints as a table with their probability,
+    pod, node and whether the packet is masqueraded; for endpoints whose path differs (a pod reaching
+    itself, say), only the hops that differ; and warnings: no endpoints (REJECT), Local traffic policy
+    without a local endpoint (DROP), rules that differ from what the agent means to write, endpoints not
+    ready or terminating. -o wide adds under each hop the sentence on why it matched and what it does, and
+    the rule's text; -o json and -o yaml carry every endpoint's whole path.
+
+    The packet comes from --from (a pod: its IP, entering its node; the lab's external client, client-0; or
+    an address), or else from the node itself. It goes to the service's cluster IP, or with --via to its
+    NodePort on the node, an external IP or a load-balancer IP. --probe N then opens N real connections the
+    same way (from the pod's network namespace in the lab) and shows which endpoints answered next to the
+    predicted odds.
+
+    Without a cluster: --rules FILE traces over saved rules with --src and --dst. The format is found from
+    the text: iptables-save (nf_tables or legacy), \`nft list ruleset\` as text or JSON (-j), ipvs mode's
+    \`ipvsadm-save -n\`, \`ipset save\` and iptables-save (one after the other in one file, or each in its
+    own --rules), and "kubectl proxyctl render" output of each mode. A file of none of these is refused
+    (exit 2) naming the line that could not be read. A dump in which nothing jumps from the built-in chains
+    into KUBE-SERVICES (iptables-restore input, such as kube-proxy's test output, rather than a node's dump)
+    is traced as it stands, with a warning saying so.
+  `;
 
   static override examples = [
     {
@@ -111,29 +136,7 @@ export default class Trace extends AgentCommand {
       max: 1000,
     }),
     output: outputFlag(['text', 'wide', 'json', 'yaml'], "Output format (wide adds each rule's text)."),
-    rules: Flags.string({
-      summary:
-        'Offline: saved rules to trace over ("-": stdin): iptables-save, nft list ruleset (text or -j), or ' +
-        "ipvs mode's ipvsadm-save -n, ipset save and iptables-save (in one file or repeated --rules); " +
-        'render output too. The format is found from the text.',
-      multiple: true,
-      helpGroup: 'OFFLINE',
-    }),
-    src: Flags.string({summary: 'Offline: source address of the packet.', helpGroup: 'OFFLINE'}),
-    dst: Flags.string({summary: 'Offline: destination as IP:PORT[/PROTO] (PROTO tcp, udp or sctp; default tcp).', helpGroup: 'OFFLINE'}),
-    'node-ip': Flags.string({
-      summary: "Offline: the node's own addresses (for NodePorts and local traffic). Default: those render recorded in the file.",
-      multiple: true,
-      delimiter: ',',
-      helpGroup: 'OFFLINE',
-    }),
-    'in-interface': Flags.string({summary: 'Offline: interface the packet arrives on.', helpGroup: 'OFFLINE'}),
-    origin: Flags.option({
-      summary: 'Offline: arriving (from a pod or outside) or local (sent by the node).',
-      options: ['arriving', 'local'] as const,
-      default: 'arriving',
-      helpGroup: 'OFFLINE',
-    })(),
+    ...offlineFlags,
   };
 
   override async init(): Promise<void> {

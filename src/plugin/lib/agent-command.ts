@@ -4,32 +4,27 @@ import {Flags} from '@oclif/core';
 import type {AgentClient} from './agent-client.ts';
 import {AgentLocator, forEachNode} from './agent-locator.ts';
 import {defaultAgentNamespace} from './agent-pods.ts';
+import {inHelpGroup} from './help-group.ts';
 import {PluginCommand} from './plugin-command.ts';
 import {exitCodes, PluginError} from './plugin-error.ts';
 import {parseRequestTimeout} from './request-timeout.ts';
 
-export const connectionFlags = {
-  kubeconfig: Flags.string({summary: 'Path to the kubeconfig file (default: $KUBECONFIG, then ~/.kube/config).', helpGroup: 'CONNECTION'}),
-  context: Flags.string({summary: 'The kubeconfig context to use.', helpGroup: 'CONNECTION'}),
-  'agent-namespace': Flags.string({
-    summary: 'Namespace of the proxyctl agent pods.',
-    default: defaultAgentNamespace,
-    helpGroup: 'CONNECTION',
-  }),
+/** How a command reaches the agents: kubectl's connection flags, or straight to one agent. */
+export const connectionFlags = inHelpGroup('CONNECTION', {
+  kubeconfig: Flags.string({summary: 'Path to the kubeconfig file (default: $KUBECONFIG, then ~/.kube/config).'}),
+  context: Flags.string({summary: 'The kubeconfig context to use.'}),
+  'agent-namespace': Flags.string({summary: 'Namespace of the proxyctl agent pods.', default: defaultAgentNamespace}),
   'request-timeout': Flags.string({
     summary: 'How long to wait for the API server and each agent answer (e.g. 30s, 1m; 0: no limit).',
     default: '30s',
-    helpGroup: 'CONNECTION',
   }),
   'agent-url': Flags.string({
     summary: 'Talk to one agent directly at ws://HOST:PORT/ (its --api-bind-address) instead of through the API server.',
-    helpGroup: 'CONNECTION',
   }),
   token: Flags.string({
     summary: "Bearer token for --agent-url agents that listen beyond loopback (default: the kubeconfig user's token).",
-    helpGroup: 'CONNECTION',
   }),
-};
+});
 
 /** --concurrency: how many agents a command asks at once. */
 export function concurrencyFlag(summary: string) {

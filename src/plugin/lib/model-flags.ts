@@ -106,8 +106,3 @@ export function offlineSettings(flags: ModelFlagValues): OfflineSettings {
     nftablesLayout: flags['nftables-layout'],
   };
 }
-
-/** The same flags under a help heading (migrate-check shows them with its other offline flags). */
-export function modelFlagsIn(helpGroup: string): typeof modelFlags {
-  return Object.fromEntries(Object.entries(modelFlags).map(([name, flag]) => [name, {...flag, helpGroup}])) as unknown as typeof modelFlags;
-}

@@ -12,12 +12,6 @@ test('read-only host: every write is refused, named, and never reaches the node'
   const writes: Array<[string, () => Promise<unknown>]> = [
     ['iptables-restore --noflush', () => host.iptablesRestore('IPv4', '*nat\nCOMMIT\n', {noflush: true})],
     ['ip6tables-restore', () => host.iptablesRestore('IPv6', '*nat\nCOMMIT\n', {noflush: false})],
-    [
-      'iptables -t nat -A PREROUTING -j KUBE-SERVICES',
-      () => host.iptablesAddRule('IPv4', 'nat', 'PREROUTING', ['-j', 'KUBE-SERVICES'], 'append'),
-    ],
-    ['iptables -t nat -I OUTPUT -j KUBE-SERVICES', () => host.iptablesAddRule('IPv4', 'nat', 'OUTPUT', ['-j', 'KUBE-SERVICES'], 'prepend')],
-    ['iptables -t nat -N KUBE-SERVICES', () => host.iptablesEnsureChain('IPv4', 'nat', 'KUBE-SERVICES')],
     ['nft -f -', () => host.nft(['-f', '-'], 'flush ruleset')],
     ['nft add table ip kube-proxy', () => host.nft(['add', 'table', 'ip', 'kube-proxy'])],
     ['nft delete table ip kube-proxy', () => host.nft(['delete', 'table', 'ip', 'kube-proxy'])],
@@ -62,7 +56,6 @@ test('read-only host: reads pass through', async () => {
   const node = new RecordingHost();
   const host = new ReadOnlyHost(node);
   await host.iptablesSave('IPv4', 'nat');
-  await host.iptablesHasRule('IPv4', 'nat', 'PREROUTING', ['-j', 'KUBE-SERVICES']);
   await host.nft(['-j', 'list', 'table', 'ip', 'kube-proxy']);
   await host.nft(['list', 'tables']);
   await host.ipset(['save']);
@@ -76,7 +69,6 @@ test('read-only host: reads pass through', async () => {
   await host.sysctlRead('net.ipv4.conf.all.route_localnet');
   assert.deepEqual(node.calls, [
     'iptables-save IPv4 nat',
-    'iptables -C IPv4 nat PREROUTING',
     'nft -j list table ip kube-proxy',
     'nft list tables',
     'ipset save',

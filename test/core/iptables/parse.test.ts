@@ -135,6 +135,8 @@ test('iptables-restore input as kube-proxy writes it reads as iptables-save prin
     ['-m conntrack --ctstate ESTABLISHED,RELATED -j ACCEPT', '-m conntrack --ctstate RELATED,ESTABLISHED -j ACCEPT'],
     ['-p tcp --dport 80 -j ACCEPT', '-p tcp -m tcp --dport 80 -j ACCEPT'],
     ['--protocol TCP --source 10.1.2.3 --destination-port 80:90 -j ACCEPT', '-s 10.1.2.3/32 -p tcp -m tcp --dport 80:90 -j ACCEPT'],
+    ['--src 10.1.0.0/16 ! --dst 10.2.0.1 -j RETURN', '-s 10.1.0.0/16 ! -d 10.2.0.1/32 -j RETURN'],
+    ['--destination 10.2.0.0/16 -j RETURN', '-d 10.2.0.0/16 -j RETURN'],
     ['-p tcp -m tcp --dport 1 --sport 2 --syn -j ACCEPT', '-p tcp -m tcp --sport 2 --dport 1 --tcp-flags FIN,SYN,RST,ACK SYN -j ACCEPT'],
     ['! -i cbr0 -o eth+ -s 10.0.0.1/8 ! -d 10.0.0.0/255.255.0.0 -j RETURN', '-s 10.0.0.0/8 ! -d 10.0.0.0/16 ! -i cbr0 -o eth+ -j RETURN'],
     ['-m mark --mark 16 -j RETURN', '-m mark --mark 0x10 -j RETURN'],
@@ -270,6 +272,8 @@ test('bad lines: an error that names the line and the reason', () => {
     ['*filter\n:X - [0:0]\n-A X -m comment --comment "open -j ACCEPT\nCOMMIT\n', 3, /unterminated double quote/],
     ['*filter\n:X - [0:0]\n-A X --dport 80 -j ACCEPT\nCOMMIT\n', 3, /option --dport belongs to no match or target/],
     ['*filter\n:X - [0:0]\n-A X -s 10.0.0.300 -j ACCEPT\nCOMMIT\n', 3, /-s 10\.0\.0\.300: not an IP address or CIDR/],
+    ['*filter\n:X - [0:0]\n-A X -s 10.0.0.1 --src 10.0.0.2 -j ACCEPT\nCOMMIT\n', 3, /-s given twice/],
+    ['*filter\n:X - [0:0]\n-A X --dst 10.0.0.1 --destination 10.0.0.2 -j ACCEPT\nCOMMIT\n', 3, /-d given twice/],
     [
       '*filter\n:X - [0:0]\n-A X -m statistic --mode random --probability 2 -j ACCEPT\nCOMMIT\n',
       3,

@@ -279,4 +279,31 @@ describe('the lab API server refuses what kube-apiserver refuses', () => {
       /Too many: 1001: must have at most 1000 items/,
     );
   });
+
+  it("DELETE with preconditions: 409 when the uid or resourceVersion is not the stored object's, as kube-apiserver words it", async () => {
+    const created = await send('POST', services, service('guarded'));
+    assert.equal(created.status, 201, JSON.stringify(created.body));
+    const {uid, resourceVersion} = created.body.metadata as {uid: string; resourceVersion: string};
+    const cases: Array<[Record<string, string>, string]> = [
+      [{uid: 'not-its-uid'}, `Precondition failed: UID in precondition: not-its-uid, UID in object meta: ${uid}`],
+      [
+        {resourceVersion: '1'},
+        `Precondition failed: ResourceVersion in precondition: 1, ResourceVersion in object meta: ${resourceVersion}`,
+      ],
+    ];
+    for (const [preconditions, words] of cases) {
+      const answer = await send('DELETE', `${services}/guarded`, {apiVersion: 'v1', kind: 'DeleteOptions', preconditions});
+      assert.equal(answer.status, 409, JSON.stringify(answer.body));
+      assert.equal(answer.body.reason, 'Conflict');
+      assert.equal(answer.body.message, `Operation cannot be fulfilled on services "guarded": ${words}`);
+    }
+    const kept = await send('GET', `${services}/guarded`, undefined);
+    assert.equal(kept.status, 200, 'a refused DELETE leaves the object');
+    const deleted = await send('DELETE', `${services}/guarded`, {
+      apiVersion: 'v1',
+      kind: 'DeleteOptions',
+      preconditions: {uid, resourceVersion},
+    });
+    assert.equal(deleted.status, 200, JSON.stringify(deleted.body));
+  });
 });

@@ -1,12 +1,14 @@
 import {downLab} from '../../../lab/lab-control.ts';
 import {labNameFlag} from '../../lib/lab-name-flag.ts';
 import {PluginCommand} from '../../lib/plugin-command.ts';
+import {helpText} from '../../lib/help-text.ts';
 
 export default class LabDown extends PluginCommand {
   static override summary = 'Remove a lab: its agents, pods, namespaces, API server and state.';
-  static override description =
-    'Works from any shell, also when the lab broke half-way or its supervisor died. Running it again, ' +
-    'or for a lab that does not exist, changes nothing and succeeds.';
+  static override description = helpText`
+    Works from any shell, also when the lab broke half-way or its supervisor died. Running it again, or for
+    a lab that does not exist, changes nothing and succeeds.
+  `;
 
   static override examples = [
     {description: 'Remove the default lab', command: '<%= config.bin %> lab down'},

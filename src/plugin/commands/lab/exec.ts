@@ -3,6 +3,7 @@ import {execInLab} from '../../../lab/lab-control.ts';
 import {labNameFlag} from '../../lib/lab-name-flag.ts';
 import {PluginCommand} from '../../lib/plugin-command.ts';
 import {PluginError} from '../../lib/plugin-error.ts';
+import {helpText} from '../../lib/help-text.ts';
 
 /**
  * splitAtDoubleDash separates `lab exec`'s own arguments from the command's. Everything after the
@@ -18,10 +19,11 @@ export function splitAtDoubleDash(argv: string[]): {own: string[]; command: stri
 
 export default class LabExec extends PluginCommand {
   static override summary = 'Run a command inside a lab pod, node or external client (its network namespace).';
-  static override description =
-    `TARGET is a pod (pod-0-1), a node (node-0, or its agent pod proxyctl-agent-node-0), an external ` +
-    `client (client-0, or just "client"), or "upstream". The command runs as root in that namespace with ` +
-    `this terminal; its exit code is passed through. Everything after the first -- reaches the command unchanged.`;
+  static override description = helpText`
+    TARGET is a pod (pod-0-1), a node (node-0, or its agent pod proxyctl-agent-node-0), an external client
+    (client-0, or just "client"), or "upstream". The command runs as root in that namespace with this
+    terminal; its exit code is passed through. Everything after the first -- reaches the command unchanged.
+  `;
 
   static override examples = [
     {

@@ -3,18 +3,19 @@ import {labLimits, proxyModes, upLab} from '../../../lab/lab-control.ts';
 import {labNameFlag} from '../../lib/lab-name-flag.ts';
 import {PluginCommand} from '../../lib/plugin-command.ts';
 import {formatLabStatus, readLabStatus} from '../../../lab/lab-status.ts';
+import {helpText} from '../../lib/help-text.ts';
 
 export default class LabUp extends PluginCommand {
   static override summary = 'Build a small cluster on this machine out of network namespaces, with one proxyctl agent per node.';
-  static override description = [
-    'Creates one network namespace per node (joined by a bridge), pods behind each node running a demo ' +
-      'HTTP and UDP server, and an external client outside the cluster. An embedded Kubernetes API server ' +
-      'holds the nodes, pods and demo Services (ClusterIP, NodePort, UDP, one without endpoints) and hands ' +
-      "out a kubeconfig; one proxyctl agent per node writes that node's rules inside its namespace.",
-    '',
-    'Returns once nodes, pods and agents are ready; the lab keeps running in the background until `lab ' +
-      'down`. Needs root and iproute2. Its state is in /run/proxyctl-lab/NAME.',
-  ].join('\n');
+  static override description = helpText`
+    Creates one network namespace per node (joined by a bridge), pods behind each node running a demo HTTP
+    and UDP server, and an external client outside the cluster. An embedded Kubernetes API server holds the
+    nodes, pods and demo Services (ClusterIP, NodePort, UDP, one without endpoints) and hands out a
+    kubeconfig; one proxyctl agent per node writes that node's rules inside its namespace.
+
+    Returns once nodes, pods and agents are ready; the lab keeps running in the background until \`lab
+    down\`. Needs root and iproute2. Its state is in /run/proxyctl-lab/NAME.
+  `;
 
   static override examples = [
     {description: 'Two nodes with three pods each', command: '<%= config.bin %> lab up'},
