@@ -33,3 +33,12 @@ export {
   type ServicePortChanges,
   type SideWords,
 } from './diff.ts';
+export {
+  hostSocketSentences,
+  parseListeningSockets,
+  socketsOnServiceAddresses,
+  socketText,
+  type HostSocketFindings,
+  type ListeningSocket,
+  type SocketOnServiceAddresses,
+} from './host-sockets.ts';
