@@ -13,8 +13,6 @@ export {
 export {answers, describeOutcome, outcomeKey, outcomeOf, type Outcome, type OutcomePath} from './outcome.ts';
 export {
   behaviourSide,
-  DumpFormatError,
-  readRulesDump,
   renderedRules,
   renderedSide,
   type BehaviourSide,
