@@ -112,7 +112,7 @@ function someAddresses(addresses: string[]): string {
 export function hostSocketSentences(findings: HostSocketFindings, boundCount: number, to: string): string[] {
   if (findings.answering.length === 0)
     return [
-      `no host socket answers on the ${boundCount} service addresses bound to kube-ipvs0${
+      `no host socket answers on the ${boundCount} service address${boundCount === 1 ? '' : 'es'} bound to kube-ipvs0${
         findings.filtered ? " (the node's KUBE-IPVS-FILTER refuses new connections on ports no service uses)" : ''
       }: nothing that answers there today stops answering after the switch`,
     ];
