@@ -62,6 +62,16 @@ function tableText(iptables: string, table: string): string {
   return iptables.slice(start, end < 0 ? undefined : end);
 }
 
+const rulePattern = new RegExp(
+  [
+    '^(?:-p (\\w+) )?(?:-m (?:tcp|udp|sctp) )?',
+    '(?:-m conntrack --ctstate (\\S+) )?',
+    '-m set --match-set (\\S+) (dst(?:,dst)?) ',
+    '(?:-m conntrack --ctstate (\\S+) )?',
+    '-j (RETURN|REJECT|DROP|ACCEPT)(?: --reject-with \\S+)?$',
+  ].join(''),
+);
+
 /**
  * One rule as kube-proxy writes it: a set match, maybe `-p` and `--ctstate NEW`, and a verdict;
  * 'never' for a rule of other conntrack states; undefined for anything else.
@@ -71,10 +81,7 @@ function readRule(text: string): FilterRule | 'never' | undefined {
     .replace(/ -m comment --comment (?:"(?:[^"\\]|\\.)*"|\S+)/g, '')
     .slice(`-A ${chain}`.length)
     .trim();
-  const match =
-    /^(?:-p (\w+) )?(?:-m (?:tcp|udp|sctp) )?(?:-m conntrack --ctstate (\S+) )?-m set --match-set (\S+) (dst(?:,dst)?) (?:-m conntrack --ctstate (\S+) )?-j (RETURN|REJECT|DROP|ACCEPT)(?: --reject-with \S+)?$/.exec(
-      rest,
-    );
+  const match = rulePattern.exec(rest);
   if (!match) return undefined;
   const states = match[2] ?? match[5];
   // The connection asked about is always a new one: a rule for other states never matches it.

@@ -89,7 +89,9 @@ export function traceIpvs(state: IpvsState, packet: Packet, context: TraceContex
         chain: 'KUBE-IPVS-FILTER',
         rule: filtered.rule,
         target,
-        explanation: `${packet.dstIP} is a service address on kube-ipvs0 and no service uses port ${packet.dstPort}/${packet.protocol} there: new connections are refused`,
+        explanation:
+          `${packet.dstIP} is a service address on kube-ipvs0 and no service uses port ${packet.dstPort}/${packet.protocol} there: ` +
+          'new connections are refused',
       });
       return result(target);
     }

@@ -31,14 +31,17 @@ export async function answerBehaviour(state: RuntimeState, params: BehaviourPara
   for (const [family, model] of state.models()) {
     const current = await state.readApplied(family);
     readAt = Math.min(readAt, current.readAt);
-    const nodeAddresses = [...model.nodeIPs, ...addresses.filter((address) => parseIP(address)?.family === family)];
     const rules = {mode: state.backend.mode, rules: current.rules} as ModeRules;
     appliedRules.push(rules);
-    const applied = behaviourSide(
-      rules,
-      nodeAddresses,
-      `${state.backend.mode} mode (applied)`,
-    );
+    // kube-ipvs0's addresses are the services', not the node's: no NodePort answers on them, and no other mode holds them.
+    const serviceAddresses = new Set(rules.mode === 'ipvs' ? rules.rules.boundAddresses : []);
+    const nodeAddresses = [
+      ...new Set([
+        ...model.nodeIPs,
+        ...addresses.filter((address) => parseIP(address)?.family === family && !serviceAddresses.has(address)),
+      ]),
+    ];
+    const applied = behaviourSide(rules, nodeAddresses, `${state.backend.mode} mode (applied)`);
     const familyCIDRs = serviceCIDRs.filter((cidr) => (cidr.includes(':') ? 'IPv6' : 'IPv4') === family);
     const classes = packetClasses(model, {nodeAddresses, serviceCIDRs: familyCIDRs, ...(params.service ? {service: params.service} : {})});
     if (params.to) {
