@@ -239,10 +239,16 @@ function ipvsOfflineEvidence(state: IpvsState, model: ProxyModel): string[] {
   const bound = state.boundAddresses;
   if (bound.length > 0) {
     const filter = accessFilterVerdict(state, bound[0], 0, 'TCP');
+    // The filter lets the health check node ports through (to the proxy's own health server) on every service address.
+    const healthPorts = model.servicePorts.filter((port) => port.healthCheckNodePort > 0).map((port) => port.healthCheckNodePort);
     evidence.push(
       filter
         ? `the dump's KUBE-IPVS-FILTER refuses new connections to the ${bound.length} service addresses bound to kube-ipvs0 on ports no service uses: ` +
-            'no host socket answers there today, as after the switch'
+            `no host socket answers there today, as after the switch${
+              healthPorts.length > 0
+                ? ` (but for the health check node ports ${[...new Set(healthPorts)].join(', ')}, which it lets through to the proxy's health server)`
+                : ''
+            }`
         : `nothing in the dump refuses connections to the ${bound.length} service addresses bound to kube-ipvs0 on ports no service uses ` +
             '(no KUBE-IPVS-FILTER jumped to from filter INPUT, or no iptables-save output given): on the node, a host socket `ss -ltnup` lists on ' +
             '0.0.0.0, [::], * or a service address answers on those addresses today and would not after the switch',
