@@ -238,11 +238,12 @@ function ipvsOfflineEvidence(state: IpvsState, model: ProxyModel): string[] {
   const evidence: string[] = [];
   const bound = state.boundAddresses;
   if (bound.length > 0) {
-    const filter = accessFilterVerdict(state, bound[0], 0, 'TCP');
+    // Port 0 is no service's: the verdict is the one for every port no service uses.
+    const refused = accessFilterVerdict(state, bound[0], 0, 'TCP')?.refused === true;
     // The filter lets the health check node ports through (to the proxy's own health server) on every service address.
     const healthPorts = model.servicePorts.filter((port) => port.healthCheckNodePort > 0).map((port) => port.healthCheckNodePort);
     evidence.push(
-      filter
+      refused
         ? `the dump's KUBE-IPVS-FILTER refuses new connections to the ${bound.length} service addresses bound to kube-ipvs0 on ports no service uses: ` +
             `no host socket answers there today, as after the switch${
               healthPorts.length > 0
