@@ -12,7 +12,14 @@ import {test} from 'node:test';
 import {hostSocketEvidence} from '../../src/agent/api/methods/behaviour.ts';
 import {CommandHost} from '../../src/agent/host/command-host.ts';
 import {ReadOnlyHost} from '../../src/agent/host/read-only-host.ts';
-import {formatIpsetRestore, parseBoundAddresses, parseIpsetSave, renderIpvs, withJumpRules, type IpvsState} from '../../src/core/ipvs/index.ts';
+import {
+  formatIpsetRestore,
+  parseBoundAddresses,
+  parseIpsetSave,
+  renderIpvs,
+  withJumpRules,
+  type IpvsState,
+} from '../../src/core/ipvs/index.ts';
 import {buildProxyModel} from '../../src/core/model/index.ts';
 import {node, service, slice} from '../core/model/cluster-objects.ts';
 import {createNetns, inNetns, isRoot} from './netns.ts';
@@ -57,7 +64,11 @@ test('host sockets that answer on a ClusterIP only through kube-ipvs0, in a real
   assert.equal(String(first).trim(), 'listening');
 
   const model = buildProxyModel(
-    {services: [service('web', {clusterIP})], endpointSlices: [slice('web-1', 'web', [{ip: '10.244.1.5', node: 'node-1'}])], node: node('node-1')},
+    {
+      services: [service('web', {clusterIP})],
+      endpointSlices: [slice('web-1', 'web', [{ip: '10.244.1.5', node: 'node-1'}])],
+      node: node('node-1'),
+    },
     {family: 'IPv4', clusterCIDRs: ['10.244.0.0/16']},
   );
   const rendered = renderIpvs(model);

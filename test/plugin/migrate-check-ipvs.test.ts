@@ -60,7 +60,9 @@ describe("migrate-check --rules over kube-proxy's ipvs state", () => {
       report.evidence.join('\n'),
     );
     assert.ok(
-      report.evidence.some((line) => /the node answers ARP for the 1 load-balancer IPs bound to kube-ipvs0 today, and would not after/.test(line)),
+      report.evidence.some((line) =>
+        /the node answers ARP for the 1 load-balancer IPs bound to kube-ipvs0 today, and would not after/.test(line),
+      ),
       report.evidence.join('\n'),
     );
   });
@@ -98,7 +100,9 @@ describe("migrate-check --rules over kube-proxy's ipvs state", () => {
     assert.ok(!sentencesOf(report).some((sentence) => /which no service defines/.test(sentence)), sentencesOf(report).join('\n'));
     assert.ok(
       report.evidence.some((line) =>
-        /^the dump's KUBE-IPVS-FILTER refuses new connections to the \d+ service addresses bound to kube-ipvs0 on ports no service uses/.test(line),
+        /^the dump's KUBE-IPVS-FILTER refuses new connections to the \d+ service addresses bound to kube-ipvs0 on ports no service uses/.test(
+          line,
+        ),
       ),
       report.evidence.join('\n'),
     );
@@ -124,7 +128,10 @@ describe("migrate-check --rules over kube-proxy's ipvs state", () => {
     await writeFile(other, (await readFile(onlyLocal.objects, 'utf8')).replace('clusterIP: 10.20.30.41', 'clusterIP: 10.20.30.42'));
     const mismatch = await check([fixtureDump], other, onlyLocal.flags);
     assert.equal(mismatch.code, 2, describeRun(mismatch));
-    assert.match(mismatch.stderr, /the objects do not match --rules .*kube-proxy\.ipvs: 1 of 1 ClusterIPs of service ports \(ns1\/svc1:p80\)/);
+    assert.match(
+      mismatch.stderr,
+      /the objects do not match --rules .*kube-proxy\.ipvs: 1 of 1 ClusterIPs of service ports \(ns1\/svc1:p80\)/,
+    );
 
     const junk = join(dir, 'junk');
     await writeFile(junk, `${await readFile(fixtureDump, 'utf8')}this is not a ruleset\n`);

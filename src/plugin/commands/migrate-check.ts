@@ -210,7 +210,9 @@ function dumpNodeAddresses(today: ModeRules, model: ProxyModel): string[] {
   if (today.mode !== 'ipvs') return [];
   const services = new Set(model.servicePorts.flatMap((port) => [port.clusterIP, ...port.externalIPs, ...port.loadBalancerIPs]));
   const bound = new Set(today.rules.boundAddresses);
-  return [...new Set(today.rules.virtualServers.map((server) => server.address))].filter((address) => !bound.has(address) && !services.has(address));
+  return [...new Set(today.rules.virtualServers.map((server) => server.address))].filter(
+    (address) => !bound.has(address) && !services.has(address),
+  );
 }
 
 /** What the node itself would show, said for a dump: where to look before switching. */

@@ -17,10 +17,17 @@ const nodeIP = '10.240.0.11';
 const model = buildProxyModel(
   {
     services: [
-      service('web', {clusterIP: '10.96.0.10', type: 'NodePort', ports: [{name: 'http', protocol: 'TCP', port: 80, targetPort: 8080, nodePort: 30080}]}),
+      service('web', {
+        clusterIP: '10.96.0.10',
+        type: 'NodePort',
+        ports: [{name: 'http', protocol: 'TCP', port: 80, targetPort: 8080, nodePort: 30080}],
+      }),
       service('lb', {clusterIP: '10.96.0.15', type: 'LoadBalancer'}, {status: {loadBalancer: {ingress: [{ip: '203.0.113.15'}]}}}),
     ],
-    endpointSlices: [slice('web-1', 'web', [{ip: '10.244.1.5', node: 'node-1'}]), slice('lb-1', 'lb', [{ip: '10.244.1.6', node: 'node-1'}])],
+    endpointSlices: [
+      slice('web-1', 'web', [{ip: '10.244.1.5', node: 'node-1'}]),
+      slice('lb-1', 'lb', [{ip: '10.244.1.6', node: 'node-1'}]),
+    ],
     node: node('node-1', {addresses: [{type: 'InternalIP', address: nodeIP}]}),
   },
   {family: 'IPv4', clusterCIDRs: ['10.244.0.0/16']},

@@ -28,7 +28,10 @@ const model = buildProxyModel(
       service('web', {clusterIP: '10.96.0.10'}),
       service('lb', {clusterIP: '10.96.0.15', type: 'LoadBalancer'}, {status: {loadBalancer: {ingress: [{ip: '203.0.113.15'}]}}}),
     ],
-    endpointSlices: [slice('web-1', 'web', [{ip: '10.244.1.5', node: 'node-1'}]), slice('lb-1', 'lb', [{ip: '10.244.1.6', node: 'node-1'}])],
+    endpointSlices: [
+      slice('web-1', 'web', [{ip: '10.244.1.5', node: 'node-1'}]),
+      slice('lb-1', 'lb', [{ip: '10.244.1.6', node: 'node-1'}]),
+    ],
     node: node('node-1'),
   },
   {family: 'IPv4', clusterCIDRs: ['10.244.0.0/16']},
