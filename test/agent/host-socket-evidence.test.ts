@@ -1,10 +1,11 @@
-// migrate-check's host-socket evidence against a real namespace. kube-ipvs0 (a dummy device, as
-// ipvs mode keeps it) holds a ClusterIP and a process listens on 0.0.0.0: a connection to the
-// ClusterIP on that port really reaches the process, and the evidence, read through an observing
-// agent's read-only host (ss in the namespace), names the socket and the address. With kube-proxy's
+// migrate-check's host-socket evidence against a real namespace. The node holds a ClusterIP, as
+// ipvs mode's kube-ipvs0 does, and a process listens on 0.0.0.0: a connection to the ClusterIP on
+// that port really reaches the process, and the evidence, read through an observing agent's
+// read-only host (ss in the namespace), names the socket and the address. With kube-proxy's
 // KUBE-IPVS-FILTER loaded (its sets and iptables layer, as ipvs mode writes them) the connection is
-// refused, and the evidence says that no host socket answers. This kernel has no IP_VS: the
-// virtual servers are the rendered ones; addresses, sets and iptables rules are read from the namespace.
+// refused, and the evidence says that no host socket answers. This kernel has neither IP_VS nor the
+// dummy driver: the address is bound to lo (to the socket, a local address is a local address) and
+// the virtual servers are the rendered ones; the rest is read from the namespace.
 import assert from 'node:assert/strict';
 import {execFileSync, spawn} from 'node:child_process';
 import {once} from 'node:events';
@@ -44,8 +45,7 @@ test('host sockets that answer on a ClusterIP only through kube-ipvs0, in a real
   }
   const netns = createNetns(t);
   inNetns(netns, ['ip', 'link', 'set', 'lo', 'up']);
-  inNetns(netns, ['ip', 'link', 'add', 'kube-ipvs0', 'type', 'dummy']);
-  inNetns(netns, ['ip', 'addr', 'add', `${clusterIP}/32`, 'dev', 'kube-ipvs0']);
+  inNetns(netns, ['ip', 'addr', 'add', `${clusterIP}/32`, 'dev', 'lo']);
 
   const listener = spawn(
     'ip',
@@ -76,7 +76,7 @@ test('host sockets that answer on a ClusterIP only through kube-ipvs0, in a real
   // What the agent reads of the node, but the virtual servers, which need IP_VS.
   const applied = async (): Promise<IpvsState> => ({
     ...rendered,
-    boundAddresses: parseBoundAddresses(await host.ip(['-j', 'addr', 'show', 'dev', 'kube-ipvs0'])),
+    boundAddresses: parseBoundAddresses(await host.ip(['-j', 'addr', 'show', 'dev', 'lo'])).filter((address) => address === clusterIP),
     sets: parseIpsetSave(await host.ipset(['save'])),
     iptables: await host.iptablesSave('IPv4'),
   });
