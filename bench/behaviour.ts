@@ -1,8 +1,8 @@
 // Behaviour diff figures: every packet class of 10,000 services x 10 endpoints traced through an
 // iptables and an nftables ruleset rendered for the same node, both in memory, against the floor
 // of tracing every class once through one ruleset. Goal: the diff within 10 s.
-// Then migrate-check end to end: `kubectl proxyctl migrate-check --to nftables node-1` as a new
-// process against a one-node lab, beside `kubectl proxyctl status` (the same way to the agent,
+// Then migrate-check end to end: `kubectl proxyctl migrate-check --to nftables NODE` as a new
+// process against a one-node lab (its node is node-0), beside `kubectl proxyctl status` (the same way to the agent,
 // without the diff) and `kubectl get svc`. Goal: within 2 s.
 import {execFile} from 'node:child_process';
 import {cpus, loadavg} from 'node:os';
@@ -92,11 +92,11 @@ async function p50(argv: string[], env: NodeJS.ProcessEnv, accept = [0]): Promis
 export async function benchMigrateCheck(): Promise<void> {
   heading(
     'migrate-check of one lab node, end to end',
-    `kubectl proxyctl migrate-check --to nftables node-1 as a new process against a one-node lab (its demo services, 3 demo pods, the agent in ` +
+    `kubectl proxyctl migrate-check --to nftables NODE as a new process against a one-node lab (its demo services, 3 demo pods, the agent in ` +
       `iptables mode); p50 of ${labRuns} runs after one warm-up`,
   );
   if (process.getuid?.() !== 0) {
-    skipped('migrate-check --to nftables node-1', 'needs root (the lab builds network namespaces)');
+    skipped('migrate-check --to nftables NODE', 'needs root (the lab builds network namespaces)');
     return;
   }
   const name = `bench-migrate-${process.pid}`;
@@ -115,9 +115,10 @@ export async function benchMigrateCheck(): Promise<void> {
       floor: {name: 'kubectl get svc', value: getSvc.p50},
       note: `min ${status.min.toFixed(0)} ms`,
     });
-    const check = await p50(['kubectl', 'proxyctl', 'migrate-check', '--to', 'nftables', 'node-1'], env, [0, 1]);
+    const node = state.agents[0].node;
+    const check = await p50(['kubectl', 'proxyctl', 'migrate-check', '--to', 'nftables', node], env, [0, 1]);
     figure({
-      name: 'kubectl proxyctl migrate-check --to nftables node-1',
+      name: `kubectl proxyctl migrate-check --to nftables ${node}`,
       value: check.p50,
       unit: 'ms',
       floor: {name: 'kubectl proxyctl status', value: status.p50},

@@ -35,7 +35,7 @@ describe("migrate-check --rules over kube-proxy's ipvs state", () => {
   });
   after(() => rm(dir, {recursive: true, force: true}));
 
-  it('only-local-load-balancing to nftables: kube-ipvs0 takes undefined ClusterIP ports today, the node's own connections to the eTP Local load-balancer IP change; the evidence says where to look', async () => {
+  it("only-local-load-balancing to nftables: kube-ipvs0 takes undefined ClusterIP ports today, the node's own connections to the eTP Local load-balancer IP change; the evidence says where to look", async () => {
     const run = await check([fixtureDump], onlyLocal.objects, onlyLocal.flags, 'nftables', ['-o', 'json']);
     assert.equal(run.code, 1, describeRun(run));
     // The fixture holds ipvsadm-save and ipset save only (kube-proxy's test publishes no iptables layer).
