@@ -22,8 +22,6 @@ interface AccessFilter {
   rules: FilterRule[];
   /** Lookups in the sets the rules name. */
   members: Map<string, {type: string; entries: Set<string>}>;
-  /** Rules of the chain the filter does not read; each treated as not matching. */
-  unread: string[];
 }
 
 const filters = new WeakMap<IpvsState, AccessFilter | null>();
@@ -33,29 +31,29 @@ function accessFilter(state: IpvsState): AccessFilter | null {
   const known = filters.get(state);
   if (known !== undefined) return known;
   let found: AccessFilter | null = null;
-  const filterTable = tableText(state.iptables, 'filter');
+  const filterTable = tableSection(state.iptables, 'filter');
   // A node's dump declares filter INPUT, and then only its jump counts; restore input (a rendering)
   // holds kube-proxy's own chains alone, and the jump is the one kube-proxy ensures beside it.
   const declaresInput = /^:INPUT /m.test(filterTable);
   const jumped = new RegExp(`^-A INPUT (?:.* )?-j ${chain}(\\s|$)`, 'm').test(filterTable);
   if (filterTable.includes(`-A ${chain} `) && (jumped || !declaresInput)) {
+    // A rule of another shape than kube-proxy's is left out: treated as not matching.
     const rules: FilterRule[] = [];
-    const unread: string[] = [];
     for (const line of filterTable.split('\n')) {
       const text = line.trim().replace(/^\[\d+:\d+\]\s*/, '');
       if (!text.startsWith(`-A ${chain} `)) continue;
       const rule = readRule(text);
-      if (rule === undefined) unread.push(text);
-      else if (rule !== 'never') rules.push(rule);
+      if (rule !== undefined && rule !== 'never') rules.push(rule);
     }
     const members = new Map(state.sets.map((set) => [set.name, {type: set.type, entries: new Set(set.entries)}]));
-    found = {rules, members, unread};
+    found = {rules, members};
   }
   filters.set(state, found);
   return found;
 }
 
-function tableText(iptables: string, table: string): string {
+/** tableSection: one table of an iptables-save text, from its `*TABLE` line up to its COMMIT; '' when absent. */
+export function tableSection(iptables: string, table: string): string {
   const start = iptables.indexOf(`*${table}\n`);
   if (start < 0) return '';
   const end = iptables.indexOf('\nCOMMIT', start);
@@ -126,9 +124,4 @@ export function accessFilterVerdict(state: IpvsState, address: string, port: num
     return {rule: rule.text, refused: rule.target === 'REJECT' || rule.target === 'DROP'};
   }
   return {refused: false};
-}
-
-/** The rules of KUBE-IPVS-FILTER the verdicts above do not read (treated as not matching). */
-export function unreadAccessFilterRules(state: IpvsState): string[] {
-  return accessFilter(state)?.unread ?? [];
 }
