@@ -1,11 +1,17 @@
 // Behaviour diff figures: every packet class of 10,000 services x 10 endpoints traced through an
 // iptables and an nftables ruleset rendered for the same node, both in memory, against the floor
 // of tracing every class once through one ruleset. Goal: the diff within 10 s.
+// Then migrate-check end to end: `kubectl proxyctl migrate-check --to nftables NODE` as a new
+// process against a one-node lab (its node is node-0), beside `kubectl proxyctl status` (the same way to the agent,
+// without the diff) and `kubectl get svc`. Goal: within 2 s.
+import {execFile} from 'node:child_process';
 import {cpus, loadavg} from 'node:os';
+import {fileURLToPath} from 'node:url';
+import {downLab, upLab} from '../src/lab/lab-control.ts';
 import {diffBehaviour, packetClasses, renderedRules, behaviourSide} from '../src/core/behaviour/index.ts';
 import {buildProxyModel} from '../src/core/model/index.ts';
 import {progressBar} from '../src/plugin/lib/progress-bar.ts';
-import {figure, heading, timed} from './report.ts';
+import {figure, heading, percentile, skipped, timed} from './report.ts';
 import {benchClusterCIDR, benchNodeIP, benchNodeName, makeWorkload} from './workload.ts';
 
 const goalMs = 10_000;
@@ -54,4 +60,72 @@ export async function benchBehaviour(serviceCount = 10_000, endpointsPerService 
   const one = packetClasses(model, {...options, service: 'bench/svc-4242'});
   const single = await timed(() => diffBehaviour(one, iptables, nftables));
   figure({name: `--service bench/svc-4242 (${one.length} classes)`, value: single.ms, unit: 'ms'});
+  await benchMigrateCheck();
+}
+
+const migrateGoalMs = 2000;
+const labRuns = 5;
+const projectRoot = fileURLToPath(new URL('..', import.meta.url));
+
+/** One run of a command as a new process; the exit codes in `accept` are answers (migrate-check exits 1 when something would change). */
+function runOnce(argv: string[], env: NodeJS.ProcessEnv, accept: number[]): Promise<number> {
+  return new Promise((resolve, reject) => {
+    execFile(argv[0], argv.slice(1), {env, maxBuffer: 16 << 20}, (error, _stdout, stderr) => {
+      const code = error ? (typeof error.code === 'number' ? error.code : -1) : 0;
+      if (accept.includes(code)) resolve(code);
+      else reject(new Error(`${argv.join(' ')}: exit ${code}: ${String(stderr).trim().split('\n').slice(-3).join(' / ')}`));
+    });
+  });
+}
+
+/** p50 and fastest of `labRuns` runs after one warm-up, in ms. */
+async function p50(argv: string[], env: NodeJS.ProcessEnv, accept = [0]): Promise<{p50: number; min: number}> {
+  const times: number[] = [];
+  for (let i = 0; i <= labRuns; i++) {
+    const run = await timed(() => runOnce(argv, env, accept));
+    if (i > 0) times.push(run.ms);
+  }
+  times.sort((a, b) => a - b);
+  return {p50: percentile(times, 50), min: times[0]};
+}
+
+export async function benchMigrateCheck(): Promise<void> {
+  heading(
+    'migrate-check of one lab node, end to end',
+    `kubectl proxyctl migrate-check --to nftables NODE as a new process against a one-node lab (its demo services, 3 demo pods, the agent in ` +
+      `iptables mode); p50 of ${labRuns} runs after one warm-up`,
+  );
+  if (process.getuid?.() !== 0) {
+    skipped('migrate-check --to nftables NODE', 'needs root (the lab builds network namespaces)');
+    return;
+  }
+  const name = `bench-migrate-${process.pid}`;
+  const interrupted = () => void downLab(name).finally(() => process.exit(130));
+  process.once('SIGINT', interrupted).once('SIGTERM', interrupted);
+  try {
+    const state = await upLab({name, nodes: 1, podsPerNode: 3});
+    const env = {...process.env, PATH: `${projectRoot}bin:${process.env.PATH}`, NO_COLOR: '1', KUBECONFIG: state.kubeconfig};
+    const getSvc = await p50(['kubectl', 'get', 'svc'], env);
+    figure({name: 'kubectl get svc', value: getSvc.p50, unit: 'ms', note: `min ${getSvc.min.toFixed(0)} ms`});
+    const status = await p50(['kubectl', 'proxyctl', 'status'], env);
+    figure({
+      name: 'kubectl proxyctl status',
+      value: status.p50,
+      unit: 'ms',
+      floor: {name: 'kubectl get svc', value: getSvc.p50},
+      note: `min ${status.min.toFixed(0)} ms`,
+    });
+    const node = state.agents[0].node;
+    const check = await p50(['kubectl', 'proxyctl', 'migrate-check', '--to', 'nftables', node], env, [0, 1]);
+    figure({
+      name: `kubectl proxyctl migrate-check --to nftables ${node}`,
+      value: check.p50,
+      unit: 'ms',
+      floor: {name: 'kubectl proxyctl status', value: status.p50},
+      note: `min ${check.min.toFixed(0)} ms; goal <= ${migrateGoalMs / 1000} s ${check.p50 <= migrateGoalMs ? 'met' : 'NOT met'}`,
+    });
+  } finally {
+    process.off('SIGINT', interrupted).off('SIGTERM', interrupted);
+    await downLab(name).catch((error: Error) => console.error(`lab down ${name}: ${error.message}`));
+  }
 }

@@ -58,7 +58,7 @@ const benches: Record<string, {about: string; run: () => Promise<void>}> = {
   },
   behaviour: {
     about:
-      'behaviour diff iptables -> nftables of 10,000 services x 10 endpoints, both rulesets in memory (goal <= 10 s), vs tracing every packet class once',
+      'behaviour diff iptables -> nftables of 10,000 services x 10 endpoints, both rulesets in memory (goal <= 10 s), vs tracing every packet class once; kubectl proxyctl migrate-check --to nftables of the node of a one-node lab as a new process (goal <= 2 s) vs kubectl proxyctl status',
     run: async () => (await import('./behaviour.ts')).benchBehaviour(),
   },
   observe: {

@@ -166,6 +166,14 @@ export class RecordingHost implements Host {
     this.calls.push(`sysctl ${name}=${value}`);
     this.sysctls.set(name, value);
   }
+
+  /** What `ss -H -l -n -t -u -p` prints; a test sets it. */
+  sockets = '';
+
+  async listeningSockets(): Promise<string> {
+    this.calls.push('ss -l');
+    return this.sockets;
+  }
 }
 
 function cloneTable(table: Table): Table {

@@ -82,18 +82,26 @@ describe('kubectl proxyctl migrate-check --rules (offline)', () => {
     );
   });
 
-  it('bad input: unknown format, nft text listing, objects that do not match, exit 2', async () => {
+  it('bad input: unknown format, an empty file, rules of other objects, objects that do not match, exit 2', async () => {
     const junk = join(dir, 'junk');
     await writeFile(junk, 'this is not a ruleset\n');
     const unknown = await check('nftables', junk);
     assert.equal(unknown.code, 2, describeRun(unknown));
-    assert.match(unknown.stderr, /--rules .*junk: unknown format: expected iptables-save output/);
+    assert.match(unknown.stderr, /--rules .*junk line 1: cannot read "this is not a ruleset": expected iptables-save, nft list ruleset/);
 
+    const empty = join(dir, 'empty');
+    await writeFile(empty, '\n');
+    const nothing = await check('nftables', empty);
+    assert.equal(nothing.code, 2, describeRun(nothing));
+    assert.match(nothing.stderr, /--rules .*empty line 1: empty: expected iptables-save/);
+
+    // nft's text listing is read as diff --rules reads it; a table without the services' rules matches no objects.
     const listing = join(dir, 'listing');
     await writeFile(listing, 'table ip kube-proxy {\n\tchain services {\n\t}\n}\n');
     const text = await check('nftables', listing);
     assert.equal(text.code, 2, describeRun(text));
-    assert.match(text.stderr, /nft's text listing.*nft -j list table/);
+    assert.match(text.stderr, /warning: .*listing: no base chain/);
+    assert.match(text.stderr, /the objects do not match --rules .*listing/);
 
     const other = join(dir, 'other.yaml');
     const {readFile} = await import('node:fs/promises');

@@ -182,6 +182,10 @@ export class CommandHost implements Host {
   async sysctlWrite(name: string, value: string): Promise<void> {
     await this.run(['sysctl', '-q', '-w', `${name}=${value}`]);
   }
+
+  async listeningSockets(): Promise<string> {
+    return (await this.run(['ss', '-H', '-l', '-n', '-t', '-u', '-p'])).stdout;
+  }
 }
 
 /** parseIptablesFrontEnd reads "iptables v1.8.9 (nf_tables)" or "(legacy)"; older versions say neither and are legacy. */

@@ -1,4 +1,4 @@
-// Host: every command the agent runs on the node (iptables, nft, ipset, ipvsadm, conntrack, sysctl),
+// Host: every command the agent runs on the node (iptables, nft, ipset, ipvsadm, conntrack, sysctl, ss),
 // behind one interface so that tests can record calls instead of touching a kernel.
 import type {IptablesTable} from '../../core/iptables/chains.ts';
 import type {IPFamily, Protocol} from '../../core/model/index.ts';
@@ -70,6 +70,11 @@ export interface Host {
   /** sysctl NAME, e.g. "net.ipv4.conf.all.route_localnet". */
   sysctlRead(name: string): Promise<string>;
   sysctlWrite(name: string, value: string): Promise<void>;
+  /**
+   * The listening TCP and UDP sockets of the namespace, as `ss -H -l -n -t -u -p` prints them
+   * (with the process behind each where ss can name it). Only reads.
+   */
+  listeningSockets(): Promise<string>;
   /**
    * Calls `listener` with the process id of every command as it starts (nft monitor names the
    * process behind each ruleset change: the agent API tells its own writes from others' by it).

@@ -1,6 +1,6 @@
 // ReadOnlyHost: the Host of an observing agent (--observe). It passes on the commands that only
 // read the node (iptables-save, nft list, ipset list/save, ipvsadm -L/-S, ip ... show,
-// nfacct get/list, sysctl -n) and refuses every other one before it runs, naming it. The rule
+// nfacct get/list, sysctl -n, ss -l) and refuses every other one before it runs, naming it. The rule
 // is an allow-list: a command the list does not know is a write, so a bug elsewhere (a proxier's
 // path reached by mistake, a new command added later) fails loudly instead of changing a node
 // that kube-proxy owns.
@@ -187,6 +187,10 @@ export class ReadOnlyHost implements Host {
 
   async sysctlWrite(name: string, value: string): Promise<void> {
     this.#refuse(['sysctl', '-w', `${name}=${value}`]);
+  }
+
+  listeningSockets(): Promise<string> {
+    return this.#inner.listeningSockets();
   }
 
   onSpawn(listener: (pid: number, command: string[]) => void): () => void {

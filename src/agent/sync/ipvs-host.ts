@@ -9,6 +9,7 @@ import {
   parseBoundAddresses,
   parseIpsetSave,
   parseIpvsadmSave,
+  tableSection,
   type IpvsState,
   type IpvsVirtualServer,
 } from '../../core/ipvs/index.ts';
@@ -173,13 +174,6 @@ export function missingIpvsJumpRules(iptablesSave: string): JumpRule[] {
     }
   }
   return missing;
-}
-
-function tableSection(save: string, table: string): string {
-  const start = save.indexOf(`*${table}\n`);
-  if (start < 0) return '';
-  const end = save.indexOf('\nCOMMIT', start);
-  return save.slice(start, end < 0 ? undefined : end);
 }
 
 /**

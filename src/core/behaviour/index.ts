@@ -13,8 +13,6 @@ export {
 export {answers, describeOutcome, outcomeKey, outcomeOf, type Outcome, type OutcomePath} from './outcome.ts';
 export {
   behaviourSide,
-  DumpFormatError,
-  readRulesDump,
   renderedRules,
   renderedSide,
   type BehaviourSide,
@@ -33,3 +31,12 @@ export {
   type ServicePortChanges,
   type SideWords,
 } from './diff.ts';
+export {
+  hostSocketSentences,
+  parseListeningSockets,
+  socketsOnServiceAddresses,
+  socketText,
+  type HostSocketFindings,
+  type ListeningSocket,
+  type SocketOnServiceAddresses,
+} from './host-sockets.ts';

@@ -5,7 +5,7 @@ import {parseIptablesSave, renderIptables, traceIptables, type IptablesRuleset} 
 import {renderIpvs, type IpvsState} from '../ipvs/index.ts';
 import {traceIpvs} from '../ipvs/trace.ts';
 import type {ProxyModel} from '../model/types.ts';
-import {parseNftablesJson, parseNftablesScript, renderNftables, type NftRuleset} from '../nftables/index.ts';
+import {parseNftablesScript, renderNftables, type NftRuleset} from '../nftables/index.ts';
 import {traceNftables} from '../nftables/trace.ts';
 import type {Packet, TraceResult} from '../trace/types.ts';
 
@@ -70,41 +70,4 @@ export function renderedRules(model: ProxyModel, mode: ProxyMode, options: Rende
 /** renderedSide: the side a switch to `mode` would bring, for the same objects and settings. */
 export function renderedSide(model: ProxyModel, mode: ProxyMode, options: RenderedSideOptions = {}): BehaviourSide {
   return behaviourSide(renderedRules(model, mode, options), options.nodeAddresses ?? model.nodeIPs, options.label);
-}
-
-/** DumpFormatError: a saved ruleset whose format no tracer reads. */
-export class DumpFormatError extends Error {}
-
-/**
- * readRulesDump reads a saved ruleset: iptables-save output (or `render --mode iptables`), `nft -j
- * list table` JSON or an `nft -f` script (either layout). ipvs mode's state lives in four tools'
- * tables; an iptables dump of an ipvs node holds only its set-matching layer and is refused.
- */
-export function readRulesDump(text: string, name: string): ModeRules {
-  const start = text.trimStart();
-  if (start === '')
-    throw new DumpFormatError(
-      `${name} is empty: expected iptables-save output or an nftables table (nft -j list table, or an nft -f script)`,
-    );
-  if (start.startsWith('{')) {
-    if (!/"nftables"\s*:/.test(start.slice(0, 200))) throw new DumpFormatError(`${name} is JSON but not nft -j output (no "nftables" key)`);
-    return {mode: 'nftables', rules: parseNftablesJson(text)};
-  }
-  const head = start.slice(0, 4000);
-  if (/^(add|flush|delete) table (ip|ip6|inet) /m.test(head)) return {mode: 'nftables', rules: parseNftablesScript(text)};
-  if (/^table (ip|ip6|inet) \S+ \{/m.test(head))
-    throw new DumpFormatError(
-      `${name} is nft's text listing, which proxyctl does not read: save the table as JSON (nft -j list table ip kube-proxy)`,
-    );
-  if (/^\*(nat|filter|mangle|raw)\s*$/m.test(text)) {
-    if (/--match-set KUBE-(6-)?CLUSTER-IP /.test(text))
-      throw new DumpFormatError(
-        `${name} is the iptables layer of an ipvs-mode node: ipvs mode's behaviour lives in its virtual servers and sets too, which an iptables dump ` +
-          `does not hold`,
-      );
-    return {mode: 'iptables', rules: parseIptablesSave(text)};
-  }
-  throw new DumpFormatError(
-    `${name}: unknown format: expected iptables-save output (lines "*nat", "-A ..."), nft -j list table JSON, or an nft -f script ("table ip kube-proxy")`,
-  );
 }

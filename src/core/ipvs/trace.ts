@@ -1,9 +1,11 @@
 // traceIpvs: a packet through the state ipvs mode holds in the kernel. The iptables layer decides
 // source-range filtering and the masquerade mark from set membership; IPVS, on the input path of a
 // node that holds the address (kube-ipvs0 or a NodePort address), picks a real server by scheduler
-// and weight; POSTROUTING masquerades marked and hairpin packets.
+// and weight; POSTROUTING masquerades marked and hairpin packets. A packet to a node address on a
+// port no virtual server takes meets KUBE-IPVS-FILTER, where the node has it.
 import {cidrContains, joinHostPort, parseCIDR, parseIP} from '../model/ip.ts';
 import type {Packet, TraceBranch, TraceContext, TraceHop, TraceResult} from '../trace/types.ts';
+import {accessFilterVerdict} from './access-filter.ts';
 import {formatIpvsadmRestore, type IpvsState} from './state.ts';
 
 function setNamed(state: IpvsState, base: string): Set<string> {
@@ -75,6 +77,24 @@ export function traceIpvs(state: IpvsState, packet: Packet, context: TraceContex
     (vs) => vs.address === packet.dstIP && vs.port === packet.dstPort && vs.protocol === packet.protocol,
   );
   if (!server) {
+    // An address of the node, on a port no virtual server takes: filter INPUT decides (KUBE-IPVS-FILTER).
+    const filtered = context.localAddresses.includes(packet.dstIP)
+      ? accessFilterVerdict(state, packet.dstIP, packet.dstPort, packet.protocol)
+      : undefined;
+    if (filtered?.refused && filtered.rule) {
+      const target = / -j (REJECT|DROP)/.exec(filtered.rule)?.[1] as 'REJECT' | 'DROP';
+      hops.push({
+        hook: 'INPUT',
+        table: 'filter',
+        chain: 'KUBE-IPVS-FILTER',
+        rule: filtered.rule,
+        target,
+        explanation:
+          `${packet.dstIP} is a service address on kube-ipvs0 and no service uses port ${packet.dstPort}/${packet.protocol} there: ` +
+          'new connections are refused',
+      });
+      return result(target);
+    }
     warnings.push(`no virtual server for ${packet.protocol} ${joinHostPort(packet.dstIP, packet.dstPort)}`);
     return result('ACCEPT');
   }

@@ -1,17 +1,15 @@
 import {Args, Flags} from '@oclif/core';
-import {readFileSync} from 'node:fs';
 import {
   behaviourSide,
   diffBehaviour,
-  DumpFormatError,
   packetClasses,
-  readRulesDump,
   renderedSide,
   type BehaviourDiff,
   type ModeRules,
   type PacketClass,
   type ProxyMode,
 } from '../../core/behaviour/index.ts';
+import {accessFilterVerdict, type IpvsState} from '../../core/ipvs/index.ts';
 import type {ProxyModel} from '../../core/model/index.ts';
 import type {BehaviourAnswer} from '../../protocol/methods.ts';
 import {AgentCommand, concurrencyFlag, connectionFlags} from '../lib/agent-command.ts';
@@ -23,6 +21,7 @@ import {outputFlag} from '../lib/output.ts';
 import {progressBar} from '../lib/progress-bar.ts';
 import {errorLine, exitCodes, PluginError} from '../lib/plugin-error.ts';
 import {helpText} from '../lib/help-text.ts';
+import {readRulesFlag, type RulesDump} from '../lib/rules-dump.ts';
 
 const modes = ['nftables', 'iptables', 'ipvs'] as const;
 
@@ -42,9 +41,17 @@ export default class MigrateCheck extends AgentCommand {
     code 0: nothing would change; 1: something would; 2: bad input or an error (an unknown dump format, a
     mode the node's kernel cannot run, objects that do not match the dump). Nothing on the node is changed.
 
-    Offline: --rules DUMP (iptables-save output, nft -j list table JSON, or an nft -f script) with -f
-    OBJECTS (the Services, EndpointSlices and Node the dump was written for) and render's node settings
-    flags.
+    Host sockets (ipvs nodes): every socket the node listens on (ss -l) on 0.0.0.0, [::], * or a service
+    address, on a port no virtual server takes there, answers on the service addresses bound to kube-ipvs0
+    today, and stops after the switch; unless the node's KUBE-IPVS-FILTER (written by kube-proxy versions
+    with the fix for kubernetes#72236, and by proxyctl) refuses new connections to those ports, in which
+    case none answers.
+
+    Offline: --rules DUMP with -f OBJECTS (the Services, EndpointSlices and Node the dump was written for)
+    and render's node settings flags. DUMP is iptables-save output, nft list ruleset (text or -j), an nft -f
+    script, or ipvs mode's state: ipvsadm-save -n, ipset save and iptables-save, one after the other in one
+    file or in repeated --rules (as for diff --rules). An ipvs dump's NodePort virtual servers say the
+    node's addresses; without \`ip addr\` output, KUBE-IPVS-IPS says which addresses kube-ipvs0 holds.
   `;
 
   static override examples = [
@@ -53,6 +60,12 @@ export default class MigrateCheck extends AgentCommand {
     {
       description: 'Offline, over a saved iptables-save dump and the objects it was written for',
       command: '<%= config.bin %> migrate-check --to nftables --rules node-1.iptables-save -f cluster.yaml --cluster-cidr 10.244.0.0/16',
+    },
+    {
+      description: "Offline, over an ipvs node's saved state",
+      command:
+        '(ipvsadm-save -n; ipset save; iptables-save) > node-1.ipvs && <%= config.bin %> migrate-check --to nftables --rules node-1.ipvs -f cluster.yaml ' +
+        '--node-ip 10.240.0.11 --cluster-cidr 10.244.0.0/16',
     },
     {
       description: 'One service only, as JSON',
@@ -69,7 +82,13 @@ export default class MigrateCheck extends AgentCommand {
     service: Flags.string({summary: 'Only this service: NAMESPACE/NAME (or NAMESPACE/NAME:PORT).'}),
     output: outputFlag(['text', 'json', 'yaml']),
     concurrency: concurrencyFlag('Agents asked at once with --all-nodes.'),
-    rules: Flags.string({summary: 'Offline: the saved rules of the node ("-": stdin).', helpGroup: 'OFFLINE'}),
+    rules: Flags.string({
+      summary:
+        'Offline: the saved rules of the node ("-": stdin): iptables-save, nft list ruleset (text or -j), an nft -f script, or ipvs mode\'s ' +
+        'ipvsadm-save -n, ipset save and iptables-save (one file or repeated --rules).',
+      multiple: true,
+      helpGroup: 'OFFLINE',
+    }),
     filename: objectsFileFlag.optional,
     // Shown with the other offline flags: here they describe the node a dump was saved on.
     ...inHelpGroup('OFFLINE', modelFlags),
@@ -105,20 +124,6 @@ export default class MigrateCheck extends AgentCommand {
   }
 
   private async offline(flags: OfflineFlags): Promise<NodeBehaviourReport> {
-    const file = flags.rules;
-    let text: string;
-    try {
-      text = readFileSync(file === '-' ? 0 : file, 'utf8');
-    } catch (error) {
-      throw new PluginError(`--rules ${file}: cannot read it: ${errorLine(error)}`);
-    }
-    let today: ModeRules;
-    try {
-      today = readRulesDump(text, `--rules ${file}`);
-    } catch (error) {
-      if (error instanceof DumpFormatError) throw new PluginError(error.message);
-      throw new PluginError(`--rules ${file}: cannot be read: ${errorLine(error)}`);
-    }
     let offline;
     try {
       offline = await readOfflineModel(flags.filename, offlineSettings(flags));
@@ -128,11 +133,14 @@ export default class MigrateCheck extends AgentCommand {
     }
     for (const problem of offline.problems) process.stderr.write(`skipped: ${problem}\n`);
     const {model, serviceCIDRs} = offline;
-    const recorded = today.mode === 'iptables' ? (today.rules.nodeAddresses ?? []) : [];
-    const nodeAddresses = [...new Set([...model.nodeIPs, ...recorded])];
+    const files = flags.rules.join(', ');
+    const dump = readRulesFlag(flags.rules, model.family);
+    for (const warning of dump.warnings) process.stderr.write(`warning: ${warning}\n`);
+    const today = dumpRules(dump, files);
+    const nodeAddresses = [...new Set([...model.nodeIPs, ...dumpNodeAddresses(today, model)])];
     const before = behaviourSide(today, nodeAddresses);
     const classes = packetClasses(model, {nodeAddresses, serviceCIDRs, ...(flags.service ? {service: flags.service} : {})});
-    checkObjectsMatch(model, today.mode, before, classes, {nodeAddresses, serviceCIDRs}, file);
+    checkObjectsMatch(model, today.mode, before, classes, {nodeAddresses, serviceCIDRs}, files);
     const after = renderedSide(model, flags.to, {nodeAddresses, serviceCIDRs});
     const bar = progressBar('packet classes compared');
     const diff = diffBehaviour(classes, before, after, {onProgress: (done, total) => bar.update(done, total)});
@@ -140,14 +148,14 @@ export default class MigrateCheck extends AgentCommand {
     return nodeReport(
       model.nodeName || '(offline)',
       diff,
-      offlineEvidence(today.mode, diff),
+      offlineEvidence(today, model, diff, flags.to),
       switchWords,
       `after the switch to ${flags.to} mode`,
     );
   }
 }
 
-type OfflineFlags = Parameters<typeof offlineSettings>[0] & {rules: string; filename: string[]; to: ProxyMode; service?: string};
+type OfflineFlags = Parameters<typeof offlineSettings>[0] & {rules: string[]; filename: string[]; to: ProxyMode; service?: string};
 
 /**
  * Objects that do not match the dump would make every difference look like a mode difference: the
@@ -172,19 +180,97 @@ function checkObjectsMatch(
   );
 }
 
+/**
+ * The dump as one mode's rules for the tracers. ipvs mode's behaviour lives in its virtual servers
+ * first: a dump without ipvsadm output, or an ipvs node's iptables layer alone, is refused.
+ */
+function dumpRules(dump: RulesDump, files: string): ModeRules {
+  switch (dump.mode) {
+    case 'iptables':
+      if (dump.parts.some((part) => /--match-set KUBE-(6-)?CLUSTER-IP /.test(part.text)))
+        throw new PluginError(
+          `--rules ${files} is the iptables layer of an ipvs-mode node: ipvs mode's behaviour lives in its virtual servers and sets, which an ` +
+            'iptables dump does not hold; give `ipvsadm-save -n`, `ipset save` and `iptables-save` output together',
+        );
+      return {mode: 'iptables', rules: dump.ruleset};
+    case 'nftables':
+      return {mode: 'nftables', rules: dump.ruleset};
+    case 'ipvs': {
+      if (!dump.parts.some((part) => part.format === 'ipvsadm-save -n'))
+        throw new PluginError(
+          `--rules ${files} holds ipvs mode's sets but no \`ipvsadm-save -n\` output: its virtual servers decide where every service packet goes`,
+        );
+      const {state} = dump;
+      if (state.boundAddresses.length > 0) return {mode: 'ipvs', rules: state};
+      // kube-proxy keeps KUBE-IPVS-IPS equal to what kube-ipvs0 holds: a dump without `ip addr` output still says it there.
+      const ips = state.sets.find((set) => set.name === (state.family === 'IPv6' ? 'KUBE-6-IPVS-IPS' : 'KUBE-IPVS-IPS'));
+      return {mode: 'ipvs', rules: {...state, boundAddresses: [...(ips?.entries ?? [])].sort()}};
+    }
+  }
+}
+
+/**
+ * The node's addresses a dump shows beyond the objects: those render recorded in an iptables dump,
+ * and in ipvs mode every address with a virtual server that is no service address (NodePorts get
+ * one on every node address kube-proxy serves them on, primary or not).
+ */
+function dumpNodeAddresses(today: ModeRules, model: ProxyModel): string[] {
+  if (today.mode === 'iptables') return today.rules.nodeAddresses ?? [];
+  if (today.mode !== 'ipvs') return [];
+  const services = new Set(model.servicePorts.flatMap((port) => [port.clusterIP, ...port.externalIPs, ...port.loadBalancerIPs]));
+  const bound = new Set(today.rules.boundAddresses);
+  return [...new Set(today.rules.virtualServers.map((server) => server.address))].filter(
+    (address) => !bound.has(address) && !services.has(address),
+  );
+}
+
 /** What the node itself would show, said for a dump: where to look before switching. */
-function offlineEvidence(mode: ProxyMode, diff: BehaviourDiff): string[] {
+function offlineEvidence(today: ModeRules, model: ProxyModel, diff: BehaviourDiff, to: ProxyMode): string[] {
   const entries = new Set(diff.groups.flatMap((group) => group.changes.map((change) => change.class.entry)));
   const evidence: string[] = [];
-  if (mode === 'iptables' && entries.has('node-port-loopback'))
+  if (today.mode === 'iptables' && to !== 'iptables') {
+    if (entries.has('node-port-loopback'))
+      evidence.push(
+        "on the node, kube-proxy's kubeproxy_iptables_localhost_nodeports_accepted_packets_total (or `nfacct get localhost_nps_accepted_pkts`) counts " +
+          'connections to NodePorts on 127.0.0.1: above 0, something uses them',
+      );
+    if (entries.has('conntrack-invalid'))
+      evidence.push(
+        'on the node, kubeproxy_iptables_ct_state_invalid_dropped_packets_total (or `nfacct get ct_state_invalid_dropped_pkts`) counts the INVALID ' +
+          'packets dropped today: above 0, connections may see resets after the switch unless nf_conntrack_tcp_be_liberal is set',
+      );
+  }
+  if (today.mode === 'ipvs' && to !== 'ipvs') evidence.push(...ipvsOfflineEvidence(today.rules, model));
+  return evidence;
+}
+
+/** For an ipvs dump: the host sockets and ARP answers kube-ipvs0 brings, and how to look for them on the node. */
+function ipvsOfflineEvidence(state: IpvsState, model: ProxyModel): string[] {
+  const evidence: string[] = [];
+  const bound = state.boundAddresses;
+  if (bound.length > 0) {
+    // Port 0 is no service's: the verdict is the one for every port no service uses.
+    const refused = accessFilterVerdict(state, bound[0], 0, 'TCP')?.refused === true;
+    // The filter lets the health check node ports through (to the proxy's own health server) on every service address.
+    const healthPorts = model.servicePorts.filter((port) => port.healthCheckNodePort > 0).map((port) => port.healthCheckNodePort);
     evidence.push(
-      "on the node, kube-proxy's kubeproxy_iptables_localhost_nodeports_accepted_packets_total (or `nfacct get localhost_nps_accepted_pkts`) counts " +
-        'connections to NodePorts on 127.0.0.1: above 0, something uses them',
+      refused
+        ? `the dump's KUBE-IPVS-FILTER refuses new connections to the ${bound.length} service addresses bound to kube-ipvs0 on ports no service uses: ` +
+            `no host socket answers there today, as after the switch${
+              healthPorts.length > 0
+                ? ` (but for the health check node ports ${[...new Set(healthPorts)].join(', ')}, which it lets through to the proxy's health server)`
+                : ''
+            }`
+        : `nothing in the dump refuses connections to the ${bound.length} service addresses bound to kube-ipvs0 on ports no service uses ` +
+            '(no KUBE-IPVS-FILTER jumped to from filter INPUT, or no iptables-save output given): on the node, a host socket `ss -ltnup` lists on ' +
+            '0.0.0.0, [::], * or a service address answers on those addresses today and would not after the switch',
     );
-  if (mode === 'iptables' && entries.has('conntrack-invalid'))
+  }
+  const lbIPs = new Set(model.servicePorts.flatMap((port) => port.loadBalancerIPs).filter((address) => bound.includes(address)));
+  if (lbIPs.size > 0)
     evidence.push(
-      'on the node, kubeproxy_iptables_ct_state_invalid_dropped_packets_total (or `nfacct get ct_state_invalid_dropped_pkts`) counts the INVALID ' +
-        'packets dropped today: above 0, connections may see resets after the switch unless nf_conntrack_tcp_be_liberal is set',
+      `on the node, unless arp_ignore=1 and arp_announce=2 (kube-proxy's strictARP; \`sysctl net.ipv4.conf.all.arp_ignore net.ipv4.conf.all.arp_announce\`), ` +
+        `the node answers ARP for the ${lbIPs.size} load-balancer IPs bound to kube-ipvs0 today, and would not after the switch`,
     );
   return evidence;
 }

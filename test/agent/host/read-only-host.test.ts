@@ -67,6 +67,8 @@ test('read-only host: reads pass through', async () => {
   await host.ip(['-j', 'addr', 'show', 'dev', 'kube-ipvs0']);
   await host.ip(['link', 'show', 'kube-ipvs0']);
   await host.sysctlRead('net.ipv4.conf.all.route_localnet');
+  node.sockets = 'tcp LISTEN 0 4096 0.0.0.0:22 0.0.0.0:*\n';
+  assert.equal(await host.listeningSockets(), node.sockets, 'migrate-check reads the host sockets of an observed ipvs node');
   assert.deepEqual(node.calls, [
     'iptables-save IPv4 nat',
     'nft -j list table ip kube-proxy',
@@ -79,5 +81,6 @@ test('read-only host: reads pass through', async () => {
     'ipvsadm -L -n -t 10.96.0.1:443',
     'ip -j addr show dev kube-ipvs0',
     'ip link show kube-ipvs0',
+    'ss -l',
   ]);
 });

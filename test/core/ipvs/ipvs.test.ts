@@ -337,6 +337,26 @@ describe('traceIpvs', () => {
     assert.match(result.warnings[0], /no virtual server/);
   });
 
+  it("KUBE-IPVS-FILTER: a service address on a port no service uses is refused, where the node's filter INPUT jumps to it", () => {
+    const state = cluster();
+    const local = {localAddresses: [nodeIP, ...state.boundAddresses]};
+    const refused = traceIpvs(state, packet('10.244.1.9', '10.96.0.10', 22), local);
+    assert.equal(refused.verdict, 'REJECT');
+    assert.equal(refused.hops[0].chain, 'KUBE-IPVS-FILTER');
+    assert.match(refused.hops[0].rule, /^-A KUBE-IPVS-FILTER -m conntrack --ctstate NEW -m set --match-set KUBE-IPVS-IPS dst -j REJECT$/);
+    assert.equal(traceIpvs(state, packet('10.244.1.9', '198.51.100.30', 22), local).verdict, 'REJECT', 'load-balancer IPs too');
+    // A node's dump (built-in chains declared) counts only with the jump kube-proxy ensures.
+    const dumped = {...state, iptables: withJumpRules(state.iptables)};
+    assert.equal(traceIpvs(dumped, packet('10.244.1.9', '10.96.0.10', 22), local).verdict, 'REJECT');
+    // kube-proxy before kubernetes#108460 writes neither: the packet reaches the node's own sockets.
+    const older = {...state, iptables: dumped.iptables.replace(/^-A INPUT .*-j KUBE-IPVS-FILTER\n/m, '')};
+    const untouched = traceIpvs(older, packet('10.244.1.9', '10.96.0.10', 22), local);
+    assert.equal(untouched.verdict, 'ACCEPT');
+    assert.match(untouched.warnings[0], /no virtual server for TCP 10\.96\.0\.10:22/);
+    // The service's own port is the virtual server's.
+    assert.equal(traceIpvs(state, packet('10.244.1.9', '10.96.0.10', 80), local).verdict, 'DNAT');
+  });
+
   it('persistence is explained', () => {
     const result = traceIpvs(cluster(), packet('10.244.1.9', '10.96.0.11', 80), context);
     assert.match(result.hops.at(-1)!.explanation, /600 s \(persistence\)/);

@@ -4,14 +4,20 @@
 import {
   behaviourSide,
   diffBehaviour,
+  hostSocketSentences,
   packetClasses,
+  parseListeningSockets,
   renderedSide,
+  socketsOnServiceAddresses,
+  type ListeningSocket,
   type BehaviourDiff,
   type BehaviourSide,
   type ModeRules,
   type ProxyMode,
 } from '../../../core/behaviour/index.ts';
 import {errorText} from '../../../core/error-text.ts';
+import type {IpvsState} from '../../../core/ipvs/index.ts';
+import type {Host} from '../../host/host.ts';
 import {parseIP, type IPFamily} from '../../../core/model/index.ts';
 import type {BehaviourAnswer, BehaviourParams} from '../../../protocol/methods.ts';
 import type {RuntimeState} from '../runtime-state.ts';
@@ -20,16 +26,22 @@ export async function answerBehaviour(state: RuntimeState, params: BehaviourPara
   if (params.to) await checkKernelRuns(state, params.to);
   const addresses = await state.localAddresses();
   const diffs: BehaviourDiff[] = [];
+  const appliedRules: ModeRules[] = [];
   let readAt = Infinity;
   for (const [family, model] of state.models()) {
     const current = await state.readApplied(family);
     readAt = Math.min(readAt, current.readAt);
-    const nodeAddresses = [...model.nodeIPs, ...addresses.filter((address) => parseIP(address)?.family === family)];
-    const applied = behaviourSide(
-      {mode: state.backend.mode, rules: current.rules} as ModeRules,
-      nodeAddresses,
-      `${state.backend.mode} mode (applied)`,
-    );
+    const rules = {mode: state.backend.mode, rules: current.rules} as ModeRules;
+    appliedRules.push(rules);
+    // kube-ipvs0's addresses are the services', not the node's: no NodePort answers on them, and no other mode holds them.
+    const serviceAddresses = new Set(rules.mode === 'ipvs' ? rules.rules.boundAddresses : []);
+    const nodeAddresses = [
+      ...new Set([
+        ...model.nodeIPs,
+        ...addresses.filter((address) => parseIP(address)?.family === family && !serviceAddresses.has(address)),
+      ]),
+    ];
+    const applied = behaviourSide(rules, nodeAddresses, `${state.backend.mode} mode (applied)`);
     const familyCIDRs = serviceCIDRs.filter((cidr) => (cidr.includes(':') ? 'IPv6' : 'IPv4') === family);
     const classes = packetClasses(model, {nodeAddresses, serviceCIDRs: familyCIDRs, ...(params.service ? {service: params.service} : {})});
     if (params.to) {
@@ -45,7 +57,7 @@ export async function answerBehaviour(state: RuntimeState, params: BehaviourPara
     }
   }
   const diff = mergeFamilies(diffs);
-  const evidence = params.to ? await switchEvidence(state, params.to, diff) : [];
+  const evidence = params.to ? await switchEvidence(state, params.to, diff, appliedRules) : [];
   return {node: state.nodeName, diff, evidence, readAt: new Date(readAt).toISOString()};
 }
 
@@ -83,7 +95,7 @@ function nfacctPackets(text: string): number | undefined {
   return match ? Number(match[1]) : undefined;
 }
 
-async function switchEvidence(state: RuntimeState, to: ProxyMode, diff: BehaviourDiff): Promise<string[]> {
+async function switchEvidence(state: RuntimeState, to: ProxyMode, diff: BehaviourDiff, applied: ModeRules[]): Promise<string[]> {
   const {host, backend} = state;
   const entries = new Set(diff.groups.flatMap((group) => group.changes.map((change) => change.class.entry)));
   const evidence: string[] = [];
@@ -114,6 +126,8 @@ async function switchEvidence(state: RuntimeState, to: ProxyMode, diff: Behaviou
       );
   }
   if (backend.mode === 'ipvs' && to !== 'ipvs') {
+    const states = applied.flatMap((rules) => (rules.mode === 'ipvs' ? [rules.rules] : []));
+    evidence.push(...(await hostSocketEvidence(host, states, to)));
     const lbIPs = state.models().flatMap(([, model]) => model.servicePorts.flatMap((port) => port.loadBalancerIPs));
     if (lbIPs.length > 0) {
       try {
@@ -133,4 +147,21 @@ async function switchEvidence(state: RuntimeState, to: ProxyMode, diff: Behaviou
     }
   }
   return evidence;
+}
+
+/**
+ * hostSocketEvidence: the host sockets that answer on service addresses today only because ipvs
+ * mode binds them to kube-ipvs0, read from the node's listening sockets and its applied ipvs state
+ * (virtual servers, kube-ipvs0 addresses, KUBE-IPVS-FILTER).
+ */
+export async function hostSocketEvidence(host: Host, states: IpvsState[], to: ProxyMode): Promise<string[]> {
+  const bound = states.reduce((count, ipvs) => count + ipvs.boundAddresses.length, 0);
+  if (bound === 0) return [];
+  let sockets: ListeningSocket[];
+  try {
+    sockets = parseListeningSockets(await host.listeningSockets());
+  } catch (error) {
+    return [`the host sockets could not be read (ss -l): ${errorText(error).split('\n')[0]}`];
+  }
+  return hostSocketSentences(socketsOnServiceAddresses(states, sockets), bound, to);
 }
