@@ -102,8 +102,10 @@ export function traceIpvs(state: IpvsState, packet: Packet, context: TraceContex
   const natHook: TraceHop['hook'] = packet.origin === 'local' ? 'OUTPUT' : 'PREROUTING';
   const local = context.localAddresses.includes(packet.dstIP);
 
-  // Load balancer source ranges (filter INPUT, KUBE-PROXY-FIREWALL).
-  if (setNamed(state, 'KUBE-LOAD-BALANCER-FW').has(ipPort)) {
+  // Load balancer source ranges (filter INPUT, KUBE-PROXY-FIREWALL). The node's own connections
+  // never reach INPUT: ipvs takes them as they leave (LOCAL_OUT) and sends them to the real server,
+  // and kube-proxy's firewall chain is not jumped to from OUTPUT in ipvs mode.
+  if (packet.origin !== 'local' && setNamed(state, 'KUBE-LOAD-BALANCER-FW').has(ipPort)) {
     const allowed = [...setNamed(state, 'KUBE-LOAD-BALANCER-SOURCE-CIDR')]
       .filter((entry) => entry.startsWith(`${ipPort},`))
       .map((entry) => entry.slice(ipPort.length + 1));

@@ -321,8 +321,10 @@ describe('traceIpvs', () => {
     assert.equal(traceIpvs(cluster(), packet('192.168.0.50', nodeIP, 30080), context).verdict, 'REJECT');
   });
 
-  it('load balancer source ranges drop other clients', () => {
+  it('load balancer source ranges drop other clients, but not the node itself (ipvs takes its packets before INPUT)', () => {
     assert.equal(traceIpvs(cluster(), packet('192.168.0.50', '198.51.100.30', 80), context).verdict, 'DROP');
+    const fromNode = traceIpvs(cluster(), {...packet(nodeIP, '198.51.100.30', 80), origin: 'local'}, context);
+    assert.equal(fromNode.verdict, 'DNAT');
     const allowed = traceIpvs(cluster(), packet('203.0.113.9', '198.51.100.30', 80), context);
     assert.equal(allowed.verdict, 'DNAT');
     assert.ok(
