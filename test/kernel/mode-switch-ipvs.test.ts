@@ -1,5 +1,5 @@
-// ipvs -> nftables and ipvs -> iptables: what the behaviour diff predicts for leaving ipvs mode is
-// what real packets do (the check is test/kernel/mode-switch.ts). This machine's kernel has no
+// ipvs <-> nftables and ipvs <-> iptables: what the behaviour diff predicts for leaving or entering
+// ipvs mode is what real packets do (the check is test/kernel/mode-switch.ts). This machine's kernel has no
 // IP_VS, so on such a host the file boots the qemu guest (scripts/qemu/guest.ts) once and runs its
 // cases there.
 import {describe} from 'node:test';
@@ -32,7 +32,7 @@ const ipvsMode: ModeAdapter = {
 const unavailable = () => (kernelUnavailable ? `needs root: ${kernelUnavailable}` : 'runs in the qemu guest (see the guest case)');
 
 if (!runHere && !kernelUnavailable) {
-  describe('leaving ipvs mode in a kernel with IP_VS', () => itRunsInGuest(import.meta.url, {timeoutMs: 1_400_000}));
+  describe('leaving and entering ipvs mode in a kernel with IP_VS', () => itRunsInGuest(import.meta.url, {timeoutMs: 1_400_000}));
 } else {
   // The emulated guest is slower: a probe that gets through may take seconds.
   const probeTimeoutMs = inGuest ? 4000 : 1500;
@@ -44,4 +44,11 @@ if (!runHere && !kernelUnavailable) {
     concurrency,
   });
   registerModeSwitch(new ServiceScenario(unavailable), ipvsMode, nftablesMode, {known: [], probeTimeoutMs, concurrency});
+  // And into ipvs mode, from either.
+  registerModeSwitch(new ServiceScenario(unavailable), iptablesMode, ipvsMode, {
+    known: ['node-port-loopback'],
+    probeTimeoutMs,
+    concurrency,
+  });
+  registerModeSwitch(new ServiceScenario(unavailable), nftablesMode, ipvsMode, {known: [], probeTimeoutMs, concurrency});
 }
