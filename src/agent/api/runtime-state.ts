@@ -77,6 +77,17 @@ export function joinFamilies(parts: {family: IPFamily; text: string}[]): string 
   return parts.map((part) => `# ${part.family}\n${part.text}`).join('\n');
 }
 
+/** A number per model object, so that a drift check can name the models it compared. */
+const modelNumbers = new WeakMap<ProxyModel, number>();
+let modelsNumbered = 0;
+
+function modelNumber(model: ProxyModel | undefined): number {
+  if (model === undefined) return 0;
+  let number = modelNumbers.get(model);
+  if (number === undefined) modelNumbers.set(model, (number = ++modelsNumbered));
+  return number;
+}
+
 function driftedServices(groups: DiffGroup[]): string[] {
   return groups
     .filter((group) => group.added.length > 0 || group.removed.length > 0)
@@ -231,9 +242,12 @@ export class RuntimeState {
     return answer;
   }
 
-  // A drift check stays valid while neither the kernel's rules (the cache's readings) nor the desired ones change.
+  // A drift check stays valid while neither the kernel's rules (the cache's readings) nor the desired
+  // ones change: the desired rules are the models', so the key names the models themselves. A sync
+  // that left a model as it was (an observer's periodic rebuild with nothing changed) keeps it.
   private driftKey(): string {
-    return `${this.proxier.appliedModels().size}:${this.lastOutcome?.startedAt ?? 0}`;
+    const models = this.proxier.appliedModels();
+    return this.families.map((family) => modelNumber(models.get(family))).join(':');
   }
 
   driftCurrent(check: DriftCheck | undefined): check is DriftCheck {
