@@ -135,6 +135,15 @@ export class CommandHost implements Host {
     return (await this.run([saveCommand(family, this.#variant), ...(table ? ['-t', table] : [])])).stdout;
   }
 
+  async iptablesListChain(family: IPFamily, table: IptablesTable, chain: string): Promise<string | undefined> {
+    const command = [iptablesCommand(family, this.#variant), ...xtablesWait, '-t', table, '-S', chain];
+    const result = await this.run(command, {accept: [1]});
+    if (result.exitCode === 0) return result.stdout;
+    // "No chain/target/match by that name", or no such table at all: either way no such chain.
+    if (/No chain\/target\/match|does not exist|doesn't exist/i.test(result.stderr)) return undefined;
+    throw new HostCommandError(command, result.exitCode, result.stderr);
+  }
+
   async iptablesHasRule(family: IPFamily, table: IptablesTable, chain: string, rule: string[]): Promise<boolean> {
     // -C exits 1 when the rule is missing, and also when the chain is: both mean "not there".
     const result = await this.run([iptablesCommand(family, this.#variant), ...xtablesWait, '-t', table, '-C', chain, ...rule], {

@@ -52,6 +52,12 @@ export interface Host {
    * does, where two readings of two tables cost twice that.
    */
   iptablesSave(family: IPFamily, table?: IptablesTable): Promise<string>;
+  /**
+   * iptables -t TABLE -S CHAIN: that chain's rules as iptables-save spells them, after its "-N
+   * CHAIN" (or "-P CHAIN POLICY") line; undefined when the chain does not exist. It reads the one
+   * chain, where iptables-nft-save reads the whole ruleset whatever table it is asked for.
+   */
+  iptablesListChain(family: IPFamily, table: IptablesTable, chain: string): Promise<string | undefined>;
   /** iptables -C: true when the rule is there. */
   iptablesHasRule(family: IPFamily, table: IptablesTable, chain: string, rule: string[]): Promise<boolean>;
   /** iptables -I (prepend) or -A (append). */

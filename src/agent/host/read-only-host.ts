@@ -1,9 +1,9 @@
 // ReadOnlyHost: the Host of an observing agent (--observe). It passes on the commands that only
-// read the node (iptables-save, iptables -C, nft list, ipset list/save, ipvsadm -L/-S, ip ... show,
-// nfacct get/list, sysctl -n) and refuses every other one before it runs, naming it. The rule
-// is an allow-list: a command the list does not know is a write, so a bug elsewhere (a proxier's
-// path reached by mistake, a new command added later) fails loudly instead of changing a node
-// that kube-proxy owns.
+// read the node (iptables-save, iptables -S, iptables -C, nft list, ipset list/save, ipvsadm
+// -L/-S, ip ... show, nfacct get/list, sysctl -n) and refuses every other one before it runs,
+// naming it. The rule is an allow-list: a command the list does not know is a write, so a bug
+// elsewhere (a proxier's path reached by mistake, a new command added later) fails loudly instead
+// of changing a node that kube-proxy owns.
 import type {IptablesTable} from '../../core/iptables/chains.ts';
 import type {IPFamily} from '../../core/model/index.ts';
 import type {ConntrackFilter, Host, IptablesFrontEnd, RestoreInput, RestoreOptions} from './host.ts';
@@ -147,6 +147,10 @@ export class ReadOnlyHost implements Host {
 
   iptablesSave(family: IPFamily, table?: IptablesTable): Promise<string> {
     return this.#inner.iptablesSave(family, table);
+  }
+
+  iptablesListChain(family: IPFamily, table: IptablesTable, chain: string): Promise<string | undefined> {
+    return this.#inner.iptablesListChain(family, table, chain);
   }
 
   iptablesHasRule(family: IPFamily, table: IptablesTable, chain: string, rule: string[]): Promise<boolean> {

@@ -4,7 +4,14 @@
 // (kube-proxy's) the "applied" side it reads, so diff, trace and the drift check compare kube-proxy
 // with what it should have done. It also keeps when each endpoint left its service port, so that
 // drift can say "endpoint X still programmed, removed from the EndpointSlice 4m ago".
-import {changedServicePorts, type IPFamily, nodeWideChange, type ModelOptions, type ProxyModel, ProxyModelBuilder} from '../../core/model/index.ts';
+import {
+  changedServicePorts,
+  type IPFamily,
+  nodeWideChange,
+  type ModelOptions,
+  type ProxyModel,
+  ProxyModelBuilder,
+} from '../../core/model/index.ts';
 import {type FamilySyncState, ProxierBase, type ProxierBaseOptions} from '../sync/proxier-base.ts';
 import type {FamilySyncResult} from '../sync/types.ts';
 
