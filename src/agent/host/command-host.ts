@@ -139,8 +139,9 @@ export class CommandHost implements Host {
     const command = [iptablesCommand(family, this.#variant), ...xtablesWait, '-t', table, '-S', chain];
     const result = await this.run(command, {accept: [1]});
     if (result.exitCode === 0) return result.stdout;
-    // "No chain/target/match by that name", or no such table at all: either way no such chain.
-    if (/No chain\/target\/match|does not exist|doesn't exist/i.test(result.stderr)) return undefined;
+    // "No chain/target/match by that name" (legacy); iptables-nft 1.8.9 says a chain it cannot find,
+    // or a table that does not exist, "is incompatible, use 'nft' tool": no such chain either way.
+    if (/No chain\/target\/match|does not exist|doesn't exist|is incompatible/i.test(result.stderr)) return undefined;
     throw new HostCommandError(command, result.exitCode, result.stderr);
   }
 

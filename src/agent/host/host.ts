@@ -54,8 +54,9 @@ export interface Host {
   iptablesSave(family: IPFamily, table?: IptablesTable): Promise<string>;
   /**
    * iptables -t TABLE -S CHAIN: that chain's rules as iptables-save spells them, after its "-N
-   * CHAIN" (or "-P CHAIN POLICY") line; undefined when the chain does not exist. It reads the one
-   * chain, where iptables-nft-save reads the whole ruleset whatever table it is asked for.
+   * CHAIN" (or "-P CHAIN POLICY") line; undefined when the chain does not exist (or iptables
+   * cannot read it). It reads the one chain, where iptables-nft-save reads the whole ruleset
+   * whatever table it is asked for.
    */
   iptablesListChain(family: IPFamily, table: IptablesTable, chain: string): Promise<string | undefined>;
   /** iptables -C: true when the rule is there. */

@@ -53,11 +53,17 @@ interface Recorded {
   ipvsadm?: string;
 }
 
+/** What detection asked nft, every test. */
+const nftQuestions: string[] = [];
+
 /** Hosts that answer with recorded outputs; a missing one fails as the tool would. */
 function recordedHosts(recorded: Recorded): DetectionHosts {
   const failing = (command: string[]) => Promise.reject(new HostCommandError(command, 1, 'not recorded'));
   const node = {
-    nft: (args: string[]) => (recorded.tables !== undefined ? Promise.resolve(recorded.tables) : failing(['nft', ...args])),
+    nft: (args: string[]) => {
+      nftQuestions.push(args.join(' '));
+      return recorded.tables !== undefined ? Promise.resolve(recorded.tables) : failing(['nft', ...args]);
+    },
     ip: (args: string[]) =>
       recorded.kubeIpvs0 ? Promise.resolve('3: kube-ipvs0: <BROADCAST,NOARP> mtu 1500\n') : failing(['ip', ...args]),
     ipvsadm: (args: string[]) => (recorded.ipvsadm !== undefined ? Promise.resolve(recorded.ipvsadm) : failing(['ipvsadm', ...args])),
@@ -83,10 +89,12 @@ function natHost(nat: string): Host {
 }
 
 test('mode detection: each of kube-proxy modes from its traces in the kernel', async () => {
-  const nftables = await detectKubeProxyMode(recordedHosts({tables: 'table ip filter\ntable ip kube-proxy\ntable ip6 kube-proxy\n'}), [
-    'IPv4',
-    'IPv6',
-  ]);
+  const nftables = await detectKubeProxyMode(
+    recordedHosts({
+      tables: 'table ip filter {\n}\ntable ip kube-proxy {\n\tset cluster-ips {\n\t\ttype ipv4_addr\n\t}\n}\ntable ip6 kube-proxy {\n}\n',
+    }),
+    ['IPv4', 'IPv6'],
+  );
   assert.equal(nftables.mode, 'nftables');
   assert.equal(nftables.finding, 'detected');
   assert.equal(nftables.summary, 'kube-proxy nftables (table ip kube-proxy, table ip6 kube-proxy)');
@@ -108,6 +116,8 @@ test('mode detection: each of kube-proxy modes from its traces in the kernel', a
   );
   assert.deepEqual([ipvs.mode, ipvs.frontEnd, ipvs.finding], ['ipvs', 'nf_tables', 'detected']);
   assert.match(ipvs.summary, /2 ipvs virtual servers with kube-ipvs0/);
+  // nft 1.0 reads every rule of every table for `nft list tables`; the sets name the tables too.
+  assert.deepEqual([...new Set(nftQuestions)], ['list sets']);
 });
 
 test('mode detection: none found and several found are said plainly; --observe-mode overrides', async () => {
@@ -135,7 +145,7 @@ test('mode detection: none found and several found are said plainly; --observe-m
   // A tool that cannot answer is named, and the others still count.
   const noNft = await detectKubeProxyMode(recordedHosts({nat: {legacy: iptablesModeNat}}), ['IPv4']);
   assert.equal(noNft.mode, 'iptables');
-  assert.match(noNft.unreadable.join(), /nft list tables: nft list tables: exit 1: not recorded/);
+  assert.match(noNft.unreadable.join(), /nft list sets: nft list sets: exit 1: not recorded/);
 });
 
 test('iptablesLayout tells iptables mode from ipvs mode by KUBE-SERVICES, listing chains, not dumping the table', async () => {
