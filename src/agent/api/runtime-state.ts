@@ -179,10 +179,11 @@ export class RuntimeState {
     return present;
   }
 
-  // Rendered when asked, not kept: the text alone is as large as a full sync's input, and the answers
-  // that need it most (the drift check, and trace's drift question from it) are kept instead.
+  // Rendered when asked, not kept (unless the backend keeps them per model: an observer's iptables
+  // backend): the text alone is as large as a full sync's input, and the answers that need it most
+  // (the drift check, and trace's drift question from it) are kept instead.
   desiredFor(model: ProxyModel): ParsedRules {
-    return this.backend.parse(this.backend.render(model));
+    return this.backend.desired?.(model) ?? this.backend.parse(this.backend.render(model));
   }
 
   readApplied(family: IPFamily): Promise<AppliedRules> {

@@ -5,7 +5,8 @@ import {renderIptables} from '../../../core/iptables/render.ts';
 import type {IptablesRuleset, RulesetTable} from '../../../core/iptables/ruleset.ts';
 import {traceIptables} from '../../../core/iptables/trace.ts';
 import type {ChainsWritten} from '../../sync/types.ts';
-import {ChainIndexedRuleset} from './iptables-chains.ts';
+import {ChainIndexedRuleset, spelledAsSaved} from './iptables-chains.ts';
+import type {ProxyModel} from '../../../core/model/index.ts';
 import type {ParsedRules, RulesBackend} from './backend.ts';
 
 /**
@@ -36,7 +37,33 @@ export function patchIptablesRuleset(ruleset: IptablesRuleset, written: ChainsWr
   return {...ruleset, tables, unknownMatches};
 }
 
-export const iptablesBackend: RulesBackend = {
+export const iptablesBackend: RulesBackend = iptablesRulesBackend();
+
+/**
+ * iptablesRulesBackend: with `keepDesired`, each model's desired rules are spelled as
+ * iptables-save prints them once and kept while the model lives, so that each comparison with a
+ * reading of the kernel (an observer's at every change kube-proxy makes) compares chains by their
+ * text and parses only those that differ. For an observer, whose model changes only with the
+ * cluster; a proxying agent makes a new model every sync, and keeps nothing.
+ */
+export function iptablesRulesBackend(options: {keepDesired?: boolean} = {}): RulesBackend {
+  const kept = new WeakMap<ProxyModel, ParsedRules>();
+  return {
+    ...plainIptablesBackend,
+    ...(options.keepDesired && {
+      desired: (model: ProxyModel) => {
+        let rules = kept.get(model);
+        if (rules === undefined) {
+          const spelled = spelledAsSaved(renderIptables(model, {includeJumps: true}), model.family);
+          kept.set(model, (rules = (ChainIndexedRuleset.of(spelled, {family: model.family}) ?? parseIptablesSave(spelled)) as ParsedRules));
+        }
+        return rules;
+      },
+    }),
+  };
+}
+
+const plainIptablesBackend: RulesBackend = {
   mode: 'iptables',
   render: (model) => renderIptables(model, {includeJumps: true}),
   // Chain by chain where the text allows (iptables-save's output, the renderer's): see ChainIndexedRuleset.
@@ -46,7 +73,12 @@ export const iptablesBackend: RulesBackend = {
   format: (rules) => formatIptablesRuleset(rules as IptablesRuleset),
   textOf: (rules) => (rules instanceof ChainIndexedRuleset ? rules.sourceText : undefined),
   diff: (desired, applied, service) => {
-    const result = diffIptables(desired as IptablesRuleset, applied as IptablesRuleset, {service});
+    // Chains whose lines are the same on both sides are skipped unparsed (both must be in iptables-save's spelling).
+    const sameRules =
+      desired instanceof ChainIndexedRuleset && applied instanceof ChainIndexedRuleset
+        ? (table: string, chain: string) => desired.sameRules(applied, table, chain)
+        : undefined;
+    const result = diffIptables(desired as IptablesRuleset, applied as IptablesRuleset, {service, sameRules});
     return {equal: result.equal, groups: result.groups, text: result.text};
   },
   trace: (rules, packet, context) => traceIptables(rules as IptablesRuleset, packet, context),
