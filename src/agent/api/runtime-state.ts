@@ -203,6 +203,18 @@ export class RuntimeState {
     return result;
   }
 
+  /**
+   * A backend that keeps the desired rules (an observer's) makes them while the kernel is read, in
+   * another process: a new model's rules are spelled as a reading of a large node comes in.
+   */
+  private async desiredWhileReading(model: ProxyModel, reading: Promise<AppliedRules>): Promise<void> {
+    // Its failure is the caller's to see, when it waits for the reading.
+    reading.catch(() => undefined);
+    // The reading starts its command within a few turns (once the change monitor has caught up).
+    for (let turn = 0; turn < 3; turn++) await new Promise((resolve) => setImmediate(resolve));
+    this.backend.desired!(model);
+  }
+
   async diffAll(service?: string): Promise<DiffResult> {
     let groups: DiffGroup[] = [];
     const texts: {family: IPFamily; text: string}[] = [];
@@ -210,7 +222,9 @@ export class RuntimeState {
     let readAt = Infinity;
     const readings: AppliedRules[] = [];
     for (const [family, model] of this.models()) {
-      const current = await this.readApplied(family);
+      const reading = this.readApplied(family);
+      if (!service && this.backend.desired) await this.desiredWhileReading(model, reading);
+      const current = await reading;
       readings.push(current);
       const result = service ? this.backend.diff(this.desiredFor(model), current.rules, service) : this.fullDiff(model, current);
       equal &&= result.equal;
