@@ -5,7 +5,8 @@
 import assert from 'node:assert/strict';
 import {test} from 'node:test';
 import {createAgentRuntime} from '../../../src/agent/api/runtime.ts';
-import {iptablesBackend} from '../../../src/agent/api/rules/iptables.ts';
+import {iptablesRulesBackend} from '../../../src/agent/api/rules/iptables.ts';
+import {spelledAsSaved} from '../../../src/agent/api/rules/iptables-chains.ts';
 import type {RulesetChanges} from '../../../src/agent/applied/ruleset-changes.ts';
 import type {Host} from '../../../src/agent/host/host.ts';
 import {memoryLogger} from '../../../src/agent/log.ts';
@@ -60,13 +61,16 @@ test('observer: traces reuse the reading and the comparison across rebuilds that
     services: [service('web', '10.96.0.10'), service('db', '10.96.0.20')],
     slices: [slice('web-1', 'web', ['10.244.2.5', '10.244.2.6']), slice('db-1', 'db', ['10.244.2.7'])],
   });
-  // kube-proxy's rules for these objects, as its stand-in writes them.
-  const kubeProxyRules = renderIptables(
-    buildProxyModel(
-      {services: objects.services(), endpointSlices: objects.endpointSlices(), node: node()},
-      {family: 'IPv4', nodeName: 'node-1'},
+  // kube-proxy's rules for these objects, as iptables-save prints them once loaded.
+  const kubeProxyRules = spelledAsSaved(
+    renderIptables(
+      buildProxyModel(
+        {services: objects.services(), endpointSlices: objects.endpointSlices(), node: node()},
+        {family: 'IPv4', nodeName: 'node-1'},
+      ),
+      {includeJumps: true},
     ),
-    {includeJumps: true},
+    'IPv4',
   );
   const kernel = new RecordingHost();
   await kernel.iptablesRestore('IPv4', kubeProxyRules, {noflush: false});
@@ -78,13 +82,14 @@ test('observer: traces reuse the reading and the comparison across rebuilds that
   const changes = watchedChanges();
   // Whole-node comparisons of the desired rules with a reading (and the service-filtered ones diff asks for).
   let diffs = 0;
+  const observerBackend = iptablesRulesBackend({keepDesired: true});
   const runtime = createAgentRuntime({
     nodeName: 'node-1',
     version: 'test',
     families: ['IPv4'],
     proxier,
     host,
-    backend: {...iptablesBackend, diff: (...args) => (diffs++, iptablesBackend.diff(...args))},
+    backend: {...observerBackend, diff: (...args) => (diffs++, observerBackend.diff(...args))},
     changes,
     log: memoryLogger(),
     nodeAddresses: async () => ['10.240.0.11'],
