@@ -15,8 +15,9 @@
 //   command's exit to the observer's metrics counting the drifted service port (goal <= 5 s), and
 //   the observer's own CPU time (utime + stime in /proc/PID/stat) from just before the change until
 //   it is idle again (goal <= 1 s per change); its reaped children's CPU (the dumps it ran) is noted.
-// PXBENCH_OBSERVE_SIZES=1000 (comma-separated service counts) runs only those sizes: the
-// 10,000-service run takes many minutes.
+// PXBENCH_OBSERVE_SIZES=1000 (comma-separated service counts) runs only those sizes, and
+// PXBENCH_OBSERVE_LAYOUTS=iptables (or nftables) only that layout: the 10,000-service run takes
+// many minutes, most of them loading kube-proxy's nftables table.
 import {mkdtemp, readFile, rm} from 'node:fs/promises';
 import {loadavg, tmpdir} from 'node:os';
 import {join} from 'node:path';
@@ -105,8 +106,11 @@ export async function benchObserve(
     skipped('every figure', 'needs root (scratch network namespaces, kube-proxy layouts loaded into them)');
     return;
   }
+  const layouts = [iptablesLayout, nftablesLayout].filter((layout) =>
+    (process.env.PXBENCH_OBSERVE_LAYOUTS ?? 'iptables,nftables').split(',').includes(layout.name),
+  );
   for (const size of sizes) {
-    for (const layout of [iptablesLayout, nftablesLayout]) await benchLayout(size, endpointsPerService, layout);
+    for (const layout of layouts) await benchLayout(size, endpointsPerService, layout);
     heading(`observe (ipvs): ${size.toLocaleString('en-US')} services`, 'kube-proxy ipvs mode');
     skipped('every figure', 'ipvs needs the qemu guest (this kernel has no IP_VS); not measured by this bench');
   }
