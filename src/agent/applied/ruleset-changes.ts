@@ -82,14 +82,19 @@ export function monitorIdle(pid: number): boolean {
 
 const turn = (): Promise<void> => new Promise((resolve) => setImmediate(resolve));
 
+/** How often a monitor that does not listen yet is looked at (/proc reads). */
+const subscribePollMs = 200;
+
 /**
  * watchNftRuleset runs `nft monitor` (inside `ip netns exec NETNS` when given) until close().
  * Resolves once the monitor runs, or with a signal that watches nothing when it cannot start.
+ * `monitor`: another command in its place (tests: one that is slow to listen).
  */
-export async function watchNftRuleset(options: {netns?: string; log: Logger}): Promise<RulesetChanges> {
+export async function watchNftRuleset(options: {netns?: string; log: Logger; monitor?: string[]}): Promise<RulesetChanges> {
   const {netns, log} = options;
+  const monitor = options.monitor ?? ['nft', 'monitor'];
   // ip netns exec execs nft in place: the process id is the monitor's own.
-  const command = netns ? ['ip', 'netns', 'exec', netns, 'nft', 'monitor'] : ['nft', 'monitor'];
+  const command = netns ? ['ip', 'netns', 'exec', netns, ...monitor] : monitor;
   let alive = false;
   let closed = false;
   // Until the monitor is seen subscribed, changes may pass unreported.
@@ -155,8 +160,15 @@ export async function watchNftRuleset(options: {netns?: string; log: Logger}): P
       await new Promise((resolve) => setTimeout(resolve, 5));
     }
   };
-  // Learn early that the monitor listens, so that readings taken from now on can be trusted.
-  void settled(10_000);
+  // Learn early that the monitor listens, so that readings taken from now on can be trusted. nft
+  // reads the whole ruleset before it listens, which on a large node takes minutes: looked at until
+  // it does (requests ask only once it watches).
+  void (async () => {
+    while (alive && !closed && watchingSince === undefined) {
+      if (monitorIdle(child.pid!)) await settled(1000);
+      else await new Promise((resolve) => setTimeout(resolve, subscribePollMs).unref());
+    }
+  })();
 
   return {
     watching: () => alive && watchingSince !== undefined,
