@@ -63,6 +63,7 @@ test('read-only host: reads pass through', async () => {
   const host = new ReadOnlyHost(node);
   await host.iptablesSave('IPv4', 'nat');
   await host.iptablesHasRule('IPv4', 'nat', 'PREROUTING', ['-j', 'KUBE-SERVICES']);
+  await host.iptablesListChain('IPv4', 'nat', 'KUBE-SERVICES');
   await host.nft(['-j', 'list', 'table', 'ip', 'kube-proxy']);
   await host.nft(['list', 'tables']);
   await host.ipset(['save']);
@@ -77,6 +78,7 @@ test('read-only host: reads pass through', async () => {
   assert.deepEqual(node.calls, [
     'iptables-save IPv4 nat',
     'iptables -C IPv4 nat PREROUTING',
+    'iptables -S IPv4 nat KUBE-SERVICES',
     'nft -j list table ip kube-proxy',
     'nft list tables',
     'ipset save',
