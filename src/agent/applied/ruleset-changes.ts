@@ -103,6 +103,7 @@ export async function watchNftRuleset(options: {netns?: string; log: Logger; mon
   // The agent's writers, with when they ended: once the monitor is idle after that, all their changes were reported.
   const own = new Map<number, number | undefined>();
   let child: ChildProcess;
+  const spawnedAt = Date.now();
   try {
     child = spawn(command[0], command.slice(1), {stdio: ['ignore', 'pipe', 'pipe']});
   } catch (error) {
@@ -153,7 +154,13 @@ export async function watchNftRuleset(options: {netns?: string; log: Logger; mon
         for (const [pid, endedAt] of own) if (endedAt !== undefined && endedAt < checkedAt) own.delete(pid);
         // A reading that starts once this resolves must start after the last change reported, on a clock in whole ms.
         while (Date.now() <= lastForeignAt) await new Promise((resolve) => setTimeout(resolve, 1));
-        watchingSince ??= Date.now();
+        if (watchingSince === undefined) {
+          watchingSince = Date.now();
+          log.detail(2, 'agent api: the ruleset monitor listens; readings are trusted until it reports a change', {
+            monitor: monitor.join(' '),
+            seconds: (watchingSince - spawnedAt) / 1000,
+          });
+        }
         return alive;
       }
       if (Date.now() >= deadline) return false;
