@@ -30,6 +30,12 @@ export interface DiffIptablesOptions {
    * sides (a caller that can compare their texts): such chains are skipped unread. False: compare.
    */
   sameRules?(table: string, chain: string): boolean;
+  /**
+   * A chain that jumps or goes to `chain`, found without reading every chain (a caller that can
+   * search the rules' text); undefined: every chain is looked through. It names the service port
+   * of a hashed chain whose rules carry no comment.
+   */
+  callerOf?(table: string, chain: string): string | undefined;
 }
 
 /**
@@ -92,9 +98,11 @@ class ChainServices {
   private rulesets: IptablesRuleset[];
   private known = new Map<string, string | undefined>();
   private callers = new Map<string, Map<string, IptablesRule>>();
+  private findCaller: DiffIptablesOptions['callerOf'];
 
-  constructor(rulesets: IptablesRuleset[]) {
+  constructor(rulesets: IptablesRuleset[], findCaller?: DiffIptablesOptions['callerOf']) {
     this.rulesets = rulesets;
+    this.findCaller = findCaller;
   }
 
   of(table: string, chain: string, depth = 0): string | undefined {
@@ -110,11 +118,21 @@ class ChainServices {
       if (found) break;
     }
     if (!found) {
-      const caller = this.callersOf(table).get(chain);
+      const caller = this.callerOf(table, chain);
       if (caller) found = servicePortOfComment(caller.comment) ?? this.of(table, caller.chain, depth + 1);
     }
     this.known.set(key, found);
     return found;
+  }
+
+  /** The rule that jumps or goes to `chain`: in the chain findCaller names, else from every chain's rules. */
+  private callerOf(table: string, chain: string): IptablesRule | undefined {
+    const callingChain = this.findCaller?.(table, chain);
+    if (callingChain === undefined) return this.callersOf(table).get(chain);
+    for (const ruleset of this.rulesets)
+      for (const rule of ruleset.tables.get(table)?.chains.get(callingChain)?.rules ?? [])
+        if (targetInText(rule.text) === chain) return rule;
+    return this.callersOf(table).get(chain);
   }
 
   private callersOf(table: string): Map<string, IptablesRule> {
@@ -258,7 +276,7 @@ export function diffIptables(
   const appliedRules = typeof applied === 'string' ? parseIptablesSave(applied, {family: desiredRules.family}) : applied;
   const desiredViews = viewOf(desiredRules);
   const appliedViews = viewOf(appliedRules);
-  const services = new ChainServices([desiredRules, appliedRules]);
+  const services = new ChainServices([desiredRules, appliedRules], options.callerOf);
   const lines: DiffLine[] = [];
 
   const tables = [...new Set([...desiredViews.keys(), ...appliedViews.keys()])].sort();

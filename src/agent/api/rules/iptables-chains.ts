@@ -183,6 +183,36 @@ export class ChainIndexedRuleset implements IptablesRuleset {
     return mine !== undefined && mine === other.#rawRules(table, chain);
   }
 
+  /**
+   * A chain of `table` with a rule that jumps or goes to `chain`, found by searching the text
+   * rather than reading every chain; undefined when there is none (or a partial write replaced it).
+   */
+  callerOf(tableName: string, chain: string): string | undefined {
+    const table = this.#index.tables.get(tableName);
+    if (table === undefined) return undefined;
+    const {text} = this.#index;
+    for (const verb of [' -j ', ' -g ']) {
+      const needle = `${verb}${chain}`;
+      for (let at = text.indexOf(needle); at >= 0; at = text.indexOf(needle, at + 1)) {
+        const end = at + needle.length;
+        if (end < text.length && text[end] !== ' ' && text[end] !== '\n') continue;
+        const start = text.lastIndexOf('\n', at) + 1;
+        if (!text.startsWith('-A ', start)) continue;
+        const name = text.slice(start + 3, text.indexOf(' ', start + 3));
+        const id = table.ids.get(name);
+        if (id !== undefined && !table.written.has(id) && this.#inRuns(table, id, start)) return name;
+      }
+    }
+    return undefined;
+  }
+
+  /** Whether the line at `position` of the text is one of chain `id`'s rules in `table`. */
+  #inRuns(table: TableIndex, id: number, position: number): boolean {
+    const runs = [...table.runs.subarray(id * 3, id * 3 + 3), ...(table.moreRuns.get(id) ?? [])];
+    for (let at = 0; at < runs.length; at += 3) if (runs[at] >= 0 && runs[at] <= position && position <= runs[at + 1]) return true;
+    return false;
+  }
+
   /** A chain's rule lines as the text has them; undefined for a chain it does not have, or one a partial write replaced. */
   #rawRules(tableName: string, chain: string): string | undefined {
     const table = this.#index.tables.get(tableName);

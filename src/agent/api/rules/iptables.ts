@@ -73,12 +73,16 @@ const plainIptablesBackend: RulesBackend = {
   format: (rules) => formatIptablesRuleset(rules as IptablesRuleset),
   textOf: (rules) => (rules instanceof ChainIndexedRuleset ? rules.sourceText : undefined),
   diff: (desired, applied, service) => {
-    // Chains whose lines are the same on both sides are skipped unparsed (both must be in iptables-save's spelling).
-    const sameRules =
-      desired instanceof ChainIndexedRuleset && applied instanceof ChainIndexedRuleset
-        ? (table: string, chain: string) => desired.sameRules(applied, table, chain)
-        : undefined;
-    const result = diffIptables(desired as IptablesRuleset, applied as IptablesRuleset, {service, sameRules});
+    // Chains whose lines are the same on both sides are skipped unparsed (both must be in
+    // iptables-save's spelling), and the chain that jumps to a drifted one is searched for in the text.
+    const indexed = desired instanceof ChainIndexedRuleset && applied instanceof ChainIndexedRuleset;
+    const result = diffIptables(desired as IptablesRuleset, applied as IptablesRuleset, {
+      service,
+      ...(indexed && {
+        sameRules: (table: string, chain: string) => desired.sameRules(applied, table, chain),
+        callerOf: (table: string, chain: string) => desired.callerOf(table, chain) ?? applied.callerOf(table, chain),
+      }),
+    });
     return {equal: result.equal, groups: result.groups, text: result.text};
   },
   trace: (rules, packet, context) => traceIptables(rules as IptablesRuleset, packet, context),
