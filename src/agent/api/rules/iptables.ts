@@ -37,8 +37,6 @@ export function patchIptablesRuleset(ruleset: IptablesRuleset, written: ChainsWr
   return {...ruleset, tables, unknownMatches};
 }
 
-export const iptablesBackend: RulesBackend = iptablesRulesBackend();
-
 /**
  * iptablesRulesBackend: with `keepDesired`, each model's desired rules are spelled as
  * iptables-save prints them once and kept while the model lives, so that each comparison with a
@@ -87,3 +85,5 @@ const plainIptablesBackend: RulesBackend = {
   },
   trace: (rules, packet, context) => traceIptables(rules as IptablesRuleset, packet, context),
 };
+
+export const iptablesBackend: RulesBackend = iptablesRulesBackend();
