@@ -291,9 +291,11 @@ export function diffIptables(
       if (wantRules && haveRules && sameTexts(wantRules, haveRules)) continue;
       if (wantRules && haveRules && sameOrderFree(table, chain, wantRules, haveRules)) continue;
       const chainService = services.of(table, chain);
-      const commentService = new Map<string, string | undefined>();
-      for (const rule of [...(wantRules ?? []), ...(haveRules ?? [])]) commentService.set(rule.text, servicePortOfComment(rule.comment));
-      const serviceOf = (text: string) => chainService ?? commentService.get(text) ?? noService;
+      // A rule's comment is read (its parts parsed) only for the lines that differ: in a chain of
+      // 10,000 rules where one differs, reading every comment costs more than the rest of the diff.
+      const ruleOf = new Map<string, IptablesRule>();
+      for (const rules of [wantRules, haveRules]) for (const rule of rules ?? []) ruleOf.set(rule.text, rule);
+      const serviceOf = (text: string) => chainService ?? servicePortOfComment(ruleOf.get(text)?.comment) ?? noService;
       if (isProxyChain(chain) && (wantRules === undefined) !== (haveRules === undefined)) {
         lines.push({sign: wantRules ? '-' : '+', text: `-t ${table} -N ${chain}`, servicePort: chainService ?? noService});
       }
