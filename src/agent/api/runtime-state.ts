@@ -120,6 +120,8 @@ export class RuntimeState {
   // At 10,000 services a diff takes seconds, filtered to one service or not: compute the whole
   // diff once per (reading of the kernel, model) and answer trace's drift question from it.
   private readonly fullDiffs = new WeakMap<AppliedRules, {model: ProxyModel; result: RulesDiff}>();
+  /** Readings taken at start (readFirst), for the first whole-node drift check. */
+  private readonly firstReadings = new Map<IPFamily, Promise<AppliedRules>>();
 
   constructor(options: RuntimeStateOptions) {
     this.nodeName = options.nodeName;
@@ -204,6 +206,20 @@ export class RuntimeState {
   }
 
   /**
+   * readFirst: an observer reads kube-proxy's rules as it starts, while the cluster's objects are
+   * still being listed; its first drift check compares that reading (whose readAt says when it
+   * was taken) instead of reading the kernel only once the first model is built.
+   */
+  readFirst(): void {
+    for (const family of this.families) {
+      const reading = this.readApplied(family);
+      // Its failure is the first drift check's to see (and log); the next check reads again.
+      reading.catch(() => undefined);
+      this.firstReadings.set(family, reading);
+    }
+  }
+
+  /**
    * A backend that keeps the desired rules (an observer's) makes them while the kernel is read, in
    * another process: a new model's rules are spelled as a reading of a large node comes in.
    */
@@ -222,7 +238,9 @@ export class RuntimeState {
     let readAt = Infinity;
     const readings: AppliedRules[] = [];
     for (const [family, model] of this.models()) {
-      const reading = this.readApplied(family);
+      const first = service ? undefined : this.firstReadings.get(family);
+      if (!service) this.firstReadings.delete(family);
+      const reading = first ?? this.readApplied(family);
       if (!service && this.backend.desired) await this.desiredWhileReading(model, reading);
       const current = await reading;
       readings.push(current);
