@@ -156,7 +156,7 @@ describe('ChainIndexedRuleset', () => {
   });
 
   it('spells a render as iptables-save prints it, and diffs a reading by text where chains are the same, with the same answers', () => {
-    for (const path of ['golden/cluster-ipv4-with-jumps.rules', 'golden/features-ipv6.rules']) {
+    for (const path of renders) {
       const rendered = read(path);
       const family = path.includes('ipv6') ? 'IPv6' : 'IPv4';
       const spelled = spelledAsSaved(rendered, family);
