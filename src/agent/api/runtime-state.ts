@@ -6,7 +6,7 @@ import type {DiffGroup, DiffResult, ProbeParams, ProbeResult, SyncEvent, SyncKin
 import type {Host} from '../host/host.ts';
 import type {Logger} from '../log.ts';
 import type {SyncOutcome} from '../sync/types.ts';
-import {releaseGarbage} from '../sync/sync-bookkeeping.ts';
+import {releaseGarbageSoon} from '../sync/sync-bookkeeping.ts';
 import type {AppliedRules, AppliedState} from '../applied/applied-state.ts';
 import type {ParsedRules, RulesBackend, RulesDiff} from './rules/backend.ts';
 import type {ObserveReport} from '../observe/observation.ts';
@@ -201,7 +201,7 @@ export class RuntimeState {
     this.fullDiffs.set(current, {model, result});
     // The diff parsed every rule of both sides: give that memory back now, not at V8's leisure;
     // once this request is answered, when nothing on the stack holds the desired rules any more.
-    setImmediate(releaseGarbage);
+    releaseGarbageSoon();
     return result;
   }
 
