@@ -43,7 +43,7 @@ export interface DiffIptablesOptions {
  * A chain's rules are taken when the diff comes to it, so that a ruleset read chain by chain is
  * never held whole (at 10,000 services each side has 430,000 rules).
  */
-type ProxyView = Map<string, () => IptablesRule[]>;
+type ProxyView = Map<string, (chain: string) => IptablesRule[]>;
 
 interface DiffLine {
   sign: '-' | '+';
@@ -57,11 +57,13 @@ function viewOf(ruleset: IptablesRuleset): Map<string, ProxyView> {
   const views = new Map<string, ProxyView>();
   for (const table of ruleset.tables.values()) {
     const view: ProxyView = new Map();
+    // One reader for all of the table's own chains (110,000 at 10,000 services), not one each.
+    const proxyRules = (chain: string) => table.chains.get(chain)?.rules ?? [];
     for (const name of table.chains.keys()) {
       // The canary chain only tells whether someone flushed the table; it holds no rules.
       if (name === 'KUBE-PROXY-CANARY') continue;
       if (chainKind(table.name, name) === 'proxy') {
-        view.set(name, () => table.chains.get(name)?.rules ?? []);
+        view.set(name, proxyRules);
         continue;
       }
       // Jump rules live in chains that are not ours; only the jumps are compared there.
@@ -283,11 +285,15 @@ export function diffIptables(
   for (const table of tables) {
     const want = desiredViews.get(table);
     const have = appliedViews.get(table);
-    const chains = [...new Set([...(want?.keys() ?? []), ...(have?.keys() ?? [])])].sort();
+    // Chains told the same by their text are left out before the rest are put in order (at
+    // 10,000 services, sorting every chain's name cost more than comparing them).
+    const chains: string[] = [];
+    for (const chain of want?.keys() ?? []) if (!(have?.has(chain) && options.sameRules?.(table, chain))) chains.push(chain);
+    for (const chain of have?.keys() ?? []) if (!want?.has(chain)) chains.push(chain);
+    chains.sort();
     for (const chain of chains) {
-      if (want?.has(chain) && have?.has(chain) && options.sameRules?.(table, chain)) continue;
-      const wantRules = want?.get(chain)?.();
-      const haveRules = have?.get(chain)?.();
+      const wantRules = want?.get(chain)?.(chain);
+      const haveRules = have?.get(chain)?.(chain);
       if (wantRules && haveRules && sameTexts(wantRules, haveRules)) continue;
       if (wantRules && haveRules && sameOrderFree(table, chain, wantRules, haveRules)) continue;
       const chainService = services.of(table, chain);
