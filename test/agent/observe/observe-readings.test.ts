@@ -7,7 +7,7 @@ import {test} from 'node:test';
 import {createAgentRuntime} from '../../../src/agent/api/runtime.ts';
 import {iptablesRulesBackend} from '../../../src/agent/api/rules/iptables.ts';
 import {spelledAsSaved} from '../../../src/agent/api/rules/iptables-chains.ts';
-import type {RulesetChanges} from '../../../src/agent/applied/ruleset-changes.ts';
+import {watchedChanges} from '../api/watched-changes.ts';
 import type {Host} from '../../../src/agent/host/host.ts';
 import {memoryLogger} from '../../../src/agent/log.ts';
 import {ObservingProxier} from '../../../src/agent/observe/observing-proxier.ts';
@@ -25,19 +25,6 @@ async function driftCheckedAt(runtime: {status(params: object): Promise<{drift: 
     await new Promise((resolve) => setTimeout(resolve, 10));
   }
   throw new Error('no drift check within 2 s');
-}
-
-/** A ruleset monitor that watches, and a foreign change a test makes happen. */
-function watchedChanges(): RulesetChanges & {foreignChange(): void} {
-  let foreignAt = 0;
-  return {
-    watching: () => true,
-    lastForeignChangeAt: () => foreignAt,
-    ownWriter: () => () => {},
-    settled: async () => true,
-    close: () => {},
-    foreignChange: () => void (foreignAt = Date.now()),
-  };
 }
 
 /** The host the observer reads through, counting its iptables-save readings. */
@@ -79,7 +66,8 @@ test('observer: traces reuse the reading and the comparison across rebuilds that
   const proxier = everyListReceived(new ObservingProxier(proxierOptions({objects})));
   t.after(() => proxier.stop());
   await proxier.syncRules(requested);
-  const changes = watchedChanges();
+  const clock = {time: 1000};
+  const changes = watchedChanges(clock);
   // Whole-node comparisons of the desired rules with a reading (and the service-filtered ones diff asks for).
   let diffs = 0;
   const observerBackend = iptablesRulesBackend({keepDesired: true});
@@ -93,6 +81,7 @@ test('observer: traces reuse the reading and the comparison across rebuilds that
     changes,
     log: memoryLogger(),
     nodeAddresses: async () => ['10.240.0.11'],
+    now: () => clock.time++,
   });
   t.after(() => runtime.close());
 
