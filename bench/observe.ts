@@ -15,8 +15,9 @@
 //   command's exit to the observer's metrics counting the drifted service port (goal <= 5 s), and
 //   the observer's own CPU time (utime + stime in /proc/PID/stat) from just before the change until
 //   it is idle again (goal <= 1 s per change); its reaped children's CPU (the dumps it ran) is noted.
-// PXBENCH_OBSERVE_SIZES=1000 (comma-separated service counts) runs only those sizes: the
-// 10,000-service run takes many minutes.
+// PXBENCH_OBSERVE_SIZES=1000 (comma-separated service counts) runs only those sizes, and
+// PXBENCH_OBSERVE_LAYOUTS=iptables (or nftables) only that layout: the 10,000-service run takes
+// many minutes, most of them loading kube-proxy's nftables table.
 import {mkdtemp, readFile, rm} from 'node:fs/promises';
 import {loadavg, tmpdir} from 'node:os';
 import {join} from 'node:path';
@@ -105,8 +106,11 @@ export async function benchObserve(
     skipped('every figure', 'needs root (scratch network namespaces, kube-proxy layouts loaded into them)');
     return;
   }
+  const layouts = [iptablesLayout, nftablesLayout].filter((layout) =>
+    (process.env.PXBENCH_OBSERVE_LAYOUTS ?? 'iptables,nftables').split(',').includes(layout.name),
+  );
   for (const size of sizes) {
-    for (const layout of [iptablesLayout, nftablesLayout]) await benchLayout(size, endpointsPerService, layout);
+    for (const layout of layouts) await benchLayout(size, endpointsPerService, layout);
     heading(`observe (ipvs): ${size.toLocaleString('en-US')} services`, 'kube-proxy ipvs mode');
     skipped('every figure', 'ipvs needs the qemu guest (this kernel has no IP_VS); not measured by this bench');
   }
@@ -165,6 +169,13 @@ async function benchLayout(serviceCount: number, endpointsPerService: number, la
         floor: {name: layout.dumpName, value: dumpBefore.ms, goal: 1.5},
         note: 'the floor timed on the same rules just before the observer started',
       });
+      const found = await observer.waitForLine(/observing kube-proxy/, 0);
+      figure({
+        name: "  of which: start -> kube-proxy's mode found",
+        value: found.at - observer.startedAt,
+        unit: 'ms',
+        note: 'the observer logs the mode as soon as it is found, before anything else',
+      });
       const afterFirstRead = await observer.rss();
       figure({
         name: 'observer RSS after the first full read',
@@ -180,6 +191,20 @@ async function benchLayout(serviceCount: number, endpointsPerService: number, la
         value: mib(afterApi.rss),
         unit: 'MiB',
         note: `goal < 250 MiB ${mib(afterApi.rss) < 250 ? 'met' : 'NOT met'}; peak since start ${mib(afterApi.peak).toFixed(0)} MiB; traces ${ms(api.traces)} ms, diff ${api.diff.toFixed(0)} ms`,
+      });
+      // Until nft monitor listens (it reads the whole ruleset first), every request reads the
+      // kernel: traces once it does, and how long that took.
+      const listening = await observer.waitForLine(/the ruleset monitor listens/, 900_000);
+      const settled = await tracesAcross(client, model, apiTraces);
+      const afterSettled = await observer.rss();
+      figure({
+        name: `  ${apiTraces} traces once the ruleset monitor listens`,
+        value: percentile(
+          [...settled].sort((a, b) => a - b),
+          50,
+        ),
+        unit: 'ms',
+        note: `each ${ms(settled)} ms; nft monitor listened ${((listening.at - observer.startedAt) / 1000).toFixed(1)} s after the start; RSS then ${mib(afterSettled.rss).toFixed(0)} MiB`,
       });
       printChanges(await foreignChangesMeasured(observer, client, namespace, layout, rules.text, serviceCount));
       await observer.stop();

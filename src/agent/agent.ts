@@ -5,7 +5,7 @@ import {readFileSync} from 'node:fs';
 import {hostname} from 'node:os';
 import type {IPFamily, LocalDetector, ParsedIP, ProxyConfig} from '../core/model/index.ts';
 import {type AccessReviewer, kubernetesAccessReviewer} from './api/access.ts';
-import {iptablesBackend} from './api/rules/iptables.ts';
+import {iptablesBackend, iptablesRulesBackend} from './api/rules/iptables.ts';
 import type {RulesBackend} from './api/rules/backend.ts';
 import {unwatchedRulesetChanges, watchNftRuleset} from './applied/ruleset-changes.ts';
 import {readNodeAddresses} from './api/node-addresses.ts';
@@ -285,7 +285,9 @@ async function startApiOrLog(
         : nftablesRulesBackend({serviceCIDRs: appliedServiceCIDRs})
       : config.mode === 'ipvs'
         ? ipvsRulesBackend({scheduler: config.ipvs.scheduler})
-        : iptablesBackend);
+        : parts.observe
+          ? iptablesRulesBackend({keepDesired: true})
+          : iptablesBackend);
   const frontEnd = config.mode === 'nftables' ? 'nf_tables' : await host.iptablesFrontEnd(parts.families[0]).catch(() => undefined);
   // Legacy iptables changes are invisible to nft monitor: read the kernel for every request then.
   // ipvs mode's virtual servers, sets and addresses change unseen by nft monitor: read them for every request.

@@ -98,6 +98,14 @@ export class RecordingHost implements Host {
     return lines.join('\n');
   }
 
+  async iptablesListChain(family: IPFamily, table: IptablesTable, chain: string): Promise<string | undefined> {
+    this.calls.push(`iptables -S ${family} ${table} ${chain}`);
+    const rules = this.table(family, table).get(chain);
+    if (rules === undefined) return undefined;
+    const head = builtinChains[table].includes(chain) ? `-P ${chain} ACCEPT` : `-N ${chain}`;
+    return [head, ...rules.map((rule) => `-A ${chain} ${rule}`), ''].join('\n');
+  }
+
   async iptablesFrontEnd(): Promise<IptablesFrontEnd> {
     return 'nf_tables';
   }

@@ -6,7 +6,7 @@ import type {DiffGroup, DiffResult, ProbeParams, ProbeResult, SyncEvent, SyncKin
 import type {Host} from '../host/host.ts';
 import type {Logger} from '../log.ts';
 import type {SyncOutcome} from '../sync/types.ts';
-import {releaseGarbage} from '../sync/sync-bookkeeping.ts';
+import {releaseGarbageSoon} from '../sync/sync-bookkeeping.ts';
 import type {AppliedRules, AppliedState} from '../applied/applied-state.ts';
 import type {ParsedRules, RulesBackend, RulesDiff} from './rules/backend.ts';
 import type {ObserveReport} from '../observe/observation.ts';
@@ -77,6 +77,17 @@ export function joinFamilies(parts: {family: IPFamily; text: string}[]): string 
   return parts.map((part) => `# ${part.family}\n${part.text}`).join('\n');
 }
 
+/** A number per model object, so that a drift check can name the models it compared. */
+const modelNumbers = new WeakMap<ProxyModel, number>();
+let modelsNumbered = 0;
+
+function modelNumber(model: ProxyModel | undefined): number {
+  if (model === undefined) return 0;
+  let number = modelNumbers.get(model);
+  if (number === undefined) modelNumbers.set(model, (number = ++modelsNumbered));
+  return number;
+}
+
 function driftedServices(groups: DiffGroup[]): string[] {
   return groups
     .filter((group) => group.added.length > 0 || group.removed.length > 0)
@@ -98,6 +109,8 @@ export class RuntimeState {
   // At 10,000 services a diff takes seconds, filtered to one service or not: compute the whole
   // diff once per (reading of the kernel, model) and answer trace's drift question from it.
   private readonly fullDiffs = new WeakMap<AppliedRules, {model: ProxyModel; result: RulesDiff}>();
+  /** Readings taken at start (readFirst), for the first whole-node drift check. */
+  private readonly firstReadings = new Map<IPFamily, Promise<AppliedRules>>();
 
   constructor(options: RuntimeStateOptions) {
     Object.assign(this, options);
@@ -145,10 +158,11 @@ export class RuntimeState {
     return present;
   }
 
-  // Rendered when asked, not kept: the text alone is as large as a full sync's input, and the answers
-  // that need it most (the drift check, and trace's drift question from it) are kept instead.
+  // Rendered when asked, not kept (unless the backend keeps them per model: an observer's iptables
+  // backend): the text alone is as large as a full sync's input, and the answers that need it most
+  // (the drift check, and trace's drift question from it) are kept instead.
   desiredFor(model: ProxyModel): ParsedRules {
-    return this.backend.parse(this.backend.render(model));
+    return this.backend.desired?.(model) ?? this.backend.parse(this.backend.render(model));
   }
 
   readApplied(family: IPFamily): Promise<AppliedRules> {
@@ -164,8 +178,34 @@ export class RuntimeState {
     this.fullDiffs.set(current, {model, result});
     // The diff parsed every rule of both sides: give that memory back now, not at V8's leisure;
     // once this request is answered, when nothing on the stack holds the desired rules any more.
-    setImmediate(releaseGarbage);
+    releaseGarbageSoon();
     return result;
+  }
+
+  /**
+   * readFirst: an observer reads kube-proxy's rules as it starts, while the cluster's objects are
+   * still being listed; its first drift check compares that reading (whose readAt says when it
+   * was taken) instead of reading the kernel only once the first model is built.
+   */
+  readFirst(): void {
+    for (const family of this.families) {
+      const reading = this.readApplied(family);
+      // Its failure is the first drift check's to see (and log); the next check reads again.
+      reading.catch(() => undefined);
+      this.firstReadings.set(family, reading);
+    }
+  }
+
+  /**
+   * A backend that keeps the desired rules (an observer's) makes them while the kernel is read, in
+   * another process: a new model's rules are spelled as a reading of a large node comes in.
+   */
+  private async desiredWhileReading(model: ProxyModel, reading: Promise<AppliedRules>): Promise<void> {
+    // Its failure is the caller's to see, when it waits for the reading.
+    reading.catch(() => undefined);
+    // The reading starts its command within a few turns (once the change monitor has caught up).
+    for (let turn = 0; turn < 3; turn++) await new Promise((resolve) => setImmediate(resolve));
+    this.backend.desired!(model);
   }
 
   async diffAll(service?: string): Promise<DiffResult> {
@@ -175,7 +215,11 @@ export class RuntimeState {
     let readAt = Infinity;
     const readings: AppliedRules[] = [];
     for (const [family, model] of this.models()) {
-      const current = await this.readApplied(family);
+      const first = service ? undefined : this.firstReadings.get(family);
+      if (!service) this.firstReadings.delete(family);
+      const reading = first ?? this.readApplied(family);
+      if (!service && this.backend.desired) await this.desiredWhileReading(model, reading);
+      const current = await reading;
       readings.push(current);
       const result = service ? this.backend.diff(this.desiredFor(model), current.rules, service) : this.fullDiff(model, current);
       equal &&= result.equal;
@@ -208,9 +252,12 @@ export class RuntimeState {
     return answer;
   }
 
-  // A drift check stays valid while neither the kernel's rules (the cache's readings) nor the desired ones change.
+  // A drift check stays valid while neither the kernel's rules (the cache's readings) nor the desired
+  // ones change: the desired rules are the models', so the key names the models themselves. A sync
+  // that left a model as it was (an observer's periodic rebuild with nothing changed) keeps it.
   private driftKey(): string {
-    return `${this.proxier.appliedModels().size}:${this.lastOutcome?.startedAt ?? 0}`;
+    const models = this.proxier.appliedModels();
+    return this.families.map((family) => modelNumber(models.get(family))).join(':');
   }
 
   driftCurrent(check: DriftCheck | undefined): check is DriftCheck {

@@ -106,6 +106,7 @@ export function createAgentRuntime(options: AgentRuntimeOptions): AgentRuntime {
     probe,
     observe: options.observe,
   });
+  if (options.observe) state.readFirst();
   const stopWatchingSyncs = proxier.onSync((outcome) => state.recordSync(outcome));
   // An observer's drift comes from kube-proxy's changes, not its own syncs: a change the monitor
   // saw starts a drift check, so that drift is logged and counted within seconds of it.

@@ -11,7 +11,7 @@ import {deflateRawSync, inflateRawSync} from 'node:zlib';
 import type {IPFamily} from '../../core/model/index.ts';
 import type {Host} from '../host/host.ts';
 import type {ChainsWritten, RulesWriteListener, WrittenRules} from '../sync/types.ts';
-import {releaseGarbage} from '../sync/sync-bookkeeping.ts';
+import {releaseGarbageSoon} from '../sync/sync-bookkeeping.ts';
 import type {RulesetChanges} from './ruleset-changes.ts';
 
 /** Rules as the API's backend parsed them; only the backend looks inside. */
@@ -237,7 +237,7 @@ export class AppliedState implements RulesWriteListener {
         const again = raw === undefined;
         const fresh = parse(raw ?? inflateRawSync(compressed!).toString());
         // Parsing a whole listing again leaves its garbage: collected once the request is answered.
-        if (again) setImmediate(releaseGarbage);
+        if (again) releaseGarbageSoon();
         if (textOf?.(fresh)) rules = fresh;
         else {
           compressed ??= deflateRawSync(raw!, {level: 1});
@@ -258,7 +258,7 @@ export class AppliedState implements RulesWriteListener {
     void entry.rules;
     // Reading and parsing a whole table leaves garbage the size of several tables (nftables' JSON
     // listing, parsed): collected once the request is answered, not held until V8 gets to it.
-    setImmediate(releaseGarbage);
+    releaseGarbageSoon();
     const known = this.#current.get(family);
     // A write that started meanwhile may be missing from this reading: the caller gets it, the cache does not keep it.
     if (writes === this.#familyWrites(family).count && (!known || known.writes < writes || known.basisAt <= startedAt))

@@ -82,14 +82,19 @@ export function monitorIdle(pid: number): boolean {
 
 const turn = (): Promise<void> => new Promise((resolve) => setImmediate(resolve));
 
+/** How often a monitor that does not listen yet is looked at (/proc reads). */
+const subscribePollMs = 200;
+
 /**
  * watchNftRuleset runs `nft monitor` (inside `ip netns exec NETNS` when given) until close().
  * Resolves once the monitor runs, or with a signal that watches nothing when it cannot start.
+ * `monitor`: another command in its place (tests: one that is slow to listen).
  */
-export async function watchNftRuleset(options: {netns?: string; log: Logger}): Promise<RulesetChanges> {
+export async function watchNftRuleset(options: {netns?: string; log: Logger; monitor?: string[]}): Promise<RulesetChanges> {
   const {netns, log} = options;
+  const monitor = options.monitor ?? ['nft', 'monitor'];
   // ip netns exec execs nft in place: the process id is the monitor's own.
-  const command = netns ? ['ip', 'netns', 'exec', netns, 'nft', 'monitor'] : ['nft', 'monitor'];
+  const command = netns ? ['ip', 'netns', 'exec', netns, ...monitor] : monitor;
   let alive = false;
   let closed = false;
   // Until the monitor is seen subscribed, changes may pass unreported.
@@ -98,6 +103,7 @@ export async function watchNftRuleset(options: {netns?: string; log: Logger}): P
   // The agent's writers, with when they ended: once the monitor is idle after that, all their changes were reported.
   const own = new Map<number, number | undefined>();
   let child: ChildProcess;
+  const spawnedAt = Date.now();
   try {
     child = spawn(command[0], command.slice(1), {stdio: ['ignore', 'pipe', 'pipe']});
   } catch (error) {
@@ -148,15 +154,28 @@ export async function watchNftRuleset(options: {netns?: string; log: Logger}): P
         for (const [pid, endedAt] of own) if (endedAt !== undefined && endedAt < checkedAt) own.delete(pid);
         // A reading that starts once this resolves must start after the last change reported, on a clock in whole ms.
         while (Date.now() <= lastForeignAt) await new Promise((resolve) => setTimeout(resolve, 1));
-        watchingSince ??= Date.now();
+        if (watchingSince === undefined) {
+          watchingSince = Date.now();
+          log.detail(2, 'agent api: the ruleset monitor listens; readings are trusted until it reports a change', {
+            monitor: monitor.join(' '),
+            seconds: (watchingSince - spawnedAt) / 1000,
+          });
+        }
         return alive;
       }
       if (Date.now() >= deadline) return false;
       await new Promise((resolve) => setTimeout(resolve, 5));
     }
   };
-  // Learn early that the monitor listens, so that readings taken from now on can be trusted.
-  void settled(10_000);
+  // Learn early that the monitor listens, so that readings taken from now on can be trusted. nft
+  // reads the whole ruleset before it listens, which on a large node takes minutes: looked at until
+  // it does (requests ask only once it watches).
+  void (async () => {
+    while (alive && !closed && watchingSince === undefined) {
+      if (monitorIdle(child.pid!)) await settled(1000);
+      else await new Promise((resolve) => setTimeout(resolve, subscribePollMs).unref());
+    }
+  })();
 
   return {
     watching: () => alive && watchingSince !== undefined,

@@ -135,6 +135,17 @@ export class CommandHost implements Host {
     return (await this.run([saveCommand(family, this.#variant), ...(table ? ['-t', table] : [])])).stdout;
   }
 
+  async iptablesListChain(family: IPFamily, table: IptablesTable, chain: string): Promise<string | undefined> {
+    const command = [iptablesCommand(family, this.#variant), ...xtablesWait, '-t', table, '-S', chain];
+    // Exit 1: no such chain; 3 (legacy): no such table.
+    const result = await this.run(command, {accept: [1, 3]});
+    if (result.exitCode === 0) return result.stdout;
+    // "No chain/target/match by that name", "Table does not exist" (legacy); iptables-nft 1.8.9 says a
+    // chain it cannot find, or a table that does not exist, "is incompatible, use 'nft' tool".
+    if (/No chain\/target\/match|does not exist|doesn't exist|is incompatible/i.test(result.stderr)) return undefined;
+    throw new HostCommandError(command, result.exitCode, result.stderr);
+  }
+
   async iptablesFrontEnd(family: IPFamily): Promise<IptablesFrontEnd> {
     return parseIptablesFrontEnd(await this.iptablesVersion(family));
   }

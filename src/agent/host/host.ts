@@ -52,6 +52,13 @@ export interface Host {
    * does, where two readings of two tables cost twice that.
    */
   iptablesSave(family: IPFamily, table?: IptablesTable): Promise<string>;
+  /**
+   * iptables -t TABLE -S CHAIN: that chain's rules as iptables-save spells them, after its "-N
+   * CHAIN" (or "-P CHAIN POLICY") line; undefined when the chain does not exist (or iptables
+   * cannot read it). It reads the one chain, where iptables-nft-save reads the whole ruleset
+   * whatever table it is asked for.
+   */
+  iptablesListChain(family: IPFamily, table: IptablesTable, chain: string): Promise<string | undefined>;
   /** Which kernel interface the iptables command drives, from `iptables --version`. */
   iptablesFrontEnd(family: IPFamily): Promise<IptablesFrontEnd>;
   /** `iptables --version` (ip6tables for IPv6) as it prints it, e.g. "iptables v1.8.9 (nf_tables)". */

@@ -1,5 +1,5 @@
 // ReadOnlyHost: the Host of an observing agent (--observe). It passes on the commands that only
-// read the node (iptables-save, nft list, ipset list/save, ipvsadm -L/-S, ip ... show,
+// read the node (iptables-save, iptables -S, nft list, ipset list/save, ipvsadm -L/-S, ip ... show,
 // nfacct get/list, sysctl -n, ss -l) and refuses every other one before it runs, naming it. The rule
 // is an allow-list: a command the list does not know is a write, so a bug elsewhere (a proxier's
 // path reached by mistake, a new command added later) fails loudly instead of changing a node
@@ -147,6 +147,10 @@ export class ReadOnlyHost implements Host {
 
   iptablesSave(family: IPFamily, table?: IptablesTable): Promise<string> {
     return this.#inner.iptablesSave(family, table);
+  }
+
+  iptablesListChain(family: IPFamily, table: IptablesTable, chain: string): Promise<string | undefined> {
+    return this.#inner.iptablesListChain(family, table, chain);
   }
 
   iptablesFrontEnd(family: IPFamily): Promise<IptablesFrontEnd> {

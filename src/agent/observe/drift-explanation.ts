@@ -24,12 +24,11 @@ export function explainDrift(groups: DiffGroup[], context: DriftContext): DiffGr
   for (const model of context.models) for (const port of model.servicePorts) ports.set(port.key, [...(ports.get(port.key) ?? []), port]);
   const drifted = groups.filter((group) => group.added.length > 0 || group.removed.length > 0);
   if (drifted.length === 0) return groups;
-  // What kube-proxy's rules name and which addresses they hold, each read once, and only when needed.
-  let names: Set<string> | undefined;
+  // Which addresses kube-proxy's rules hold, read once, and only when needed.
   let addresses: Set<string> | undefined;
   const parts: GroupContext = {
     ...context,
-    isProgrammed: (port) => programmed(port, (names ??= programmedNames(context.appliedText))),
+    isProgrammed: programmedCheck(context.appliedText),
     appliedAddresses: () => (addresses ??= new Set(addressesIn(context.appliedText))),
   };
   const anyProgrammed = [...ports.values()].some((list) => list.some(parts.isProgrammed));
@@ -122,6 +121,46 @@ function programmedNames(appliedText: string): Set<string> {
     names.add(match[1]);
   for (const match of appliedText.matchAll(/(\d{1,3}(?:\.\d{1,3}){3}:\d+)|(\[[0-9a-fA-F:]+\]:\d+)/g)) names.add(match[1] ?? match[2]);
   return names;
+}
+
+/** How many service ports are looked for one by one before every name the rules hold is read in one pass. */
+const portsSearched = 16;
+
+/**
+ * programmedCheck: whether kube-proxy's rules name a service port (as programmed() tells from
+ * programmedNames), found for the first few ports asked by searching the text for that port's
+ * names alone: a check that finds one service port drifted asks about two or three, and reading
+ * every name out of a large node's rules (tens of MB) costs more than the rest of the check.
+ */
+function programmedCheck(appliedText: string): (port: ServicePort) => boolean {
+  let names: Set<string> | undefined;
+  let searched = 0;
+  return (port) => {
+    if (names === undefined && searched++ < portsSearched) return programmedSearch(port, appliedText);
+    return programmed(port, (names ??= programmedNames(appliedText)));
+  };
+}
+
+/** programmed() for one port, by searching the text for each of its names where programmedNames would read them. */
+function programmedSearch(port: ServicePort, text: string): boolean {
+  const word = /[-a-z0-9.]/;
+  // A comment's "ns/name:port" (or "ns/name"), not part of a longer word.
+  if (occurs(text, port.key, (before, after) => !/[-A-Za-z0-9./]/.test(before) && !word.test(after))) return true;
+  // An nftables chain "service-HASH-ns/name/tcp/port", the hash 8 characters of base32.
+  const nftName = `${port.namespace}/${port.serviceName}/${port.protocol.toLowerCase()}/${port.portName}`;
+  const hashed = (at: number) => /^-[A-Z2-7]{8}$/.test(text.slice(at - 9, at));
+  if (occurs(text, `-${nftName}`, (_, after, at) => !/[-a-z0-9]/.test(after) && hashed(at))) return true;
+  // An ipvs virtual server, "ip:port".
+  if (port.clusterIP === '' || port.clusterIP === 'None') return false;
+  const address = port.clusterIP.includes(':') ? `[${port.clusterIP}]:${port.port}` : `${port.clusterIP}:${port.port}`;
+  return occurs(text, address, (before, after) => !/[\d.]/.test(before) && !/\d/.test(after));
+}
+
+/** Whether `needle` occurs in `text` with the characters around it (and its position) as `fits` wants them. */
+function occurs(text: string, needle: string, fits: (before: string, after: string, at: number) => boolean): boolean {
+  for (let at = text.indexOf(needle); at >= 0; at = text.indexOf(needle, at + 1))
+    if (fits(text.charAt(at - 1), text.charAt(at + needle.length), at)) return true;
+  return false;
 }
 
 /** A service port is programmed when kube-proxy's rules name it, or (ipvs) hold its ClusterIP and port. */

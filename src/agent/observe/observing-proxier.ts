@@ -4,7 +4,14 @@
 // (kube-proxy's) the "applied" side it reads, so diff, trace and the drift check compare kube-proxy
 // with what it should have done. It also keeps when each endpoint left its service port, so that
 // drift can say "endpoint X still programmed, removed from the EndpointSlice 4m ago".
-import {changedServicePorts, type IPFamily, type ModelOptions, type ProxyModel, ProxyModelBuilder} from '../../core/model/index.ts';
+import {
+  changedServicePorts,
+  type IPFamily,
+  nodeWideChange,
+  type ModelOptions,
+  type ProxyModel,
+  ProxyModelBuilder,
+} from '../../core/model/index.ts';
 import {type FamilySyncState, ProxierBase, type ProxierBaseOptions} from '../sync/proxier-base.ts';
 import type {FamilySyncResult} from '../sync/types.ts';
 
@@ -60,6 +67,11 @@ export class EndpointHistory {
   }
 }
 
+/** Nothing outside the service ports differs either: the node's settings and the problems found in the objects. */
+function sameAsBefore(previous: ProxyModel, next: ProxyModel): boolean {
+  return !nodeWideChange(previous, next) && JSON.stringify(previous.problems) === JSON.stringify(next.problems);
+}
+
 function mapOf(maps: Map<string, Map<string, number>>, key: string): Map<string, number> {
   let map = maps.get(key);
   if (!map) maps.set(key, (map = new Map()));
@@ -89,13 +101,20 @@ export class ObservingProxier extends ProxierBase<FamilySyncState> {
     const state = this.families.get(family)!;
     const start = this.clock.now();
     const full = state.needFullSync;
-    const changed = changedServicePorts(state.applied, model).size;
-    this.endpointHistory.note(state.applied, model, start);
-    state.applied = model;
+    const previous = state.applied;
+    const changed = changedServicePorts(previous, model).size;
+    // A rebuild that changed nothing (the periodic one, mostly) keeps the model it had: the answers
+    // prepared from it (the drift check, the whole-node diff traces read) stay valid, and the next
+    // trace or check does not read and compare the whole node again.
+    const unchanged = previous !== undefined && !full && changed === 0 && sameAsBefore(previous, model);
+    if (!unchanged) {
+      this.endpointHistory.note(previous, model, start);
+      state.applied = model;
+    }
     state.needFullSync = false;
     return this.familySynced(
-      {family, start, full, changedServicePorts: changed, model, drift: false},
-      {message: 'desired rules rebuilt (observing: nothing written)'},
+      {family, start, full, changedServicePorts: changed, model: state.applied!, drift: false},
+      {message: 'desired rules rebuilt (observing: nothing written)', ...(unchanged && {detail: {unchanged: true}})},
     );
   }
 

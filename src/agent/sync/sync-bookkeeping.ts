@@ -199,6 +199,22 @@ export function releaseGarbage(): void {
   gc({type: 'major', execution: 'sync', flavor: 'last-resort'});
 }
 
+let releaseScheduled = false;
+
+/**
+ * releaseGarbageSoon: releaseGarbage once the work on the stack is done (a request answered),
+ * once however many times it is asked for before then: a reading and the diff made of it each
+ * leave garbage, and one collection takes both.
+ */
+export function releaseGarbageSoon(): void {
+  if (releaseScheduled) return;
+  releaseScheduled = true;
+  setImmediate(() => {
+    releaseScheduled = false;
+    releaseGarbage();
+  });
+}
+
 /**
  * V8 keeps the subject of the last regular-expression match alive (for RegExp.lastMatch and
  * RegExp.$1). After a reading, that subject is a rule sliced out of iptables-save's output, and it

@@ -96,3 +96,119 @@ export class IptablesSaveSpelling {
     return spelled;
   }
 }
+
+/** Stand-ins for the values RuleKindSpeller carries over, numbered from 101 so that none is a prefix of another. */
+const standIns = {
+  address: (n: number) => `198.51.100.${n}`,
+  chain: (n: number) => `KUBE-PXSPELL-${n}`,
+  comment: (n: number) => `pxspellc${n}`,
+  spacedComment: (n: number) => `px spell c${n}`,
+};
+const standInPattern = /198\.51\.100\.1\d\d|KUBE-PXSPELL-1\d\d|pxspellc1\d\d|px spell c1\d\d/g;
+const hasStandIn = new RegExp(standInPattern.source);
+/** Values a rule's spelling carries over as they are: a comment (without escapes), a single IPv4 address, a hashed chain name. */
+const carriedValue =
+  /(--comment )("(?:[^"\\]*)"|[^\s"\\]+)|(?<![\w.:/-])(\d{1,3}(?:\.\d{1,3}){3})(?![\w./])|\b(KUBE-[A-Z]+-[A-Z2-7]{16})\b/g;
+
+/** A kind of rule spelled: its text in pieces, with the value that goes between each two. */
+interface SpelledKind {
+  pieces: string[];
+  /** For each gap between two pieces, the index of the value that fills it. */
+  slots: number[];
+}
+
+/**
+ * RuleKindSpeller spells rule lines as the renderer writes them ("-A CHAIN ..." in iptables-restore's
+ * spelling) as iptables-save prints them, a whole ruleset at a time: each kind of rule is spelled
+ * once by the parser. A rule's comment, single IPv4 addresses and hashed chain names are values
+ * the spelling carries over as they are (an address gains its /32, wherever it is), so rules that
+ * differ only in those are of one kind, and share its spelling with their values put in. Each kind
+ * is checked on its first rule, spelled both ways; a kind whose values do not carry over, and
+ * every rule that is not of a kind (IPv6, escapes in a comment, many values), is spelled by the
+ * parser each time.
+ */
+export class RuleKindSpeller {
+  readonly #family: IPFamily;
+  readonly #kinds = new Map<string, SpelledKind | null>();
+
+  constructor(family: IPFamily) {
+    this.#family = family;
+  }
+
+  /** The rules `line` ("-A CHAIN ...") of `table` stands for, as iptables-save prints them. */
+  spell(table: string, line: string): string[] {
+    const chainEnd = line.indexOf(' ', 3);
+    const chain = chainEnd < 0 ? line.slice(3) : line.slice(3, chainEnd);
+    const kind = this.#kindOf(table, chain, line);
+    if (kind === undefined) return this.#parsed(table, chain, line);
+    const known = this.#kinds.get(kind.key);
+    if (known) return [filled(known, kind.values)];
+    if (known === null) return this.#parsed(table, chain, line);
+    const spelled = this.#parsed(table, chain, line);
+    let standIn: string[] = [];
+    try {
+      standIn = this.#parsed(table, kind.chain, kind.line);
+    } catch {
+      // Stand-ins the parser does not take: the kind is spelled rule by rule.
+    }
+    const template = standIn.length === 1 ? templateOf(standIn[0]) : undefined;
+    const checked = template && spelled.length === 1 && filled(template, kind.values) === spelled[0] ? template : null;
+    this.#kinds.set(kind.key, checked);
+    return spelled;
+  }
+
+  /** The line with its carried values replaced by stand-ins (the kind's key), and the values; undefined when it cannot be. */
+  #kindOf(table: string, chain: string, line: string): {key: string; line: string; chain: string; values: string[]} | undefined {
+    if (!line.startsWith('-A ') || this.#family !== 'IPv4' || hasStandIn.test(line)) return undefined;
+    const values: string[] = [];
+    const standIn = (value: string, make: (n: number) => string): string => {
+      values.push(value);
+      return make(100 + values.length);
+    };
+    // Built-in chains are few, and keep their names: the parser declares them by name.
+    const ownChain = isBuiltinChain(table, chain) ? chain : standIn(chain, standIns.chain);
+    const body = line.slice(3 + chain.length).replace(carriedValue, (match, option, comment, address, hashed) => {
+      if (option !== undefined) {
+        const quoted = comment.startsWith('"');
+        const value = quoted ? comment.slice(1, -1) : comment;
+        return `${option}${quoted ? `"${standIn(value, /\s/.test(value) ? standIns.spacedComment : standIns.comment)}"` : standIn(value, standIns.comment)}`;
+      }
+      return address !== undefined ? standIn(address, standIns.address) : standIn(hashed, standIns.chain);
+    });
+    if (values.length > 99) return undefined;
+    const standInLine = `-A ${ownChain}${body}`;
+    return {key: `${table} ${standInLine}`, line: standInLine, chain: ownChain, values};
+  }
+
+  #parsed(table: string, chain: string, line: string): string[] {
+    const policy = isBuiltinChain(table, chain) ? 'ACCEPT' : '-';
+    const ruleset = parseIptablesSave(`*${table}\n:${chain} ${policy} [0:0]\n${line}\nCOMMIT\n`, {
+      family: this.#family,
+      keepSavedText: false,
+    });
+    return ruleset.tables
+      .get(table)!
+      .chains.get(chain)!
+      .rules.map((rule) => rule.text);
+  }
+}
+
+/** A stand-in spelling cut at its stand-ins, each gap remembering which value (by number) fills it. */
+function templateOf(text: string): SpelledKind | undefined {
+  const pieces: string[] = [];
+  const slots: number[] = [];
+  let from = 0;
+  for (const match of text.matchAll(standInPattern)) {
+    pieces.push(text.slice(from, match.index));
+    slots.push(Number(match[0].slice(-3)) - 101);
+    from = match.index + match[0].length;
+  }
+  pieces.push(text.slice(from));
+  return pieces.length > 0 ? {pieces, slots} : undefined;
+}
+
+function filled(kind: SpelledKind, values: string[]): string {
+  let text = kind.pieces[0];
+  for (let index = 0; index < kind.slots.length; index++) text += values[kind.slots[index]] + kind.pieces[index + 1];
+  return text;
+}

@@ -100,3 +100,11 @@ test("applied rules: the agent's own write is followed without a reading; a fore
   assert.equal(findChain(afterForeign.rules as IptablesRuleset, 'nat', 'KUBE-SVC-AAAAAAAAAAAAAAAA')?.rules.length, 1);
   assert.equal(await cache.get('IPv4'), afterForeign, 'read once for the change');
 });
+
+test('a monitor that takes long to listen (nft reads a large ruleset first) is trusted once it listens', async (t) => {
+  // `ip monitor` listens on netlink as nft monitor does, here only after 11 s: past the first look.
+  const changes = await watchNftRuleset({log: memoryLogger(), monitor: ['sh', '-c', 'sleep 11; exec ip monitor link']});
+  t.after(() => changes.close());
+  assert.equal(changes.watching(), false, 'not listening yet');
+  await until('the monitor to be seen listening', () => changes.watching(), 30_000);
+});

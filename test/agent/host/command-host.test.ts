@@ -88,3 +88,21 @@ test('a line refused while pieces are still coming fails with the line, and the 
   await host.iptablesRestore('IPv4', '*nat\n:KUBE-SERVICES - [0:0]\nCOMMIT\n', {noflush: true});
   assert.deepEqual(natChains(netns), ['KUBE-SERVICES']);
 });
+
+test('one chain listed as iptables -S prints it; a chain or table that is not there is no chain, through either front end', async (t) => {
+  if (!isRoot) {
+    t.skip('needs root: creates a network namespace and runs iptables in it');
+    return;
+  }
+  const netns = createNetns(t);
+  const run = (command: string[]) => execFileSync('ip', ['netns', 'exec', netns, ...command]);
+  for (const variant of ['nft', 'legacy'] as const) {
+    const host = new CommandHost({netns, iptablesVariant: variant});
+    assert.equal(await host.iptablesListChain('IPv4', 'mangle', 'KUBE-SERVICES'), undefined, `${variant}: no chain in a table never used`);
+    run([`iptables-${variant}`, '-t', 'nat', '-N', 'KUBE-SERVICES']);
+    run([`iptables-${variant}`, '-t', 'nat', '-A', 'KUBE-SERVICES', '-d', '10.96.0.1/32', '-p', 'tcp', '-j', 'RETURN']);
+    const listed = await host.iptablesListChain('IPv4', 'nat', 'KUBE-SERVICES');
+    assert.match(listed ?? '', /^-N KUBE-SERVICES\n-A KUBE-SERVICES -d 10\.96\.0\.1\/32 -p tcp -j RETURN\n/, variant);
+    assert.equal(await host.iptablesListChain('IPv4', 'nat', 'KUBE-NODE-PORT'), undefined, `${variant}: no such chain`);
+  }
+});

@@ -56,6 +56,7 @@ test('read-only host: reads pass through', async () => {
   const node = new RecordingHost();
   const host = new ReadOnlyHost(node);
   await host.iptablesSave('IPv4', 'nat');
+  await host.iptablesListChain('IPv4', 'nat', 'KUBE-SERVICES');
   await host.nft(['-j', 'list', 'table', 'ip', 'kube-proxy']);
   await host.nft(['list', 'tables']);
   await host.ipset(['save']);
@@ -71,6 +72,7 @@ test('read-only host: reads pass through', async () => {
   assert.equal(await host.listeningSockets(), node.sockets, 'migrate-check reads the host sockets of an observed ipvs node');
   assert.deepEqual(node.calls, [
     'iptables-save IPv4 nat',
+    'iptables -S IPv4 nat KUBE-SERVICES',
     'nft -j list table ip kube-proxy',
     'nft list tables',
     'ipset save',

@@ -53,25 +53,48 @@ interface Recorded {
   ipvsadm?: string;
 }
 
+/** What detection asked nft, every test. */
+const nftQuestions: string[] = [];
+
 /** Hosts that answer with recorded outputs; a missing one fails as the tool would. */
 function recordedHosts(recorded: Recorded): DetectionHosts {
   const failing = (command: string[]) => Promise.reject(new HostCommandError(command, 1, 'not recorded'));
   const node = {
-    nft: (args: string[]) => (recorded.tables !== undefined ? Promise.resolve(recorded.tables) : failing(['nft', ...args])),
+    nft: (args: string[]) => {
+      nftQuestions.push(args.join(' '));
+      return recorded.tables !== undefined ? Promise.resolve(recorded.tables) : failing(['nft', ...args]);
+    },
     ip: (args: string[]) =>
       recorded.kubeIpvs0 ? Promise.resolve('3: kube-ipvs0: <BROADCAST,NOARP> mtu 1500\n') : failing(['ip', ...args]),
     ipvsadm: (args: string[]) => (recorded.ipvsadm !== undefined ? Promise.resolve(recorded.ipvsadm) : failing(['ipvsadm', ...args])),
   } as unknown as Host;
-  const iptables = (frontEnd: 'nf_tables' | 'legacy') =>
-    ({iptablesSave: () => Promise.resolve(recorded.nat?.[frontEnd] ?? emptyNat)}) as unknown as Host;
+  const iptables = (frontEnd: 'nf_tables' | 'legacy') => natHost(recorded.nat?.[frontEnd] ?? emptyNat);
   return {node, iptables: {nf_tables: iptables('nf_tables'), legacy: iptables('legacy')}};
 }
 
+/**
+ * A front end whose nat table holds `nat` (iptables-save's text): it lists one chain as `iptables
+ * -S CHAIN` does, and refuses to dump whole tables, which on a large node take seconds for what
+ * detection asks.
+ */
+function natHost(nat: string): Host {
+  return {
+    iptablesListChain: async (_family: string, table: string, chain: string) => {
+      if (table !== 'nat' || !new RegExp(`^:${chain} `, 'm').test(nat)) return undefined;
+      const rules = nat.split('\n').filter((line) => line.startsWith(`-A ${chain} `));
+      return [`-N ${chain}`, ...rules, ''].join('\n');
+    },
+    iptablesSave: () => assert.fail('detection dumped a whole table'),
+  } as unknown as Host;
+}
+
 test('mode detection: each of kube-proxy modes from its traces in the kernel', async () => {
-  const nftables = await detectKubeProxyMode(recordedHosts({tables: 'table ip filter\ntable ip kube-proxy\ntable ip6 kube-proxy\n'}), [
-    'IPv4',
-    'IPv6',
-  ]);
+  const nftables = await detectKubeProxyMode(
+    recordedHosts({
+      tables: 'table ip filter {\n}\ntable ip kube-proxy {\n\tset cluster-ips {\n\t\ttype ipv4_addr\n\t}\n}\ntable ip6 kube-proxy {\n}\n',
+    }),
+    ['IPv4', 'IPv6'],
+  );
   assert.equal(nftables.mode, 'nftables');
   assert.equal(nftables.finding, 'detected');
   assert.equal(nftables.summary, 'kube-proxy nftables (table ip kube-proxy, table ip6 kube-proxy)');
@@ -93,6 +116,8 @@ test('mode detection: each of kube-proxy modes from its traces in the kernel', a
   );
   assert.deepEqual([ipvs.mode, ipvs.frontEnd, ipvs.finding], ['ipvs', 'nf_tables', 'detected']);
   assert.match(ipvs.summary, /2 ipvs virtual servers with kube-ipvs0/);
+  // nft 1.0 reads every rule of every table for `nft list tables`; the sets name the tables too.
+  assert.deepEqual([...new Set(nftQuestions)], ['list sets']);
 });
 
 test('mode detection: none found and several found are said plainly; --observe-mode overrides', async () => {
@@ -120,18 +145,23 @@ test('mode detection: none found and several found are said plainly; --observe-m
   // A tool that cannot answer is named, and the others still count.
   const noNft = await detectKubeProxyMode(recordedHosts({nat: {legacy: iptablesModeNat}}), ['IPv4']);
   assert.equal(noNft.mode, 'iptables');
-  assert.match(noNft.unreadable.join(), /nft list tables: nft list tables: exit 1: not recorded/);
+  assert.match(noNft.unreadable.join(), /nft list sets: nft list sets: exit 1: not recorded/);
 });
 
-test('iptablesLayout tells iptables mode from ipvs mode by KUBE-SERVICES', () => {
-  assert.equal(iptablesLayout(iptablesModeNat), 'iptables');
-  assert.equal(iptablesLayout(ipvsModeNat), 'ipvs');
-  assert.equal(iptablesLayout(emptyNat), undefined);
+test('iptablesLayout tells iptables mode from ipvs mode by KUBE-SERVICES, listing chains, not dumping the table', async () => {
+  assert.equal(await iptablesLayout(natHost(iptablesModeNat), 'IPv4'), 'iptables');
+  assert.equal(await iptablesLayout(natHost(ipvsModeNat), 'IPv4'), 'ipvs');
+  // ipvs mode's KUBE-SERVICES before any set has members: its KUBE-NODE-PORT chain tells it.
+  assert.equal(await iptablesLayout(natHost(ipvsModeNat.replace(/^-A KUBE-SERVICES .*match-set.*\n/gm, '')), 'IPv4'), 'ipvs');
+  assert.equal(await iptablesLayout(natHost(emptyNat), 'IPv4'), undefined);
 });
 
-function kernelHosts(netns: string): DetectionHosts {
-  const host = (iptablesVariant: 'default' | 'nft' | 'legacy') => new ReadOnlyHost(new CommandHost({netns, iptablesVariant}));
-  return {node: host('default'), iptables: {nf_tables: host('nft'), legacy: host('legacy')}};
+/** The namespace's hosts, and every command they ran. */
+function kernelHosts(netns: string): DetectionHosts & {commands: string[]} {
+  const commands: string[] = [];
+  const onCommand = (command: string[]) => commands.push(command.slice(4).join(' '));
+  const host = (iptablesVariant: 'default' | 'nft' | 'legacy') => new ReadOnlyHost(new CommandHost({netns, iptablesVariant, onCommand}));
+  return {node: host('default'), iptables: {nf_tables: host('nft'), legacy: host('legacy')}, commands};
 }
 
 test('mode detection in a network namespace: iptables-nft, iptables-legacy, nftables, and a half-done switch', async (t) => {
@@ -167,6 +197,12 @@ test('mode detection in a network namespace: iptables-nft, iptables-legacy, nfta
   run(['iptables-legacy', '-t', 'nat', '-X']);
   const nftables = await detectKubeProxyMode(hosts, ['IPv4']);
   assert.deepEqual([nftables.mode, nftables.finding], ['nftables', 'detected']);
+  // Yes-or-no questions, each answered by listing a chain or the tables' names, never by a dump.
+  assert.deepEqual(
+    hosts.commands.filter((command) => /-save\b|nft (-j )?list (ruleset|table)\b/.test(command)),
+    [],
+    hosts.commands.join('\n'),
+  );
 });
 
 test('an unsettled finding is looked at again: kube-proxy starting later settles it; another mode is said, with what to do', async () => {

@@ -202,3 +202,26 @@ test('explainDrift: an nftables table names its service ports in chain names; on
   );
   assert.equal(group.explanations?.[0].kind, 'missing-rule');
 });
+
+test('explainDrift: a service port programmed only late in the model is found, past the ports looked for one by one', () => {
+  // Forty service ports, only the last programmed, named three ways (comment, nft chain, ipvs server).
+  const models = Array.from({length: 40}, (_, i) => model2(`svc${String(i).padStart(2, '0')}`, `10.96.1.${i + 1}`));
+  const missing = {servicePort: 'default/svc00:http', added: ['-t nat -A KUBE-SERVICES -d 10.96.1.1/32 -j KUBE-SVC-X'], removed: []};
+  const texts = [
+    '-A KUBE-SERVICES -d 10.96.1.40/32 -p tcp -m comment --comment "default/svc39:http cluster IP" -j KUBE-SVC-Z\n',
+    '{"chain": {"name": "service-ULMVA6XW-default/svc39/tcp/http"}}\n',
+    '-A -t 10.96.1.40:80 -s rr\n',
+  ];
+  for (const appliedText of texts) {
+    const [group] = explainDrift([missing], {models, appliedText, history: new EndpointHistory(), now: 0});
+    assert.deepEqual(group.explanations, [{kind: 'not-programmed', text: 'not programmed on this node'}], appliedText);
+  }
+  // Not part of a longer name or address: svc3 is not svc39, 10.96.1.4:80 not 10.96.1.40:80.
+  const [none] = explainDrift([missing], {
+    models: [model2('svc3', '10.96.1.4')],
+    appliedText: texts.join(''),
+    history: new EndpointHistory(),
+    now: 0,
+  });
+  assert.deepEqual(none.explanations, [{kind: 'no-kube-proxy-rules', text: 'no kube-proxy rules at all on this node'}]);
+});

@@ -30,6 +30,7 @@ async function until(what: string, check: () => boolean | Promise<boolean>, time
 /** The commands an observer may run: each only reads the node. */
 const readCommands = [
   /^iptablesSave /,
+  /^iptablesListChain /,
   /^iptablesFrontEnd /,
   /^iptablesVersion /,
   /^sysctlRead /,

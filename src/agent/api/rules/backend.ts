@@ -24,6 +24,11 @@ export interface RulesBackend {
   /** The complete ruleset the model asks for, in the syntax the kernel tools print. */
   render(model: ProxyModel): string;
   parse(text: string): ParsedRules;
+  /**
+   * The desired rules of `model` parsed, as parse(render(model)) reads them; a backend may keep
+   * them while the model lives. Without it, they are rendered and parsed for each use.
+   */
+  desired?(model: ProxyModel): ParsedRules;
   /** `service`: "namespace/name[:port]" limits the diff to that service. */
   diff(desired: ParsedRules, applied: ParsedRules, service?: string): RulesDiff;
   trace(rules: ParsedRules, packet: Packet, context: TraceContext): TraceResult;

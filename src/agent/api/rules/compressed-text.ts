@@ -56,6 +56,12 @@ export class CompressedText {
     return this.#blocks.map((block) => inflateRawSync(block).toString('utf8')).join('');
   }
 
+  /** The whole text, for a search through all of it: inflated once and held for the rest of the burst. */
+  whole(): string {
+    this.#startBurst().whole ??= this.toString();
+    return this.#burst!.whole!;
+  }
+
   #blockAt(position: number): number {
     let low = 0;
     let high = this.#starts.length - 1;
@@ -69,6 +75,17 @@ export class CompressedText {
 
   #decode(block: number): string {
     if (this.#decoded?.block === block) return this.#decoded.text;
+    const burst = this.#startBurst();
+    if (++burst.inflated > blocksBeforeWhole) {
+      this.#decoded = undefined;
+      return this.whole().slice(this.#starts[block], this.#starts[block + 1] ?? this.length);
+    }
+    this.#decoded = {block, text: inflateRawSync(this.#blocks[block]).toString('utf8')};
+    return this.#decoded.text;
+  }
+
+  /** The burst of reads under way, or a new one, which ends with this turn of the event loop. */
+  #startBurst(): {inflated: number; whole?: string} {
     if (!this.#burst) {
       const burst = {inflated: 0};
       this.#burst = burst;
@@ -76,13 +93,7 @@ export class CompressedText {
         if (this.#burst === burst) this.#burst = undefined;
       });
     }
-    if (++this.#burst.inflated > blocksBeforeWhole) {
-      this.#burst.whole = this.toString();
-      this.#decoded = undefined;
-      return this.#burst.whole.slice(this.#starts[block], this.#starts[block + 1] ?? this.length);
-    }
-    this.#decoded = {block, text: inflateRawSync(this.#blocks[block]).toString('utf8')};
-    return this.#decoded.text;
+    return this.#burst;
   }
 }
 
