@@ -27,7 +27,8 @@ describe('the qemu guest and directories under its fresh mounts', () => {
     }
   });
 
-  it('runs a command in a working directory inside the temporary directory, and can write there', {timeout: 180_000}, async (t) => {
+  // The first guest run of a checkout also fetches Debian's kernel and builds the guest's image.
+  it('runs a command in a working directory inside the temporary directory, and can write there', {timeout: 600_000}, async (t) => {
     if (hostHasIpvs()) {
       t.skip('this kernel has IP_VS: the ipvs tests run on it, no guest boots');
       return;

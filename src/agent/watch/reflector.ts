@@ -108,7 +108,9 @@ export class Reflector {
         const startedAt = this.#clock.now();
         const ended = await this.#watchOnce();
         if (ended === 'expired') {
-          log.info('watch expired (410); listing again', {resource: name});
+          log.info('watch cannot resume from our resourceVersion (410 Gone, or one the server has not reached); listing again', {
+            resource: name,
+          });
           this.#resourceVersion = '';
         } else if (ended === 'silent') {
           log.warn('watch silent too long; listing again', {resource: name, seconds: this.#options.watchdogMs / 1000});
@@ -259,8 +261,11 @@ export class Reflector {
   #handleEvent(type: string, object: unknown, expired: () => void): void {
     const resourceVersion = (object as {metadata?: {resourceVersion?: unknown}} | undefined)?.metadata?.resourceVersion;
     if (type === 'ERROR') {
-      const code = (object as {code?: unknown} | undefined)?.code;
-      if (code === 410) expired();
+      const status = object as {code?: unknown; details?: {causes?: {reason?: unknown}[]}} | undefined;
+      // 410: the history no longer reaches back to our resourceVersion. A resourceVersion the server
+      // has not reached (504, ResourceVersionTooLarge): its storage was replaced. Either way, list again.
+      const tooLarge = status?.code === 504 && (status.details?.causes ?? []).some((cause) => cause.reason === 'ResourceVersionTooLarge');
+      if (status?.code === 410 || tooLarge) expired();
       else this.#options.log.warn('watch error event', {resource: this.#options.name, reason: JSON.stringify(object).slice(0, 200)});
       return;
     }

@@ -210,6 +210,24 @@ test('an ERROR 410 event lists again, and the relist removes what vanished meanw
   assert.equal(client.watches[1].query.resourceVersion, '30');
 });
 
+test('an ERROR event for a resourceVersion the server has not reached (its storage replaced) lists again', async (t) => {
+  const {client, reflector} = setup();
+  t.after(() => reflector.stop());
+  client.listResults.push({items: [svc('a', '5')], resourceVersion: '10'}, {items: [], resourceVersion: '3'});
+  reflector.start();
+  await settle();
+  client.watches[0].send('ERROR', {
+    kind: 'Status',
+    code: 504,
+    reason: 'Timeout',
+    message: 'Too large resource version: 10, current: 3',
+    details: {causes: [{reason: 'ResourceVersionTooLarge', message: 'Too large resource version'}], retryAfterSeconds: 1},
+  });
+  await settle();
+  assert.equal(client.lists.length, 2);
+  assert.equal(client.watches[1].query.resourceVersion, '3');
+});
+
 test('a watch refused with 410 lists again', async (t) => {
   const {client, reflector} = setup();
   t.after(() => reflector.stop());

@@ -374,6 +374,28 @@ describe('embedded API server through client-node', () => {
     assert.equal(watchErrors[0].obj.reason, 'Expired');
     assert.match(watchErrors[0].obj.message, /^too old resource version: \d+ \(\d+\)$/);
 
+    // A watch from a revision this server has not reached (a client of a server whose storage was
+    // replaced) waits for it, then is refused as kube-apiserver refuses it.
+    const ahead = String(Number(informer.latestResourceVersion()) + 1000);
+    const tooLarge: any[] = [];
+    const askedAt = Date.now();
+    await new Promise<void>((resolve, reject) => {
+      new Watch(kc)
+        .watch(
+          path,
+          {resourceVersion: ahead},
+          (type, obj) => tooLarge.push({type, obj}),
+          () => resolve(),
+        )
+        .catch(reject);
+    });
+    assert.ok(Date.now() - askedAt >= 2500, 'it waited for the revision first');
+    assert.equal(tooLarge.length, 1);
+    assert.equal(tooLarge[0].type, 'ERROR');
+    assert.equal(tooLarge[0].obj.code, 504);
+    assert.match(tooLarge[0].obj.message, new RegExp(`^Too large resource version: ${ahead}, current: \\d+$`));
+    assert.equal(tooLarge[0].obj.details.causes[0].reason, 'ResourceVersionTooLarge');
+
     // A relisting informer recovers the state, including what happened during the gap.
     const relisting = new ListWatch(path, new Watch(kc), () => core.listNamespacedConfigMap({namespace: 'lw'}), false);
     await relisting.start();

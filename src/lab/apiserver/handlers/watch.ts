@@ -9,10 +9,12 @@ import type {ResourceHandler} from './context.ts';
 import {tableRequest} from './response.ts';
 import {present} from './served-version.ts';
 
+/** How long a watch from a resourceVersion the server has not reached waits for it, as kube-apiserver's. */
+const tooLargeWaitMs = 3000;
 /** A watcher whose unread output passes this much is cut off rather than buffered without end. */
 const slowWatcherBytes = 64 * 1024 * 1024;
 
-export const watchObjects: ResourceHandler = ({store, log, bookmarkMs, maxWatchMs, watchTimers}, {req, res, url, route}) => {
+export const watchObjects: ResourceHandler = async ({store, log, bookmarkMs, maxWatchMs, watchTimers}, {req, res, url, route}) => {
   const {type} = route;
   const search = url.searchParams;
   const labels = search.get('labelSelector') ? parseLabelSelector(search.get('labelSelector')!) : [];
@@ -64,6 +66,24 @@ export const watchObjects: ResourceHandler = ({store, log, bookmarkMs, maxWatchM
         `invalid resource version: strconv.ParseUint: parsing ${JSON.stringify(rvParam)}: invalid syntax`,
       ).toStatus();
       write(`{"type":"ERROR","object":${JSON.stringify(status)}}\n`);
+      res.end();
+      return;
+    }
+  }
+  if (startRevision > log.currentRevision) {
+    // A resourceVersion this server has not reached, as a client that watched a server before its
+    // storage was replaced holds: kube-apiserver waits up to 3 s for it, then refuses the watch
+    // ("Too large resource version"), and the client lists again.
+    const waitUntil = Date.now() + tooLargeWaitMs;
+    while (startRevision > log.currentRevision && Date.now() < waitUntil && !finished && !req.destroyed)
+      await new Promise((resolve) => setTimeout(resolve, 50));
+    if (startRevision > log.currentRevision) {
+      const status = new ApiError(504, 'Timeout', `Too large resource version: ${startRevision}, current: ${log.currentRevision}`, {
+        causes: [{reason: 'ResourceVersionTooLarge', message: 'Too large resource version'}],
+        retryAfterSeconds: 1,
+      }).toStatus();
+      write(`{"type":"ERROR","object":${JSON.stringify(status)}}\n`);
+      finished = true;
       res.end();
       return;
     }
