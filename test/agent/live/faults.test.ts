@@ -306,11 +306,11 @@ describe('live agent: faults and churn', {concurrency: false, timeout: 420_000},
     // The next reconnect attempt comes at most one backoff step (at most the 30 s cap) after the server returns.
     assert.ok(convergedAfter <= 30_000 + 5000, `converged ${convergedAfter} ms after the API server came back`);
     assert.ok(
-      agent.logged(/watch expired \(410\); listing again resource=services/, mark).length >= 1,
+      agent.logged(/watch cannot resume from our resourceVersion .*; listing again resource=services/, mark).length >= 1,
       `the services watch resumed into 410:\n${agent.logged(/API server|watch|list/, mark).join('\n')}`,
     );
     assert.ok(
-      agent.logged(/watch expired \(410\); listing again resource=endpointslices/, mark).length >= 1,
+      agent.logged(/watch cannot resume from our resourceVersion .*; listing again resource=endpointslices/, mark).length >= 1,
       'so did the endpointslices watch',
     );
     repliedPods(await probe(client, {protocol: 'tcp', host: c.clusterIPOf('web'), port: 80, timeoutMs: 1000}, 5), 'web throughout');
