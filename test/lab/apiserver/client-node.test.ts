@@ -357,17 +357,22 @@ describe('embedded API server through client-node', () => {
     const stale = informer.latestResourceVersion();
     for (let i = 0; i < 60; i++) await core.createNamespacedConfigMap({namespace: 'default', body: {metadata: {name: `churn-${i}`}}});
     await core.createNamespacedConfigMap({namespace: 'lw', body: {metadata: {name: 'after-gap'}, data: {v: '3'}}});
-    const watchErrors: any[] = [];
-    await new Promise<void>((resolve, reject) => {
-      new Watch(kc)
-        .watch(
-          path,
-          {resourceVersion: stale},
-          (type, obj) => watchErrors.push({type, obj}),
-          () => resolve(),
-        )
-        .catch(reject);
-    });
+    /** The events of a watch from `resourceVersion`, once the server ends it. */
+    const watchedFrom = async (resourceVersion: string) => {
+      const events: any[] = [];
+      await new Promise<void>((resolve, reject) => {
+        new Watch(kc)
+          .watch(
+            path,
+            {resourceVersion},
+            (type, obj) => events.push({type, obj}),
+            () => resolve(),
+          )
+          .catch(reject);
+      });
+      return events;
+    };
+    const watchErrors = await watchedFrom(stale);
     assert.equal(watchErrors.length, 1);
     assert.equal(watchErrors[0].type, 'ERROR');
     assert.equal(watchErrors[0].obj.code, 410);
@@ -377,18 +382,8 @@ describe('embedded API server through client-node', () => {
     // A watch from a revision this server has not reached (a client of a server whose storage was
     // replaced) waits for it, then is refused as kube-apiserver refuses it.
     const ahead = String(Number(informer.latestResourceVersion()) + 1000);
-    const tooLarge: any[] = [];
     const askedAt = Date.now();
-    await new Promise<void>((resolve, reject) => {
-      new Watch(kc)
-        .watch(
-          path,
-          {resourceVersion: ahead},
-          (type, obj) => tooLarge.push({type, obj}),
-          () => resolve(),
-        )
-        .catch(reject);
-    });
+    const tooLarge = await watchedFrom(ahead);
     assert.ok(Date.now() - askedAt >= 2500, 'it waited for the revision first');
     assert.equal(tooLarge.length, 1);
     assert.equal(tooLarge[0].type, 'ERROR');
