@@ -1,10 +1,11 @@
 // CompressedText: a large text kept deflated in blocks, and read back a slice at a time. The agent
-// API keeps the kernel's last iptables-save reading between requests (tens of MB at 10,000
-// services) to answer traces from; deflated it is a tenth of that. A trace reads about thirty
+// API keeps the kernel's last iptables-save reading between requests to answer traces from, and on
+// a large node that text is most of what it holds; deflated it is several times smaller
+// (docs/development.md, Memory engineering, has the figures). A trace reads about thirty
 // chains, each a slice inside one block or two, and the block read last is kept decoded for the
 // slices that follow it. A diff reads every chain, in another order than the text's: past a few
 // blocks in one burst of reads (one turn of the event loop) the whole text is inflated once and
-// held until the burst ends, rather than a block inflated again for each of 100,000 chains.
+// held until the burst ends, rather than a block inflated again for each chain.
 import {deflateRawSync, inflateRawSync} from 'node:zlib';
 
 /** Characters per block: a slice inflates one block or two, small next to parsing the chain it holds. */
