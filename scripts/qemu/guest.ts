@@ -59,7 +59,7 @@ export interface GuestImage {
 export interface GuestRunOptions {
   /** Working directory inside the guest (a host path; default: the checkout). */
   cwd?: string;
-  /** Environment for the command (default: PATH, HOME, LANG from this process, PROXYCTL_IN_GUEST=1, and NODE_OPTIONS loading guest-node-flags.ts). */
+  /** Environment for the command (default: PATH, HOME, LANG from this process, PROXYCTL_IN_GUEST=1, and NODE_OPTIONS loading guest-node-flags.mjs). */
   env?: Record<string, string>;
   /** Give up and kill the guest after this long (default 600 s). */
   timeoutMs?: number;
@@ -359,7 +359,7 @@ export async function runInGuest(command: string[] | string, options: GuestRunOp
     HOME: '/root',
     LANG: process.env.LANG ?? 'C.UTF-8',
     PROXYCTL_IN_GUEST: '1',
-    NODE_OPTIONS: `--import=${pathToFileURL(join(repoRoot, 'scripts', 'qemu', 'guest-node-flags.ts')).href}`,
+    NODE_OPTIONS: `--import=${pathToFileURL(join(repoRoot, 'scripts', 'qemu', 'guest-node-flags.mjs')).href}`,
   };
   const commandLine = typeof command === 'string' ? command : command.map(shellQuote).join(' ');
   const script = [
@@ -501,7 +501,7 @@ export interface GuestTestRun extends GuestRunResult {
 /**
  * nodeDiedInGuest tells whether a failed run is the emulator's fault rather than a test's outcome:
  * the runner ended before any test started, or a Node process in the guest stopped on a V8 fatal
- * check. guest-node-flags.ts keeps V8 off the path where that was seen; should another show up,
+ * check. guest-node-flags.mjs keeps V8 off the path where that was seen; should another show up,
  * the run still says it was the emulator and not a test.
  */
 export function nodeDiedInGuest(result: GuestRunResult): boolean {
