@@ -6,7 +6,7 @@ import {parseDestination} from '../../src/plugin/commands/trace.ts';
 import {agentOnNode, type AgentPod} from '../../src/plugin/lib/agent-pods.ts';
 import {colorDiff} from '../../src/plugin/lib/diff-text.ts';
 import {inHelpGroup} from '../../src/plugin/lib/help-group.ts';
-import {helpText} from '../../src/plugin/lib/help-text.ts';
+import {examples, helpText} from '../../src/plugin/lib/help-text.ts';
 import {formatAge, formatTable, palette, useColor} from '../../src/plugin/lib/output.ts';
 import {PluginError} from '../../src/plugin/lib/plugin-error.ts';
 import {compareProbe, endpointIP} from '../../src/plugin/lib/probe-text.ts';
@@ -24,6 +24,35 @@ describe('help text', () => {
       paragraph.
     `;
     assert.equal(text, 'Asks every agent how it is doing, at `ws://127.0.0.1:10260/`.\n\nA second paragraph.');
+  });
+
+  it('examples: a # description above each command, kubectl proxyctl as the bin, long ones over several lines', () => {
+    const node = 'node-1';
+    assert.deepEqual(
+      examples`
+        # What differs on ${node}
+        kubectl proxyctl diff ${node}
+
+        # Offline, over the node's three dumps
+        # (ipvs mode)
+        (ipvsadm-save -n; ipset save; iptables-save) > node-1.ipvs &&
+          kubectl proxyctl diff --rules node-1.ipvs -f services.yaml
+      `,
+      [
+        {description: 'What differs on node-1', command: '<%= config.bin %> diff node-1'},
+        {
+          description: "Offline, over the node's three dumps (ipvs mode)",
+          command:
+            '(ipvsadm-save -n; ipset save; iptables-save) > node-1.ipvs && <%= config.bin %> diff --rules node-1.ipvs -f services.yaml',
+        },
+      ],
+    );
+    assert.throws(
+      () => examples`
+      kubectl proxyctl status
+    `,
+      /an example needs a # description and a command:\n\s*kubectl proxyctl status/,
+    );
   });
 
   it('inHelpGroup: each flag of the set under the heading, the rest of it as it was', () => {

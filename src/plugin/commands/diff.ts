@@ -11,7 +11,7 @@ import {exitCodes, PluginError} from '../lib/plugin-error.ts';
 import {modelFlags, objectsFileFlag} from '../lib/model-flags.ts';
 import {diffSavedRules} from '../lib/offline-diff.ts';
 import {renderModes} from '../lib/render-rules.ts';
-import {helpText} from '../lib/help-text.ts';
+import {examples, helpText} from '../lib/help-text.ts';
 
 interface NodeDiff {
   node: string;
@@ -55,23 +55,27 @@ export default class Diff extends AgentCommand {
     file names its line; objects that are not valid are named on stderr).
   `;
 
-  static override examples = [
-    {description: 'What differs on node-1', command: '<%= config.bin %> diff node-1'},
-    {description: 'Only one service', command: '<%= config.bin %> diff node-1 --service demoapp -n default'},
-    {description: 'Every node at once', command: '<%= config.bin %> diff --all-nodes'},
-    {
-      description: "Offline: a node's saved iptables rules against the objects they were written for",
-      command:
-        '<%= config.bin %> diff --rules node-1.iptables-save -f services.yaml --node-name node-1 --node-ip 10.240.0.11 --cluster-cidr 10.244.0.0/16',
-    },
-    {
-      description: "Offline, ipvs mode: the node's three dumps",
-      command:
-        '(ipvsadm-save -n; ipset save; iptables-save) > node-1.ipvs && <%= config.bin %> diff --rules node-1.ipvs -f services.yaml --node-name node-1 ' +
-        '--cluster-cidr 10.244.0.0/16 -o yaml',
-    },
-    {description: 'What the drift does, not which rules differ', command: '<%= config.bin %> diff node-1 --behaviour'},
-  ];
+  static override examples = examples`
+    # What differs on node-1
+    kubectl proxyctl diff node-1
+
+    # Only one service
+    kubectl proxyctl diff node-1 --service demoapp -n default
+
+    # Every node at once
+    kubectl proxyctl diff --all-nodes
+
+    # Offline: a node's saved iptables rules against the objects they were written for
+    kubectl proxyctl diff --rules node-1.iptables-save -f services.yaml --node-name node-1 --node-ip 10.240.0.11
+      --cluster-cidr 10.244.0.0/16
+
+    # Offline, ipvs mode: the node's three dumps
+    (ipvsadm-save -n; ipset save; iptables-save) > node-1.ipvs &&
+      kubectl proxyctl diff --rules node-1.ipvs -f services.yaml --node-name node-1 --cluster-cidr 10.244.0.0/16 -o yaml
+
+    # What the drift does, not which rules differ
+    kubectl proxyctl diff node-1 --behaviour
+  `;
 
   static override args = {node: Args.string({description: 'The node whose rules to compare.'})};
 

@@ -20,7 +20,7 @@ import {inHelpGroup} from '../lib/help-group.ts';
 import {outputFlag} from '../lib/output.ts';
 import {progressBar} from '../lib/progress-bar.ts';
 import {errorLine, exitCodes, PluginError} from '../lib/plugin-error.ts';
-import {helpText} from '../lib/help-text.ts';
+import {examples, helpText} from '../lib/help-text.ts';
 import {readRulesFlag, type RulesDump} from '../lib/rules-dump.ts';
 
 const modes = ['nftables', 'iptables', 'ipvs'] as const;
@@ -54,24 +54,23 @@ export default class MigrateCheck extends AgentCommand {
     node's addresses; without \`ip addr\` output, KUBE-IPVS-IPS says which addresses kube-ipvs0 holds.
   `;
 
-  static override examples = [
-    {description: 'Would node-1 behave the same in nftables mode?', command: '<%= config.bin %> migrate-check --to nftables node-1'},
-    {description: 'Every node, worst first', command: '<%= config.bin %> migrate-check --to nftables --all-nodes'},
-    {
-      description: 'Offline, over a saved iptables-save dump and the objects it was written for',
-      command: '<%= config.bin %> migrate-check --to nftables --rules node-1.iptables-save -f cluster.yaml --cluster-cidr 10.244.0.0/16',
-    },
-    {
-      description: "Offline, over an ipvs node's saved state",
-      command:
-        '(ipvsadm-save -n; ipset save; iptables-save) > node-1.ipvs && <%= config.bin %> migrate-check --to nftables --rules node-1.ipvs -f cluster.yaml ' +
-        '--node-ip 10.240.0.11 --cluster-cidr 10.244.0.0/16',
-    },
-    {
-      description: 'One service only, as JSON',
-      command: '<%= config.bin %> migrate-check --to nftables node-1 --service default/web -o json',
-    },
-  ];
+  static override examples = examples`
+    # Would node-1 behave the same in nftables mode?
+    kubectl proxyctl migrate-check --to nftables node-1
+
+    # Every node, worst first
+    kubectl proxyctl migrate-check --to nftables --all-nodes
+
+    # Offline, over a saved iptables-save dump and the objects it was written for
+    kubectl proxyctl migrate-check --to nftables --rules node-1.iptables-save -f cluster.yaml --cluster-cidr 10.244.0.0/16
+
+    # Offline, over an ipvs node's saved state
+    (ipvsadm-save -n; ipset save; iptables-save) > node-1.ipvs &&
+      kubectl proxyctl migrate-check --to nftables --rules node-1.ipvs -f cluster.yaml --node-ip 10.240.0.11 --cluster-cidr 10.244.0.0/16
+
+    # One service only, as JSON
+    kubectl proxyctl migrate-check --to nftables node-1 --service default/web -o json
+  `;
 
   static override args = {node: Args.string({description: 'The node to check (live).'})};
 

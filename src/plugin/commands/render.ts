@@ -3,7 +3,7 @@ import {formatData, outputFlag} from '../lib/output.ts';
 import {InputError, readOfflineModel} from '../lib/model-input.ts';
 import {modelFlags, objectsFileFlag, offlineSettings} from '../lib/model-flags.ts';
 import {ipvsParts, renderModes, renderRules} from '../lib/render-rules.ts';
-import {helpText} from '../lib/help-text.ts';
+import {examples, helpText} from '../lib/help-text.ts';
 
 // Exit codes: 0 rules printed; 2 bad input (as for bad flags, which oclif reports with 2 too).
 const badInput = 2;
@@ -38,41 +38,37 @@ export default class Render extends Command {
     \`trace --rules\` over the output takes them as the node's own addresses.
   `;
 
-  static override examples = [
-    {
-      description: 'The rules node-1 of the bundled example gets',
-      command: '<%= config.bin %> render -f examples/cluster.yaml --cluster-cidr 10.244.0.0/16',
-    },
-    {
-      description: 'Load them into a scratch network namespace',
-      command: 'ip netns add scratch && <%= config.bin %> render -f examples/cluster.yaml | ip netns exec scratch iptables-restore',
-    },
-    {
-      description: 'The nftables table for node-1, loaded into a scratch namespace',
-      command: '<%= config.bin %> render -f examples/cluster.yaml --mode nftables | ip netns exec scratch nft -f -',
-    },
-    {
-      description: "nftables mode with the lab's service CIDR: unused service addresses are dropped",
-      command: '<%= config.bin %> render -f examples/cluster.yaml --mode nftables --service-cidr 10.96.0.0/12',
-    },
-    {description: 'ipvs mode: every part, to read', command: '<%= config.bin %> render -f examples/cluster.yaml --mode ipvs'},
-    // Load order matters: the iptables layer matches the sets by name.
-    ...(
-      [
-        ['ipset', 'ipset restore', 'ipvs mode, loaded part by part: 1. the ipsets'],
-        ['iptables', 'iptables-restore', '2. the iptables layer that matches them'],
-        ['addresses', 'ip -batch -', '3. the service addresses on kube-ipvs0'],
-        ['ipvsadm', 'ipvsadm-restore', '4. the virtual and real servers'],
-      ] as const
-    ).map(([part, tool, description]) => ({
-      description,
-      command: `<%= config.bin %> render -f examples/cluster.yaml --mode ipvs --part ${part} | ip netns exec scratch ${tool}`,
-    })),
-    {
-      description: 'The model as JSON, for another node and masquerading everything',
-      command: '<%= config.bin %> render -f examples/cluster.yaml --node-name node-0 --node-ip 10.240.0.10 --masquerade-all -o json',
-    },
-  ];
+  static override examples = examples`
+    # The rules node-1 of the bundled example gets
+    kubectl proxyctl render -f examples/cluster.yaml --cluster-cidr 10.244.0.0/16
+
+    # Load them into a scratch network namespace
+    ip netns add scratch && kubectl proxyctl render -f examples/cluster.yaml | ip netns exec scratch iptables-restore
+
+    # The nftables table for node-1, loaded into a scratch namespace
+    kubectl proxyctl render -f examples/cluster.yaml --mode nftables | ip netns exec scratch nft -f -
+
+    # nftables mode with the lab's service CIDR: unused service addresses are dropped
+    kubectl proxyctl render -f examples/cluster.yaml --mode nftables --service-cidr 10.96.0.0/12
+
+    # ipvs mode: every part, to read
+    kubectl proxyctl render -f examples/cluster.yaml --mode ipvs
+
+    # ipvs mode, loaded part by part (in this order: the iptables layer matches the sets by name): 1. the ipsets
+    kubectl proxyctl render -f examples/cluster.yaml --mode ipvs --part ipset | ip netns exec scratch ipset restore
+
+    # 2. the iptables layer that matches them
+    kubectl proxyctl render -f examples/cluster.yaml --mode ipvs --part iptables | ip netns exec scratch iptables-restore
+
+    # 3. the service addresses on kube-ipvs0
+    kubectl proxyctl render -f examples/cluster.yaml --mode ipvs --part addresses | ip netns exec scratch ip -batch -
+
+    # 4. the virtual and real servers
+    kubectl proxyctl render -f examples/cluster.yaml --mode ipvs --part ipvsadm | ip netns exec scratch ipvsadm-restore
+
+    # The model as JSON, for another node and masquerading everything
+    kubectl proxyctl render -f examples/cluster.yaml --node-name node-0 --node-ip 10.240.0.10 --masquerade-all -o json
+  `;
 
   static override flags = {
     ...modelFlags,

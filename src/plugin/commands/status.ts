@@ -2,7 +2,7 @@ import {Args} from '@oclif/core';
 import type {StatusResult} from '../../protocol/methods.ts';
 import {AgentCommand, concurrencyFlag, connectionFlags} from '../lib/agent-command.ts';
 import {formatAge, formatData, formatDuration, formatTable, outputFlag, palette, useColor} from '../lib/output.ts';
-import {helpText} from '../lib/help-text.ts';
+import {examples, helpText} from '../lib/help-text.ts';
 
 export default class Status extends AgentCommand {
   static override summary = 'Show the proxyctl agents: mode, readiness, version, last sync, services, drift.';
@@ -18,18 +18,19 @@ export default class Status extends AgentCommand {
     it renders with and where each came from.
   `;
 
-  static override examples = [
-    {description: 'Every agent in the cluster', command: '<%= config.bin %> status'},
-    {description: 'One node, as JSON', command: '<%= config.bin %> status node-1 -o json'},
-    {
-      description: 'An observing agent beside kube-proxy, at its default address',
-      command: '<%= config.bin %> status --agent-url ws://127.0.0.1:10270/',
-    },
-    {
-      description: "On a node, its agent straight at its default address (a lab's agents: see the api ports in lab status)",
-      command: '<%= config.bin %> status --agent-url ws://127.0.0.1:10260/',
-    },
-  ];
+  static override examples = examples`
+    # Every agent in the cluster
+    kubectl proxyctl status
+
+    # One node, as JSON
+    kubectl proxyctl status node-1 -o json
+
+    # An observing agent beside kube-proxy, at its default address
+    kubectl proxyctl status --agent-url ws://127.0.0.1:10270/
+
+    # On a node, its agent straight at its default address (a lab's agents: see the api ports in lab status)
+    kubectl proxyctl status --agent-url ws://127.0.0.1:10260/
+  `;
 
   static override args = {node: Args.string({description: 'Only the agent on this node.'})};
 

@@ -2,7 +2,7 @@ import {Args, Flags} from '@oclif/core';
 import type {ProxyMode, SyncResult} from '../../protocol/methods.ts';
 import {AgentCommand, concurrencyFlag, connectionFlags} from '../lib/agent-command.ts';
 import {formatData, formatDuration, formatTable, outputFlag, palette, useColor, type Palette} from '../lib/output.ts';
-import {helpText} from '../lib/help-text.ts';
+import {examples, helpText} from '../lib/help-text.ts';
 
 /** NodeSync: one agent's sync, with the node and the mode its rule counts are in. */
 type NodeSync = {node: string; mode: ProxyMode} & SyncResult;
@@ -17,10 +17,13 @@ export default class Sync extends AgentCommand {
     repaired ("none found" otherwise). --full rewrites every chain regardless.
   `;
 
-  static override examples = [
-    {description: 'Sync node-1', command: '<%= config.bin %> sync node-1'},
-    {description: 'Rewrite every rule on every node', command: '<%= config.bin %> sync --all-nodes --full'},
-  ];
+  static override examples = examples`
+    # Sync node-1
+    kubectl proxyctl sync node-1
+
+    # Rewrite every rule on every node
+    kubectl proxyctl sync --all-nodes --full
+  `;
 
   static override args = {node: Args.string({description: 'The node to sync.'})};
 

@@ -20,7 +20,7 @@ import {
 } from '../lib/service-target.ts';
 import {formatTraceText} from '../lib/trace-text.ts';
 import {inHelpGroup} from '../lib/help-group.ts';
-import {helpText} from '../lib/help-text.ts';
+import {examples, helpText} from '../lib/help-text.ts';
 
 const defaultProbeCount = 20;
 
@@ -81,32 +81,29 @@ export default class Trace extends AgentCommand {
     is traced as it stands, with a warning saying so.
   `;
 
-  static override examples = [
-    {
-      description: 'From a pod, through the rules of its node, with 20 real connections',
-      command: '<%= config.bin %> trace demoapp -n default --from pod-1-2 --probe 20',
-    },
-    {
-      description: "The NodePort as the lab's external client reaches it on node-1",
-      command: '<%= config.bin %> trace demoapp-nodeport --via node-port --from client-0 --node node-1 --probe',
-    },
-    {
-      description: 'From an address outside the cluster, entering node-0',
-      command: '<%= config.bin %> trace demoapp --from 10.240.0.100 --node node-0',
-    },
-    {description: 'From each node itself, on every node, as JSON', command: '<%= config.bin %> trace demoapp --all-nodes -o json'},
-    {description: 'Every hop with its sentence and rule text', command: '<%= config.bin %> trace demoapp --from pod-1-2 -o wide'},
-    {
-      description: 'Offline, over a saved dump',
-      command: '<%= config.bin %> trace --rules node-1.iptables-save --src 10.244.1.5 --dst 10.96.0.10:80/tcp --node-ip 10.240.0.11',
-    },
-    {
-      description: "Offline, over an ipvs node's saved state",
-      command:
-        '<%= config.bin %> trace --rules node-1.ipvsadm --rules node-1.ipset --rules node-1.iptables-save ' +
-        '--src 10.244.1.5 --dst 10.96.0.10:80 --node-ip 10.240.0.11',
-    },
-  ];
+  static override examples = examples`
+    # From a pod, through the rules of its node, with 20 real connections
+    kubectl proxyctl trace demoapp -n default --from pod-1-2 --probe 20
+
+    # The NodePort as the lab's external client reaches it on node-1
+    kubectl proxyctl trace demoapp-nodeport --via node-port --from client-0 --node node-1 --probe
+
+    # From an address outside the cluster, entering node-0
+    kubectl proxyctl trace demoapp --from 10.240.0.100 --node node-0
+
+    # From each node itself, on every node, as JSON
+    kubectl proxyctl trace demoapp --all-nodes -o json
+
+    # Every hop with its sentence and rule text
+    kubectl proxyctl trace demoapp --from pod-1-2 -o wide
+
+    # Offline, over a saved dump
+    kubectl proxyctl trace --rules node-1.iptables-save --src 10.244.1.5 --dst 10.96.0.10:80/tcp --node-ip 10.240.0.11
+
+    # Offline, over an ipvs node's saved state
+    kubectl proxyctl trace --rules node-1.ipvsadm --rules node-1.ipset --rules node-1.iptables-save
+      --src 10.244.1.5 --dst 10.96.0.10:80 --node-ip 10.240.0.11
+  `;
 
   static override args = {
     service: Args.string({description: "The Service: NAME (in the -n namespace, else the kubeconfig context's) or NAMESPACE/NAME."}),

@@ -1,7 +1,7 @@
 import {downLab} from '../../../lab/lab-control.ts';
 import {labNameFlag} from '../../lib/lab-name-flag.ts';
 import {PluginCommand} from '../../lib/plugin-command.ts';
-import {helpText} from '../../lib/help-text.ts';
+import {examples, helpText} from '../../lib/help-text.ts';
 
 export default class LabDown extends PluginCommand {
   static override summary = 'Remove a lab: its agents, pods, namespaces, API server and state.';
@@ -10,10 +10,13 @@ export default class LabDown extends PluginCommand {
     a lab that does not exist, changes nothing and succeeds.
   `;
 
-  static override examples = [
-    {description: 'Remove the default lab', command: '<%= config.bin %> lab down'},
-    {description: 'Remove the lab named big', command: '<%= config.bin %> lab down --name big'},
-  ];
+  static override examples = examples`
+    # Remove the default lab
+    kubectl proxyctl lab down
+
+    # Remove the lab named big
+    kubectl proxyctl lab down --name big
+  `;
 
   static override flags = {
     name: labNameFlag(),

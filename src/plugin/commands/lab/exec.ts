@@ -3,7 +3,7 @@ import {execInLab} from '../../../lab/lab-control.ts';
 import {labNameFlag} from '../../lib/lab-name-flag.ts';
 import {PluginCommand} from '../../lib/plugin-command.ts';
 import {PluginError} from '../../lib/plugin-error.ts';
-import {helpText} from '../../lib/help-text.ts';
+import {examples, helpText} from '../../lib/help-text.ts';
 
 /**
  * splitAtDoubleDash separates `lab exec`'s own arguments from the command's. Everything after the
@@ -25,17 +25,16 @@ export default class LabExec extends PluginCommand {
     terminal; its exit code is passed through. Everything after the first -- reaches the command unchanged.
   `;
 
-  static override examples = [
-    {
-      description: 'A request to the demoapp ClusterIP from a pod',
-      command: '<%= config.bin %> lab exec pod-1-1 -- curl -s http://10.96.0.10/',
-    },
-    {
-      description: 'The NodePort from outside the cluster',
-      command: '<%= config.bin %> lab exec client -- curl -s http://10.240.0.11:30080/',
-    },
-    {description: "A node's nat table", command: '<%= config.bin %> lab exec node-0 -- iptables-save -t nat'},
-  ];
+  static override examples = examples`
+    # A request to the demoapp ClusterIP from a pod
+    kubectl proxyctl lab exec pod-1-1 -- curl -s http://10.96.0.10/
+
+    # The NodePort from outside the cluster
+    kubectl proxyctl lab exec client -- curl -s http://10.240.0.11:30080/
+
+    # A node's nat table
+    kubectl proxyctl lab exec node-0 -- iptables-save -t nat
+  `;
 
   // Everything after the first "--" is the command, handed over as it is.
   static override usage = 'lab exec [--name NAME] TARGET -- COMMAND [ARG...]';

@@ -1,3 +1,4 @@
+import {examples} from '../../lib/help-text.ts';
 import {requireLab} from '../../../lab/lab-control.ts';
 import {labNameFlag} from '../../lib/lab-name-flag.ts';
 import {PluginCommand} from '../../lib/plugin-command.ts';
@@ -9,10 +10,13 @@ export default class LabStatus extends PluginCommand {
   static override description =
     'Reads the state the lab keeps in /run/proxyctl-lab/NAME and asks its API server for the live objects. Exit code 1 when no such lab runs.';
 
-  static override examples = [
-    {description: 'The default lab', command: '<%= config.bin %> lab status'},
-    {description: 'As JSON, e.g. for scripts', command: '<%= config.bin %> lab status --name big -o json'},
-  ];
+  static override examples = examples`
+    # The default lab
+    kubectl proxyctl lab status
+
+    # As JSON, e.g. for scripts
+    kubectl proxyctl lab status --name big -o json
+  `;
 
   static override flags = {
     name: labNameFlag(),

@@ -3,7 +3,7 @@ import {labLimits, proxyModes, upLab} from '../../../lab/lab-control.ts';
 import {labNameFlag} from '../../lib/lab-name-flag.ts';
 import {PluginCommand} from '../../lib/plugin-command.ts';
 import {formatLabStatus, readLabStatus} from '../../../lab/lab-status.ts';
-import {helpText} from '../../lib/help-text.ts';
+import {examples, helpText} from '../../lib/help-text.ts';
 
 export default class LabUp extends PluginCommand {
   static override summary = 'Build a small cluster on this machine out of network namespaces, with one proxyctl agent per node.';
@@ -17,14 +17,16 @@ export default class LabUp extends PluginCommand {
     down\`. Needs root and iproute2. Its state is in /run/proxyctl-lab/NAME.
   `;
 
-  static override examples = [
-    {description: 'Two nodes with three pods each', command: '<%= config.bin %> lab up'},
-    {description: 'A second, bigger lab beside the first', command: '<%= config.bin %> lab up --name big --nodes 3 --pods-per-node 10'},
-    {
-      description: "Observe kube-proxy: each node's agent stands in for it, an observer beside it answers status, trace and diff",
-      command: '<%= config.bin %> lab up --name obs --observe',
-    },
-  ];
+  static override examples = examples`
+    # Two nodes with three pods each
+    kubectl proxyctl lab up
+
+    # A second, bigger lab beside the first
+    kubectl proxyctl lab up --name big --nodes 3 --pods-per-node 10
+
+    # Observe kube-proxy: each node's agent stands in for it, an observer beside it answers status, trace and diff
+    kubectl proxyctl lab up --name obs --observe
+  `;
 
   static override flags = {
     nodes: Flags.integer({summary: 'Number of nodes.', default: 2, min: labLimits.nodes.min, max: labLimits.nodes.max}),
