@@ -12,6 +12,7 @@ import {parseNftablesJson, parseNftablesScript} from '../../core/nftables/parse.
 import {
   deleteStaleChains,
   nftablesCleanupScript,
+  nftablesRuleCount,
   type NftablesState,
   renderNftables,
   renderNftablesSync,
@@ -209,8 +210,7 @@ export class NftablesProxier extends ProxierBase<FamilyState> {
       state.needFullSync = false;
       state.lastFullSync = start;
     }
-    state.rules = 0;
-    for (const footprint of sync.state.footprints.values()) for (const chain of footprint.chains) state.rules += chain.rules.length;
+    state.rules = nftablesRuleCount(sync.state);
 
     return this.familySynced({family, start, full, changedServicePorts: changed.size, model, drift});
   }
