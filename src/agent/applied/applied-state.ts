@@ -34,9 +34,11 @@ export interface AppliedStateOptions {
    * Reads back the text parsed rules were read from, when they keep it (iptables'
    * ChainIndexedRuleset does, deflated): the cache then keeps no text of its own. Without it the cache keeps the text compressed once
    * the rules are parsed (nftables' JSON listing is large, and only shown), and their parsed form
-   * only while something uses it (it is parsed again for the next request).
+   * only while requests use it (parsedIdleMs).
    */
   textOf?(rules: ParsedRules): (() => string) | undefined;
+  /** How long parsed rules that do not hold their text are kept after the last request for them (default 2 s). */
+  parsedIdleMs?: number;
   /**
    * Replaces the written chains in parsed rules (a new value; the old one stays as it was); without
    * it, writes of chains make the next request read the kernel.
@@ -222,18 +224,36 @@ export class AppliedState implements RulesWriteListener {
   /** A reading's entry: its rules parsed when first asked for, its text then kept as compactly as the backend allows. */
   #entryOf(family: IPFamily, text: string, times: Pick<Entry, 'readAt' | 'basisAt' | 'writes'>): Entry {
     const {parse, textOf} = this.#options;
+    const idleMs = this.#options.parsedIdleMs ?? 2000;
     let raw: string | undefined = text;
     let rules: ParsedRules | undefined;
     let compressed: Buffer | undefined;
-    // Rules that do not hold their text are parsed again when asked for after V8 collected them:
-    // nftables' parsed listing is kept only while a request uses it.
-    let parsed: WeakRef<ParsedRules> | undefined;
+    // Rules that do not hold their text (nftables' parsed listing, tens of MiB at 10,000 services)
+    // are kept while requests come, so that a burst of traces parses once, and let go once none
+    // has asked for them for idleMs: the next request parses them again from the compressed text.
+    let parsed: ParsedRules | undefined;
+    let letGo: NodeJS.Timeout | undefined;
+    const keepParsed = (fresh: ParsedRules) => {
+      parsed = fresh;
+      if (letGo) letGo.refresh();
+      else {
+        letGo = setTimeout(() => {
+          parsed = undefined;
+          letGo = undefined;
+          releaseGarbageSoon();
+        }, idleMs);
+        letGo.unref();
+      }
+    };
     return {
       family,
       ...times,
       get rules() {
-        const known = rules ?? parsed?.deref();
-        if (known) return known;
+        const known = rules ?? parsed;
+        if (known) {
+          if (known === parsed) keepParsed(known);
+          return known;
+        }
         const again = raw === undefined;
         const fresh = parse(raw ?? inflateRawSync(compressed!).toString());
         // Parsing a whole listing again leaves its garbage: collected once the request is answered.
@@ -241,7 +261,7 @@ export class AppliedState implements RulesWriteListener {
         if (textOf?.(fresh)) rules = fresh;
         else {
           compressed ??= deflateRawSync(raw!, {level: 1});
-          parsed = new WeakRef(fresh);
+          keepParsed(fresh);
         }
         raw = undefined;
         return fresh;
