@@ -501,14 +501,16 @@ export interface GuestTestRun extends GuestRunResult {
 /**
  * nodeDiedInGuest tells whether a failed run is the emulator's fault rather than a test's outcome:
  * the runner ended before any test started, or a Node process in the guest stopped on a V8 fatal
- * check. guest-node-flags.mjs keeps V8 off the path where that was seen; should another show up,
- * the run still says it was the emulator and not a test.
+ * check or was killed by a fault signal (JavaScript cannot make Node segfault; qemu's emulation of
+ * the CPU has, now and then, in a long run). guest-node-flags.mjs keeps V8 off the path where the
+ * fatal check was seen; should another show up, the run still says it was the emulator and not a test.
  */
 export function nodeDiedInGuest(result: GuestRunResult): boolean {
   if (result.exitCode === 0 || result.exitCode === undefined) return false;
   const testStarted = /^\s*(▶|✔) /m.test(result.stdout);
   const v8Fatal = /# Fatal error in [^\n]*\n(\s*#[^\n]*\n){0,3}\s*# Check failed:/;
-  return !testStarted || v8Fatal.test(result.stdout) || v8Fatal.test(result.stderr);
+  const faultSignal = /\b(SIGSEGV|SIGBUS|SIGILL)\b|Segmentation fault/;
+  return !testStarted || [v8Fatal, faultSignal].some((crash) => crash.test(result.stdout) || crash.test(result.stderr));
 }
 
 /**

@@ -72,6 +72,11 @@ describe("a guest run in which Node died is the emulator's fault, not a test's",
     assert.equal(nodeDiedInGuest(run(1, `▶ ipvs agent\n  ✔ first case (10ms)\n${v8Fatal}✖ test/kernel/ipvs-agent.test.ts\n`)), true);
     assert.equal(nodeDiedInGuest(run(1, '▶ ipvs agent\n', v8Fatal)), true);
   });
+  it('a Node process killed by a fault signal, as the test that ran it reports it', () => {
+    const segfault =
+      '  ✖ every class behaves as predicted (8721ms)\n    Error: demo client in pxt-151-pod-0-0 ended (exit SIGSEGV): no message\n';
+    assert.equal(nodeDiedInGuest(run(1, `▶ switching iptables -> ipvs\n${segfault}`)), true);
+  });
   it('a runner that ended before any test started', () => {
     assert.equal(nodeDiedInGuest(run(134, '')), true);
   });
