@@ -50,6 +50,11 @@ const agentLauncher = fileURLToPath(new URL('../bin/proxyctl-agent', import.meta
 const changeRounds = 9;
 /** Two syncPeriods (the default 30 s) after the first sync, and a few seconds for the second drift check to end. */
 const settledAfterDriftChecksMs = 65_000;
+/**
+ * When the RSS after the API's use is read again: past the 2 s after its last request at which the
+ * agent lets go of parsed rules that do not hold their text (nftables' listing).
+ */
+const apiSettledAfterMs = 5000;
 
 export async function benchAgent(
   sizes = [1000, 10000],
@@ -268,7 +273,7 @@ async function benchSize(serviceCount: number, endpointsPerService: number, mode
       });
       const end = agent.finalRss;
       figure({
-        name: '  RSS 2 s later',
+        name: `  RSS ${apiSettledAfterMs / 1000} s later`,
         value: mib(settled.rss),
         unit: 'MiB',
         note: `${agent.finalHeap ? heapText(agent.finalHeap) : 'JS heap unknown'}${end ? `; at stop ${mib(end.rss).toFixed(0)} MiB` : ''}`,
@@ -322,7 +327,7 @@ async function useAgentApi(agent: AgentRun, model: ProxyModel): Promise<ApiUse> 
       diffs.push(diff.ms);
     }
     const during = await agent.rss();
-    await new Promise((resolve) => setTimeout(resolve, 2000));
+    await new Promise((resolve) => setTimeout(resolve, apiSettledAfterMs));
     return {traces, diffs, during, settled: await agent.rss()};
   } finally {
     client.close();
