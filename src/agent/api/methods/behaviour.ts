@@ -66,11 +66,27 @@ async function checkKernelRuns(state: RuntimeState, mode: ProxyMode): Promise<vo
   const {host, nodeName} = state;
   try {
     if (mode === 'ipvs') await host.ipvsadm(['-Ln']);
-    else if (mode === 'nftables') await host.nft(['list', 'tables']);
+    else if (mode === 'nftables') await checkNftablesRuns(host);
     else await host.iptablesVersion(state.families[0] as IPFamily);
   } catch (error) {
     throw new Error(`node ${nodeName} cannot run ${mode} mode: ${errorText(error).split('\n')[0]}`);
   }
+}
+
+/** kube-proxy refuses nftables mode on kernels older than this (utilkernel.NFTablesKubeProxyKernelVersion). */
+const nftablesModeKernel = [5, 13];
+
+/**
+ * checkNftablesRuns: nft answers and the kernel is one kube-proxy runs nftables mode on. `nft list
+ * sets` is the question, not `nft list tables`: nft reads every rule of every table for that,
+ * minutes on a large iptables-nft node.
+ */
+export async function checkNftablesRuns(host: Host): Promise<void> {
+  await host.nft(['list', 'sets']);
+  const release = (await host.sysctlRead('kernel.osrelease')).trim();
+  const [major, minor] = (/^(\d+)\.(\d+)/.exec(release) ?? []).slice(1).map(Number);
+  if (major < nftablesModeKernel[0] || (major === nftablesModeKernel[0] && minor < nftablesModeKernel[1]))
+    throw new Error(`kube-proxy in nftables mode requires kernel ${nftablesModeKernel.join('.')} or later; this node runs ${release}`);
 }
 
 function mergeFamilies(diffs: BehaviourDiff[]): BehaviourDiff {
