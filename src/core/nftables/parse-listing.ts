@@ -114,9 +114,17 @@ function readSetLine(set: NftSet, lines: string[], index: number, line: string):
     return index;
   }
   if (!line.startsWith('elements = {')) return index; // type, typeof, size, comment, policy, counter
-  let text = line.slice('elements = '.length);
+  // The elements run over as many lines as the set has elements (110,000 in a large node's maps):
+  // the brace depth is counted line by line as they come, and the lines joined once.
+  const parts = [line.slice('elements = '.length)];
+  let depth = braceDepth(parts[0], 0);
   let last = index;
-  while (!balanced(text) && last + 1 < lines.length) text += ` ${listingLine(lines[++last])}`;
+  while (depth !== 0 && last + 1 < lines.length) {
+    const next = listingLine(lines[++last]);
+    parts.push(next);
+    depth = braceDepth(next, depth);
+  }
+  const text = parts.join(' ');
   const inner = /^\{(.*)\}$/.exec(text.trim())?.[1] ?? '';
   // Elements of dynamic sets carry their own timeout and time left, which no key holds.
   for (const item of splitTopLevel(inner, ','))
@@ -124,14 +132,13 @@ function readSetLine(set: NftSet, lines: string[], index: number, line: string):
   return last;
 }
 
-/** balanced: every "{" outside quotes is closed. */
-function balanced(text: string): boolean {
-  let depth = 0;
+/** braceDepth: the depth of "{" outside quotes after `text`, from `depth` before it (a quote does not span lines). */
+function braceDepth(text: string, depth: number): number {
   let quoted = false;
   for (const char of text) {
     if (char === '"') quoted = !quoted;
     else if (!quoted && char === '{') depth++;
     else if (!quoted && char === '}') depth--;
   }
-  return depth === 0;
+  return depth;
 }

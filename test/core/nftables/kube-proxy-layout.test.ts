@@ -238,6 +238,26 @@ describe("kube-proxy's nftables layout: parse and diff", () => {
     );
   });
 
+  it("reads a large node's map, its elements listed one per line, each of them", () => {
+    // 100,000 services' worth of service-ips, as nft lists a map whose elements do not fit a line.
+    const count = 100_000;
+    const address = (index: number) => `172.${16 + (index >> 16)}.${(index >> 8) & 255}.${index & 255}`;
+    const elements = Array.from({length: count}, (_, index) => `${address(index)} . tcp . 80 : goto service-${index}`);
+    const listing = [
+      'table ip kube-proxy {',
+      '\tmap service-ips {',
+      '\t\ttype ipv4_addr . inet_proto . inet_service : verdict',
+      '\t\tcomment "ClusterIP, ExternalIP and LoadBalancer IP traffic"',
+      `\t\telements = { ${elements.join(',\n\t\t\t     ')} }`,
+      '\t}',
+      '}',
+      '',
+    ].join('\n');
+    const map = parseNftablesListing(listing).sets.get('service-ips')!;
+    assert.equal(map.elements.length, count);
+    assert.deepEqual(map.elements.at(-1), {key: `${address(count - 1)} . tcp . 80`, value: `goto service-${count - 1}`});
+  });
+
   it('refuses a listing it cannot read, naming the line', () => {
     assert.throws(() => parseNftablesListing('table ip kube-proxy {\n\tchain x {\n'), /chain x is not closed/);
     assert.throws(() => parseNftablesListing('hello\n'), /nft listing line 1: cannot read "hello" outside a table/);
