@@ -28,7 +28,11 @@ export class RecordingHost implements Host {
   readonly calls: string[] = [];
   readonly restores: Array<{family: IPFamily; rules: string; options: RestoreOptions}> = [];
   readonly conntrackDeletes: ConntrackFilter[] = [];
-  readonly sysctls = new Map<string, string>([['net.ipv4.conf.all.route_localnet', '0']]);
+  readonly sysctls = new Map<string, string>([
+    ['net.ipv4.conf.all.route_localnet', '0'],
+    // A kernel every mode runs on (nftables mode wants 5.13 or later).
+    ['kernel.osrelease', '6.1.0-40-amd64'],
+  ]);
   /** Next restores to fail, with this stderr. */
   failRestores: string[] = [];
   readonly #tables = new Map<string, Table>();
