@@ -10,6 +10,7 @@
 import {deflateRawSync, inflateRawSync} from 'node:zlib';
 import type {IPFamily} from '../../core/model/index.ts';
 import type {Host} from '../host/host.ts';
+import type {IptablesTable} from '../../core/iptables/chains.ts';
 import type {ChainsWritten, RulesWriteListener, WrittenRules} from '../sync/types.ts';
 import {releaseGarbageSoon} from '../sync/sync-bookkeeping.ts';
 import type {RulesetChanges} from './ruleset-changes.ts';
@@ -46,6 +47,12 @@ export interface AppliedStateOptions {
   patch?(rules: ParsedRules, tables: ChainsWritten[]): ParsedRules;
   /** The text of patched rules. */
   format?(rules: ParsedRules): string;
+  /**
+   * Reads chains of an iptables table as they are now (`iptables -S CHAIN` each): with patch, a
+   * foreign change the monitor names by its chains is followed by reading those chains only, not
+   * the whole tables again.
+   */
+  readChains?(family: IPFamily, table: IptablesTable, chains: string[]): Promise<ChainsWritten>;
   changes: RulesetChanges;
   now(): number;
   /** Longest wait for the change monitor to report what the kernel committed (default 5 s); past it, the kernel is read. */
@@ -76,6 +83,15 @@ interface FamilyWrites {
   /** When the last write was reported (a reading that started before may miss it). */
   lastEndedAt?: number;
 }
+
+/**
+ * The most chains a foreign change may touch for the cache to read them alone (`iptables -S` each,
+ * about 0.1 s on a large node); past it the whole tables are read again, in one iptables-save.
+ */
+const foreignChainsFollowed = 20;
+
+/** The chains iptables itself makes in filter and nat. */
+const builtinChains = new Set(['PREROUTING', 'INPUT', 'FORWARD', 'OUTPUT', 'POSTROUTING']);
 
 export class AppliedState implements RulesWriteListener {
   readonly #options: AppliedStateOptions;
@@ -189,18 +205,10 @@ export class AppliedState implements RulesWriteListener {
       );
     } else if (written?.kind === 'chains' && previous && previous.writes === writes.count - 1 && this.#options.patch) {
       const rules = this.#options.patch(previous.rules, written.tables);
-      const format = this.#options.format;
-      let text: string | undefined;
-      this.#current.set(family, {
+      this.#current.set(
         family,
-        get text() {
-          return (text ??= format ? format(rules) : '');
-        },
-        rules,
-        readAt: written.writtenAt,
-        basisAt: previous.basisAt,
-        writes: writes.count,
-      });
+        this.#patchedEntry(family, rules, {readAt: written.writtenAt, basisAt: previous.basisAt, writes: writes.count}),
+      );
     }
     writes.running?.finish();
     writes.running = undefined;
@@ -208,6 +216,43 @@ export class AppliedState implements RulesWriteListener {
     this.#writesRunning = Math.max(0, this.#writesRunning - 1);
     for (const ownEnded of this.#ownWritersEnded) ownEnded();
     this.#ownWritersEnded = [];
+  }
+
+  #patchedEntry(family: IPFamily, rules: ParsedRules, times: Pick<Entry, 'readAt' | 'basisAt' | 'writes'>): Entry {
+    const format = this.#options.format;
+    let text: string | undefined;
+    return {
+      family,
+      get text() {
+        return (text ??= format ? format(rules) : '');
+      },
+      rules,
+      ...times,
+    };
+  }
+
+  /**
+   * The cached rules brought up to date by reading only the chains foreign changes touched since
+   * they were read, when the monitor named them all and they are few; undefined otherwise (the
+   * caller reads the whole tables). A chain iptables makes itself (PREROUTING, INPUT...) is read
+   * with the tables: its policy is the table's.
+   */
+  async #followForeignChanges(family: IPFamily, writes: number, startedAt: number): Promise<Entry | undefined> {
+    const {readChains, patch, changes} = this.#options;
+    const cached = this.#current.get(family);
+    if (!readChains || !patch || !cached || cached.writes !== writes) return undefined;
+    const byFamily = changes.foreignChainsSince(cached.basisAt);
+    if (!byFamily) return undefined;
+    const touched = byFamily.get(family) ?? new Map<IptablesTable, Set<string>>();
+    const chains = [...touched.values()].flatMap((names) => [...names]);
+    if (chains.length > foreignChainsFollowed || chains.some((chain) => builtinChains.has(chain))) return undefined;
+    const tables: ChainsWritten[] = [];
+    for (const [table, names] of touched) tables.push(await readChains(family, table, [...names]));
+    return this.#patchedEntry(family, tables.length > 0 ? patch(cached.rules, tables) : cached.rules, {
+      readAt: startedAt,
+      basisAt: startedAt,
+      writes,
+    });
   }
 
   #familyWrites(family: IPFamily): FamilyWrites {
@@ -274,6 +319,11 @@ export class AppliedState implements RulesWriteListener {
   }
 
   async #read(family: IPFamily, writes: number, startedAt: number): Promise<AppliedRules> {
+    const followed = await this.#followForeignChanges(family, writes, startedAt);
+    if (followed) {
+      if (writes === this.#familyWrites(family).count) this.#current.set(family, followed);
+      return followed;
+    }
     const entry = this.#entryOf(family, await this.#options.read(family), {readAt: startedAt, basisAt: startedAt, writes});
     void entry.rules;
     // Reading and parsing a whole table leaves garbage the size of several tables (nftables' JSON

@@ -7,7 +7,12 @@
 import {spawn, type ChildProcess} from 'node:child_process';
 import {readFileSync, readdirSync, readlinkSync} from 'node:fs';
 import {createInterface} from 'node:readline';
+import type {IptablesTable} from '../../core/iptables/chains.ts';
+import type {IPFamily} from '../../core/model/index.ts';
 import type {Logger} from '../log.ts';
+
+/** Chains of iptables' filter and nat tables, per family and table. */
+export type ChainsByTable = Map<IPFamily, Map<IptablesTable, Set<string>>>;
 
 export interface RulesetChanges {
   /** False when changes cannot be seen (no nft, legacy iptables, the monitor died): never trust a cache then. */
@@ -27,6 +32,13 @@ export interface RulesetChanges {
    * monitor has nothing left to read), false when that cannot be told within `maxWaitMs`.
    */
   settled(maxWaitMs: number): Promise<boolean>;
+  /**
+   * The chains of iptables' filter and nat tables that foreign changes touched from `since` (ms) on,
+   * when the monitor named each change of those tables by its chain; undefined when one cannot be
+   * told that way (a table deleted, another kind of object, a change too large or too old to be
+   * kept, or one made before the monitor listened). Changes to other tables are not in it.
+   */
+  foreignChainsSince(since: number): ChainsByTable | undefined;
   close(): void;
 }
 
@@ -37,9 +49,42 @@ export function unwatchedRulesetChanges(): RulesetChanges {
     lastForeignChangeAt: () => Date.now(),
     ownWriter: () => () => {},
     settled: async () => false,
+    foreignChainsSince: () => undefined,
     close: () => {},
   };
 }
+
+/** What one event line of nft monitor changed of iptables' filter and nat tables. */
+export type MonitorEvent = {family: IPFamily; table: IptablesTable; chain: string} | 'other' | 'none';
+
+const iptablesFamilies: Record<string, IPFamily> = {ip: 'IPv4', ip6: 'IPv6'};
+
+/**
+ * parseMonitorEvent reads one event line of nft monitor ("add rule ip nat KUBE-SVC-X ...", "delete
+ * chain ip6 filter KUBE-FORWARD", "create chain ..."): the chain of a filter or nat table it changed;
+ * 'other' when it changed those tables otherwise (a table deleted, a set); 'none' when it changed
+ * nothing they hold (another table, a table created empty, a comment line).
+ */
+export function parseMonitorEvent(line: string): MonitorEvent {
+  const words = /^(add|create|insert|replace|delete|destroy|flush) (\w+) (\w+) (\S+)(?: (\S+))?/.exec(line);
+  if (!words) return 'none';
+  const [, verb, kind, familyWord, table, name] = words;
+  const family = iptablesFamilies[familyWord];
+  if (!family || (table !== 'filter' && table !== 'nat')) return 'none';
+  if ((kind === 'rule' || kind === 'chain') && name !== undefined) return {family, table, chain: name};
+  if (kind === 'table' && (verb === 'add' || verb === 'create')) return 'none';
+  return 'other';
+}
+
+/** One foreign transaction as the monitor reported it: when, and the chains it touched (undefined: not told by chain). */
+interface ForeignChange {
+  at: number;
+  chains?: Array<{family: IPFamily; table: IptablesTable; chain: string}>;
+}
+
+/** Foreign transactions kept for foreignChainsSince, and chains per transaction past which it is not told by chain. */
+const foreignChangesKept = 64;
+const chainsPerChangeKept = 256;
 
 /** A generation line of nft monitor: "# new generation 42 by process 1234 (iptables-restor)". */
 export function parseGenerationLine(line: string): {generation: number; pid?: number; process?: string} | undefined {
@@ -112,11 +157,26 @@ export async function watchNftRuleset(options: {netns?: string; log: Logger; mon
   }
   let stderr = '';
   child.stderr!.setEncoding('utf8').on('data', (chunk: string) => (stderr = (stderr + chunk).slice(-500)));
+  // The transaction being reported: its event lines come before its generation line.
+  let pendingChains: ForeignChange['chains'] = [];
+  const foreignChanges: ForeignChange[] = [];
+  // Foreign changes before this time are not all kept.
+  let keptSince = 0;
   createInterface({input: child.stdout!}).on('line', (line) => {
     const generation = parseGenerationLine(line);
-    if (!generation) return;
+    if (!generation) {
+      const event = parseMonitorEvent(line);
+      if (event === 'other' || (event !== 'none' && pendingChains && pendingChains.length >= chainsPerChangeKept))
+        pendingChains = undefined;
+      else if (event !== 'none') pendingChains?.push(event);
+      return;
+    }
+    const chains = pendingChains;
+    pendingChains = [];
     if (generation.pid !== undefined && own.has(generation.pid)) return;
     lastForeignAt = Date.now();
+    foreignChanges.push({at: lastForeignAt, chains});
+    if (foreignChanges.length > foreignChangesKept) keptSince = foreignChanges.shift()!.at + 1;
     log.detail(3, 'agent api: ruleset changed by another process', {
       generation: generation.generation,
       pid: generation.pid,
@@ -188,6 +248,22 @@ export async function watchNftRuleset(options: {netns?: string; log: Logger; mon
       };
     },
     settled,
+    foreignChainsSince: (since) => {
+      if (!alive || watchingSince === undefined || since < watchingSince || since < keptSince) return undefined;
+      const touched: ChainsByTable = new Map();
+      for (const change of foreignChanges) {
+        if (change.at < since) continue;
+        if (!change.chains) return undefined;
+        for (const {family, table, chain} of change.chains) {
+          let tables = touched.get(family);
+          if (!tables) touched.set(family, (tables = new Map()));
+          let chains = tables.get(table);
+          if (!chains) tables.set(table, (chains = new Set()));
+          chains.add(chain);
+        }
+      }
+      return touched;
+    },
     close: () => {
       closed = true;
       if (alive) child.kill('SIGTERM');

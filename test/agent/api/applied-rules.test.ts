@@ -6,7 +6,7 @@ import assert from 'node:assert/strict';
 import {describe, it} from 'node:test';
 import {AppliedState} from '../../../src/agent/applied/applied-state.ts';
 import {iptablesBackend} from '../../../src/agent/api/rules/iptables.ts';
-import {unwatchedRulesetChanges, type RulesetChanges} from '../../../src/agent/applied/ruleset-changes.ts';
+import {type ChainsByTable, unwatchedRulesetChanges, type RulesetChanges} from '../../../src/agent/applied/ruleset-changes.ts';
 import {watchedChanges} from './watched-changes.ts';
 import {findChain, type IptablesRuleset} from '../../../src/core/iptables/ruleset.ts';
 import {traceIptables} from '../../../src/core/iptables/trace.ts';
@@ -30,6 +30,7 @@ COMMIT
 function cacheOver(changes: RulesetChanges, clock = {time: 1000}) {
   let kernel = kernelV1;
   const reads: string[] = [];
+  const chainReads: string[] = [];
   const cache = new AppliedState({
     read: async (family) => {
       reads.push(family);
@@ -39,11 +40,25 @@ function cacheOver(changes: RulesetChanges, clock = {time: 1000}) {
     parse: iptablesBackend.parse,
     patch: iptablesBackend.patch,
     format: iptablesBackend.format,
+    // As `iptables -S CHAIN` answers from the kernel's text.
+    readChains: async (_family, table, chains) => {
+      chainReads.push(...chains);
+      const lines = kernel.split('\n');
+      const existing = chains.filter((chain) => lines.includes(`:${chain} - [0:0]`));
+      return {
+        table,
+        declared: chains,
+        chains: existing,
+        rules: lines.filter((line) => existing.some((chain) => line.startsWith(`-A ${chain} `))),
+      };
+    },
     changes,
     now: () => clock.time++,
   });
-  return {cache, reads, setKernel: (text: string) => (kernel = text)};
+  return {cache, reads, chainReads, setKernel: (text: string) => (kernel = text)};
 }
+
+const nat = (...chains: string[]): ChainsByTable => new Map([['IPv4', new Map([['nat', new Set(chains)]])]]);
 
 const packet = {srcIP: '10.244.2.9', dstIP: '10.96.0.10', dstPort: 80, protocol: 'TCP' as const, origin: 'arriving' as const};
 
@@ -138,6 +153,52 @@ describe('AppliedState', () => {
     assert.ok(JSON.stringify(trace).includes('10.244.1.6'), 'the trace reaches the endpoint the write put in');
     // The reading the patch started from is left as it was.
     assert.ok(findChain(before.rules as IptablesRuleset, 'nat', 'KUBE-SEP-AAAAAAAAAAAAAAAA'));
+  });
+
+  it('follows a foreign change the monitor names by its chains by reading those chains alone: a trace takes the new endpoint', async () => {
+    const clock = {time: 1000};
+    const changes = watchedChanges(clock);
+    const {cache, reads, chainReads, setKernel} = cacheOver(changes, clock);
+    await cache.get('IPv4');
+    setKernel(kernelV1.replace('--to-destination 10.244.1.5:8080', '--to-destination 10.244.1.9:8080'));
+    changes.foreignChange(nat('KUBE-SEP-AAAAAAAAAAAAAAAA'));
+    const after = await cache.get('IPv4');
+    assert.deepEqual(reads, ['IPv4'], 'the tables are not read again');
+    assert.deepEqual(chainReads, ['KUBE-SEP-AAAAAAAAAAAAAAAA']);
+    assert.match(after.text, /--to-destination 10\.244\.1\.9:8080/);
+    const trace = traceIptables(after.rules as IptablesRuleset, packet, {localAddresses: []});
+    assert.ok(JSON.stringify(trace).includes('10.244.1.9'), 'the trace reaches the endpoint the foreign change put in');
+    assert.equal(await cache.get('IPv4'), after, 'current until the next change');
+
+    // A chain deleted by hand is gone from the rules.
+    setKernel(
+      kernelV1
+        .split('\n')
+        .filter((line) => !line.includes('KUBE-SEP-AAAAAAAAAAAAAAAA ') && !line.startsWith(':KUBE-SEP-AAAAAAAAAAAAAAAA'))
+        .join('\n'),
+    );
+    changes.foreignChange(nat('KUBE-SEP-AAAAAAAAAAAAAAAA', 'KUBE-SVC-AAAAAAAAAAAAAAAA'));
+    const deleted = await cache.get('IPv4');
+    assert.deepEqual(reads, ['IPv4']);
+    assert.equal(findChain(deleted.rules as IptablesRuleset, 'nat', 'KUBE-SEP-AAAAAAAAAAAAAAAA'), undefined);
+  });
+
+  it('reads the whole tables again after a foreign change not told by chain, one to a chain iptables makes, or one to many chains', async () => {
+    const many = Array.from({length: 21}, (_, index) => `KUBE-SEP-${String(index).padStart(16, 'A')}`);
+    for (const [what, chains] of [
+      ['not told by chain', undefined],
+      ['a built-in chain', nat('PREROUTING')],
+      ['21 chains', nat(...many)],
+    ] as const) {
+      const clock = {time: 1000};
+      const changes = watchedChanges(clock);
+      const {cache, reads, chainReads} = cacheOver(changes, clock);
+      await cache.get('IPv4');
+      changes.foreignChange(chains);
+      await cache.get('IPv4');
+      assert.deepEqual(reads, ['IPv4', 'IPv4'], what);
+      assert.deepEqual(chainReads, [], what);
+    }
   });
 
   it("takes a full write's read-back as the rules, without reading the kernel itself", async () => {

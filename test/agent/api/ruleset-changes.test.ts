@@ -7,7 +7,7 @@ import {randomBytes} from 'node:crypto';
 import {test} from 'node:test';
 import {AppliedState} from '../../../src/agent/applied/applied-state.ts';
 import {iptablesBackend} from '../../../src/agent/api/rules/iptables.ts';
-import {parseGenerationLine, watchNftRuleset} from '../../../src/agent/applied/ruleset-changes.ts';
+import {parseGenerationLine, parseMonitorEvent, watchNftRuleset} from '../../../src/agent/applied/ruleset-changes.ts';
 import {CommandHost} from '../../../src/agent/host/command-host.ts';
 import {memoryLogger} from '../../../src/agent/log.ts';
 import {findChain, type IptablesRuleset} from '../../../src/core/iptables/ruleset.ts';
@@ -21,6 +21,120 @@ test('parseGenerationLine reads the generation and the process behind it', () =>
   });
   assert.deepEqual(parseGenerationLine('# new generation 7'), {generation: 7, pid: undefined, process: undefined});
   assert.equal(parseGenerationLine('add rule ip nat FOO counter packets 0 bytes 0 return'), undefined);
+});
+
+test("parseMonitorEvent names the chain of iptables' filter and nat tables an event changed", () => {
+  assert.deepEqual(parseMonitorEvent('add rule ip nat KUBE-SVC-AAA counter packets 0 bytes 0 jump KUBE-SEP-B'), {
+    family: 'IPv4',
+    table: 'nat',
+    chain: 'KUBE-SVC-AAA',
+  });
+  assert.deepEqual(parseMonitorEvent('delete rule ip6 filter KUBE-FORWARD handle 12'), {
+    family: 'IPv6',
+    table: 'filter',
+    chain: 'KUBE-FORWARD',
+  });
+  assert.deepEqual(parseMonitorEvent('create chain ip nat KUBE-SEP-B'), {family: 'IPv4', table: 'nat', chain: 'KUBE-SEP-B'});
+  assert.deepEqual(parseMonitorEvent('add chain ip nat PREROUTING { type nat hook prerouting priority dstnat; policy accept; }'), {
+    family: 'IPv4',
+    table: 'nat',
+    chain: 'PREROUTING',
+  });
+  assert.equal(parseMonitorEvent('add table ip nat'), 'none', 'a table created holds nothing yet');
+  assert.equal(parseMonitorEvent('delete table ip nat'), 'other');
+  assert.equal(parseMonitorEvent('add set ip filter blocked { type ipv4_addr; }'), 'other');
+  assert.equal(parseMonitorEvent('add rule ip mangle KUBE-KUBELET-CANARY counter'), 'none', 'a table the readings do not hold');
+  assert.equal(parseMonitorEvent('add element ip kube-proxy service-ips { 10.96.0.10 . tcp . 80 : goto svc }'), 'none');
+  assert.equal(parseMonitorEvent('# new generation 7 by process 12 (nft)'), 'none');
+});
+
+test('applied rules: a foreign change to a chain is followed by reading that chain alone, as iptables-save would print it; one to PREROUTING reads the tables', async (t) => {
+  if (!isRoot) {
+    t.skip('needs root: runs nft monitor and iptables in a fresh network namespace');
+    return;
+  }
+  const netns = `pxapi-${process.pid}-${randomBytes(3).toString('hex')}`;
+  execFileSync('ip', ['netns', 'add', netns]);
+  t.after(() => execFileSync('ip', ['netns', 'del', netns]));
+  const changes = await watchNftRuleset({netns, log: memoryLogger()});
+  t.after(() => changes.close());
+  await until('the monitor to listen', () => changes.watching());
+  const host = new CommandHost({netns});
+  const save = async () => (await host.iptablesSave('IPv4', 'filter')) + (await host.iptablesSave('IPv4', 'nat'));
+  const reads: number[] = [];
+  const cache = new AppliedState({
+    read: async () => {
+      reads.push(Date.now());
+      return save();
+    },
+    parse: iptablesBackend.parse,
+    patch: iptablesBackend.patch,
+    format: iptablesBackend.format,
+    readChains: (family, table, chains) => iptablesBackend.readChains!(host, family, table, chains),
+    changes,
+    now: Date.now,
+  });
+  const iptables = (...args: string[]) => execFileSync('ip', ['netns', 'exec', netns, 'iptables', '-w', ...args]);
+  iptables('-t', 'nat', '-N', 'KUBE-SERVICES');
+  iptables('-t', 'nat', '-A', 'PREROUTING', '-j', 'KUBE-SERVICES');
+  await cache.get('IPv4');
+  assert.equal(reads.length, 1);
+
+  const since = Date.now();
+  iptables('-t', 'nat', '-N', 'KUBE-SEP-AAAAAAAAAAAAAAAA');
+  iptables(
+    '-t',
+    'nat',
+    '-A',
+    'KUBE-SEP-AAAAAAAAAAAAAAAA',
+    '-p',
+    'tcp',
+    '-m',
+    'comment',
+    '--comment',
+    'default/web:http',
+    '-m',
+    'tcp',
+    '-j',
+    'DNAT',
+    '--to-destination',
+    '10.244.1.5:8080',
+  );
+  iptables(
+    '-t',
+    'nat',
+    '-A',
+    'KUBE-SERVICES',
+    '-d',
+    '10.96.0.10/32',
+    '-p',
+    'tcp',
+    '-m',
+    'tcp',
+    '--dport',
+    '80',
+    '-j',
+    'KUBE-SEP-AAAAAAAAAAAAAAAA',
+  );
+  const followed = await cache.get('IPv4');
+  assert.equal(reads.length, 1, 'the chains were read, not the tables');
+  assert.deepEqual([...(changes.foreignChainsSince(since)?.get('IPv4')?.get('nat') ?? [])].sort(), [
+    'KUBE-SEP-AAAAAAAAAAAAAAAA',
+    'KUBE-SERVICES',
+  ]);
+  // What a whole reading says of those chains, rule for rule.
+  const whole = iptablesBackend.parse(await save()) as IptablesRuleset;
+  for (const chain of ['KUBE-SERVICES', 'KUBE-SEP-AAAAAAAAAAAAAAAA'])
+    assert.deepEqual(
+      findChain(followed.rules as IptablesRuleset, 'nat', chain)?.rules.map((rule) => rule.text),
+      findChain(whole, 'nat', chain)?.rules.map((rule) => rule.text),
+      chain,
+    );
+  assert.equal(iptablesBackend.diff(iptablesBackend.parse(await save()), followed.rules).equal, true, 'no difference from a whole reading');
+
+  iptables('-t', 'nat', '-I', 'PREROUTING', '1', '-s', '10.9.9.9/32', '-j', 'ACCEPT');
+  await cache.get('IPv4');
+  assert.equal(reads.length, 2, 'a change to PREROUTING reads the tables');
 });
 
 test("applied rules: the agent's own write is followed without a reading; a foreign iptables -A right after it makes the next request read the kernel", async (t) => {

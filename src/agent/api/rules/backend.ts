@@ -8,6 +8,7 @@ import type {Packet, TraceContext, TraceResult} from '../../../core/trace/types.
 import type {DiffGroup, ProxyMode} from '../../../protocol/methods.ts';
 import type {ParsedRules} from '../../applied/applied-state.ts';
 import type {ChainsWritten} from '../../sync/types.ts';
+import type {IptablesTable} from '../../../core/iptables/chains.ts';
 import {errorText} from '../../../core/error-text.ts';
 
 /** A parsed ruleset; only the backend that made it looks inside. */
@@ -42,6 +43,8 @@ export interface RulesBackend {
   format?(rules: ParsedRules): string;
   /** Reads back the text parsed rules were read from, when they keep it as it was given; undefined when they do not. */
   textOf?(rules: ParsedRules): (() => string) | undefined;
+  /** Reads chains of an iptables table as they are now, to patch into the applied rules after a foreign change to them. */
+  readChains?(host: Host, family: IPFamily, table: IptablesTable, chains: string[]): Promise<ChainsWritten>;
   /** Reads the applied rules from the kernel; default iptables-save -t filter + -t nat. */
   readApplied?(host: Host, family: IPFamily): Promise<string>;
 }

@@ -2,6 +2,7 @@
 import {diffIptables} from '../../../core/iptables/diff.ts';
 import {formatIptablesRuleset, parseIptablesSave} from '../../../core/iptables/parse.ts';
 import {renderIptables} from '../../../core/iptables/render.ts';
+import type {IptablesTable} from '../../../core/iptables/chains.ts';
 import type {IptablesRuleset, RulesetTable} from '../../../core/iptables/ruleset.ts';
 import {traceIptables} from '../../../core/iptables/trace.ts';
 import type {ChainsWritten} from '../../sync/types.ts';
@@ -79,6 +80,7 @@ const plainIptablesBackend: RulesBackend = {
   patch: (rules, tables) =>
     (rules instanceof ChainIndexedRuleset ? rules.patched(tables) : patchIptablesRuleset(rules as IptablesRuleset, tables)) as ParsedRules,
   format: (rules) => formatIptablesRuleset(rules as IptablesRuleset),
+  readChains: readIptablesChains,
   textOf: (rules) => (rules instanceof ChainIndexedRuleset ? rules.sourceText : undefined),
   diff: (desired, applied, service) => {
     // Chains whose lines are the same on both sides are skipped unparsed (both must be in
@@ -97,3 +99,19 @@ const plainIptablesBackend: RulesBackend = {
 };
 
 export const iptablesBackend: RulesBackend = iptablesRulesBackend();
+
+/**
+ * readIptablesChains: the chains as they are now, one `iptables -S CHAIN` each (it prints a rule
+ * as iptables-save does); a chain that does not exist is declared and gone.
+ */
+async function readIptablesChains(host: Host, family: IPFamily, table: IptablesTable, chains: string[]): Promise<ChainsWritten> {
+  const existing: string[] = [];
+  const rules: string[] = [];
+  for (const chain of chains) {
+    const listed = await host.iptablesListChain(family, table, chain);
+    if (listed === undefined) continue;
+    existing.push(chain);
+    for (const line of listed.split('\n')) if (line.startsWith('-A ')) rules.push(line);
+  }
+  return {table, declared: chains, chains: existing, rules};
+}
