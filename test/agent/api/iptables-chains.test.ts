@@ -139,6 +139,9 @@ describe('ChainIndexedRuleset', () => {
     for (let i = 0; i < 50; i++) again = again.patched(written);
     assert.deepEqual(contents(again), contents(patched));
     assert.equal(before.tables.get('nat')!.chains.has(sep), true, 'the rules the patch started from stay as they were');
+    // Its text, put together without parsing, is what formatting the parsed rules prints.
+    assert.equal(patched.savedText(), formatIptablesRuleset(patchIptablesRuleset(parseIptablesSave(text), written)));
+    assert.equal(before.savedText(), formatIptablesRuleset(parseIptablesSave(text)));
   });
 
   it('parses only the chains a trace meets', () => {

@@ -6,6 +6,7 @@
 // where each chain's rules are in it. A diff still walks every chain, parsing each as it goes, and keeps nothing afterwards.
 import {guessFamily, parseIptablesSave} from '../../../core/iptables/parse.ts';
 import {
+  builtinChains,
   isBuiltinChain,
   type IptablesChain,
   type IptablesRuleset,
@@ -209,6 +210,37 @@ export class ChainIndexedRuleset implements IptablesRuleset {
       }
     }
     return undefined;
+  }
+
+  /**
+   * The rules as formatIptablesRuleset prints them, put together from the text's lines and the
+   * chains a write replaced, without parsing a chain: the text of patched rules (a foreign change
+   * followed chain by chain leaves a drift check one to search, at 10,000 services 33 MB).
+   */
+  savedText(): string {
+    const lines: string[] = [];
+    for (const table of this.#index.tables.values()) {
+      lines.push(`*${table.name}`);
+      const order = builtinChains[table.name] ?? [];
+      const names = [...table.ids.keys()];
+      const builtin = names.filter((name) => isBuiltinChain(table.name, name));
+      for (const name of builtin) lines.push(`:${name} ${table.policies.get(table.ids.get(name)!) ?? 'ACCEPT'} [0:0]`);
+      for (const name of names) if (!isBuiltinChain(table.name, name)) lines.push(`:${name} - [0:0]`);
+      const sorted = [
+        ...builtin.sort((a, b) => order.indexOf(a) - order.indexOf(b)),
+        ...names.filter((name) => !isBuiltinChain(table.name, name)),
+      ];
+      for (const name of sorted) {
+        const written = table.written.get(table.ids.get(name)!);
+        if (written) lines.push(...written.rules);
+        else {
+          const raw = this.#rawRules(table.name, name);
+          if (raw) lines.push(raw);
+        }
+      }
+      lines.push('COMMIT');
+    }
+    return lines.length === 0 ? '' : `${lines.join('\n')}\n`;
   }
 
   /** Whether the line at `position` of the text is one of chain `id`'s rules in `table`. */

@@ -79,7 +79,7 @@ const plainIptablesBackend: RulesBackend = {
   parse: (text) => (ChainIndexedRuleset.of(text) ?? parseIptablesSave(text)) as ParsedRules,
   patch: (rules, tables) =>
     (rules instanceof ChainIndexedRuleset ? rules.patched(tables) : patchIptablesRuleset(rules as IptablesRuleset, tables)) as ParsedRules,
-  format: (rules) => formatIptablesRuleset(rules as IptablesRuleset),
+  format: (rules) => (rules instanceof ChainIndexedRuleset ? rules.savedText() : formatIptablesRuleset(rules as IptablesRuleset)),
   readChains: readIptablesChains,
   textOf: (rules) => (rules instanceof ChainIndexedRuleset ? rules.sourceText : undefined),
   diff: (desired, applied, service) => {
