@@ -151,6 +151,8 @@ export class ChainIndexedRuleset implements IptablesRuleset {
   readonly #parsed = new Map<string, IptablesChain>();
   /** The dump says iptables-save wrote it: its rules are parsed as printed (parseIptablesSave's keepSavedText). */
   readonly #savedSpelling: boolean;
+  /** Per other ruleset's text: the chains, per table, found to hold the same lines here and there (sameRules). */
+  readonly #sameAs = new WeakMap<CompressedText, Map<string, Set<string>>>();
 
   private constructor(index: DumpIndex) {
     this.#index = index;
@@ -185,8 +187,24 @@ export class ChainIndexedRuleset implements IptablesRuleset {
    */
   sameRules(other: ChainIndexedRuleset, table: string, chain: string): boolean {
     if (!this.#savedSpelling || !other.#savedSpelling) return false;
+    // A chain of the other's text that no write replaced holds the same lines in every patched copy
+    // of it: once found the same, it is not read out of the (deflated) text again. A foreign change
+    // followed chain by chain is then compared by its chains, not by the whole node's text.
+    const otherTable = other.#index.tables.get(table);
+    const otherId = otherTable?.ids.get(chain);
+    const fromText = otherTable !== undefined && otherId !== undefined && !otherTable.written.has(otherId);
+    let known = fromText ? this.#sameAs.get(other.#index.text)?.get(table) : undefined;
+    if (known?.has(chain)) return true;
     const mine = this.#rawRules(table, chain);
-    return mine !== undefined && mine === other.#rawRules(table, chain);
+    const same = mine !== undefined && mine === other.#rawRules(table, chain);
+    if (same && fromText) {
+      let tables = this.#sameAs.get(other.#index.text);
+      if (!tables) this.#sameAs.set(other.#index.text, (tables = new Map()));
+      if (!known) tables.set(table, (known = new Set()));
+      // The name as the diff has it from the rulesets: no string of its own per chain.
+      known.add(chain);
+    }
+    return same;
   }
 
   /**
