@@ -151,8 +151,8 @@ export class ChainIndexedRuleset implements IptablesRuleset {
   readonly #parsed = new Map<string, IptablesChain>();
   /** The dump says iptables-save wrote it: its rules are parsed as printed (parseIptablesSave's keepSavedText). */
   readonly #savedSpelling: boolean;
-  /** Per other ruleset's text: the chains, per table, found to hold the same lines here and there (sameRules). */
-  readonly #sameAs = new WeakMap<CompressedText, Map<string, Set<string>>>();
+  /** Per other ruleset's text: the chains, per table and by the other's chain number, found to hold the same lines here and there (sameRules). */
+  readonly #sameAs = new WeakMap<CompressedText, Map<string, Set<number>>>();
 
   private constructor(index: DumpIndex) {
     this.#index = index;
@@ -194,15 +194,15 @@ export class ChainIndexedRuleset implements IptablesRuleset {
     const otherId = otherTable?.ids.get(chain);
     const fromText = otherTable !== undefined && otherId !== undefined && !otherTable.written.has(otherId);
     let known = fromText ? this.#sameAs.get(other.#index.text)?.get(table) : undefined;
-    if (known?.has(chain)) return true;
+    if (known?.has(otherId!)) return true;
     const mine = this.#rawRules(table, chain);
     const same = mine !== undefined && mine === other.#rawRules(table, chain);
     if (same && fromText) {
       let tables = this.#sameAs.get(other.#index.text);
       if (!tables) this.#sameAs.set(other.#index.text, (tables = new Map()));
       if (!known) tables.set(table, (known = new Set()));
-      // The name as the diff has it from the rulesets: no string of its own per chain.
-      known.add(chain);
+      // By the other's chain number, which its patched copies keep for the chains no write replaced.
+      known.add(otherId!);
     }
     return same;
   }
