@@ -4,7 +4,7 @@
 import assert from 'node:assert/strict';
 import {execFileSync} from 'node:child_process';
 import {randomBytes} from 'node:crypto';
-import {test} from 'node:test';
+import {type TestContext, test} from 'node:test';
 import {AppliedState} from '../../../src/agent/applied/applied-state.ts';
 import {iptablesBackend} from '../../../src/agent/api/rules/iptables.ts';
 import {parseGenerationLine, parseMonitorEvent, watchNftRuleset} from '../../../src/agent/applied/ruleset-changes.ts';
@@ -22,6 +22,21 @@ test('parseGenerationLine reads the generation and the process behind it', () =>
   assert.deepEqual(parseGenerationLine('# new generation 7'), {generation: 7, pid: undefined, process: undefined});
   assert.equal(parseGenerationLine('add rule ip nat FOO counter packets 0 bytes 0 return'), undefined);
 });
+
+/** A fresh network namespace (deleted after the test) with nft monitor listening in it; undefined when the test was skipped. */
+async function watchedNamespace(t: TestContext) {
+  if (!isRoot) {
+    t.skip('needs root: runs nft monitor and iptables in a fresh network namespace');
+    return undefined;
+  }
+  const netns = `pxapi-${process.pid}-${randomBytes(3).toString('hex')}`;
+  execFileSync('ip', ['netns', 'add', netns]);
+  t.after(() => execFileSync('ip', ['netns', 'del', netns]));
+  const changes = await watchNftRuleset({netns, log: memoryLogger()});
+  t.after(() => changes.close());
+  await until('the monitor to listen', () => changes.watching());
+  return {netns, changes, host: new CommandHost({netns})};
+}
 
 test("parseMonitorEvent names the chain of iptables' filter and nat tables an event changed", () => {
   assert.deepEqual(parseMonitorEvent('add rule ip nat KUBE-SVC-AAA counter packets 0 bytes 0 jump KUBE-SEP-B'), {
@@ -49,17 +64,9 @@ test("parseMonitorEvent names the chain of iptables' filter and nat tables an ev
 });
 
 test('applied rules: a foreign change to a chain is followed by reading that chain alone, as iptables-save would print it; one to PREROUTING reads the tables', async (t) => {
-  if (!isRoot) {
-    t.skip('needs root: runs nft monitor and iptables in a fresh network namespace');
-    return;
-  }
-  const netns = `pxapi-${process.pid}-${randomBytes(3).toString('hex')}`;
-  execFileSync('ip', ['netns', 'add', netns]);
-  t.after(() => execFileSync('ip', ['netns', 'del', netns]));
-  const changes = await watchNftRuleset({netns, log: memoryLogger()});
-  t.after(() => changes.close());
-  await until('the monitor to listen', () => changes.watching());
-  const host = new CommandHost({netns});
+  const watched = await watchedNamespace(t);
+  if (!watched) return;
+  const {netns, changes, host} = watched;
   const save = async () => (await host.iptablesSave('IPv4', 'filter')) + (await host.iptablesSave('IPv4', 'nat'));
   const reads: number[] = [];
   const cache = new AppliedState({
@@ -138,18 +145,9 @@ test('applied rules: a foreign change to a chain is followed by reading that cha
 });
 
 test("applied rules: the agent's own write is followed without a reading; a foreign iptables -A right after it makes the next request read the kernel", async (t) => {
-  if (!isRoot) {
-    t.skip('needs root: runs nft monitor and iptables in a fresh network namespace');
-    return;
-  }
-  const netns = `pxapi-${process.pid}-${randomBytes(3).toString('hex')}`;
-  execFileSync('ip', ['netns', 'add', netns]);
-  t.after(() => execFileSync('ip', ['netns', 'del', netns]));
-  const changes = await watchNftRuleset({netns, log: memoryLogger()});
-  t.after(() => changes.close());
-  await until('the monitor to listen', () => changes.watching());
-
-  const host = new CommandHost({netns});
+  const watched = await watchedNamespace(t);
+  if (!watched) return;
+  const {netns, changes, host} = watched;
   const reads: number[] = [];
   const cache = new AppliedState({
     read: async () => {
