@@ -93,6 +93,20 @@ const foreignChainsFollowed = 20;
 /** The chains iptables itself makes in filter and nat. */
 const builtinChains = new Set(['PREROUTING', 'INPUT', 'FORWARD', 'OUTPUT', 'POSTROUTING']);
 
+/** `entry` as of other times: its rules and text read through it, however it holds them. */
+function entryAsOf(entry: Entry, times: Pick<Entry, 'readAt' | 'basisAt' | 'writes'>): Entry {
+  return {
+    family: entry.family,
+    get text() {
+      return entry.text;
+    },
+    get rules() {
+      return entry.rules;
+    },
+    ...times,
+  };
+}
+
 export class AppliedState implements RulesWriteListener {
   readonly #options: AppliedStateOptions;
   readonly #current = new Map<IPFamily, Entry>();
@@ -246,13 +260,12 @@ export class AppliedState implements RulesWriteListener {
     const touched = byFamily.get(family) ?? new Map<IptablesTable, Set<string>>();
     const chains = [...touched.values()].flatMap((names) => [...names]);
     if (chains.length > foreignChainsFollowed || chains.some((chain) => builtinChains.has(chain))) return undefined;
+    const times = {readAt: startedAt, basisAt: startedAt, writes};
+    // Nothing of these tables changed (the change was to another table): the same rules, and text, as of now.
+    if (touched.size === 0) return entryAsOf(cached, times);
     const tables: ChainsWritten[] = [];
     for (const [table, names] of touched) tables.push(await readChains(family, table, [...names]));
-    return this.#patchedEntry(family, tables.length > 0 ? patch(cached.rules, tables) : cached.rules, {
-      readAt: startedAt,
-      basisAt: startedAt,
-      writes,
-    });
+    return this.#patchedEntry(family, patch(cached.rules, tables), times);
   }
 
   #familyWrites(family: IPFamily): FamilyWrites {

@@ -594,23 +594,13 @@ function blockElements(blocks: EndpointBlock[]): NftElement[] {
  * service ports): a kept block's changed keys, a dropped block's keys and a new block's keys.
  */
 function blockChanges(before: EndpointBlock[], after: EndpointBlock[]): {deletions: NftElement[]; additions: NftElement[]} {
-  const value = (blocks: EndpointBlock[]) => {
-    const byKey = new Map<string, {map: string; value: string}>();
-    for (const element of blockElements(blocks))
-      byKey.set(`${element.container}\0${element.key}`, {map: element.container, value: element.value!});
-    return byKey;
-  };
-  const old = value(before);
-  const fresh = value(after);
-  const deletions: NftElement[] = [];
-  const additions: NftElement[] = [];
-  for (const [id, element] of old) {
-    if (fresh.get(id)?.value !== element.value) deletions.push({container: element.map, key: id.slice(id.indexOf('\0') + 1)});
-  }
-  for (const [id, element] of fresh) {
-    if (old.get(id)?.value !== element.value)
-      additions.push({container: element.map, key: id.slice(id.indexOf('\0') + 1), value: element.value});
-  }
+  const byId = (blocks: EndpointBlock[]) => new Map(blockElements(blocks).map((element) => [elementId(element), element]));
+  const old = byId(before);
+  const fresh = byId(after);
+  const deletions = [...old]
+    .filter(([id, element]) => fresh.get(id)?.value !== element.value)
+    .map(([, {container, key}]) => ({container, key}));
+  const additions = [...fresh].filter(([id, element]) => old.get(id)?.value !== element.value).map(([, element]) => element);
   return {deletions, additions};
 }
 

@@ -183,6 +183,20 @@ describe('AppliedState', () => {
     assert.equal(findChain(deleted.rules as IptablesRuleset, 'nat', 'KUBE-SEP-AAAAAAAAAAAAAAAA'), undefined);
   });
 
+  it("keeps the rules, now as of the change, when a foreign change touched none of this family's chains", async () => {
+    const clock = {time: 1000};
+    const changes = watchedChanges(clock);
+    const {cache, reads, chainReads} = cacheOver(changes, clock);
+    const first = await cache.get('IPv4');
+    changes.foreignChange(new Map([['IPv6', new Map([['nat', new Set(['KUBE-SERVICES'])]])]]));
+    const after = await cache.get('IPv4');
+    assert.deepEqual(reads, ['IPv4'], 'the tables are not read again');
+    assert.deepEqual(chainReads, [], 'no chain of IPv4 to read');
+    assert.ok(after.readAt > first.readAt, 'the answer says the rules are known as of now');
+    assert.equal(after.text, kernelV1, 'the text as read');
+    assert.ok(findChain(after.rules as IptablesRuleset, 'nat', 'KUBE-SEP-AAAAAAAAAAAAAAAA'));
+  });
+
   it('reads the whole tables again after a foreign change not told by chain, one to a chain iptables makes, or one to many chains', async () => {
     const many = Array.from({length: 21}, (_, index) => `KUBE-SEP-${String(index).padStart(16, 'A')}`);
     for (const [what, chains] of [
