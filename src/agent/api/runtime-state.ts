@@ -94,6 +94,13 @@ function driftedServices(groups: DiffGroup[]): string[] {
     .map((group) => group.servicePort || '(rules of no service)');
 }
 
+/** How many times a whole-node diff is taken again when syncs keep changing the models while it reads. */
+const modelChangesFollowed = 3;
+
+function sameModels(a: [IPFamily, ProxyModel][], b: [IPFamily, ProxyModel][]): boolean {
+  return a.length === b.length && a.every(([family, model], index) => b[index][0] === family && b[index][1] === model);
+}
+
 /** RuntimeState holds the options it was made with, as they were given, and what happened since. */
 export interface RuntimeState extends Readonly<RuntimeStateOptions> {}
 export class RuntimeState {
@@ -122,11 +129,16 @@ export class RuntimeState {
     else this.failures++;
     const event = toEvent(outcome);
     for (const listener of this.listeners) listener(event);
-    if (outcome.ok) this.warmUp();
+    // A proxier's sync prepares the drift answer only when the kernel's rules are known without
+    // reading them (the cache followed the write): nftables' listing at 10,000 services takes
+    // seconds and hundreds of MiB, and holds the next transaction back while nft dumps the table.
+    // A request reads them when it comes. An observer's sync is its model rebuilt: always checked.
+    if (outcome.ok && (this.observe || this.families.every((family) => this.applied.current(family)))) this.warmUp();
   }
 
-  // After a sync, prepare what the next trace or diff needs (desired rules, a fresh reading of the
-  // kernel, the drift check), so that the plugin does not wait seconds for it on a large node.
+  // Prepares what the next trace or diff needs (desired rules, a fresh reading of the kernel, the
+  // drift check), so that the plugin does not wait seconds for it on a large node: after a sync
+  // (recordSync says which), and when status finds the last check out of date.
   warmUp(): void {
     if (this.warming) {
       this.warmAgain = true;
@@ -208,13 +220,14 @@ export class RuntimeState {
     this.backend.desired!(model);
   }
 
-  async diffAll(service?: string): Promise<DiffResult> {
-    let groups: DiffGroup[] = [];
+  /** Each family's applied rules read and compared with its model's desired ones. */
+  private async compareWithKernel(models: [IPFamily, ProxyModel][], service: string | undefined) {
+    const groups: DiffGroup[] = [];
     const texts: {family: IPFamily; text: string}[] = [];
     let equal = true;
     let readAt = Infinity;
     const readings: AppliedRules[] = [];
-    for (const [family, model] of this.models()) {
+    for (const [family, model] of models) {
       const first = service ? undefined : this.firstReadings.get(family);
       if (!service) this.firstReadings.delete(family);
       const reading = first ?? this.readApplied(family);
@@ -227,10 +240,20 @@ export class RuntimeState {
       texts.push({family, text: result.text});
       readAt = Math.min(readAt, current.readAt);
     }
+    return {models, equal, groups, texts, readAt, readings};
+  }
+
+  async diffAll(service?: string): Promise<DiffResult> {
+    let compared = await this.compareWithKernel(this.models(), service);
+    // A sync that ended while the kernel was read can be in the reading and not in the models
+    // compared with it (the reading waited for its write): compared again, with the models it left.
+    for (let attempt = 1; attempt < modelChangesFollowed && !sameModels(compared.models, this.models()); attempt++)
+      compared = await this.compareWithKernel(this.models(), service);
+    let {groups} = compared;
+    const {equal, texts, readAt, readings} = compared;
     if (this.observe) {
-      const models = this.models().map(([, model]) => model);
       groups = explainDrift(groups, {
-        models,
+        models: compared.models.map(([, model]) => model),
         appliedText: readings.map((reading) => reading.text).join('\n'),
         history: this.observe.history,
         now: this.now(),
@@ -247,7 +270,7 @@ export class RuntimeState {
       const services = driftedServices(groups);
       if (services.length > 0 && (this.drift?.services.join() ?? '') !== services.join())
         this.log.warn('agent api: applied rules differ from the desired ones', {services: services.slice(0, 5).join(',')});
-      this.drift = {key: this.driftKey(), readings, services, checkedAt: answer.readAt};
+      this.drift = {key: this.driftKey(new Map(compared.models)), readings, services, checkedAt: answer.readAt};
     }
     return answer;
   }
@@ -255,8 +278,7 @@ export class RuntimeState {
   // A drift check stays valid while neither the kernel's rules (the cache's readings) nor the desired
   // ones change: the desired rules are the models', so the key names the models themselves. A sync
   // that left a model as it was (an observer's periodic rebuild with nothing changed) keeps it.
-  private driftKey(): string {
-    const models = this.proxier.appliedModels();
+  private driftKey(models = this.proxier.appliedModels()): string {
     return this.families.map((family) => modelNumber(models.get(family))).join(':');
   }
 

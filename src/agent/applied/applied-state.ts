@@ -149,6 +149,16 @@ export class AppliedState implements RulesWriteListener {
     this.#current.set(family, this.#entryOf(family, text, {readAt: startedAt, basisAt: startedAt, writes: writes.count}));
   }
 
+  /**
+   * True when the change monitor watches, has reported everything the kernel committed, and saw
+   * no change since `since` but the agent's own writes: the rules are what the proxier wrote.
+   */
+  async untouchedSince(since: number): Promise<boolean> {
+    const {changes} = this.#options;
+    if (!changes.watching() || !(await changes.settled(this.#options.settleWaitMs ?? 5000))) return false;
+    return changes.watching() && changes.lastForeignChangeAt() < since;
+  }
+
   /** The rules as the kernel holds them now: cached when only the agent's own writes changed them since they were read. */
   async get(family: IPFamily): Promise<AppliedRules> {
     const {changes} = this.#options;

@@ -46,7 +46,16 @@ interface FamilyState extends FamilySyncState {
   nft?: NftablesState;
   lastFullSync?: number;
   rules: number;
+  /**
+   * When the last reading that matched what was written started, or the write that recreated the
+   * table: from then on the table changed only by the proxier's writes unless a listener saw
+   * otherwise. Undefined after a failed write.
+   */
+  verifiedAt?: number;
 }
+
+/** The drift check reads the table at least this often (ms) even when nothing else seems to have changed it. */
+const driftReadAtLeastEvery = 60 * 60 * 1000;
 
 /** nftFamily: the nft table family of an IP family. */
 export function nftFamily(family: IPFamily): 'ip' | 'ip6' {
@@ -128,13 +137,17 @@ export class NftablesProxier extends ProxierBase<FamilyState> {
     }
   }
 
-  /** One nft transaction, with the listeners told before and after it. */
-  async #write(family: IPFamily, script: string): Promise<void> {
+  /**
+   * One nft transaction, with the listeners told before and after it; `committed` runs once it
+   * is, before they are told (the model it wrote is then the applied one for whoever reads).
+   */
+  async #write(family: IPFamily, script: string, committed?: () => void): Promise<void> {
     this.#writes++;
     this.#writing = true;
     this.#tell((listener) => listener.started(family));
     try {
       await this.#options.host.nft(['-f', '-'], script);
+      committed?.();
     } finally {
       this.#writing = false;
       this.#tell((listener) => listener.ended(family, undefined));
@@ -164,13 +177,18 @@ export class NftablesProxier extends ProxierBase<FamilyState> {
 
     let drift = false;
     if (!full && reason.periodic && state.applied) {
-      this.wholeTablesTouched = true;
-      const difference = await this.#drift(family, state.applied, renderOptions);
-      if (difference) {
-        drift = true;
-        metrics.driftRepairs.inc({ip_family: family});
-        log.warn('rules changed behind our back; rewriting them', {family, drift: difference});
-        full = true;
+      if (await this.#untouchedSinceVerified(state, start))
+        log.detail(3, 'drift check: only our writes changed the table since it was read', {family});
+      else {
+        this.wholeTablesTouched = true;
+        const listingStartedAt = this.clock.now();
+        const difference = await this.#drift(family, state.applied, renderOptions);
+        if (difference) {
+          drift = true;
+          metrics.driftRepairs.inc({ip_family: family});
+          log.warn('rules changed behind our back; rewriting them', {family, drift: difference});
+          full = true;
+        } else state.verifiedAt = listingStartedAt;
       }
     }
 
@@ -184,27 +202,31 @@ export class NftablesProxier extends ProxierBase<FamilyState> {
     if (!full) await this.#deleteStaleChains(family, state);
     else this.wholeTablesTouched = true;
     // A full sync after a failure or at start does not know what the table holds: recreate it.
+    const previous = state.applied;
+    const recreateTable = full && (state.nft === undefined || drift);
+    const writeStartedAt = this.clock.now();
     const sync = renderNftablesSync(model, {
       ...renderOptions,
-      ...(full
-        ? {existing: state.nft, recreateTable: state.nft === undefined || drift}
-        : {existing: state.nft, changedServicePorts: changed}),
+      ...(full ? {existing: state.nft, recreateTable} : {existing: state.nft, changedServicePorts: changed}),
       now: this.clock.now(),
     });
     log.detail(5, 'nft transaction', {family, script: sync.script});
     try {
-      if (sync.script !== '') await this.#write(family, sync.script);
+      if (sync.script !== '') await this.#write(family, sync.script, () => (state.applied = model));
     } catch (error) {
       metrics.restoreFailures.inc();
       if (!full) metrics.partialRestoreFailures.inc();
       state.needFullSync = true;
       state.nft = undefined;
+      state.verifiedAt = undefined;
       throw new Error(`${family} ${full ? 'full' : 'partial'} sync: ${errorText(error)}`, {cause: error});
     }
+    // A recreated table holds exactly what was written (one transaction).
+    if (recreateTable) state.verifiedAt = writeStartedAt;
     state.nft = sync.state;
     this.#appliedServiceCIDRs = renderOptions.serviceCIDRs ?? [];
 
-    await this.#cleanConntrack(family, state.applied, model);
+    await this.#cleanConntrack(family, previous, model);
     state.applied = model;
     if (full) {
       state.needFullSync = false;
@@ -213,6 +235,19 @@ export class NftablesProxier extends ProxierBase<FamilyState> {
     state.rules = nftablesRuleCount(sync.state);
 
     return this.familySynced({family, start, full, changedServicePorts: changed.size, model, drift});
+  }
+
+  /**
+   * Whether the drift check may skip reading the table: a listener (the API's applied state, which
+   * follows nft monitor) vouches that nothing but the proxier's own writes changed the ruleset
+   * since the table was last found as written, and that was within driftReadAtLeastEvery. Each
+   * reading of a large table costs seconds of CPU and hundreds of MiB at its peak.
+   */
+  async #untouchedSinceVerified(state: FamilyState, now: number): Promise<boolean> {
+    const since = state.verifiedAt;
+    if (since === undefined || now - since >= driftReadAtLeastEvery) return false;
+    for (const listener of this.#writeListeners) if (await listener.untouchedSince?.(since)) return true;
+    return false;
   }
 
   /** #drift compares the table in the kernel with what the applied model asks for; undefined when equal. */

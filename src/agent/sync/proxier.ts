@@ -214,14 +214,19 @@ export class IptablesProxier extends ProxierBase<FamilyState> {
 
     const partial = !full && state.written !== undefined;
     const write = partial ? this.#partialWrite(state, model, changed) : await this.#fullWrite(family, state, model, current, start);
-    const outcome = await this.#restore(family, state, write, {full, readInSync: plan.readInSync, start});
+    const previous = state.applied;
+    const outcome = await this.#restore(family, state, write, {
+      full,
+      readInSync: plan.readInSync,
+      start,
+      committed: () => (state.applied = model),
+    });
     if (this.#recordWrite(family, state, write, outcome)) plan.drift = true;
     // A full sync at 10,000 services takes longer than syncPeriod: count from the reading, not the start.
     if (outcome.now) this.#checkedAt(state, outcome.readAt);
     else if (partial && plan.checkInBackground) this.#checkDriftInBackground(family, state);
 
-    await this.#cleanConntrack(family, state.applied, model, changed);
-    state.applied = model;
+    await this.#cleanConntrack(family, previous, model, changed);
     if (full) {
       state.needFullSync = false;
       state.lastFullSync = start;
@@ -330,7 +335,8 @@ export class IptablesProxier extends ProxierBase<FamilyState> {
     family: IPFamily,
     state: FamilyState,
     write: PreparedWrite,
-    sync: {full: boolean; readInSync: boolean; start: number},
+    /** `committed` runs once iptables-restore has committed, before the listeners are told (the model is then the applied one). */
+    sync: {full: boolean; readInSync: boolean; start: number; committed: () => void},
   ): Promise<WriteOutcome> {
     const {host, metrics, log} = this.#options;
     const partial = write.kind === 'partial';
@@ -354,6 +360,7 @@ export class IptablesProxier extends ProxierBase<FamilyState> {
     try {
       await host.iptablesRestore(family, write.input, {noflush: true, inputTaken: partial ? undefined : recordFullWrite});
       state.writesEnded = state.writesStarted;
+      sync.committed();
       const writtenAt = this.clock.now();
       recordFullWrite();
       const spelled = partial ? this.#followed(family, () => write.rendered.written()) : undefined;

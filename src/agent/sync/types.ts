@@ -50,4 +50,9 @@ export interface RulesWriteListener {
   started(family: IPFamily): void;
   ended(family: IPFamily, written: WrittenRules | undefined): void;
   reading?(family: IPFamily, text: string, startedAt: number): void;
+  /**
+   * Resolves true when the listener knows that nothing but the writes it was told of changed the
+   * rules since `since` (ms): a drift check need not read them then.
+   */
+  untouchedSince?(since: number): Promise<boolean>;
 }

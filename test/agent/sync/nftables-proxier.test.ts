@@ -2,7 +2,11 @@
 // checked with `nft -j list table` inside the namespace. Root only.
 import assert from 'node:assert/strict';
 import {test} from 'node:test';
+import {AppliedState} from '../../../src/agent/applied/applied-state.ts';
+import {watchNftRuleset} from '../../../src/agent/applied/ruleset-changes.ts';
+import {nftablesRulesBackend} from '../../../src/agent/api/rules/nftables.ts';
 import {CommandHost} from '../../../src/agent/host/command-host.ts';
+import {memoryLogger} from '../../../src/agent/log.ts';
 import {NftablesProxier} from '../../../src/agent/sync/nftables-proxier.ts';
 import {parseNftablesJson} from '../../../src/core/nftables/parse.ts';
 import {createNetns, inNetns, isRoot} from '../netns.ts';
@@ -184,4 +188,54 @@ test("nftables proxier, kube-proxy's layout: a chain per endpoint, partial syncs
   const [repaired] = await proxier.syncRules(periodic);
   assert.deepEqual([repaired.kind, repaired.drift], ['full', true]);
   assert.deepEqual(endpointChains(), ['meta l4proto tcp dnat to 10.244.2.5:8080', 'meta l4proto tcp dnat to 10.244.2.7:8080']);
+});
+
+test("nftables proxier with the API's applied state: the drift check reads the table only after someone else changed the ruleset", async (t) => {
+  if (!isRoot) {
+    t.skip('needs root: creates a network namespace and runs nft and nft monitor in it');
+    return;
+  }
+  const netns = createNetns(t);
+  const objects = new MemoryObjects({services: [service('web', '10.96.0.10')], slices: [slice('web-1', 'web', ['10.244.2.5'])]});
+  const host = new CommandHost({netns});
+  const options = proxierOptions({host, objects});
+  const proxier = everyListReceived(new NftablesProxier(options));
+  const changes = await watchNftRuleset({netns, log: memoryLogger()});
+  const applied = new AppliedState({
+    read: (family) => proxier.readApplied(family),
+    parse: (text) => nftablesRulesBackend().parse(text),
+    changes,
+    now: Date.now,
+    spawns: host.onSpawn.bind(host),
+  });
+  t.after(() => applied.close());
+  proxier.onWrite(applied);
+  const readings: string[] = [];
+  proxier.onWrite({started: () => {}, ended: () => {}, reading: () => readings.push('reading')});
+  assert.ok(await changes.settled(10_000), 'nft monitor listens');
+  await proxier.start();
+  t.after(() => proxier.stop());
+
+  const [first] = await proxier.syncRules(requested);
+  assert.equal(first.kind, 'full');
+  // Only the proxier's own transactions since it recreated the table: nothing to read.
+  objects.slicesByName.set('web-1', slice('web-1', 'web', ['10.244.2.6']));
+  assert.equal((await proxier.syncRules(requested))[0].kind, 'partial');
+  const [quiet] = await proxier.syncRules(periodic);
+  assert.deepEqual([quiet.kind, quiet.drift, readings.length], ['unchanged', false, 0], 'no listing taken');
+
+  // Someone else's transaction, even one that changes nothing of the proxy's: the next check reads.
+  inNetns(netns, ['nft', 'add', 'table', 'inet', 'someone-else']);
+  const [checked] = await proxier.syncRules(periodic);
+  assert.deepEqual([checked.kind, checked.drift, readings.length], ['unchanged', false, 1], 'read once, no drift');
+  const [quietAgain] = await proxier.syncRules(periodic);
+  assert.deepEqual([quietAgain.drift, readings.length], [false, 1], 'the table as read, and nobody touched it since');
+
+  // A foreign change to the proxy's table is read and repaired.
+  inNetns(netns, ['nft', 'flush', 'map', 'ip', 'kube-proxy', 'service-ips']);
+  const [repaired] = await proxier.syncRules(periodic);
+  assert.deepEqual([repaired.kind, repaired.drift, readings.length], ['full', true, 2]);
+  assert.match(inNetns(netns, ['nft', 'list', 'map', 'ip', 'kube-proxy', 'service-ips']), /10\.96\.0\.10 \. tcp \. 80 : goto service-/);
+  const [afterRepair] = await proxier.syncRules(periodic);
+  assert.deepEqual([afterRepair.drift, readings.length], [false, 2], 'the repair recreated the table: nothing to read');
 });

@@ -1,0 +1,59 @@
+// A whole-node diff asked for while a sync writes: its reading waits for the write and holds it,
+// so it must be compared with the model that sync left, not the one before. Otherwise every diff
+// (and the drift check after each sync) that meets a write names the changed service as drifted.
+import assert from 'node:assert/strict';
+import {test} from 'node:test';
+import {createAgentRuntime} from '../../../src/agent/api/runtime.ts';
+import {nftablesBackend} from '../../../src/agent/api/rules/nftables.ts';
+import {memoryLogger} from '../../../src/agent/log.ts';
+import type {RulesWriteListener} from '../../../src/agent/sync/types.ts';
+import {buildProxyModel, type ProxyModel} from '../../../src/core/model/index.ts';
+import {renderNftables} from '../../../src/core/nftables/render.ts';
+import {RecordingHost} from '../recording-host.ts';
+import {node, service, slice} from '../sync/cluster.ts';
+import {watchedChanges} from './watched-changes.ts';
+
+function modelWith(endpoint: string): ProxyModel {
+  return buildProxyModel(
+    {services: [service('web', '10.96.0.10')], endpointSlices: [slice('web-1', 'web', [endpoint])], node: node()},
+    {family: 'IPv4', nodeName: 'node-1'},
+  );
+}
+
+test('agent API: a diff that waited for a sync compares the kernel with the model that sync left', async (t) => {
+  let model = modelWith('10.244.2.5');
+  let kernel = renderNftables(model);
+  const listeners = new Set<RulesWriteListener>();
+  const log = memoryLogger();
+  const runtime = createAgentRuntime({
+    nodeName: 'node-1',
+    version: 'test',
+    families: ['IPv4'],
+    proxier: {
+      appliedModels: () => new Map([['IPv4', model]]),
+      status: () => ({initialized: true}),
+      requestSync: () => {},
+      onSync: () => () => {},
+      onWrite: (listener) => (listeners.add(listener), () => listeners.delete(listener)),
+      readApplied: async () => kernel,
+    },
+    host: new RecordingHost(),
+    backend: nftablesBackend,
+    changes: watchedChanges({time: 1000}),
+    log,
+  });
+  t.after(() => runtime.close());
+  assert.equal((await runtime.diff({})).equal, true, 'the kernel holds the model');
+
+  // A sync writes web's new endpoint; the diff asked for meanwhile waits for the write.
+  for (const listener of listeners) listener.started('IPv4');
+  const asked = runtime.diff({});
+  await new Promise((resolve) => setTimeout(resolve, 10));
+  // The write commits: the proxier's applied model is the new one before it tells of the end.
+  model = modelWith('10.244.2.6');
+  kernel = renderNftables(model);
+  for (const listener of listeners) listener.ended('IPv4', undefined);
+  const answer = await asked;
+  assert.deepEqual([answer.equal, answer.text], [true, '']);
+  assert.ok(!log.lines.some((line) => line.includes('differ from the desired')), 'no drift logged');
+});
