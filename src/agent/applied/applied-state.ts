@@ -159,6 +159,12 @@ export class AppliedState implements RulesWriteListener {
     return changes.watching() && changes.lastForeignChangeAt() < since;
   }
 
+  /** The rules as get() gives them, parsed: for the proxier's drift check. */
+  async rulesNow(family: IPFamily): Promise<{rules: unknown; readAt: number}> {
+    const applied = await this.get(family);
+    return {rules: applied.rules, readAt: applied.readAt};
+  }
+
   /** The rules as the kernel holds them now: cached when only the agent's own writes changed them since they were read. */
   async get(family: IPFamily): Promise<AppliedRules> {
     const {changes} = this.#options;

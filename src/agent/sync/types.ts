@@ -55,4 +55,10 @@ export interface RulesWriteListener {
    * rules since `since` (ms): a drift check need not read them then.
    */
   untouchedSince?(since: number): Promise<boolean>;
+  /**
+   * The rules the kernel holds now, as the listener knows them or reads them (through the
+   * proxier's readApplied), parsed by its backend: a drift check that takes them shares one
+   * reading and one parse with the requests that come meanwhile. `readAt`: when they were read.
+   */
+  rulesNow?(family: IPFamily): Promise<{rules: unknown; readAt: number}>;
 }

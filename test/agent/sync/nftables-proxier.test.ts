@@ -8,7 +8,7 @@ import {nftablesRulesBackend} from '../../../src/agent/api/rules/nftables.ts';
 import {CommandHost} from '../../../src/agent/host/command-host.ts';
 import {memoryLogger} from '../../../src/agent/log.ts';
 import {NftablesProxier} from '../../../src/agent/sync/nftables-proxier.ts';
-import {parseNftablesJson} from '../../../src/core/nftables/parse.ts';
+import {type NftRuleset, parseNftablesJson} from '../../../src/core/nftables/parse.ts';
 import {createNetns, inNetns, isRoot} from '../netns.ts';
 import {MemoryObjects, service, slice} from './cluster.ts';
 import {everyListReceived, periodic, proxierOptions, requested} from './proxier-fixture.ts';
@@ -190,7 +190,7 @@ test("nftables proxier, kube-proxy's layout: a chain per endpoint, partial syncs
   assert.deepEqual(endpointChains(), ['meta l4proto tcp dnat to 10.244.2.5:8080', 'meta l4proto tcp dnat to 10.244.2.7:8080']);
 });
 
-test("nftables proxier with the API's applied state: the drift check reads the table only after someone else changed the ruleset", async (t) => {
+test("nftables proxier with the API's applied state: the drift check reads the table only after someone else changed the ruleset, and shares the reading with requests", async (t) => {
   if (!isRoot) {
     t.skip('needs root: creates a network namespace and runs nft and nft monitor in it');
     return;
@@ -201,8 +201,10 @@ test("nftables proxier with the API's applied state: the drift check reads the t
   const options = proxierOptions({host, objects});
   const proxier = everyListReceived(new NftablesProxier(options));
   const changes = await watchNftRuleset({netns, log: memoryLogger()});
+  // Every listing of the table: the drift check reads it through the applied state, as requests do.
+  const readings: string[] = [];
   const applied = new AppliedState({
-    read: (family) => proxier.readApplied(family),
+    read: (family) => (readings.push('reading'), proxier.readApplied(family)),
     parse: (text) => nftablesRulesBackend().parse(text),
     changes,
     now: Date.now,
@@ -210,8 +212,6 @@ test("nftables proxier with the API's applied state: the drift check reads the t
   });
   t.after(() => applied.close());
   proxier.onWrite(applied);
-  const readings: string[] = [];
-  proxier.onWrite({started: () => {}, ended: () => {}, reading: () => readings.push('reading')});
   assert.ok(await changes.settled(10_000), 'nft monitor listens');
   await proxier.start();
   t.after(() => proxier.stop());
@@ -238,4 +238,10 @@ test("nftables proxier with the API's applied state: the drift check reads the t
   assert.match(inNetns(netns, ['nft', 'list', 'map', 'ip', 'kube-proxy', 'service-ips']), /10\.96\.0\.10 \. tcp \. 80 : goto service-/);
   const [afterRepair] = await proxier.syncRules(periodic);
   assert.deepEqual([afterRepair.drift, readings.length], [false, 2], 'the repair recreated the table: nothing to read');
+
+  // A request that comes while the drift check reads shares its reading (and its parse).
+  inNetns(netns, ['nft', 'delete', 'table', 'inet', 'someone-else']);
+  const [request, [shared]] = await Promise.all([applied.get('IPv4'), proxier.syncRules(periodic)]);
+  assert.deepEqual([shared.drift, readings.length], [false, 3], 'one reading for both');
+  assert.ok((request.rules as NftRuleset).sets.has('service-ips'));
 });
