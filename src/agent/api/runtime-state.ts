@@ -222,6 +222,7 @@ export class RuntimeState {
 
   /** Each family's applied rules read and compared with its model's desired ones. */
   private async compareWithKernel(models: [IPFamily, ProxyModel][], service: string | undefined) {
+    const writes = this.writesStarted();
     const groups: DiffGroup[] = [];
     const texts: {family: IPFamily; text: string}[] = [];
     let equal = true;
@@ -240,14 +241,21 @@ export class RuntimeState {
       texts.push({family, text: result.text});
       readAt = Math.min(readAt, current.readAt);
     }
-    return {models, equal, groups, texts, readAt, readings};
+    // A write that started while the kernel was read, or whose model became the applied one
+    // meanwhile, may be in the reading and not in the models, or the other way round.
+    const settled = writes === this.writesStarted() && sameModels(models, this.models());
+    return {models, settled, equal, groups, texts, readAt, readings};
+  }
+
+  private writesStarted(): string {
+    return this.families.map((family) => this.applied.writesStarted(family)).join(':');
   }
 
   async diffAll(service?: string): Promise<DiffResult> {
     let compared = await this.compareWithKernel(this.models(), service);
-    // A sync that ended while the kernel was read can be in the reading and not in the models
-    // compared with it (the reading waited for its write): compared again, with the models it left.
-    for (let attempt = 1; attempt < modelChangesFollowed && !sameModels(compared.models, this.models()); attempt++)
+    // A sync that wrote while the kernel was read (a reading waits for a write in progress) can be
+    // in the reading and not in the models compared with it: compared again, with the models it left.
+    for (let attempt = 1; attempt < modelChangesFollowed && !compared.settled; attempt++)
       compared = await this.compareWithKernel(this.models(), service);
     let {groups} = compared;
     const {equal, texts, readAt, readings} = compared;
@@ -268,7 +276,8 @@ export class RuntimeState {
     };
     if (!service) {
       const services = driftedServices(groups);
-      if (services.length > 0 && (this.drift?.services.join() ?? '') !== services.join())
+      // Drift seen while syncs kept writing is not logged: the next check, between writes, tells.
+      if (compared.settled && services.length > 0 && (this.drift?.services.join() ?? '') !== services.join())
         this.log.warn('agent api: applied rules differ from the desired ones', {services: services.slice(0, 5).join(',')});
       this.drift = {key: this.driftKey(new Map(compared.models)), readings, services, checkedAt: answer.readAt};
     }

@@ -159,6 +159,11 @@ export class AppliedState implements RulesWriteListener {
     return changes.watching() && changes.lastForeignChangeAt() < since;
   }
 
+  /** How many writes of the family's rules have started: a reading taken while the count moved may hold some of them. */
+  writesStarted(family: IPFamily): number {
+    return this.#familyWrites(family).count;
+  }
+
   /** The rules as get() gives them, parsed: for the proxier's drift check. */
   async rulesNow(family: IPFamily): Promise<{rules: unknown; readAt: number}> {
     const applied = await this.get(family);
