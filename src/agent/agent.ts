@@ -22,7 +22,7 @@ import {ServiceHealthServers} from './health/service-health.ts';
 import {CommandHost} from './host/command-host.ts';
 import type {Host} from './host/host.ts';
 import type {Logger} from './log.ts';
-import {detectIptablesFeatures, readNfacctPackets} from './sync/iptables-features.ts';
+import {detectIptablesFeatures, readNfacctCounters} from './sync/iptables-features.ts';
 import {type IptablesRuleSource, coreIptablesRules} from './sync/iptables-rules.ts';
 import {nftablesRulesBackend} from './api/rules/nftables.ts';
 import {NftablesProxier, removeNftablesTables} from './sync/nftables-proxier.ts';
@@ -93,7 +93,7 @@ export async function startAgent(given: CheckedConfig, dependencies: AgentDepend
   const iptablesFeatures = iptablesMode ? await detectIptablesFeatures(host, log, {families, createCounters: !observation}) : undefined;
   const metrics = createAgentMetrics({
     processMetrics: true,
-    nfacct: iptablesMode ? (counter) => readNfacctPackets(host, counter) : undefined,
+    nfacct: iptablesMode ? () => readNfacctCounters(host) : undefined,
   });
   const health = new ProxierHealth(2 * syncPeriod);
   // kube-proxy serves the healthCheckNodePorts; an observer opens none.

@@ -128,13 +128,14 @@ export class RecordingHost implements Host {
     this.calls.push(`nfacct ${args.join(' ')}`);
     const [verb, name = ''] = args;
     if (!this.nfacctObjects) throw new HostCommandError(['nfacct', ...args], 1, 'nfacct v1.0.2: error: Protocol not supported');
+    const line = (name: string, packets: number) =>
+      `{ pkts = ${String(packets).padStart(20, '0')}, bytes = ${String(packets * 60).padStart(20, '0')} } = ${name};\n`;
+    if (verb === 'list') return [...this.nfacctObjects].map(([name, packets]) => line(name, packets)).join('');
     if (verb === 'add' && !this.nfacctObjects.has(name)) this.nfacctObjects.set(name, 0);
     else if (verb === 'add') throw new HostCommandError(['nfacct', ...args], 1, 'nfacct v1.0.2: error: File exists');
     const packets = this.nfacctObjects.get(name);
     if (packets === undefined) throw new HostCommandError(['nfacct', ...args], 1, 'nfacct v1.0.2: error: No such file or directory');
-    return verb === 'get'
-      ? `{ pkts = ${String(packets).padStart(20, '0')}, bytes = ${String(packets * 60).padStart(20, '0')} } = ${name};\n`
-      : '';
+    return verb === 'get' ? line(name, packets) : '';
   }
 
   async nft(args: string[]): Promise<string> {

@@ -37,8 +37,8 @@ export interface AgentMetrics {
   modelProblems: Gauge;
 }
 
-/** Reads the packets counted in an nfacct object; undefined (or a failure) when it cannot be read. */
-export type NfacctReader = (counter: string) => Promise<number | undefined>;
+/** Reads the packets counted in every nfacct object, by name; a failure when they cannot be read. */
+export type NfacctReader = () => Promise<Map<string, number>>;
 
 /**
  * kube-proxy's nfacct-backed counters (pkg/proxy/metrics), registered in iptables mode: each is
@@ -61,7 +61,9 @@ export const nfacctMetrics = [
 function nfacctCounterMetric(definition: (typeof nfacctMetrics)[number], read: NfacctReader): Metric {
   const {name, help, counter} = definition;
   const value = async () => {
-    const packets = await read(counter).catch(() => undefined);
+    const packets = await read()
+      .then((counters) => counters.get(counter))
+      .catch(() => undefined);
     return {
       name,
       help,
@@ -73,6 +75,12 @@ function nfacctCounterMetric(definition: (typeof nfacctMetrics)[number], read: N
   return {name, help, type: 'counter', aggregator: 'sum', get: value, reset: () => undefined} as unknown as Metric;
 }
 
+/** `read` shared by the callers that come while it runs: the counters of one scrape are read with one command. */
+function sharedWhileRunning(read: NfacctReader): NfacctReader {
+  let running: Promise<Map<string, number>> | undefined;
+  return () => (running ??= read().finally(() => (running = undefined)));
+}
+
 /**
  * createAgentMetrics registers every metric in a registry of its own (one per agent, so tests can
  * make many); with `nfacct` (iptables mode), also the counters read from nfacct objects.
@@ -80,7 +88,10 @@ function nfacctCounterMetric(definition: (typeof nfacctMetrics)[number], read: N
 export function createAgentMetrics(options: {processMetrics?: boolean; nfacct?: NfacctReader} = {}): AgentMetrics {
   const registry = new Registry();
   if (options.processMetrics) collectDefaultMetrics({register: registry});
-  if (options.nfacct) for (const definition of nfacctMetrics) registry.registerMetric(nfacctCounterMetric(definition, options.nfacct));
+  if (options.nfacct) {
+    const read = sharedWhileRunning(options.nfacct);
+    for (const definition of nfacctMetrics) registry.registerMetric(nfacctCounterMetric(definition, read));
+  }
   const registers = [registry];
   return {
     registry,

@@ -5,7 +5,7 @@ import assert from 'node:assert/strict';
 import {describe, it} from 'node:test';
 import {createAgentMetrics} from '../../../src/agent/health/metrics.ts';
 import {memoryLogger} from '../../../src/agent/log.ts';
-import {detectIptablesFeatures, readNfacctPackets} from '../../../src/agent/sync/iptables-features.ts';
+import {detectIptablesFeatures, readNfacctCounters, readNfacctPackets} from '../../../src/agent/sync/iptables-features.ts';
 import {RecordingHost} from '../recording-host.ts';
 
 describe('detectIptablesFeatures', () => {
@@ -51,8 +51,10 @@ describe('nfacct metrics', () => {
   it('publishes each counter read at scrape time under kube-proxy names, and no sample for one that cannot be read', async () => {
     const host = new RecordingHost();
     host.nfacctObjects!.set('ct_state_invalid_dropped_pkts', 3);
-    const metrics = createAgentMetrics({nfacct: (counter) => readNfacctPackets(host, counter)});
+    const metrics = createAgentMetrics({nfacct: () => readNfacctCounters(host)});
+    const callsBefore = host.calls.length;
     let page = await metrics.registry.metrics();
+    assert.deepEqual(host.calls.slice(callsBefore), ['nfacct list'], 'one command per scrape, for both counters');
     assert.match(page, /^# TYPE kubeproxy_iptables_ct_state_invalid_dropped_packets_total counter$/m);
     assert.match(page, /^kubeproxy_iptables_ct_state_invalid_dropped_packets_total 3$/m);
     assert.doesNotMatch(page, /^kubeproxy_iptables_localhost_nodeports_accepted_packets_total /m);
