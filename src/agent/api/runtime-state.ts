@@ -111,6 +111,7 @@ export class RuntimeState {
   drift: DriftCheck | undefined;
   closed = false;
   private addresses: {list: string[]; at: number} | undefined;
+  private counts: {key: string; services: number; endpoints: number} | undefined;
   private warming: Promise<void> | undefined;
   private warmAgain = false;
   // At 10,000 services a diff takes seconds, filtered to one service or not: compute the whole
@@ -282,6 +283,26 @@ export class RuntimeState {
       this.drift = {key: this.driftKey(new Map(compared.models)), readings, services, checkedAt: answer.readAt};
     }
     return answer;
+  }
+
+  /**
+   * The services and endpoints the models hold, counted once per set of models (by their numbers,
+   * so that no old model is kept alive): at 10,000 services counting builds a set of 100,000
+   * endpoint keys, and status is asked often (the plugin, alert scripts); models change with syncs.
+   */
+  modelCounts(models: Map<IPFamily, ProxyModel>): {services: number; endpoints: number} {
+    const key = this.driftKey(models);
+    if (this.counts?.key === key) return this.counts;
+    const services = new Set<string>();
+    const endpoints = new Set<string>();
+    for (const model of models.values()) {
+      for (const port of model.servicePorts) {
+        services.add(`${port.namespace}/${port.serviceName}`);
+        for (const endpoint of port.endpoints) endpoints.add(endpoint.key);
+      }
+    }
+    this.counts = {key, services: services.size, endpoints: endpoints.size};
+    return this.counts;
   }
 
   // A drift check stays valid while neither the kernel's rules (the cache's readings) nor the desired

@@ -1,6 +1,7 @@
-// A whole-node diff asked for while a sync writes: its reading waits for the write and holds it,
-// so it must be compared with the model that sync left, not the one before. Otherwise every diff
-// (and the drift check after each sync) that meets a write names the changed service as drifted.
+// The agent API's answers as syncs change the models. A whole-node diff asked for while a sync
+// writes: its reading waits for the write and holds it, so it must be compared with the model that
+// sync left, not the one before (otherwise every diff, and the drift check after each sync, that
+// meets a write names the changed service as drifted). Status's counts follow the models.
 import assert from 'node:assert/strict';
 import {test} from 'node:test';
 import {createAgentRuntime} from '../../../src/agent/api/runtime.ts';
@@ -56,4 +57,40 @@ test('agent API: a diff that waited for a sync compares the kernel with the mode
   const answer = await asked;
   assert.deepEqual([answer.equal, answer.text], [true, '']);
   assert.ok(!log.lines.some((line) => line.includes('differ from the desired')), 'no drift logged');
+});
+
+test("agent API: status counts the models' services and endpoints, again once a sync changes them", async (t) => {
+  let model = modelWith('10.244.2.5');
+  const runtime = createAgentRuntime({
+    nodeName: 'node-1',
+    version: 'test',
+    families: ['IPv4'],
+    proxier: {
+      appliedModels: () => new Map([['IPv4', model]]),
+      status: () => ({initialized: true}),
+      requestSync: () => {},
+      onSync: () => () => {},
+      readApplied: async () => renderNftables(model),
+    },
+    host: new RecordingHost(),
+    backend: nftablesBackend,
+    changes: watchedChanges({time: 1000}),
+    log: memoryLogger(),
+  });
+  t.after(() => runtime.close());
+  const counts = async () => {
+    const status = await runtime.status({});
+    return [status.services, status.endpoints];
+  };
+  assert.deepEqual(await counts(), [1, 1]);
+  assert.deepEqual(await counts(), [1, 1], 'the same models, the same counts');
+  model = buildProxyModel(
+    {
+      services: [service('web', '10.96.0.10'), service('db', '10.96.0.20')],
+      endpointSlices: [slice('web-1', 'web', ['10.244.2.5', '10.244.2.6']), slice('db-1', 'db', ['10.244.2.7'])],
+      node: node(),
+    },
+    {family: 'IPv4', nodeName: 'node-1'},
+  );
+  assert.deepEqual(await counts(), [2, 3], 'counted again for the new model');
 });

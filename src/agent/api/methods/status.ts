@@ -1,34 +1,11 @@
 // The status method: the node's mode, last sync, counts and the last drift check, answered at once.
-import type {ProxyModel} from '../../../core/model/index.ts';
 import type {ObserveStatus, StatusResult} from '../../../protocol/methods.ts';
 import {type ObserveRuntime, syncKind, type RuntimeState} from '../runtime-state.ts';
-
-/**
- * The last models' counts: at 10,000 services counting takes tens of ms (a set of 100,000
- * endpoint keys), and status is asked often (the plugin's watch, alert scripts); models change
- * only with syncs.
- */
-let lastCounts: {models: ProxyModel[]; services: number; endpoints: number} | undefined;
-
-function countsOf(models: ProxyModel[]): {services: number; endpoints: number} {
-  if (lastCounts && lastCounts.models.length === models.length && lastCounts.models.every((model, index) => model === models[index]))
-    return lastCounts;
-  const services = new Set<string>();
-  const endpoints = new Set<string>();
-  for (const model of models) {
-    for (const port of model.servicePorts) {
-      services.add(`${port.namespace}/${port.serviceName}`);
-      for (const endpoint of port.endpoints) endpoints.add(endpoint.key);
-    }
-  }
-  lastCounts = {models, services: services.size, endpoints: endpoints.size};
-  return lastCounts;
-}
 
 export async function answerStatus(state: RuntimeState): Promise<StatusResult> {
   const {proxier, families, applied, lastOutcome} = state;
   const byFamily = proxier.appliedModels();
-  const {services, endpoints} = countsOf([...byFamily.values()]);
+  const {services, endpoints} = state.modelCounts(byFamily);
   // status answers at once with the last drift check (checkedAt says when); a stale one is
   // redone in the background, since on a large node a check reads the kernel for seconds.
   const check = state.drift;
