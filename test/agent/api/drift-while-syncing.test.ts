@@ -21,29 +21,41 @@ function modelWith(endpoint: string): ProxyModel {
   );
 }
 
-test('agent API: a diff that waited for a sync compares the kernel with the model that sync left', async (t) => {
-  let model = modelWith('10.244.2.5');
-  let kernel = renderNftables(model);
-  const listeners = new Set<RulesWriteListener>();
-  const log = memoryLogger();
+/**
+ * The agent API over a proxier whose applied model is `model()` and whose kernel holds `kernel()`;
+ * `listeners` hear of its writes, as the applied state does.
+ */
+function runtimeOver(
+  t: {after(fn: () => void): void},
+  parts: {model(): ProxyModel; kernel(): string; listeners?: Set<RulesWriteListener>; log?: ReturnType<typeof memoryLogger>},
+) {
   const runtime = createAgentRuntime({
     nodeName: 'node-1',
     version: 'test',
     families: ['IPv4'],
     proxier: {
-      appliedModels: () => new Map([['IPv4', model]]),
+      appliedModels: () => new Map([['IPv4', parts.model()]]),
       status: () => ({initialized: true}),
       requestSync: () => {},
       onSync: () => () => {},
-      onWrite: (listener) => (listeners.add(listener), () => listeners.delete(listener)),
-      readApplied: async () => kernel,
+      onWrite: (listener) => (parts.listeners?.add(listener), () => parts.listeners?.delete(listener)),
+      readApplied: async () => parts.kernel(),
     },
     host: new RecordingHost(),
     backend: nftablesBackend,
     changes: watchedChanges({time: 1000}),
-    log,
+    log: parts.log ?? memoryLogger(),
   });
   t.after(() => runtime.close());
+  return runtime;
+}
+
+test('agent API: a diff that waited for a sync compares the kernel with the model that sync left', async (t) => {
+  let model = modelWith('10.244.2.5');
+  let kernel = renderNftables(model);
+  const listeners = new Set<RulesWriteListener>();
+  const log = memoryLogger();
+  const runtime = runtimeOver(t, {model: () => model, kernel: () => kernel, listeners, log});
   assert.equal((await runtime.diff({})).equal, true, 'the kernel holds the model');
 
   // A sync writes web's new endpoint; the diff asked for meanwhile waits for the write.
@@ -61,23 +73,7 @@ test('agent API: a diff that waited for a sync compares the kernel with the mode
 
 test("agent API: status counts the models' services and endpoints, again once a sync changes them", async (t) => {
   let model = modelWith('10.244.2.5');
-  const runtime = createAgentRuntime({
-    nodeName: 'node-1',
-    version: 'test',
-    families: ['IPv4'],
-    proxier: {
-      appliedModels: () => new Map([['IPv4', model]]),
-      status: () => ({initialized: true}),
-      requestSync: () => {},
-      onSync: () => () => {},
-      readApplied: async () => renderNftables(model),
-    },
-    host: new RecordingHost(),
-    backend: nftablesBackend,
-    changes: watchedChanges({time: 1000}),
-    log: memoryLogger(),
-  });
-  t.after(() => runtime.close());
+  const runtime = runtimeOver(t, {model: () => model, kernel: () => renderNftables(model)});
   const counts = async () => {
     const status = await runtime.status({});
     return [status.services, status.endpoints];
