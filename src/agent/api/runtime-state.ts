@@ -12,7 +12,7 @@ import type {ParsedRules, RulesBackend, RulesDiff} from './rules/backend.ts';
 import type {ObserveReport} from '../observe/observation.ts';
 import type {EndpointHistory} from '../observe/observing-proxier.ts';
 import type {DriftTracker} from '../observe/drift-tracker.ts';
-import {explainDrift} from '../observe/drift-explanation.ts';
+import {explainDrift, wholeText, type AppliedText} from '../observe/drift-explanation.ts';
 
 /** What an observing agent (--observe) adds to the answers: what it found, and drift explained by Service. */
 export interface ObserveRuntime {
@@ -189,9 +189,10 @@ export class RuntimeState {
     if (known && known.model === model) return known.result;
     const result = this.backend.diff(this.desiredFor(model), current.rules);
     this.fullDiffs.set(current, {model, result});
-    // The diff parsed every rule of both sides: give that memory back now, not at V8's leisure;
-    // once this request is answered, when nothing on the stack holds the desired rules any more.
-    releaseGarbageSoon();
+    // The diff parsed the rules of both sides it did not know to be the same: give that memory
+    // back now, not at V8's leisure; once this request is answered, when nothing on the stack
+    // holds the desired rules any more.
+    releaseGarbageSoon('regular');
     return result;
   }
 
@@ -248,6 +249,20 @@ export class RuntimeState {
     return {models, settled, equal, groups, texts, readAt, readings};
   }
 
+  /** The readings' text for the drift explanation, searched through the backend where it keeps the text in pieces. */
+  private appliedText(readings: AppliedRules[]): AppliedText {
+    const texts = readings.map((reading) => wholeText(() => reading.text));
+    let whole: string | undefined;
+    const {backend} = this;
+    return {
+      *linesWith(needle) {
+        for (const [index, reading] of readings.entries())
+          yield* backend.rulesWith?.(reading.rules, needle) ?? texts[index].linesWith(needle);
+      },
+      whole: () => (whole ??= texts.map((text) => text.whole()).join('\n')),
+    };
+  }
+
   private writesStarted(): string {
     return this.families.map((family) => this.applied.writesStarted(family)).join(':');
   }
@@ -263,7 +278,7 @@ export class RuntimeState {
     if (this.observe) {
       groups = explainDrift(groups, {
         models: compared.models.map(([, model]) => model),
-        appliedText: readings.map((reading) => reading.text).join('\n'),
+        applied: this.appliedText(readings),
         history: this.observe.history,
         now: this.now(),
       });

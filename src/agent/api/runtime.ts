@@ -82,7 +82,7 @@ export function createAgentRuntime(options: AgentRuntimeOptions): AgentRuntime {
           backend.readApplied ? backend.readApplied(host, family) : savedTables(await host.iptablesSave(family), ['filter', 'nat']),
     parse: (text) => backend.parse(text),
     patch: backend.patch && ((rules, tables) => backend.patch!(rules, tables)),
-    readChains: backend.readChains && ((family, table, chains) => backend.readChains!(host, family, table, chains)),
+    follow: backend.follow && ((family, rules, touched) => backend.follow!(host, family, rules, touched)),
     format: backend.format && ((rules) => backend.format!(rules)),
     textOf: backend.textOf && ((rules) => backend.textOf!(rules)),
     changes,

@@ -10,10 +10,9 @@
 import {deflateRawSync, inflateRawSync} from 'node:zlib';
 import type {IPFamily} from '../../core/model/index.ts';
 import type {Host} from '../host/host.ts';
-import type {IptablesTable} from '../../core/iptables/chains.ts';
 import type {ChainsWritten, RulesWriteListener, WrittenRules} from '../sync/types.ts';
 import {releaseGarbageSoon} from '../sync/sync-bookkeeping.ts';
-import type {RulesetChanges} from './ruleset-changes.ts';
+import type {RulesetChanges, TouchedObjects} from './ruleset-changes.ts';
 
 /** Rules as the API's backend parsed them; only the backend looks inside. */
 export type ParsedRules = {readonly __parsedRules?: never};
@@ -48,11 +47,12 @@ export interface AppliedStateOptions {
   /** The text of patched rules. */
   format?(rules: ParsedRules): string;
   /**
-   * Reads chains of an iptables table as they are now (`iptables -S CHAIN` each): with patch, a
-   * foreign change the monitor names by its chains is followed by reading those chains only, not
-   * the whole tables again.
+   * The rules brought up to date with foreign changes by reading only the objects they touched
+   * (`touched`: every table of the family the monitor named; the backend knows which it reads):
+   * the same rules when none of its tables was touched; undefined when the changes cannot be
+   * followed so (the whole tables are read again).
    */
-  readChains?(family: IPFamily, table: IptablesTable, chains: string[]): Promise<ChainsWritten>;
+  follow?(family: IPFamily, rules: ParsedRules, touched: Map<string, TouchedObjects>): Promise<ParsedRules | undefined>;
   changes: RulesetChanges;
   now(): number;
   /** Longest wait for the change monitor to report what the kernel committed (default 5 s); past it, the kernel is read. */
@@ -83,15 +83,6 @@ interface FamilyWrites {
   /** When the last write was reported (a reading that started before may miss it). */
   lastEndedAt?: number;
 }
-
-/**
- * The most chains a foreign change may touch for the cache to read them alone (`iptables -S` each,
- * about 0.1 s on a large node); past it the whole tables are read again, in one iptables-save.
- */
-const foreignChainsFollowed = 20;
-
-/** The chains iptables itself makes in filter and nat. */
-const builtinChains = new Set(['PREROUTING', 'INPUT', 'FORWARD', 'OUTPUT', 'POSTROUTING']);
 
 /** `entry` as of other times: its rules and text read through it, however it holds them. */
 function entryAsOf(entry: Entry, times: Pick<Entry, 'readAt' | 'basisAt' | 'writes'>): Entry {
@@ -267,26 +258,22 @@ export class AppliedState implements RulesWriteListener {
   }
 
   /**
-   * The cached rules brought up to date by reading only the chains foreign changes touched since
-   * they were read, when the monitor named them all and they are few; undefined otherwise (the
-   * caller reads the whole tables). A chain iptables makes itself (PREROUTING, INPUT...) is read
-   * with the tables: its policy is the table's.
+   * The cached rules brought up to date by reading only the objects foreign changes touched since
+   * they were read (the backend's follow), when the monitor named them all; undefined otherwise
+   * (the caller reads the whole tables).
    */
   async #followForeignChanges(family: IPFamily, writes: number, startedAt: number): Promise<Entry | undefined> {
-    const {readChains, patch, changes} = this.#options;
+    const {follow, changes} = this.#options;
     const cached = this.#current.get(family);
-    if (!readChains || !patch || !cached || cached.writes !== writes) return undefined;
-    const byFamily = changes.foreignChainsSince(cached.basisAt);
+    if (!follow || !cached || cached.writes !== writes) return undefined;
+    const byFamily = changes.foreignObjectsSince(cached.basisAt);
     if (!byFamily) return undefined;
-    const touched = byFamily.get(family) ?? new Map<IptablesTable, Set<string>>();
-    const chains = [...touched.values()].flatMap((names) => [...names]);
-    if (chains.length > foreignChainsFollowed || chains.some((chain) => builtinChains.has(chain))) return undefined;
+    const followed = await follow(family, cached.rules, byFamily.get(family) ?? new Map());
+    if (!followed) return undefined;
     const times = {readAt: startedAt, basisAt: startedAt, writes};
-    // Nothing of these tables changed (the change was to another table): the same rules, and text, as of now.
-    if (touched.size === 0) return entryAsOf(cached, times);
-    const tables: ChainsWritten[] = [];
-    for (const [table, names] of touched) tables.push(await readChains(family, table, [...names]));
-    return this.#patchedEntry(family, patch(cached.rules, tables), times);
+    // Nothing of the backend's tables changed (the change was to another table): the same rules, and text, as of now.
+    if (followed === cached.rules) return entryAsOf(cached, times);
+    return this.#patchedEntry(family, followed, times);
   }
 
   #familyWrites(family: IPFamily): FamilyWrites {
@@ -302,7 +289,7 @@ export class AppliedState implements RulesWriteListener {
 
   /** A reading's entry: its rules parsed when first asked for, its text then kept as compactly as the backend allows. */
   #entryOf(family: IPFamily, text: string, times: Pick<Entry, 'readAt' | 'basisAt' | 'writes'>): Entry {
-    const {parse, textOf} = this.#options;
+    const {parse, textOf, follow} = this.#options;
     const idleMs = this.#options.parsedIdleMs ?? 2000;
     let raw: string | undefined = text;
     let rules: ParsedRules | undefined;
@@ -340,7 +327,9 @@ export class AppliedState implements RulesWriteListener {
         if (textOf?.(fresh)) rules = fresh;
         else {
           compressed ??= deflateRawSync(raw!, {level: 1});
-          keepParsed(fresh);
+          // A backend that follows foreign changes patches these rules: kept, or each change would parse the whole listing again.
+          if (follow) rules = fresh;
+          else keepParsed(fresh);
         }
         raw = undefined;
         return fresh;

@@ -7,12 +7,22 @@
 import {spawn, type ChildProcess} from 'node:child_process';
 import {readFileSync, readdirSync, readlinkSync} from 'node:fs';
 import {createInterface} from 'node:readline';
-import type {IptablesTable} from '../../core/iptables/chains.ts';
 import type {IPFamily} from '../../core/model/index.ts';
 import type {Logger} from '../log.ts';
 
-/** Chains of iptables' filter and nat tables, per family and table. */
-export type ChainsByTable = Map<IPFamily, Map<IptablesTable, Set<string>>>;
+/**
+ * What foreign changes touched of one nf_tables table: its chains and its named sets and maps, by
+ * name; `whole` when a change to it was not told by object (the table deleted or flushed, a
+ * flowtable, a stateful object).
+ */
+export interface TouchedObjects {
+  chains: Set<string>;
+  sets: Set<string>;
+  whole: boolean;
+}
+
+/** The objects foreign changes touched, per family and table name (iptables-nft's tables among them). */
+export type TouchedTables = Map<IPFamily, Map<string, TouchedObjects>>;
 
 export interface RulesetChanges {
   /** False when changes cannot be seen (no nft, legacy iptables, the monitor died): never trust a cache then. */
@@ -33,12 +43,11 @@ export interface RulesetChanges {
    */
   settled(maxWaitMs: number): Promise<boolean>;
   /**
-   * The chains of iptables' filter and nat tables that foreign changes touched from `since` (ms) on,
-   * when the monitor named each change of those tables by its chain; undefined when one cannot be
-   * told that way (a table deleted, another kind of object, a change too large or too old to be
-   * kept, or one made before the monitor listened). Changes to other tables are not in it.
+   * The objects of each table (ip and ip6 families) that foreign changes touched from `since` (ms)
+   * on; undefined when that cannot be told (a change too large or too old to be kept, or one made
+   * before the monitor listened). A reader of some tables looks at those alone.
    */
-  foreignChainsSince(since: number): ChainsByTable | undefined;
+  foreignObjectsSince(since: number): TouchedTables | undefined;
   close(): void;
 }
 
@@ -49,42 +58,49 @@ export function unwatchedRulesetChanges(): RulesetChanges {
     lastForeignChangeAt: () => Date.now(),
     ownWriter: () => () => {},
     settled: async () => false,
-    foreignChainsSince: () => undefined,
+    foreignObjectsSince: () => undefined,
     close: () => {},
   };
 }
 
-/** What one event line of nft monitor changed of iptables' filter and nat tables. */
-export type MonitorEvent = {family: IPFamily; table: IptablesTable; chain: string} | 'other' | 'none';
+/**
+ * What one event line of nft monitor changed: a chain (its rules among them) or a named set or
+ * map (its elements among them) of a table, or the table as a whole (`object` undefined).
+ */
+export type MonitorEvent = {family: IPFamily; table: string; object?: {kind: 'chain' | 'set'; name: string}} | 'none';
 
-const iptablesFamilies: Record<string, IPFamily> = {ip: 'IPv4', ip6: 'IPv6'};
+const monitoredFamilies: Record<string, IPFamily> = {ip: 'IPv4', ip6: 'IPv6'};
 
 /**
  * parseMonitorEvent reads one event line of nft monitor ("add rule ip nat KUBE-SVC-X ...", "delete
- * chain ip6 filter KUBE-FORWARD", "create chain ..."): the chain of a filter or nat table it changed;
- * 'other' when it changed those tables otherwise (a table deleted, a set); 'none' when it changed
- * nothing they hold (another table, a table created empty, a comment line).
+ * chain ip6 filter KUBE-FORWARD", "delete element ip kube-proxy service-ips { ... }"): the object of
+ * an ip or ip6 table it changed, or that table as a whole (deleted, flushed, a flowtable); 'none'
+ * when it changed nothing a reading holds (another family, a table created empty, a rule's
+ * anonymous set, whose rule has its own event, a comment line).
  */
 export function parseMonitorEvent(line: string): MonitorEvent {
   const words = /^(add|create|insert|replace|delete|destroy|flush) (\w+) (\w+) (\S+)(?: (\S+))?/.exec(line);
   if (!words) return 'none';
   const [, verb, kind, familyWord, table, name] = words;
-  const family = iptablesFamilies[familyWord];
-  if (!family || (table !== 'filter' && table !== 'nat')) return 'none';
-  if ((kind === 'rule' || kind === 'chain') && name !== undefined) return {family, table, chain: name};
-  if (kind === 'table' && (verb === 'add' || verb === 'create')) return 'none';
-  return 'other';
+  const family = monitoredFamilies[familyWord];
+  if (!family) return 'none';
+  if (kind === 'table') return verb === 'add' || verb === 'create' ? 'none' : {family, table};
+  if (name === undefined) return {family, table};
+  if (kind === 'rule' || kind === 'chain') return {family, table, object: {kind: 'chain', name}};
+  if (kind === 'set' || kind === 'map' || kind === 'element')
+    return name.startsWith('__') ? 'none' : {family, table, object: {kind: 'set', name}};
+  return {family, table};
 }
 
-/** One foreign transaction as the monitor reported it: when, and the chains it touched (undefined: not told by chain). */
+/** One foreign transaction as the monitor reported it: when, and what it touched (undefined: too much to keep). */
 interface ForeignChange {
   at: number;
-  chains?: Array<{family: IPFamily; table: IptablesTable; chain: string}>;
+  touched?: Array<Exclude<MonitorEvent, 'none'>>;
 }
 
-/** Foreign transactions kept for foreignChainsSince, and chains per transaction past which it is not told by chain. */
+/** Foreign transactions kept for foreignObjectsSince, and events per transaction past which what it touched is not kept. */
 const foreignChangesKept = 64;
-const chainsPerChangeKept = 256;
+const eventsPerChangeKept = 256;
 
 /** A generation line of nft monitor: "# new generation 42 by process 1234 (iptables-restor)". */
 export function parseGenerationLine(line: string): {generation: number; pid?: number; process?: string} | undefined {
@@ -125,6 +141,16 @@ export function monitorIdle(pid: number): boolean {
   }
 }
 
+/** Adds what one monitor event touched to `touched`. */
+export function addTouched(touched: TouchedTables, event: Exclude<MonitorEvent, 'none'>): void {
+  let tables = touched.get(event.family);
+  if (!tables) touched.set(event.family, (tables = new Map()));
+  let objects = tables.get(event.table);
+  if (!objects) tables.set(event.table, (objects = {chains: new Set(), sets: new Set(), whole: false}));
+  if (!event.object) objects.whole = true;
+  else (event.object.kind === 'chain' ? objects.chains : objects.sets).add(event.object.name);
+}
+
 const turn = (): Promise<void> => new Promise((resolve) => setImmediate(resolve));
 
 /** How often a monitor that does not listen yet is looked at (/proc reads). */
@@ -158,7 +184,7 @@ export async function watchNftRuleset(options: {netns?: string; log: Logger; mon
   let stderr = '';
   child.stderr!.setEncoding('utf8').on('data', (chunk: string) => (stderr = (stderr + chunk).slice(-500)));
   // The transaction being reported: its event lines come before its generation line.
-  let pendingChains: ForeignChange['chains'] = [];
+  let pendingEvents: ForeignChange['touched'] = [];
   const foreignChanges: ForeignChange[] = [];
   // Foreign changes before this time are not all kept.
   let keptSince = 0;
@@ -166,16 +192,16 @@ export async function watchNftRuleset(options: {netns?: string; log: Logger; mon
     const generation = parseGenerationLine(line);
     if (!generation) {
       const event = parseMonitorEvent(line);
-      if (event === 'other' || (event !== 'none' && pendingChains && pendingChains.length >= chainsPerChangeKept))
-        pendingChains = undefined;
-      else if (event !== 'none') pendingChains?.push(event);
+      if (event === 'none') return;
+      if (pendingEvents && pendingEvents.length >= eventsPerChangeKept) pendingEvents = undefined;
+      pendingEvents?.push(event);
       return;
     }
-    const chains = pendingChains;
-    pendingChains = [];
+    const touched = pendingEvents;
+    pendingEvents = [];
     if (generation.pid !== undefined && own.has(generation.pid)) return;
     lastForeignAt = Date.now();
-    foreignChanges.push({at: lastForeignAt, chains});
+    foreignChanges.push({at: lastForeignAt, touched});
     if (foreignChanges.length > foreignChangesKept) keptSince = foreignChanges.shift()!.at + 1;
     log.detail(3, 'agent api: ruleset changed by another process', {
       generation: generation.generation,
@@ -248,19 +274,13 @@ export async function watchNftRuleset(options: {netns?: string; log: Logger; mon
       };
     },
     settled,
-    foreignChainsSince: (since) => {
+    foreignObjectsSince: (since) => {
       if (!alive || watchingSince === undefined || since < watchingSince || since < keptSince) return undefined;
-      const touched: ChainsByTable = new Map();
+      const touched: TouchedTables = new Map();
       for (const change of foreignChanges) {
         if (change.at < since) continue;
-        if (!change.chains) return undefined;
-        for (const {family, table, chain} of change.chains) {
-          let tables = touched.get(family);
-          if (!tables) touched.set(family, (tables = new Map()));
-          let chains = tables.get(table);
-          if (!chains) tables.set(table, (chains = new Set()));
-          chains.add(chain);
-        }
+        if (!change.touched) return undefined;
+        for (const event of change.touched) addTouched(touched, event);
       }
       return touched;
     },

@@ -2,7 +2,8 @@
 // "not programmed on this node", "endpoint 10.244.1.7 still programmed, removed from the
 // EndpointSlice 4m ago", "rule not written by kube-proxy", "no kube-proxy rules at all on this
 // node". It reads the rule lines the backends' diff gives (any mode: the addresses in them) and
-// the applied rules' text, so it needs nothing of a backend beyond what diff already answers.
+// searches the applied rules' text, so it needs nothing of a backend beyond what diff already
+// answers and the text, searched as the rules allow.
 import type {ProxyModel, ServicePort} from '../../core/model/index.ts';
 import type {DiffGroup, DriftExplanation} from '../../protocol/methods.ts';
 import type {EndpointHistory} from './observing-proxier.ts';
@@ -11,9 +12,38 @@ export interface DriftContext {
   /** The desired models, every family. */
   models: ProxyModel[];
   /** The applied rules' text, every family (what kube-proxy programmed). */
-  appliedText: string;
+  applied: AppliedText;
   history: EndpointHistory;
   now: number;
+}
+
+/**
+ * The applied rules' text, searched for a name or read whole. Rules that keep their text in pieces
+ * (iptables' patched readings) find the lines holding a name without putting the whole text together.
+ */
+export interface AppliedText {
+  /** The lines that hold `needle`. */
+  linesWith(needle: string): Iterable<string>;
+  whole(): string;
+}
+
+/** AppliedText of a text in one string, read once when first asked for. */
+export function wholeText(read: () => string): AppliedText {
+  let text: string | undefined;
+  const whole = () => (text ??= read());
+  return {
+    *linesWith(needle) {
+      const all = whole();
+      for (let at = all.indexOf(needle); at >= 0; at = all.indexOf(needle, at + 1)) {
+        const start = all.lastIndexOf('\n', at) + 1;
+        const end = all.indexOf('\n', at);
+        yield all.slice(start, end < 0 ? undefined : end);
+        if (end < 0) return;
+        at = end;
+      }
+    },
+    whole,
+  };
 }
 
 /** How many unexplained rules an explanation lists before it says how many more there are. */
@@ -28,8 +58,8 @@ export function explainDrift(groups: DiffGroup[], context: DriftContext): DiffGr
   let addresses: Set<string> | undefined;
   const parts: GroupContext = {
     ...context,
-    isProgrammed: programmedCheck(context.appliedText),
-    appliedAddresses: () => (addresses ??= new Set(addressesIn(context.appliedText))),
+    isProgrammed: programmedCheck(context.applied),
+    appliedAddresses: () => (addresses ??= new Set(addressesIn(context.applied.whole()))),
   };
   const anyProgrammed = [...ports.values()].some((list) => list.some(parts.isProgrammed));
   return groups.map((group) => {
@@ -132,34 +162,35 @@ const portsSearched = 16;
  * names alone: a check that finds one service port drifted asks about two or three, and reading
  * every name out of a large node's rules (tens of MB) costs more than the rest of the check.
  */
-function programmedCheck(appliedText: string): (port: ServicePort) => boolean {
+function programmedCheck(applied: AppliedText): (port: ServicePort) => boolean {
   let names: Set<string> | undefined;
   let searched = 0;
   return (port) => {
-    if (names === undefined && searched++ < portsSearched) return programmedSearch(port, appliedText);
-    return programmed(port, (names ??= programmedNames(appliedText)));
+    if (names === undefined && searched++ < portsSearched) return programmedSearch(port, applied);
+    return programmed(port, (names ??= programmedNames(applied.whole())));
   };
 }
 
 /** programmed() for one port, by searching the text for each of its names where programmedNames would read them. */
-function programmedSearch(port: ServicePort, text: string): boolean {
+function programmedSearch(port: ServicePort, text: AppliedText): boolean {
   const word = /[-a-z0-9.]/;
   // A comment's "ns/name:port" (or "ns/name"), not part of a longer word.
   if (occurs(text, port.key, (before, after) => !/[-A-Za-z0-9./]/.test(before) && !word.test(after))) return true;
   // An nftables chain "service-HASH-ns/name/tcp/port", the hash 8 characters of base32.
   const nftName = `${port.namespace}/${port.serviceName}/${port.protocol.toLowerCase()}/${port.portName}`;
-  const hashed = (at: number) => /^-[A-Z2-7]{8}$/.test(text.slice(at - 9, at));
-  if (occurs(text, `-${nftName}`, (_, after, at) => !/[-a-z0-9]/.test(after) && hashed(at))) return true;
+  const hashed = (line: string, at: number) => /^-[A-Z2-7]{8}$/.test(line.slice(at - 9, at));
+  if (occurs(text, `-${nftName}`, (_, after, at, line) => !/[-a-z0-9]/.test(after) && hashed(line, at))) return true;
   // An ipvs virtual server, "ip:port".
   if (port.clusterIP === '' || port.clusterIP === 'None') return false;
   const address = port.clusterIP.includes(':') ? `[${port.clusterIP}]:${port.port}` : `${port.clusterIP}:${port.port}`;
   return occurs(text, address, (before, after) => !/[\d.]/.test(before) && !/\d/.test(after));
 }
 
-/** Whether `needle` occurs in `text` with the characters around it (and its position) as `fits` wants them. */
-function occurs(text: string, needle: string, fits: (before: string, after: string, at: number) => boolean): boolean {
-  for (let at = text.indexOf(needle); at >= 0; at = text.indexOf(needle, at + 1))
-    if (fits(text.charAt(at - 1), text.charAt(at + needle.length), at)) return true;
+/** Whether `needle` occurs in `text` with the characters around it (and its position in its line) as `fits` wants them. */
+function occurs(text: AppliedText, needle: string, fits: (before: string, after: string, at: number, line: string) => boolean): boolean {
+  for (const line of text.linesWith(needle))
+    for (let at = line.indexOf(needle); at >= 0; at = line.indexOf(needle, at + 1))
+      if (fits(line.charAt(at - 1) || '\n', line.charAt(at + needle.length) || '\n', at, line)) return true;
   return false;
 }
 

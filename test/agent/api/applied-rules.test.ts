@@ -6,8 +6,10 @@ import assert from 'node:assert/strict';
 import {describe, it} from 'node:test';
 import {AppliedState} from '../../../src/agent/applied/applied-state.ts';
 import {iptablesBackend} from '../../../src/agent/api/rules/iptables.ts';
-import {type ChainsByTable, unwatchedRulesetChanges, type RulesetChanges} from '../../../src/agent/applied/ruleset-changes.ts';
+import {type TouchedTables, unwatchedRulesetChanges, type RulesetChanges} from '../../../src/agent/applied/ruleset-changes.ts';
 import {watchedChanges} from './watched-changes.ts';
+import type {Host} from '../../../src/agent/host/host.ts';
+import type {IPFamily} from '../../../src/core/model/index.ts';
 import {findChain, type IptablesRuleset} from '../../../src/core/iptables/ruleset.ts';
 import {traceIptables} from '../../../src/core/iptables/trace.ts';
 
@@ -40,17 +42,17 @@ function cacheOver(changes: RulesetChanges, clock = {time: 1000}) {
     parse: iptablesBackend.parse,
     patch: iptablesBackend.patch,
     format: iptablesBackend.format,
-    // As `iptables -S CHAIN` answers from the kernel's text.
-    readChains: async (_family, table, chains) => {
-      chainReads.push(...chains);
-      const lines = kernel.split('\n');
-      const existing = chains.filter((chain) => lines.includes(`:${chain} - [0:0]`));
-      return {
-        table,
-        declared: chains,
-        chains: existing,
-        rules: lines.filter((line) => existing.some((chain) => line.startsWith(`-A ${chain} `))),
-      };
+    // `iptables -S CHAIN` answered from the kernel's text.
+    follow: (family, rules, touched) => {
+      const host = {
+        iptablesListChain: async (_family: string, _table: string, chain: string) => {
+          chainReads.push(chain);
+          const lines = kernel.split('\n');
+          if (!lines.includes(`:${chain} - [0:0]`)) return undefined;
+          return lines.filter((line) => line.startsWith(`-A ${chain} `)).join('\n');
+        },
+      } as unknown as Host;
+      return iptablesBackend.follow!(host, family, rules, touched);
     },
     changes,
     now: () => clock.time++,
@@ -58,7 +60,10 @@ function cacheOver(changes: RulesetChanges, clock = {time: 1000}) {
   return {cache, reads, chainReads, setKernel: (text: string) => (kernel = text)};
 }
 
-const nat = (...chains: string[]): ChainsByTable => new Map([['IPv4', new Map([['nat', new Set(chains)]])]]);
+const objects = (chains: string[], sets: string[] = [], whole = false) => ({chains: new Set(chains), sets: new Set(sets), whole});
+const touchedIn = (family: IPFamily, table: string, touched: ReturnType<typeof objects>): TouchedTables =>
+  new Map([[family, new Map([[table, touched]])]]);
+const nat = (...chains: string[]): TouchedTables => touchedIn('IPv4', 'nat', objects(chains));
 
 const packet = {srcIP: '10.244.2.9', dstIP: '10.96.0.10', dstPort: 80, protocol: 'TCP' as const, origin: 'arriving' as const};
 
@@ -188,7 +193,8 @@ describe('AppliedState', () => {
     const changes = watchedChanges(clock);
     const {cache, reads, chainReads} = cacheOver(changes, clock);
     const first = await cache.get('IPv4');
-    changes.foreignChange(new Map([['IPv6', new Map([['nat', new Set(['KUBE-SERVICES'])]])]]));
+    changes.foreignChange(touchedIn('IPv6', 'nat', objects(['KUBE-SERVICES'])));
+    changes.foreignChange(touchedIn('IPv4', 'kube-proxy', objects(['services'], ['service-ips'], true)));
     const after = await cache.get('IPv4');
     assert.deepEqual(reads, ['IPv4'], 'the tables are not read again');
     assert.deepEqual(chainReads, [], 'no chain of IPv4 to read');
@@ -197,12 +203,14 @@ describe('AppliedState', () => {
     assert.ok(findChain(after.rules as IptablesRuleset, 'nat', 'KUBE-SEP-AAAAAAAAAAAAAAAA'));
   });
 
-  it('reads the whole tables again after a foreign change not told by chain, one to a chain iptables makes, or one to many chains', async () => {
+  it('reads the whole tables again after a foreign change not told by chain, one to a chain iptables makes, to many chains, or to a set or the whole of a table', async () => {
     const many = Array.from({length: 21}, (_, index) => `KUBE-SEP-${String(index).padStart(16, 'A')}`);
     for (const [what, chains] of [
       ['not told by chain', undefined],
       ['a built-in chain', nat('PREROUTING')],
       ['21 chains', nat(...many)],
+      ['a set of the nat table', touchedIn('IPv4', 'nat', objects([], ['blocked']))],
+      ['the nat table flushed', touchedIn('IPv4', 'nat', objects([], [], true))],
     ] as const) {
       const clock = {time: 1000};
       const changes = watchedChanges(clock);

@@ -143,6 +143,18 @@ describe('ChainIndexedRuleset', () => {
     // Its text, put together without parsing, is what formatting the parsed rules prints.
     assert.equal(patched.savedText(), formatIptablesRuleset(patchIptablesRuleset(parseIptablesSave(text), written)));
     assert.equal(before.savedText(), formatIptablesRuleset(parseIptablesSave(text)));
+    // Searched without that text: the same rule lines, none of the replaced or deleted chains'.
+    const rulesIn = (saved: string, needle: string) =>
+      saved
+        .split('\n')
+        .filter((line) => line.startsWith('-A ') && line.includes(needle))
+        .sort();
+    for (const needle of [svc, sep, '10.244.9.9', 'KUBE-SERVICES', '--to-destination', 'no such name']) {
+      assert.deepEqual(patched.rulesWith(needle).sort(), rulesIn(patched.savedText(), needle), needle);
+      assert.deepEqual(before.rulesWith(needle).sort(), rulesIn(before.savedText(), needle), needle);
+    }
+    assert.deepEqual(patched.rulesWith('10.244.9.9'), [written[0].rules[1]], 'the written chain is searched');
+    assert.ok(patched.rulesWith(`-A ${sep} `).length === 0 && before.rulesWith(`-A ${sep} `).length > 0, 'the deleted chain is not');
   });
 
   it('parses only the chains a trace meets', () => {

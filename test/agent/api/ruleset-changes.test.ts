@@ -38,28 +38,40 @@ async function watchedNamespace(t: TestContext) {
   return {netns, changes, host: new CommandHost({netns})};
 }
 
-test("parseMonitorEvent names the chain of iptables' filter and nat tables an event changed", () => {
-  assert.deepEqual(parseMonitorEvent('add rule ip nat KUBE-SVC-AAA counter packets 0 bytes 0 jump KUBE-SEP-B'), {
-    family: 'IPv4',
-    table: 'nat',
-    chain: 'KUBE-SVC-AAA',
-  });
-  assert.deepEqual(parseMonitorEvent('delete rule ip6 filter KUBE-FORWARD handle 12'), {
+test('parseMonitorEvent names the chain or set of an ip or ip6 table an event changed, or the table', () => {
+  const chain = (family: string, table: string, name: string) => ({family, table, object: {kind: 'chain', name}});
+  const set = (family: string, table: string, name: string) => ({family, table, object: {kind: 'set', name}});
+  assert.deepEqual(
+    parseMonitorEvent('add rule ip nat KUBE-SVC-AAA counter packets 0 bytes 0 jump KUBE-SEP-B'),
+    chain('IPv4', 'nat', 'KUBE-SVC-AAA'),
+  );
+  assert.deepEqual(parseMonitorEvent('delete rule ip6 filter KUBE-FORWARD handle 12'), chain('IPv6', 'filter', 'KUBE-FORWARD'));
+  assert.deepEqual(parseMonitorEvent('create chain ip nat KUBE-SEP-B'), chain('IPv4', 'nat', 'KUBE-SEP-B'));
+  assert.deepEqual(
+    parseMonitorEvent('add chain ip nat PREROUTING { type nat hook prerouting priority dstnat; policy accept; }'),
+    chain('IPv4', 'nat', 'PREROUTING'),
+  );
+  assert.deepEqual(parseMonitorEvent('add rule ip mangle KUBE-KUBELET-CANARY counter'), chain('IPv4', 'mangle', 'KUBE-KUBELET-CANARY'));
+  // kube-proxy's nftables table: its chains, and its sets and maps by their elements.
+  assert.deepEqual(
+    parseMonitorEvent('delete rule ip kube-proxy service-ULMVA6XW-default/web/tcp/http handle 22525'),
+    chain('IPv4', 'kube-proxy', 'service-ULMVA6XW-default/web/tcp/http'),
+  );
+  assert.deepEqual(
+    parseMonitorEvent('delete element ip kube-proxy service-ips { 10.96.0.10 . tcp . 80 : goto svc }'),
+    set('IPv4', 'kube-proxy', 'service-ips'),
+  );
+  assert.deepEqual(parseMonitorEvent('add set ip filter blocked { type ipv4_addr; }'), set('IPv4', 'filter', 'blocked'));
+  assert.deepEqual(parseMonitorEvent('add map ip6 kube-proxy service-nodeports { type inet_proto . inet_service : verdict; }'), {
     family: 'IPv6',
-    table: 'filter',
-    chain: 'KUBE-FORWARD',
+    table: 'kube-proxy',
+    object: {kind: 'set', name: 'service-nodeports'},
   });
-  assert.deepEqual(parseMonitorEvent('create chain ip nat KUBE-SEP-B'), {family: 'IPv4', table: 'nat', chain: 'KUBE-SEP-B'});
-  assert.deepEqual(parseMonitorEvent('add chain ip nat PREROUTING { type nat hook prerouting priority dstnat; policy accept; }'), {
-    family: 'IPv4',
-    table: 'nat',
-    chain: 'PREROUTING',
-  });
+  assert.equal(parseMonitorEvent('delete set ip kube-proxy __map498'), 'none', "a rule's anonymous set: the rule has its own event");
   assert.equal(parseMonitorEvent('add table ip nat'), 'none', 'a table created holds nothing yet');
-  assert.equal(parseMonitorEvent('delete table ip nat'), 'other');
-  assert.equal(parseMonitorEvent('add set ip filter blocked { type ipv4_addr; }'), 'other');
-  assert.equal(parseMonitorEvent('add rule ip mangle KUBE-KUBELET-CANARY counter'), 'none', 'a table the readings do not hold');
-  assert.equal(parseMonitorEvent('add element ip kube-proxy service-ips { 10.96.0.10 . tcp . 80 : goto svc }'), 'none');
+  assert.deepEqual(parseMonitorEvent('delete table ip nat'), {family: 'IPv4', table: 'nat'});
+  assert.deepEqual(parseMonitorEvent('add flowtable ip kube-proxy ft { hook ingress priority 0; }'), {family: 'IPv4', table: 'kube-proxy'});
+  assert.equal(parseMonitorEvent('add rule inet firewalld filter_INPUT accept'), 'none', 'a family no reading holds');
   assert.equal(parseMonitorEvent('# new generation 7 by process 12 (nft)'), 'none');
 });
 
@@ -77,7 +89,7 @@ test('applied rules: a foreign change to a chain is followed by reading that cha
     parse: iptablesBackend.parse,
     patch: iptablesBackend.patch,
     format: iptablesBackend.format,
-    readChains: (family, table, chains) => iptablesBackend.readChains!(host, family, table, chains),
+    follow: (family, rules, touched) => iptablesBackend.follow!(host, family, rules, touched),
     changes,
     now: Date.now,
   });
@@ -125,7 +137,7 @@ test('applied rules: a foreign change to a chain is followed by reading that cha
   );
   const followed = await cache.get('IPv4');
   assert.equal(reads.length, 1, 'the chains were read, not the tables');
-  assert.deepEqual([...(changes.foreignChainsSince(since)?.get('IPv4')?.get('nat') ?? [])].sort(), [
+  assert.deepEqual([...(changes.foreignObjectsSince(since)?.get('IPv4')?.get('nat')?.chains ?? [])].sort(), [
     'KUBE-SEP-AAAAAAAAAAAAAAAA',
     'KUBE-SERVICES',
   ]);

@@ -1,34 +1,38 @@
 // A ruleset monitor for tests of the applied rules: it always watches, and reports a foreign
-// change when the test makes one, at the time of the test's clock, with the chains it touched when
-// the test names them (as nft monitor names iptables' chains).
-import type {ChainsByTable, RulesetChanges} from '../../../src/agent/applied/ruleset-changes.ts';
+// change when the test makes one, at the time of the test's clock, with the objects it touched when
+// the test names them (as nft monitor names iptables' chains and nftables' chains and sets).
+import type {RulesetChanges, TouchedTables} from '../../../src/agent/applied/ruleset-changes.ts';
 
-export function watchedChanges(clock: {time: number}): RulesetChanges & {foreignChange(chains?: ChainsByTable): void} {
+export function watchedChanges(clock: {time: number}): RulesetChanges & {foreignChange(touched?: TouchedTables): void} {
   let foreignAt = 0;
-  const changes: Array<{at: number; chains?: ChainsByTable}> = [];
+  const changes: Array<{at: number; touched?: TouchedTables}> = [];
   return {
     watching: () => true,
     lastForeignChangeAt: () => foreignAt,
     ownWriter: () => () => {},
     settled: async () => true,
-    foreignChainsSince: (since) => {
-      const touched: ChainsByTable = new Map();
-      for (const {at, chains} of changes) {
+    foreignObjectsSince: (since) => {
+      const all: TouchedTables = new Map();
+      for (const {at, touched} of changes) {
         if (at < since) continue;
-        if (!chains) return undefined;
-        for (const [family, tables] of chains)
-          for (const [table, names] of tables) {
-            if (!touched.has(family)) touched.set(family, new Map());
-            const kept = touched.get(family)!;
-            kept.set(table, new Set([...(kept.get(table) ?? []), ...names]));
+        if (!touched) return undefined;
+        for (const [family, tables] of touched)
+          for (const [table, objects] of tables) {
+            if (!all.has(family)) all.set(family, new Map());
+            const kept = all.get(family)!.get(table) ?? {chains: new Set<string>(), sets: new Set<string>(), whole: false};
+            all.get(family)!.set(table, {
+              chains: new Set([...kept.chains, ...objects.chains]),
+              sets: new Set([...kept.sets, ...objects.sets]),
+              whole: kept.whole || objects.whole,
+            });
           }
       }
-      return touched;
+      return all;
     },
     close: () => {},
-    foreignChange: (chains) => {
+    foreignChange: (touched) => {
       foreignAt = clock.time++;
-      changes.push({at: foreignAt, chains});
+      changes.push({at: foreignAt, touched});
     },
   };
 }

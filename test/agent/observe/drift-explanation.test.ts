@@ -3,7 +3,7 @@
 import assert from 'node:assert/strict';
 import {test} from 'node:test';
 import {buildProxyModel, type ProxyModel} from '../../../src/core/model/index.ts';
-import {addressesIn, explainDrift} from '../../../src/agent/observe/drift-explanation.ts';
+import {addressesIn, explainDrift, wholeText} from '../../../src/agent/observe/drift-explanation.ts';
 import {DriftTracker} from '../../../src/agent/observe/drift-tracker.ts';
 import {EndpointHistory} from '../../../src/agent/observe/observing-proxier.ts';
 import {memoryLogger} from '../../../src/agent/log.ts';
@@ -53,7 +53,7 @@ test('explainDrift: a stale endpoint, with how long ago it left the EndpointSlic
         ],
       },
     ],
-    {models: [after], appliedText: programmedText, history, now: 60_000 + 4 * 60_000},
+    {models: [after], applied: wholeText(() => programmedText), history, now: 60_000 + 4 * 60_000},
   );
   assert.deepEqual(group.explanations, [
     {
@@ -73,7 +73,9 @@ test('explainDrift: not programmed, no kube-proxy rules at all, rules not writte
   // The other service's rules are there, web's are not.
   const notProgrammed = explainDrift([missingAll], {
     models: [current, model2('other', '10.96.0.30')],
-    appliedText: '-A KUBE-SERVICES -d 10.96.0.30/32 -p tcp -m comment --comment "default/other:http cluster IP" -j KUBE-SVC-Y\n',
+    applied: wholeText(
+      () => '-A KUBE-SERVICES -d 10.96.0.30/32 -p tcp -m comment --comment "default/other:http cluster IP" -j KUBE-SVC-Y\n',
+    ),
     history,
     now: 0,
   });
@@ -81,7 +83,7 @@ test('explainDrift: not programmed, no kube-proxy rules at all, rules not writte
   // Nothing of any service is there.
   const nothing = explainDrift([missingAll, other], {
     models: [current, model2('other', '10.96.0.30')],
-    appliedText: '*nat\nCOMMIT\n',
+    applied: wholeText(() => '*nat\nCOMMIT\n'),
     history,
     now: 0,
   });
@@ -97,7 +99,7 @@ test('explainDrift: not programmed, no kube-proxy rules at all, rules not writte
     [{servicePort: '', added: [], removed: ['-t nat -A KUBE-SERVICES -p tcp --dport 22 -j DNAT --to-destination 10.0.0.1:22']}],
     {
       models: [current],
-      appliedText: programmedText,
+      applied: wholeText(() => programmedText),
       history,
       now: 0,
     },
@@ -111,14 +113,14 @@ test('explainDrift: not programmed, no kube-proxy rules at all, rules not writte
   // A Service deleted whose rules stay.
   const gone = explainDrift([{servicePort: 'default/old:http', added: [], removed: ['-t nat -A KUBE-SVC-OLD -j KUBE-SEP-OLD']}], {
     models: [current],
-    appliedText: programmedText,
+    applied: wholeText(() => programmedText),
     history,
     now: 0,
   });
   assert.deepEqual(gone[0].explanations, [{kind: 'stale-service', text: 'still programmed on this node, no longer a port of any Service'}]);
   const foreignNoAddress = explainDrift([{servicePort: '', added: [], removed: ['-t filter -A KUBE-FORWARD -j ACCEPT']}], {
     models: [current],
-    appliedText: programmedText,
+    applied: wholeText(() => programmedText),
     history,
     now: 0,
   });
@@ -132,7 +134,7 @@ test('explainDrift: not programmed, no kube-proxy rules at all, rules not writte
   joined.note(current, grown, 1000);
   const missing = explainDrift(
     [{servicePort: 'default/web:http', added: ['-t nat -A KUBE-SEP-Z -p tcp -j DNAT --to-destination 10.244.1.9:8080'], removed: []}],
-    {models: [grown], appliedText: programmedText, history: joined, now: 31_000},
+    {models: [grown], applied: wholeText(() => programmedText), history: joined, now: 31_000},
   );
   assert.equal(missing[0].explanations?.[0].text, 'endpoint 10.244.1.9 not programmed, added to the EndpointSlice 30s ago');
 });
@@ -198,7 +200,7 @@ test('explainDrift: an nftables table names its service ports in chain names; on
         removed: [],
       },
     ],
-    {models: [current], appliedText, history, now: 0},
+    {models: [current], applied: wholeText(() => appliedText), history, now: 0},
   );
   assert.equal(group.explanations?.[0].kind, 'missing-rule');
 });
@@ -213,13 +215,13 @@ test('explainDrift: a service port programmed only late in the model is found, p
     '-A -t 10.96.1.40:80 -s rr\n',
   ];
   for (const appliedText of texts) {
-    const [group] = explainDrift([missing], {models, appliedText, history: new EndpointHistory(), now: 0});
+    const [group] = explainDrift([missing], {models, applied: wholeText(() => appliedText), history: new EndpointHistory(), now: 0});
     assert.deepEqual(group.explanations, [{kind: 'not-programmed', text: 'not programmed on this node'}], appliedText);
   }
   // Not part of a longer name or address: svc3 is not svc39, 10.96.1.4:80 not 10.96.1.40:80.
   const [none] = explainDrift([missing], {
     models: [model2('svc3', '10.96.1.4')],
-    appliedText: texts.join(''),
+    applied: wholeText(() => texts.join('')),
     history: new EndpointHistory(),
     now: 0,
   });

@@ -8,7 +8,7 @@ import type {Packet, TraceContext, TraceResult} from '../../../core/trace/types.
 import type {DiffGroup, ProxyMode} from '../../../protocol/methods.ts';
 import type {ParsedRules} from '../../applied/applied-state.ts';
 import type {ChainsWritten} from '../../sync/types.ts';
-import type {IptablesTable} from '../../../core/iptables/chains.ts';
+import type {TouchedObjects} from '../../applied/ruleset-changes.ts';
 import {errorText} from '../../../core/error-text.ts';
 
 /** A parsed ruleset; only the backend that made it looks inside. */
@@ -41,10 +41,20 @@ export interface RulesBackend {
   patch?(rules: ParsedRules, tables: ChainsWritten[]): ParsedRules;
   /** The text of parsed rules, as the kernel tools print them (for patched rules). */
   format?(rules: ParsedRules): string;
+  /**
+   * The rule lines of the rules' text (format's) that hold `needle`, found without putting that
+   * text together; undefined when the rules do not keep their text in pieces (search the text).
+   */
+  rulesWith?(rules: ParsedRules, needle: string): string[] | undefined;
   /** Reads back the text parsed rules were read from, when they keep it as it was given; undefined when they do not. */
   textOf?(rules: ParsedRules): (() => string) | undefined;
-  /** Reads chains of an iptables table as they are now, to patch into the applied rules after a foreign change to them. */
-  readChains?(host: Host, family: IPFamily, table: IptablesTable, chains: string[]): Promise<ChainsWritten>;
+  /**
+   * The applied rules brought up to date with foreign changes by reading only the objects they
+   * touched (every table of the family the monitor named is in `touched`; a backend looks at the
+   * tables it reads): `rules` itself when none of those was touched, undefined when the changes
+   * cannot be followed so (the whole tables are read again).
+   */
+  follow?(host: Host, family: IPFamily, rules: ParsedRules, touched: Map<string, TouchedObjects>): Promise<ParsedRules | undefined>;
   /** Reads the applied rules from the kernel; default iptables-save -t filter + -t nat. */
   readApplied?(host: Host, family: IPFamily): Promise<string>;
 }

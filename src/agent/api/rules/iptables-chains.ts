@@ -223,8 +223,7 @@ export class ChainIndexedRuleset implements IptablesRuleset {
         const start = text.lastIndexOf('\n', at) + 1;
         if (!text.startsWith('-A ', start)) continue;
         const name = text.slice(start + 3, text.indexOf(' ', start + 3));
-        const id = table.ids.get(name);
-        if (id !== undefined && !table.written.has(id) && this.#inRuns(table, id, start)) return name;
+        if (this.#holdsRule(table, name, start)) return name;
       }
     }
     return undefined;
@@ -259,6 +258,44 @@ export class ChainIndexedRuleset implements IptablesRuleset {
       lines.push('COMMIT');
     }
     return lines.length === 0 ? '' : `${lines.join('\n')}\n`;
+  }
+
+  /**
+   * The rule lines of savedText() that hold `needle`, found without putting that text together:
+   * the dump's text is searched, and a rule counts while its chain is still the dump's (no write
+   * replaced it); the rules of the chains writes replaced are searched apart. A drift check after
+   * a foreign change asks this for a few names, where savedText() would join 33 MB at 10,000
+   * services.
+   */
+  rulesWith(needle: string): string[] {
+    const found: string[] = [];
+    const text = this.#index.text.whole();
+    for (let at = text.indexOf(needle); at >= 0; at = text.indexOf(needle, at + 1)) {
+      const start = text.lastIndexOf('\n', at) + 1;
+      let end = text.indexOf('\n', at);
+      if (end < 0) end = text.length;
+      if (text.startsWith('-A ', start) && this.#isCurrentRule(text, start, end)) found.push(text.slice(start, end));
+      // The line's other occurrences would find it again.
+      at = end;
+    }
+    for (const table of this.#index.tables.values())
+      for (const written of table.written.values()) for (const rule of written.rules) if (rule.includes(needle)) found.push(rule);
+    return found;
+  }
+
+  /** Whether the dump's rule line from `start` to `end` is in savedText(): its chain's, and no write replaced that chain. */
+  #isCurrentRule(text: string, start: number, end: number): boolean {
+    let nameEnd = text.indexOf(' ', start + 3);
+    if (nameEnd < 0 || nameEnd > end) nameEnd = end;
+    const name = text.slice(start + 3, nameEnd);
+    for (const table of this.#index.tables.values()) if (this.#holdsRule(table, name, start)) return true;
+    return false;
+  }
+
+  /** Whether the dump's rule line at `position` is one of `table`'s chain `name`'s rules now (no write replaced that chain). */
+  #holdsRule(table: TableIndex, name: string, position: number): boolean {
+    const id = table.ids.get(name);
+    return id !== undefined && !table.written.has(id) && this.#inRuns(table, id, position);
   }
 
   /** Whether the line at `position` of the text is one of chain `id`'s rules in `table`. */

@@ -10,6 +10,7 @@ import {ChainIndexedRuleset, spelledAsSaved} from './iptables-chains.ts';
 import type {IPFamily, ProxyModel} from '../../../core/model/index.ts';
 import {type Host, savedTables} from '../../host/host.ts';
 import type {ParsedRules, RulesBackend} from './backend.ts';
+import type {TouchedObjects} from '../../applied/ruleset-changes.ts';
 
 /**
  * patchIptablesRuleset: `ruleset` with the declared chains of `written` replaced by what they hold
@@ -80,8 +81,9 @@ const plainIptablesBackend: RulesBackend = {
   patch: (rules, tables) =>
     (rules instanceof ChainIndexedRuleset ? rules.patched(tables) : patchIptablesRuleset(rules as IptablesRuleset, tables)) as ParsedRules,
   format: (rules) => (rules instanceof ChainIndexedRuleset ? rules.savedText() : formatIptablesRuleset(rules as IptablesRuleset)),
-  readChains: readIptablesChains,
+  follow: followIptablesChanges,
   textOf: (rules) => (rules instanceof ChainIndexedRuleset ? rules.sourceText : undefined),
+  rulesWith: (rules, needle) => (rules instanceof ChainIndexedRuleset ? rules.rulesWith(needle) : undefined),
   diff: (desired, applied, service) => {
     // Chains whose lines are the same on both sides are skipped unparsed (both must be in
     // iptables-save's spelling), and the chain that jumps to a drifted one is searched for in the text.
@@ -99,6 +101,37 @@ const plainIptablesBackend: RulesBackend = {
 };
 
 export const iptablesBackend: RulesBackend = iptablesRulesBackend();
+
+/**
+ * The most chains foreign changes may touch for them to be read alone (`iptables -S` each, about
+ * 0.1 s on a large node); past it the whole tables are read again, in one iptables-save.
+ */
+const foreignChainsFollowed = 20;
+
+/** The chains iptables itself makes in filter and nat: their policies are read with the tables. */
+const builtinChains = new Set(['PREROUTING', 'INPUT', 'FORWARD', 'OUTPUT', 'POSTROUTING']);
+
+/**
+ * followIptablesChanges: the filter and nat chains foreign changes touched, read one by one and
+ * patched into `rules`; undefined when those tables changed otherwise than chain by chain (a set,
+ * a table flushed), or in too many chains, or in a built-in one.
+ */
+async function followIptablesChanges(
+  host: Host,
+  family: IPFamily,
+  rules: ParsedRules,
+  touched: Map<string, TouchedObjects>,
+): Promise<ParsedRules | undefined> {
+  const tables = (['filter', 'nat'] as const).filter((table) => touched.has(table));
+  if (tables.length === 0) return rules;
+  const objects = tables.map((table) => touched.get(table)!);
+  const chains = objects.flatMap((object) => [...object.chains]);
+  if (objects.some((object) => object.whole || object.sets.size > 0)) return undefined;
+  if (chains.length > foreignChainsFollowed || chains.some((chain) => builtinChains.has(chain))) return undefined;
+  const written: ChainsWritten[] = [];
+  for (const table of tables) written.push(await readIptablesChains(host, family, table, [...touched.get(table)!.chains]));
+  return plainIptablesBackend.patch!(rules, written);
+}
 
 /**
  * readIptablesChains: the chains as they are now, one `iptables -S CHAIN` each (it prints a rule
