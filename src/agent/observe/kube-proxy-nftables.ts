@@ -4,8 +4,8 @@
 // --nftables-layout names kube-proxy-1.33; proxyctl's own layout is never what kube-proxy wrote.
 import type {IPFamily, ProxyModel} from '../../core/model/index.ts';
 import {renderNftables} from '../../core/nftables/render.ts';
-import {nftablesBackend} from '../api/rules/nftables.ts';
-import type {RulesBackend} from '../api/rules/backend.ts';
+import {followNftablesChanges, formatNftablesRules, nftablesBackend} from '../api/rules/nftables.ts';
+import type {ParsedRules, RulesBackend} from '../api/rules/backend.ts';
 import type {Host} from '../host/host.ts';
 import {nftFamily} from '../sync/nftables-proxier.ts';
 
@@ -15,12 +15,27 @@ function renderKubeProxyLayout(model: ProxyModel, serviceCIDRs: string[]): strin
   return renderNftables({...model, config: {...model.config, nftablesLayout: layout}}, {serviceCIDRs});
 }
 
-/** The RulesBackend an observer of nftables mode answers with: kube-proxy's table read as it is, desired rules in kube-proxy's layout. */
+/**
+ * The RulesBackend an observer of nftables mode answers with: kube-proxy's table read as it is,
+ * desired rules in kube-proxy's layout. A foreign change is followed by listing the chains and
+ * sets it touched, and the desired rules are kept per model: a drift check after a change then
+ * compares only what changed (the diff skips the chains and sets it found the same before).
+ */
 export function kubeProxyNftablesBackend(options: {serviceCIDRs: () => string[]}): RulesBackend {
+  const kept = new WeakMap<ProxyModel, {cidrs: string; rules: ParsedRules}>();
+  const render = (model: ProxyModel) => renderKubeProxyLayout(model, options.serviceCIDRs());
   return {
     ...nftablesBackend,
-    render: (model) => renderKubeProxyLayout(model, options.serviceCIDRs()),
+    render,
+    desired: (model) => {
+      const cidrs = options.serviceCIDRs().join();
+      let known = kept.get(model);
+      if (known?.cidrs !== cidrs) kept.set(model, (known = {cidrs, rules: nftablesBackend.parse(render(model))}));
+      return known.rules;
+    },
     readApplied: (host: Host, family: IPFamily) => listKubeProxyTable(host, family),
+    follow: followNftablesChanges,
+    format: formatNftablesRules,
   };
 }
 

@@ -4,7 +4,7 @@
 // the endpoints they can reach, not by their keys; elements clients add to affinity sets at run
 // time, emptied chains waiting for deletion, counter values, and the order of chains, sets and
 // elements are not differences (rules keep their order inside a chain: it decides).
-import type {NftRuleset} from './parse.ts';
+import type {NftChain, NftRuleset, NftSet} from './parse.ts';
 
 /** DiffGroup: the changes of one service port (the protocol's DiffGroup has the same shape). */
 export interface DiffGroup {
@@ -20,6 +20,21 @@ export interface NftablesDiff {
   equal: boolean;
   groups: DiffGroup[];
   text: string;
+}
+
+/**
+ * SameParts: chains and sets a diff found to hold the same lines on both sides, as desired part ->
+ * applied part (the objects). A later diff between rulesets that share those objects (an applied
+ * ruleset patched after a foreign change, the same desired one) skips them unread: at 10,000
+ * services that is 120,000 chains not spelled out again for one changed map.
+ */
+export type SameParts = WeakMap<NftChain | NftSet, NftChain | NftSet>;
+
+export interface DiffNftablesOptions {
+  /** "ns/name[:port]": only that service's lines. */
+  service?: string;
+  /** Parts known to be the same, skipped; a whole diff (no service) adds the parts it finds the same. */
+  sameParts?: SameParts;
 }
 
 const perServiceName = /^(?:service|local|external|firewall|endpoint)-[A-Z0-9]{8}-([^/]+)\/([^/]+)\/[a-z]+\/([^_]*?)(?:__.*)?$/;
@@ -44,36 +59,48 @@ function resolveEndpointChoice(ruleset: NftRuleset, rule: string): string {
 interface Line {
   servicePort: string;
   text: string;
+  /** The chain or set the line is of. */
+  part: NftChain | NftSet;
 }
 
-function linesOf(ruleset: NftRuleset, other: NftRuleset): Line[] {
+/**
+ * Whether `part` of `ruleset` is known to hold the same lines as the other side's part of its
+ * name (`desiredSide`: whether `ruleset` is the desired one).
+ */
+function knownSame(part: NftChain | NftSet, other: Map<string, NftChain | NftSet>, desiredSide: boolean, same?: SameParts): boolean {
+  const counterpart = other.get(part.name);
+  if (!same || !counterpart) return false;
+  return desiredSide ? same.get(part) === counterpart : same.get(counterpart) === part;
+}
+
+function linesOf(ruleset: NftRuleset, other: NftRuleset, desiredSide: boolean, same?: SameParts): Line[] {
   const lines: Line[] = [];
-  const chainGroup = new Map<string, string>();
   for (const chain of ruleset.chains.values()) {
+    if (knownSame(chain, other.chains, desiredSide, same)) continue;
     const servicePort = servicePortOfChain(chain.name);
     // An emptied per-service chain the other side lacks is stale, waiting for its deletion.
     if (servicePort !== undefined && chain.rules.length === 0 && !other.chains.has(chain.name)) continue;
-    chainGroup.set(chain.name, servicePort ?? '');
     const base =
       chain.hook !== undefined
         ? ` { type ${chain.type} hook ${chain.hook} priority ${chain.priority} ; policy ${chain.policy ?? 'accept'} ; }`
         : '';
-    lines.push({servicePort: servicePort ?? '', text: `chain ${chain.name}${base}`});
+    lines.push({servicePort: servicePort ?? '', text: `chain ${chain.name}${base}`, part: chain});
     chain.rules.forEach((rule, index) => {
       // A counter's values change with traffic; whether the rule counts is what is compared.
       const counted = rule.text.replace(/\bcounter packets \d+ bytes \d+/g, 'counter');
       const text = resolveEndpointChoice(ruleset, rule.comment !== undefined ? `${counted} comment "${rule.comment}"` : counted);
-      lines.push({servicePort: servicePort ?? '', text: `rule ${chain.name} #${index + 1}: ${text}`});
+      lines.push({servicePort: servicePort ?? '', text: `rule ${chain.name} #${index + 1}: ${text}`, part: chain});
     });
   }
   for (const set of ruleset.sets.values()) {
-    if (set.name.startsWith('endpoint-targets-')) continue;
+    if (set.name.startsWith('endpoint-targets-') || knownSame(set, other.sets, desiredSide, same)) continue;
     const affinity = set.name.startsWith('affinity-');
     const owner = affinity ? (servicePortOfChain(`endpoint${set.name.slice('affinity'.length)}`) ?? '') : '';
     // nft -j leaves out "dynamic", which the kernel adds to any set a rule updates.
     const flags = set.flags.filter((flag) => flag !== 'dynamic');
     lines.push({
       servicePort: owner,
+      part: set,
       text:
         `${set.kind} ${set.name}` +
         (flags.length > 0 ? ` flags ${flags.join(',')}` : '') +
@@ -88,11 +115,37 @@ function linesOf(ruleset: NftRuleset, other: NftRuleset): Line[] {
       const comment = element.comment !== undefined ? ` comment "${element.comment}"` : '';
       lines.push({
         servicePort,
+        part: set,
         text: `element ${set.name} { ${element.key}${comment}${element.value !== undefined ? ` : ${element.value}` : ''} }`,
       });
     }
   }
   return lines;
+}
+
+function partKey(part: NftChain | NftSet): string {
+  return `${'rules' in part ? 'chain' : 'set'} ${part.name}`;
+}
+
+/**
+ * Adds to `same` the parts both sides have whose lines did not differ. A chain that picks from an
+ * endpoint map reads that map's elements too (resolveEndpointChoice), so it is not remembered.
+ */
+function rememberSameParts(desired: NftRuleset, applied: NftRuleset, differing: Set<string>, same: SameParts): void {
+  const remember = <Part extends NftChain | NftSet>(
+    mine: Map<string, Part>,
+    theirs: Map<string, Part>,
+    pickedFromMap: (part: Part) => boolean,
+  ) => {
+    for (const part of mine.values()) {
+      const counterpart = theirs.get(part.name);
+      if (!counterpart || same.get(part) === counterpart || differing.has(partKey(part))) continue;
+      if (pickedFromMap(part) || pickedFromMap(counterpart)) continue;
+      same.set(part, counterpart);
+    }
+  };
+  remember(desired.chains, applied.chains, (chain) => chain.rules.some((rule) => endpointMapRule.test(rule.text)));
+  remember(desired.sets, applied.sets, () => false);
 }
 
 function matchesService(servicePort: string, filter: string | undefined): boolean {
@@ -101,9 +154,10 @@ function matchesService(servicePort: string, filter: string | undefined): boolea
 }
 
 /** diffNftables compares two tables; `service` ("ns/name[:port]") keeps only that service's lines. */
-export function diffNftables(desired: NftRuleset, applied: NftRuleset, options: {service?: string} = {}): NftablesDiff {
-  const want = linesOf(desired, applied);
-  const have = linesOf(applied, desired);
+export function diffNftables(desired: NftRuleset, applied: NftRuleset, options: DiffNftablesOptions = {}): NftablesDiff {
+  const {sameParts} = options;
+  const want = linesOf(desired, applied, true, sameParts);
+  const have = linesOf(applied, desired, false, sameParts);
   const count = (lines: Line[]) => {
     const counts = new Map<string, {line: Line; count: number}>();
     for (const line of lines) {
@@ -122,16 +176,21 @@ export function diffNftables(desired: NftRuleset, applied: NftRuleset, options: 
     if (!found) groups.set(servicePort, (found = {servicePort, added: [], removed: []}));
     return found;
   };
+  // Parts with a line on one side only, by name (`chain X`, `set Y`): the rest hold the same lines.
+  const differing = new Set<string>();
   for (const [key, {line, count: n}] of wanted) {
     const missing = n - (held.get(key)?.count ?? 0);
+    if (missing > 0) differing.add(partKey(line.part));
     for (let index = 0; index < missing; index++)
       if (matchesService(line.servicePort, options.service)) group(line.servicePort).added.push(line.text);
   }
   for (const [key, {line, count: n}] of held) {
     const extra = n - (wanted.get(key)?.count ?? 0);
+    if (extra > 0) differing.add(partKey(line.part));
     for (let index = 0; index < extra; index++)
       if (matchesService(line.servicePort, options.service)) group(line.servicePort).removed.push(line.text);
   }
+  if (sameParts && options.service === undefined) rememberSameParts(desired, applied, differing, sameParts);
   const sorted = [...groups.values()].sort((a, b) => (a.servicePort < b.servicePort ? -1 : a.servicePort > b.servicePort ? 1 : 0));
   const text = sorted
     .map((entry) =>

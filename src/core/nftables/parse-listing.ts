@@ -142,3 +142,32 @@ function braceDepth(text: string, depth: number): number {
   }
   return depth;
 }
+
+/**
+ * formatNftablesListing prints a ruleset as `nft list table` does (what parseNftablesListing
+ * reads): the text of rules that were patched after they were read, which no tool printed whole.
+ * Sets print no type: the ruleset shape does not keep it.
+ */
+export function formatNftablesListing(ruleset: NftRuleset): string {
+  const lines = [`table ${ruleset.family} ${ruleset.table} {`];
+  const comment = (text: string | undefined) => (text !== undefined ? ` comment ${JSON.stringify(text)}` : '');
+  for (const set of ruleset.sets.values()) {
+    lines.push(`\t${set.kind} ${set.name} {`);
+    if (set.flags.length > 0) lines.push(`\t\tflags ${set.flags.join(',')}`);
+    if (set.timeoutSeconds !== undefined) lines.push(`\t\ttimeout ${set.timeoutSeconds}s`);
+    const elements = set.elements.map(
+      (element) => `${element.key}${comment(element.comment)}${element.value !== undefined ? ` : ${element.value}` : ''}`,
+    );
+    if (elements.length > 0) lines.push(`\t\telements = { ${elements.join(',\n\t\t\t     ')} }`);
+    lines.push('\t}');
+  }
+  for (const chain of ruleset.chains.values()) {
+    lines.push(`\tchain ${chain.name} {`);
+    if (chain.hook !== undefined)
+      lines.push(`\t\ttype ${chain.type} hook ${chain.hook} priority ${chain.priority}; policy ${chain.policy ?? 'accept'};`);
+    for (const rule of chain.rules) lines.push(`\t\t${rule.text}${comment(rule.comment)}`);
+    lines.push('\t}');
+  }
+  lines.push('}');
+  return `${lines.join('\n')}\n`;
+}

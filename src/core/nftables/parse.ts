@@ -224,7 +224,8 @@ export function parseNftablesJson(json: string, tableName = 'kube-proxy'): NftRu
   const tables = items
     .filter((item) => isObject(item) && isObject(item.table))
     .map((item) => (item as {table: {family: string; name: string}}).table);
-  const chosen = tables.find((table) => table.name === tableName) ?? tables[0];
+  // A listing of one chain or set (`nft -j list chain ...`) has no table object: its objects name the table.
+  const chosen = tables.find((table) => table.name === tableName) ?? tables[0] ?? objectsTable(items);
   const ruleset: NftRuleset = {family: chosen?.family ?? 'ip', table: chosen?.name ?? tableName, chains: new Map(), sets: new Map()};
   const ours = (object: {family?: string; table?: string}) => object.family === ruleset.family && object.table === ruleset.table;
   for (const item of items) {
@@ -272,6 +273,16 @@ export function parseNftablesJson(json: string, tableName = 'kube-proxy'): NftRu
     }
   }
   return ruleset;
+}
+
+/** The family and table the first chain, set, map or rule of a listing names. */
+function objectsTable(items: Json[]): {family: string; name: string} | undefined {
+  for (const item of items) {
+    if (!isObject(item)) continue;
+    const object = [item.chain, item.set, item.map, item.rule].find(isObject) as {family?: string; table?: string} | undefined;
+    if (object?.family !== undefined && object.table !== undefined) return {family: object.family, name: object.table};
+  }
+  return undefined;
 }
 
 /** splitTopLevel splits on a separator outside braces and quotes. */

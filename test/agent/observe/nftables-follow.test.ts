@@ -1,0 +1,141 @@
+// An observer of kube-proxy's nftables table follows a foreign change by listing only the chains
+// and sets nft monitor named (at 10,000 services the whole table takes tens of seconds to list),
+// and compares only what changed. Real kernel: kube-proxy's layout loaded into a fresh network
+// namespace with nft monitor listening in it; each followed reading must say what a whole listing
+// says, and each diff what a diff that remembers nothing says.
+import assert from 'node:assert/strict';
+import {execFileSync} from 'node:child_process';
+import {randomBytes} from 'node:crypto';
+import {test} from 'node:test';
+import {AppliedState} from '../../../src/agent/applied/applied-state.ts';
+import {watchNftRuleset} from '../../../src/agent/applied/ruleset-changes.ts';
+import type {ParsedRules} from '../../../src/agent/api/rules/backend.ts';
+import {formatNftablesRules} from '../../../src/agent/api/rules/nftables.ts';
+import {CommandHost} from '../../../src/agent/host/command-host.ts';
+import {memoryLogger} from '../../../src/agent/log.ts';
+import {kubeProxyNftablesBackend} from '../../../src/agent/observe/kube-proxy-nftables.ts';
+import {buildProxyModel} from '../../../src/core/model/index.ts';
+import {diffNftables} from '../../../src/core/nftables/diff.ts';
+import type {NftRuleset} from '../../../src/core/nftables/parse.ts';
+import {parseNftablesListing} from '../../../src/core/nftables/parse-listing.ts';
+import {isRoot, until} from '../../plugin/agent-cluster.ts';
+import {node, service, slice} from '../sync/cluster.ts';
+
+test('observer, nftables: a foreign change is followed by listing the chains and sets it touched, and says what a whole listing says', async (t) => {
+  if (!isRoot) {
+    t.skip('needs root: loads kube-proxy nftables rules and runs nft monitor in a fresh network namespace');
+    return;
+  }
+  const netns = `pxfollow-${process.pid}-${randomBytes(3).toString('hex')}`;
+  execFileSync('ip', ['netns', 'add', netns]);
+  t.after(() => execFileSync('ip', ['netns', 'del', netns]));
+  const nft = (...args: string[]) => execFileSync('ip', ['netns', 'exec', netns, 'nft', ...args], {encoding: 'utf8'});
+
+  const model = buildProxyModel(
+    {
+      services: [service('web', '10.96.0.10'), service('db', '10.96.0.20')],
+      endpointSlices: [slice('web-1', 'web', ['10.244.2.5', '10.244.2.6']), slice('db-1', 'db', ['10.244.2.7'])],
+      node: node(),
+    },
+    {family: 'IPv4', nodeName: 'node-1'},
+  );
+  const backend = kubeProxyNftablesBackend({serviceCIDRs: () => ['10.96.0.0/16']});
+  execFileSync('ip', ['netns', 'exec', netns, 'nft', '-f', '-'], {input: backend.render(model)});
+
+  const host = new CommandHost({netns});
+  const changes = await watchNftRuleset({netns, log: memoryLogger()});
+  t.after(() => changes.close());
+  await until('the monitor to listen', () => changes.watching());
+  let wholeReadings = 0;
+  const listed: string[] = [];
+  const applied = new AppliedState({
+    read: async (family) => {
+      wholeReadings++;
+      return backend.readApplied!(host, family);
+    },
+    parse: backend.parse,
+    format: backend.format,
+    follow: (family, rules, touched) => backend.follow!(countingLists(host, listed), family, rules, touched),
+    changes,
+    now: Date.now,
+  });
+  const desired = backend.desired!(model);
+  const first = await applied.get('IPv4');
+  assert.equal(wholeReadings, 1);
+  assert.equal(backend.diff(desired, first.rules).equal, true, 'the loaded table is what the model asks for');
+
+  const web = [...(first.rules as NftRuleset).chains.keys()].find((name) => /^service-\w+-default\/web\/tcp\/p$/.test(name))!;
+  const steps: Array<{what: string; change: () => void; lists: string[]; drifted: string[]}> = [
+    {
+      what: "web's service-ips element deleted",
+      change: () => nft('delete', 'element', 'ip', 'kube-proxy', 'service-ips', '{ 10.96.0.10 . tcp . 80 }'),
+      lists: ['map service-ips'],
+      drifted: ['default/web:p'],
+    },
+    {
+      what: "web's service chain flushed",
+      change: () => nft('flush', 'chain', 'ip', 'kube-proxy', web),
+      lists: [`chain ${web}`],
+      drifted: ['default/web:p'],
+    },
+    {
+      what: 'a chain and a set of no service added',
+      change: () => {
+        nft('add', 'chain', 'ip', 'kube-proxy', 'extra');
+        nft('add', 'rule', 'ip', 'kube-proxy', 'extra', 'ip', 'daddr', '10.9.9.9', 'drop');
+        nft('add', 'set', 'ip', 'kube-proxy', 'blocked', '{ type ipv4_addr; elements = { 10.8.8.8 } }');
+      },
+      lists: ['chain extra', 'set blocked'],
+      drifted: ['', 'default/web:p'],
+    },
+    {
+      what: 'the chain of no service deleted again',
+      change: () => {
+        nft('flush', 'chain', 'ip', 'kube-proxy', 'extra');
+        nft('delete', 'chain', 'ip', 'kube-proxy', 'extra');
+      },
+      lists: ['chain extra'],
+      drifted: ['', 'default/web:p'],
+    },
+  ];
+  for (const step of steps) {
+    listed.length = 0;
+    step.change();
+    const followed = await applied.get('IPv4');
+    assert.equal(wholeReadings, 1, `${step.what}: the table is not listed whole`);
+    assert.deepEqual([...new Set(listed)].sort(), [...step.lists].sort(), `${step.what}: what was listed alone`);
+    const whole = backend.parse(await backend.readApplied!(host, 'IPv4'));
+    assert.equal(backend.diff(whole, followed.rules).equal, true, `${step.what}: the followed rules are the whole listing's`);
+    // The diff that skips what earlier diffs found the same says what a diff that remembers nothing says.
+    const remembered = backend.diff(desired, followed.rules);
+    const fresh = diffNftables(desired as NftRuleset, followed.rules as NftRuleset);
+    assert.deepEqual(remembered.groups, fresh.groups, step.what);
+    assert.deepEqual(
+      remembered.groups.map((group) => group.servicePort),
+      step.drifted,
+      step.what,
+    );
+    // Their text, printed as nft lists the table, reads back as the same rules.
+    assert.equal(backend.diff(parseNftablesListing(followed.text) as ParsedRules, followed.rules).equal, true, `${step.what}: text`);
+    assert.equal(followed.text, formatNftablesRules(followed.rules));
+  }
+
+  nft('delete', 'table', 'ip', 'kube-proxy');
+  const gone = await applied.get('IPv4');
+  assert.equal(wholeReadings, 2, 'a table deleted is listed whole');
+  assert.equal((gone.rules as NftRuleset).chains.size, 0);
+});
+
+/** The host, noting each chain, set or map listed alone ("chain NAME", "map NAME"). */
+function countingLists(host: CommandHost, listed: string[]): CommandHost {
+  return new Proxy(host, {
+    get(target, property, receiver) {
+      const value = Reflect.get(target, property, receiver);
+      if (property !== 'nft') return typeof value === 'function' ? value.bind(target) : value;
+      return (args: string[], input?: string) => {
+        if (args[0] === '-j' && args[1] === 'list' && args[2] !== 'table') listed.push(`${args[2]} ${args[5]}`);
+        return target.nft(args, input);
+      };
+    },
+  });
+}
