@@ -181,7 +181,7 @@ async function benchLayout(serviceCount: number, endpointsPerService: number, la
         name: 'observer RSS after the first full read',
         value: mib(afterFirstRead.rss),
         unit: 'MiB',
-        note: `peak ${mib(afterFirstRead.peak).toFixed(0)} MiB`,
+        note: `peak ${mib(afterFirstRead.peak).toFixed(0)} MiB; ${await heapNote(observer)}`,
       });
       const api = await useApi(client, model);
       const afterApi = await observer.rss();
@@ -190,7 +190,7 @@ async function benchLayout(serviceCount: number, endpointsPerService: number, la
         name: `observer RSS after ${apiTraces} traces and a diff`,
         value: mib(afterApi.rss),
         unit: 'MiB',
-        note: `goal < 250 MiB ${mib(afterApi.rss) < 250 ? 'met' : 'NOT met'}; peak since start ${mib(afterApi.peak).toFixed(0)} MiB; traces ${ms(api.traces)} ms, diff ${api.diff.toFixed(0)} ms`,
+        note: `goal < 250 MiB ${mib(afterApi.rss) < 250 ? 'met' : 'NOT met'}; peak since start ${mib(afterApi.peak).toFixed(0)} MiB; ${await heapNote(observer)}; traces ${ms(api.traces)} ms, diff ${api.diff.toFixed(0)} ms`,
       });
       // Until nft monitor listens (it reads the whole ruleset first), every request reads the
       // kernel: traces once it does, and how long that took.
@@ -204,7 +204,7 @@ async function benchLayout(serviceCount: number, endpointsPerService: number, la
           50,
         ),
         unit: 'ms',
-        note: `each ${ms(settled)} ms; nft monitor listened ${((listening.at - observer.startedAt) / 1000).toFixed(1)} s after the start; RSS then ${mib(afterSettled.rss).toFixed(0)} MiB`,
+        note: `each ${ms(settled)} ms; nft monitor listened ${((listening.at - observer.startedAt) / 1000).toFixed(1)} s after the start; RSS then ${mib(afterSettled.rss).toFixed(0)} MiB, ${await heapNote(observer)}`,
       });
       printChanges(await foreignChangesMeasured(observer, client, namespace, layout, rules.text, serviceCount));
       await observer.stop();
@@ -325,6 +325,13 @@ async function untilIdle(pid: number, timeoutMs: number): Promise<{own: number; 
     else if (performance.now() - quietSince >= idleWindowMs) return last;
     if (performance.now() > deadline) throw new Error(`the observer was not idle for ${idleWindowMs} ms within ${timeoutMs / 1000} s`);
   }
+}
+
+/** Where the observer's memory is, from its process metrics: the JS heap used and held, and memory outside it (buffers). */
+async function heapNote(observer: AgentRun): Promise<string> {
+  const heap = await observer.heap().catch(() => undefined);
+  if (!heap) return 'its heap not read';
+  return `JS heap ${mib(heap.used).toFixed(0)} MiB used of ${mib(heap.total).toFixed(0)}, outside it ${mib(heap.external).toFixed(0)} MiB`;
 }
 
 /** Waits until the observer's gauge of drifted service ports reaches `count`, as a Prometheus scrape would see it. */

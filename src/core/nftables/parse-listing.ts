@@ -1,7 +1,17 @@
 // parseNftablesListing reads nft's text listing (`nft list table ip kube-proxy`, `nft list
 // ruleset`) into the same NftRuleset as parseNftablesJson: sets and maps with their elements
 // (which nft wraps over several lines), chains with hook and priority, rules as listed.
-import {type NftChain, type NftRuleset, type NftSet, parseElement, priorityValue, splitComment, splitTopLevel} from './parse.ts';
+import {
+  type NftChain,
+  type NftRule,
+  type NftRuleset,
+  type NftSet,
+  type NftSetElement,
+  parseElement,
+  priorityValue,
+  splitComment,
+  splitTopLevel,
+} from './parse.ts';
 
 /** timeoutSeconds: nft's "3h", "1d2h30m", "10800s" or "500ms" in seconds. */
 function timeoutSeconds(text: string): number | undefined {
@@ -150,24 +160,52 @@ function braceDepth(text: string, depth: number): number {
  */
 export function formatNftablesListing(ruleset: NftRuleset): string {
   const lines = [`table ${ruleset.family} ${ruleset.table} {`];
-  const comment = (text: string | undefined) => (text !== undefined ? ` comment ${JSON.stringify(text)}` : '');
   for (const set of ruleset.sets.values()) {
     lines.push(`\t${set.kind} ${set.name} {`);
     if (set.flags.length > 0) lines.push(`\t\tflags ${set.flags.join(',')}`);
     if (set.timeoutSeconds !== undefined) lines.push(`\t\ttimeout ${set.timeoutSeconds}s`);
-    const elements = set.elements.map(
-      (element) => `${element.key}${comment(element.comment)}${element.value !== undefined ? ` : ${element.value}` : ''}`,
-    );
-    if (elements.length > 0) lines.push(`\t\telements = { ${elements.join(',\n\t\t\t     ')} }`);
+    if (set.elements.length > 0) lines.push(`\t\telements = { ${set.elements.map(elementText).join(',\n\t\t\t     ')} }`);
     lines.push('\t}');
   }
   for (const chain of ruleset.chains.values()) {
-    lines.push(`\tchain ${chain.name} {`);
+    lines.push(chainLine(chain));
     if (chain.hook !== undefined)
       lines.push(`\t\ttype ${chain.type} hook ${chain.hook} priority ${chain.priority}; policy ${chain.policy ?? 'accept'};`);
-    for (const rule of chain.rules) lines.push(`\t\t${rule.text}${comment(rule.comment)}`);
+    for (const rule of chain.rules) lines.push(ruleLine(rule));
     lines.push('\t}');
   }
   lines.push('}');
   return `${lines.join('\n')}\n`;
+}
+
+/**
+ * The lines of formatNftablesListing's text that hold `needle`, found without printing the rest:
+ * a chain's opening line, a rule, an element (each on a line of its own there).
+ */
+export function nftablesListingLinesWith(ruleset: NftRuleset, needle: string): string[] {
+  const found: string[] = [];
+  const holds = (...texts: Array<string | undefined>) => texts.some((text) => text?.includes(needle));
+  for (const set of ruleset.sets.values())
+    for (const element of set.elements) if (holds(element.key, element.value, element.comment)) found.push(elementText(element));
+  for (const chain of ruleset.chains.values()) {
+    if (chain.name.includes(needle)) found.push(chainLine(chain));
+    for (const rule of chain.rules) if (holds(rule.text, rule.comment)) found.push(ruleLine(rule));
+  }
+  return found.filter((line) => line.includes(needle));
+}
+
+function commentText(text: string | undefined): string {
+  return text !== undefined ? ` comment ${JSON.stringify(text)}` : '';
+}
+
+function elementText(element: NftSetElement): string {
+  return `${element.key}${commentText(element.comment)}${element.value !== undefined ? ` : ${element.value}` : ''}`;
+}
+
+function chainLine(chain: NftChain): string {
+  return `\tchain ${chain.name} {`;
+}
+
+function ruleLine(rule: NftRule): string {
+  return `\t\t${rule.text}${commentText(rule.comment)}`;
 }
