@@ -44,8 +44,8 @@ export interface RulesetChanges {
   settled(maxWaitMs: number): Promise<boolean>;
   /**
    * The objects of each table (ip and ip6 families) that foreign changes touched from `since` (ms)
-   * on; undefined when that cannot be told (a change too large or too old to be kept, or one made
-   * before the monitor listened). A reader of some tables looks at those alone.
+   * on; undefined when that cannot be told (a change too old to be kept, or one made before the
+   * monitor listened). A reader of some tables looks at those alone.
    */
   foreignObjectsSince(since: number): TouchedTables | undefined;
   close(): void;
@@ -92,15 +92,19 @@ export function parseMonitorEvent(line: string): MonitorEvent {
   return {family, table};
 }
 
-/** One foreign transaction as the monitor reported it: when, and what it touched (undefined: too much to keep). */
+/** One foreign transaction as the monitor reported it: when, and what it touched. */
 interface ForeignChange {
   at: number;
-  touched?: Array<Exclude<MonitorEvent, 'none'>>;
+  touched: TouchedTables;
 }
 
-/** Foreign transactions kept for foreignObjectsSince, and events per transaction past which what it touched is not kept. */
+/**
+ * Foreign transactions kept for foreignObjectsSince, and objects of one table kept per
+ * transaction: past that many, the table counts as touched whole (a large restore of it; a
+ * reader of it reads it again, a reader of other tables is not bothered).
+ */
 const foreignChangesKept = 64;
-const eventsPerChangeKept = 256;
+const objectsPerTableKept = 256;
 
 /** A generation line of nft monitor: "# new generation 42 by process 1234 (iptables-restor)". */
 export function parseGenerationLine(line: string): {generation: number; pid?: number; process?: string} | undefined {
@@ -141,14 +145,33 @@ export function monitorIdle(pid: number): boolean {
   }
 }
 
-/** Adds what one monitor event touched to `touched`. */
-export function addTouched(touched: TouchedTables, event: Exclude<MonitorEvent, 'none'>): void {
-  let tables = touched.get(event.family);
-  if (!tables) touched.set(event.family, (tables = new Map()));
-  let objects = tables.get(event.table);
-  if (!objects) tables.set(event.table, (objects = {chains: new Set(), sets: new Set(), whole: false}));
-  if (!event.object) objects.whole = true;
-  else (event.object.kind === 'chain' ? objects.chains : objects.sets).add(event.object.name);
+/** The objects `touched` holds of one table, made empty when it holds none yet. */
+function touchedIn(touched: TouchedTables, family: IPFamily, table: string): TouchedObjects {
+  let tables = touched.get(family);
+  if (!tables) touched.set(family, (tables = new Map()));
+  let objects = tables.get(table);
+  if (!objects) tables.set(table, (objects = {chains: new Set(), sets: new Set(), whole: false}));
+  return objects;
+}
+
+/** Adds what one monitor event touched to `touched`; a table with more than objectsPerTableKept objects touched counts as touched whole. */
+function addTouched(touched: TouchedTables, event: Exclude<MonitorEvent, 'none'>): void {
+  const objects = touchedIn(touched, event.family, event.table);
+  if (objects.whole) return;
+  if (event.object) (event.object.kind === 'chain' ? objects.chains : objects.sets).add(event.object.name);
+  if (!event.object || objects.chains.size + objects.sets.size > objectsPerTableKept)
+    Object.assign(objects, {whole: true, chains: new Set(), sets: new Set()});
+}
+
+/** Adds the objects of `more` to `touched`. */
+function mergeTouched(touched: TouchedTables, more: TouchedTables): void {
+  for (const [family, tables] of more)
+    for (const [table, objects] of tables) {
+      const into = touchedIn(touched, family, table);
+      into.whole ||= objects.whole;
+      for (const chain of objects.chains) into.chains.add(chain);
+      for (const set of objects.sets) into.sets.add(set);
+    }
 }
 
 const turn = (): Promise<void> => new Promise((resolve) => setImmediate(resolve));
@@ -184,7 +207,7 @@ export async function watchNftRuleset(options: {netns?: string; log: Logger; mon
   let stderr = '';
   child.stderr!.setEncoding('utf8').on('data', (chunk: string) => (stderr = (stderr + chunk).slice(-500)));
   // The transaction being reported: its event lines come before its generation line.
-  let pendingEvents: ForeignChange['touched'] = [];
+  let pendingTouched: TouchedTables = new Map();
   const foreignChanges: ForeignChange[] = [];
   // Foreign changes before this time are not all kept.
   let keptSince = 0;
@@ -192,13 +215,11 @@ export async function watchNftRuleset(options: {netns?: string; log: Logger; mon
     const generation = parseGenerationLine(line);
     if (!generation) {
       const event = parseMonitorEvent(line);
-      if (event === 'none') return;
-      if (pendingEvents && pendingEvents.length >= eventsPerChangeKept) pendingEvents = undefined;
-      pendingEvents?.push(event);
+      if (event !== 'none') addTouched(pendingTouched, event);
       return;
     }
-    const touched = pendingEvents;
-    pendingEvents = [];
+    const touched = pendingTouched;
+    pendingTouched = new Map();
     if (generation.pid !== undefined && own.has(generation.pid)) return;
     lastForeignAt = Date.now();
     foreignChanges.push({at: lastForeignAt, touched});
@@ -277,11 +298,7 @@ export async function watchNftRuleset(options: {netns?: string; log: Logger; mon
     foreignObjectsSince: (since) => {
       if (!alive || watchingSince === undefined || since < watchingSince || since < keptSince) return undefined;
       const touched: TouchedTables = new Map();
-      for (const change of foreignChanges) {
-        if (change.at < since) continue;
-        if (!change.touched) return undefined;
-        for (const event of change.touched) addTouched(touched, event);
-      }
+      for (const change of foreignChanges) if (change.at >= since) mergeTouched(touched, change.touched);
       return touched;
     },
     close: () => {

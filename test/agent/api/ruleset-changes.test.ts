@@ -232,3 +232,23 @@ test('a monitor that takes long to listen (nft reads a large ruleset first) is t
   assert.equal(changes.watching(), false, 'not listening yet');
   await until('the monitor to be seen listening', () => changes.watching(), 30_000);
 });
+
+test('ruleset changes: a transaction that touches many objects of one table counts that table as touched whole, and names the objects of the others', async (t) => {
+  const watched = await watchedNamespace(t);
+  if (!watched) return;
+  const {netns, changes} = watched;
+  const since = Date.now();
+  const chains = Array.from({length: 300}, (_, index) => `add chain ip big c${index}`);
+  const script = [
+    'add table ip big',
+    ...chains,
+    'add table ip small',
+    'add chain ip small one',
+    'add set ip small blocked { type ipv4_addr; }',
+  ];
+  execFileSync('ip', ['netns', 'exec', netns, 'nft', '-f', '-'], {input: `${script.join('\n')}\n`});
+  await until('the monitor to report it', async () => (await changes.settled(1000)) && changes.lastForeignChangeAt() >= since);
+  const touched = changes.foreignObjectsSince(since)?.get('IPv4');
+  assert.deepEqual(touched?.get('big'), {chains: new Set(), sets: new Set(), whole: true});
+  assert.deepEqual(touched?.get('small'), {chains: new Set(['one']), sets: new Set(['blocked']), whole: false});
+});
