@@ -65,18 +65,29 @@ interface Line {
 
 /**
  * Whether `part` of `ruleset` is known to hold the same lines as the other side's part of its
- * name (`desiredSide`: whether `ruleset` is the desired one).
+ * name (`desiredSide`: whether `ruleset` is the desired one). One object on both sides is: only
+ * shareSameParts puts a part on both, and never one that picks from an endpoint map.
  */
 function knownSame(part: NftChain | NftSet, other: Map<string, NftChain | NftSet>, desiredSide: boolean, same?: SameParts): boolean {
+  if (!same) return false;
   const counterpart = other.get(part.name);
-  if (!same || !counterpart) return false;
+  if (counterpart === part) return true;
+  if (!counterpart) return false;
   return desiredSide ? same.get(part) === counterpart : same.get(counterpart) === part;
 }
 
-function linesOf(ruleset: NftRuleset, other: NftRuleset, desiredSide: boolean, same?: SameParts): Line[] {
+/** The lines of `ruleset`'s parts not known to be the same as `other`'s; `compared` gets those parts. */
+function linesOf(
+  ruleset: NftRuleset,
+  other: NftRuleset,
+  desiredSide: boolean,
+  same?: SameParts,
+  compared?: Set<NftChain | NftSet>,
+): Line[] {
   const lines: Line[] = [];
   for (const chain of ruleset.chains.values()) {
     if (knownSame(chain, other.chains, desiredSide, same)) continue;
+    compared?.add(chain);
     const servicePort = servicePortOfChain(chain.name);
     // An emptied per-service chain the other side lacks is stale, waiting for its deletion.
     if (servicePort !== undefined && chain.rules.length === 0 && !other.chains.has(chain.name)) continue;
@@ -94,6 +105,7 @@ function linesOf(ruleset: NftRuleset, other: NftRuleset, desiredSide: boolean, s
   }
   for (const set of ruleset.sets.values()) {
     if (set.name.startsWith('endpoint-targets-') || knownSame(set, other.sets, desiredSide, same)) continue;
+    compared?.add(set);
     const affinity = set.name.startsWith('affinity-');
     const owner = affinity ? (servicePortOfChain(`endpoint${set.name.slice('affinity'.length)}`) ?? '') : '';
     // nft -j leaves out "dynamic", which the kernel adds to any set a rule updates.
@@ -128,24 +140,42 @@ function partKey(part: NftChain | NftSet): string {
 }
 
 /**
- * Adds to `same` the parts both sides have whose lines did not differ. A chain that picks from an
- * endpoint map reads that map's elements too (resolveEndpointChoice), so it is not remembered.
+ * Adds to `same` the desired parts compared that the applied side has too and whose lines did not
+ * differ. A chain that picks from an endpoint map reads that map's elements too
+ * (resolveEndpointChoice), so it is not remembered.
  */
-function rememberSameParts(desired: NftRuleset, applied: NftRuleset, differing: Set<string>, same: SameParts): void {
-  const remember = <Part extends NftChain | NftSet>(
-    mine: Map<string, Part>,
-    theirs: Map<string, Part>,
-    pickedFromMap: (part: Part) => boolean,
-  ) => {
-    for (const part of mine.values()) {
-      const counterpart = theirs.get(part.name);
-      if (!counterpart || same.get(part) === counterpart || differing.has(partKey(part))) continue;
-      if (pickedFromMap(part) || pickedFromMap(counterpart)) continue;
-      same.set(part, counterpart);
-    }
-  };
-  remember(desired.chains, applied.chains, (chain) => chain.rules.some((rule) => endpointMapRule.test(rule.text)));
-  remember(desired.sets, applied.sets, () => false);
+function rememberSameParts(compared: Set<NftChain | NftSet>, applied: NftRuleset, differing: Set<string>, same: SameParts): void {
+  const pickedFromMap = (part: NftChain | NftSet) => 'rules' in part && part.rules.some((rule) => endpointMapRule.test(rule.text));
+  for (const part of compared) {
+    const counterpart = 'rules' in part ? applied.chains.get(part.name) : applied.sets.get(part.name);
+    if (!counterpart || differing.has(partKey(part)) || pickedFromMap(part) || pickedFromMap(counterpart)) continue;
+    same.set(part, counterpart);
+  }
+}
+
+/**
+ * shareSameParts puts in `applied` the desired chain or set in place of each of its own that a
+ * diff found the same (in `same`), so that a caller who keeps both tables keeps one copy of what
+ * they share (an observer: at 10,000 services each table is about 100 MiB parsed). What `applied`
+ * says does not change: a chain is taken only when its rules read exactly the same (a counter's
+ * values included), a set when its elements do, in any order.
+ */
+export function shareSameParts(desired: NftRuleset, applied: NftRuleset, same: SameParts): void {
+  for (const [name, chain] of applied.chains) {
+    const mine = desired.chains.get(name);
+    if (!mine || mine === chain || same.get(mine) !== chain) continue;
+    const identical = (rule: NftChain['rules'][number], index: number) =>
+      rule.text === mine.rules[index].text && rule.comment === mine.rules[index].comment;
+    if (chain.rules.length !== mine.rules.length || !chain.rules.every(identical)) continue;
+    applied.chains.set(name, mine);
+    same.set(mine, mine);
+  }
+  for (const [name, set] of applied.sets) {
+    const mine = desired.sets.get(name);
+    if (!mine || mine === set || same.get(mine) !== set) continue;
+    applied.sets.set(name, mine);
+    same.set(mine, mine);
+  }
 }
 
 function matchesService(servicePort: string, filter: string | undefined): boolean {
@@ -156,7 +186,9 @@ function matchesService(servicePort: string, filter: string | undefined): boolea
 /** diffNftables compares two tables; `service` ("ns/name[:port]") keeps only that service's lines. */
 export function diffNftables(desired: NftRuleset, applied: NftRuleset, options: DiffNftablesOptions = {}): NftablesDiff {
   const {sameParts} = options;
-  const want = linesOf(desired, applied, true, sameParts);
+  // The desired parts compared now (the rest were known to be the same): those found the same are remembered.
+  const compared = new Set<NftChain | NftSet>();
+  const want = linesOf(desired, applied, true, sameParts, compared);
   const have = linesOf(applied, desired, false, sameParts);
   const count = (lines: Line[]) => {
     const counts = new Map<string, {line: Line; count: number}>();
@@ -190,7 +222,7 @@ export function diffNftables(desired: NftRuleset, applied: NftRuleset, options: 
     for (let index = 0; index < extra; index++)
       if (matchesService(line.servicePort, options.service)) group(line.servicePort).removed.push(line.text);
   }
-  if (sameParts && options.service === undefined) rememberSameParts(desired, applied, differing, sameParts);
+  if (sameParts && options.service === undefined) rememberSameParts(compared, applied, differing, sameParts);
   const sorted = [...groups.values()].sort((a, b) => (a.servicePort < b.servicePort ? -1 : a.servicePort > b.servicePort ? 1 : 0));
   const text = sorted
     .map((entry) =>

@@ -184,12 +184,14 @@ export function formatNftablesListing(ruleset: NftRuleset): string {
  */
 export function nftablesListingLinesWith(ruleset: NftRuleset, needle: string): string[] {
   const found: string[] = [];
-  const holds = (...texts: Array<string | undefined>) => texts.some((text) => text?.includes(needle));
+  // Plain loops: at 10,000 services this visits 120,000 chains and 350,000 rules per name looked for.
   for (const set of ruleset.sets.values())
-    for (const element of set.elements) if (holds(element.key, element.value, element.comment)) found.push(elementText(element));
+    for (const element of set.elements)
+      if (element.key.includes(needle) || element.value?.includes(needle) || element.comment?.includes(needle))
+        found.push(elementText(element));
   for (const chain of ruleset.chains.values()) {
     if (chain.name.includes(needle)) found.push(chainLine(chain));
-    for (const rule of chain.rules) if (holds(rule.text, rule.comment)) found.push(ruleLine(rule));
+    for (const rule of chain.rules) if (rule.text.includes(needle) || rule.comment?.includes(needle)) found.push(ruleLine(rule));
   }
   return found.filter((line) => line.includes(needle));
 }

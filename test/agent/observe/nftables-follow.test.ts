@@ -63,6 +63,11 @@ test('observer, nftables: a foreign change is followed by listing the chains and
   const first = await applied.get('IPv4');
   assert.equal(wholeReadings, 1);
   assert.equal(backend.diff(desired, first.rules).equal, true, 'the loaded table is what the model asks for');
+  // Once compared, the reading keeps the desired chains and sets it holds the same of, not copies.
+  const shared = (rules: NftRuleset, names: 'chains' | 'sets') =>
+    [...rules[names]].filter(([name, part]) => (desired as NftRuleset)[names].get(name) === part).length;
+  const firstRules = first.rules as NftRuleset;
+  assert.deepEqual([shared(firstRules, 'chains'), shared(firstRules, 'sets')], [firstRules.chains.size, firstRules.sets.size]);
 
   const web = [...(first.rules as NftRuleset).chains.keys()].find((name) => /^service-\w+-default\/web\/tcp\/p$/.test(name))!;
   const steps: Array<{what: string; change: () => void; lists: string[]; drifted: string[]}> = [

@@ -1,6 +1,6 @@
 // The nftables backend's RulesBackend for the agent API: core/nftables' render, parse, diff and
 // trace. The applied rules are the proxier's listing (`nft -j list table`, NftablesProxier.readApplied).
-import {diffNftables, type SameParts} from '../../../core/nftables/diff.ts';
+import {diffNftables, type SameParts, shareSameParts} from '../../../core/nftables/diff.ts';
 import {type NftRuleset, type NftSet, parseNftablesJson, parseNftablesScript} from '../../../core/nftables/parse.ts';
 import {formatNftablesListing, nftablesListingLinesWith} from '../../../core/nftables/parse-listing.ts';
 import {renderNftables} from '../../../core/nftables/render.ts';
@@ -32,6 +32,8 @@ export const nftablesBackend: RulesBackend = {
   parse: (text) => parseNftablesText(text) as ParsedRules,
   diff: (desired, applied, service) => {
     const result = diffNftables(desired as NftRuleset, applied as NftRuleset, {service, sameParts});
+    // The applied rules keep the desired chains and sets they hold the same of, not copies of their own.
+    if (service === undefined) shareSameParts(desired as NftRuleset, applied as NftRuleset, sameParts);
     return {equal: result.equal, groups: result.groups, text: result.text};
   },
   trace: (rules, packet, context) => traceNftables(rules as NftRuleset, packet, context),
