@@ -10,7 +10,8 @@
 //   next to the mode's own dump tool on the same rules (iptables-save; `nft -j list table ip
 //   kube-proxy`), timed before the observer starts and after it stopped; goal <= 1.5x;
 // - the observer's RSS after the first full read, 10 traces and a diff through its WebSocket API
-//   (goal < 250 MiB), and its peak (VmHWM) since it started;
+//   (goal < 250 MiB), each read once it is idle (its CPU time still for 1.5 s: the garbage of
+//   the last answer collected), and its peak (VmHWM) since it started;
 // - a foreign change (one service's rule or map element deleted by hand), from the deleting
 //   command's exit to the observer's metrics counting the drifted service port (goal <= 5 s), and
 //   the observer's own CPU time (utime + stime in /proc/PID/stat) from just before the change until
@@ -176,6 +177,7 @@ async function benchLayout(serviceCount: number, endpointsPerService: number, la
         unit: 'ms',
         note: 'the observer logs the mode as soon as it is found, before anything else',
       });
+      await untilIdle(observer.pid, 600_000);
       const afterFirstRead = await observer.rss();
       figure({
         name: 'observer RSS after the first full read',
@@ -184,6 +186,7 @@ async function benchLayout(serviceCount: number, endpointsPerService: number, la
         note: `peak ${mib(afterFirstRead.peak).toFixed(0)} MiB; ${await heapNote(observer)}`,
       });
       const api = await useApi(client, model);
+      await untilIdle(observer.pid, 600_000);
       const afterApi = await observer.rss();
       const ms = (list: number[]) => list.map((value) => value.toFixed(0)).join(', ');
       figure({

@@ -7,7 +7,7 @@ import type {IPFamily, LocalDetector, ParsedIP, ProxyConfig} from '../core/model
 import {type AccessReviewer, kubernetesAccessReviewer} from './api/access.ts';
 import {iptablesBackend, iptablesRulesBackend} from './api/rules/iptables.ts';
 import type {RulesBackend} from './api/rules/backend.ts';
-import {unwatchedRulesetChanges, watchNftRuleset} from './applied/ruleset-changes.ts';
+import {earlyWatcher, unwatchedRulesetChanges, watchNftRuleset} from './applied/ruleset-changes.ts';
 import {readNodeAddresses} from './api/node-addresses.ts';
 import {createAgentRuntime} from './api/runtime.ts';
 import {type AgentApi, isLoopbackHost, startAgentApi} from './api/server.ts';
@@ -292,7 +292,9 @@ async function startApiOrLog(
   // Legacy iptables changes are invisible to nft monitor: read the kernel for every request then.
   // ipvs mode's virtual servers, sets and addresses change unseen by nft monitor: read them for every request.
   const changes =
-    frontEnd === 'nf_tables' && config.mode !== 'ipvs' ? await watchNftRuleset({netns: host.netns, log}) : unwatchedRulesetChanges();
+    frontEnd === 'nf_tables' && config.mode !== 'ipvs'
+      ? await watchNftRuleset({netns: host.netns, log, early: parts.observe ? earlyWatcher : undefined})
+      : unwatchedRulesetChanges();
   const runtime = createAgentRuntime({
     nodeName: parts.nodeName,
     version: agentVersion(),

@@ -179,16 +179,108 @@ const turn = (): Promise<void> => new Promise((resolve) => setImmediate(resolve)
 /** How often a monitor that does not listen yet is looked at (/proc reads). */
 const subscribePollMs = 200;
 
+/** A process subscribed to nf_tables' events, whose wake-ups tell that something changed, not what. */
+interface WakeWatcher {
+  /** Since when it is seen subscribed (ms), undefined until then. */
+  listeningSince(): number | undefined;
+  /** When a change was last seen to wake it (ms), 0 for never: looked at now. */
+  lastWokenAt(): number;
+  /** Resolves true once it has taken every change committed before the call; false when dead, or not within maxWaitMs. */
+  idle(maxWaitMs: number): Promise<boolean>;
+  close(): void;
+}
+
+/** Its context switches so far (/proc/PID/status): each change that reaches it wakes it. */
+function contextSwitches(pid: number): number | undefined {
+  try {
+    const status = readFileSync(`/proc/${pid}/status`, 'utf8');
+    return [...status.matchAll(/^(?:non)?voluntary_ctxt_switches:\s+(\d+)$/gm)].reduce((sum, match) => sum + Number(match[1]), 0);
+  } catch {
+    return undefined;
+  }
+}
+
+/** The early watcher an observer runs (watchWakeUps). */
+export const earlyWatcher = ['xtables-monitor', '-e'];
+
+/**
+ * watchWakeUps runs `command` (`xtables-monitor -e`) as a change signal for the time nft monitor
+ * takes to listen: xtables-monitor reads no ruleset first and listens at once, but iptables 1.8.9
+ * does not flush what it prints when that goes to a pipe, so its output arrives late or never. Its
+ * wake-ups arrive at once: each change the kernel sends it wakes the process, which counts in its
+ * context switches. Undefined when it cannot start.
+ */
+async function watchWakeUps(command: string[]): Promise<WakeWatcher | undefined> {
+  let child: ChildProcess;
+  try {
+    child = spawn(command[0], command.slice(1), {stdio: 'ignore'});
+  } catch {
+    return undefined;
+  }
+  const started = await new Promise<boolean>((resolve) => {
+    child.once('spawn', () => resolve(true));
+    child.once('error', () => resolve(false));
+  });
+  if (!started) return undefined;
+  let alive = true;
+  child.once('exit', () => (alive = false));
+  let since: number | undefined;
+  let seen: number | undefined;
+  let wokenAt = 0;
+  const look = () => {
+    if (!alive || since === undefined) return;
+    const switches = contextSwitches(child.pid!);
+    if (switches !== undefined && switches !== seen) [seen, wokenAt] = [switches, Date.now()];
+  };
+  void (async () => {
+    while (alive && since === undefined) {
+      if (monitorIdle(child.pid!)) [since, seen] = [Date.now(), contextSwitches(child.pid!)];
+      else await new Promise((resolve) => setTimeout(resolve, subscribePollMs).unref());
+    }
+  })();
+  return {
+    listeningSince: () => (alive ? since : undefined),
+    lastWokenAt: () => (look(), wokenAt),
+    idle: async (maxWaitMs) => {
+      const deadline = Date.now() + maxWaitMs;
+      while (alive && !monitorIdle(child.pid!)) {
+        if (Date.now() >= deadline) return false;
+        await new Promise((resolve) => setTimeout(resolve, 5));
+      }
+      look();
+      // A reading that starts once this resolves must start after the last change seen, on a clock in whole ms.
+      while (Date.now() <= wokenAt) await new Promise((resolve) => setTimeout(resolve, 1));
+      return alive;
+    },
+    close: () => {
+      alive = false;
+      child.kill('SIGTERM');
+    },
+  };
+}
+
 /**
  * watchNftRuleset runs `nft monitor` (inside `ip netns exec NETNS` when given) until close().
  * Resolves once the monitor runs, or with a signal that watches nothing when it cannot start.
- * `monitor`: another command in its place (tests: one that is slow to listen).
+ * `monitor`: another command in its place (tests: one that is slow to listen). Until nft monitor
+ * listens (it reads the whole ruleset first: minutes on a large iptables-nft node), `early`
+ * (`xtables-monitor -e`, see watchWakeUps) tells that something changed, not what, nor who
+ * changed it: for an observer, which changes nothing itself.
  */
-export async function watchNftRuleset(options: {netns?: string; log: Logger; monitor?: string[]}): Promise<RulesetChanges> {
+export async function watchNftRuleset(options: {
+  netns?: string;
+  log: Logger;
+  monitor?: string[];
+  early?: string[];
+}): Promise<RulesetChanges> {
   const {netns, log} = options;
   const monitor = options.monitor ?? ['nft', 'monitor'];
   // ip netns exec execs nft in place: the process id is the monitor's own.
-  const command = netns ? ['ip', 'netns', 'exec', netns, ...monitor] : monitor;
+  const inNetns = (words: string[]) => (netns ? ['ip', 'netns', 'exec', netns, ...words] : words);
+  const command = inNetns(monitor);
+  let early = options.early ? await watchWakeUps(inNetns(options.early)) : undefined;
+  // Changes the early watcher saw before nft monitor listened: they are not named.
+  let unnamedChangeAt = 0;
   let alive = false;
   let closed = false;
   // Until the monitor is seen subscribed, changes may pass unreported.
@@ -236,6 +328,7 @@ export async function watchNftRuleset(options: {netns?: string; log: Logger; mon
   });
   if (!started) {
     log.warn('agent api: cannot run nft monitor; applied rules are read for every request', {command: command.join(' ')});
+    early?.close();
     return unwatchedRulesetChanges();
   }
   alive = true;
@@ -262,10 +355,20 @@ export async function watchNftRuleset(options: {netns?: string; log: Logger; mon
         // A reading that starts once this resolves must start after the last change reported, on a clock in whole ms.
         while (Date.now() <= lastForeignAt) await new Promise((resolve) => setTimeout(resolve, 1));
         if (watchingSince === undefined) {
-          watchingSince = Date.now();
+          // The early watcher hands over: the changes it saw are not named, and the readings it
+          // vouched for (taken since it listened) stay trusted.
+          const earlySince = early?.listeningSince();
+          if (early && earlySince !== undefined && (await early.idle(1000))) {
+            unnamedChangeAt = early.lastWokenAt();
+            lastForeignAt = Math.max(lastForeignAt, unnamedChangeAt);
+          }
+          early?.close();
+          early = undefined;
+          const listening = Date.now();
+          watchingSince = earlySince ?? listening;
           log.detail(2, 'agent api: the ruleset monitor listens; readings are trusted until it reports a change', {
             monitor: monitor.join(' '),
-            seconds: (watchingSince - spawnedAt) / 1000,
+            seconds: (listening - spawnedAt) / 1000,
           });
         }
         return alive;
@@ -284,9 +387,28 @@ export async function watchNftRuleset(options: {netns?: string; log: Logger; mon
     }
   })();
 
+  // Until nft monitor listens, the early watcher's answers, once it listens.
+  const earlyListening = (): WakeWatcher | undefined =>
+    alive && watchingSince === undefined && early?.listeningSince() !== undefined ? early : undefined;
+  void (async () => {
+    while (alive && !closed && watchingSince === undefined && early) {
+      if (early.listeningSince() !== undefined) {
+        log.detail(2, 'agent api: xtables-monitor listens until nft monitor does; readings are trusted until a change wakes it', {
+          seconds: (Date.now() - spawnedAt) / 1000,
+        });
+        return;
+      }
+      await new Promise((resolve) => setTimeout(resolve, subscribePollMs).unref());
+    }
+  })();
+
   return {
-    watching: () => alive && watchingSince !== undefined,
-    lastForeignChangeAt: () => (alive && watchingSince !== undefined ? Math.max(lastForeignAt, watchingSince) : Date.now()),
+    watching: () => (alive && watchingSince !== undefined) || earlyListening() !== undefined,
+    lastForeignChangeAt: () => {
+      if (alive && watchingSince !== undefined) return Math.max(lastForeignAt, watchingSince);
+      const watcher = earlyListening();
+      return watcher ? Math.max(watcher.lastWokenAt(), watcher.listeningSince()!) : Date.now();
+    },
     ownWriter: (pid) => {
       own.set(pid, undefined);
       if (own.size > 256) own.delete(own.keys().next().value!);
@@ -294,15 +416,19 @@ export async function watchNftRuleset(options: {netns?: string; log: Logger; mon
         if (own.has(pid)) own.set(pid, Date.now());
       };
     },
-    settled,
+    settled: (maxWaitMs) => earlyListening()?.idle(maxWaitMs) ?? settled(maxWaitMs),
     foreignObjectsSince: (since) => {
-      if (!alive || watchingSince === undefined || since < watchingSince || since < keptSince) return undefined;
+      const watcher = earlyListening();
+      // Before nft monitor listens a change is known, not what it touched.
+      if (watcher) return since < watcher.listeningSince()! || watcher.lastWokenAt() >= since ? undefined : new Map();
+      if (!alive || watchingSince === undefined || since < watchingSince || since < keptSince || since <= unnamedChangeAt) return undefined;
       const touched: TouchedTables = new Map();
       for (const change of foreignChanges) if (change.at >= since) mergeTouched(touched, change.touched);
       return touched;
     },
     close: () => {
       closed = true;
+      early?.close();
       if (alive) child.kill('SIGTERM');
     },
   };

@@ -7,7 +7,7 @@ import {randomBytes} from 'node:crypto';
 import {type TestContext, test} from 'node:test';
 import {AppliedState} from '../../../src/agent/applied/applied-state.ts';
 import {iptablesBackend} from '../../../src/agent/api/rules/iptables.ts';
-import {parseGenerationLine, parseMonitorEvent, watchNftRuleset} from '../../../src/agent/applied/ruleset-changes.ts';
+import {earlyWatcher, parseGenerationLine, parseMonitorEvent, watchNftRuleset} from '../../../src/agent/applied/ruleset-changes.ts';
 import {CommandHost} from '../../../src/agent/host/command-host.ts';
 import {memoryLogger} from '../../../src/agent/log.ts';
 import {findChain, type IptablesRuleset} from '../../../src/core/iptables/ruleset.ts';
@@ -251,4 +251,44 @@ test('ruleset changes: a transaction that touches many objects of one table coun
   const touched = changes.foreignObjectsSince(since)?.get('IPv4');
   assert.deepEqual(touched?.get('big'), {chains: new Set(), sets: new Set(), whole: true});
   assert.deepEqual(touched?.get('small'), {chains: new Set(['one']), sets: new Set(['blocked']), whole: false});
+});
+
+test('until nft monitor listens, xtables-monitor tells that something changed, not what; then nft monitor names the changes', async (t) => {
+  if (!isRoot) {
+    t.skip('needs root: runs xtables-monitor and nft monitor in a fresh network namespace');
+    return;
+  }
+  const netns = `pxearly-${process.pid}-${randomBytes(3).toString('hex')}`;
+  execFileSync('ip', ['netns', 'add', netns]);
+  t.after(() => execFileSync('ip', ['netns', 'del', netns]));
+  const nft = (script: string) => execFileSync('ip', ['netns', 'exec', netns, 'nft', '-f', '-'], {input: `${script}\n`});
+  // nft monitor as on a large node, where it reads the whole ruleset for seconds before it listens.
+  const log = memoryLogger(2);
+  const changes = await watchNftRuleset({netns, log, monitor: ['sh', '-c', 'sleep 6; exec nft monitor'], early: earlyWatcher});
+  t.after(() => changes.close());
+  await until('xtables-monitor to listen', () => changes.watching(), 5000);
+  assert.ok(log.lines.some((line) => line.includes('xtables-monitor listens until nft monitor does')));
+  assert.ok(!log.lines.some((line) => line.includes('the ruleset monitor listens')), 'nft monitor does not listen yet');
+
+  assert.equal(await changes.settled(1000), true);
+  const quiet = changes.lastForeignChangeAt();
+  await new Promise((resolve) => setTimeout(resolve, 300));
+  assert.equal(await changes.settled(1000), true);
+  assert.equal(changes.lastForeignChangeAt(), quiet, 'nothing changed: readings stay trusted');
+  assert.deepEqual(changes.foreignObjectsSince(quiet), new Map(), 'nothing touched since');
+
+  const before = Date.now();
+  nft('add table ip early');
+  assert.equal(await changes.settled(1000), true);
+  assert.ok(changes.lastForeignChangeAt() >= before, 'the change is known as soon as the command returned');
+  assert.equal(changes.foreignObjectsSince(before), undefined, 'but not what it touched');
+
+  await until('nft monitor to listen', () => log.lines.some((line) => line.includes('the ruleset monitor listens')), 15_000);
+  assert.equal(changes.watching(), true);
+  const later = Date.now();
+  nft('add chain ip early named');
+  assert.equal(await changes.settled(1000), true);
+  assert.ok(changes.lastForeignChangeAt() >= later);
+  assert.deepEqual(changes.foreignObjectsSince(later)?.get('IPv4')?.get('early')?.chains, new Set(['named']), 'now named');
+  assert.equal(changes.foreignObjectsSince(before), undefined, 'the change before it listened stays unnamed');
 });
