@@ -12,6 +12,7 @@ import {CommandHost} from '../../../src/agent/host/command-host.ts';
 import {memoryLogger} from '../../../src/agent/log.ts';
 import {findChain, type IptablesRuleset} from '../../../src/core/iptables/ruleset.ts';
 import {isRoot, until} from '../../plugin/agent-cluster.ts';
+import {createNetns, inNetns} from '../netns.ts';
 
 test('parseGenerationLine reads the generation and the process behind it', () => {
   assert.deepEqual(parseGenerationLine('# new generation 42 by process 1234 (iptables-restor)'), {
@@ -258,10 +259,8 @@ test('until nft monitor listens, xtables-monitor tells that something changed, n
     t.skip('needs root: runs xtables-monitor and nft monitor in a fresh network namespace');
     return;
   }
-  const netns = `pxearly-${process.pid}-${randomBytes(3).toString('hex')}`;
-  execFileSync('ip', ['netns', 'add', netns]);
-  t.after(() => execFileSync('ip', ['netns', 'del', netns]));
-  const nft = (script: string) => execFileSync('ip', ['netns', 'exec', netns, 'nft', '-f', '-'], {input: `${script}\n`});
+  const netns = createNetns(t);
+  const nft = (script: string) => inNetns(netns, ['nft', '-f', '-'], `${script}\n`);
   // nft monitor as on a large node, where it reads the whole ruleset for seconds before it listens.
   const log = memoryLogger(2);
   const changes = await watchNftRuleset({netns, log, monitor: ['sh', '-c', 'sleep 6; exec nft monitor'], early: earlyWatcher});

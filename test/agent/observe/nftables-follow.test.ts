@@ -4,8 +4,6 @@
 // namespace with nft monitor listening in it; each followed reading must say what a whole listing
 // says, and each diff what a diff that remembers nothing says.
 import assert from 'node:assert/strict';
-import {execFileSync} from 'node:child_process';
-import {randomBytes} from 'node:crypto';
 import {test} from 'node:test';
 import {AppliedState} from '../../../src/agent/applied/applied-state.ts';
 import {watchNftRuleset} from '../../../src/agent/applied/ruleset-changes.ts';
@@ -19,6 +17,7 @@ import {diffNftables} from '../../../src/core/nftables/diff.ts';
 import type {NftRuleset} from '../../../src/core/nftables/parse.ts';
 import {parseNftablesListing} from '../../../src/core/nftables/parse-listing.ts';
 import {isRoot, until} from '../../plugin/agent-cluster.ts';
+import {createNetns, inNetns} from '../netns.ts';
 import {node, service, slice} from '../sync/cluster.ts';
 
 test('observer, nftables: a foreign change is followed by listing the chains and sets it touched, and says what a whole listing says', async (t) => {
@@ -26,10 +25,8 @@ test('observer, nftables: a foreign change is followed by listing the chains and
     t.skip('needs root: loads kube-proxy nftables rules and runs nft monitor in a fresh network namespace');
     return;
   }
-  const netns = `pxfollow-${process.pid}-${randomBytes(3).toString('hex')}`;
-  execFileSync('ip', ['netns', 'add', netns]);
-  t.after(() => execFileSync('ip', ['netns', 'del', netns]));
-  const nft = (...args: string[]) => execFileSync('ip', ['netns', 'exec', netns, 'nft', ...args], {encoding: 'utf8'});
+  const netns = createNetns(t);
+  const nft = (...args: string[]) => inNetns(netns, ['nft', ...args]);
 
   const model = buildProxyModel(
     {
@@ -40,7 +37,7 @@ test('observer, nftables: a foreign change is followed by listing the chains and
     {family: 'IPv4', nodeName: 'node-1'},
   );
   const backend = kubeProxyNftablesBackend({serviceCIDRs: () => ['10.96.0.0/16']});
-  execFileSync('ip', ['netns', 'exec', netns, 'nft', '-f', '-'], {input: backend.render(model)});
+  inNetns(netns, ['nft', '-f', '-'], backend.render(model));
 
   const host = new CommandHost({netns});
   const changes = await watchNftRuleset({netns, log: memoryLogger()});
