@@ -8,7 +8,7 @@ import {test} from 'node:test';
 import {AppliedState} from '../../../src/agent/applied/applied-state.ts';
 import {watchNftRuleset} from '../../../src/agent/applied/ruleset-changes.ts';
 import type {ParsedRules} from '../../../src/agent/api/rules/backend.ts';
-import {formatNftablesRules} from '../../../src/agent/api/rules/nftables.ts';
+import {formatNftablesRules, nftablesBackend} from '../../../src/agent/api/rules/nftables.ts';
 import {CommandHost} from '../../../src/agent/host/command-host.ts';
 import {memoryLogger} from '../../../src/agent/log.ts';
 import {kubeProxyNftablesBackend} from '../../../src/agent/observe/kube-proxy-nftables.ts';
@@ -16,6 +16,15 @@ import {buildProxyModel} from '../../../src/core/model/index.ts';
 import {diffNftables} from '../../../src/core/nftables/diff.ts';
 import type {NftRuleset} from '../../../src/core/nftables/parse.ts';
 import {parseNftablesListing} from '../../../src/core/nftables/parse-listing.ts';
+import {renderNftables} from '../../../src/core/nftables/render.ts';
+import {
+  fakeProxierRenderOptions,
+  fixtureModel,
+  fixtureObjects,
+  fixtureText,
+  kubeProxyTable,
+  transactionOrder,
+} from '../../core/nftables/kube-proxy-fixtures.ts';
 import {isRoot, until} from '../../plugin/agent-cluster.ts';
 import {createNetns, inNetns} from '../netns.ts';
 import {node, service, slice} from '../sync/cluster.ts';
@@ -147,3 +156,45 @@ function countingLists(host: CommandHost, listed: string[]): CommandHost {
     },
   });
 }
+
+test("observer, nftables: kube-proxy's own table, loaded and followed, shows no drift; an element deleted by hand names its service port", async (t) => {
+  if (!isRoot) {
+    t.skip("needs root: loads kube-proxy's published nftables rules and runs nft monitor in a fresh network namespace");
+    return;
+  }
+  const netns = createNetns(t);
+  // TestOverallNFTablesRules (kube-proxy's pkg/proxy/nftables): its table and objects, on its fake node.
+  inNetns(netns, ['nft', '-f', '-'], transactionOrder(kubeProxyTable('overall.nft')));
+  const model = fixtureModel(fixtureObjects('overall.yaml'));
+  const backend = kubeProxyNftablesBackend({serviceCIDRs: () => fakeProxierRenderOptions.serviceCIDRs!});
+  // Rendered with the fake node's addresses (its nodeport-ips), which an observer reads from its own node.
+  const desired = nftablesBackend.parse(renderNftables(model, fakeProxierRenderOptions));
+  const host = new CommandHost({netns});
+  const changes = await watchNftRuleset({netns, log: memoryLogger()});
+  t.after(() => changes.close());
+  await until('the monitor to listen', () => changes.watching());
+  let wholeReadings = 0;
+  const applied = new AppliedState({
+    read: async (family) => (wholeReadings++, backend.readApplied!(host, family)),
+    parse: backend.parse,
+    format: backend.format,
+    follow: (family, rules, touched) => backend.follow!(host, family, rules, touched),
+    changes,
+    now: Date.now,
+  });
+  assert.deepEqual(backend.diff(desired, (await applied.get('IPv4')).rules).groups, [], "kube-proxy's table is what its objects ask for");
+
+  const element =
+    /^add element ip kube-proxy service-ips \{ (172\.30\.0\.41 \. tcp \. 80) : goto (service-\w+-ns1\/svc1\/tcp\/p80) \}$/m.exec(
+      fixtureText('overall.nft'),
+    );
+  assert.ok(element, "svc1's ClusterIP element in the fixture");
+  inNetns(netns, ['nft', 'delete', 'element', 'ip', 'kube-proxy', 'service-ips', `{ ${element[1]} }`]);
+  const followed = await applied.get('IPv4');
+  assert.equal(wholeReadings, 1, 'the change was followed, not the table listed whole');
+  const diff = backend.diff(desired, followed.rules);
+  assert.deepEqual(
+    diff.groups.map((group) => [group.servicePort, group.added]),
+    [['ns1/svc1:p80', [`element service-ips { ${element[1]} : goto ${element[2]} }`]]],
+  );
+});
