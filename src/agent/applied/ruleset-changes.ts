@@ -232,12 +232,16 @@ async function watchWakeUps(command: string[]): Promise<WakeWatcher | undefined>
     const switches = contextSwitches(child.pid!);
     if (switches !== undefined && switches !== seen) [seen, wokenAt] = [switches, Date.now()];
   };
-  void (async () => {
+  // It listens within milliseconds: waited for a little, so that the first reading (taken as the
+  // agent starts) is vouched for; looked at until it listens after that.
+  const listensSoon = Date.now() + 1000;
+  const lookForListening = async () => {
     while (alive && since === undefined) {
       if (monitorIdle(child.pid!)) [since, seen] = [Date.now(), contextSwitches(child.pid!)];
-      else await new Promise((resolve) => setTimeout(resolve, subscribePollMs).unref());
+      else await new Promise((resolve) => setTimeout(resolve, Date.now() < listensSoon ? 5 : subscribePollMs).unref());
     }
-  })();
+  };
+  await Promise.race([lookForListening(), new Promise((resolve) => setTimeout(resolve, 1000).unref())]);
   return {
     listeningSince: () => (alive ? since : undefined),
     lastWokenAt: () => (look(), wokenAt),

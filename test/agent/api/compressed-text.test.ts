@@ -2,7 +2,8 @@
 // whatever the characters; detached copies a string.
 import assert from 'node:assert/strict';
 import {describe, it} from 'node:test';
-import {CompressedText, detached} from '../../../src/agent/api/rules/compressed-text.ts';
+import {CompressedText} from '../../../src/agent/api/rules/compressed-text.ts';
+import {detached} from '../../../src/core/detached.ts';
 
 /** An iptables-save-like text of `lines` lines, with comments in other scripts and outside the BMP. */
 function dumpText(lines: number): string {

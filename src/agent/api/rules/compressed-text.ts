@@ -101,11 +101,3 @@ export class CompressedText {
 function isHighSurrogate(code: number): boolean {
   return code >= 0xd800 && code <= 0xdbff;
 }
-
-/**
- * detached: the same characters in a string of their own. V8 keeps a slice of a long string as a
- * view into it, so a name sliced from a dump and kept would keep the whole dump alive.
- */
-export function detached(text: string): string {
-  return Buffer.from(text, 'utf8').toString('utf8');
-}

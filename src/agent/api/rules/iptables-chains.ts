@@ -15,7 +15,8 @@ import {
 } from '../../../core/iptables/ruleset.ts';
 import type {ChainsWritten} from '../../sync/types.ts';
 import {RuleKindSpeller} from '../../../core/iptables/save-spelling.ts';
-import {CompressedText, detached} from './compressed-text.ts';
+import {CompressedText} from './compressed-text.ts';
+import {detached} from '../../../core/detached.ts';
 
 /** Rules a partial write left in a chain, in iptables-save's spelling, and the line each had in that write's record. */
 interface WrittenChain {
