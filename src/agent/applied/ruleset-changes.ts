@@ -362,18 +362,22 @@ export async function watchNftRuleset(options: {
           // The early watcher hands over: the changes it saw are not named, and the readings it
           // vouched for (taken since it listened) stay trusted.
           const earlySince = early?.listeningSince();
-          if (early && earlySince !== undefined && (await early.idle(1000))) {
-            unnamedChangeAt = early.lastWokenAt();
+          const handedOver = early !== undefined && earlySince !== undefined && (await early.idle(1000));
+          if (handedOver) {
+            unnamedChangeAt = early!.lastWokenAt();
             lastForeignAt = Math.max(lastForeignAt, unnamedChangeAt);
           }
           early?.close();
           early = undefined;
           const listening = Date.now();
-          watchingSince = earlySince ?? listening;
-          log.detail(2, 'agent api: the ruleset monitor listens; readings are trusted until it reports a change', {
-            monitor: monitor.join(' '),
-            seconds: (listening - spawnedAt) / 1000,
-          });
+          // Another caller may have handed over while this one waited.
+          if (watchingSince === undefined) {
+            watchingSince = handedOver ? earlySince : listening;
+            log.detail(2, 'agent api: the ruleset monitor listens; readings are trusted until it reports a change', {
+              monitor: monitor.join(' '),
+              seconds: (listening - spawnedAt) / 1000,
+            });
+          }
         }
         return alive;
       }
