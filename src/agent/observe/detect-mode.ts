@@ -57,10 +57,11 @@ export async function detectKubeProxyMode(hosts: DetectionHosts, families: IPFam
   };
   const found: ModeEvidence[] = [];
 
-  // `nft list sets` names every table (each with its sets, without their elements). `nft list
-  // tables` would say the same, but nft 1.0 reads the whole ruleset for it, every rule of every
-  // table (iptables-nft's too, each translated back): on a large node, the slowest question here.
-  const tables = await ask('nft list sets', () => hosts.node.nft(['list', 'sets']));
+  // `nft -t list sets` names every table (each with its sets; terse: without their elements, which
+  // nft would otherwise read: 2.9 s against 0.03 s beside kube-proxy's table of 10,000 services).
+  // `nft list tables` would say the same, but nft 1.0 reads the whole ruleset for it, every rule of
+  // every table (iptables-nft's too, each translated back): on a large node, the slowest question.
+  const tables = await ask('nft -t list sets', () => hosts.node.nft(['-t', 'list', 'sets']));
   for (const family of families) {
     const name = family === 'IPv6' ? 'ip6' : 'ip';
     if (tables !== undefined && new RegExp(`^table ${name} kube-proxy(\\s*\\{)?\\s*$`, 'm').test(tables))
