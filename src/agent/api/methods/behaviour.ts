@@ -77,12 +77,12 @@ async function checkKernelRuns(state: RuntimeState, mode: ProxyMode): Promise<vo
 const nftablesModeKernel = [5, 13];
 
 /**
- * checkNftablesRuns: nft answers and the kernel is one kube-proxy runs nftables mode on. `nft list
- * sets` is the question, not `nft list tables`: nft reads every rule of every table for that,
- * minutes on a large iptables-nft node.
+ * checkNftablesRuns: nft answers and the kernel is one kube-proxy runs nftables mode on. `nft -t
+ * list sets` is the question (terse: without the sets' elements), not `nft list tables`: nft reads
+ * every rule of every table for that, minutes on a large iptables-nft node.
  */
 export async function checkNftablesRuns(host: Host): Promise<void> {
-  await host.nft(['list', 'sets']);
+  await host.nft(['-t', 'list', 'sets']);
   const release = (await host.sysctlRead('kernel.osrelease')).trim();
   const [major, minor] = (/^(\d+)\.(\d+)/.exec(release) ?? []).slice(1).map(Number);
   if (major < nftablesModeKernel[0] || (major === nftablesModeKernel[0] && minor < nftablesModeKernel[1]))
