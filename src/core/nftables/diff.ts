@@ -59,98 +59,123 @@ function resolveEndpointChoice(ruleset: NftRuleset, rule: string): string {
 interface Line {
   servicePort: string;
   text: string;
-  /** The chain or set the line is of. */
-  part: NftChain | NftSet;
 }
 
 /**
- * Whether `part` of `ruleset` is known to hold the same lines as the other side's part of its
- * name (`desiredSide`: whether `ruleset` is the desired one). One object on both sides is: only
- * shareSameParts puts a part on both, and never one that picks from an endpoint map.
+ * Whether desired `part` is known to hold the same lines as the applied side's part of its name.
+ * One object on both sides is: only shareSameParts puts a part on both, and never one that picks
+ * from an endpoint map.
  */
-function knownSame(part: NftChain | NftSet, other: Map<string, NftChain | NftSet>, desiredSide: boolean, same?: SameParts): boolean {
+function knownSame(part: NftChain | NftSet, applied: Map<string, NftChain | NftSet>, same?: SameParts): boolean {
   if (!same) return false;
-  const counterpart = other.get(part.name);
-  if (counterpart === part) return true;
-  if (!counterpart) return false;
-  return desiredSide ? same.get(part) === counterpart : same.get(counterpart) === part;
+  const counterpart = applied.get(part.name);
+  return counterpart !== undefined && (counterpart === part || same.get(part) === counterpart);
 }
 
-/** The lines of `ruleset`'s parts not known to be the same as `other`'s; `compared` gets those parts. */
-function linesOf(
-  ruleset: NftRuleset,
-  other: NftRuleset,
-  desiredSide: boolean,
-  same?: SameParts,
-  compared?: Set<NftChain | NftSet>,
-): Line[] {
-  const lines: Line[] = [];
-  for (const chain of ruleset.chains.values()) {
-    if (knownSame(chain, other.chains, desiredSide, same)) continue;
-    compared?.add(chain);
-    const servicePort = servicePortOfChain(chain.name);
-    // An emptied per-service chain the other side lacks is stale, waiting for its deletion.
-    if (servicePort !== undefined && chain.rules.length === 0 && !other.chains.has(chain.name)) continue;
-    const base =
-      chain.hook !== undefined
-        ? ` { type ${chain.type} hook ${chain.hook} priority ${chain.priority} ; policy ${chain.policy ?? 'accept'} ; }`
-        : '';
-    lines.push({servicePort: servicePort ?? '', text: `chain ${chain.name}${base}`, part: chain});
-    chain.rules.forEach((rule, index) => {
-      // A counter's values change with traffic; whether the rule counts is what is compared.
-      const counted = rule.text.replace(/\bcounter packets \d+ bytes \d+/g, 'counter');
-      const text = resolveEndpointChoice(ruleset, rule.comment !== undefined ? `${counted} comment "${rule.comment}"` : counted);
-      lines.push({servicePort: servicePort ?? '', text: `rule ${chain.name} #${index + 1}: ${text}`, part: chain});
-    });
-  }
-  for (const set of ruleset.sets.values()) {
-    if (set.name.startsWith('endpoint-targets-') || knownSame(set, other.sets, desiredSide, same)) continue;
-    compared?.add(set);
-    const affinity = set.name.startsWith('affinity-');
-    const owner = affinity ? (servicePortOfChain(`endpoint${set.name.slice('affinity'.length)}`) ?? '') : '';
-    // nft -j leaves out "dynamic", which the kernel adds to any set a rule updates.
-    const flags = set.flags.filter((flag) => flag !== 'dynamic');
-    lines.push({
+/** A chain's lines: its declaration and its rules, in order; none for an emptied per-service chain `other` lacks. */
+function chainLines(ruleset: NftRuleset, chain: NftChain, other: NftRuleset): Line[] {
+  const servicePort = servicePortOfChain(chain.name);
+  // An emptied per-service chain the other side lacks is stale, waiting for its deletion.
+  if (servicePort !== undefined && chain.rules.length === 0 && !other.chains.has(chain.name)) return [];
+  const base =
+    chain.hook !== undefined
+      ? ` { type ${chain.type} hook ${chain.hook} priority ${chain.priority} ; policy ${chain.policy ?? 'accept'} ; }`
+      : '';
+  const lines: Line[] = [{servicePort: servicePort ?? '', text: `chain ${chain.name}${base}`}];
+  chain.rules.forEach((rule, index) => {
+    // A counter's values change with traffic; whether the rule counts is what is compared.
+    const counted = rule.text.replace(/\bcounter packets \d+ bytes \d+/g, 'counter');
+    const text = resolveEndpointChoice(ruleset, rule.comment !== undefined ? `${counted} comment "${rule.comment}"` : counted);
+    lines.push({servicePort: servicePort ?? '', text: `rule ${chain.name} #${index + 1}: ${text}`});
+  });
+  return lines;
+}
+
+/** A set's lines: its declaration and its elements (an affinity set's elements are clients', added at run time). */
+function setLines(set: NftSet): Line[] {
+  const affinity = set.name.startsWith('affinity-');
+  const owner = affinity ? (servicePortOfChain(`endpoint${set.name.slice('affinity'.length)}`) ?? '') : '';
+  // nft -j leaves out "dynamic", which the kernel adds to any set a rule updates.
+  const flags = set.flags.filter((flag) => flag !== 'dynamic');
+  const lines: Line[] = [
+    {
       servicePort: owner,
-      part: set,
       text:
         `${set.kind} ${set.name}` +
         (flags.length > 0 ? ` flags ${flags.join(',')}` : '') +
         (set.timeoutSeconds !== undefined ? ` timeout ${set.timeoutSeconds}s` : ''),
+    },
+  ];
+  if (affinity) return lines;
+  for (const element of set.elements) {
+    const target = /^(?:goto|jump) (\S+)$/.exec(element.value ?? '')?.[1];
+    const servicePort =
+      (target !== undefined ? servicePortOfChain(target) : undefined) ??
+      (element.comment && /^[^/\s]+\/\S+$/.test(element.comment) ? element.comment : '');
+    const comment = element.comment !== undefined ? ` comment "${element.comment}"` : '';
+    lines.push({
+      servicePort,
+      text: `element ${set.name} { ${element.key}${comment}${element.value !== undefined ? ` : ${element.value}` : ''} }`,
     });
-    if (affinity) continue;
-    for (const element of set.elements) {
-      const target = /^(?:goto|jump) (\S+)$/.exec(element.value ?? '')?.[1];
-      const servicePort =
-        (target !== undefined ? servicePortOfChain(target) : undefined) ??
-        (element.comment && /^[^/\s]+\/\S+$/.test(element.comment) ? element.comment : '');
-      const comment = element.comment !== undefined ? ` comment "${element.comment}"` : '';
-      lines.push({
-        servicePort,
-        part: set,
-        text: `element ${set.name} { ${element.key}${comment}${element.value !== undefined ? ` : ${element.value}` : ''} }`,
-      });
-    }
   }
   return lines;
 }
 
-function partKey(part: NftChain | NftSet): string {
-  return `${'rules' in part ? 'chain' : 'set'} ${part.name}`;
+/** Whether two parts' lines are the same: in order for a chain (its rules' order decides), in any order for a set. */
+function sameLines(mine: Line[], theirs: Line[], ordered: boolean): boolean {
+  if (mine.length !== theirs.length) return false;
+  if (ordered) return mine.every((line, index) => line.text === theirs[index].text);
+  const texts = new Set(mine.map((line) => line.text));
+  return texts.size === mine.length && theirs.every((line) => texts.has(line.text));
 }
 
 /**
- * Adds to `same` the desired parts compared that the applied side has too and whose lines did not
- * differ. A chain that picks from an endpoint map reads that map's elements too
- * (resolveEndpointChoice), so it is not remembered.
+ * The lines of the parts whose lines differ (or that one side alone has): the desired side's in
+ * its order, the applied side's in its own. Each part the two sides hold the same of is compared
+ * on its own and adds nothing; with `same`, a whole diff remembers it (a chain that picks from an
+ * endpoint map reads that map's elements too, resolveEndpointChoice, and is not remembered).
  */
-function rememberSameParts(compared: Set<NftChain | NftSet>, applied: NftRuleset, differing: Set<string>, same: SameParts): void {
-  const pickedFromMap = (part: NftChain | NftSet) => 'rules' in part && part.rules.some((rule) => endpointMapRule.test(rule.text));
-  for (const part of compared) {
-    const counterpart = 'rules' in part ? applied.chains.get(part.name) : applied.sets.get(part.name);
-    if (!counterpart || differing.has(partKey(part)) || pickedFromMap(part) || pickedFromMap(counterpart)) continue;
-    same.set(part, counterpart);
+function differingLines(desired: NftRuleset, applied: NftRuleset, same: SameParts | undefined, remember: boolean) {
+  const appliedLines = new Map<NftChain | NftSet, Line[]>();
+  const want: Line[] = [];
+  const compare = <Part extends NftChain | NftSet>(
+    mine: Part,
+    theirs: Part | undefined,
+    lines: (part: Part, ruleset: NftRuleset) => Line[],
+  ) => {
+    const wanted = lines(mine, desired);
+    const held = theirs ? lines(theirs, applied) : [];
+    if (theirs && sameLines(wanted, held, 'rules' in mine)) {
+      if (same && remember && !pickedFromMap(mine) && !pickedFromMap(theirs)) same.set(mine, theirs);
+      return;
+    }
+    want.push(...wanted);
+    if (theirs) appliedLines.set(theirs, held);
+  };
+  for (const chain of desired.chains.values()) {
+    const theirs = applied.chains.get(chain.name);
+    if (!knownSame(chain, applied.chains, same))
+      compare(chain, theirs, (part, ruleset) => chainLines(ruleset, part, ruleset === desired ? applied : desired));
   }
+  for (const set of desired.sets.values()) {
+    if (set.name.startsWith('endpoint-targets-') || knownSame(set, applied.sets, same)) continue;
+    compare(set, applied.sets.get(set.name), (part) => setLines(part));
+  }
+  const have: Line[] = [];
+  for (const chain of applied.chains.values()) {
+    if (!desired.chains.has(chain.name)) have.push(...chainLines(applied, chain, desired));
+    else have.push(...(appliedLines.get(chain) ?? []));
+  }
+  for (const set of applied.sets.values()) {
+    if (set.name.startsWith('endpoint-targets-')) continue;
+    if (!desired.sets.has(set.name)) have.push(...setLines(set));
+    else have.push(...(appliedLines.get(set) ?? []));
+  }
+  return {want, have};
+}
+
+function pickedFromMap(part: NftChain | NftSet): boolean {
+  return 'rules' in part && part.rules.some((rule) => endpointMapRule.test(rule.text));
 }
 
 /**
@@ -185,11 +210,8 @@ function matchesService(servicePort: string, filter: string | undefined): boolea
 
 /** diffNftables compares two tables; `service` ("ns/name[:port]") keeps only that service's lines. */
 export function diffNftables(desired: NftRuleset, applied: NftRuleset, options: DiffNftablesOptions = {}): NftablesDiff {
-  const {sameParts} = options;
-  // The desired parts compared now (the rest were known to be the same): those found the same are remembered.
-  const compared = new Set<NftChain | NftSet>();
-  const want = linesOf(desired, applied, true, sameParts, compared);
-  const have = linesOf(applied, desired, false, sameParts);
+  // Only a whole diff remembers what it found the same: a diff of one service filters lines.
+  const {want, have} = differingLines(desired, applied, options.sameParts, options.service === undefined);
   const count = (lines: Line[]) => {
     const counts = new Map<string, {line: Line; count: number}>();
     for (const line of lines) {
@@ -208,21 +230,16 @@ export function diffNftables(desired: NftRuleset, applied: NftRuleset, options: 
     if (!found) groups.set(servicePort, (found = {servicePort, added: [], removed: []}));
     return found;
   };
-  // Parts with a line on one side only, by name (`chain X`, `set Y`): the rest hold the same lines.
-  const differing = new Set<string>();
   for (const [key, {line, count: n}] of wanted) {
     const missing = n - (held.get(key)?.count ?? 0);
-    if (missing > 0) differing.add(partKey(line.part));
     for (let index = 0; index < missing; index++)
       if (matchesService(line.servicePort, options.service)) group(line.servicePort).added.push(line.text);
   }
   for (const [key, {line, count: n}] of held) {
     const extra = n - (wanted.get(key)?.count ?? 0);
-    if (extra > 0) differing.add(partKey(line.part));
     for (let index = 0; index < extra; index++)
       if (matchesService(line.servicePort, options.service)) group(line.servicePort).removed.push(line.text);
   }
-  if (sameParts && options.service === undefined) rememberSameParts(compared, applied, differing, sameParts);
   const sorted = [...groups.values()].sort((a, b) => (a.servicePort < b.servicePort ? -1 : a.servicePort > b.servicePort ? 1 : 0));
   const text = sorted
     .map((entry) =>

@@ -19,7 +19,7 @@ const plugin = fileURLToPath(new URL('../../../bin/kubectl-proxyctl', import.met
 
 /** The commands the observer may run (its --v 4 "run" lines): each only reads the node. */
 const readCommand =
-  /command="(ip netns exec \S+ )?(iptables(-nft|-legacy)?-save( -t \w+)?|ip6?tables(-nft|-legacy)? --version|ip6?tables(-nft|-legacy)? -w 5 -W 100000 -t \w+ -S \S+|nft (-j )?list .*|nfacct (get|list)\b.*|sysctl -n .*|ip (-j )?(link|addr) show.*|ipvsadm -[LS].*)"/;
+  /command="(ip netns exec \S+ )?(iptables(-nft|-legacy)?-save( -t \w+)?|ip6?tables(-nft|-legacy)? --version|ip6?tables(-nft|-legacy)? -w 5 -W 100000 -t \w+ -S \S+|nft (-[jt] )?list .*|nfacct (get|list)\b.*|sysctl -n .*|ip (-j )?(link|addr) show.*|ipvsadm -[LS].*)"/;
 
 function runPlugin(args: string[]): Promise<{code: number | null; stdout: string; stderr: string}> {
   return new Promise((resolve) => {

@@ -35,7 +35,7 @@ const readCommands = [
   /^iptablesVersion /,
   /^sysctlRead /,
   /^nfacct (get|list)\b/,
-  /^nft (-j )?list\b/,
+  /^nft (-[jt] )?list\b/,
   /^ipset (list|save)\b/,
   /^ipvsadm -[LS]/,
   /^ip (-j )?(link|addr) show\b/,
