@@ -183,7 +183,7 @@ function pickedFromMap(part: NftChain | NftSet): boolean {
  * diff found the same (in `same`), so that a caller who keeps both tables keeps one copy of what
  * they share (an observer: at 10,000 services each table is about 100 MiB parsed). What `applied`
  * says does not change: a chain is taken only when its rules read exactly the same (a counter's
- * values included), a set when its elements do, in any order.
+ * values included), a set when its flags and elements do (elements in any order).
  */
 export function shareSameParts(desired: NftRuleset, applied: NftRuleset, same: SameParts): void {
   for (const [name, chain] of applied.chains) {
@@ -197,10 +197,22 @@ export function shareSameParts(desired: NftRuleset, applied: NftRuleset, same: S
   }
   for (const [name, set] of applied.sets) {
     const mine = desired.sets.get(name);
-    if (!mine || mine === set || same.get(mine) !== set) continue;
+    if (!mine || mine === set || same.get(mine) !== set || !identicalSets(mine, set)) continue;
     applied.sets.set(name, mine);
     same.set(mine, mine);
   }
+}
+
+/**
+ * Whether two sets say exactly the same, flags and every element included (the diff passes over
+ * the "dynamic" flag and an affinity set's elements, which a trace reads).
+ */
+function identicalSets(mine: NftSet, theirs: NftSet): boolean {
+  if (mine.kind !== theirs.kind || mine.timeoutSeconds !== theirs.timeoutSeconds) return false;
+  if (mine.flags.join() !== theirs.flags.join() || mine.elements.length !== theirs.elements.length) return false;
+  const text = (element: NftSet['elements'][number]) => `${element.key}\0${element.value ?? ''}\0${element.comment ?? ''}`;
+  const elements = new Set(mine.elements.map(text));
+  return elements.size === mine.elements.length && theirs.elements.every((element) => elements.has(text(element)));
 }
 
 function matchesService(servicePort: string, filter: string | undefined): boolean {
