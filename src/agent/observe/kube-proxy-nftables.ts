@@ -36,6 +36,9 @@ export function kubeProxyNftablesBackend(options: {serviceCIDRs: () => string[]}
     readApplied: (host: Host, family: IPFamily) => listKubeProxyTable(host, family),
     follow: followNftablesChanges,
     format: formatNftablesRules,
+    // The table is kept parsed to follow changes: its text is printed from it when asked (as `nft
+    // list table` prints it, read or patched alike), not kept as well (16 MiB deflated at 10,000 services).
+    textOf: (rules) => () => formatNftablesRules(rules),
   };
 }
 

@@ -46,7 +46,10 @@ export interface RulesBackend {
    * text together; undefined when the rules do not keep their text in pieces (search the text).
    */
   rulesWith?(rules: ParsedRules, needle: string): string[] | undefined;
-  /** Reads back the text parsed rules were read from, when they keep it as it was given; undefined when they do not. */
+  /**
+   * Reads back the text parsed rules were read from, when they keep it as it was given, or prints
+   * them again as the kernel tools would (rules kept parsed anyway); undefined when neither.
+   */
   textOf?(rules: ParsedRules): (() => string) | undefined;
   /**
    * The applied rules brought up to date with foreign changes by reading only the objects they
