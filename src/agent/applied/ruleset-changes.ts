@@ -179,6 +179,38 @@ const turn = (): Promise<void> => new Promise((resolve) => setImmediate(resolve)
 /** How often a monitor that does not listen yet is looked at (/proc reads). */
 const subscribePollMs = 200;
 
+/** The foreign transactions nft monitor reported, each with what it touched, kept for foreignObjectsSince. */
+class ForeignChangeLog {
+  readonly #changes: ForeignChange[] = [];
+  /** Changes before this time are not all kept. */
+  #keptSince = 0;
+  /** What the transaction being reported touched: its event lines come before its generation line. */
+  #pending: TouchedTables = new Map();
+
+  /** An event line of the transaction being reported. */
+  event(line: string): void {
+    const event = parseMonitorEvent(line);
+    if (event !== 'none') addTouched(this.#pending, event);
+  }
+
+  /** The transaction's generation line came: a foreign change reported at `at`, or one of the agent's own (undefined). */
+  ended(at: number | undefined): void {
+    const touched = this.#pending;
+    this.#pending = new Map();
+    if (at === undefined) return;
+    this.#changes.push({at, touched});
+    if (this.#changes.length > foreignChangesKept) this.#keptSince = this.#changes.shift()!.at + 1;
+  }
+
+  /** What the changes from `since` on touched; undefined when some of them are no longer kept. */
+  since(since: number): TouchedTables | undefined {
+    if (since < this.#keptSince) return undefined;
+    const touched: TouchedTables = new Map();
+    for (const change of this.#changes) if (change.at >= since) mergeTouched(touched, change.touched);
+    return touched;
+  }
+}
+
 /** A process subscribed to nf_tables' events, whose wake-ups tell that something changed, not what. */
 interface WakeWatcher {
   /** Since when it is seen subscribed (ms), undefined until then. */
@@ -208,9 +240,9 @@ export const earlyWatcher = ['xtables-monitor', '-e'];
  * takes to listen: xtables-monitor reads no ruleset first and listens at once, but iptables 1.8.9
  * does not flush what it prints when that goes to a pipe, so its output arrives late or never. Its
  * wake-ups arrive at once: each change the kernel sends it wakes the process, which counts in its
- * context switches. Undefined when it cannot start.
+ * context switches. `listens` is called once it is seen listening. Undefined when it cannot start.
  */
-async function watchWakeUps(command: string[]): Promise<WakeWatcher | undefined> {
+async function watchWakeUps(command: string[], listens: () => void): Promise<WakeWatcher | undefined> {
   let child: ChildProcess;
   try {
     child = spawn(command[0], command.slice(1), {stdio: 'ignore'});
@@ -237,8 +269,10 @@ async function watchWakeUps(command: string[]): Promise<WakeWatcher | undefined>
   const listensSoon = Date.now() + 1000;
   const lookForListening = async () => {
     while (alive && since === undefined) {
-      if (monitorIdle(child.pid!)) [since, seen] = [Date.now(), contextSwitches(child.pid!)];
-      else await new Promise((resolve) => setTimeout(resolve, Date.now() < listensSoon ? 5 : subscribePollMs).unref());
+      if (monitorIdle(child.pid!)) {
+        [since, seen] = [Date.now(), contextSwitches(child.pid!)];
+        listens();
+      } else await new Promise((resolve) => setTimeout(resolve, Date.now() < listensSoon ? 5 : subscribePollMs).unref());
     }
   };
   await Promise.race([lookForListening(), new Promise((resolve) => setTimeout(resolve, 1000).unref())]);
@@ -282,7 +316,12 @@ export async function watchNftRuleset(options: {
   // ip netns exec execs nft in place: the process id is the monitor's own.
   const inNetns = (words: string[]) => (netns ? ['ip', 'netns', 'exec', netns, ...words] : words);
   const command = inNetns(monitor);
-  let early = options.early ? await watchWakeUps(inNetns(options.early)) : undefined;
+  const spawnedAt = Date.now();
+  const earlyListens = () =>
+    log.detail(2, 'agent api: xtables-monitor listens until nft monitor does; readings are trusted until a change wakes it', {
+      seconds: (Date.now() - spawnedAt) / 1000,
+    });
+  let early = options.early ? await watchWakeUps(inNetns(options.early), earlyListens) : undefined;
   // Changes the early watcher saw before nft monitor listened: they are not named.
   let unnamedChangeAt = 0;
   let alive = false;
@@ -293,7 +332,6 @@ export async function watchNftRuleset(options: {
   // The agent's writers, with when they ended: once the monitor is idle after that, all their changes were reported.
   const own = new Map<number, number | undefined>();
   let child: ChildProcess;
-  const spawnedAt = Date.now();
   try {
     child = spawn(command[0], command.slice(1), {stdio: ['ignore', 'pipe', 'pipe']});
   } catch (error) {
@@ -302,24 +340,13 @@ export async function watchNftRuleset(options: {
   }
   let stderr = '';
   child.stderr!.setEncoding('utf8').on('data', (chunk: string) => (stderr = (stderr + chunk).slice(-500)));
-  // The transaction being reported: its event lines come before its generation line.
-  let pendingTouched: TouchedTables = new Map();
-  const foreignChanges: ForeignChange[] = [];
-  // Foreign changes before this time are not all kept.
-  let keptSince = 0;
+  const foreign = new ForeignChangeLog();
   createInterface({input: child.stdout!}).on('line', (line) => {
     const generation = parseGenerationLine(line);
-    if (!generation) {
-      const event = parseMonitorEvent(line);
-      if (event !== 'none') addTouched(pendingTouched, event);
-      return;
-    }
-    const touched = pendingTouched;
-    pendingTouched = new Map();
-    if (generation.pid !== undefined && own.has(generation.pid)) return;
+    if (!generation) return foreign.event(line);
+    if (generation.pid !== undefined && own.has(generation.pid)) return foreign.ended(undefined);
     lastForeignAt = Date.now();
-    foreignChanges.push({at: lastForeignAt, touched});
-    if (foreignChanges.length > foreignChangesKept) keptSince = foreignChanges.shift()!.at + 1;
+    foreign.ended(lastForeignAt);
     log.detail(3, 'agent api: ruleset changed by another process', {
       generation: generation.generation,
       pid: generation.pid,
@@ -398,18 +425,6 @@ export async function watchNftRuleset(options: {
   // Until nft monitor listens, the early watcher's answers, once it listens.
   const earlyListening = (): WakeWatcher | undefined =>
     alive && watchingSince === undefined && early?.listeningSince() !== undefined ? early : undefined;
-  void (async () => {
-    while (alive && !closed && watchingSince === undefined && early) {
-      if (early.listeningSince() !== undefined) {
-        log.detail(2, 'agent api: xtables-monitor listens until nft monitor does; readings are trusted until a change wakes it', {
-          seconds: (Date.now() - spawnedAt) / 1000,
-        });
-        return;
-      }
-      await new Promise((resolve) => setTimeout(resolve, subscribePollMs).unref());
-    }
-  })();
-
   return {
     watching: () => (alive && watchingSince !== undefined) || earlyListening() !== undefined,
     lastForeignChangeAt: () => {
@@ -429,10 +444,8 @@ export async function watchNftRuleset(options: {
       const watcher = earlyListening();
       // Before nft monitor listens a change is known, not what it touched.
       if (watcher) return since < watcher.listeningSince()! || watcher.lastWokenAt() >= since ? undefined : new Map();
-      if (!alive || watchingSince === undefined || since < watchingSince || since < keptSince || since <= unnamedChangeAt) return undefined;
-      const touched: TouchedTables = new Map();
-      for (const change of foreignChanges) if (change.at >= since) mergeTouched(touched, change.touched);
-      return touched;
+      if (!alive || watchingSince === undefined || since < watchingSince || since <= unnamedChangeAt) return undefined;
+      return foreign.since(since);
     },
     close: () => {
       closed = true;
