@@ -93,7 +93,7 @@ async function listObject(host: Host, what: string[]): Promise<NftRuleset | unde
   }
 }
 
-/** The text of rules patched after they were read, as `nft list table` prints it. */
+/** Parsed rules as `nft list table` prints them: rules patched after they were read, or kept parsed instead of their text. */
 export function formatNftablesRules(rules: ParsedRules): string {
   return formatNftablesListing(rules as NftRuleset);
 }
