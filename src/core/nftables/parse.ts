@@ -270,10 +270,10 @@ export function parseNftablesJson(json: string, tableName = 'kube-proxy'): NftRu
       if (!ours(rule)) continue;
       let chain = ruleset.chains.get(rule.chain);
       if (!chain) ruleset.chains.set(rule.chain, (chain = {name: rule.chain, rules: []}));
-      chain.rules.push({text: rule.expr.map(statementText).join(' '), ...(rule.comment !== undefined ? {comment: rule.comment} : {})});
+      chain.rules.push(nftRule(rule.expr.map(statementText).join(' '), rule.comment));
     }
   }
-  return ruleset;
+  return compacted(ruleset);
 }
 
 /** The family and table the first chain, set, map or rule of a listing names. */
@@ -284,6 +284,20 @@ function objectsTable(items: Json[]): {family: string; name: string} | undefined
     if (object?.family !== undefined && object.table !== undefined) return {family: object.family, name: object.table};
   }
   return undefined;
+}
+
+/** A rule of a chain: one shape with a comment and one without, each property in the object itself. */
+function nftRule(text: string, comment: string | undefined): NftRule {
+  return comment === undefined ? {text} : {text, comment};
+}
+
+/**
+ * The ruleset with each chain's rules in an array of their own length: arrays grown by push keep
+ * room for 16 or more, and a table holds 110,000 chains of one to three rules at 10,000 services.
+ */
+function compacted(ruleset: NftRuleset): NftRuleset {
+  for (const chain of ruleset.chains.values()) chain.rules = chain.rules.slice();
+  return ruleset;
 }
 
 /** splitTopLevel splits on a separator outside braces and quotes. */
@@ -410,6 +424,7 @@ export function parseNftablesScript(script: string, base?: NftRuleset): NftRules
         sets: new Map([...base.sets].map(([name, set]) => [name, {...set, elements: [...set.elements]}])),
       }
     : {family: 'ip', table: 'kube-proxy', chains: new Map(), sets: new Map()};
+  const setKeys = new Map<NftSet, {elements: NftSetElement[]; keys: Set<string>}>();
   const lines = script.split('\n');
   for (const [index, raw] of lines.entries()) {
     const line = raw.trim();
@@ -447,7 +462,7 @@ export function parseNftablesScript(script: string, base?: NftRuleset): NftRules
         let chain = ruleset.chains.get(name!);
         if (!chain) ruleset.chains.set(detached(name!), (chain = {name: detached(name!), rules: []}));
         const {text, comment} = splitComment(rest);
-        chain.rules.push({text: detached(listSpelling(text)), ...(comment !== undefined ? {comment: detached(comment)} : {})});
+        chain.rules.push(nftRule(detached(listSpelling(text)), comment === undefined ? undefined : detached(comment)));
         break;
       }
       case 'set':
@@ -469,16 +484,25 @@ export function parseNftablesScript(script: string, base?: NftRuleset): NftRules
         if (!set) throw new Error(`nft script line ${index + 1}: element of unknown set ${name}`);
         const inner = /^\{(.*)\}$/.exec(rest.trim())?.[1] ?? '';
         const elements = splitTopLevel(inner, ',').map((text) => parseElement(detached(text.trim()), set.kind === 'map'));
+        // The keys a set holds, kept while the script is read: kube-proxy adds a map's elements one line each.
+        let known = setKeys.get(set);
+        if (!known || known.elements !== set.elements)
+          setKeys.set(set, (known = {elements: set.elements, keys: new Set(set.elements.map((element) => element.key))}));
         if (verb === 'delete') {
           const gone = new Set(elements.map((element) => element.key));
           set.elements = set.elements.filter((element) => !gone.has(element.key));
+          for (const key of gone) known.keys.delete(key);
+          known.elements = set.elements;
         } else {
-          const known = new Set(set.elements.map((element) => element.key));
-          for (const element of elements) if (!known.has(element.key)) set.elements.push(element);
+          for (const element of elements) {
+            if (known.keys.has(element.key)) continue;
+            set.elements.push(element);
+            known.keys.add(element.key);
+          }
         }
         break;
       }
     }
   }
-  return ruleset;
+  return compacted(ruleset);
 }
