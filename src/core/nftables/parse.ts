@@ -460,7 +460,10 @@ export function parseNftablesScript(script: string, base?: NftRuleset): NftRules
         break;
       case 'rule': {
         let chain = ruleset.chains.get(name!);
-        if (!chain) ruleset.chains.set(detached(name!), (chain = {name: detached(name!), rules: []}));
+        if (!chain) {
+          const own = detached(name!);
+          ruleset.chains.set(own, (chain = {name: own, rules: []}));
+        }
         const {text, comment} = splitComment(rest);
         chain.rules.push(nftRule(detached(listSpelling(text)), comment === undefined ? undefined : detached(comment)));
         break;
