@@ -1,10 +1,11 @@
-// The agent's behaviour method on an ipvs node, switching to nftables mode. This kernel has no
+// The agent's behaviour method switching to nftables mode: on an ipvs node, and on an iptables node. This kernel has no
 // IP_VS, so the node is a recording host holding a kube-proxy ipvs state (older kube-proxy: no
 // KUBE-IPVS-FILTER) and listing one sshd on 0.0.0.0:22; the ipvs backend, the diff and the evidence
 // are the agent's own. test/agent/host-socket-evidence.test.ts reads real sockets in a namespace.
 import assert from 'node:assert/strict';
 import {test} from 'node:test';
 import {answerBehaviour} from '../../../src/agent/api/methods/behaviour.ts';
+import {iptablesBackend} from '../../../src/agent/api/rules/iptables.ts';
 import {ipvsRulesBackend} from '../../../src/agent/api/rules/ipvs.ts';
 import type {RuntimeState} from '../../../src/agent/api/runtime-state.ts';
 import {packetClasses} from '../../../src/core/behaviour/index.ts';
@@ -68,4 +69,32 @@ test('behaviour --to nftables on an ipvs node: kube-ipvs0 addresses are no node 
       'after the switch',
   ]);
   assert.ok(host.calls.includes('ss -l'));
+});
+
+test("behaviour --to nftables on an iptables node: kube-proxy's nfacct counters are the evidence", async () => {
+  const host = new RecordingHost();
+  host.sysctls.set('kernel.osrelease', '6.1.0-40-amd64\n');
+  host.nfacctObjects!.set('localhost_nps_accepted_pkts', 7);
+  host.nfacctObjects!.set('ct_state_invalid_dropped_pkts', 0);
+  const backend = iptablesBackend;
+  const state = {
+    nodeName: 'node-1',
+    families: ['IPv4'],
+    host,
+    backend,
+    models: () => [['IPv4', model]],
+    localAddresses: async () => [nodeIP],
+    readApplied: async () => ({family: 'IPv4', text: '', rules: backend.parse(backend.render(model)), readAt: 0}),
+  } as unknown as RuntimeState;
+  const answer = await answerBehaviour(state, {to: 'nftables'}, ['10.96.0.0/16']);
+  assert.deepEqual(answer.evidence.slice(0, 2), [
+    // nftables mode does not answer NodePorts on 127.0.0.1, which iptables mode does.
+    '7 packets reached NodePorts on 127.0.0.1 so far (nfacct localhost_nps_accepted_pkts): something on the node uses them, ' +
+      'and they stop answering after the switch',
+    '0 packets conntrack marked INVALID were dropped so far (nfacct ct_state_invalid_dropped_pkts)',
+  ]);
+  // A counter the node does not have gives no evidence, rather than a false 0.
+  host.nfacctObjects!.delete('localhost_nps_accepted_pkts');
+  const without = await answerBehaviour(state, {to: 'nftables'}, ['10.96.0.0/16']);
+  assert.ok(!without.evidence.some((line) => line.includes('localhost_nps_accepted_pkts')));
 });

@@ -77,6 +77,8 @@ describe('live observing agent beside a stand-in for kube-proxy', {concurrency: 
     assert.match(text.stdout, /observe: kube-proxy iptables/);
     const diff = await runPlugin(['diff', '--agent-url', apiUrl]);
     assert.equal(diff.code, 0, diff.stdout + diff.stderr);
+    // An observer watches with xtables-monitor until nft monitor listens (a proxying agent does not).
+    assert.equal(observer!.logged(/xtables-monitor listens until nft monitor does/).length, 1);
   });
 
   it('a rule deleted by hand: diff names the service port and exits 1', async (t) => {

@@ -21,6 +21,7 @@ import type {Host} from '../../host/host.ts';
 import {parseIP, type IPFamily} from '../../../core/model/index.ts';
 import type {BehaviourAnswer, BehaviourParams} from '../../../protocol/methods.ts';
 import type {RuntimeState} from '../runtime-state.ts';
+import {readNfacctPackets} from '../../sync/iptables-features.ts';
 
 export async function answerBehaviour(state: RuntimeState, params: BehaviourParams, serviceCIDRs: string[]): Promise<BehaviourAnswer> {
   if (params.to) await checkKernelRuns(state, params.to);
@@ -105,23 +106,11 @@ function mergeFamilies(diffs: BehaviourDiff[]): BehaviourDiff {
   return merged;
 }
 
-/** nfacct's answer "{ pkts = 00000000000000000042, bytes = ... } = name;" as a number. */
-function nfacctPackets(text: string): number | undefined {
-  const match = /pkts\s*=\s*(\d+)/.exec(text);
-  return match ? Number(match[1]) : undefined;
-}
-
 async function switchEvidence(state: RuntimeState, to: ProxyMode, diff: BehaviourDiff, applied: ModeRules[]): Promise<string[]> {
   const {host, backend} = state;
   const entries = new Set(diff.groups.flatMap((group) => group.changes.map((change) => change.class.entry)));
   const evidence: string[] = [];
-  const counter = async (name: string): Promise<number | undefined> => {
-    try {
-      return nfacctPackets(await host.nfacct(['get', name]));
-    } catch {
-      return undefined;
-    }
-  };
+  const counter = (name: string): Promise<number | undefined> => readNfacctPackets(host, name).catch(() => undefined);
   if (backend.mode === 'iptables' && to !== 'iptables') {
     const localhost = await counter('localhost_nps_accepted_pkts');
     if (localhost !== undefined)
