@@ -291,9 +291,16 @@ async function startApiOrLog(
   const frontEnd = config.mode === 'nftables' ? 'nf_tables' : await host.iptablesFrontEnd(parts.families[0]).catch(() => undefined);
   // Legacy iptables changes are invisible to nft monitor: read the kernel for every request then.
   // ipvs mode's virtual servers, sets and addresses change unseen by nft monitor: read them for every request.
+  // An observer's nft monitor starts once its first reading is in (xtables-monitor stands in until then).
+  let firstReadingDone: () => void = () => {};
+  const firstReading = new Promise<void>((resolve) => (firstReadingDone = resolve));
   const changes =
     frontEnd === 'nf_tables' && config.mode !== 'ipvs'
-      ? await watchNftRuleset({netns: host.netns, log, early: parts.observe ? earlyWatcher : undefined})
+      ? await watchNftRuleset({
+          netns: host.netns,
+          log,
+          ...(parts.observe && {early: earlyWatcher, monitorAfter: firstReading}),
+        })
       : unwatchedRulesetChanges();
   const runtime = createAgentRuntime({
     nodeName: parts.nodeName,
@@ -307,6 +314,7 @@ async function startApiOrLog(
     observe: parts.observe,
     serviceCIDRs: () => (appliedServiceCIDRs().length > 0 ? appliedServiceCIDRs() : config.serviceCIDRs),
   });
+  void runtime.firstReading.then(firstReadingDone);
   try {
     const auth = isLoopbackHost(address.host)
       ? undefined

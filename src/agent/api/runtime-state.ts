@@ -7,7 +7,7 @@ import type {DiffGroup, DiffResult, ProbeParams, ProbeResult, SyncEvent, SyncKin
 import type {Host} from '../host/host.ts';
 import type {Logger} from '../log.ts';
 import type {SyncOutcome} from '../sync/types.ts';
-import {releaseGarbageSoon} from '../sync/sync-bookkeeping.ts';
+import {releaseGarbageSoon} from '../garbage.ts';
 import type {AppliedRules, AppliedState} from '../applied/applied-state.ts';
 import type {ParsedRules, RulesBackend, RulesDiff} from './rules/backend.ts';
 import type {ObserveReport} from '../observe/observation.ts';
@@ -205,26 +205,30 @@ export class RuntimeState {
   /**
    * readFirst: an observer reads kube-proxy's rules as it starts, while the cluster's objects are
    * still being listed; its first drift check compares that reading (whose readAt says when it
-   * was taken) instead of reading the kernel only once the first model is built.
+   * was taken) instead of reading the kernel only once the first model is built. Resolves once
+   * every family's is in (or failed).
    */
-  readFirst(): void {
+  readFirst(): Promise<void> {
     for (const family of this.families) {
       const reading = this.readApplied(family);
       // Its failure is the first drift check's to see (and log); the next check reads again.
       reading.catch(() => undefined);
       this.firstReadings.set(family, reading);
     }
+    return Promise.allSettled(this.firstReadings.values()).then(() => undefined);
   }
 
   /**
    * A backend that keeps the desired rules (an observer's) makes them while the kernel is read, in
-   * another process: a new model's rules are spelled as a reading of a large node comes in.
+   * another process: a new model's rules are spelled as a reading of a large node comes in (on a
+   * worker thread, where the backend can: prepareDesired).
    */
   private async desiredWhileReading(model: ProxyModel, reading: Promise<AppliedRules>): Promise<void> {
     // Its failure is the caller's to see, when it waits for the reading.
     reading.catch(() => undefined);
     // The reading starts its command within a few turns (once the change monitor has caught up).
     for (let turn = 0; turn < 3; turn++) await new Promise((resolve) => setImmediate(resolve));
+    await this.backend.prepareDesired?.(model);
     this.backend.desired!(model);
   }
 

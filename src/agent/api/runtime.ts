@@ -62,6 +62,8 @@ const observeChangePollMs = 1000;
 
 export interface AgentRuntime extends AgentApiHandlers {
   close(): void;
+  /** An observer's first reading of the kernel, in (or failed); settled at once for a proxying agent. */
+  firstReading: Promise<void>;
 }
 
 export function createAgentRuntime(options: AgentRuntimeOptions): AgentRuntime {
@@ -89,6 +91,8 @@ export function createAgentRuntime(options: AgentRuntimeOptions): AgentRuntime {
     now,
     // Only a proxier that says what it wrote can vouch for its writers' changes.
     spawns: proxier.onWrite && host.onSpawn?.bind(host),
+    onRead: (family, {seconds, characters}) =>
+      log.detail(2, 'agent api: rules read whole', {family, seconds: Number(seconds.toFixed(3)), characters}),
   });
   const stopFollowingProxier = proxier.onWrite?.(applied);
 
@@ -107,7 +111,7 @@ export function createAgentRuntime(options: AgentRuntimeOptions): AgentRuntime {
     probe,
     observe: options.observe,
   });
-  if (options.observe) state.readFirst();
+  const firstReading = options.observe ? state.readFirst() : Promise.resolve();
   const stopWatchingSyncs = proxier.onSync((outcome) => state.recordSync(outcome));
   // An observer's drift comes from kube-proxy's changes, not its own syncs: a change the monitor
   // saw starts a drift check, so that drift is logged and counted within seconds of it.
@@ -138,6 +142,7 @@ export function createAgentRuntime(options: AgentRuntimeOptions): AgentRuntime {
       return () => state.listeners.delete(listener);
     },
 
+    firstReading,
     close() {
       state.closed = true;
       if (followForeignChanges) clearInterval(followForeignChanges);

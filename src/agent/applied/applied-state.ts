@@ -11,7 +11,7 @@ import {deflateRawSync, inflateRawSync} from 'node:zlib';
 import type {IPFamily} from '../../core/model/index.ts';
 import type {Host} from '../host/host.ts';
 import type {ChainsWritten, RulesWriteListener, WrittenRules} from '../sync/types.ts';
-import {releaseGarbageSoon} from '../sync/sync-bookkeeping.ts';
+import {releaseGarbageSoon} from '../garbage.ts';
 import type {RulesetChanges, TouchedObjects} from './ruleset-changes.ts';
 
 /** Rules as the API's backend parsed them; only the backend looks inside. */
@@ -66,6 +66,8 @@ export interface AppliedStateOptions {
    */
   spawns?: Host['onSpawn'];
   writer?: RegExp;
+  /** Told of each whole reading once its rules are parsed: how long from running the command, and its size. */
+  onRead?(family: IPFamily, reading: {seconds: number; characters: number}): void;
 }
 
 interface Entry extends AppliedRules {
@@ -347,8 +349,11 @@ export class AppliedState implements RulesWriteListener {
       if (writes === this.#familyWrites(family).count) this.#current.set(family, followed);
       return followed;
     }
-    const entry = this.#entryOf(family, await this.#options.read(family), {readAt: startedAt, basisAt: startedAt, writes});
+    const reading = performance.now();
+    const text = await this.#options.read(family);
+    const entry = this.#entryOf(family, text, {readAt: startedAt, basisAt: startedAt, writes});
     void entry.rules;
+    this.#options.onRead?.(family, {seconds: (performance.now() - reading) / 1000, characters: text.length});
     // Reading and parsing a whole table leaves garbage the size of several tables (nftables' JSON
     // listing, parsed): collected once the request is answered, not held until V8 gets to it.
     releaseGarbageSoon();

@@ -297,19 +297,83 @@ async function watchWakeUps(command: string[], listens: () => void): Promise<Wak
   };
 }
 
+/** watchWakeUps of `command`, which logs when it listens. */
+function startEarlyWatcher(command: string[], log: Logger, since: number): Promise<WakeWatcher | undefined> {
+  return watchWakeUps(command, () =>
+    log.detail(2, 'agent api: xtables-monitor listens until nft monitor does; readings are trusted until a change wakes it', {
+      seconds: (Date.now() - since) / 1000,
+    }),
+  );
+}
+
+/** Runs `start` once `after` settles, unless closed by then, and tells `started` whether it runs. */
+function startOnceSettled(
+  after: Promise<unknown>,
+  closed: () => boolean,
+  start: () => Promise<boolean>,
+  started: (running: boolean) => void,
+): void {
+  const go = () => {
+    if (!closed()) void start().then(started);
+  };
+  after.then(go, go);
+}
+
+function closeWatcher(watcher: WakeWatcher | undefined): undefined {
+  watcher?.close();
+  return undefined;
+}
+
+/**
+ * spawnMonitor runs the monitor command, its lines to `onLine`; undefined (the reason logged) when
+ * it cannot run. `onExit` is told when it ends, with what it said last on stderr.
+ */
+async function spawnMonitor(
+  command: string[],
+  log: Logger,
+  onLine: (line: string) => void,
+  onExit: (ended: {code?: number; signal?: string; stderr?: string}) => void,
+): Promise<ChildProcess | undefined> {
+  let monitor: ChildProcess;
+  try {
+    monitor = spawn(command[0], command.slice(1), {stdio: ['ignore', 'pipe', 'pipe']});
+  } catch (error) {
+    log.warn('agent api: cannot watch the ruleset; applied rules are read for every request', {reason: (error as Error).message});
+    return undefined;
+  }
+  let stderr = '';
+  monitor.stderr!.setEncoding('utf8').on('data', (chunk: string) => (stderr = (stderr + chunk).slice(-500)));
+  createInterface({input: monitor.stdout!}).on('line', onLine);
+  const started = await new Promise<boolean>((resolve) => {
+    monitor.once('spawn', () => resolve(true));
+    monitor.once('error', () => resolve(false));
+  });
+  if (!started) {
+    log.warn('agent api: cannot run nft monitor; applied rules are read for every request', {command: command.join(' ')});
+    return undefined;
+  }
+  monitor.once('exit', (code, signal) =>
+    onExit({code: code ?? undefined, signal: signal ?? undefined, stderr: stderr.trim() || undefined}),
+  );
+  return monitor;
+}
+
 /**
  * watchNftRuleset runs `nft monitor` (inside `ip netns exec NETNS` when given) until close().
  * Resolves once the monitor runs, or with a signal that watches nothing when it cannot start.
  * `monitor`: another command in its place (tests: one that is slow to listen). Until nft monitor
  * listens (it reads the whole ruleset first: minutes on a large iptables-nft node), `early`
  * (`xtables-monitor -e`, see watchWakeUps) tells that something changed, not what, nor who
- * changed it: for an observer, which changes nothing itself.
+ * changed it: for an observer, which changes nothing itself. With `early`, `monitorAfter` holds
+ * nft monitor back until it settles (an observer's first reading of the kernel): reading the
+ * ruleset, nft takes most of a core, and on a 2-core node iptables-save took twice as long beside it.
  */
 export async function watchNftRuleset(options: {
   netns?: string;
   log: Logger;
   monitor?: string[];
   early?: string[];
+  monitorAfter?: Promise<unknown>;
 }): Promise<RulesetChanges> {
   const {netns, log} = options;
   const monitor = options.monitor ?? ['nft', 'monitor'];
@@ -317,68 +381,59 @@ export async function watchNftRuleset(options: {
   const inNetns = (words: string[]) => (netns ? ['ip', 'netns', 'exec', netns, ...words] : words);
   const command = inNetns(monitor);
   const spawnedAt = Date.now();
-  const earlyListens = () =>
-    log.detail(2, 'agent api: xtables-monitor listens until nft monitor does; readings are trusted until a change wakes it', {
-      seconds: (Date.now() - spawnedAt) / 1000,
-    });
-  let early = options.early ? await watchWakeUps(inNetns(options.early), earlyListens) : undefined;
+  let early = options.early ? await startEarlyWatcher(inNetns(options.early), log, spawnedAt) : undefined;
+  // nft monitor is held back only while the early watcher stands in for it.
+  const monitorAfter = early ? options.monitorAfter : undefined;
   // Changes the early watcher saw before nft monitor listened: they are not named.
   let unnamedChangeAt = 0;
   let alive = false;
+  /** nft monitor is not started yet (monitorAfter), and the early watcher stands in for it. */
+  let heldBack = monitorAfter !== undefined;
   let closed = false;
   // Until the monitor is seen subscribed, changes may pass unreported.
   let watchingSince: number | undefined;
   let lastForeignAt = 0;
   // The agent's writers, with when they ended: once the monitor is idle after that, all their changes were reported.
   const own = new Map<number, number | undefined>();
-  let child: ChildProcess;
-  try {
-    child = spawn(command[0], command.slice(1), {stdio: ['ignore', 'pipe', 'pipe']});
-  } catch (error) {
-    log.warn('agent api: cannot watch the ruleset; applied rules are read for every request', {reason: (error as Error).message});
-    return unwatchedRulesetChanges();
-  }
-  let stderr = '';
-  child.stderr!.setEncoding('utf8').on('data', (chunk: string) => (stderr = (stderr + chunk).slice(-500)));
+  let child: ChildProcess | undefined;
   const foreign = new ForeignChangeLog();
-  createInterface({input: child.stdout!}).on('line', (line) => {
+
+  const onMonitorLine = (line: string) => {
     const generation = parseGenerationLine(line);
     if (!generation) return foreign.event(line);
     if (generation.pid !== undefined && own.has(generation.pid)) return foreign.ended(undefined);
     lastForeignAt = Date.now();
     foreign.ended(lastForeignAt);
-    log.detail(3, 'agent api: ruleset changed by another process', {
-      generation: generation.generation,
-      pid: generation.pid,
-      process: generation.process,
+    log.detail(3, 'agent api: ruleset changed by another process', {...generation});
+  };
+
+  /** Starts nft monitor; false when it cannot run (its reason logged). */
+  const startMonitor = async (): Promise<boolean> => {
+    const monitorProcess = await spawnMonitor(command, log, onMonitorLine, (ended) => {
+      alive = false;
+      if (!closed) log.warn('agent api: nft monitor ended; applied rules are read for every request from now on', ended);
     });
-  });
-  const started = await new Promise<boolean>((resolve) => {
-    child.once('spawn', () => resolve(true));
-    child.once('error', () => resolve(false));
-  });
-  if (!started) {
-    log.warn('agent api: cannot run nft monitor; applied rules are read for every request', {command: command.join(' ')});
-    early?.close();
-    return unwatchedRulesetChanges();
-  }
-  alive = true;
-  child.once('exit', (code, signal) => {
-    alive = false;
-    if (!closed)
-      log.warn('agent api: nft monitor ended; applied rules are read for every request from now on', {
-        code: code ?? undefined,
-        signal: signal ?? undefined,
-        stderr: stderr.trim() || undefined,
-      });
-  });
+    if (!monitorProcess) return false;
+    child = monitorProcess;
+    alive = true;
+    // Learn early that the monitor listens, so that readings taken from now on can be trusted. nft
+    // reads the whole ruleset before it listens, which on a large node takes minutes: looked at until
+    // it does (requests ask only once it watches).
+    void (async () => {
+      while (alive && !closed && watchingSince === undefined) {
+        if (monitorIdle(monitorProcess.pid!)) await settled(1000);
+        else await new Promise((resolve) => setTimeout(resolve, subscribePollMs).unref());
+      }
+    })();
+    return true;
+  };
 
   const settled = async (maxWaitMs: number): Promise<boolean> => {
     const deadline = Date.now() + maxWaitMs;
     for (;;) {
       if (!alive) return false;
       const checkedAt = Date.now();
-      if (monitorIdle(child.pid!)) {
+      if (monitorIdle(child!.pid!)) {
         // What the monitor wrote before it went idle is in the pipe: let the event loop read it.
         await turn();
         await turn();
@@ -394,8 +449,7 @@ export async function watchNftRuleset(options: {
             unnamedChangeAt = early!.lastWokenAt();
             lastForeignAt = Math.max(lastForeignAt, unnamedChangeAt);
           }
-          early?.close();
-          early = undefined;
+          early = closeWatcher(early);
           const listening = Date.now();
           // Another caller may have handed over while this one waited.
           if (watchingSince === undefined) {
@@ -412,19 +466,26 @@ export async function watchNftRuleset(options: {
       await new Promise((resolve) => setTimeout(resolve, 5));
     }
   };
-  // Learn early that the monitor listens, so that readings taken from now on can be trusted. nft
-  // reads the whole ruleset before it listens, which on a large node takes minutes: looked at until
-  // it does (requests ask only once it watches).
-  void (async () => {
-    while (alive && !closed && watchingSince === undefined) {
-      if (monitorIdle(child.pid!)) await settled(1000);
-      else await new Promise((resolve) => setTimeout(resolve, subscribePollMs).unref());
-    }
-  })();
+  if (monitorAfter) {
+    startOnceSettled(
+      monitorAfter,
+      () => closed,
+      startMonitor,
+      (running) => {
+        // The early watcher stands in until the monitor runs, or for good should it not.
+        heldBack = false;
+        if (running && closed) child!.kill('SIGTERM');
+        if (!running) early = closeWatcher(early);
+      },
+    );
+  } else if (!(await startMonitor())) {
+    closeWatcher(early);
+    return unwatchedRulesetChanges();
+  }
 
   // Until nft monitor listens, the early watcher's answers, once it listens.
   const earlyListening = (): WakeWatcher | undefined =>
-    alive && watchingSince === undefined && early?.listeningSince() !== undefined ? early : undefined;
+    (alive || heldBack) && watchingSince === undefined && early?.listeningSince() !== undefined ? early : undefined;
   return {
     watching: () => (alive && watchingSince !== undefined) || earlyListening() !== undefined,
     lastForeignChangeAt: () => {
@@ -450,7 +511,7 @@ export async function watchNftRuleset(options: {
     close: () => {
       closed = true;
       early?.close();
-      if (alive) child.kill('SIGTERM');
+      if (alive) child!.kill('SIGTERM');
     },
   };
 }

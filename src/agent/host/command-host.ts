@@ -1,6 +1,11 @@
 // CommandHost: the Host that runs the real commands (through execa), optionally inside a network
 // namespace with `ip netns exec NAME`.
 import {execa} from 'execa';
+import {spawn} from 'node:child_process';
+import {close, fstat, openSync, read, unlinkSync} from 'node:fs';
+import {promisify} from 'node:util';
+import {tmpdir} from 'node:os';
+import {join} from 'node:path';
 import type {IPFamily} from '../../core/model/index.ts';
 import type {Writable} from 'node:stream';
 import type {IptablesTable} from '../../core/iptables/chains.ts';
@@ -19,12 +24,28 @@ export interface CommandRunOptions {
   started?: (pid: number) => void;
   /** Called once all of `input` is written (see RestoreOptions.inputTaken). */
   inputTaken?: () => void;
+  /**
+   * The command's output goes to a file (unlinked, in the temporary directory) and is read once it
+   * ends. For whole dumps of the rules: a pipe is read only when the agent's event loop is free,
+   * and at 10,000 services iptables-save waited at a full pipe for a second while the agent
+   * rendered the rules to compare with it. Through the pipe when no file can be made.
+   */
+  spool?: boolean;
 }
 
 /** CommandRunner runs one program and never throws for a non-zero exit. */
 export type CommandRunner = (command: string[], options?: CommandRunOptions) => Promise<CommandResult>;
 
-export const execaRunner: CommandRunner = async (command, {input, started, inputTaken} = {}) => {
+export const execaRunner: CommandRunner = async (command, {input, started, inputTaken, spool} = {}) => {
+  const spoolFile = spool && input === undefined ? openSpoolFile() : undefined;
+  if (spoolFile) {
+    try {
+      const result = await runSpooled(command, spoolFile.fd, started);
+      return {...result, stdout: await readSpooled(spoolFile)};
+    } finally {
+      await spoolFile.close();
+    }
+  }
   // cleanup: false. execa would otherwise register exit and signal handlers around every command
   // (a cost on every command), to kill it should the agent exit first; a restore the agent started
   // is better left to commit or fail on its own, atomically, than killed halfway.
@@ -49,6 +70,62 @@ export const execaRunner: CommandRunner = async (command, {input, started, input
   }
   return {exitCode: result.exitCode, stdout: String(result.stdout ?? ''), stderr: String(result.stderr ?? '')};
 };
+
+/**
+ * runSpooled runs a command whose output goes to `stdoutFd`, the descriptor handed to the command
+ * itself. Not through execa: given a file for the output, execa writes it from this process,
+ * through the same event loop a pipe waits for.
+ */
+function runSpooled(
+  command: string[],
+  stdoutFd: number,
+  started: ((pid: number) => void) | undefined,
+): Promise<Omit<CommandResult, 'stdout'>> {
+  return new Promise((resolve) => {
+    const child = spawn(command[0], command.slice(1), {stdio: ['ignore', stdoutFd, 'pipe'], env: {...process.env, LC_ALL: 'C'}});
+    if (child.pid !== undefined) started?.(child.pid);
+    const stderr: Buffer[] = [];
+    child.stderr!.on('data', (chunk: Buffer) => stderr.push(chunk));
+    child.once('error', (error) => resolve({exitCode: undefined, stderr: error.message}));
+    child.once('close', (code) => resolve({exitCode: code ?? undefined, stderr: Buffer.concat(stderr).toString('utf8')}));
+  });
+}
+
+let spoolFiles = 0;
+
+/**
+ * A new file for a command's output, already unlinked; undefined when none can be made (a
+ * read-only temporary directory). Made at once, so that the command starts at once, as a piped one
+ * does, whatever the event loop does next.
+ */
+function openSpoolFile(): {fd: number; close(): Promise<void>} | undefined {
+  const path = join(tmpdir(), `proxyctl-output-${process.pid}-${++spoolFiles}`);
+  let fd: number;
+  try {
+    fd = openSync(path, 'wx+', 0o600);
+  } catch {
+    return undefined;
+  }
+  try {
+    unlinkSync(path);
+  } catch {
+    // Left behind: its name says whose it was.
+  }
+  return {fd, close: () => new Promise((resolve) => close(fd, () => resolve()))};
+}
+
+/** All the command wrote to its spool file, from the start (the command moved the shared offset to its end). */
+async function readSpooled(file: {fd: number}): Promise<string> {
+  const {size} = await promisify(fstat)(file.fd);
+  const buffer = Buffer.allocUnsafe(size);
+  const readAt = promisify(read);
+  for (let at = 0; at < size; ) {
+    const {bytesRead} = await readAt(file.fd, buffer, at, size - at, at);
+    if (bytesRead === 0) break;
+    at += bytesRead;
+  }
+  return buffer.toString('utf8', 0, size);
+}
 
 /**
  * writeInput writes a text at once, and pieces one at a time, letting the event loop run after
@@ -108,13 +185,16 @@ export class CommandHost implements Host {
   }
 
   /** run executes the command (inside the namespace when set); exit codes in `accept` do not throw. */
-  async run(command: string[], options: {input?: RestoreInput; accept?: number[]; inputTaken?: () => void} = {}): Promise<CommandResult> {
+  async run(
+    command: string[],
+    options: {input?: RestoreInput; accept?: number[]; inputTaken?: () => void; spool?: boolean} = {},
+  ): Promise<CommandResult> {
     const full = this.netns === undefined ? command : ['ip', 'netns', 'exec', this.netns, ...command];
     this.#onCommand?.(full);
     // `ip netns exec` execs the command in place: the process id is the command's own.
     const started =
       this.#spawnListeners.size > 0 ? (pid: number) => this.#spawnListeners.forEach((listener) => listener(pid, full)) : undefined;
-    const result = await this.#runner(full, {input: options.input, started, inputTaken: options.inputTaken});
+    const result = await this.#runner(full, {input: options.input, started, inputTaken: options.inputTaken, spool: options.spool});
     if (result.exitCode === 0 || (result.exitCode !== undefined && options.accept?.includes(result.exitCode))) return result;
     throw new HostCommandError(full, result.exitCode, result.stderr || result.stdout);
   }
@@ -132,7 +212,7 @@ export class CommandHost implements Host {
   }
 
   async iptablesSave(family: IPFamily, table?: IptablesTable): Promise<string> {
-    return (await this.run([saveCommand(family, this.#variant), ...(table ? ['-t', table] : [])])).stdout;
+    return (await this.run([saveCommand(family, this.#variant), ...(table ? ['-t', table] : [])], {spool: true})).stdout;
   }
 
   async iptablesListChain(family: IPFamily, table: IptablesTable, chain: string): Promise<string | undefined> {
@@ -159,15 +239,15 @@ export class CommandHost implements Host {
   }
 
   async nft(args: string[], input?: string): Promise<string> {
-    return (await this.run(['nft', ...args], {input})).stdout;
+    return (await this.run(['nft', ...args], {input, spool: args.includes('list')})).stdout;
   }
 
   async ipset(args: string[], input?: string): Promise<string> {
-    return (await this.run(['ipset', ...args], {input})).stdout;
+    return (await this.run(['ipset', ...args], {input, spool: args[0] === 'save' || args[0] === 'list'})).stdout;
   }
 
   async ipvsadm(args: string[], input?: string): Promise<string> {
-    return (await this.run(['ipvsadm', ...args], {input})).stdout;
+    return (await this.run(['ipvsadm', ...args], {input, spool: /^-[SL]/.test(args[0] ?? '') || args.includes('--save')})).stdout;
   }
 
   async ip(args: string[], input?: string): Promise<string> {

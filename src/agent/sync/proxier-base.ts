@@ -8,7 +8,8 @@ import type {ServiceHealthTarget} from '../health/service-health.ts';
 import type {Logger} from '../log.ts';
 import {type Clock, systemClock} from '../clock.ts';
 import type {BoundedFrequencyRunner, RunReason} from './runner.ts';
-import {createSyncRunner, releaseGarbage, serviceHealthTargets, SyncBookkeeping} from './sync-bookkeeping.ts';
+import {createSyncRunner, serviceHealthTargets, SyncBookkeeping} from './sync-bookkeeping.ts';
+import {releaseGarbage} from '../garbage.ts';
 import type {ClusterObjects, ObjectKind} from '../watch/cluster-objects.ts';
 import type {SyncOutcome, FamilySyncResult} from './types.ts';
 

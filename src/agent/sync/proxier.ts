@@ -37,7 +37,8 @@ import {
 import type {RunReason} from './runner.ts';
 import type {ClusterObjects} from '../watch/cluster-objects.ts';
 import {type FamilySyncState, ProxierBase, type ProxierBaseOptions} from './proxier-base.ts';
-import {deleteConntrackEntries, releaseGarbage} from './sync-bookkeeping.ts';
+import {deleteConntrackEntries} from './sync-bookkeeping.ts';
+import {releaseGarbage} from '../garbage.ts';
 import type {ChainsWritten, RulesWriteListener, FamilySyncResult, WrittenRules} from './types.ts';
 
 /** kube-proxy's FullSyncPeriod: the longest run of partial syncs. */

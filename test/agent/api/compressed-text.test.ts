@@ -1,5 +1,5 @@
 // CompressedText gives back exactly the slices of the text it was made from, across its blocks,
-// whatever the characters; detached copies a string.
+// whatever the characters, before and after it is deflated; detached copies a string.
 import assert from 'node:assert/strict';
 import {describe, it} from 'node:test';
 import {CompressedText} from '../../../src/agent/api/rules/compressed-text.ts';
@@ -20,12 +20,19 @@ describe('CompressedText', () => {
   const text = dumpText(20_000); // about 1.6 MB: several blocks
   const compressed = new CompressedText(text);
 
-  it('holds the text deflated, smaller than the text', () => {
-    assert.equal(compressed.length, text.length);
-    assert.ok(compressed.compressedBytes < text.length / 4, `${compressed.compressedBytes} bytes for ${text.length} characters`);
+  it('holds the text as given until it is deflated, then smaller than the text', async () => {
+    const fresh = new CompressedText(text);
+    assert.equal(fresh.compressedBytes, undefined);
+    assert.equal(fresh.slice(100, 200), text.slice(100, 200));
+    await fresh.deflated;
+    assert.equal(fresh.length, text.length);
+    assert.ok(fresh.compressedBytes! < text.length / 4, `${fresh.compressedBytes} bytes for ${text.length} characters`);
+    assert.equal(fresh.slice(100, 200), text.slice(100, 200));
   });
 
-  it('gives back the whole text and any slice of it, also across block boundaries and surrogate pairs', () => {
+  it('gives back the whole text and any slice of it, also across block boundaries and surrogate pairs', async () => {
+    await compressed.deflated;
+    assert.ok(compressed.compressedBytes !== undefined);
     assert.equal(compressed.toString(), text);
     for (let start = 0; start < text.length; start += 7919) {
       for (const length of [0, 1, 80, 5000, 300_000])
@@ -41,6 +48,7 @@ describe('CompressedText', () => {
   it('reads in any order, in a burst of many blocks and after it', async () => {
     const big = dumpText(100_000); // about 8 MB: some 30 blocks
     const held = new CompressedText(big);
+    await held.deflated;
     const starts = Array.from({length: 400}, (_, i) => (i * 7_654_321) % big.length);
     for (const start of starts) assert.equal(held.slice(start, start + 120), big.slice(start, start + 120));
     await new Promise((resolve) => setImmediate(resolve));
@@ -48,17 +56,19 @@ describe('CompressedText', () => {
     assert.equal(held.toString(), big);
   });
 
-  it('keeps a pair of surrogates whole where a block would cut it', () => {
+  it('keeps a pair of surrogates whole where a block would cut it', async () => {
     // Wherever the blocks end, one of these puts a pair across the end.
     for (const before of [(1 << 14) - 1, (1 << 16) - 1, (1 << 18) - 1]) {
-      const cut = `${'a'.repeat(before)}🚀tail`;
-      assert.equal(new CompressedText(cut).toString(), cut);
-      assert.equal(new CompressedText(cut).slice(before, before + 2), '🚀');
+      const cut = new CompressedText(`${'a'.repeat(before)}🚀tail`);
+      await cut.deflated;
+      assert.equal(cut.toString(), `${'a'.repeat(before)}🚀tail`);
+      assert.equal(cut.slice(before, before + 2), '🚀');
     }
   });
 
-  it('an empty text', () => {
+  it('an empty text', async () => {
     const empty = new CompressedText('');
+    await empty.deflated;
     assert.equal(empty.toString(), '');
     assert.equal(empty.slice(0, 10), '');
   });

@@ -4,7 +4,7 @@ import assert from 'node:assert/strict';
 import {readFileSync} from 'node:fs';
 import {describe, it} from 'node:test';
 import {iptablesBackend, patchIptablesRuleset} from '../../../src/agent/api/rules/iptables.ts';
-import {ChainIndexedRuleset, spelledAsSaved} from '../../../src/agent/api/rules/iptables-chains.ts';
+import {ChainIndexedRuleset, spelledAsSaved, spellRender} from '../../../src/agent/api/rules/iptables-chains.ts';
 import {diffIptables} from '../../../src/core/iptables/diff.ts';
 import {formatIptablesRuleset, parseIptablesSave} from '../../../src/core/iptables/parse.ts';
 import type {IptablesRuleset} from '../../../src/core/iptables/ruleset.ts';
@@ -216,6 +216,45 @@ describe('ChainIndexedRuleset', () => {
       // Rules that are not in iptables-save's spelling are never taken as the same by their text.
       assert.equal(indexed(rendered).sameRules(indexed(rendered), 'nat', 'KUBE-SERVICES'), false);
     }
+  });
+
+  it('spells a render from pieces cut anywhere as from its whole text, and reads it without searching the text', async () => {
+    for (const path of renders) {
+      const rendered = read(path);
+      const family = path.includes('ipv6') ? 'IPv6' : 'IPv4';
+      // Pieces of odd sizes, cutting lines and multi-byte characters (a comment in another script).
+      const bytes = Buffer.from(rendered.replace('"kubernetes service portals"', '"kubernetes service portals ü 🚀"'), 'utf8');
+      const pieces: Buffer[] = [];
+      for (let at = 0, size = 1; at < bytes.length; at += size, size = (size * 7) % 4093) pieces.push(bytes.subarray(at, at + size));
+      const dump = await spellRender(pieces, family);
+      assert.ok(dump, path);
+      const whole = spelledAsSaved(bytes.toString('utf8'), family);
+      assert.equal(dump.text, whole, path);
+      assert.deepEqual(contents(ChainIndexedRuleset.spelled(dump)), contents(indexed(whole)), path);
+    }
+    // A render of some megabytes lets the event loop run while it is spelled.
+    const chains = Array.from({length: 20_000}, (_, i) => `KUBE-SEP-TEST${i}`);
+    const big = [
+      '*nat',
+      ...chains.map((chain) => `:${chain} - [0:0]`),
+      ...chains.map(
+        (chain, i) =>
+          `-A ${chain} -m comment --comment "ns/svc-${i}:http" -m tcp -p tcp -j DNAT --to-destination 10.1.${i >> 8}.${i & 255}:8080`,
+      ),
+      'COMMIT',
+    ];
+    let spelled = false;
+    let ranWhileSpelling = false;
+    setImmediate(() => (ranWhileSpelling = !spelled));
+    const bigDump = await spellRender(
+      [Buffer.from(`${big.join('\n')}\n`)].flatMap((all) => [all.subarray(0, 1 << 20), all.subarray(1 << 20)]),
+      'IPv4',
+    );
+    spelled = true;
+    assert.equal(bigDump?.tables[0].chains.length, 20_000);
+    assert.ok(ranWhileSpelling, 'the event loop did not run while a render of some megabytes was spelled');
+    // Lines of other commands: not SavedSpelling's to spell.
+    assert.equal(await spellRender([Buffer.from('*nat\n:KUBE-X - [0:0]\n-I KUBE-X -j RETURN\nCOMMIT\n')], 'IPv4'), undefined);
   });
 
   it('a reading patched chain by chain (a foreign change followed) diffs as the whole parsed rulesets do, however often it is patched', () => {

@@ -254,15 +254,21 @@ test('ruleset changes: a transaction that touches many objects of one table coun
   assert.deepEqual(touched?.get('small'), {chains: new Set(['one']), sets: new Set(['blocked']), whole: false});
 });
 
-test('until nft monitor listens, xtables-monitor tells that something changed, not what; then nft monitor names the changes', async (t) => {
+/** A fresh network namespace for xtables-monitor and nft monitor, a way to change its ruleset, and a log; undefined when skipped. */
+function earlyWatchedNamespace(t: TestContext) {
   if (!isRoot) {
     t.skip('needs root: runs xtables-monitor and nft monitor in a fresh network namespace');
-    return;
+    return undefined;
   }
   const netns = createNetns(t);
-  const nft = (script: string) => inNetns(netns, ['nft', '-f', '-'], `${script}\n`);
+  return {netns, nft: (script: string) => inNetns(netns, ['nft', '-f', '-'], `${script}\n`), log: memoryLogger(2)};
+}
+
+test('until nft monitor listens, xtables-monitor tells that something changed, not what; then nft monitor names the changes', async (t) => {
+  const namespace = earlyWatchedNamespace(t);
+  if (!namespace) return;
+  const {netns, nft, log} = namespace;
   // nft monitor as on a large node, where it reads the whole ruleset for seconds before it listens.
-  const log = memoryLogger(2);
   const changes = await watchNftRuleset({netns, log, monitor: ['sh', '-c', 'sleep 6; exec nft monitor'], early: earlyWatcher});
   t.after(() => changes.close());
   assert.equal(changes.watching(), true, 'xtables-monitor listens once the watch is set up: a reading taken right away is vouched for');
@@ -290,4 +296,42 @@ test('until nft monitor listens, xtables-monitor tells that something changed, n
   assert.ok(changes.lastForeignChangeAt() >= later);
   assert.deepEqual(changes.foreignObjectsSince(later)?.get('IPv4')?.get('early')?.chains, new Set(['named']), 'now named');
   assert.equal(changes.foreignObjectsSince(before), undefined, 'the change before it listened stays unnamed');
+});
+
+test('nft monitor held back until the first reading is done: xtables-monitor stands in, and no nft runs until then', async (t) => {
+  const namespace = earlyWatchedNamespace(t);
+  if (!namespace) return;
+  const {netns, nft, log} = namespace;
+  let firstReadingDone!: () => void;
+  const firstReading = new Promise<void>((resolve) => (firstReadingDone = resolve));
+  const changes = await watchNftRuleset({netns, log, early: earlyWatcher, monitorAfter: firstReading});
+  t.after(() => changes.close());
+  // Held back: no nft monitor in the namespace (it would read the whole ruleset beside the first reading).
+  const monitorsInNetns = () =>
+    execFileSync('ip', ['netns', 'pids', netns], {encoding: 'utf8'})
+      .split('\n')
+      .filter((pid) => pid !== '')
+      .filter((pid) => {
+        try {
+          return execFileSync('cat', [`/proc/${pid}/comm`], {encoding: 'utf8'}).trim() === 'nft';
+        } catch {
+          return false;
+        }
+      });
+  assert.equal(changes.watching(), true, 'xtables-monitor vouches for readings while nft monitor is held back');
+  await new Promise((resolve) => setTimeout(resolve, 500));
+  assert.deepEqual(monitorsInNetns(), [], 'nft monitor started before the first reading was done');
+  const before = Date.now();
+  nft('add table ip heldback');
+  assert.equal(await changes.settled(1000), true);
+  assert.ok(changes.lastForeignChangeAt() >= before, 'a change while nft monitor is held back is known');
+  assert.equal(changes.foreignObjectsSince(before), undefined, 'but not what it touched');
+
+  firstReadingDone();
+  await until('nft monitor to listen', () => log.lines.some((line) => line.includes('the ruleset monitor listens')), 15_000);
+  assert.equal(monitorsInNetns().length, 1, 'one nft monitor once the first reading is done');
+  const later = Date.now();
+  nft('add chain ip heldback named');
+  assert.equal(await changes.settled(1000), true);
+  assert.deepEqual(changes.foreignObjectsSince(later)?.get('IPv4')?.get('heldback')?.chains, new Set(['named']), 'named once it listens');
 });

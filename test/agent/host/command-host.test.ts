@@ -3,8 +3,9 @@
 // a line while pieces are still coming.
 import assert from 'node:assert/strict';
 import {execFileSync} from 'node:child_process';
+import {readFileSync} from 'node:fs';
 import test from 'node:test';
-import {CommandHost} from '../../../src/agent/host/command-host.ts';
+import {CommandHost, execaRunner} from '../../../src/agent/host/command-host.ts';
 import {HostCommandError} from '../../../src/agent/host/host.ts';
 import {createNetns, isRoot} from '../netns.ts';
 
@@ -104,5 +105,53 @@ test('one chain listed as iptables -S prints it; a chain or table that is not th
     const listed = await host.iptablesListChain('IPv4', 'nat', 'KUBE-SERVICES');
     assert.match(listed ?? '', /^-N KUBE-SERVICES\n-A KUBE-SERVICES -d 10\.96\.0\.1\/32 -p tcp -j RETURN\n/, variant);
     assert.equal(await host.iptablesListChain('IPv4', 'nat', 'KUBE-NODE-PORT'), undefined, `${variant}: no such chain`);
+  }
+});
+
+/** The process's state letter in /proc (R, S, Z ...), read while the event loop is blocked. */
+function processState(pid: number): string {
+  const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
+  return stat.slice(stat.lastIndexOf(')') + 2, stat.lastIndexOf(')') + 3);
+}
+
+/** Keeps the event loop busy for `ms`, as a large render does. */
+function busyFor(ms: number): void {
+  const until = performance.now() + ms;
+  while (performance.now() < until);
+}
+
+test('a spooled output is the same as a piped one, and the command ends while the agent is busy', async () => {
+  // 8 MB of output, exit status 3 and a line on stderr: all carried over.
+  const command = ['sh', '-c', 'head -c 8000000 /dev/zero | tr "\\0" a; echo done >&2; exit 3'];
+  const pids: Record<'spooled' | 'piped', number> = {spooled: 0, piped: 0};
+  const states: Record<'spooled' | 'piped', string> = {spooled: '', piped: ''};
+  for (const way of ['spooled', 'piped'] as const) {
+    const running = execaRunner(command, {spool: way === 'spooled', started: (pid) => (pids[way] = pid)});
+    busyFor(2000);
+    states[way] = processState(pids[way]);
+    const result = await running;
+    assert.equal(result.exitCode, 3);
+    assert.equal(result.stderr, 'done\n');
+    assert.equal(result.stdout.length, 8_000_000);
+    assert.ok(/^a+$/.test(result.stdout), `${way}: the output is not what the command wrote`);
+  }
+  // Z: it ended and waits to be reaped; through a pipe nobody reads it waits to write (S).
+  assert.equal(states.spooled, 'Z', 'the spooled command did not finish while the event loop was busy');
+  assert.equal(states.piped, 'S', 'the piped command was not held at a full pipe: the comparison shows nothing');
+});
+
+test('a spooled command runs with the environment of the agent, as a piped one does', async () => {
+  // `ip netns exec` finds iptables-save through PATH.
+  for (const spool of [true, false]) {
+    const result = await execaRunner(['sh', '-c', 'printf %s "$PATH"'], {spool});
+    assert.equal(result.stdout, process.env.PATH);
+  }
+});
+
+test('a command that cannot start is no exit status, spooled or not', async () => {
+  for (const spool of [true, false]) {
+    const result = await execaRunner(['/nonexistent/proxyctl-no-such-command'], {spool});
+    assert.equal(result.exitCode, undefined);
+    assert.match(result.stderr, /ENOENT/);
   }
 });

@@ -30,6 +30,8 @@ export interface RulesBackend {
    * them while the model lives. Without it, they are rendered and parsed for each use.
    */
   desired?(model: ProxyModel): ParsedRules;
+  /** Makes what desired(model) will give, off the main thread where the backend can; desired() makes it there otherwise. */
+  prepareDesired?(model: ProxyModel): Promise<void>;
   /** `service`: "namespace/name[:port]" limits the diff to that service. */
   diff(desired: ParsedRules, applied: ParsedRules, service?: string): RulesDiff;
   trace(rules: ParsedRules, packet: Packet, context: TraceContext): TraceResult;

@@ -6,7 +6,15 @@
 // slices that follow it. A diff reads every chain, in another order than the text's: past a few
 // blocks in one burst of reads (one turn of the event loop) the whole text is inflated once and
 // held until the burst ends, rather than a block inflated again for each chain.
-import {deflateRawSync, inflateRawSync} from 'node:zlib';
+// The text is deflated off the main thread, a block at a time, and read as it was given until
+// then: the comparison that follows a reading (the first of an observer, at 10,000 services two
+// 33 MB texts) reads every chain of it while it is still whole, and does not wait for it to be
+// deflated and then inflate it again.
+import {promisify} from 'node:util';
+import {deflateRaw, inflateRawSync} from 'node:zlib';
+import {freedLater} from '../../garbage.ts';
+
+const deflateRawInBackground = promisify(deflateRaw);
 
 /** Characters per block: a slice inflates one block or two, small next to parsing the chain it holds. */
 const blockLength = 1 << 16;
@@ -15,35 +23,36 @@ const blocksBeforeWhole = 64;
 
 export class CompressedText {
   readonly length: number;
+  /** Resolves once the text is held deflated (and the text given let go). */
+  readonly deflated: Promise<void>;
+  /** The text as given, until it is deflated (or for good, should deflating fail). */
+  #plain: string | undefined;
   /** Where each block starts in the text; blocks end where the next starts. */
-  readonly #starts: number[] = [];
-  readonly #blocks: Buffer[] = [];
+  #starts: number[] = [];
+  #blocks: Buffer[] = [];
   #decoded: {block: number; text: string} | undefined;
   /** The current burst of reads: blocks inflated in it, and the whole text once that passed blocksBeforeWhole. */
   #burst: {inflated: number; whole?: string} | undefined;
 
   constructor(text: string) {
     this.length = text.length;
-    for (let start = 0; start < text.length; ) {
-      let end = Math.min(start + blockLength, text.length);
-      // A surrogate pair stays in one block: cut in two, neither half would encode.
-      if (end < text.length && isHighSurrogate(text.charCodeAt(end - 1))) end++;
-      this.#starts.push(start);
-      this.#blocks.push(deflateRawSync(Buffer.from(text.slice(start, end), 'utf8'), {level: 1}));
-      start = end;
-    }
+    this.#plain = text;
+    // Should deflating fail (memory), the text stays as given.
+    this.deflated = this.#deflate(text).catch(() => undefined);
+    freedLater(this.deflated);
   }
 
-  /** Bytes held, deflated. */
-  get compressedBytes(): number {
-    return this.#blocks.reduce((sum, block) => sum + block.length, 0);
+  /** Bytes held deflated; undefined while the text is held as given. */
+  get compressedBytes(): number | undefined {
+    return this.#plain === undefined ? this.#blocks.reduce((sum, block) => sum + block.length, 0) : undefined;
   }
 
   /** text.slice(start, end) of the text it was made from. */
   slice(start: number, end: number): string {
     end = Math.min(end, this.length);
     if (start >= end) return '';
-    if (this.#burst?.whole !== undefined) return this.#burst.whole.slice(start, end);
+    const whole = this.#plain ?? this.#burst?.whole;
+    if (whole !== undefined) return whole.slice(start, end);
     let text = '';
     for (let block = this.#blockAt(start); block < this.#blocks.length && this.#starts[block] < end; block++) {
       const base = this.#starts[block];
@@ -53,14 +62,33 @@ export class CompressedText {
   }
 
   toString(): string {
-    if (this.#burst?.whole !== undefined) return this.#burst.whole;
+    const whole = this.#plain ?? this.#burst?.whole;
+    if (whole !== undefined) return whole;
     return this.#blocks.map((block) => inflateRawSync(block).toString('utf8')).join('');
   }
 
   /** The whole text, for a search through all of it: inflated once and held for the rest of the burst. */
   whole(): string {
+    if (this.#plain !== undefined) return this.#plain;
     this.#startBurst().whole ??= this.toString();
     return this.#burst!.whole!;
+  }
+
+  /** Deflates the text a block at a time, each on libuv's thread pool, and then lets it go. */
+  async #deflate(text: string): Promise<void> {
+    const starts: number[] = [];
+    const blocks: Buffer[] = [];
+    for (let start = 0; start < text.length; ) {
+      let end = Math.min(start + blockLength, text.length);
+      // A surrogate pair stays in one block: cut in two, neither half would encode.
+      if (end < text.length && isHighSurrogate(text.charCodeAt(end - 1))) end++;
+      starts.push(start);
+      blocks.push(await deflateRawInBackground(Buffer.from(text.slice(start, end), 'utf8'), {level: 1}));
+      start = end;
+    }
+    this.#starts = starts;
+    this.#blocks = blocks;
+    this.#plain = undefined;
   }
 
   #blockAt(position: number): number {

@@ -1,12 +1,12 @@
 // The iptables backend's RulesBackend: core/iptables' render, parse, diff and trace.
 import {diffIptables} from '../../../core/iptables/diff.ts';
 import {formatIptablesRuleset, parseIptablesSave} from '../../../core/iptables/parse.ts';
-import {renderIptables} from '../../../core/iptables/render.ts';
+import {renderIptables, renderIptablesChunks} from '../../../core/iptables/render.ts';
 import type {IptablesTable} from '../../../core/iptables/chains.ts';
 import type {IptablesRuleset, RulesetTable} from '../../../core/iptables/ruleset.ts';
 import {traceIptables} from '../../../core/iptables/trace.ts';
 import type {ChainsWritten} from '../../sync/types.ts';
-import {ChainIndexedRuleset, spelledAsSaved} from './iptables-chains.ts';
+import {ChainIndexedRuleset, spelledAsSaved, spellRender} from './iptables-chains.ts';
 import type {IPFamily, ProxyModel} from '../../../core/model/index.ts';
 import {type Host, savedTables} from '../../host/host.ts';
 import type {ParsedRules, RulesBackend} from './backend.ts';
@@ -49,6 +49,7 @@ export function patchIptablesRuleset(ruleset: IptablesRuleset, written: ChainsWr
  */
 export function iptablesRulesBackend(options: {keepDesired?: boolean} = {}): RulesBackend {
   const kept = new WeakMap<ProxyModel, ParsedRules>();
+  const preparing = new WeakMap<ProxyModel, Promise<void>>();
   return {
     ...plainIptablesBackend,
     ...(options.keepDesired && {
@@ -65,6 +66,22 @@ export function iptablesRulesBackend(options: {keepDesired?: boolean} = {}): Rul
           kept.set(model, (rules = (ChainIndexedRuleset.of(spelled, {family: model.family}) ?? parseIptablesSave(spelled)) as ParsedRules));
         }
         return rules;
+      },
+      // Spelled as the render is made, a slice at a time (spellRender); by desired() at once should
+      // the render hold lines SavedSpelling does not take.
+      prepareDesired: (model: ProxyModel) => {
+        if (kept.has(model)) return Promise.resolve();
+        let prepared = preparing.get(model);
+        if (prepared === undefined) {
+          prepared = spellRender(renderIptablesChunks(model, {includeJumps: true}), model.family)
+            .then((dump) => {
+              if (dump && !kept.has(model)) kept.set(model, ChainIndexedRuleset.spelled(dump) as ParsedRules);
+            })
+            .catch(() => undefined)
+            .finally(() => preparing.delete(model));
+          preparing.set(model, prepared);
+        }
+        return prepared;
       },
     }),
   };
