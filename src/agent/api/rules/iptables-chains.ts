@@ -555,14 +555,15 @@ export class SavedSpelling {
       const chain = line.slice(3, space < 0 ? undefined : space);
       // A chain's rules mostly come one after another: the last chain's list, without a lookup.
       let rules = this.#lastChain === chain ? this.#lastRules : table.chains.get(chain);
-      if (!rules) table.chains.set(chain, (rules = []));
+      // Names are kept with the index: copied out of the render's text, which a slice would keep.
+      if (!rules) table.chains.set(detached(chain), (rules = []));
       this.#lastChain = chain;
       this.#lastRules = rules;
       this.#speller.spellInto(table.name, line, rules);
     } else if (first === 0x3a && table) {
       const match = /^:(\S+)\s+(\S+)/.exec(line);
       if (!match) return false;
-      table.chains.set(match[1], table.chains.get(match[1]) ?? []);
+      if (!table.chains.has(match[1])) table.chains.set(detached(match[1]), []);
       table.policies.set(match[1], match[2]);
     } else if (first === 0x2a) {
       this.#table = {name: line.slice(1), chains: new Map(), policies: new Map()};
