@@ -220,8 +220,8 @@ export class RuntimeState {
 
   /**
    * A backend that keeps the desired rules (an observer's) makes them while the kernel is read, in
-   * another process: a new model's rules are spelled as a reading of a large node comes in (on a
-   * worker thread, where the backend can: prepareDesired).
+   * another process: a new model's rules are spelled as a reading of a large node comes in (a
+   * slice at a time, letting the reading be parsed as it comes, where the backend can: prepareDesired).
    */
   private async desiredWhileReading(model: ProxyModel, reading: Promise<AppliedRules>): Promise<void> {
     // Its failure is the caller's to see, when it waits for the reading.

@@ -1,5 +1,5 @@
-// CommandHost: the Host that runs the real commands (through execa), optionally inside a network
-// namespace with `ip netns exec NAME`.
+// CommandHost: the Host that runs the real commands (through execa; the dumps of the rules with
+// their output in a file of their own), optionally inside a network namespace with `ip netns exec NAME`.
 import {execa} from 'execa';
 import {spawn} from 'node:child_process';
 import {close, fstat, openSync, read, unlinkSync} from 'node:fs';
@@ -27,8 +27,8 @@ export interface CommandRunOptions {
   /**
    * The command's output goes to a file (unlinked, in the temporary directory) and is read once it
    * ends. For whole dumps of the rules: a pipe is read only when the agent's event loop is free,
-   * and at 10,000 services iptables-save waited at a full pipe for a second while the agent
-   * rendered the rules to compare with it. Through the pipe when no file can be made.
+   * and on a large node iptables-save waited at a full pipe while the agent rendered the rules to
+   * compare with it (docs/agent.md, Host). Through the pipe when no file can be made.
    */
   spool?: boolean;
 }
