@@ -105,63 +105,10 @@ const standIns = {
   spacedComment: (n: number) => `px spell c${n}`,
 };
 const standInPattern = /198\.51\.100\.1\d\d|KUBE-PXSPELL-1\d\d|pxspellc1\d\d|px spell c1\d\d/g;
-
-/** What could be taken for a stand-in: a rule that holds it is spelled by the parser. */
-const mayHoldStandIn = /198\.51\.100\.|PXSPELL|pxspell|px spell/;
-
-/**
- * The value of a comment that starts at `start`: quoted (without quotes or escapes inside) or a
- * word (without either); undefined for one with escapes, which the parser reads.
- */
-function commentAt(line: string, start: number): {value: string; quoted: boolean; end: number} | undefined {
-  const quoted = line.charCodeAt(start) === 0x22;
-  const end = quoted ? line.indexOf('"', start + 1) + 1 : line.indexOf(' ', start) < 0 ? line.length : line.indexOf(' ', start);
-  if (quoted && end === 0) return undefined;
-  const value = quoted ? line.slice(start + 1, end - 1) : line.slice(start, end);
-  if (value.includes('\\') || (!quoted && (value === '' || value.includes('"')))) return undefined;
-  return {value, quoted, end};
-}
-
-/** Four numbers of one to three digits joined by dots: an IPv4 address as rules write it. */
-function isIPv4Text(text: string): boolean {
-  let dots = 0;
-  let digits = 0;
-  for (let index = 0; index < text.length; index++) {
-    const code = text.charCodeAt(index);
-    if (code >= 0x30 && code <= 0x39) {
-      if (++digits > 3) return false;
-    } else if (code === 0x2e && digits > 0 && dots < 3) {
-      dots++;
-      digits = 0;
-    } else return false;
-  }
-  return dots === 3 && digits > 0;
-}
-
-function isDigits(text: string, from: number): boolean {
-  if (from >= text.length) return false;
-  for (let index = from; index < text.length; index++) {
-    const code = text.charCodeAt(index);
-    if (code < 0x30 || code > 0x39) return false;
-  }
-  return true;
-}
-
-/** A name kube-proxy hashes: KUBE-, capitals, a dash, and 16 characters of base32 (KUBE-SVC-XPGD46QRK7WJZT7O). */
-function isHashedChainName(word: string): boolean {
-  if (!word.startsWith('KUBE-') || word.length < 5 + 2 + 16) return false;
-  const dash = word.length - 17;
-  if (word.charCodeAt(dash) !== 0x2d) return false;
-  for (let index = 5; index < dash; index++) {
-    const code = word.charCodeAt(index);
-    if (code < 0x41 || code > 0x5a) return false;
-  }
-  for (let index = dash + 1; index < word.length; index++) {
-    const code = word.charCodeAt(index);
-    if (!((code >= 0x41 && code <= 0x5a) || (code >= 0x32 && code <= 0x37))) return false;
-  }
-  return true;
-}
+const hasStandIn = new RegExp(standInPattern.source);
+/** Values a rule's spelling carries over as they are: a comment (without escapes), a single IPv4 address, a hashed chain name. */
+const carriedValue =
+  /(--comment )("(?:[^"\\]*)"|[^\s"\\]+)|(?<![\w.:/-])(\d{1,3}(?:\.\d{1,3}){3})(?![\w./])|\b(KUBE-[A-Z]+-[A-Z2-7]{16})\b/g;
 
 /** A kind of rule spelled: its text in pieces, with the value that goes between each two. */
 interface SpelledKind {
@@ -188,14 +135,10 @@ export class RuleKindSpeller {
     this.#family = family;
   }
 
-  /** The rules `line` ("-A CHAIN ...") of `table` stands for, as iptables-save prints them. */
-  spell(table: string, line: string): string[] {
-    const rules: string[] = [];
-    this.spellInto(table, line, rules);
-    return rules;
-  }
-
-  /** spell(), its rules pushed onto `rules` (a rule of a known kind, most of a render's, makes no array of its own). */
+  /**
+   * Pushes onto `rules` the rules `line` ("-A CHAIN ...") of `table` stands for, as iptables-save
+   * prints them (a rule of a known kind, most of a render's, makes no array of its own).
+   */
   spellInto(table: string, line: string, rules: string[]): void {
     const chainEnd = line.indexOf(' ', 3);
     const chain = chainEnd < 0 ? line.slice(3) : line.slice(3, chainEnd);
@@ -221,42 +164,24 @@ export class RuleKindSpeller {
 
   /** The line with its carried values replaced by stand-ins (the kind's key), and the values; undefined when it cannot be. */
   #kindOf(table: string, chain: string, line: string): {key: string; line: string; chain: string; values: string[]} | undefined {
-    if (!line.startsWith('-A ') || this.#family !== 'IPv4' || mayHoldStandIn.test(line)) return undefined;
+    if (!line.startsWith('-A ') || this.#family !== 'IPv4' || hasStandIn.test(line)) return undefined;
     const values: string[] = [];
     const standIn = (value: string, make: (n: number) => string): string => {
       values.push(value);
       return make(100 + values.length);
     };
     // Built-in chains are few, and keep their names: the parser declares them by name.
-    let standInLine = `-A ${isBuiltinChain(table, chain) ? chain : standIn(chain, standIns.chain)}`;
-    const ownChain = standInLine.slice(3);
-    // Word by word (a regular expression over each rule was most of the time a render took to
-    // spell); at each step `at` is at the space before the next word.
-    for (let at = 3 + chain.length; at < line.length; ) {
-      const start = at + 1;
-      if (line.startsWith('--comment ', start)) {
-        const comment = commentAt(line, start + '--comment '.length);
-        if (comment === undefined) return undefined;
-        const made = comment.quoted
-          ? `"${standIn(comment.value, /\s/.test(comment.value) ? standIns.spacedComment : standIns.comment)}"`
-          : standIn(comment.value, standIns.comment);
-        standInLine += ` --comment ${made}`;
-        at = comment.end;
-        continue;
+    const ownChain = isBuiltinChain(table, chain) ? chain : standIn(chain, standIns.chain);
+    const body = line.slice(3 + chain.length).replace(carriedValue, (match, option, comment, address, hashed) => {
+      if (option !== undefined) {
+        const quoted = comment.startsWith('"');
+        const value = quoted ? comment.slice(1, -1) : comment;
+        return `${option}${quoted ? `"${standIn(value, /\s/.test(value) ? standIns.spacedComment : standIns.comment)}"` : standIn(value, standIns.comment)}`;
       }
-      let end = line.indexOf(' ', start);
-      if (end < 0) end = line.length;
-      const word = line.slice(start, end);
-      const colon = word.indexOf(':');
-      // An address alone, or before a port (DNAT's --to-destination).
-      const address = colon < 0 ? word : word.slice(0, colon);
-      if (isIPv4Text(address) && (colon < 0 || isDigits(word, colon + 1)))
-        standInLine += ` ${standIn(address, standIns.address)}${colon < 0 ? '' : word.slice(colon)}`;
-      else if (isHashedChainName(word)) standInLine += ` ${standIn(word, standIns.chain)}`;
-      else standInLine += ` ${word}`;
-      at = end;
-    }
+      return address !== undefined ? standIn(address, standIns.address) : standIn(hashed, standIns.chain);
+    });
     if (values.length > 99) return undefined;
+    const standInLine = `-A ${ownChain}${body}`;
     return {key: `${table} ${standInLine}`, line: standInLine, chain: ownChain, values};
   }
 

@@ -4,7 +4,7 @@ import assert from 'node:assert/strict';
 import {readFileSync} from 'node:fs';
 import {describe, it} from 'node:test';
 import {iptablesBackend, patchIptablesRuleset} from '../../../src/agent/api/rules/iptables.ts';
-import {ChainIndexedRuleset, spelledAsSaved, spellRender} from '../../../src/agent/api/rules/iptables-chains.ts';
+import {ChainIndexedRuleset, spelledAsSaved, spelledRuleset, spellRender} from '../../../src/agent/api/rules/iptables-chains.ts';
 import {diffIptables} from '../../../src/core/iptables/diff.ts';
 import {formatIptablesRuleset, parseIptablesSave} from '../../../src/core/iptables/parse.ts';
 import type {IptablesRuleset} from '../../../src/core/iptables/ruleset.ts';
@@ -231,6 +231,8 @@ describe('ChainIndexedRuleset', () => {
       const whole = spelledAsSaved(bytes.toString('utf8'), family);
       assert.equal(dump.text, whole, path);
       assert.deepEqual(contents(ChainIndexedRuleset.spelled(dump)), contents(indexed(whole)), path);
+      // The same, from the whole text at once (an observer's desired rules made without waiting).
+      assert.deepEqual(contents(spelledRuleset(bytes.toString('utf8'), family)), contents(indexed(whole)), path);
     }
     // A render of some megabytes lets the event loop run while it is spelled.
     const chains = Array.from({length: 20_000}, (_, i) => `KUBE-SEP-TEST${i}`);
@@ -253,8 +255,13 @@ describe('ChainIndexedRuleset', () => {
     spelled = true;
     assert.equal(bigDump?.tables[0].chains.length, 20_000);
     assert.ok(ranWhileSpelling, 'the event loop did not run while a render of some megabytes was spelled');
-    // Lines of other commands: not SavedSpelling's to spell.
-    assert.equal(await spellRender([Buffer.from('*nat\n:KUBE-X - [0:0]\n-I KUBE-X -j RETURN\nCOMMIT\n')], 'IPv4'), undefined);
+    // Lines of other commands: not SavedSpelling's to spell; spelledRuleset has the whole parser spell them.
+    const inserted = '*nat\n:KUBE-X - [0:0]\n-I KUBE-X -j RETURN\nCOMMIT\n';
+    assert.equal(await spellRender([Buffer.from(inserted)], 'IPv4'), undefined);
+    assert.deepEqual(
+      [...spelledRuleset(inserted, 'IPv4').tables.get('nat')!.chains.values()].map((chain) => chain.rules.map((rule) => rule.text)),
+      [['-A KUBE-X -j RETURN']],
+    );
   });
 
   it('a reading patched chain by chain (a foreign change followed) diffs as the whole parsed rulesets do, however often it is patched', () => {

@@ -3,6 +3,7 @@
 // as soon as the command that made it returned, however far behind the monitor's output lags.
 import assert from 'node:assert/strict';
 import {execFileSync} from 'node:child_process';
+import {readFileSync} from 'node:fs';
 import {randomBytes} from 'node:crypto';
 import {type TestContext, test} from 'node:test';
 import {AppliedState} from '../../../src/agent/applied/applied-state.ts';
@@ -313,8 +314,9 @@ test('nft monitor held back until the first reading is done: xtables-monitor sta
       .filter((pid) => pid !== '')
       .filter((pid) => {
         try {
-          return execFileSync('cat', [`/proc/${pid}/comm`], {encoding: 'utf8'}).trim() === 'nft';
+          return readFileSync(`/proc/${pid}/comm`, 'utf8').trim() === 'nft';
         } catch {
+          // Ended between the listing and the read.
           return false;
         }
       });

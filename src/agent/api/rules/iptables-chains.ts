@@ -638,19 +638,32 @@ export async function spellRender(pieces: Iterable<Uint8Array>, family: Iptables
   return add(`${decoder.decode()}\n`) ? spelling.finish() : undefined;
 }
 
+/** SavedSpelling over a whole render's text; undefined when it has lines SavedSpelling does not take. */
+function spelledDump(rendered: string, family: IptablesRuleset['family']): SpelledDump | undefined {
+  const spelling = new SavedSpelling(family);
+  for (let start = 0; start < rendered.length; ) {
+    let end = rendered.indexOf('\n', start);
+    if (end < 0) end = rendered.length;
+    if (!spelling.add(rendered.slice(start, end))) return undefined;
+    start = end + 1;
+  }
+  return spelling.finish();
+}
+
 /**
  * spelledAsSaved: rendered rules as iptables-save prints them once loaded (SavedSpelling's text).
  * Input with other commands is spelled by the whole parser.
  */
 export function spelledAsSaved(rendered: string, family: IptablesRuleset['family']): string {
-  const spelling = new SavedSpelling(family);
-  for (let start = 0; start < rendered.length; ) {
-    let end = rendered.indexOf('\n', start);
-    if (end < 0) end = rendered.length;
-    if (!spelling.add(rendered.slice(start, end))) return spelledWhole(rendered, family);
-    start = end + 1;
-  }
-  return spelling.finish().text;
+  return spelledDump(rendered, family)?.text ?? spelledWhole(rendered, family);
+}
+
+/** spelledAsSaved's rules, read chain by chain: indexed as they were spelled where SavedSpelling took them. */
+export function spelledRuleset(rendered: string, family: IptablesRuleset['family']): IptablesRuleset {
+  const dump = spelledDump(rendered, family);
+  if (dump) return ChainIndexedRuleset.spelled(dump);
+  const spelled = spelledWhole(rendered, family);
+  return ChainIndexedRuleset.of(spelled, {family}) ?? parseIptablesSave(spelled, {family});
 }
 
 function isSpace(code: number): boolean {

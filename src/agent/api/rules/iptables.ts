@@ -6,7 +6,7 @@ import type {IptablesTable} from '../../../core/iptables/chains.ts';
 import type {IptablesRuleset, RulesetTable} from '../../../core/iptables/ruleset.ts';
 import {traceIptables} from '../../../core/iptables/trace.ts';
 import type {ChainsWritten} from '../../sync/types.ts';
-import {ChainIndexedRuleset, spelledAsSaved, spellRender} from './iptables-chains.ts';
+import {ChainIndexedRuleset, spelledRuleset, spellRender} from './iptables-chains.ts';
 import type {IPFamily, ProxyModel} from '../../../core/model/index.ts';
 import {type Host, savedTables} from '../../host/host.ts';
 import type {ParsedRules, RulesBackend} from './backend.ts';
@@ -61,10 +61,8 @@ export function iptablesRulesBackend(options: {keepDesired?: boolean} = {}): Rul
       },
       desired: (model: ProxyModel) => {
         let rules = kept.get(model);
-        if (rules === undefined) {
-          const spelled = spelledAsSaved(renderIptables(model, {includeJumps: true}), model.family);
-          kept.set(model, (rules = (ChainIndexedRuleset.of(spelled, {family: model.family}) ?? parseIptablesSave(spelled)) as ParsedRules));
-        }
+        if (rules === undefined)
+          kept.set(model, (rules = spelledRuleset(renderIptables(model, {includeJumps: true}), model.family) as ParsedRules));
         return rules;
       },
       // Spelled as the render is made, a slice at a time (spellRender); by desired() at once should
