@@ -96,7 +96,8 @@ function endpointExplanation(
 
 function explainGroup(group: DiffGroup, ports: ServicePort[], context: GroupContext, nothingProgrammed: boolean): DriftExplanation[] {
   if (nothingProgrammed) return [{kind: 'no-kube-proxy-rules', text: 'no kube-proxy rules at all on this node'}];
-  if (ports.length > 0 && !ports.some(context.isProgrammed) && group.removed.length === 0)
+  // Asked last: whether the rules name the port is a search through them.
+  if (ports.length > 0 && group.removed.length === 0 && !ports.some(context.isProgrammed))
     return [{kind: 'not-programmed', text: 'not programmed on this node'}];
   // A service port the cluster no longer has, still programmed.
   if (ports.length === 0 && group.servicePort !== '' && group.added.length === 0)

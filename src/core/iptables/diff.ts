@@ -4,7 +4,15 @@
 // matches its own service (orderFreeChains).
 import {filterChains, isServiceChainName, natChains} from './chains.ts';
 import {parseIptablesSave} from './parse.ts';
-import {chainKind, isBuiltinChain, isProxyChain, servicePortOfComment, type IptablesRule, type IptablesRuleset} from './ruleset.ts';
+import {
+  chainKind,
+  isBuiltinChain,
+  isProxyChain,
+  servicePortOfComment,
+  type IptablesRule,
+  type IptablesRuleset,
+  type RulesetTable,
+} from './ruleset.ts';
 
 /** IptablesDiffGroup: the differences of one service port ("" for rules of no service). */
 export interface IptablesDiffGroup {
@@ -26,10 +34,11 @@ export interface DiffIptablesOptions {
   /** "namespace/name" (every port of the service) or "namespace/name:port". */
   service?: string;
   /**
-   * Tells, without reading the chains' rules, that `chain` of `table` holds the same rules on both
-   * sides (a caller that can compare their texts): such chains are skipped unread. False: compare.
+   * The chains of `table` that may differ, when the caller can tell that every other chain holds
+   * the same rules on both sides without reading them (comparing their texts): only these are
+   * read. Undefined: every chain is compared.
    */
-  sameRules?(table: string, chain: string): boolean;
+  chainsToCompare?(table: string): Iterable<string> | undefined;
   /**
    * A chain that jumps or goes to `chain`, found without reading every chain (a caller that can
    * search the rules' text); undefined: every chain is looked through. It names the service port
@@ -39,11 +48,20 @@ export interface DiffIptablesOptions {
 }
 
 /**
- * ProxyView: the proxy's part of one table: its chains' rules, and its jump rules in other chains.
- * A chain's rules are taken when the diff comes to it, so that a ruleset read chain by chain is
- * never held whole (at 10,000 services each side has 430,000 rules).
+ * The rules of `chain` the diff compares: all of a proxy chain's, only the jumps into the proxy's
+ * chains of another (a built-in chain, someone else's); undefined for a chain the table does not
+ * have, or one with nothing to compare. A chain's rules are taken when the diff comes to it, so
+ * that a ruleset read chain by chain is never held whole (at 10,000 services each side has
+ * 430,000 rules).
  */
-type ProxyView = Map<string, (chain: string) => IptablesRule[]>;
+function comparedRules(table: RulesetTable | undefined, chain: string): IptablesRule[] | undefined {
+  // The canary chain only tells whether someone flushed the table; it holds no rules.
+  if (table === undefined || chain === 'KUBE-PROXY-CANARY') return undefined;
+  const rules = table.chains.get(chain)?.rules;
+  if (rules === undefined || chainKind(table.name, chain) === 'proxy') return rules;
+  const jumps = rules.filter((rule) => rule.target && isProxyChain(rule.target.name) && !isBuiltinChain(table.name, rule.target.name));
+  return jumps.length > 0 ? jumps : undefined;
+}
 
 interface DiffLine {
   sign: '-' | '+';
@@ -52,30 +70,6 @@ interface DiffLine {
 }
 
 const noService = '';
-
-function viewOf(ruleset: IptablesRuleset): Map<string, ProxyView> {
-  const views = new Map<string, ProxyView>();
-  for (const table of ruleset.tables.values()) {
-    const view: ProxyView = new Map();
-    // One reader for all of the table's own chains (110,000 at 10,000 services), not one each.
-    const proxyRules = (chain: string) => table.chains.get(chain)?.rules ?? [];
-    for (const name of table.chains.keys()) {
-      // The canary chain only tells whether someone flushed the table; it holds no rules.
-      if (name === 'KUBE-PROXY-CANARY') continue;
-      if (chainKind(table.name, name) === 'proxy') {
-        view.set(name, proxyRules);
-        continue;
-      }
-      // Jump rules live in chains that are not ours; only the jumps are compared there.
-      const jumps = table.chains
-        .get(name)!
-        .rules.filter((rule) => rule.target && isProxyChain(rule.target.name) && !isBuiltinChain(table.name, rule.target.name));
-      if (jumps.length > 0) view.set(name, () => jumps);
-    }
-    if (view.size > 0) views.set(table.name, view);
-  }
-  return views;
-}
 
 /** targetInText reads the target of a rule in iptables-save order (matches first, then -j / -g) without parsing it. */
 function targetInText(text: string): string | undefined {
@@ -276,24 +270,23 @@ export function diffIptables(
 ): IptablesDiff {
   const desiredRules = typeof desired === 'string' ? parseIptablesSave(desired) : desired;
   const appliedRules = typeof applied === 'string' ? parseIptablesSave(applied, {family: desiredRules.family}) : applied;
-  const desiredViews = viewOf(desiredRules);
-  const appliedViews = viewOf(appliedRules);
   const services = new ChainServices([desiredRules, appliedRules], options.callerOf);
   const lines: DiffLine[] = [];
 
-  const tables = [...new Set([...desiredViews.keys(), ...appliedViews.keys()])].sort();
+  const tables = [...new Set([...desiredRules.tables.keys(), ...appliedRules.tables.keys()])].sort();
   for (const table of tables) {
-    const want = desiredViews.get(table);
-    const have = appliedViews.get(table);
-    // Chains told the same by their text are left out before the rest are put in order (at
-    // 10,000 services, sorting every chain's name cost more than comparing them).
-    const chains: string[] = [];
-    for (const chain of want?.keys() ?? []) if (!(have?.has(chain) && options.sameRules?.(table, chain))) chains.push(chain);
-    for (const chain of have?.keys() ?? []) if (!want?.has(chain)) chains.push(chain);
-    chains.sort();
-    for (const chain of chains) {
-      const wantRules = want?.get(chain)?.(chain);
-      const haveRules = have?.get(chain)?.(chain);
+    const want = desiredRules.tables.get(table);
+    const have = appliedRules.tables.get(table);
+    let chains = options.chainsToCompare?.(table);
+    if (chains === undefined) {
+      const every = [...(want?.chains.keys() ?? [])];
+      for (const chain of have?.chains.keys() ?? []) if (!want?.chains.has(chain)) every.push(chain);
+      chains = every;
+    }
+    for (const chain of [...chains].sort()) {
+      const wantRules = comparedRules(want, chain);
+      const haveRules = comparedRules(have, chain);
+      if (!wantRules && !haveRules) continue;
       if (wantRules && haveRules && sameTexts(wantRules, haveRules)) continue;
       if (wantRules && haveRules && sameOrderFree(table, chain, wantRules, haveRules)) continue;
       const chainService = services.of(table, chain);

@@ -30,6 +30,34 @@ describe('CompressedText', () => {
     assert.equal(fresh.slice(100, 200), text.slice(100, 200));
   });
 
+  it('finds the lines holding a name, before and after it is deflated, lines across block boundaries included', async () => {
+    const expected = (needle: string) => {
+      const found: Array<{line: string; start: number}> = [];
+      let start = 0;
+      for (const line of text.split('\n')) {
+        if (line.includes(needle)) found.push({line, start});
+        start += line.length + 1;
+      }
+      return found;
+    };
+    const fresh = new CompressedText(text);
+    // "svc-1" is in about one line in nine, so some cross the 64K-character block boundaries; the
+    // comments outside the BMP put characters of two code units near them.
+    const needles = ['svc-1', '🚀', 'KUBE-SEP-19999', 'COMMIT', '# Generated', 'no such name'];
+    const acrossBlocks = expected('svc-1').filter(
+      ({line, start}) => Math.floor(start / 65_536) !== Math.floor((start + line.length) / 65_536),
+    );
+    assert.ok(acrossBlocks.length > 0, 'some line found crosses a block boundary');
+    for (const needle of needles) assert.deepEqual([...fresh.linesWith(needle)], expected(needle), `given: ${needle}`);
+    await fresh.deflated;
+    assert.ok(fresh.compressedBytes !== undefined);
+    for (const needle of needles) assert.deepEqual([...fresh.linesWith(needle)], expected(needle), `deflated: ${needle}`);
+    // A line holding the name twice is found once; a search that stops early stops there.
+    assert.equal([...fresh.linesWith('KUBE-')].length, 20_000);
+    const first = fresh.linesWith('svc-1').next();
+    assert.deepEqual(first.value, expected('svc-1')[0]);
+  });
+
   it('gives back the whole text and any slice of it, also across block boundaries and surrogate pairs', async () => {
     await compressed.deflated;
     assert.ok(compressed.compressedBytes !== undefined);

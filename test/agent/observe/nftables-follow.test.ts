@@ -131,7 +131,7 @@ test('observer, nftables: a foreign change is followed by listing the chains and
     assert.equal(followed.text, formatNftablesRules(followed.rules));
     // The drift explanation's search finds the lines of that text, without printing it.
     for (const needle of ['-default/web/tcp/p', '10.244.2.5', '10.96.0.20', 'goto', 'no such name']) {
-      const lines = backend.rulesWith!(followed.rules, needle)!;
+      const lines = [...backend.rulesWith!(followed.rules, needle)!];
       assert.equal(lines.length, followed.text.split('\n').filter((line) => line.includes(needle)).length, `${step.what}: ${needle}`);
       for (const line of lines) assert.ok(line.includes(needle) && followed.text.includes(line), `${step.what}: ${line}`);
     }

@@ -31,8 +31,11 @@ export class CompressedText {
   #starts: number[] = [];
   #blocks: Buffer[] = [];
   #decoded: {block: number; text: string} | undefined;
-  /** The current burst of reads: blocks inflated in it, and the whole text once that passed blocksBeforeWhole. */
-  #burst: {inflated: number; whole?: string} | undefined;
+  /**
+   * The current burst of reads: blocks inflated in it, and the whole text once that passed
+   * blocksBeforeWhole; the blocks a search went through, for the searches that follow it.
+   */
+  #burst: Burst | undefined;
 
   constructor(text: string) {
     this.length = text.length;
@@ -72,6 +75,33 @@ export class CompressedText {
     if (this.#plain !== undefined) return this.#plain;
     this.#startBurst().whole ??= this.toString();
     return this.#burst!.whole!;
+  }
+
+  /**
+   * The lines of the text that hold `needle` (which holds no newline), and where each starts,
+   * found a block at a time: a search that stops at the first line it wants inflates only the
+   * blocks up to it, and none is kept.
+   */
+  *linesWith(needle: string): Generator<{line: string; start: number}> {
+    const whole = this.#plain ?? this.#burst?.whole;
+    if (whole !== undefined) {
+      yield* linesHolding(whole, 0, needle, true);
+      return;
+    }
+    // Searches come in bursts (a drift explanation asks for a few names at once): the blocks one
+    // went through are kept for the others until the burst ends.
+    const searched = (this.#startBurst().searched ??= []);
+    // The text's last line that the blocks so far do not end, and where it starts.
+    let partial = '';
+    let partialStart = 0;
+    for (let block = 0; block < this.#blocks.length; block++) {
+      const last = block === this.#blocks.length - 1;
+      const chunk = partial + (searched[block] ??= inflateRawSync(this.#blocks[block]).toString('utf8'));
+      yield* linesHolding(chunk, partialStart, needle, last);
+      const cut = last ? chunk.length : chunk.lastIndexOf('\n') + 1;
+      partial = chunk.slice(cut);
+      partialStart += cut;
+    }
   }
 
   /** Deflates the text a block at a time, each on libuv's thread pool, and then lets it go. */
@@ -114,7 +144,7 @@ export class CompressedText {
   }
 
   /** The burst of reads under way, or a new one, which ends with this turn of the event loop. */
-  #startBurst(): {inflated: number; whole?: string} {
+  #startBurst(): Burst {
     if (!this.#burst) {
       const burst = {inflated: 0};
       this.#burst = burst;
@@ -124,6 +154,28 @@ export class CompressedText {
     }
     return this.#burst;
   }
+}
+
+/** The lines of `chunk` (at `offset` in its text) that hold `needle`; a last line without its newline only if `ends` (the text ends there). */
+function* linesHolding(chunk: string, offset: number, needle: string, ends: boolean): Generator<{line: string; start: number}> {
+  for (let at = chunk.indexOf(needle); at >= 0; at = chunk.indexOf(needle, at + 1)) {
+    const start = chunk.lastIndexOf('\n', at) + 1;
+    let end = chunk.indexOf('\n', at);
+    if (end < 0) {
+      if (!ends) return;
+      end = chunk.length;
+    }
+    yield {line: chunk.slice(start, end), start: offset + start};
+    // The line's other occurrences would find it again.
+    at = end;
+  }
+}
+
+interface Burst {
+  inflated: number;
+  whole?: string;
+  /** Blocks searched (linesWith), by number. */
+  searched?: string[];
 }
 
 function isHighSurrogate(code: number): boolean {

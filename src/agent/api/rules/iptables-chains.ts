@@ -3,7 +3,8 @@
 // node with 10,000 services holds 430,000 rules in 110,000 chains; a trace of one service needs
 // about thirty of those chains, and a parsed copy of all of them kept between requests is most of
 // what the agent API would hold. What is kept instead: the text, deflated (CompressedText), and
-// where each chain's rules are in it. A diff still walks every chain, parsing each as it goes, and keeps nothing afterwards.
+// where each chain's rules are in it. A diff parses the chains whose lines differ (chainsToCompare),
+// and keeps nothing afterwards.
 import {guessFamily, parseIptablesSave} from '../../../core/iptables/parse.ts';
 import {
   builtinChains,
@@ -31,16 +32,47 @@ interface WrittenChain {
  */
 interface TableIndex {
   name: string;
-  /** Chain name -> its number, in the order the dump declares them (chains a write replaced last). */
-  ids: Map<string, number>;
+  /**
+   * Chain name -> its number, in the order the text declares them. It describes the text, and every
+   * patched copy shares it unchanged: at 10,000 services a copy per foreign change cost more than
+   * comparing the chains it changed.
+   */
+  textIds: Map<string, number>;
   /** Policies other than "-" (the built-in chains'), by chain number. */
   policies: Map<number, string>;
   /** Per chain number: the first run of its rule lines in the text, [start, end, line number of the first]; start -1 for none. */
   runs: Int32Array;
   /** Later runs of a chain whose rules are not all together, three numbers per run as in `runs`. */
   moreRuns: Map<number, number[]>;
-  /** Chains a partial write replaced, by their (new) number. */
-  written: Map<number, WrittenChain>;
+  /**
+   * Chains partial writes declared since the text was read, in the order of their last
+   * declaration (a chain declared again moves to the end of its table): what each holds now, or
+   * null once deleted. The text's run of such a chain is no longer its rules.
+   */
+  written: Map<string, WrittenChain | null>;
+  /** How many chains the table has now. */
+  size: number;
+}
+
+/** Whether the table has the chain now. */
+function hasChain(table: TableIndex, name: string): boolean {
+  const written = table.written.get(name);
+  return written === undefined ? table.textIds.has(name) : written !== null;
+}
+
+/** The table's chains now: the text's that no write declared, in its order, then the written ones. */
+function* chainNames(table: TableIndex): MapIterator<string> {
+  if (table.written.size === 0) {
+    yield* table.textIds.keys();
+    return;
+  }
+  for (const name of table.textIds.keys()) if (!table.written.has(name)) yield name;
+  for (const [name, written] of table.written) if (written !== null) yield name;
+}
+
+/** The chain's number in the text, while no write has declared it since. */
+function textId(table: TableIndex, name: string): number | undefined {
+  return table.written.has(name) ? undefined : table.textIds.get(name);
 }
 
 interface DumpIndex {
@@ -134,7 +166,8 @@ function indexDump(text: string, family?: IptablesRuleset['family']): DumpIndex 
     }
   }
   const indexes = new Map<string, TableIndex>();
-  for (const [name, built] of tables) indexes.set(name, {...built, runs: Int32Array.from(built.runs), written: new Map()});
+  for (const [name, {ids, ...built}] of tables)
+    indexes.set(name, {...built, textIds: ids, runs: Int32Array.from(built.runs), written: new Map(), size: ids.size});
   return {text: new CompressedText(text), family: family ?? guessFamily(text), comments: detached(comments.join('\n')), tables: indexes};
 }
 
@@ -152,8 +185,11 @@ export class ChainIndexedRuleset implements IptablesRuleset {
   readonly #parsed = new Map<string, IptablesChain>();
   /** The dump says iptables-save wrote it: its rules are parsed as printed (parseIptablesSave's keepSavedText). */
   readonly #savedSpelling: boolean;
-  /** Per other ruleset's text: the chains, per table and by the other's chain number, found to hold the same lines here and there (sameRules). */
-  readonly #sameAs = new WeakMap<CompressedText, Map<string, Set<number>>>();
+  /**
+   * Per other ruleset's text: the chains, per table, whose rules in that text are not the same
+   * lines as in this one's (or that only one of the texts has), found once (chainsToCompare).
+   */
+  readonly #textDifferences = new WeakMap<CompressedText, Map<string, Set<string>>>();
 
   private constructor(index: DumpIndex) {
     this.#index = index;
@@ -177,14 +213,15 @@ export class ChainIndexedRuleset implements IptablesRuleset {
   static spelled(dump: SpelledDump): ChainIndexedRuleset {
     const tables = new Map<string, TableIndex>();
     for (const table of dump.tables) {
-      const ids = new Map(table.chains.map((name, id) => [name, id]));
+      const textIds = new Map(table.chains.map((name, id) => [name, id]));
       tables.set(table.name, {
         name: table.name,
-        ids,
+        textIds,
         policies: new Map(table.policies),
         runs: table.runs,
         moreRuns: new Map(),
         written: new Map(),
+        size: textIds.size,
       });
     }
     return new ChainIndexedRuleset({text: new CompressedText(dump.text), family: dump.family, comments: dump.comments, tables});
@@ -198,31 +235,38 @@ export class ChainIndexedRuleset implements IptablesRuleset {
   }
 
   /**
-   * Whether `chain` of `table` holds the same rules here as in `other`, told from the texts without
-   * parsing either: only when both are in iptables-save's spelling (a dump, or rules spelled as it
-   * prints them: spelledAsSaved) and the chain's lines are the same, in the same order. False means
-   * "not known to be the same": parse them to tell.
+   * The chains of `table` that may hold other rules here than in `other`: every other chain holds
+   * the same lines on both sides, told from the texts without parsing either. Undefined unless
+   * both are in iptables-save's spelling (a dump, or rules spelled as it prints them:
+   * spelledAsSaved): compare every chain. The texts are compared once per pair (the first
+   * comparison walks all 110,000 chains of a node with 10,000 services); a patched copy of either
+   * side adds only the chains writes declared since its text was read, so that a foreign change
+   * followed chain by chain is compared by those chains alone.
    */
-  sameRules(other: ChainIndexedRuleset, table: string, chain: string): boolean {
-    if (!this.#savedSpelling || !other.#savedSpelling) return false;
-    // A chain of the other's text that no write replaced holds the same lines in every patched copy
-    // of it: once found the same, it is not read out of the (deflated) text again. A foreign change
-    // followed chain by chain is then compared by its chains, not by the whole node's text.
-    const otherTable = other.#index.tables.get(table);
-    const otherId = otherTable?.ids.get(chain);
-    const fromText = otherTable !== undefined && otherId !== undefined && !otherTable.written.has(otherId);
-    let known = fromText ? this.#sameAs.get(other.#index.text)?.get(table) : undefined;
-    if (known?.has(otherId!)) return true;
-    const mine = this.#rawRules(table, chain);
-    const same = mine !== undefined && mine === other.#rawRules(table, chain);
-    if (same && fromText) {
-      let tables = this.#sameAs.get(other.#index.text);
-      if (!tables) this.#sameAs.set(other.#index.text, (tables = new Map()));
-      if (!known) tables.set(table, (known = new Set()));
-      // By the other's chain number, which its patched copies keep for the chains no write replaced.
-      known.add(otherId!);
+  chainsToCompare(other: ChainIndexedRuleset, table: string): string[] | undefined {
+    if (!this.#savedSpelling || !other.#savedSpelling) return undefined;
+    const names = new Set(this.#textDifferencesFrom(other, table));
+    for (const name of this.#index.tables.get(table)?.written.keys() ?? []) names.add(name);
+    for (const name of other.#index.tables.get(table)?.written.keys() ?? []) names.add(name);
+    return [...names];
+  }
+
+  /** The chains of `table` whose lines differ between this text and `other`'s, writes since either was read left aside. */
+  #textDifferencesFrom(other: ChainIndexedRuleset, tableName: string): Set<string> {
+    let tables = this.#textDifferences.get(other.#index.text);
+    if (!tables) this.#textDifferences.set(other.#index.text, (tables = new Map()));
+    let differing = tables.get(tableName);
+    if (differing) return differing;
+    differing = new Set();
+    const mine = this.#index.tables.get(tableName);
+    const theirs = other.#index.tables.get(tableName);
+    for (const name of mine?.textIds.keys() ?? []) {
+      const id = theirs?.textIds.get(name);
+      if (id === undefined || this.#textRules(mine!, mine!.textIds.get(name)!) !== other.#textRules(theirs!, id)) differing.add(name);
     }
-    return same;
+    for (const name of theirs?.textIds.keys() ?? []) if (!mine?.textIds.has(name)) differing.add(name);
+    tables.set(tableName, differing);
+    return differing;
   }
 
   /**
@@ -232,16 +276,16 @@ export class ChainIndexedRuleset implements IptablesRuleset {
   callerOf(tableName: string, chain: string): string | undefined {
     const table = this.#index.tables.get(tableName);
     if (table === undefined) return undefined;
-    const text = this.#index.text.whole();
     for (const verb of [' -j ', ' -g ']) {
       const needle = `${verb}${chain}`;
-      for (let at = text.indexOf(needle); at >= 0; at = text.indexOf(needle, at + 1)) {
-        const end = at + needle.length;
-        if (end < text.length && text[end] !== ' ' && text[end] !== '\n') continue;
-        const start = text.lastIndexOf('\n', at) + 1;
-        if (!text.startsWith('-A ', start)) continue;
-        const name = text.slice(start + 3, text.indexOf(' ', start + 3));
-        if (this.#holdsRule(table, name, start)) return name;
+      for (const {line, start} of this.#index.text.linesWith(needle)) {
+        if (!line.startsWith('-A ')) continue;
+        for (let at = line.indexOf(needle); at >= 0; at = line.indexOf(needle, at + 1)) {
+          const after = line.charAt(at + needle.length);
+          if (after !== '' && after !== ' ') continue;
+          const name = line.slice(3, line.indexOf(' ', 3));
+          if (this.#holdsRule(table, name, start)) return name;
+        }
       }
     }
     return undefined;
@@ -257,19 +301,22 @@ export class ChainIndexedRuleset implements IptablesRuleset {
     for (const table of this.#index.tables.values()) {
       lines.push(`*${table.name}`);
       const order = builtinChains[table.name] ?? [];
-      const names = [...table.ids.keys()];
+      const names = [...chainNames(table)];
       const builtin = names.filter((name) => isBuiltinChain(table.name, name));
-      for (const name of builtin) lines.push(`:${name} ${table.policies.get(table.ids.get(name)!) ?? 'ACCEPT'} [0:0]`);
+      for (const name of builtin) {
+        const id = textId(table, name);
+        lines.push(`:${name} ${(id !== undefined && table.policies.get(id)) || 'ACCEPT'} [0:0]`);
+      }
       for (const name of names) if (!isBuiltinChain(table.name, name)) lines.push(`:${name} - [0:0]`);
       const sorted = [
         ...builtin.sort((a, b) => order.indexOf(a) - order.indexOf(b)),
         ...names.filter((name) => !isBuiltinChain(table.name, name)),
       ];
       for (const name of sorted) {
-        const written = table.written.get(table.ids.get(name)!);
+        const written = table.written.get(name);
         if (written) lines.push(...written.rules);
         else {
-          const raw = this.#rawRules(table.name, name);
+          const raw = this.#textRules(table, table.textIds.get(name)!);
           if (raw) lines.push(raw);
         }
       }
@@ -280,40 +327,30 @@ export class ChainIndexedRuleset implements IptablesRuleset {
 
   /**
    * The rule lines of savedText() that hold `needle`, found without putting that text together:
-   * the dump's text is searched, and a rule counts while its chain is still the dump's (no write
-   * replaced it); the rules of the chains writes replaced are searched apart. A drift check after
-   * a foreign change asks this for a few names, where savedText() would join 33 MB at 10,000
-   * services.
+   * the rules of the chains writes replaced first (held apart, and what changed last), then the
+   * dump's text a block at a time, where a rule counts while its chain is still the dump's. A
+   * drift check after a foreign change asks this for a few names and mostly stops at the first
+   * line found, where savedText() would join 33 MB at 10,000 services.
    */
-  rulesWith(needle: string): string[] {
-    const found: string[] = [];
-    const text = this.#index.text.whole();
-    for (let at = text.indexOf(needle); at >= 0; at = text.indexOf(needle, at + 1)) {
-      const start = text.lastIndexOf('\n', at) + 1;
-      let end = text.indexOf('\n', at);
-      if (end < 0) end = text.length;
-      if (text.startsWith('-A ', start) && this.#isCurrentRule(text, start, end)) found.push(text.slice(start, end));
-      // The line's other occurrences would find it again.
-      at = end;
-    }
+  *rulesWith(needle: string): Generator<string> {
     for (const table of this.#index.tables.values())
-      for (const written of table.written.values()) for (const rule of written.rules) if (rule.includes(needle)) found.push(rule);
-    return found;
+      for (const written of table.written.values()) for (const rule of written?.rules ?? []) if (rule.includes(needle)) yield rule;
+    for (const {line, start} of this.#index.text.linesWith(needle))
+      if (line.startsWith('-A ') && this.#isCurrentRule(line, start)) yield line;
   }
 
-  /** Whether the dump's rule line from `start` to `end` is in savedText(): its chain's, and no write replaced that chain. */
-  #isCurrentRule(text: string, start: number, end: number): boolean {
-    let nameEnd = text.indexOf(' ', start + 3);
-    if (nameEnd < 0 || nameEnd > end) nameEnd = end;
-    const name = text.slice(start + 3, nameEnd);
+  /** Whether the dump's rule `line`, which starts at `start` in the text, is in savedText(): its chain's, and no write replaced that chain. */
+  #isCurrentRule(line: string, start: number): boolean {
+    const space = line.indexOf(' ', 3);
+    const name = line.slice(3, space < 0 ? undefined : space);
     for (const table of this.#index.tables.values()) if (this.#holdsRule(table, name, start)) return true;
     return false;
   }
 
   /** Whether the dump's rule line at `position` is one of `table`'s chain `name`'s rules now (no write replaced that chain). */
   #holdsRule(table: TableIndex, name: string, position: number): boolean {
-    const id = table.ids.get(name);
-    return id !== undefined && !table.written.has(id) && this.#inRuns(table, id, position);
+    const id = textId(table, name);
+    return id !== undefined && this.#inRuns(table, id, position);
   }
 
   /** Whether the line at `position` of the text is one of chain `id`'s rules in `table`. */
@@ -323,11 +360,8 @@ export class ChainIndexedRuleset implements IptablesRuleset {
     return false;
   }
 
-  /** A chain's rule lines as the text has them; undefined for a chain it does not have, or one a partial write replaced. */
-  #rawRules(tableName: string, chain: string): string | undefined {
-    const table = this.#index.tables.get(tableName);
-    const id = table?.ids.get(chain);
-    if (table === undefined || id === undefined || table.written.has(id)) return undefined;
+  /** The rule lines of the text's chain `id`, as the text has them (whether or not a write replaced the chain since). */
+  #textRules(table: TableIndex, id: number): string {
     const {text} = this.#index;
     if (table.runs[id * 3] < 0) return '';
     let rules = text.slice(table.runs[id * 3], table.runs[id * 3 + 1]);
@@ -340,7 +374,7 @@ export class ChainIndexedRuleset implements IptablesRuleset {
   get unknownMatches(): UnknownMatch[] {
     const found: UnknownMatch[] = [];
     for (const table of this.#index.tables.values())
-      for (const name of table.ids.keys()) found.push(...this.#parse(table, name).unknownMatches);
+      for (const name of chainNames(table)) found.push(...this.#parse(table, name).unknownMatches);
     return found;
   }
 
@@ -350,9 +384,7 @@ export class ChainIndexedRuleset implements IptablesRuleset {
    * move to the end of their table, as a chain declared again does.
    */
   patched(written: readonly ChainsWritten[]): ChainIndexedRuleset {
-    const tables = new Map(
-      [...this.#index.tables].map(([name, table]) => [name, {...table, ids: new Map(table.ids), written: new Map(table.written)}]),
-    );
+    const tables = new Map([...this.#index.tables].map(([name, table]) => [name, {...table, written: new Map(table.written)}]));
     // Lines as a dump of the written chains alone would number them, header first.
     let line = 1;
     for (const {table: name, declared, chains, rules} of written) {
@@ -360,10 +392,20 @@ export class ChainIndexedRuleset implements IptablesRuleset {
       if (!table)
         tables.set(
           name,
-          (table = {name, ids: new Map(), policies: new Map(), runs: new Int32Array(0), moreRuns: new Map(), written: new Map()}),
+          (table = {
+            name,
+            textIds: new Map(),
+            policies: new Map(),
+            runs: new Int32Array(0),
+            moreRuns: new Map(),
+            written: new Map(),
+            size: 0,
+          }),
         );
       line += 1 + chains.length;
-      const byChain = new Map<string, {rules: string[]; lines: number[]}>(chains.map((chain) => [chain, {rules: [], lines: []}]));
+      const byChain = new Map<string, WrittenChain & {rules: string[]; lines: number[]}>(
+        chains.map((chain) => [chain, {rules: [], lines: []}]),
+      );
       for (const rule of rules) {
         line++;
         const space = rule.indexOf(' ', 3);
@@ -372,25 +414,22 @@ export class ChainIndexedRuleset implements IptablesRuleset {
         entry?.lines.push(line);
       }
       line++;
+      // What an earlier write left in a declared chain goes with it; the chains it holds now go
+      // to the end of the table, in the order written, as chains declared again do.
       for (const chain of declared) {
-        const id = table.ids.get(chain);
-        // What an earlier write left in the chain goes with it, or a write a second would keep them all.
-        if (id !== undefined) table.written.delete(id);
-        table.ids.delete(chain);
+        if (hasChain(table, chain)) table.size--;
+        table.written.delete(chain);
       }
-      // New numbers past every number in use: the policies and runs of the old ones stay the old chains'.
-      let next = Math.max(table.runs.length / 3 - 1, ...table.written.keys()) + 1;
-      for (const [chain, entry] of byChain) {
-        table.ids.set(chain, next);
-        table.written.set(next++, entry);
-      }
+      for (const [chain, entry] of byChain) table.written.set(chain, entry);
+      for (const chain of declared) if (!byChain.has(chain)) table.written.set(chain, null);
+      table.size += byChain.size;
     }
     return new ChainIndexedRuleset({...this.#index, tables});
   }
 
   /** The chain, parsed once and kept among the most recently used. */
   chain(table: TableIndex, name: string): IptablesChain | undefined {
-    if (!table.ids.has(name)) return undefined;
+    if (!hasChain(table, name)) return undefined;
     const key = `${table.name} ${name}`;
     let chain = this.#parsed.get(key);
     if (chain) {
@@ -410,11 +449,11 @@ export class ChainIndexedRuleset implements IptablesRuleset {
 
   /** One chain's rules as a dump of its own, with the dump's header so that they are read in the same spelling, and their lines put back. */
   #parse(table: TableIndex, name: string): {chain: IptablesChain; unknownMatches: UnknownMatch[]} {
-    const id = table.ids.get(name)!;
     const {text, comments, family} = this.#index;
     const rules: string[] = [];
     const lines: number[] = [];
-    const written = table.written.get(id);
+    const written = table.written.get(name);
+    const id = table.textIds.get(name)!;
     if (written) {
       rules.push(...written.rules);
       lines.push(...written.lines);
@@ -454,11 +493,11 @@ class IndexedChains extends Map<string, IptablesChain> {
   }
 
   override get size(): number {
-    return this.#table.ids.size;
+    return this.#table.size;
   }
 
   override has(name: string): boolean {
-    return this.#table.ids.has(name);
+    return hasChain(this.#table, name);
   }
 
   override get(name: string): IptablesChain | undefined {
@@ -466,15 +505,15 @@ class IndexedChains extends Map<string, IptablesChain> {
   }
 
   override keys(): MapIterator<string> {
-    return this.#table.ids.keys();
+    return chainNames(this.#table);
   }
 
   override *values(): MapIterator<IptablesChain> {
-    for (const name of this.#table.ids.keys()) yield this.#ruleset.chainOnce(this.#table, name);
+    for (const name of chainNames(this.#table)) yield this.#ruleset.chainOnce(this.#table, name);
   }
 
   override *entries(): MapIterator<[string, IptablesChain]> {
-    for (const name of this.#table.ids.keys()) yield [name, this.#ruleset.chainOnce(this.#table, name)];
+    for (const name of chainNames(this.#table)) yield [name, this.#ruleset.chainOnce(this.#table, name)];
   }
 
   override [Symbol.iterator](): MapIterator<[string, IptablesChain]> {
@@ -528,7 +567,7 @@ const spelledHeader = '# Generated by proxyctl: the desired rules as iptables-sa
  * at a time as iptables-save prints them once loaded: every rule in its spelling (RuleKindSpeller,
  * each kind of rule spelled once), chain by chain, under a header that says they are, so that they
  * read back (ChainIndexedRuleset) without being spelled again and compare with a reading of the
- * kernel line by line (sameRules).
+ * kernel line by line (chainsToCompare).
  */
 export class SavedSpelling {
   readonly #family: IptablesRuleset['family'];

@@ -106,7 +106,7 @@ const plainIptablesBackend: RulesBackend = {
     const result = diffIptables(desired as IptablesRuleset, applied as IptablesRuleset, {
       service,
       ...(indexed && {
-        sameRules: (table: string, chain: string) => desired.sameRules(applied, table, chain),
+        chainsToCompare: (table: string) => desired.chainsToCompare(applied, table),
         callerOf: (table: string, chain: string) => desired.callerOf(table, chain) ?? applied.callerOf(table, chain),
       }),
     });
