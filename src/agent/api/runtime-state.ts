@@ -265,9 +265,9 @@ export class RuntimeState {
     let whole: string | undefined;
     const {backend} = this;
     return {
-      *linesWith(needle) {
+      *linesWith(needle, near) {
         for (const [index, reading] of readings.entries())
-          yield* backend.rulesWith?.(reading.rules, needle) ?? texts[index].linesWith(needle);
+          yield* backend.rulesWith?.(reading.rules, needle, near) ?? texts[index].linesWith(needle);
       },
       whole: () => (whole ??= texts.map((text) => text.whole()).join('\n')),
     };

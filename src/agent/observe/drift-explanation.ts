@@ -22,8 +22,12 @@ export interface DriftContext {
  * (iptables' patched readings) find the lines holding a name without putting the whole text together.
  */
 export interface AppliedText {
-  /** The lines that hold `needle`. */
-  linesWith(needle: string): Iterable<string>;
+  /**
+   * The lines that hold `needle`. `near`: rule lines the question is about (a drifted group's),
+   * which rules kept in pieces look at first where they point (an iptables chain they name), so
+   * that a search that stops at the first line it wants seldom goes through the whole text.
+   */
+  linesWith(needle: string, near?: readonly string[]): Iterable<string>;
   whole(): string;
 }
 
@@ -61,7 +65,7 @@ export function explainDrift(groups: DiffGroup[], context: DriftContext): DiffGr
     isProgrammed: programmedCheck(context.applied),
     appliedAddresses: () => (addresses ??= new Set(addressesIn(context.applied.whole()))),
   };
-  const anyProgrammed = [...ports.values()].some((list) => list.some(parts.isProgrammed));
+  const anyProgrammed = [...ports.values()].some((list) => list.some((port) => parts.isProgrammed(port)));
   return groups.map((group) => {
     if (group.added.length === 0 && group.removed.length === 0) return group;
     const list = ports.get(group.servicePort) ?? [];
@@ -97,7 +101,7 @@ function endpointExplanation(
 function explainGroup(group: DiffGroup, ports: ServicePort[], context: GroupContext, nothingProgrammed: boolean): DriftExplanation[] {
   if (nothingProgrammed) return [{kind: 'no-kube-proxy-rules', text: 'no kube-proxy rules at all on this node'}];
   // Asked last: whether the rules name the port is a search through them.
-  if (ports.length > 0 && group.removed.length === 0 && !ports.some(context.isProgrammed))
+  if (ports.length > 0 && group.removed.length === 0 && !ports.some((port) => context.isProgrammed(port, group.added)))
     return [{kind: 'not-programmed', text: 'not programmed on this node'}];
   // A service port the cluster no longer has, still programmed.
   if (ports.length === 0 && group.servicePort !== '' && group.added.length === 0)
@@ -130,7 +134,8 @@ function ruleExplanations(group: DiffGroup): DriftExplanation[] {
 
 /** What explaining one group needs beyond DriftContext: questions about the applied rules, answered from indexes made once. */
 interface GroupContext extends DriftContext {
-  isProgrammed: (port: ServicePort) => boolean;
+  /** `near`: the lines of the group asking, which the search looks at first (AppliedText.linesWith). */
+  isProgrammed: (port: ServicePort, near?: readonly string[]) => boolean;
   appliedAddresses: () => Set<string>;
 }
 
@@ -163,33 +168,38 @@ const portsSearched = 16;
  * names alone: a check that finds one service port drifted asks about two or three, and reading
  * every name out of a large node's rules (tens of MB) costs more than the rest of the check.
  */
-function programmedCheck(applied: AppliedText): (port: ServicePort) => boolean {
+function programmedCheck(applied: AppliedText): GroupContext['isProgrammed'] {
   let names: Set<string> | undefined;
   let searched = 0;
-  return (port) => {
-    if (names === undefined && searched++ < portsSearched) return programmedSearch(port, applied);
+  return (port, near) => {
+    if (names === undefined && searched++ < portsSearched) return programmedSearch(port, applied, near);
     return programmed(port, (names ??= programmedNames(applied.whole())));
   };
 }
 
 /** programmed() for one port, by searching the text for each of its names where programmedNames would read them. */
-function programmedSearch(port: ServicePort, text: AppliedText): boolean {
+function programmedSearch(port: ServicePort, text: AppliedText, near?: readonly string[]): boolean {
   const word = /[-a-z0-9.]/;
   // A comment's "ns/name:port" (or "ns/name"), not part of a longer word.
-  if (occurs(text, port.key, (before, after) => !/[-A-Za-z0-9./]/.test(before) && !word.test(after))) return true;
+  if (occurs(text, near, port.key, (before, after) => !/[-A-Za-z0-9./]/.test(before) && !word.test(after))) return true;
   // An nftables chain "service-HASH-ns/name/tcp/port", the hash 8 characters of base32.
   const nftName = `${port.namespace}/${port.serviceName}/${port.protocol.toLowerCase()}/${port.portName}`;
   const hashed = (line: string, at: number) => /^-[A-Z2-7]{8}$/.test(line.slice(at - 9, at));
-  if (occurs(text, `-${nftName}`, (_, after, at, line) => !/[-a-z0-9]/.test(after) && hashed(line, at))) return true;
+  if (occurs(text, near, `-${nftName}`, (_, after, at, line) => !/[-a-z0-9]/.test(after) && hashed(line, at))) return true;
   // An ipvs virtual server, "ip:port".
   if (port.clusterIP === '' || port.clusterIP === 'None') return false;
   const address = port.clusterIP.includes(':') ? `[${port.clusterIP}]:${port.port}` : `${port.clusterIP}:${port.port}`;
-  return occurs(text, address, (before, after) => !/[\d.]/.test(before) && !/\d/.test(after));
+  return occurs(text, near, address, (before, after) => !/[\d.]/.test(before) && !/\d/.test(after));
 }
 
 /** Whether `needle` occurs in `text` with the characters around it (and its position in its line) as `fits` wants them. */
-function occurs(text: AppliedText, needle: string, fits: (before: string, after: string, at: number, line: string) => boolean): boolean {
-  for (const line of text.linesWith(needle))
+function occurs(
+  text: AppliedText,
+  near: readonly string[] | undefined,
+  needle: string,
+  fits: (before: string, after: string, at: number, line: string) => boolean,
+): boolean {
+  for (const line of text.linesWith(needle, near))
     for (let at = line.indexOf(needle); at >= 0; at = line.indexOf(needle, at + 1))
       if (fits(line.charAt(at - 1) || '\n', line.charAt(at + needle.length) || '\n', at, line)) return true;
   return false;

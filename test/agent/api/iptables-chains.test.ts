@@ -154,6 +154,14 @@ describe('ChainIndexedRuleset', () => {
       assert.deepEqual([...before.rulesWith(needle)].sort(), rulesIn(before.savedText(), needle), needle);
     }
     assert.deepEqual([...patched.rulesWith('10.244.9.9')], [written[0].rules[1]], 'the written chain is searched');
+    // The chains lines near the question name are searched first, and their lines are not found twice.
+    const otherSep = [...before.tables.get('nat')!.chains.keys()].filter((name) => name.startsWith('KUBE-SEP-')).at(-1)!;
+    const near = [`-t nat -A KUBE-SERVICES -m comment --comment "default/x:y" -j ${otherSep}`];
+    for (const needle of ['--to-destination', 'KUBE-SERVICES', '-j ', 'no such name']) {
+      assert.deepEqual([...patched.rulesWith(needle, near)].sort(), [...patched.rulesWith(needle)].sort(), needle);
+      assert.deepEqual([...before.rulesWith(needle, near)].sort(), [...before.rulesWith(needle)].sort(), needle);
+    }
+    assert.ok(patched.rulesWith('--to-destination', near).next().value!.startsWith(`-A ${otherSep} `), 'the named chain first');
     assert.ok(
       [...patched.rulesWith(`-A ${sep} `)].length === 0 && [...before.rulesWith(`-A ${sep} `)].length > 0,
       'the deleted chain is not',

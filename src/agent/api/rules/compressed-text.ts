@@ -157,7 +157,7 @@ export class CompressedText {
 }
 
 /** The lines of `chunk` (at `offset` in its text) that hold `needle`; a last line without its newline only if `ends` (the text ends there). */
-function* linesHolding(chunk: string, offset: number, needle: string, ends: boolean): Generator<{line: string; start: number}> {
+export function* linesHolding(chunk: string, offset: number, needle: string, ends: boolean): Generator<{line: string; start: number}> {
   for (let at = chunk.indexOf(needle); at >= 0; at = chunk.indexOf(needle, at + 1)) {
     const start = chunk.lastIndexOf('\n', at) + 1;
     let end = chunk.indexOf('\n', at);
