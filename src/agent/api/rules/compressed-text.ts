@@ -80,7 +80,8 @@ export class CompressedText {
   /**
    * The lines of the text that hold `needle` (which holds no newline), and where each starts,
    * found a block at a time: a search that stops at the first line it wants inflates only the
-   * blocks up to it, and none is kept.
+   * blocks up to it. They are kept for the other searches of the same burst of reads, and let go
+   * with it.
    */
   *linesWith(needle: string): Generator<{line: string; start: number}> {
     const whole = this.#plain ?? this.#burst?.whole;
