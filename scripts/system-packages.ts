@@ -22,8 +22,9 @@ function onPath(command: string): boolean {
 }
 
 /**
- * Optional: the qemu guest that runs the ipvs kernel tests, and what builds the agent image for its
- * test (mmdebstrap, umoci, strip); the tests say so when they skip; a failed install is no error.
+ * Optional: the qemu guest that runs the ipvs kernel tests, what builds the agent image for its
+ * test (mmdebstrap, umoci, strip), and podman, which that test loads the image into as an
+ * operator's runtime would; the tests say so when they skip; a failed install is no error.
  */
 const optional: Record<string, string> = {
   'qemu-system-x86_64': 'qemu-system-x86',
@@ -32,6 +33,7 @@ const optional: Record<string, string> = {
   mmdebstrap: 'mmdebstrap',
   umoci: 'umoci',
   strip: 'binutils',
+  podman: 'podman',
 };
 const missingOptional = [
   ...new Set(
