@@ -26,19 +26,27 @@ export async function benchIpvs(sizes = [1000, 10000], endpointsPerService = 10)
       skipped('ipvs benchmark', `this kernel has no IP_VS and no qemu guest: ${unavailable}`);
       return;
     }
-    console.log("   (this kernel has no IP_VS: running in a qemu guest with Debian's kernel, software-emulated CPU)");
-    const program = `import('./bench/ipvs.ts').then((m) => m.benchIpvs(${JSON.stringify(sizes)}, ${endpointsPerService}))`;
-    const result = await runInGuest([process.execPath, '--input-type=module', '-e', program], {
+    await benchInGuest(`import('./bench/ipvs.ts').then((m) => m.benchIpvs(${JSON.stringify(sizes)}, ${endpointsPerService}))`, {
       memoryMiB: 3072,
       timeoutMs: 1_800_000,
-      onStdout: (chunk) => process.stdout.write(chunk),
-      onStderr: (chunk) => process.stderr.write(chunk),
     });
-    if (result.exitCode !== 0)
-      console.log(`   guest run failed (exit ${result.exitCode ?? 'none'}${result.timedOut ? ', timed out' : ''})`);
     return;
   }
   for (const size of sizes) await benchSize(size, endpointsPerService);
+}
+
+/**
+ * benchInGuest runs `program` (a module's bench function, imported from the checkout) in a qemu
+ * guest with Debian's kernel, which has IP_VS, printing its output as it comes.
+ */
+export async function benchInGuest(program: string, options: {memoryMiB: number; timeoutMs: number}): Promise<void> {
+  console.log("   (this kernel has no IP_VS: running in a qemu guest with Debian's kernel, software-emulated CPU)");
+  const result = await runInGuest([process.execPath, '--input-type=module', '-e', program], {
+    ...options,
+    onStdout: (chunk) => process.stdout.write(chunk),
+    onStderr: (chunk) => process.stderr.write(chunk),
+  });
+  if (result.exitCode !== 0) console.log(`   guest run failed (exit ${result.exitCode ?? 'none'}${result.timedOut ? ', timed out' : ''})`);
 }
 
 async function benchSize(serviceCount: number, endpointsPerService: number): Promise<void> {
