@@ -260,9 +260,9 @@ export class ChainIndexedRuleset implements IptablesRuleset {
     differing = new Set();
     const mine = this.#index.tables.get(tableName);
     const theirs = other.#index.tables.get(tableName);
-    for (const name of mine?.textIds.keys() ?? []) {
+    for (const [name, myId] of mine?.textIds ?? []) {
       const id = theirs?.textIds.get(name);
-      if (id === undefined || this.#textRules(mine!, mine!.textIds.get(name)!) !== other.#textRules(theirs!, id)) differing.add(name);
+      if (id === undefined || this.#textRules(mine!, myId) !== other.#textRules(theirs!, id)) differing.add(name);
     }
     for (const name of theirs?.textIds.keys() ?? []) if (!mine?.textIds.has(name)) differing.add(name);
     tables.set(tableName, differing);
