@@ -8,6 +8,7 @@ import {type AccessReviewer, kubernetesAccessReviewer} from './api/access.ts';
 import {iptablesBackend, iptablesRulesBackend} from './api/rules/iptables.ts';
 import type {RulesBackend} from './api/rules/backend.ts';
 import {earlyWatcher, unwatchedRulesetChanges, watchNftRuleset} from './applied/ruleset-changes.ts';
+import {watchIpvsState} from './applied/ipvs-changes.ts';
 import {readNodeAddresses} from './api/node-addresses.ts';
 import {createAgentRuntime} from './api/runtime.ts';
 import {type AgentApi, isLoopbackHost, startAgentApi} from './api/server.ts';
@@ -290,18 +291,27 @@ async function startApiOrLog(
           : iptablesBackend);
   const frontEnd = config.mode === 'nftables' ? 'nf_tables' : await host.iptablesFrontEnd(parts.families[0]).catch(() => undefined);
   // Legacy iptables changes are invisible to nft monitor: read the kernel for every request then.
-  // ipvs mode's virtual servers, sets and addresses change unseen by nft monitor: read them for every request.
   // An observer's nft monitor starts once its first reading is in (xtables-monitor stands in until then).
   let firstReadingDone: () => void = () => {};
   const firstReading = new Promise<void>((resolve) => (firstReadingDone = resolve));
-  const changes =
-    frontEnd === 'nf_tables' && config.mode !== 'ipvs'
+  const iptablesChanges =
+    frontEnd === 'nf_tables' && (config.mode !== 'ipvs' || parts.observe)
       ? await watchNftRuleset({
           netns: host.netns,
           log,
           ...(parts.observe && {early: earlyWatcher, monitorAfter: firstReading}),
         })
       : unwatchedRulesetChanges();
+  // ipvs mode's virtual servers, sets and addresses change unseen by nft monitor: an observer whose
+  // iptables layer nft monitor watches looks at them every few seconds (all their changes are
+  // foreign to it); a proxying agent, whose own writes would be most of what it sees, reads them
+  // for every request, as does an observer on legacy iptables.
+  const changes =
+    config.mode !== 'ipvs'
+      ? iptablesChanges
+      : parts.observe && frontEnd === 'nf_tables'
+        ? await watchIpvsState({host, log, iptables: iptablesChanges})
+        : unwatchedRulesetChanges();
   const runtime = createAgentRuntime({
     nodeName: parts.nodeName,
     version: agentVersion(),

@@ -9,149 +9,15 @@ import {memoryLogger} from '../../src/agent/log.ts';
 import {cleanupProxyRules} from '../../src/agent/sync/cleanup.ts';
 import {IpvsProxier} from '../../src/agent/sync/ipvs-proxier.ts';
 import {liveConnections} from '../../src/agent/sync/ipvs-host.ts';
-import {ipvsRulesBackend, parseIpvsStateText} from '../../src/agent/api/rules/ipvs.ts';
-import {
-  diffIpvs,
-  formatIpvsadmRestore,
-  type Ipset,
-  type IpvsVirtualServer,
-  parseIpvsadmSave,
-  renderIpvs,
-  virtualServerKey,
-} from '../../src/core/ipvs/index.ts';
-import {buildProxyModel, joinHostPort} from '../../src/core/model/index.ts';
-import {HostCommandError, restoreInputText} from '../../src/agent/host/host.ts';
+import {ipvsRulesBackend} from '../../src/agent/api/rules/ipvs.ts';
+import {diffIpvs, renderIpvs} from '../../src/core/ipvs/index.ts';
+import {buildProxyModel} from '../../src/core/model/index.ts';
+import {HostCommandError} from '../../src/agent/host/host.ts';
 import {createAgentRuntime} from '../../src/agent/api/runtime.ts';
 import {unwatchedRulesetChanges} from '../../src/agent/applied/ruleset-changes.ts';
-import {RecordingHost} from './recording-host.ts';
+import {IpvsHost} from './ipvs-memory-host.ts';
 import {MemoryObjects, node, service, slice} from './sync/cluster.ts';
 import {everyListReceived, periodic, proxierOptions, requested} from './sync/proxier-fixture.ts';
-
-/** A node's ipvs state in memory, driven by the same commands the kernel tools take. */
-class IpvsHost extends RecordingHost {
-  readonly servers = new Map<string, IpvsVirtualServer>();
-  readonly sets = new Map<string, Ipset>();
-  readonly addresses = new Set<string>();
-  device = false;
-  /** What `ipvsadm -Lnc` prints. */
-  connections = '';
-  readonly inputs: {command: string; input: string}[] = [];
-
-  override async ipvsadm(args: string[], input?: string): Promise<string> {
-    this.calls.push(`ipvsadm ${args.join(' ')}`);
-    if (args[0] === '-Sn') return formatIpvsadmRestore([...this.servers.values()]);
-    if (args[0] === '-Lnc')
-      return `IPVS connection entries\npro expire state       source             virtual            destination\n${this.connections}`;
-    if (args[0] === '-R') {
-      this.inputs.push({command: 'ipvsadm -R', input: input!});
-      for (const line of input!.trim().split('\n')) this.#ipvsLine(line);
-    }
-    return '';
-  }
-
-  #ipvsLine(line: string): void {
-    const words = line.split(/\s+/);
-    const protocol = words[1] === '-u' ? 'UDP' : 'TCP';
-    const [, address, port] = /^\[?(.*?)\]?:(\d+)$/.exec(words[2])!;
-    const key = virtualServerKey({protocol, address, port: Number(port)});
-    const option = (flag: string) => (words.includes(flag) ? words[words.indexOf(flag) + 1] : undefined);
-    const server = this.servers.get(key);
-    const real = option('-r');
-    switch (words[0]) {
-      case '-A':
-        if (server) throw new HostCommandError(['ipvsadm', '-R'], 1, 'Service already exists');
-        this.servers.set(key, parseIpvsadmSave(`${line}\n`)[0]);
-        return;
-      case '-E':
-        Object.assign(server!, {
-          scheduler: option('-s') ?? server!.scheduler,
-          persistenceTimeout: option('-p') === undefined ? undefined : Number(option('-p')),
-        });
-        return;
-      case '-D':
-        if (!server) throw new HostCommandError(['ipvsadm', '-R'], 1, 'No such service');
-        this.servers.delete(key);
-        return;
-    }
-    const [, realAddress, realPort] = /^\[?(.*?)\]?:(\d+)$/.exec(real!)!;
-    const index = server!.realServers.findIndex((candidate) => joinHostPort(candidate.address, candidate.port) === real);
-    if (words[0] === '-a') server!.realServers.push({address: realAddress, port: Number(realPort), weight: Number(option('-w') ?? 1)});
-    else if (words[0] === '-e') server!.realServers[index].weight = Number(option('-w'));
-    else if (words[0] === '-d') server!.realServers.splice(index, 1);
-  }
-
-  override async ipset(args: string[], input?: string): Promise<string> {
-    this.calls.push(`ipset ${args.join(' ')}`);
-    if (args[0] === 'save') {
-      return (
-        [...this.sets.values()]
-          .map((set) =>
-            [`create ${set.name} ${set.type} family inet`, ...set.entries.map((entry) => `add ${set.name} ${entry}`)].join('\n'),
-          )
-          .join('\n') + '\n'
-      );
-    }
-    if (args[0] === 'destroy') this.sets.delete(args[1]);
-    if (args[0] === 'restore') {
-      this.inputs.push({command: 'ipset restore', input: input!});
-      for (const line of input!.trim().split('\n')) {
-        const [op, name, value] = line.split(/\s+/);
-        if (op === 'create' && !this.sets.has(name)) this.sets.set(name, {name, type: value, entries: []});
-        const set = this.sets.get(name)!;
-        if (op === 'add' && !set.entries.includes(value)) set.entries.push(value);
-        if (op === 'del') set.entries = set.entries.filter((entry) => entry !== value);
-        if (op === 'flush') set.entries = [];
-        set.entries.sort();
-      }
-    }
-    return '';
-  }
-
-  override async ip(args: string[], input?: string): Promise<string> {
-    this.calls.push(`ip ${args.join(' ')}`);
-    const command = args.join(' ');
-    if (command === 'link show kube-ipvs0' || command === '-j addr show dev kube-ipvs0') {
-      if (!this.device) throw new HostCommandError(['ip', ...args], 1, 'Device "kube-ipvs0" does not exist.');
-      return command.startsWith('-j')
-        ? JSON.stringify([{ifname: 'kube-ipvs0', addr_info: [...this.addresses].map((local) => ({local}))}])
-        : '';
-    }
-    if (command === 'link add kube-ipvs0 type dummy') this.device = true;
-    if (command === 'link del kube-ipvs0') {
-      this.device = false;
-      this.addresses.clear();
-    }
-    if (command === '-batch -') {
-      this.inputs.push({command: 'ip -batch', input: input!});
-      for (const line of input!.trim().split('\n')) {
-        const [, op, cidr] = line.split(/\s+/);
-        const address = cidr.split('/')[0];
-        if (op === 'replace') this.addresses.add(address);
-        else if (!this.addresses.delete(address)) throw new HostCommandError(['ip', '-batch', '-'], 1, 'Cannot assign requested address');
-      }
-    }
-    return '';
-  }
-
-  /** Keeps the rules as iptables-save prints them (MARK as --set-xmark, the source match first), as the kernel does. */
-  override async iptablesRestore(...args: Parameters<RecordingHost['iptablesRestore']>): Promise<void> {
-    const [family, rules, options] = args;
-    const printed = restoreInputText(rules)
-      .replace(/-j MARK --or-mark (\S+)/g, '-j MARK --set-xmark $1/$1')
-      .replace(/-j MARK --xor-mark (\S+)/g, '-j MARK --set-xmark $1/0x0')
-      .replace(/(-m set --match-set \S+ \S+) (! -s \S+)/g, '$2 $1');
-    return super.iptablesRestore(family, printed, options);
-  }
-
-  inputsOf(command: string): string[] {
-    return this.inputs.filter((entry) => entry.command === command).map((entry) => entry.input);
-  }
-
-  /** The node's state for one family, as the API reads it. */
-  async applied() {
-    return parseIpvsStateText(await ipvsRulesBackend().readApplied!(this, 'IPv4'));
-  }
-}
 
 function start(options: {objects: MemoryObjects; host?: IpvsHost; excludeCIDRs?: string[]; scheduler?: string; now?: () => number}) {
   const host = options.host ?? new IpvsHost();

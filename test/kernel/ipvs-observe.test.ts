@@ -1,7 +1,8 @@
 // The observing agent in ipvs mode against a kernel with IP_VS: a proxyctl-agent in ipvs mode
 // stands in for kube-proxy on a namespace node, and a proxyctl-agent --observe beside it finds
 // ipvs mode on its own (virtual servers with kube-ipvs0), reports no drift, names the service port
-// whose real server was deleted by hand, and runs only commands that read.
+// whose real server was deleted by hand, notices by itself (its drift checks 10 minutes apart) a
+// set entry and an address deleted by hand, and runs only commands that read.
 //
 // This machine's kernel has no IP_VS: on such a host the file boots a qemu guest with Debian's
 // stock kernel (scripts/qemu/guest.ts) and runs its cases there.
@@ -32,7 +33,7 @@ ipvs:
 `;
 /** The observer's commands (its --v 4 "run" lines) that only read. */
 const readCommand =
-  /command="(ip netns exec \S+ )?(iptables(-nft|-legacy)?-save( -t \w+)?|ip6?tables(-nft|-legacy)? --version|ip6?tables(-nft|-legacy)? -w 5 -W 100000 -t \w+ -S \S+|nft (-[jt] )?list .*|nfacct (get|list)\b.*|sysctl -n .*|ip (-j )?(link|addr) show.*|ipvsadm -[LS].*|ipset (save|list).*)"/;
+  /command="(ip netns exec \S+ )?(iptables(-nft|-legacy)?-save( -t \w+)?|ip6?tables(-nft|-legacy)? --version|ip6?tables(-nft|-legacy)? -w 5 -W 100000 -t \w+ -S \S+|nft (-[jt] )?list .*|nfacct (get|list)\b.*|sysctl -n .*|ip (-j |-br )?(link|addr) show.*|ipvsadm -[LS].*|ipset (save|list).*)"/;
 
 let cluster: LiveCluster | undefined;
 let observer: AgentChild | undefined;
@@ -71,10 +72,11 @@ describe('observing agent in ipvs mode on a kernel with IP_VS', {concurrency: fa
     await writeFile(join(dir, 'config.yaml'), standInConfig);
     cluster = await startLiveCluster({nodes: 1, podsPerNode: 3, externalClients: 0, servers, agentsOn: []});
     await writeFile(join(dir, 'kubeconfig'), cluster.server.kubeconfig(), {mode: 0o600});
-    cluster.server.store.create('services', serviceObject('web', {app: 'web'}), 'default');
+    for (const name of ['web', 'api', 'db']) cluster.server.store.create('services', serviceObject(name, {app: 'web'}), 'default');
     await start('the stand-in for kube-proxy', ['--config', join(dir, 'config.yaml'), '--api-bind-address=']);
     const [api] = await freeLoopbackPorts(1);
-    observer = await start('the observer', ['--observe', `--api-bind-address=127.0.0.1:${api}`]);
+    // Its periodic drift check 10 minutes apart: a change it notices within the test, it noticed by its own looks.
+    observer = await start('the observer', ['--observe', `--api-bind-address=127.0.0.1:${api}`, '--ipvs-sync-period=10m']);
     client = await AgentClient.connect({url: `ws://127.0.0.1:${api}/`, timeoutMs: 30_000, label: 'the observer'});
   });
   after(async () => {
@@ -108,6 +110,25 @@ describe('observing agent in ipvs mode on a kernel with IP_VS', {concurrency: fa
     const group = diff.groups.find((candidate) => candidate.servicePort === 'default/web:http');
     assert.ok(group, `diff names default/web:http: ${diff.text}`);
     assert.ok(group.explanations && group.explanations.length > 0, JSON.stringify(group));
+  });
+
+  it('a set entry and an address deleted by hand: the observer logs each service port drifting, no request asking', async (t) => {
+    const c = live(t);
+    if (!c) return;
+    const namespace = c.node(0).namespace;
+    const clusterIP = (name: string) =>
+      (c.server.store.get('services', 'default', name) as unknown as {spec: {clusterIP: string}}).spec.clusterIP;
+    const from = observer!.lines.length;
+    await execInNamespace(namespace, ['ip', 'addr', 'del', `${clusterIP('api')}/32`, 'dev', 'kube-ipvs0']);
+    const address = await observer!.waitForLog(/service port drifted .*servicePort=default\/api:http/, {from, timeoutMs: 90_000});
+    t.diagnostic(address);
+    await execInNamespace(namespace, ['ipset', 'del', 'KUBE-CLUSTER-IP', `${clusterIP('db')},tcp:80`]);
+    const entry = await observer!.waitForLog(/service port drifted .*servicePort=default\/db:http/, {from, timeoutMs: 90_000});
+    t.diagnostic(entry);
+    assert.match(
+      observer!.logged(/agent api: ipvs state changed/, from).join('\n'),
+      /ipvs kube-ipvs0 addresses[^]*ipvs sets KUBE-CLUSTER-IP/,
+    );
   });
 
   it('the observer ran no command that writes', async (t) => {

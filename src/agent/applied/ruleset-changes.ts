@@ -146,7 +146,7 @@ export function monitorIdle(pid: number): boolean {
 }
 
 /** The objects `touched` holds of one table, made empty when it holds none yet. */
-function touchedIn(touched: TouchedTables, family: IPFamily, table: string): TouchedObjects {
+export function touchedIn(touched: TouchedTables, family: IPFamily, table: string): TouchedObjects {
   let tables = touched.get(family);
   if (!tables) touched.set(family, (tables = new Map()));
   let objects = tables.get(table);
@@ -164,7 +164,7 @@ function addTouched(touched: TouchedTables, event: Exclude<MonitorEvent, 'none'>
 }
 
 /** Adds the objects of `more` to `touched`. */
-function mergeTouched(touched: TouchedTables, more: TouchedTables): void {
+export function mergeTouched(touched: TouchedTables, more: TouchedTables): void {
   for (const [family, tables] of more)
     for (const [table, objects] of tables) {
       const into = touchedIn(touched, family, table);

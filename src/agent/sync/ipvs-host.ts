@@ -10,6 +10,7 @@ import {
   parseIpsetSave,
   parseIpvsadmSave,
   tableSection,
+  type Ipset,
   type IpvsState,
   type IpvsVirtualServer,
 } from '../../core/ipvs/index.ts';
@@ -39,11 +40,48 @@ function familyOf(address: string): IPFamily {
 
 /** readIpvsKernelState reads one family's ipvs-mode state from the node, as the tools print it. */
 export async function readIpvsKernelState(host: Host, family: IPFamily): Promise<IpvsState> {
-  const servers = parseIpvsadmSave(await host.ipvsadm(['-Sn'])).filter((server) => familyOf(server.address) === family);
-  const sets = parseIpsetSave(await host.ipset(['save'])).filter((set) => set.name.startsWith('KUBE-6-') === (family === 'IPv6'));
-  const addresses = parseBoundAddresses(await readDummyAddresses(host)).filter((address) => familyOf(address) === family);
-  const iptables = savedTables(await host.iptablesSave(family), ['nat', 'filter']);
-  return {family, virtualServers: servers, sets, boundAddresses: addresses, iptables};
+  return {
+    family,
+    virtualServers: await readVirtualServers(host, family),
+    sets: await readSets(host, family),
+    boundAddresses: await readBoundAddresses(host, family),
+    iptables: await readIptablesLayer(host, family),
+  };
+}
+
+/** The family whose state a KUBE- set belongs to: ipvs mode names IPv6's sets KUBE-6-. */
+export function setFamily(name: string): IPFamily {
+  return name.startsWith('KUBE-6-') ? 'IPv6' : 'IPv4';
+}
+
+/** One family's virtual and real servers, `ipvsadm -Sn`. */
+export async function readVirtualServers(host: Host, family: IPFamily): Promise<IpvsVirtualServer[]> {
+  return parseIpvsadmSave(await host.ipvsadm(['-Sn'])).filter((server) => familyOf(server.address) === family);
+}
+
+/** One family's KUBE- sets, `ipset save`. */
+export async function readSets(host: Host, family: IPFamily): Promise<Ipset[]> {
+  return parseIpsetSave(await host.ipset(['save'])).filter((set) => setFamily(set.name) === family);
+}
+
+/** One KUBE- set, `ipset save NAME`; undefined when there is no such set. */
+export async function readSet(host: Host, name: string): Promise<Ipset | undefined> {
+  try {
+    return parseIpsetSave(await host.ipset(['save', name])).find((set) => set.name === name);
+  } catch (error) {
+    if (/does not exist/.test(errorText(error))) return undefined;
+    throw error;
+  }
+}
+
+/** One family's addresses on kube-ipvs0. */
+export async function readBoundAddresses(host: Host, family: IPFamily): Promise<string[]> {
+  return parseBoundAddresses(await readDummyAddresses(host)).filter((address) => familyOf(address) === family);
+}
+
+/** ipvs mode's iptables layer: the nat and filter tables, as iptables-save prints them. */
+export async function readIptablesLayer(host: Host, family: IPFamily): Promise<string> {
+  return savedTables(await host.iptablesSave(family), ['nat', 'filter']);
 }
 
 /** `ip -j addr show dev kube-ipvs0`; '' when the device does not exist. */

@@ -33,7 +33,8 @@ export function withJumpRules(iptables: string): string {
  * SetEntryOwners finds the service port a set entry belongs to from the desired virtual servers:
  * "IP,proto:PORT[,...]" entries by their virtual server, KUBE-LOOP-BACK's by the real server,
  * NodePort entries ("PORT" in a set of one protocol) by the servers on that port, KUBE-IPVS-IPS'
- * addresses by the servers on that address: each when one service port alone claims it.
+ * addresses and kube-ipvs0's by the servers on that address: each when one service port alone
+ * claims it.
  */
 class SetEntryOwners {
   private byServer: Map<string, string>;
@@ -74,6 +75,11 @@ class SetEntryOwners {
     if (/IPVS-IPS$/.test(set)) return this.sole(`address ${entry}`);
     return '';
   }
+
+  /** The service port whose virtual servers alone are on an address of kube-ipvs0. */
+  ofAddress(address: string): string {
+    return this.sole(`address ${address}`);
+  }
 }
 
 /** stateLines lists the state as one line per fact, keyed by the service port it belongs to. */
@@ -89,7 +95,7 @@ function stateLines(state: IpvsState, owners: Map<string, string>, entryOwners: 
     if (typed.has(set.name)) lines.set(`create ${set.name} ${set.type}`, '');
     for (const entry of set.entries) lines.set(`add ${set.name} ${entry}`, entryOwners.of(set.name, entry));
   }
-  for (const address of state.boundAddresses) lines.set(`address ${address} dev ${dummyDevice}`, '');
+  for (const address of state.boundAddresses) lines.set(`address ${address} dev ${dummyDevice}`, entryOwners.ofAddress(address));
   return lines;
 }
 

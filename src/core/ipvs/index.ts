@@ -2,6 +2,7 @@
 // iptables layer; read that state back; diff and trace it.
 export {renderIpvs, ipsetName, ipsetNames, nodePortAddresses, ipvsIptablesChains, ipvsJumpRules, type RenderIpvsOptions} from './render.ts';
 export {
+  compare as compareIpvsNames,
   dummyDevice,
   formatIpsetRestore,
   formatIpvsadmRestore,

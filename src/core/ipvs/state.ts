@@ -153,6 +153,7 @@ export function sortServers(servers: IpvsVirtualServer[]): IpvsVirtualServer[] {
   return servers.sort((a, b) => compare(virtualServerKey(a), virtualServerKey(b)));
 }
 
+/** The order the state keeps its lists in (by code unit, as sort() without a comparator). */
 export function compare(a: string, b: string): number {
   return a < b ? -1 : a > b ? 1 : 0;
 }

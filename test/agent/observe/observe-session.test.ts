@@ -38,7 +38,7 @@ const readCommands = [
   /^nft (-[jt] )?list\b/,
   /^ipset (list|save)\b/,
   /^ipvsadm -[LS]/,
-  /^ip (-j )?(link|addr) show\b/,
+  /^ip (-j |-br )?(link|addr) show\b/,
 ];
 
 /**

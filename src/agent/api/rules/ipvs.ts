@@ -4,6 +4,7 @@
 // traceIpvs. The applied text is what `ipvsadm -Sn`, `ipset save`, `ip -j addr show kube-ipvs0` and
 // iptables-save report in the node's namespace.
 import {
+  compareIpvsNames,
   diffIpvs,
   ipvsDiffText,
   dummyDevice,
@@ -18,7 +19,9 @@ import {
 } from '../../../core/ipvs/index.ts';
 import type {IPFamily} from '../../../core/model/index.ts';
 import type {Host} from '../../host/host.ts';
-import {readIpvsKernelState} from '../../sync/ipvs-host.ts';
+import {readBoundAddresses, readIptablesLayer, readIpvsKernelState, readSet, readSets, readVirtualServers} from '../../sync/ipvs-host.ts';
+import {ipvsStateParts} from '../../applied/ipvs-changes.ts';
+import type {TouchedObjects} from '../../applied/ruleset-changes.ts';
 import type {ParsedRules, RulesBackend} from './backend.ts';
 
 const sections = {
@@ -114,5 +117,44 @@ export function ipvsRulesBackend(options: {scheduler?: string} = {}): RulesBacke
     },
     trace: (rules, packet, context) => traceIpvs(rules as IpvsState, packet, context),
     readApplied: async (host: Host, family: IPFamily) => formatIpvsState(await readIpvsKernelState(host, family)),
+    format: (rules) => formatIpvsState(rules as IpvsState),
+    follow: async (host, family, rules, touched) => {
+      const followed = await followIpvsChanges(host, family, rules as IpvsState, touched);
+      for (const server of followed.virtualServers) server.servicePort ||= owners.get(family)?.get(virtualServerKey(server)) ?? '';
+      return followed as ParsedRules;
+    },
   };
+}
+
+/**
+ * The state brought up to date by reading again only the parts foreign changes touched
+ * (watchIpvsState's report, the iptables layer's tables from nft monitor): `state` itself when
+ * none was.
+ */
+export async function followIpvsChanges(
+  host: Host,
+  family: IPFamily,
+  state: IpvsState,
+  touched: Map<string, TouchedObjects>,
+): Promise<IpvsState> {
+  const servers = touched.get(ipvsStateParts.servers);
+  const sets = touched.get(ipvsStateParts.sets);
+  const addresses = touched.get(ipvsStateParts.addresses);
+  const iptablesLayer = touched.has('nat') || touched.has('filter');
+  if (!servers && !sets && !addresses && !iptablesLayer) return state;
+  const followed = {...state};
+  if (servers) followed.virtualServers = await readVirtualServers(host, family);
+  if (sets?.whole) followed.sets = await readSets(host, family);
+  else if (sets) {
+    const byName = new Map(state.sets.map((set) => [set.name, set]));
+    for (const name of sets.sets) {
+      const read = await readSet(host, name);
+      if (read) byName.set(name, read);
+      else byName.delete(name);
+    }
+    followed.sets = [...byName.values()].sort((a, b) => compareIpvsNames(a.name, b.name));
+  }
+  if (addresses) followed.boundAddresses = await readBoundAddresses(host, family);
+  if (iptablesLayer) followed.iptables = await readIptablesLayer(host, family);
+  return followed;
 }

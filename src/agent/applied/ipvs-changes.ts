@@ -1,0 +1,215 @@
+// The change signal for ipvs mode's state. Virtual servers, ipsets and kube-ipvs0's addresses change
+// unseen by nft monitor, and nothing else announces them: IPVS's and ipset's netlink families have
+// no multicast group, and neither keeps a generation number. So they are looked at on a timer,
+// each as cheaply as it can be told to have changed:
+// - virtual and real servers: `ipvsadm -Sn`, compared as text (it prints no counters, so its
+//   text changes only when a server does);
+// - sets: `ipset list -t`, each KUBE- set's header (type, entry count, memory size), not its
+//   entries: adding or deleting an entry changes the count and size, and only that set is read
+//   again. A delete and an add in the same set between two looks leave its header as it was:
+//   that change is seen at the next periodic drift check;
+// - addresses: `ip -br addr show dev kube-ipvs0`, compared as text.
+// The iptables layer is nft monitor's (watchNftRuleset), merged in. A change is reported with
+// what it touched, under the names ipvsStateParts gives, for the ipvs backend's follow.
+import type {IPFamily} from '../../core/model/index.ts';
+import {dummyDevice} from '../../core/ipvs/index.ts';
+import {errorText} from '../../core/error-text.ts';
+import type {Host} from '../host/host.ts';
+import type {Logger} from '../log.ts';
+import {setFamily} from '../sync/ipvs-host.ts';
+import {mergeTouched, type RulesetChanges, type TouchedTables, touchedIn} from './ruleset-changes.ts';
+
+/**
+ * The parts of ipvs mode's state a change report names, in place of nf_tables tables (a name
+ * with a space is no table's): the servers and addresses touched whole, the sets by name.
+ */
+export const ipvsStateParts = {
+  servers: 'ipvs virtual servers',
+  sets: 'ipvs sets',
+  addresses: `ipvs ${dummyDevice} addresses`,
+} as const;
+
+const families: IPFamily[] = ['IPv4', 'IPv6'];
+
+/** One look at the state: the texts compared with the previous look's. */
+export interface IpvsStateLook {
+  servers: string;
+  /** Each KUBE- set's header in `ipset list -t`, by name. */
+  sets: Map<string, string>;
+  addresses: string;
+}
+
+/** The KUBE- sets' headers in `ipset list -t` output (blocks that begin "Name: ..."), by name. */
+export function ipsetHeaders(terse: string): Map<string, string> {
+  const headers = new Map<string, string>();
+  for (const block of terse.split(/\n(?=Name: )/)) {
+    const name = /^Name: (\S+)/.exec(block)?.[1];
+    if (name?.startsWith('KUBE-')) headers.set(name, block.trim());
+  }
+  return headers;
+}
+
+/** What changed between two looks, by family and part; empty when nothing did. */
+export function changedParts(before: IpvsStateLook, after: IpvsStateLook): TouchedTables {
+  const touched: TouchedTables = new Map();
+  const whole = (part: string) => {
+    for (const family of families) touchedIn(touched, family, part).whole = true;
+  };
+  if (before.servers !== after.servers) whole(ipvsStateParts.servers);
+  if (before.addresses !== after.addresses) whole(ipvsStateParts.addresses);
+  for (const name of new Set([...before.sets.keys(), ...after.sets.keys()]))
+    if (before.sets.get(name) !== after.sets.get(name)) touchedIn(touched, setFamily(name), ipvsStateParts.sets).sets.add(name);
+  return touched;
+}
+
+/** Takes one look at the node's ipvs state. */
+export async function lookAtIpvsState(host: Host): Promise<IpvsStateLook> {
+  const [servers, sets, addresses] = await Promise.all([
+    host.ipvsadm(['-Sn']),
+    host.ipset(['list', '-t']),
+    host.ip(['-br', 'addr', 'show', 'dev', dummyDevice]).catch(() => ''),
+  ]);
+  return {servers, sets: ipsetHeaders(sets), addresses};
+}
+
+/** Changes kept for foreignObjectsSince; older ones make it answer undefined (read everything). */
+const changesKept = 64;
+
+/**
+ * How long between looks: pollMs, or ten times the last look's duration when that is longer, so
+ * that looking at a large state (ipvsadm -Sn of 100,000 real servers) takes at most a tenth of
+ * the time.
+ */
+function lookInterval(pollMs: number, lastLookMs: number): number {
+  return Math.max(pollMs, 10 * lastLookMs);
+}
+
+/**
+ * watchIpvsState looks at the node's ipvs state every pollMs (default 2 s) and reports each change
+ * as foreign, merged with `iptables` (nft monitor for the iptables layer, or no signal). It looks
+ * once before it resolves: a reading that starts after that is vouched for. `look` stands in for
+ * lookAtIpvsState in tests.
+ */
+export async function watchIpvsState(options: {
+  host: Host;
+  log: Logger;
+  iptables: RulesetChanges;
+  pollMs?: number;
+  look?: () => Promise<IpvsStateLook>;
+}): Promise<RulesetChanges> {
+  const {log, iptables} = options;
+  const pollMs = options.pollMs ?? 2000;
+  const look = options.look ?? (() => lookAtIpvsState(options.host));
+  let last: IpvsStateLook | undefined;
+  /** When the looks were last (re)started from a first look: changes before are not known. */
+  let watchingSince: number | undefined;
+  let lastChangeAt = 0;
+  const changes: {at: number; touched: TouchedTables}[] = [];
+  let keptSince = 0;
+  let closed = false;
+  let timer: NodeJS.Timeout | undefined;
+  let lastLookMs = 0;
+  let running: {startedAt: number; done: Promise<boolean>} | undefined;
+  /** The last look failed (said once in the log until one succeeds). */
+  let failing = false;
+
+  const lookOnce = (): Promise<boolean> => {
+    const startedAt = Date.now();
+    const done = (async () => {
+      try {
+        const now = await look();
+        const at = Date.now();
+        lastLookMs = at - startedAt;
+        if (watchingSince === undefined || !last) {
+          // The first look, or the first since looking failed: changes before it are not known.
+          if (watchingSince === undefined)
+            log.detail(2, 'agent api: watching the ipvs state; readings are trusted until it changes', {seconds: lastLookMs / 1000});
+          watchingSince = at;
+        } else {
+          const touched = changedParts(last, now);
+          if (touched.size > 0) {
+            lastChangeAt = at;
+            changes.push({at, touched});
+            if (changes.length > changesKept) keptSince = changes.shift()!.at + 1;
+            log.detail(3, 'agent api: ipvs state changed', {parts: describe(touched)});
+          }
+        }
+        last = now;
+        failing = false;
+        return true;
+      } catch (error) {
+        if (!failing)
+          log.warn('agent api: cannot look at the ipvs state; applied rules are read for every request until it can', {
+            reason: errorText(error),
+          });
+        failing = true;
+        watchingSince = undefined;
+        return false;
+      } finally {
+        running = undefined;
+      }
+    })();
+    running = {startedAt, done};
+    return done;
+  };
+
+  /** Resolves with a look that started at `since` or later. */
+  const lookStartedAfter = async (since: number): Promise<boolean> => {
+    for (;;) {
+      if (!running) return lookOnce();
+      if (running.startedAt >= since) return running.done;
+      await running.done;
+    }
+  };
+
+  const schedule = () => {
+    if (closed) return;
+    timer = setTimeout(
+      async () => {
+        await (running?.done ?? lookOnce());
+        schedule();
+      },
+      lookInterval(pollMs, lastLookMs),
+    );
+    timer.unref();
+  };
+
+  await lookOnce();
+  schedule();
+  const watching = () => !closed && watchingSince !== undefined && iptables.watching();
+  return {
+    watching,
+    lastForeignChangeAt: () => Math.max(iptables.lastForeignChangeAt(), lastChangeAt, watchingSince ?? Date.now()),
+    ownWriter: (pid) => iptables.ownWriter(pid),
+    settled: async (maxWaitMs) => {
+      const calledAt = Date.now();
+      const timeout = new Promise<boolean>((resolve) => setTimeout(() => resolve(false), maxWaitMs).unref());
+      const [looked, layer] = await Promise.all([Promise.race([lookStartedAfter(calledAt), timeout]), iptables.settled(maxWaitMs)]);
+      // A reading that starts once this resolves must start after the last change reported, on a clock in whole ms.
+      while (Date.now() <= lastChangeAt) await new Promise((resolve) => setTimeout(resolve, 1));
+      return looked && layer && watching();
+    },
+    foreignObjectsSince: (since) => {
+      if (watchingSince === undefined || since < watchingSince || since < keptSince) return undefined;
+      const layer = iptables.foreignObjectsSince(since);
+      if (!layer) return undefined;
+      const touched: TouchedTables = new Map();
+      mergeTouched(touched, layer);
+      for (const change of changes) if (change.at >= since) mergeTouched(touched, change.touched);
+      return touched;
+    },
+    close: () => {
+      closed = true;
+      clearTimeout(timer);
+      iptables.close();
+    },
+  };
+}
+
+/** "IPv4 ipvs sets KUBE-LOOP-BACK; IPv4 ipvs virtual servers" for the log. */
+function describe(touched: TouchedTables): string {
+  const parts: string[] = [];
+  for (const [family, tables] of touched)
+    for (const [part, objects] of tables) parts.push(`${family} ${part}${objects.whole ? '' : ` ${[...objects.sets].join(' ')}`}`);
+  return parts.join('; ');
+}

@@ -1,0 +1,170 @@
+// watchIpvsState, the change signal for ipvs mode's state, over a node's ipvs state in memory: a
+// change by hand to each part (a real server, a set entry, an address on kube-ipvs0) is reported
+// with the part it touched, and the applied rules follow it by reading that part alone, to the
+// same state a whole reading gives. The same against a real kernel: test/kernel/ipvs-observe.test.ts.
+import assert from 'node:assert/strict';
+import {test} from 'node:test';
+import {AppliedState} from '../../../src/agent/applied/applied-state.ts';
+import {changedParts, ipsetHeaders, ipvsStateParts, type IpvsStateLook, watchIpvsState} from '../../../src/agent/applied/ipvs-changes.ts';
+import {formatIpvsState, ipvsRulesBackend, parseIpvsStateText} from '../../../src/agent/api/rules/ipvs.ts';
+import type {IpvsState} from '../../../src/core/ipvs/index.ts';
+import {memoryLogger} from '../../../src/agent/log.ts';
+import {IpvsHost} from '../ipvs-memory-host.ts';
+import {watchedChanges} from './watched-changes.ts';
+
+// What `ipset list -t` printed for two of ipvs mode's sets and one of another program's.
+const terseListing = `Name: KUBE-CLUSTER-IP
+Type: hash:ip,port
+Revision: 7
+Header: family inet hashsize 1024 maxelem 65536 bucketsize 12 initval 0xf902c149
+Size in memory: 264
+References: 0
+Number of entries: 1
+
+Name: KUBE-LOOP-BACK
+Type: hash:ip,port,ip
+Revision: 6
+Header: family inet hashsize 1024 maxelem 65536 bucketsize 12 initval 0x142e3698
+Size in memory: 208
+References: 0
+Number of entries: 0
+
+Name: other
+Type: hash:ip
+Revision: 6
+Header: family inet hashsize 1024 maxelem 65536 bucketsize 12 initval 0xc06bc172
+Size in memory: 216
+References: 0
+Number of entries: 0
+`;
+
+test("reads each KUBE- set's header from ipset list -t, and names what changed between two looks", () => {
+  const headers = ipsetHeaders(terseListing);
+  assert.deepEqual([...headers.keys()], ['KUBE-CLUSTER-IP', 'KUBE-LOOP-BACK']);
+  assert.match(headers.get('KUBE-CLUSTER-IP')!, /^Name: KUBE-CLUSTER-IP\n[^]*Number of entries: 1$/);
+
+  const before: IpvsStateLook = {servers: '-A -t 10.96.0.1:443 -s rr\n', sets: headers, addresses: 'kube-ipvs0 DOWN 10.96.0.1/32\n'};
+  assert.equal(changedParts(before, {...before, sets: new Map(headers)}).size, 0);
+  const oneMore = terseListing.replace('Number of entries: 1', 'Number of entries: 2');
+  const touched = changedParts(before, {
+    servers: `${before.servers}-A -t 10.96.0.2:80 -s rr\n`,
+    sets: ipsetHeaders(oneMore.replace(/Name: KUBE-LOOP-BACK[^]*?\n\n/, '')),
+    addresses: before.addresses,
+  });
+  const ipv4 = touched.get('IPv4')!;
+  assert.equal(ipv4.get(ipvsStateParts.servers)?.whole, true);
+  assert.deepEqual([...ipv4.get(ipvsStateParts.sets)!.sets].sort(), ['KUBE-CLUSTER-IP', 'KUBE-LOOP-BACK']);
+  assert.equal(ipv4.has(ipvsStateParts.addresses), false);
+  // IPv6's sets are KUBE-6-: a change to IPv4's touches no IPv6 set.
+  assert.equal(touched.get('IPv6')?.has(ipvsStateParts.sets), false);
+});
+
+/** A node holding one service's ipvs state: two real servers, its set entries and its address. */
+async function seededNode(): Promise<IpvsHost> {
+  const host = new IpvsHost();
+  await host.ipvsadm(
+    ['-R'],
+    '-A -t 10.96.0.10:80 -s rr\n-a -t 10.96.0.10:80 -r 10.244.1.2:8080 -m -w 1\n-a -t 10.96.0.10:80 -r 10.244.1.3:8080 -m -w 1\n',
+  );
+  await host.ipset(
+    ['restore'],
+    'create KUBE-CLUSTER-IP hash:ip,port\nadd KUBE-CLUSTER-IP 10.96.0.10,tcp:80\ncreate KUBE-LOOP-BACK hash:ip,port,ip\nadd KUBE-LOOP-BACK 10.244.1.2,tcp:8080,10.244.1.2\n',
+  );
+  await host.ip(['link', 'add', 'kube-ipvs0', 'type', 'dummy']);
+  await host.ip(['-batch', '-'], 'addr replace 10.96.0.10/32 dev kube-ipvs0\naddr replace 10.96.0.11/32 dev kube-ipvs0\n');
+  return host;
+}
+
+test('a change by hand to each part of the ipvs state is followed by reading that part alone', async () => {
+  const host = await seededNode();
+  const backend = ipvsRulesBackend();
+  const changes = await watchIpvsState({host, log: memoryLogger(4), iptables: watchedChanges({time: 0}), pollMs: 3_600_000});
+  const applied = new AppliedState({
+    read: (family) => backend.readApplied!(host, family),
+    parse: (text) => backend.parse(text),
+    follow: (family, rules, touched) => backend.follow!(host, family, rules, touched),
+    format: (rules) => backend.format!(rules),
+    changes,
+    now: Date.now,
+  });
+  try {
+    assert.equal(changes.watching(), true);
+    const first = await applied.get('IPv4');
+    assert.equal((first.rules as IpvsState).virtualServers[0].realServers.length, 2);
+
+    /** The commands a request ran after `change`, and whether its rules are what a whole reading gives. */
+    const afterChange = async (change: () => Promise<unknown>) => {
+      await change();
+      const from = host.calls.length;
+      const rules = (await applied.get('IPv4')).rules as IpvsState;
+      const ran = host.calls.slice(from);
+      const whole = parseIpvsStateText(await backend.readApplied!(host, 'IPv4'));
+      assert.equal(formatIpvsState(rules), formatIpvsState(whole));
+      return ran;
+    };
+    // One look: the three listings, nothing read whole.
+    const look = ['ipvsadm -Sn', 'ipset list -t', 'ip -br addr show dev kube-ipvs0'];
+
+    assert.deepEqual(await afterChange(async () => {}), look, 'nothing changed: one look, the rules kept');
+    assert.deepEqual(
+      await afterChange(() => host.ipvsadm(['-R'], '-d -t 10.96.0.10:80 -r 10.244.1.3:8080\n')),
+      [...look, 'ipvsadm -Sn'],
+      'a real server deleted: the servers read again',
+    );
+    assert.deepEqual(
+      await afterChange(() => host.ipset(['restore'], 'del KUBE-LOOP-BACK 10.244.1.2,tcp:8080,10.244.1.2\n')),
+      [...look, 'ipset save KUBE-LOOP-BACK'],
+      'a set entry deleted: that set read again',
+    );
+    assert.deepEqual(
+      await afterChange(() => host.ip(['-batch', '-'], 'addr del 10.96.0.11/32 dev kube-ipvs0\n')),
+      [...look, 'ip -j addr show dev kube-ipvs0'],
+      'an address deleted: the addresses read again',
+    );
+    assert.deepEqual(
+      await afterChange(() => host.ipset(['destroy', 'KUBE-LOOP-BACK'])),
+      [...look, 'ipset save KUBE-LOOP-BACK'],
+      'a set destroyed: gone from the rules',
+    );
+    assert.equal(((await applied.get('IPv4')).rules as IpvsState).sets.length, 1);
+  } finally {
+    applied.close();
+  }
+});
+
+test('a look that fails vouches for nothing until one succeeds, and readings from before it are not trusted', async () => {
+  let failing = false;
+  let looks = 0;
+  const log = memoryLogger(4);
+  const changes = await watchIpvsState({
+    host: new IpvsHost(),
+    log,
+    iptables: watchedChanges({time: 0}),
+    pollMs: 3_600_000,
+    look: async () => {
+      looks++;
+      if (failing) throw new Error("ipvsadm: Can't initialize ipvs: Protocol not available");
+      return {servers: '', sets: new Map(), addresses: ''};
+    },
+  });
+  try {
+    assert.equal(looks, 1, 'one look before it resolves');
+    assert.equal(changes.watching(), true);
+    const readBefore = Date.now();
+    await new Promise((resolve) => setTimeout(resolve, 5));
+    failing = true;
+    assert.equal(await changes.settled(1000), false);
+    assert.equal(looks, 2, 'settled looks again');
+    assert.equal(changes.watching(), false);
+    assert.equal(changes.foreignObjectsSince(readBefore), undefined);
+    assert.equal(await changes.settled(1000), false);
+    assert.equal(log.lines.filter((line) => line.includes('cannot look at the ipvs state')).length, 1, 'said once');
+    failing = false;
+    assert.equal(await changes.settled(1000), true);
+    assert.equal(changes.watching(), true);
+    assert.ok(changes.lastForeignChangeAt() > readBefore, 'a reading from before the failure is not current');
+    assert.deepEqual(changes.foreignObjectsSince(Date.now()), new Map());
+  } finally {
+    changes.close();
+  }
+});
