@@ -91,7 +91,11 @@ describe("kube-proxy's ipvs state in a kernel with IP_VS", {concurrency: false, 
         // One dump after the other, each on its own lines, as a user saves them into one file.
         const saved = [(await execInNamespace(node, ['ipvsadm', '-Sn'])).stdout, (await execInNamespace(node, ['ipset', 'save'])).stdout];
         readBack = saved.map((part) => `${part.trimEnd()}\n`).join('');
-        await apps.start(endpoints.map((ip, index) => ({namespace: endpointNs(index), name: `ep-${ip}`, httpPort: 80, udpPort: 5353})));
+        await apps.start(
+          endpoints.map((ip, index) => ({namespace: endpointNs(index), name: `ep-${ip}`, httpPort: 80, udpPort: 5353})),
+          // In the qemu guest every Node start is emulated, several at once on two virtual CPUs.
+          {startTimeoutMs: inGuest ? 60_000 : 10_000},
+        );
       });
       after(async () => {
         await apps.stopAll();
