@@ -2,7 +2,7 @@
 // can read (ipvsadm-restore, ipset restore and iptables-save spelling), grouped by service port.
 import {diffIptables} from '../iptables/diff.ts';
 import {joinHostPort} from '../model/ip.ts';
-import {dummyDevice, formatIpvsadmRestore, virtualServerKey, type IpvsState} from './state.ts';
+import {dummyDevice, formatIpvsadmRestore, type Ipset, type IpvsState, type IpvsVirtualServer, virtualServerKey} from './state.ts';
 import {ipvsJumpRules} from './render.ts';
 
 export interface IpvsDiffGroup {
@@ -82,21 +82,42 @@ class SetEntryOwners {
   }
 }
 
-/** stateLines lists the state as one line per fact, keyed by the service port it belongs to. */
-function stateLines(state: IpvsState, owners: Map<string, string>, entryOwners: SetEntryOwners, typed: Set<string>): Map<string, string> {
-  const lines = new Map<string, string>();
-  for (const server of state.virtualServers) {
-    const owner = server.servicePort || owners.get(virtualServerKey(server)) || '';
-    for (const line of formatIpvsadmRestore([server]).trim().split('\n')) lines.set(line, owner);
-  }
-  for (const set of state.sets) {
-    // An empty set matches nothing: whether it exists changes no packet (kube-proxy creates sets it
-    // never fills), and a set one side lacks shows as its entries. Types count where both hold entries.
-    if (typed.has(set.name)) lines.set(`create ${set.name} ${set.type}`, '');
-    for (const entry of set.entries) lines.set(`add ${set.name} ${entry}`, entryOwners.of(set.name, entry));
-  }
-  for (const address of state.boundAddresses) lines.set(`address ${address} dev ${dummyDevice}`, entryOwners.ofAddress(address));
+/** What a diff reads of the desired state, made once per desired state (and NodePort owners). */
+interface DesiredIndex {
+  nodePorts: Map<string, string> | undefined;
+  /** virtualServerKey -> service port. */
+  owners: Map<string, string>;
+  entryOwners: SetEntryOwners;
+}
+
+const desiredIndexes = new WeakMap<IpvsState, DesiredIndex>();
+
+function desiredIndex(desired: IpvsState, nodePorts: Map<string, string> | undefined): DesiredIndex {
+  const known = desiredIndexes.get(desired);
+  if (known && known.nodePorts === nodePorts) return known;
+  const owners = new Map(desired.virtualServers.map((server) => [virtualServerKey(server), server.servicePort]));
+  const index = {nodePorts, owners, entryOwners: new SetEntryOwners(owners, desired.virtualServers, nodePorts ?? new Map())};
+  desiredIndexes.set(desired, index);
+  return index;
+}
+
+/** A virtual server's lines as ipvsadm-restore spells them, once per server object (a reading's untouched servers are the same objects). */
+const serverLines = new WeakMap<IpvsVirtualServer, string[]>();
+
+function linesOf(server: IpvsVirtualServer): string[] {
+  let lines = serverLines.get(server);
+  if (!lines) serverLines.set(server, (lines = formatIpvsadmRestore([server]).trim().split('\n')));
   return lines;
+}
+
+function sameLines(a: readonly string[], b: readonly string[]): boolean {
+  return a === b || (a.length === b.length && a.every((line, index) => line === b[index]));
+}
+
+/** Each line of `lines` that `other` lacks, to `into`. */
+function missingFrom(lines: readonly string[], other: readonly string[], into: (line: string) => void): void {
+  const present = new Set(other);
+  for (const line of lines) if (!present.has(line)) into(line);
 }
 
 export interface DiffIpvsOptions {
@@ -105,25 +126,58 @@ export interface DiffIpvsOptions {
 }
 
 /**
- * diffIpvs compares virtual and real servers, set entries, bound addresses and the iptables layer.
+ * diffIpvs compares virtual and real servers, set entries, bound addresses and the iptables layer,
+ * each as lines (ipvsadm-restore, ipset restore and `address X dev kube-ipvs0`), part by part: a
+ * server or set the same on both sides costs one comparison, not a line each.
  * `applied.iptables` is the node's iptables-save text; only the proxy's chains and jumps count.
  */
 export function diffIpvs(desired: IpvsState, applied: IpvsState, options: DiffIpvsOptions = {}): IpvsDiff {
-  const owners = new Map(desired.virtualServers.map((server) => [virtualServerKey(server), server.servicePort]));
-  const entryOwners = new SetEntryOwners(owners, desired.virtualServers, options.nodePorts ?? new Map());
-  const filled = (state: IpvsState) => new Set(state.sets.filter((set) => set.entries.length > 0).map((set) => set.name));
-  const appliedFilled = filled(applied);
-  const typed = new Set([...filled(desired)].filter((name) => appliedFilled.has(name)));
-  const want = stateLines(desired, owners, entryOwners, typed);
-  const have = stateLines(applied, owners, entryOwners, typed);
+  const {owners, entryOwners} = desiredIndex(desired, options.nodePorts);
   const groups = new Map<string, IpvsDiffGroup>();
   const group = (servicePort: string) => {
     let found = groups.get(servicePort);
     if (!found) groups.set(servicePort, (found = {servicePort, added: [], removed: []}));
     return found;
   };
-  for (const [line, owner] of want) if (!have.has(line)) group(owner).added.push(line);
-  for (const [line, owner] of have) if (!want.has(line)) group(owner).removed.push(line);
+  // Desired lines missing from the kernel, in the desired state's order; then the kernel's extra lines, in its order.
+  const added = (owner: string) => (line: string) => group(owner).added.push(line);
+  const removed = (owner: string) => (line: string) => group(owner).removed.push(line);
+  const ownerOf = (server: IpvsVirtualServer) => server.servicePort || owners.get(virtualServerKey(server)) || '';
+
+  const appliedServers = new Map(applied.virtualServers.map((server) => [virtualServerKey(server), server]));
+  const desiredServers = new Map(desired.virtualServers.map((server) => [virtualServerKey(server), server]));
+  const appliedSets = new Map(applied.sets.map((set) => [set.name, set]));
+  const desiredSets = new Map(desired.sets.map((set) => [set.name, set]));
+  // An empty set matches nothing: whether it exists changes no packet (kube-proxy creates sets it
+  // never fills), and a set one side lacks shows as its entries. Types count where both hold entries.
+  const typed = (name: string) => (desiredSets.get(name)?.entries.length ?? 0) > 0 && (appliedSets.get(name)?.entries.length ?? 0) > 0;
+  const addressLine = (address: string) => `address ${address} dev ${dummyDevice}`;
+
+  const compare = (
+    mine: IpvsState,
+    others: {servers: Map<string, IpvsVirtualServer>; sets: Map<string, Ipset>; addresses: string[]},
+    to: typeof added,
+  ) => {
+    for (const server of mine.virtualServers) {
+      const other = others.servers.get(virtualServerKey(server));
+      const lines = linesOf(server);
+      if (!other) lines.forEach(to(ownerOf(server)));
+      else if (!sameLines(lines, linesOf(other))) missingFrom(lines, linesOf(other), to(ownerOf(server)));
+    }
+    for (const set of mine.sets) {
+      const other = others.sets.get(set.name);
+      if (typed(set.name) && set.type !== other!.type) to('')(`create ${set.name} ${set.type}`);
+      if (other && sameLines(set.entries, other.entries)) continue;
+      const present = new Set(other?.entries ?? []);
+      for (const entry of set.entries) if (!present.has(entry)) to(entryOwners.of(set.name, entry))(`add ${set.name} ${entry}`);
+    }
+    if (!sameLines(mine.boundAddresses, others.addresses)) {
+      const present = new Set(others.addresses);
+      for (const address of mine.boundAddresses) if (!present.has(address)) to(entryOwners.ofAddress(address))(addressLine(address));
+    }
+  };
+  compare(desired, {servers: appliedServers, sets: appliedSets, addresses: applied.boundAddresses}, added);
+  compare(applied, {servers: desiredServers, sets: desiredSets, addresses: desired.boundAddresses}, removed);
   const rules = diffIptables(withJumpRules(desired.iptables), applied.iptables);
   for (const rulesGroup of rules.groups) {
     group(rulesGroup.servicePort).added.push(...rulesGroup.added);

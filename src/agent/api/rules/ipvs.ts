@@ -17,7 +17,7 @@ import {
   traceIpvs,
   virtualServerKey,
 } from '../../../core/ipvs/index.ts';
-import type {IPFamily} from '../../../core/model/index.ts';
+import type {IPFamily, ProxyModel} from '../../../core/model/index.ts';
 import type {Host} from '../../host/host.ts';
 import {readBoundAddresses, readIptablesLayer, readIpvsKernelState, readSet, readSets, readVirtualServers} from '../../sync/ipvs-host.ts';
 import {ipvsStateParts} from '../../applied/ipvs-changes.ts';
@@ -96,7 +96,12 @@ function inService(group: IpvsDiffGroup, service: string): boolean {
 export function ipvsRulesBackend(options: {scheduler?: string} = {}): RulesBackend {
   // The kernel does not know which service a virtual server belongs to; the last desired state does.
   const owners = new Map<IPFamily, Map<string, string>>();
-  return {
+  // The state readApplied read, per family, until its text comes back to parse: reading the text
+  // again would parse the whole state a second time (at 10,000 services as long as the reading's own parse).
+  const justRead = new Map<IPFamily, {text: string; state: IpvsState}>();
+  // Each model's desired state, made once while the model lives: every drift check and trace asks for it.
+  const desiredOf = new WeakMap<ProxyModel, ParsedRules>();
+  const backend: RulesBackend = {
     mode: 'ipvs',
     render: (model) => {
       const state = renderIpvs(model, {scheduler: options.scheduler});
@@ -104,10 +109,18 @@ export function ipvsRulesBackend(options: {scheduler?: string} = {}): RulesBacke
       return formatIpvsState(state);
     },
     parse: (text) => {
-      const state = parseIpvsStateText(text);
+      const family: IPFamily = text.startsWith('#### ipvs mode, IPv6') ? 'IPv6' : 'IPv4';
+      const read = justRead.get(family);
+      justRead.delete(family);
+      const state = read?.text === text ? read.state : parseIpvsStateText(text);
       const known = owners.get(state.family);
       for (const server of state.virtualServers) server.servicePort ||= known?.get(virtualServerKey(server)) ?? '';
       return state as ParsedRules;
+    },
+    desired: (model) => {
+      let desired = desiredOf.get(model);
+      if (!desired) desiredOf.set(model, (desired = backend.parse(backend.render(model))));
+      return desired;
     },
     diff: (desired, applied, service) => {
       const result = diffIpvs(desired as IpvsState, applied as IpvsState);
@@ -116,7 +129,12 @@ export function ipvsRulesBackend(options: {scheduler?: string} = {}): RulesBacke
       return {equal: groups.length === 0, groups, text: ipvsDiffText(groups)};
     },
     trace: (rules, packet, context) => traceIpvs(rules as IpvsState, packet, context),
-    readApplied: async (host: Host, family: IPFamily) => formatIpvsState(await readIpvsKernelState(host, family)),
+    readApplied: async (host: Host, family: IPFamily) => {
+      const state = await readIpvsKernelState(host, family);
+      const text = formatIpvsState(state);
+      justRead.set(family, {text, state});
+      return text;
+    },
     format: (rules) => formatIpvsState(rules as IpvsState),
     follow: async (host, family, rules, touched) => {
       const followed = await followIpvsChanges(host, family, rules as IpvsState, touched);
@@ -124,6 +142,7 @@ export function ipvsRulesBackend(options: {scheduler?: string} = {}): RulesBacke
       return followed as ParsedRules;
     },
   };
+  return backend;
 }
 
 /**
