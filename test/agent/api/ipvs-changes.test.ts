@@ -64,7 +64,8 @@ async function seededNode(): Promise<IpvsHost> {
   const host = new IpvsHost();
   await host.ipvsadm(
     ['-R'],
-    '-A -t 10.96.0.10:80 -s rr\n-a -t 10.96.0.10:80 -r 10.244.1.2:8080 -m -w 1\n-a -t 10.96.0.10:80 -r 10.244.1.3:8080 -m -w 1\n',
+    '-A -t 10.96.0.10:80 -s rr\n-a -t 10.96.0.10:80 -r 10.244.1.2:8080 -m -w 1\n-a -t 10.96.0.10:80 -r 10.244.1.3:8080 -m -w 1\n' +
+      '-A -t 10.96.0.11:53 -s rr\n-a -t 10.96.0.11:53 -r 10.244.1.4:53 -m -w 1\n',
   );
   await host.ipset(
     ['restore'],
@@ -91,6 +92,7 @@ test('a change by hand to each part of the ipvs state is followed by reading tha
     assert.equal(changes.watching(), true);
     const first = await applied.get('IPv4');
     assert.equal((first.rules as IpvsState).virtualServers[0].realServers.length, 2);
+    assert.equal((first.rules as IpvsState).virtualServers.length, 2);
 
     /** The commands a request ran after `change`, and whether its rules are what a whole reading gives. */
     const afterChange = async (change: () => Promise<unknown>) => {
@@ -106,11 +108,15 @@ test('a change by hand to each part of the ipvs state is followed by reading tha
     const look = ['ipvsadm -Sn', 'ipset list -t', 'ip -br addr show dev kube-ipvs0'];
 
     assert.deepEqual(await afterChange(async () => {}), look, 'nothing changed: one look, the rules kept');
+    const untouched = ((await applied.get('IPv4')).rules as IpvsState).virtualServers[1];
     assert.deepEqual(
       await afterChange(() => host.ipvsadm(['-R'], '-d -t 10.96.0.10:80 -r 10.244.1.3:8080\n')),
       [...look, 'ipvsadm -Sn'],
       'a real server deleted: the servers read again',
     );
+    const servers = ((await applied.get('IPv4')).rules as IpvsState).virtualServers;
+    assert.equal(servers[0].realServers.length, 1);
+    assert.equal(servers[1], untouched, 'the server the change did not touch is the object the diff knows');
     assert.deepEqual(
       await afterChange(() => host.ipset(['restore'], 'del KUBE-LOOP-BACK 10.244.1.2,tcp:8080,10.244.1.2\n')),
       [...look, 'ipset save KUBE-LOOP-BACK'],
