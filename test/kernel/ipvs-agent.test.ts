@@ -77,9 +77,9 @@ function podIP(name: string): string {
   return cluster!.pod(name).ip;
 }
 
-describe('agent in ipvs mode on a kernel with IP_VS', {concurrency: false, timeout: 300_000}, () => {
+describe('agent in ipvs mode on a kernel with IP_VS', {concurrency: false, timeout: 1_200_000}, () => {
   if (!runHere && !kernelUnavailable) {
-    itRunsInGuest(import.meta.url, {timeoutMs: 380_000});
+    itRunsInGuest(import.meta.url, {timeoutMs: 1_000_000});
     return;
   }
 

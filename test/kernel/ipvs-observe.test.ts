@@ -59,9 +59,9 @@ async function start(name: string, flags: string[]): Promise<AgentChild> {
   return agent;
 }
 
-describe('observing agent in ipvs mode on a kernel with IP_VS', {concurrency: false, timeout: 300_000}, () => {
+describe('observing agent in ipvs mode on a kernel with IP_VS', {concurrency: false, timeout: 1_200_000}, () => {
   if (!runHere && !kernelUnavailable) {
-    itRunsInGuest(import.meta.url, {timeoutMs: 380_000});
+    itRunsInGuest(import.meta.url, {timeoutMs: 1_000_000});
     return;
   }
 

@@ -57,7 +57,7 @@ function desiredFor(entry: NodeDescription, slices: EndpointSliceInput[]): IpvsS
 const trace: NodeTracer = (entry, sender, target) =>
   traceIpvs(appliedStates.get(entry.name)!, firstPacket(sender, target), {localAddresses: scenario.localAddresses.get(entry.name)!});
 
-describe('ipvs mode in a kernel with IP_VS', {concurrency: false, timeout: 900_000}, () => {
+describe('ipvs mode in a kernel with IP_VS', {concurrency: false, timeout: 1_500_000}, () => {
   if (!runHere && !kernelUnavailable) {
     itRunsInGuest(import.meta.url, {timeoutMs: 1_400_000});
     return;

@@ -30,9 +30,9 @@ const inGuest = process.env.PROXYCTL_IN_GUEST === '1';
 const runHere = !kernelUnavailable && (inGuest || hostHasIpvs());
 const pod = '10.0.0.2';
 
-describe("kube-proxy's ipvs state in a kernel with IP_VS", {concurrency: false, timeout: 600_000}, () => {
+describe("kube-proxy's ipvs state in a kernel with IP_VS", {concurrency: false, timeout: 1_200_000}, () => {
   if (!runHere && !kernelUnavailable) {
-    itRunsInGuest(import.meta.url, {timeoutMs: 500_000});
+    itRunsInGuest(import.meta.url, {timeoutMs: 1_000_000});
     return;
   }
   const skip = runHere ? false : `needs root: ${kernelUnavailable}`;
