@@ -38,15 +38,20 @@ function familyOf(address: string): IPFamily {
   return address.includes(':') ? 'IPv6' : 'IPv4';
 }
 
-/** readIpvsKernelState reads one family's ipvs-mode state from the node, as the tools print it. */
+/**
+ * readIpvsKernelState reads one family's ipvs-mode state from the node, as the tools print it. The
+ * four tools run at once: the reading takes as long as the slowest (ipset save, on a large node),
+ * and the agent's own work meanwhile (an observer makes the desired state as it reads) does not
+ * hold back the next tool's start.
+ */
 export async function readIpvsKernelState(host: Host, family: IPFamily): Promise<IpvsState> {
-  return {
-    family,
-    virtualServers: await readVirtualServers(host, family),
-    sets: await readSets(host, family),
-    boundAddresses: await readBoundAddresses(host, family),
-    iptables: await readIptablesLayer(host, family),
-  };
+  const [virtualServers, sets, boundAddresses, iptables] = await Promise.all([
+    readVirtualServers(host, family),
+    readSets(host, family),
+    readBoundAddresses(host, family),
+    readIptablesLayer(host, family),
+  ]);
+  return {family, virtualServers, sets, boundAddresses, iptables};
 }
 
 /** The family whose state a KUBE- set belongs to: ipvs mode names IPv6's sets KUBE-6-. */
