@@ -167,7 +167,7 @@ const ipvsLayout: ObservedLayout = {
     return ['ipvsadm', '-d', '-t', `${ip}:80`, '-r', real];
   },
   changeSignal:
-    'the observer looks at the ipvs state every 2 s, or ten times a look when that is longer (ipvsadm -Sn, ipset list -t, ip -br addr show dev kube-ipvs0)',
+    'the observer looks at the ipvs state every 2 s, or ten times a look when that is longer, up to 10 s (ipvsadm -Sn, ipset list -t, ip -br addr show dev kube-ipvs0)',
 };
 
 export async function benchObserve(

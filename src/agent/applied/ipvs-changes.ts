@@ -75,13 +75,16 @@ export async function lookAtIpvsState(host: Host): Promise<IpvsStateLook> {
 /** Changes kept for foreignObjectsSince; older ones make it answer undefined (read everything). */
 const changesKept = 64;
 
+/** The longest time between looks, however long a look takes: how late a change may be seen. */
+const longestLookIntervalMs = 10_000;
+
 /**
  * How long between looks: pollMs, or ten times the last look's duration when that is longer, so
  * that looking at a large state (ipvsadm -Sn of 100,000 real servers) takes at most a tenth of
- * the time.
+ * the time, up to longestLookIntervalMs.
  */
 function lookInterval(pollMs: number, lastLookMs: number): number {
-  return Math.max(pollMs, 10 * lastLookMs);
+  return Math.max(pollMs, Math.min(10 * lastLookMs, longestLookIntervalMs));
 }
 
 /**
