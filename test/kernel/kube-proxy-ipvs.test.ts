@@ -24,7 +24,7 @@ import {diffOffline} from '../../src/plugin/lib/offline-diff.ts';
 import {readRulesDump, splitDump, traceDump} from '../../src/plugin/lib/rules-dump.ts';
 import {kubeProxyCaseModel, kubeProxyCases} from '../fixtures/kube-proxy/fixtures.ts';
 import {itRunsInGuest} from './in-guest.ts';
-import {kernelUnavailable} from './namespace-lab.ts';
+import {kernelUnavailable, nodeStartTimeoutMs} from './namespace-lab.ts';
 
 const inGuest = process.env.PROXYCTL_IN_GUEST === '1';
 const runHere = !kernelUnavailable && (inGuest || hostHasIpvs());
@@ -94,7 +94,7 @@ describe("kube-proxy's ipvs state in a kernel with IP_VS", {concurrency: false, 
         await apps.start(
           endpoints.map((ip, index) => ({namespace: endpointNs(index), name: `ep-${ip}`, httpPort: 80, udpPort: 5353})),
           // In the qemu guest every Node start is emulated, several at once on two virtual CPUs.
-          {startTimeoutMs: inGuest ? 60_000 : 10_000},
+          {startTimeoutMs: nodeStartTimeoutMs},
         );
       });
       after(async () => {
@@ -127,6 +127,7 @@ describe("kube-proxy's ipvs state in a kernel with IP_VS", {concurrency: false, 
           podNs,
           {protocol: 'tcp', host: ip, port: Number(port), timeoutMs: 4000},
           2 * predicted.branches.length,
+          {startTimeoutMs: nodeStartTimeoutMs},
         );
         const reached = new Set<string>();
         for (const result of results) {

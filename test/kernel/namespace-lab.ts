@@ -22,6 +22,13 @@ export const demoPorts = {http: 8080, udp: 5353} as const;
 /** Why kernel tests cannot run here (not root, no `ip`), or undefined when they can. */
 export const kernelUnavailable = await netnsUnavailableReason();
 
+/**
+ * How long a demo server's or probe client's Node process may take to start. In the qemu guest
+ * every Node start is emulated, several at once on two virtual CPUs, and slower still while the
+ * host is busy.
+ */
+export const nodeStartTimeoutMs = process.env.PROXYCTL_IN_GUEST === '1' ? 60_000 : 10_000;
+
 export interface KernelLab {
   topology: ClusterTopology;
   apps: DemoAppGroup;
@@ -59,9 +66,7 @@ export async function startKernelLab(options: Omit<ClusterOptions, 'prefix'>, se
         if (!pod) throw new Error(`kernel lab: no pod ${name} in the topology`);
         return {namespace: pod.namespace, name: pod.name, httpPort: demoPorts.http, udpPort: demoPorts.udp};
       }),
-      // In the qemu guest every Node start is emulated, several at once on two virtual CPUs, and
-      // slower still while the host is busy.
-      {startTimeoutMs: process.env.PROXYCTL_IN_GUEST === '1' ? 60_000 : 10_000},
+      {startTimeoutMs: nodeStartTimeoutMs},
     );
     return {
       topology,

@@ -14,7 +14,7 @@ import type {TraceResult} from '../../src/core/trace/types.ts';
 import type {NodeDescription} from '../../src/lab/netns/index.ts';
 import type {ProbeResult} from '../../src/lab/workload/demoapp-client.ts';
 import {probeFromNamespace} from '../../src/lab/workload/launch.ts';
-import {demoPorts, findPod, kernelUnavailable, type KernelLab, nodeObject, startKernelLab} from './namespace-lab.ts';
+import {demoPorts, findPod, kernelUnavailable, type KernelLab, nodeObject, nodeStartTimeoutMs, startKernelLab} from './namespace-lab.ts';
 
 export const servers = ['pod-0-1', 'pod-0-2', 'pod-0-3', 'pod-1-0'];
 export const loadBalancerIP = '10.250.0.30';
@@ -196,7 +196,9 @@ export class ServiceScenario {
   }
 
   async send(sender: Sender, target: Target, count = 1, timeoutMs = 2000): Promise<ProbeResult[]> {
-    return probeFromNamespace(sender.namespace, {protocol: target.protocol, host: target.ip, port: target.port, timeoutMs}, count);
+    return probeFromNamespace(sender.namespace, {protocol: target.protocol, host: target.ip, port: target.port, timeoutMs}, count, {
+      startTimeoutMs: nodeStartTimeoutMs,
+    });
   }
 }
 

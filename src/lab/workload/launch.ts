@@ -118,9 +118,15 @@ export class DemoAppGroup {
 
 /**
  * probeFromNamespace runs demoapp-client.ts inside the namespace and returns one ProbeResult per
- * request, made one after the other.
+ * request, made one after the other. startTimeoutMs bounds the client's Node start (default 10 s):
+ * an emulated machine needs more.
  */
-export async function probeFromNamespace(namespace: string, target: ProbeTarget, count = 1): Promise<ProbeResult[]> {
+export async function probeFromNamespace(
+  namespace: string,
+  target: ProbeTarget,
+  count = 1,
+  {startTimeoutMs = 10_000}: {startTimeoutMs?: number} = {},
+): Promise<ProbeResult[]> {
   const command = [
     process.execPath,
     siblingProgram('demoapp-client'),
@@ -136,7 +142,7 @@ export async function probeFromNamespace(namespace: string, target: ProbeTarget,
   if (target.timeoutMs !== undefined) command.push('--timeout-ms', String(target.timeoutMs));
   if (target.sourceIP !== undefined) command.push('--source', target.sourceIP);
   // The client bounds each request by its own timeout; this bound only catches a hung process.
-  const limit = 10000 + count * ((target.timeoutMs ?? 1000) + 200);
+  const limit = startTimeoutMs + count * ((target.timeoutMs ?? 1000) + 200);
   const {stdout} = await execInNamespace(namespace, command, {timeoutMs: limit});
   return JSON.parse(stdout) as ProbeResult[];
 }

@@ -19,7 +19,7 @@ import {nodeObject, podStatus} from '../../../src/lab/lab-objects.ts';
 import {execInNamespace, type NodeDescription, type PodDescription} from '../../../src/lab/netns/index.ts';
 import type {ProbeResult, ProbeTarget} from '../../../src/lab/workload/demoapp-client.ts';
 import {probeFromNamespace} from '../../../src/lab/workload/launch.ts';
-import {demoPorts, findPod, type KernelLab, kernelUnavailable, startKernelLab} from '../../kernel/namespace-lab.ts';
+import {demoPorts, findPod, type KernelLab, kernelUnavailable, nodeStartTimeoutMs, startKernelLab} from '../../kernel/namespace-lab.ts';
 
 export {demoPorts, findPod, kernelUnavailable} from '../../kernel/namespace-lab.ts';
 
@@ -474,7 +474,7 @@ export async function serviceChainOf(node: NodeDescription, servicePort: string)
 }
 
 export function probe(namespace: string, target: ProbeTarget, count = 1): Promise<ProbeResult[]> {
-  return probeFromNamespace(namespace, target, count);
+  return probeFromNamespace(namespace, target, count, {startTimeoutMs: nodeStartTimeoutMs});
 }
 
 /** The pods that answered, or a failure naming the first result that was not a reply. */
