@@ -30,5 +30,10 @@ await build({
   // Some of client-node's dependencies are CommonJS and call require().
   banner: {js: "import {createRequire} from 'node:module'; const require = createRequire(import.meta.url);"},
   legalComments: 'linked',
+  // V8 keeps a module's source in the heap. Without comments and indentation, and in ASCII (a
+  // comment's "\u2019" made V8 keep the 2.9 MB source two bytes a character), it is 1.9 MiB of the
+  // agent's heap instead of 5.5. Names are kept, so stack traces still name functions.
+  charset: 'ascii',
+  minifyWhitespace: true,
   logLevel: 'warning',
 });

@@ -65,10 +65,31 @@ function sharedConditions(conditions: unknown): unknown {
   return known;
 }
 
+/** Node and zone names as first seen, so that the endpoints on one node share one string. */
+const placeNames = new Map<string, string>();
+/** Past this many names (nodes come and go) the map starts again rather than grow for ever. */
+const placeNamesKept = 20_000;
+
+/**
+ * The string equal to `name` that an earlier endpoint brought, else `name` itself. A list parses
+ * a copy of its node's name for each endpoint (about 50 bytes for a cloud node's name, times
+ * every endpoint in the cluster).
+ */
+function sharedPlaceName(name: unknown): unknown {
+  if (typeof name !== 'string') return name;
+  const known = placeNames.get(name);
+  if (known !== undefined) return known;
+  if (placeNames.size >= placeNamesKept) placeNames.clear();
+  placeNames.set(name, name);
+  return name;
+}
+
 function compactEndpoint(endpoint: unknown): unknown {
   if (!isObject(endpoint)) return endpoint;
   const out = pick(endpoint, endpointFields);
   if (out.conditions !== undefined) out.conditions = sharedConditions(out.conditions);
+  if (out.nodeName !== undefined) out.nodeName = sharedPlaceName(out.nodeName);
+  if (out.zone !== undefined) out.zone = sharedPlaceName(out.zone);
   if (endpoint.targetRef !== undefined)
     out.targetRef = isObject(endpoint.targetRef) ? pick(endpoint.targetRef, ['kind', 'name', 'namespace']) : endpoint.targetRef;
   return out;

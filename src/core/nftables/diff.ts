@@ -193,13 +193,15 @@ export function shareSameParts(desired: NftRuleset, applied: NftRuleset, same: S
       rule.text === mine.rules[index].text && rule.comment === mine.rules[index].comment;
     if (chain.rules.length !== mine.rules.length || !chain.rules.every(identical)) continue;
     applied.chains.set(name, mine);
-    same.set(mine, mine);
+    // knownSame finds a shared part by identity: its entry would only hold memory (a table of
+    // 110,000 pairs at 10,000 services).
+    same.delete(mine);
   }
   for (const [name, set] of applied.sets) {
     const mine = desired.sets.get(name);
     if (!mine || mine === set || same.get(mine) !== set || !identicalSets(mine, set)) continue;
     applied.sets.set(name, mine);
-    same.set(mine, mine);
+    same.delete(mine);
   }
 }
 

@@ -25,6 +25,7 @@ test('a whole diff remembers what it found the same, skips it next time, and the
 
   shareSameParts(desired, applied, same);
   assert.equal(applied.chains.get('services'), desired.chains.get('services'), 'a chain that reads the same is shared');
+  assert.equal(same.has(desired.chains.get('services')!), false, 'a shared chain is known the same by identity, not remembered');
   assert.notEqual(
     applied.chains.get('service-AAAAAAAA-default/web/tcp/http'),
     desired.chains.get('service-AAAAAAAA-default/web/tcp/http'),
