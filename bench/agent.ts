@@ -490,6 +490,7 @@ export async function startAgentRun(
   kubeconfig: string,
   mode: 'iptables' | 'nftables' | undefined,
   extraFlags: string[] = [],
+  nodeOptions = process.env.PXBENCH_AGENT_NODE_OPTIONS,
 ): Promise<AgentRun> {
   const [healthzPort, metricsPort, apiPort] = await freeLoopbackPorts(3);
   const args = [
@@ -511,7 +512,6 @@ export async function startAgentRun(
   ];
   const logFile = process.env.PXBENCH_AGENT_LOG;
   const startedAt = performance.now();
-  const nodeOptions = process.env.PXBENCH_AGENT_NODE_OPTIONS;
   const env = nodeOptions === undefined ? process.env : {...process.env, NODE_OPTIONS: nodeOptions};
   const child: ChildProcess = spawn(agentLauncher, args, {stdio: ['ignore', 'ignore', 'pipe'], env});
   const lines: string[] = [];

@@ -30,7 +30,8 @@
 // PXBENCH_OBSERVE_SIZES=1000 (comma-separated service counts) runs only those sizes, and
 // PXBENCH_OBSERVE_LAYOUTS=iptables (or nftables, ipvs, comma-separated) only those layouts: the
 // 10,000-service run takes many minutes, most of them loading kube-proxy's nftables table, and
-// the ipvs layout in the guest longer.
+// the ipvs layout in the guest longer. PXBENCH_CPU_PROFILE_DIR=DIR writes a CPU profile of each
+// foreign change there (bench/cpu-profile.ts); the CPU figures then hold the profiler's own cost.
 import {mkdtemp, readFile, rm} from 'node:fs/promises';
 import {loadavg, tmpdir} from 'node:os';
 import {join} from 'node:path';
@@ -46,6 +47,7 @@ import {AgentClient} from '../src/plugin/lib/agent-client.ts';
 import type {StatusResult} from '../src/protocol/methods.ts';
 import {guestUnavailableReason, hostHasIpvs} from '../scripts/qemu/guest.ts';
 import {type AgentRun, loadWorkload, startAgentRun, tracesAcross} from './agent.ts';
+import {type AgentProfiler, connectProfiler, cpuProfileDir, inspectorFlag} from './cpu-profile.ts';
 import {benchInGuest} from './ipvs.ts';
 import {deleteNamespace, isRoot, runIn, runInAsync, scratchNamespace} from './netns.ts';
 import {figure, heading, mib, percentile, skipped, timed} from './report.ts';
@@ -56,6 +58,8 @@ const quiet = createLogger({write: () => {}});
 const apiTraces = 10;
 /** Foreign changes per layout; the median and the largest are printed. */
 const foreignChanges = 3;
+/** With PXBENCH_CPU_PROFILE_DIR: how long a change's profile runs on once the drift is in the metrics. */
+const profiledAfterNoticeMs = 4000;
 /** How often the bench asks the observer (status, metrics) while it waits for something. */
 const pollMs = 100;
 /** The observer is idle again once its CPU time has not grown for this long. */
@@ -234,7 +238,8 @@ async function benchLayout(serviceCount: number, endpointsPerService: number, la
 
     const kubeconfig = join(dir, 'kubeconfig');
     await server.writeKubeconfig(kubeconfig);
-    observer = await startAgentRun(namespace, kubeconfig, undefined, ['--observe']);
+    const nodeOptions = [process.env.PXBENCH_AGENT_NODE_OPTIONS, cpuProfileDir && inspectorFlag].filter(Boolean).join(' ');
+    observer = await startAgentRun(namespace, kubeconfig, undefined, ['--observe'], nodeOptions || undefined);
     await observer.waitForLine(/desired rules rebuilt/, 900_000);
     const client = await AgentClient.connect({url: observer.apiUrl, timeoutMs: 0, label: 'the observer'});
     try {
@@ -289,7 +294,14 @@ async function benchLayout(serviceCount: number, endpointsPerService: number, la
         note: `goal < 250 MiB ${mib(afterApi.rss) < 250 ? 'met' : 'NOT met'}; peak since start ${mib(afterApi.peak).toFixed(0)} MiB; ${await heapNote(observer)}; traces ${ms(api.traces)} ms, diff ${api.diff.toFixed(0)} ms${idleNote()}`,
       });
       await tracesOnceMonitored(observer, client, model);
-      printChanges(await foreignChangesMeasured(observer, client, namespace, layout, rules.text, serviceCount), layout);
+      const profile = cpuProfileDir
+        ? {profiler: await connectProfiler(observer), prefix: join(cpuProfileDir, `observe-${layout.name}-${serviceCount}`)}
+        : undefined;
+      try {
+        printChanges(await foreignChangesMeasured(observer, client, namespace, layout, rules.text, serviceCount, profile), layout);
+      } finally {
+        profile?.profiler.close();
+      }
       await observer.stop();
       const dumpAfter = await dumped(namespace, layout);
       figure({
@@ -364,6 +376,7 @@ async function foreignChangesMeasured(
   layout: ObservedLayout,
   rulesText: string,
   serviceCount: number,
+  profile?: {profiler: AgentProfiler; prefix: string},
 ): Promise<ChangeFigures> {
   // Idle for longer than a syncPeriod (30 s), so that the rate holds the periodic model rebuild and its drift check.
   const idleFrom = await cpuTimes(observer.pid);
@@ -376,10 +389,16 @@ async function foreignChangesMeasured(
     command = layout.deleteOne(rulesText, s);
     await untilIdle(observer.pid, idleTimeoutMs(layout));
     const before = await cpuTimes(observer.pid);
+    await profile?.profiler.start();
     const deleting = await timed(() => runInAsync(namespace, command));
     const deleted = performance.now();
     await waitForMetric(observer, round, 600_000);
     const noticedMs = performance.now() - deleted;
+    if (profile) {
+      // Sampling keeps the CPU time moving: the profile covers the change and a fixed while after.
+      await new Promise((resolve) => setTimeout(resolve, profiledAfterNoticeMs));
+      await profile.profiler.stopInto(`${profile.prefix}-change-${round}.cpuprofile`);
+    }
     const after = await untilIdle(observer.pid, idleTimeoutMs(layout));
     const status = await client.call('status', {});
     if (!status.drift.services.some((name) => name.includes(`bench/svc-${s}`)))
@@ -410,7 +429,8 @@ function printChanges(changes: ChangeFigures, layout: ObservedLayout): void {
     note:
       `each ${list(changes.rounds.map((round) => round.cpuMs))} ms (utime+stime, until idle ${idleWindowMs / 1000} s); ` +
       `its dumps' CPU ${list(changes.rounds.map((round) => round.childCpuMs))} ms; idle ${changes.idleCpuMsPerSecond.toFixed(0)} ms/s; ` +
-      `goal <= 1 s ${cpu.at(-1)! <= 1000 ? 'met' : 'NOT met'}${idleNote()}`,
+      `goal <= 1 s ${cpu.at(-1)! <= 1000 ? 'met' : 'NOT met'}${idleNote()}` +
+      (cpuProfileDir ? `; profiled (${cpuProfileDir}), the profiler's sampling included` : ''),
   });
 }
 
