@@ -93,7 +93,6 @@ describe("kube-proxy's ipvs state in a kernel with IP_VS", {concurrency: false, 
         readBack = saved.map((part) => `${part.trimEnd()}\n`).join('');
         await apps.start(
           endpoints.map((ip, index) => ({namespace: endpointNs(index), name: `ep-${ip}`, httpPort: 80, udpPort: 5353})),
-          // In the qemu guest every Node start is emulated, several at once on two virtual CPUs.
           {startTimeoutMs: nodeStartTimeoutMs},
         );
       });
