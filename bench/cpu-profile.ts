@@ -35,6 +35,11 @@ export async function connectProfiler(run: AgentRun, samplingIntervalUs = 1000):
     if (message.error) waiter.reject(new Error(`inspector: ${message.error.message}`));
     else waiter.resolve(message.result);
   });
+  // An observer that exits mid-profile fails the bench instead of leaving it waiting.
+  socket.on('close', () => {
+    for (const waiter of waiting.values()) waiter.reject(new Error('inspector: the connection closed'));
+    waiting.clear();
+  });
   const call = (method: string, params: object = {}) =>
     new Promise<unknown>((resolve, reject) => {
       const id = nextId++;
