@@ -265,9 +265,12 @@ export class RuntimeState {
     let whole: string | undefined;
     const {backend} = this;
     return {
-      *linesWith(needle, near) {
+      *linesWith(needle) {
         for (const [index, reading] of readings.entries())
-          yield* backend.rulesWith?.(reading.rules, needle, near) ?? texts[index].linesWith(needle);
+          yield* backend.rulesWith?.(reading.rules, needle) ?? texts[index].linesWith(needle);
+      },
+      *linesNear(needle, near) {
+        for (const reading of readings) yield* backend.rulesNear?.(reading.rules, needle, near) ?? [];
       },
       whole: () => (whole ??= texts.map((text) => text.whole()).join('\n')),
     };

@@ -19,15 +19,19 @@ export interface DriftContext {
 
 /**
  * The applied rules' text, searched for a name or read whole. Rules that keep their text in pieces
- * (iptables' patched readings) find the lines holding a name without putting the whole text together.
+ * (iptables' patched readings, nftables' parsed table) find the lines holding a name without
+ * putting the whole text together.
  */
 export interface AppliedText {
+  /** The lines that hold `needle`. */
+  linesWith(needle: string): Iterable<string>;
   /**
-   * The lines that hold `needle`. `near`: rule lines the question is about (a drifted group's),
-   * which rules kept in pieces look at first where they point (an iptables chain they name), so
-   * that a search that stops at the first line it wants seldom goes through the whole text.
+   * The lines that hold `needle` in the pieces (chains, sets) that `near` names: rule lines the
+   * question is about, a drifted group's. Most of what a question asks of a drifted service is in
+   * the pieces its drifted lines name, and those are read alone where the whole text is tens of MB
+   * at 10,000 services. None where the text is not kept in pieces.
    */
-  linesWith(needle: string, near?: readonly string[]): Iterable<string>;
+  linesNear(needle: string, near: readonly string[]): Iterable<string>;
   whole(): string;
 }
 
@@ -46,6 +50,7 @@ export function wholeText(read: () => string): AppliedText {
         at = end;
       }
     },
+    linesNear: () => [],
     whole,
   };
 }
@@ -65,7 +70,12 @@ export function explainDrift(groups: DiffGroup[], context: DriftContext): DiffGr
     isProgrammed: programmedCheck(context.applied),
     appliedAddresses: () => (addresses ??= new Set(addressesIn(context.applied.whole()))),
   };
-  const anyProgrammed = [...ports.values()].some((list) => list.some((port) => parts.isProgrammed(port)));
+  // Whether kube-proxy's rules name any service port: mostly answered by a drifted port, near
+  // its group's lines, without a search through the whole text.
+  const anyProgrammed =
+    drifted.some((group) =>
+      (ports.get(group.servicePort) ?? []).some((port) => programmedNear(port, context.applied, [...group.added, ...group.removed])),
+    ) || [...ports.values()].some((list) => list.some((port) => parts.isProgrammed(port)));
   return groups.map((group) => {
     if (group.added.length === 0 && group.removed.length === 0) return group;
     const list = ports.get(group.servicePort) ?? [];
@@ -134,7 +144,7 @@ function ruleExplanations(group: DiffGroup): DriftExplanation[] {
 
 /** What explaining one group needs beyond DriftContext: questions about the applied rules, answered from indexes made once. */
 interface GroupContext extends DriftContext {
-  /** `near`: the lines of the group asking, which the search looks at first (AppliedText.linesWith). */
+  /** `near`: the lines of the group asking, whose pieces are searched first (AppliedText.linesNear). */
   isProgrammed: (port: ServicePort, near?: readonly string[]) => boolean;
   appliedAddresses: () => Set<string>;
 }
@@ -177,34 +187,52 @@ function programmedCheck(applied: AppliedText): GroupContext['isProgrammed'] {
   };
 }
 
-/** programmed() for one port, by searching the text for each of its names where programmedNames would read them. */
+/**
+ * programmed() for one port, by searching the text for each of its names where programmedNames
+ * would read them: every name in the pieces `near` names first, then in the whole text.
+ */
 function programmedSearch(port: ServicePort, text: AppliedText, near?: readonly string[]): boolean {
-  const word = /[-a-z0-9.]/;
-  // A comment's "ns/name:port" (or "ns/name"), not part of a longer word.
-  if (occurs(text, near, port.key, (before, after) => !/[-A-Za-z0-9./]/.test(before) && !word.test(after))) return true;
-  // An nftables chain "service-HASH-ns/name/tcp/port", the hash 8 characters of base32.
-  const nftName = `${port.namespace}/${port.serviceName}/${port.protocol.toLowerCase()}/${port.portName}`;
-  const hashed = (line: string, at: number) => /^-[A-Z2-7]{8}$/.test(line.slice(at - 9, at));
-  if (occurs(text, near, `-${nftName}`, (_, after, at, line) => !/[-a-z0-9]/.test(after) && hashed(line, at))) return true;
-  // An ipvs virtual server, "ip:port".
-  if (port.clusterIP === '' || port.clusterIP === 'None') return false;
-  const address = port.clusterIP.includes(':') ? `[${port.clusterIP}]:${port.port}` : `${port.clusterIP}:${port.port}`;
-  return occurs(text, near, address, (before, after) => !/[\d.]/.test(before) && !/\d/.test(after));
+  if (near !== undefined && programmedNear(port, text, near)) return true;
+  return namesOf(port).some(({needle, fits}) => occurs(text.linesWith(needle), needle, fits));
 }
 
-/** Whether `needle` occurs in `text` with the characters around it (and its position in its line) as `fits` wants them. */
-function occurs(
-  text: AppliedText,
-  near: readonly string[] | undefined,
-  needle: string,
-  fits: (before: string, after: string, at: number, line: string) => boolean,
-): boolean {
-  for (const line of text.linesWith(needle, near))
+/** Whether the pieces of the applied rules that the lines `near` name say the port is programmed. */
+function programmedNear(port: ServicePort, text: AppliedText, near: readonly string[]): boolean {
+  return near.length > 0 && namesOf(port).some(({needle, fits}) => occurs(text.linesNear(needle, near), needle, fits));
+}
+
+/** A name kube-proxy's rules give a service port, and whether the characters around it (and its position in its line) make it that name. */
+interface PortName {
+  needle: string;
+  fits: (before: string, after: string, at: number, line: string) => boolean;
+}
+
+/** The names programmedNames reads for a port, each as one search finds it. */
+function namesOf(port: ServicePort): PortName[] {
+  const word = /[-a-z0-9.]/;
+  const nftName = `${port.namespace}/${port.serviceName}/${port.protocol.toLowerCase()}/${port.portName}`;
+  const hashed = (line: string, at: number) => /^-[A-Z2-7]{8}$/.test(line.slice(at - 9, at));
+  const names: PortName[] = [
+    // A comment's "ns/name:port" (or "ns/name"), not part of a longer word.
+    {needle: port.key, fits: (before, after) => !/[-A-Za-z0-9./]/.test(before) && !word.test(after)},
+    // An nftables chain "service-HASH-ns/name/tcp/port", the hash 8 characters of base32.
+    {needle: `-${nftName}`, fits: (_, after, at, line) => !/[-a-z0-9]/.test(after) && hashed(line, at)},
+  ];
+  // An ipvs virtual server, "ip:port".
+  if (port.clusterIP !== '' && port.clusterIP !== 'None') {
+    const address = port.clusterIP.includes(':') ? `[${port.clusterIP}]:${port.port}` : `${port.clusterIP}:${port.port}`;
+    names.push({needle: address, fits: (before, after) => !/[\d.]/.test(before) && !/\d/.test(after)});
+  }
+  return names;
+}
+
+/** Whether `needle` occurs in `lines` with the characters around it as `fits` wants them. */
+function occurs(lines: Iterable<string>, needle: string, fits: PortName['fits']): boolean {
+  for (const line of lines)
     for (let at = line.indexOf(needle); at >= 0; at = line.indexOf(needle, at + 1))
       if (fits(line.charAt(at - 1) || '\n', line.charAt(at + needle.length) || '\n', at, line)) return true;
   return false;
 }
-
 /** A service port is programmed when kube-proxy's rules name it, or (ipvs) hold its ClusterIP and port. */
 function programmed(port: ServicePort, names: Set<string>): boolean {
   if (names.has(port.key) || names.has(`${port.namespace}/${port.serviceName}/${port.protocol.toLowerCase()}/${port.portName}`))

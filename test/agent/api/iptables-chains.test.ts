@@ -154,14 +154,20 @@ describe('ChainIndexedRuleset', () => {
       assert.deepEqual([...before.rulesWith(needle)].sort(), rulesIn(before.savedText(), needle), needle);
     }
     assert.deepEqual([...patched.rulesWith('10.244.9.9')], [written[0].rules[1]], 'the written chain is searched');
-    // The chains lines near the question name are searched first, and their lines are not found twice.
+    // Near a question, only the chains its lines name are searched, as they are now: a replaced
+    // chain as written, a deleted one not at all.
     const otherSep = [...before.tables.get('nat')!.chains.keys()].filter((name) => name.startsWith('KUBE-SEP-')).at(-1)!;
-    const near = [`-t nat -A KUBE-SERVICES -m comment --comment "default/x:y" -j ${otherSep}`];
-    for (const needle of ['--to-destination', 'KUBE-SERVICES', '-j ', 'no such name']) {
-      assert.deepEqual([...patched.rulesWith(needle, near)].sort(), [...patched.rulesWith(needle)].sort(), needle);
-      assert.deepEqual([...before.rulesWith(needle, near)].sort(), [...before.rulesWith(needle)].sort(), needle);
+    const writtenChain = written[0].chains[1];
+    const near = [`-t nat -A KUBE-SERVICES -m comment --comment "default/x:y" -j ${otherSep}`, `-A ${sep} -g ${writtenChain}`];
+    const inNamed = (lines: string[]) =>
+      lines.filter((line) =>
+        [`-A KUBE-SERVICES `, `-A ${otherSep} `, `-A ${sep} `, `-A ${writtenChain} `].some((start) => line.startsWith(start)),
+      );
+    for (const needle of ['--to-destination', 'KUBE-SERVICES', '-j ', '10.244.9.9', 'no such name']) {
+      assert.deepEqual([...patched.rulesNear(needle, near)].sort(), inNamed(rulesIn(patched.savedText(), needle)), needle);
+      assert.deepEqual([...before.rulesNear(needle, near)].sort(), inNamed(rulesIn(before.savedText(), needle)), needle);
     }
-    assert.ok(patched.rulesWith('--to-destination', near).next().value!.startsWith(`-A ${otherSep} `), 'the named chain first');
+    assert.deepEqual([...patched.rulesNear('10.244.9.9', near)], [written[0].rules[1]], 'the written chain as written');
     assert.ok(
       [...patched.rulesWith(`-A ${sep} `)].length === 0 && [...before.rulesWith(`-A ${sep} `)].length > 0,
       'the deleted chain is not',

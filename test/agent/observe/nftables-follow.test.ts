@@ -135,6 +135,19 @@ test('observer, nftables: a foreign change is followed by listing the chains and
       assert.equal(lines.length, followed.text.split('\n').filter((line) => line.includes(needle)).length, `${step.what}: ${needle}`);
       for (const line of lines) assert.ok(line.includes(needle) && followed.text.includes(line), `${step.what}: ${line}`);
     }
+    // Near a drifted line, only the chains and sets it names are searched: here a service-ips
+    // element names its map and its service chain.
+    const serviceChain = /\tchain (service-\S+-default\/web\/tcp\/\S+) \{/.exec(followed.text)?.[1];
+    assert.ok(serviceChain, `${step.what}: the listing has a service chain for default/web`);
+    const near = [`element service-ips { 10.96.0.99 . tcp . 80 : goto ${serviceChain} }`];
+    for (const needle of ['-default/web/tcp/p', '10.244.2.5', '10.96.0.20', 'goto', 'no such name'])
+      assert.deepEqual(
+        [...backend.rulesNear!(followed.rules, needle, near)!].sort(),
+        linesOfBlocks(followed.text, ['service-ips', serviceChain])
+          .filter((line) => line.includes(needle))
+          .sort(),
+        `${step.what}: near ${needle}`,
+      );
   }
 
   nft('delete', 'table', 'ip', 'kube-proxy');
@@ -142,6 +155,26 @@ test('observer, nftables: a foreign change is followed by listing the chains and
   assert.equal(wholeReadings, 2, 'a table deleted is listed whole');
   assert.equal((gone.rules as NftRuleset).chains.size, 0);
 });
+
+/**
+ * The lines of `nft list table` text inside the chains, sets and maps named, one line per element
+ * (the listing wraps several elements on a line).
+ */
+function linesOfBlocks(text: string, names: string[]): string[] {
+  const lines: string[] = [];
+  let block: 'chain' | 'set' | undefined;
+  for (const line of text.split('\n')) {
+    const opening = /^\t(chain|set|map) (\S+) \{$/.exec(line);
+    if (opening) {
+      block = !names.includes(opening[2]) ? undefined : opening[1] === 'chain' ? 'chain' : 'set';
+      if (block === 'chain') lines.push(line);
+    } else if (line === '\t}') block = undefined;
+    else if (block === 'chain') lines.push(line);
+    else if (block === 'set' && /^(\t\telements = \{ |\t\t\t {5})/.test(line))
+      lines.push(line.replace(/^(\t\telements = \{ |\t\t\t {5})/, '').replace(/(,| \})$/, ''));
+  }
+  return lines;
+}
 
 /** The host, noting each chain, set or map listed alone ("chain NAME", "map NAME"). */
 function countingLists(host: CommandHost, listed: string[]): CommandHost {

@@ -46,9 +46,13 @@ export interface RulesBackend {
   /**
    * The rule lines of the rules' text (format's) that hold `needle`, found without putting that
    * text together; undefined when the rules do not keep their text in pieces (search the text).
-   * `near`: rule lines the search is about, whose pieces are looked at first (AppliedText.linesWith).
    */
-  rulesWith?(rules: ParsedRules, needle: string, near?: readonly string[]): Iterable<string> | undefined;
+  rulesWith?(rules: ParsedRules, needle: string): Iterable<string> | undefined;
+  /**
+   * rulesWith, only in the pieces (chains, sets) that the rule lines `near` name
+   * (AppliedText.linesNear); undefined when the rules do not keep their text in pieces.
+   */
+  rulesNear?(rules: ParsedRules, needle: string, near: readonly string[]): Iterable<string> | undefined;
   /**
    * Reads back the text parsed rules were read from, when they keep it as it was given, or prints
    * them again as the kernel tools would (rules kept parsed anyway); undefined when neither.

@@ -330,27 +330,35 @@ export class ChainIndexedRuleset implements IptablesRuleset {
    * the rules of the chains writes replaced first (held apart, and what changed last), then the
    * dump's text a block at a time, where a rule counts while its chain is still the dump's. A
    * drift check after a foreign change asks this for a few names and mostly stops at the first
-   * line found, where savedText() would join 33 MB at 10,000 services. The chains `near` names
-   * (rule lines of a drifted service: "-A CHAIN", "-j CHAIN", "-g CHAIN") are searched before
-   * everything else: a drifted service's other rules are mostly in the chains its drifted ones
-   * name.
+   * line found, where savedText() would join 33 MB at 10,000 services.
    */
-  *rulesWith(needle: string, near: readonly string[] = []): Generator<string> {
-    const named = new Set<string>();
-    for (const line of near) for (const match of line.matchAll(/(?:^| )-[Ajg] (\S+)/g)) named.add(match[1]);
-    for (const name of named)
-      for (const table of this.#index.tables.values()) {
-        const id = textId(table, name);
-        if (id !== undefined) for (const {line} of linesHolding(this.#textRules(table, id), 0, needle, true)) yield line;
-      }
+  *rulesWith(needle: string): Generator<string> {
     for (const table of this.#index.tables.values())
       for (const written of table.written.values()) for (const rule of written?.rules ?? []) if (rule.includes(needle)) yield rule;
     for (const {line, start} of this.#index.text.linesWith(needle)) {
       if (!line.startsWith('-A ')) continue;
       const space = line.indexOf(' ', 3);
-      const chain = line.slice(3, space < 0 ? undefined : space);
-      if (!named.has(chain) && this.#isCurrentRule(chain, start)) yield line;
+      if (this.#isCurrentRule(line.slice(3, space < 0 ? undefined : space), start)) yield line;
     }
+  }
+
+  /**
+   * The rule lines of savedText() that hold `needle` in the chains `near` names ("-A CHAIN", "-j
+   * CHAIN", "-g CHAIN" of a drifted service's rule lines), each read alone: a drifted service's
+   * other rules are mostly in the chains its drifted ones name.
+   */
+  *rulesNear(needle: string, near: readonly string[]): Generator<string> {
+    const named = new Set<string>();
+    for (const line of near) for (const match of line.matchAll(/(?:^| )-[Ajg] (\S+)/g)) named.add(match[1]);
+    for (const name of named)
+      for (const table of this.#index.tables.values()) {
+        if (table.written.has(name)) {
+          for (const rule of table.written.get(name)?.rules ?? []) if (rule.includes(needle)) yield rule;
+          continue;
+        }
+        const id = table.textIds.get(name);
+        if (id !== undefined) for (const {line} of linesHolding(this.#textRules(table, id), 0, needle, true)) yield line;
+      }
   }
 
   /** Whether the dump's rule of chain `name` that starts at `start` in the text is in savedText(): no write replaced that chain. */

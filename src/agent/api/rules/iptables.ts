@@ -98,7 +98,8 @@ const plainIptablesBackend: RulesBackend = {
   format: (rules) => (rules instanceof ChainIndexedRuleset ? rules.savedText() : formatIptablesRuleset(rules as IptablesRuleset)),
   follow: followIptablesChanges,
   textOf: (rules) => (rules instanceof ChainIndexedRuleset ? rules.sourceText : undefined),
-  rulesWith: (rules, needle, near) => (rules instanceof ChainIndexedRuleset ? rules.rulesWith(needle, near) : undefined),
+  rulesWith: (rules, needle) => (rules instanceof ChainIndexedRuleset ? rules.rulesWith(needle) : undefined),
+  rulesNear: (rules, needle, near) => (rules instanceof ChainIndexedRuleset ? rules.rulesNear(needle, near) : undefined),
   diff: (desired, applied, service) => {
     // Chains whose lines are the same on both sides are skipped unparsed (both must be in
     // iptables-save's spelling), and the chain that jumps to a drifted one is searched for in the text.

@@ -2,7 +2,7 @@
 // trace. The applied rules are the proxier's listing (`nft -j list table`, NftablesProxier.readApplied).
 import {diffNftables, type SameParts, shareSameParts} from '../../../core/nftables/diff.ts';
 import {type NftRuleset, type NftSet, parseNftablesJson, parseNftablesScript} from '../../../core/nftables/parse.ts';
-import {formatNftablesListing, nftablesListingLinesWith} from '../../../core/nftables/parse-listing.ts';
+import {formatNftablesListing, nftablesListingLinesNear, nftablesListingLinesWith} from '../../../core/nftables/parse-listing.ts';
 import {renderNftables} from '../../../core/nftables/render.ts';
 import {traceNftables} from '../../../core/nftables/trace.ts';
 import type {IPFamily} from '../../../core/model/index.ts';
@@ -39,6 +39,7 @@ export const nftablesBackend: RulesBackend = {
   trace: (rules, packet, context) => traceNftables(rules as NftRuleset, packet, context),
   // Searched in the parsed table: its JSON listing, or the text of a patched one, is tens of MB at 10,000 services.
   rulesWith: (rules, needle) => nftablesListingLinesWith(rules as NftRuleset, needle),
+  rulesNear: (rules, needle, near) => nftablesListingLinesNear(rules as NftRuleset, needle, near),
 };
 
 /**
