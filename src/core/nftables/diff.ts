@@ -20,6 +20,11 @@ export interface NftablesDiff {
   equal: boolean;
   groups: DiffGroup[];
   text: string;
+  /**
+   * The parts whose lines differ: with the parts changed since, the only ones a diff of the same
+   * desired table against the applied one changed part by part need compare (comparedParts).
+   */
+  differingParts: PartNames;
 }
 
 /**
@@ -35,6 +40,13 @@ export interface DiffNftablesOptions {
   service?: string;
   /** Parts known to be the same, skipped; a whole diff (no service) adds the parts it finds the same. */
   sameParts?: SameParts;
+  /**
+   * The only parts that may differ: every other part the caller knows holds the same lines on
+   * both sides (an applied table changed part by part since a diff against the same desired one
+   * named its differing parts). At 10,000 services that is 120,000 chains not walked for a
+   * changed map. Undefined compares every part.
+   */
+  comparedParts?: PartNames;
 }
 
 const perServiceName = /^(?:service|local|external|firewall|endpoint)-[A-Z0-9]{8}-([^/]+)\/([^/]+)\/[a-z]+\/([^_]*?)(?:__.*)?$/;
@@ -62,14 +74,12 @@ interface Line {
 }
 
 /**
- * Whether desired `part` is known to hold the same lines as the applied side's part of its name.
+ * Whether desired `part` is known to hold the same lines as `counterpart`, the applied side's part of its name.
  * One object on both sides is: only shareSameParts puts a part on both, and never one that picks
  * from an endpoint map.
  */
-function knownSame(part: NftChain | NftSet, applied: Map<string, NftChain | NftSet>, same?: SameParts): boolean {
-  if (!same) return false;
-  const counterpart = applied.get(part.name);
-  return counterpart !== undefined && (counterpart === part || same.get(part) === counterpart);
+function knownSame(part: NftChain | NftSet, counterpart: NftChain | NftSet | undefined, same?: SameParts): boolean {
+  return same !== undefined && counterpart !== undefined && (counterpart === part || same.get(part) === counterpart);
 }
 
 /** A chain's lines: its declaration and its rules, in order; none for an emptied per-service chain `other` lacks. */
@@ -129,49 +139,66 @@ function sameLines(mine: Line[], theirs: Line[], ordered: boolean): boolean {
   return texts.size === mine.length && theirs.every((line) => texts.has(line.text));
 }
 
+/** The parts of a table by name, chains and sets apart (a chain and a set may share a name). */
+export interface PartNames {
+  chains: ReadonlySet<string>;
+  sets: ReadonlySet<string>;
+}
+
+/** A part whose lines differ, or that one side alone has: its lines on each side. */
+interface DifferingPart {
+  kind: 'chain' | 'set';
+  name: string;
+  want: Line[];
+  have: Line[];
+}
+
 /**
- * The lines of the parts whose lines differ (or that one side alone has): the desired side's in
- * its order, the applied side's in its own. Each part the two sides hold the same of is compared
- * on its own and adds nothing; with `same`, a whole diff remembers it (a chain that picks from an
- * endpoint map reads that map's elements too, resolveEndpointChoice, and is not remembered).
+ * The parts whose lines differ (or that one side alone has), chains then sets, each by name.
+ * Each part the two sides hold the same of adds nothing; with `same`, a whole diff remembers it
+ * (a chain that picks from an endpoint map reads that map's elements too,
+ * resolveEndpointChoice, and is not remembered). `compared`: the only parts that may differ;
+ * undefined compares every part.
  */
-function differingLines(desired: NftRuleset, applied: NftRuleset, same: SameParts | undefined, remember: boolean) {
-  const appliedLines = new Map<NftChain | NftSet, Line[]>();
-  const want: Line[] = [];
+function differingParts(
+  desired: NftRuleset,
+  applied: NftRuleset,
+  same: SameParts | undefined,
+  remember: boolean,
+  compared: PartNames | undefined,
+): DifferingPart[] {
+  const found: DifferingPart[] = [];
   const compare = <Part extends NftChain | NftSet>(
-    mine: Part,
+    kind: DifferingPart['kind'],
+    mine: Part | undefined,
     theirs: Part | undefined,
     lines: (part: Part, ruleset: NftRuleset) => Line[],
   ) => {
-    const wanted = lines(mine, desired);
-    const held = theirs ? lines(theirs, applied) : [];
-    if (theirs && sameLines(wanted, held, 'rules' in mine)) {
+    if (mine && knownSame(mine, theirs, same)) return;
+    const want = mine ? lines(mine, desired) : [];
+    const have = theirs ? lines(theirs, applied) : [];
+    if (mine && theirs && sameLines(want, have, kind === 'chain')) {
       if (same && remember && !pickedFromMap(mine) && !pickedFromMap(theirs)) same.set(mine, theirs);
       return;
     }
-    want.push(...wanted);
-    if (theirs) appliedLines.set(theirs, held);
+    if (want.length > 0 || have.length > 0) found.push({kind, name: (mine ?? theirs)!.name, want, have});
   };
-  for (const chain of desired.chains.values()) {
-    const theirs = applied.chains.get(chain.name);
-    if (!knownSame(chain, applied.chains, same))
-      compare(chain, theirs, (part, ruleset) => chainLines(ruleset, part, ruleset === desired ? applied : desired));
+  const chainLinesOf = (chain: NftChain, ruleset: NftRuleset) => chainLines(ruleset, chain, ruleset === desired ? applied : desired);
+  const compareChain = (name: string) => compare('chain', desired.chains.get(name), applied.chains.get(name), chainLinesOf);
+  const compareSet = (name: string) => {
+    if (!name.startsWith('endpoint-targets-')) compare('set', desired.sets.get(name), applied.sets.get(name), setLines);
+  };
+  if (compared) {
+    for (const name of compared.chains) compareChain(name);
+    for (const name of compared.sets) compareSet(name);
+  } else {
+    for (const name of desired.chains.keys()) compareChain(name);
+    for (const name of applied.chains.keys()) if (!desired.chains.has(name)) compareChain(name);
+    for (const name of desired.sets.keys()) compareSet(name);
+    for (const name of applied.sets.keys()) if (!desired.sets.has(name)) compareSet(name);
   }
-  for (const set of desired.sets.values()) {
-    if (set.name.startsWith('endpoint-targets-') || knownSame(set, applied.sets, same)) continue;
-    compare(set, applied.sets.get(set.name), (part) => setLines(part));
-  }
-  const have: Line[] = [];
-  for (const chain of applied.chains.values()) {
-    if (!desired.chains.has(chain.name)) have.push(...chainLines(applied, chain, desired));
-    else have.push(...(appliedLines.get(chain) ?? []));
-  }
-  for (const set of applied.sets.values()) {
-    if (set.name.startsWith('endpoint-targets-')) continue;
-    if (!desired.sets.has(set.name)) have.push(...setLines(set));
-    else have.push(...(appliedLines.get(set) ?? []));
-  }
-  return {want, have};
+  // Whichever parts were compared, and in whatever order, the lines come in one order.
+  return found.sort((a, b) => (a.kind !== b.kind ? (a.kind === 'chain' ? -1 : 1) : a.name < b.name ? -1 : a.name > b.name ? 1 : 0));
 }
 
 function pickedFromMap(part: NftChain | NftSet): boolean {
@@ -183,12 +210,14 @@ function pickedFromMap(part: NftChain | NftSet): boolean {
  * diff found the same (in `same`), so that a caller who keeps both tables keeps one copy of what
  * they share (an observer: at 10,000 services each table is about 100 MiB parsed). What `applied`
  * says does not change: a chain is taken only when its rules read exactly the same (a counter's
- * values included), a set when its flags and elements do (elements in any order).
+ * values included), a set when its flags and elements do (elements in any order). `compared`:
+ * the only parts the diff compared (DiffNftablesOptions.comparedParts).
  */
-export function shareSameParts(desired: NftRuleset, applied: NftRuleset, same: SameParts): void {
-  for (const [name, chain] of applied.chains) {
+export function shareSameParts(desired: NftRuleset, applied: NftRuleset, same: SameParts, compared?: PartNames): void {
+  for (const name of compared?.chains ?? applied.chains.keys()) {
+    const chain = applied.chains.get(name);
     const mine = desired.chains.get(name);
-    if (!mine || mine === chain || same.get(mine) !== chain) continue;
+    if (!chain || !mine || mine === chain || same.get(mine) !== chain) continue;
     const identical = (rule: NftChain['rules'][number], index: number) =>
       rule.text === mine.rules[index].text && rule.comment === mine.rules[index].comment;
     if (chain.rules.length !== mine.rules.length || !chain.rules.every(identical)) continue;
@@ -197,9 +226,10 @@ export function shareSameParts(desired: NftRuleset, applied: NftRuleset, same: S
     // 110,000 pairs at 10,000 services).
     same.delete(mine);
   }
-  for (const [name, set] of applied.sets) {
+  for (const name of compared?.sets ?? applied.sets.keys()) {
+    const set = applied.sets.get(name);
     const mine = desired.sets.get(name);
-    if (!mine || mine === set || same.get(mine) !== set || !identicalSets(mine, set)) continue;
+    if (!set || !mine || mine === set || same.get(mine) !== set || !identicalSets(mine, set)) continue;
     applied.sets.set(name, mine);
     same.delete(mine);
   }
@@ -225,7 +255,9 @@ function matchesService(servicePort: string, filter: string | undefined): boolea
 /** diffNftables compares two tables; `service` ("ns/name[:port]") keeps only that service's lines. */
 export function diffNftables(desired: NftRuleset, applied: NftRuleset, options: DiffNftablesOptions = {}): NftablesDiff {
   // Only a whole diff remembers what it found the same: a diff of one service filters lines.
-  const {want, have} = differingLines(desired, applied, options.sameParts, options.service === undefined);
+  const parts = differingParts(desired, applied, options.sameParts, options.service === undefined, options.comparedParts);
+  const want = parts.flatMap((part) => part.want);
+  const have = parts.flatMap((part) => part.have);
   const count = (lines: Line[]) => {
     const counts = new Map<string, {line: Line; count: number}>();
     for (const line of lines) {
@@ -266,5 +298,11 @@ export function diffNftables(desired: NftRuleset, applied: NftRuleset, options: 
       ].join('\n'),
     )
     .join('\n');
-  return {equal: sorted.length === 0, groups: sorted, text: text === '' ? '' : `${text}\n`};
+  const named = (kind: DifferingPart['kind']) => new Set(parts.filter((part) => part.kind === kind).map((part) => part.name));
+  return {
+    equal: sorted.length === 0,
+    groups: sorted,
+    text: text === '' ? '' : `${text}\n`,
+    differingParts: {chains: named('chain'), sets: named('set')},
+  };
 }

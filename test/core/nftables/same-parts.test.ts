@@ -44,3 +44,30 @@ test('a whole diff remembers what it found the same, skips it next time, and the
     ['rule services #1: ip daddr 10.96.0.10 tcp dport 80 goto service-AAAAAAAA-default/web/tcp/http'],
   );
 });
+
+test('a diff told which parts changed since a diff against the same desired table says what a whole diff says', () => {
+  const desired = table('add chain ip kube-proxy only-desired');
+  const applied = table('add chain ip kube-proxy foreign\nadd rule ip kube-proxy foreign ip daddr 10.9.9.9 drop');
+  applied.chains.get('service-AAAAAAAA-default/web/tcp/http')!.rules.length = 0;
+  const first = diffNftables(desired, applied);
+  assert.deepEqual(
+    [[...first.differingParts.chains].sort(), [...first.differingParts.sets]],
+    [['foreign', 'only-desired', 'service-AAAAAAAA-default/web/tcp/http'], []],
+    'the parts that differ, by name',
+  );
+  // Changed part by part since: a chain emptied, a set added, a foreign chain deleted.
+  const changed = {...applied, chains: new Map(applied.chains), sets: new Map(applied.sets)};
+  changed.chains.set('services', {name: 'services', rules: []});
+  changed.chains.delete('foreign');
+  changed.sets.set('blocked', {name: 'blocked', kind: 'set', flags: [], elements: [{key: '10.8.8.8'}]});
+  const comparedParts = {
+    chains: new Set([...first.differingParts.chains, 'services', 'foreign']),
+    sets: new Set([...first.differingParts.sets, 'blocked']),
+  };
+  const told = diffNftables(desired, changed, {comparedParts});
+  assert.deepEqual(told, diffNftables(desired, changed));
+  assert.deepEqual(
+    told.groups.map((group) => group.servicePort),
+    ['', 'default/web:http'],
+  );
+});

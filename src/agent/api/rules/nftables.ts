@@ -1,6 +1,6 @@
 // The nftables backend's RulesBackend for the agent API: core/nftables' render, parse, diff and
 // trace. The applied rules are the proxier's listing (`nft -j list table`, NftablesProxier.readApplied).
-import {diffNftables, type SameParts, shareSameParts} from '../../../core/nftables/diff.ts';
+import {diffNftables, type PartNames, type SameParts, shareSameParts} from '../../../core/nftables/diff.ts';
 import {type NftRuleset, type NftSet, parseNftablesJson, parseNftablesScript} from '../../../core/nftables/parse.ts';
 import {formatNftablesListing, nftablesListingLinesNear, nftablesListingLinesWith} from '../../../core/nftables/parse-listing.ts';
 import {renderNftables} from '../../../core/nftables/render.ts';
@@ -26,14 +26,33 @@ export function nftablesRulesBackend(options: {serviceCIDRs?: () => string[]} = 
 /** Chains and sets found the same by earlier diffs (the desired rules and a patched reading share most of them). */
 const sameParts: SameParts = new WeakMap();
 
+/**
+ * Per applied table: the parts that may differ from a desired table (held weakly: a new model's
+ * lets the old one go), every other part known to hold the same lines. A whole diff leaves the
+ * parts it found differing; a foreign change followed part by part adds the parts it listed again.
+ * The next diff against the same desired table then compares those parts alone.
+ */
+const mayDiffer = new WeakMap<NftRuleset, {desired: WeakRef<NftRuleset>; parts: PartNames}>();
+
+/** The parts of `applied` that may differ from `desired`; undefined when any may (no diff against it since). */
+function partsToCompare(desired: NftRuleset, applied: NftRuleset): PartNames | undefined {
+  const known = mayDiffer.get(applied);
+  return known?.desired.deref() === desired ? known.parts : undefined;
+}
+
 export const nftablesBackend: RulesBackend = {
   mode: 'nftables',
   render: (model) => renderNftables(model),
   parse: (text) => parseNftablesText(text) as ParsedRules,
   diff: (desired, applied, service) => {
-    const result = diffNftables(desired as NftRuleset, applied as NftRuleset, {service, sameParts});
-    // The applied rules keep the desired chains and sets they hold the same of, not copies of their own.
-    if (service === undefined) shareSameParts(desired as NftRuleset, applied as NftRuleset, sameParts);
+    const [mine, theirs] = [desired as NftRuleset, applied as NftRuleset];
+    const comparedParts = partsToCompare(mine, theirs);
+    const result = diffNftables(mine, theirs, {service, sameParts, comparedParts});
+    if (service === undefined) {
+      mayDiffer.set(theirs, {desired: new WeakRef(mine), parts: result.differingParts});
+      // The applied rules keep the desired chains and sets they hold the same of, not copies of their own.
+      shareSameParts(mine, theirs, sameParts, comparedParts);
+    }
     return {equal: result.equal, groups: result.groups, text: result.text};
   },
   trace: (rules, packet, context) => traceNftables(rules as NftRuleset, packet, context),
@@ -81,7 +100,16 @@ export async function followNftablesChanges(
     if (listed) sets.set(name, listed);
     else sets.delete(name);
   }
-  return {family: ruleset.family, table: ruleset.table, chains, sets} satisfies NftRuleset as ParsedRules;
+  const followed: NftRuleset = {family: ruleset.family, table: ruleset.table, chains, sets};
+  // What may differ from the desired table: what did before, and what the change touched. A
+  // chain that picks from an endpoint map reads its elements: a touched map changes its lines.
+  const before = mayDiffer.get(ruleset);
+  if (before && ![...objects.sets].some((name) => name.startsWith('endpoint-targets-')))
+    mayDiffer.set(followed, {
+      desired: before.desired,
+      parts: {chains: new Set([...before.parts.chains, ...objects.chains]), sets: new Set([...before.parts.sets, ...objects.sets])},
+    });
+  return followed as ParsedRules;
 }
 
 /** One chain or set listed alone and parsed; undefined when it does not exist. */
