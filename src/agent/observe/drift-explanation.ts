@@ -201,27 +201,32 @@ function programmedNear(port: ServicePort, text: AppliedText, near: readonly str
   return near.length > 0 && namesOf(port).some(({needle, fits}) => occurs(text.linesNear(needle, near), needle, fits));
 }
 
-/** A name kube-proxy's rules give a service port, and whether the characters around it (and its position in its line) make it that name. */
+/**
+ * A name kube-proxy's rules give a service port: as programmedNames reads it (`name`), and as one
+ * search finds it: the text searched for, and whether the characters around it (and its position
+ * in its line) make it that name.
+ */
 interface PortName {
+  name: string;
   needle: string;
   fits: (before: string, after: string, at: number, line: string) => boolean;
 }
 
-/** The names programmedNames reads for a port, each as one search finds it. */
+/** The names programmedNames reads for a port. */
 function namesOf(port: ServicePort): PortName[] {
   const word = /[-a-z0-9.]/;
   const nftName = `${port.namespace}/${port.serviceName}/${port.protocol.toLowerCase()}/${port.portName}`;
   const hashed = (line: string, at: number) => /^-[A-Z2-7]{8}$/.test(line.slice(at - 9, at));
   const names: PortName[] = [
     // A comment's "ns/name:port" (or "ns/name"), not part of a longer word.
-    {needle: port.key, fits: (before, after) => !/[-A-Za-z0-9./]/.test(before) && !word.test(after)},
+    {name: port.key, needle: port.key, fits: (before, after) => !/[-A-Za-z0-9./]/.test(before) && !word.test(after)},
     // An nftables chain "service-HASH-ns/name/tcp/port", the hash 8 characters of base32.
-    {needle: `-${nftName}`, fits: (_, after, at, line) => !/[-a-z0-9]/.test(after) && hashed(line, at)},
+    {name: nftName, needle: `-${nftName}`, fits: (_, after, at, line) => !/[-a-z0-9]/.test(after) && hashed(line, at)},
   ];
   // An ipvs virtual server, "ip:port".
   if (port.clusterIP !== '' && port.clusterIP !== 'None') {
     const address = port.clusterIP.includes(':') ? `[${port.clusterIP}]:${port.port}` : `${port.clusterIP}:${port.port}`;
-    names.push({needle: address, fits: (before, after) => !/[\d.]/.test(before) && !/\d/.test(after)});
+    names.push({name: address, needle: address, fits: (before, after) => !/[\d.]/.test(before) && !/\d/.test(after)});
   }
   return names;
 }
@@ -233,12 +238,10 @@ function occurs(lines: Iterable<string>, needle: string, fits: PortName['fits'])
       if (fits(line.charAt(at - 1) || '\n', line.charAt(at + needle.length) || '\n', at, line)) return true;
   return false;
 }
+
 /** A service port is programmed when kube-proxy's rules name it, or (ipvs) hold its ClusterIP and port. */
 function programmed(port: ServicePort, names: Set<string>): boolean {
-  if (names.has(port.key) || names.has(`${port.namespace}/${port.serviceName}/${port.protocol.toLowerCase()}/${port.portName}`))
-    return true;
-  const address = port.clusterIP.includes(':') ? `[${port.clusterIP}]:${port.port}` : `${port.clusterIP}:${port.port}`;
-  return port.clusterIP !== '' && port.clusterIP !== 'None' && names.has(address);
+  return namesOf(port).some(({name}) => names.has(name));
 }
 
 /**
