@@ -27,6 +27,8 @@
 //   <= 1 s per change); its reaped children's CPU (the dumps it ran) is noted, and its CPU while
 //   idle, per second. In ipvs mode virtual servers and sets change unseen by nft monitor: the
 //   observer looks at them every few seconds (watchIpvsState), and those looks are in its idle CPU.
+//   Beside each change's CPU the note gives it less the idle rate over the time it was counted:
+//   the change's own cost where the looks never leave the observer idle (the qemu guest).
 // PXBENCH_OBSERVE_SIZES=1000 (comma-separated service counts) runs only those sizes, and
 // PXBENCH_OBSERVE_LAYOUTS=iptables (or nftables, ipvs, comma-separated) only those layouts: the
 // 10,000-service run takes many minutes, most of them loading kube-proxy's nftables table, and
@@ -363,7 +365,8 @@ async function useApi(client: AgentClient, model: ProxyModel): Promise<{traces: 
 interface ChangeFigures {
   command: string;
   /** Per change: the deleting command's own time, its exit to the metrics counting the drift, the observer's CPU and its children's. */
-  rounds: Array<{commandMs: number; noticedMs: number; cpuMs: number; childCpuMs: number}>;
+  /** windowMs: how long the CPU was counted, from just before the change until the observer was idle (or the wait for it ended). */
+  rounds: Array<{commandMs: number; noticedMs: number; cpuMs: number; childCpuMs: number; windowMs: number}>;
   /** The observer's CPU while idle, per second, measured before the first change. */
   idleCpuMsPerSecond: number;
 }
@@ -389,6 +392,7 @@ async function foreignChangesMeasured(
     command = layout.deleteOne(rulesText, s);
     await untilIdle(observer.pid, idleTimeoutMs(layout));
     const before = await cpuTimes(observer.pid);
+    const countedFrom = performance.now();
     await profile?.profiler.start();
     const deleting = await timed(() => runInAsync(namespace, command));
     const deleted = performance.now();
@@ -403,7 +407,13 @@ async function foreignChangesMeasured(
     const status = await client.call('status', {});
     if (!status.drift.services.some((name) => name.includes(`bench/svc-${s}`)))
       throw new Error(`the observer's status does not name bench/svc-${s} after its rule was deleted: ${status.drift.services.join(', ')}`);
-    rounds.push({commandMs: deleting.ms, noticedMs, cpuMs: after.own - before.own, childCpuMs: after.children - before.children});
+    rounds.push({
+      commandMs: deleting.ms,
+      noticedMs,
+      cpuMs: after.own - before.own,
+      childCpuMs: after.children - before.children,
+      windowMs: after.at - countedFrom,
+    });
   }
   return {command: command.length > 7 ? `${command.slice(0, 7).join(' ')} ...` : command.join(' '), rounds, idleCpuMsPerSecond};
 }
@@ -429,6 +439,8 @@ function printChanges(changes: ChangeFigures, layout: ObservedLayout): void {
     note:
       `each ${list(changes.rounds.map((round) => round.cpuMs))} ms (utime+stime, until idle ${idleWindowMs / 1000} s); ` +
       `its dumps' CPU ${list(changes.rounds.map((round) => round.childCpuMs))} ms; idle ${changes.idleCpuMsPerSecond.toFixed(0)} ms/s; ` +
+      `less the idle rate over each count (${list(changes.rounds.map((round) => round.windowMs / 1000))} s): ` +
+      `${list(changes.rounds.map((round) => round.cpuMs - (changes.idleCpuMsPerSecond * round.windowMs) / 1000))} ms; ` +
       `goal <= 1 s ${cpu.at(-1)! <= 1000 ? 'met' : 'NOT met'}${idleNote()}` +
       (cpuProfileDir ? `; profiled (${cpuProfileDir}), the profiler's sampling included` : ''),
   });
@@ -458,16 +470,18 @@ let idleMissed = 0;
 const idleNote = () =>
   idleMissed > 0 ? `; so far ${idleMissed} times not idle for ${idleWindowMs / 1000} s within 30 s, measured after that wait` : '';
 
-/** Waits until the process's CPU time has not grown for idleWindowMs; returns the times at the start of that quiet window. */
-async function untilIdle(pid: number, timeoutMs: number): Promise<{own: number; children: number}> {
+/**
+ * Waits until the process's CPU time has not grown for idleWindowMs; returns the times at the start
+ * of that quiet window, and when they were read (`at`, performance.now()).
+ */
+async function untilIdle(pid: number, timeoutMs: number): Promise<{own: number; children: number; at: number}> {
   const deadline = performance.now() + timeoutMs;
-  let last = await cpuTimes(pid);
-  let quietSince = performance.now();
+  let last = {...(await cpuTimes(pid)), at: performance.now()};
   for (;;) {
     await new Promise((resolve) => setTimeout(resolve, pollMs));
-    const now = await cpuTimes(pid);
-    if (now.own !== last.own || now.children !== last.children) [last, quietSince] = [now, performance.now()];
-    else if (performance.now() - quietSince >= idleWindowMs) return last;
+    const now = {...(await cpuTimes(pid)), at: performance.now()};
+    if (now.own !== last.own || now.children !== last.children) last = now;
+    else if (now.at - last.at >= idleWindowMs) return last;
     if (performance.now() > deadline && timeoutMs < 600_000) return (idleMissed++, now);
     if (performance.now() > deadline) throw new Error(`the observer was not idle for ${idleWindowMs} ms within ${timeoutMs / 1000} s`);
   }

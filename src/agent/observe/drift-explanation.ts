@@ -63,13 +63,7 @@ export function explainDrift(groups: DiffGroup[], context: DriftContext): DiffGr
   for (const model of context.models) for (const port of model.servicePorts) ports.set(port.key, [...(ports.get(port.key) ?? []), port]);
   const drifted = groups.filter((group) => group.added.length > 0 || group.removed.length > 0);
   if (drifted.length === 0) return groups;
-  // Which addresses kube-proxy's rules hold, read once, and only when needed.
-  let addresses: Set<string> | undefined;
-  const parts: GroupContext = {
-    ...context,
-    isProgrammed: programmedCheck(context.applied),
-    appliedAddresses: () => (addresses ??= new Set(addressesIn(context.applied.whole()))),
-  };
+  const parts: GroupContext = {...context, isProgrammed: programmedCheck(context.applied), isApplied: appliedAddressCheck(context.applied)};
   // Whether kube-proxy's rules name any service port: mostly answered by a drifted port, near
   // its group's lines, without a search through the whole text.
   const anyProgrammed =
@@ -127,7 +121,7 @@ function explainGroup(group: DiffGroup, ports: ServicePort[], context: GroupCont
     explanations.push(endpointExplanation('stale-endpoint', ip, context.history.leftAt(group.servicePort, ip), context.now));
   const missing = new Set<string>();
   for (const line of group.added)
-    for (const ip of addressesIn(line)) if (current.has(ip) && !context.appliedAddresses().has(ip)) missing.add(ip);
+    for (const ip of addressesIn(line)) if (current.has(ip) && !missing.has(ip) && !context.isApplied(ip, group.added)) missing.add(ip);
   for (const ip of missing)
     explanations.push(endpointExplanation('missing-endpoint', ip, context.history.joinedAt(group.servicePort, ip), context.now));
   return explanations.length > 0 ? explanations : ruleExplanations(group);
@@ -146,7 +140,34 @@ function ruleExplanations(group: DiffGroup): DriftExplanation[] {
 interface GroupContext extends DriftContext {
   /** `near`: the lines of the group asking, whose pieces are searched first (AppliedText.linesNear). */
   isProgrammed: (port: ServicePort, near?: readonly string[]) => boolean;
-  appliedAddresses: () => Set<string>;
+  /** Whether kube-proxy's rules name the address anywhere; `near` as for isProgrammed. */
+  isApplied: (ip: string, near: readonly string[]) => boolean;
+}
+
+/** How many addresses are looked for one by one before every address the rules hold is read in one pass. */
+const addressesSearched = 16;
+
+/**
+ * appliedAddressCheck: whether kube-proxy's rules name an address, found for the first few
+ * addresses asked by searching for that address alone (the lines holding it, near the group's
+ * lines first), as programmedCheck does for service ports: a change leaves one or two endpoints
+ * missing, and reading every address out of a large node's rules costs more than the rest of
+ * the check.
+ */
+function appliedAddressCheck(applied: AppliedText): GroupContext['isApplied'] {
+  let addresses: Set<string> | undefined;
+  let searched = 0;
+  return (ip, near) => {
+    if (addresses === undefined && searched++ < addressesSearched)
+      return holdsAddress(applied.linesNear(ip, near), ip) || holdsAddress(applied.linesWith(ip), ip);
+    return (addresses ??= new Set(addressesIn(applied.whole()))).has(ip);
+  };
+}
+
+/** Whether one of `lines` names `ip` as addressesIn reads it (10.0.0.1 is not in 10.0.0.12). */
+function holdsAddress(lines: Iterable<string>, ip: string): boolean {
+  for (const line of lines) if (addressesIn(line).includes(ip)) return true;
+  return false;
 }
 
 /**

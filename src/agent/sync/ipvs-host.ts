@@ -9,7 +9,9 @@ import {
   parseBoundAddresses,
   parseIpsetSave,
   parseIpvsadmSave,
+  parseIpvsadmSaveSince,
   tableSection,
+  type IpvsadmBlock,
   type Ipset,
   type IpvsState,
   type IpvsVirtualServer,
@@ -59,9 +61,18 @@ export function setFamily(name: string): IPFamily {
   return name.startsWith('KUBE-6-') ? 'IPv6' : 'IPv4';
 }
 
-/** One family's virtual and real servers, `ipvsadm -Sn`. */
-export async function readVirtualServers(host: Host, family: IPFamily): Promise<IpvsVirtualServer[]> {
-  return parseIpvsadmSave(await host.ipvsadm(['-Sn'])).filter((server) => familyOf(server.address) === family);
+/** The blocks of `ipvsadm -Sn` each reading of the virtual servers came from, for the reading after it. */
+const blocksRead = new WeakMap<IpvsVirtualServer[], Map<string, IpvsadmBlock>>();
+
+/**
+ * One family's virtual and real servers, `ipvsadm -Sn`. Given the servers of an earlier reading,
+ * only the servers whose lines changed since are parsed; the others are that reading's objects.
+ */
+export async function readVirtualServers(host: Host, family: IPFamily, since?: IpvsVirtualServer[]): Promise<IpvsVirtualServer[]> {
+  const before = since && blocksRead.get(since);
+  const {servers, blocks} = parseIpvsadmSaveSince(await host.ipvsadm(['-Sn']), before, (server) => familyOf(server.address) === family);
+  blocksRead.set(servers, blocks);
+  return servers;
 }
 
 /** One family's KUBE- sets, `ipset save`. */

@@ -2,7 +2,7 @@
 // can read (ipvsadm-restore, ipset restore and iptables-save spelling), grouped by service port.
 import {diffIptables} from '../iptables/diff.ts';
 import {joinHostPort} from '../model/ip.ts';
-import {dummyDevice, formatIpvsadmRestore, type Ipset, type IpvsState, type IpvsVirtualServer, virtualServerKey} from './state.ts';
+import {dummyDevice, type Ipset, type IpvsState, type IpvsVirtualServer, virtualServerKey, virtualServerLines} from './state.ts';
 import {ipvsJumpRules} from './render.ts';
 
 export interface IpvsDiffGroup {
@@ -101,15 +101,6 @@ function desiredIndex(desired: IpvsState, nodePorts: Map<string, string> | undef
   return index;
 }
 
-/** A virtual server's lines as ipvsadm-restore spells them, once per server object (a reading's untouched servers are the same objects). */
-const serverLines = new WeakMap<IpvsVirtualServer, string[]>();
-
-function linesOf(server: IpvsVirtualServer): string[] {
-  let lines = serverLines.get(server);
-  if (!lines) serverLines.set(server, (lines = formatIpvsadmRestore([server]).trim().split('\n')));
-  return lines;
-}
-
 function sameLines(a: readonly string[], b: readonly string[]): boolean {
   return a === b || (a.length === b.length && a.every((line, index) => line === b[index]));
 }
@@ -160,9 +151,9 @@ export function diffIpvs(desired: IpvsState, applied: IpvsState, options: DiffIp
   ) => {
     for (const server of mine.virtualServers) {
       const other = others.servers.get(virtualServerKey(server));
-      const lines = linesOf(server);
+      const lines = virtualServerLines(server);
       if (!other) lines.forEach(to(ownerOf(server)));
-      else if (!sameLines(lines, linesOf(other))) missingFrom(lines, linesOf(other), to(ownerOf(server)));
+      else if (!sameLines(lines, virtualServerLines(other))) missingFrom(lines, virtualServerLines(other), to(ownerOf(server)));
     }
     for (const set of mine.sets) {
       const other = others.sets.get(set.name);

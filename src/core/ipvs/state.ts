@@ -69,6 +69,16 @@ export function formatIpvsadmRestore(servers: IpvsVirtualServer[]): string {
   return lines.length ? `${lines.join('\n')}\n` : '';
 }
 
+/** A virtual server's lines as ipvsadm-restore spells them, once per server object (a reading's untouched servers are the same objects). */
+const serverLines = new WeakMap<IpvsVirtualServer, string[]>();
+
+/** formatIpvsadmRestore's lines for one server, made once per server object: diffs and the state's text read them again and again. */
+export function virtualServerLines(server: IpvsVirtualServer): readonly string[] {
+  let lines = serverLines.get(server);
+  if (!lines) serverLines.set(server, (lines = formatIpvsadmRestore([server]).trim().split('\n')));
+  return lines;
+}
+
 /**
  * A hash set's element limit. kube-proxy's 65,536 overflows KUBE-LOOP-BACK (one entry per
  * endpoint) at 10,000 services x 10 endpoints ("Hash is full"). The kernel grows a hash set's
@@ -145,6 +155,60 @@ export function parseIpvsadmSave(text: string): IpvsVirtualServer[] {
     }
   }
   return sortServers([...servers.values()]);
+}
+
+/** A virtual server's lines in `ipvsadm -Sn` output, and the server read from them. */
+export interface IpvsadmBlock {
+  lines: string;
+  server: IpvsVirtualServer;
+}
+
+/**
+ * parseIpvsadmSaveSince reads `ipvsadm -Sn` output as parseIpvsadmSave does, but a server whose
+ * lines (its "-A" line and its real servers' "-a" lines) are those of a block in `before` is that
+ * block's object, not parsed again: a node's servers change one at a time, and what a diff worked
+ * out about an object stays with it. Returns the servers `kept` keeps, sorted by key, and every
+ * block, for the next reading.
+ */
+export function parseIpvsadmSaveSince(
+  text: string,
+  before: ReadonlyMap<string, IpvsadmBlock> | undefined,
+  kept: (server: IpvsVirtualServer) => boolean,
+): {servers: IpvsVirtualServer[]; blocks: Map<string, IpvsadmBlock>} {
+  // Each server's lines by "-t 10.96.0.10:80", the words after the verb: ipvsadm prints a
+  // server's real servers right after it, so a block is a run of lines.
+  const runs = new Map<string, string>();
+  let start = 0;
+  let owner: string | undefined;
+  const close = (end: number) => {
+    if (owner !== undefined) runs.set(owner, (runs.get(owner) ?? '') + text.slice(start, end));
+  };
+  for (let at = 0; at < text.length; ) {
+    const next = text.indexOf('\n', at);
+    const end = next < 0 ? text.length : next + 1;
+    const firstSpace = text.indexOf(' ', at);
+    const secondSpace = firstSpace < 0 || firstSpace >= end ? -1 : text.indexOf(' ', firstSpace + 1);
+    const thirdSpace = secondSpace < 0 || secondSpace >= end ? -1 : text.indexOf(' ', secondSpace + 1);
+    // A line without its server's words (a comment, an empty line, one parseIpvsadmSave refuses) is a block of its own.
+    const server = thirdSpace < 0 || thirdSpace >= end ? `line ${at}` : text.slice(firstSpace + 1, thirdSpace);
+    if (server !== owner) {
+      close(at);
+      owner = server;
+      start = at;
+    }
+    at = end;
+  }
+  close(text.length);
+  const blocks = new Map<string, IpvsadmBlock>();
+  const servers: {key: string; server: IpvsVirtualServer}[] = [];
+  for (const [owner, lines] of runs) {
+    const known = before?.get(owner);
+    const server = known?.lines === lines ? known.server : parseIpvsadmSave(lines)[0];
+    if (!server) continue;
+    blocks.set(owner, {lines, server});
+    if (kept(server)) servers.push({key: virtualServerKey(server), server});
+  }
+  return {servers: servers.sort((a, b) => compare(a.key, b.key)).map(({server}) => server), blocks};
 }
 
 export function sortServers(servers: IpvsVirtualServer[]): IpvsVirtualServer[] {

@@ -227,3 +227,29 @@ test('explainDrift: a service port programmed only late in the model is found, p
   });
   assert.deepEqual(none.explanations, [{kind: 'no-kube-proxy-rules', text: 'no kube-proxy rules at all on this node'}]);
 });
+
+test('explainDrift: missing endpoints are searched one by one, then read from every address the rules hold, and 10.244.1.9 is not 10.244.1.90', () => {
+  // Twenty endpoints joined; the rules program the odd ones, and 10.244.1.90, whose address begins as 10.244.1.9's.
+  const addresses = Array.from({length: 20}, (_, i) => `10.244.1.${i + 1}`);
+  const programmed = addresses.filter((_, i) => i % 2 === 0);
+  const rulesText = [...programmed, '10.244.1.90'].map((ip) => `-a -t 10.96.0.20:80 -r ${ip}:8080 -m -w 1\n`).join('');
+  const expectMissing = addresses.filter((ip) => !programmed.includes(ip));
+  for (const asked of [3, 20]) {
+    const added = addresses.slice(0, asked).map((ip) => `-a -t 10.96.0.20:80 -r ${ip}:8080 -m -w 1`);
+    let readWhole = 0;
+    const text = wholeText(() => `-A -t 10.96.0.20:80 -s rr\n${rulesText}`);
+    const [group] = explainDrift([{servicePort: 'default/web:http', added, removed: []}], {
+      models: [model(addresses)],
+      applied: {linesWith: (needle) => text.linesWith(needle), linesNear: () => [], whole: () => (readWhole++, text.whole())},
+      history: new EndpointHistory(),
+      now: 0,
+    });
+    assert.deepEqual(
+      group.explanations?.map((explanation) => explanation.endpoint),
+      expectMissing.filter((ip) => addresses.indexOf(ip) < asked),
+      `${asked} endpoints asked`,
+    );
+    // Up to 16 addresses are searched for alone; more are answered from every address at once.
+    assert.equal(readWhole, asked <= 16 ? 0 : 1, `${asked} endpoints asked`);
+  }
+});

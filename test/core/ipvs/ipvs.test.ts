@@ -9,6 +9,7 @@ import {
   parseBoundAddresses,
   parseIpsetSave,
   parseIpvsadmSave,
+  parseIpvsadmSaveSince,
   planIpvsSync,
   renderIpvs,
   traceIpvs,
@@ -248,6 +249,37 @@ describe('ipvs state formats', () => {
     ]);
     assert.deepEqual(parseBoundAddresses(json), ['10.96.0.10', '10.96.0.12']);
     assert.deepEqual(parseBoundAddresses(''), []);
+  });
+
+  it('a reading since an earlier one parses the servers whose lines changed and keeps the objects of the others', () => {
+    // In the kernel's order (a hash's, not sorted), both families.
+    const text = [
+      '-A -t 10.96.0.12:80 -s rr',
+      '-a -t 10.96.0.12:80 -r 10.244.1.3:8080 -m -w 1',
+      '-A -t [fd00::10]:80 -s rr',
+      '-a -t [fd00::10]:80 -r [fd00:1::2]:8080 -m -w 1',
+      '-A -t 10.96.0.10:80 -s rr',
+      '-a -t 10.96.0.10:80 -r 10.244.1.5:8080 -m -w 1',
+      '-a -t 10.96.0.10:80 -r 10.244.1.4:8080 -m -w 1',
+      '',
+    ].join('\n');
+    const ipv4 = (server: {address: string}) => !server.address.includes(':');
+    const first = parseIpvsadmSaveSince(text, undefined, ipv4);
+    assert.deepEqual(first.servers, parseIpvsadmSave(text).filter(ipv4), 'what parseIpvsadmSave reads, of the family kept, sorted');
+    const changed = text.replace('-a -t 10.96.0.12:80 -r 10.244.1.3:8080 -m -w 1\n', '');
+    const second = parseIpvsadmSaveSince(changed, first.blocks, ipv4);
+    assert.deepEqual(second.servers, parseIpvsadmSave(changed).filter(ipv4));
+    assert.equal(second.servers[0], first.servers[0], 'the server whose lines are the same is the same object');
+    assert.notEqual(second.servers[1], first.servers[1], 'the changed one is read again');
+    assert.equal(
+      second.blocks.get('-t [fd00::10]:80')?.server.address,
+      'fd00::10',
+      "the other family's servers are kept for the next reading",
+    );
+    assert.throws(
+      () => parseIpvsadmSaveSince('-a -t 10.96.0.9:80 -r 10.244.1.3:8080 -m -w 1\n', first.blocks, ipv4),
+      /real server before its virtual server/,
+    );
   });
 
   it('names the line it cannot read', () => {

@@ -8,15 +8,14 @@ import {
   diffIpvs,
   ipvsDiffText,
   dummyDevice,
-  formatIpvsadmRestore,
   type IpvsDiffGroup,
   type IpvsState,
-  type IpvsVirtualServer,
   parseIpsetSave,
   parseIpvsadmSave,
   renderIpvs,
   traceIpvs,
   virtualServerKey,
+  virtualServerLines,
 } from '../../../core/ipvs/index.ts';
 import type {IPFamily, ProxyModel} from '../../../core/model/index.ts';
 import type {Host} from '../../host/host.ts';
@@ -35,7 +34,7 @@ const sections = {
 /** formatIpvsState writes the state as the API shows it; parseIpvsStateText reads it back. */
 export function formatIpvsState(state: IpvsState): string {
   const servers = state.virtualServers
-    .map((server) => (server.servicePort ? `# service ${server.servicePort}\n` : '') + formatIpvsadmRestore([server]))
+    .map((server) => (server.servicePort ? `# service ${server.servicePort}\n` : '') + virtualServerLines(server).join('\n') + '\n')
     .join('');
   const sets = state.sets
     .map((set) => [`create ${set.name} ${set.type}`, ...set.entries.map((entry) => `add ${set.name} ${entry}`)].join('\n') + '\n')
@@ -146,34 +145,6 @@ export function ipvsRulesBackend(options: {scheduler?: string} = {}): RulesBacke
   return backend;
 }
 
-/** Same address, port, protocol, scheduler, persistence and real servers (the kernel's, so servicePort aside). */
-function sameServer(a: IpvsVirtualServer, b: IpvsVirtualServer): boolean {
-  return (
-    a.address === b.address &&
-    a.port === b.port &&
-    a.protocol === b.protocol &&
-    a.scheduler === b.scheduler &&
-    a.persistenceTimeout === b.persistenceTimeout &&
-    a.realServers.length === b.realServers.length &&
-    a.realServers.every((real, index) => {
-      const other = b.realServers[index];
-      return real.address === other.address && real.port === other.port && real.weight === other.weight;
-    })
-  );
-}
-
-/**
- * `read` with each server that did not change since `before` replaced by its object there: what a
- * diff worked out about those objects (their lines) is kept.
- */
-function keepUnchanged(before: IpvsVirtualServer[], read: IpvsVirtualServer[]): IpvsVirtualServer[] {
-  const known = new Map(before.map((server) => [virtualServerKey(server), server]));
-  return read.map((server) => {
-    const previous = known.get(virtualServerKey(server));
-    return previous && sameServer(previous, server) ? previous : server;
-  });
-}
-
 /**
  * The state brought up to date by reading again only the parts foreign changes touched
  * (watchIpvsState's report, the iptables layer's tables from nft monitor): `state` itself when
@@ -191,7 +162,7 @@ export async function followIpvsChanges(
   const iptablesLayer = touched.has('nat') || touched.has('filter');
   if (!servers && !sets && !addresses && !iptablesLayer) return state;
   const followed = {...state};
-  if (servers) followed.virtualServers = keepUnchanged(state.virtualServers, await readVirtualServers(host, family));
+  if (servers) followed.virtualServers = await readVirtualServers(host, family, state.virtualServers);
   if (sets?.whole) followed.sets = await readSets(host, family);
   else if (sets) {
     const byName = new Map(state.sets.map((set) => [set.name, set]));
