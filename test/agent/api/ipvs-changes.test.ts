@@ -6,7 +6,7 @@ import assert from 'node:assert/strict';
 import {test} from 'node:test';
 import {AppliedState} from '../../../src/agent/applied/applied-state.ts';
 import {changedParts, ipsetHeaders, ipvsStateParts, type IpvsStateLook, watchIpvsState} from '../../../src/agent/applied/ipvs-changes.ts';
-import {formatIpvsState, ipvsRulesBackend, parseIpvsStateText} from '../../../src/agent/api/rules/ipvs.ts';
+import {formatIpvsState, ipvsLinesWith, ipvsRulesBackend, parseIpvsStateText} from '../../../src/agent/api/rules/ipvs.ts';
 import type {IpvsState} from '../../../src/core/ipvs/index.ts';
 import {memoryLogger} from '../../../src/agent/log.ts';
 import {IpvsHost} from '../ipvs-memory-host.ts';
@@ -173,4 +173,26 @@ test('a look that fails vouches for nothing until one succeeds, and readings fro
   } finally {
     changes.close();
   }
+});
+
+test("the state's lines that hold a name are its text's lines that do, found without putting the text together", async () => {
+  const host = await seededNode();
+  const state = await host.applied();
+  state.virtualServers[0].servicePort = 'default/web:http';
+  state.iptables = '*nat\n-A KUBE-SERVICES -m set --match-set KUBE-CLUSTER-IP dst,dst -j KUBE-MARK-MASQ\nCOMMIT\n';
+  const text = formatIpvsState(state);
+  const linesOfText = (needle: string) => text.split('\n').filter((line) => line.includes(needle));
+  // An address, an endpoint, a set's name across its lines' prefix, a comment, a section, words across a prefix and its entry.
+  for (const needle of [
+    '10.96.0.10',
+    '10.244.1.2:8080',
+    'KUBE-LOOP-BACK',
+    '# service default/web',
+    '####',
+    'BACK 10.244',
+    'add KUBE-',
+    '-A KUBE-SERVICES',
+    'nothing',
+  ])
+    assert.deepEqual([...ipvsLinesWith(state, needle)], linesOfText(needle), needle);
 });

@@ -31,23 +31,41 @@ const sections = {
   iptables: '#### iptables layer (iptables-save)',
 } as const;
 
+/**
+ * The state's text as runs of lines, each line a run's `prefix` and one of its items: a set's
+ * entries are one run ("add NAME " and each entry), so a search need not spell every entry's line.
+ */
+function* stateRuns(state: IpvsState): Iterable<{prefix: string; items: readonly string[]}> {
+  yield {prefix: '', items: [`#### ipvs mode, ${state.family}`, sections.ipvsadm]};
+  for (const server of state.virtualServers) {
+    if (server.servicePort) yield {prefix: '# service ', items: [server.servicePort]};
+    yield {prefix: '', items: virtualServerLines(server)};
+  }
+  yield {prefix: '', items: [sections.ipset]};
+  for (const set of state.sets) {
+    yield {prefix: '', items: [`create ${set.name} ${set.type}`]};
+    yield {prefix: `add ${set.name} `, items: set.entries};
+  }
+  yield {prefix: '', items: [sections.addresses, ...state.boundAddresses, sections.iptables]};
+  yield {prefix: '', items: state.iptables.split('\n')};
+}
+
 /** formatIpvsState writes the state as the API shows it; parseIpvsStateText reads it back. */
 export function formatIpvsState(state: IpvsState): string {
-  const servers = state.virtualServers
-    .map((server) => (server.servicePort ? `# service ${server.servicePort}\n` : '') + virtualServerLines(server).join('\n') + '\n')
-    .join('');
-  const sets = state.sets
-    .map((set) => [`create ${set.name} ${set.type}`, ...set.entries.map((entry) => `add ${set.name} ${entry}`)].join('\n') + '\n')
-    .join('');
-  const addresses = state.boundAddresses.map((address) => `${address}\n`).join('');
-  return [
-    `#### ipvs mode, ${state.family}`,
-    sections.ipvsadm,
-    servers + sections.ipset,
-    sets + sections.addresses,
-    addresses + sections.iptables,
-    state.iptables,
-  ].join('\n');
+  const lines: string[] = [];
+  for (const {prefix, items} of stateRuns(state)) for (const item of items) lines.push(prefix + item);
+  return lines.join('\n');
+}
+
+/** The lines of formatIpvsState's text that hold `needle`, found without putting the text together. */
+export function* ipvsLinesWith(state: IpvsState, needle: string): Iterable<string> {
+  // A needle across a prefix and its item holds the prefix's last character, a space.
+  const spaced = needle.includes(' ');
+  for (const {prefix, items} of stateRuns(state)) {
+    const inPrefix = prefix !== '' && prefix.includes(needle);
+    for (const item of items)
+      if (inPrefix || item.includes(needle) || (spaced && prefix !== '' && (prefix + item).includes(needle))) yield prefix + item;
+  }
 }
 
 export function parseIpvsStateText(text: string): IpvsState {
@@ -136,6 +154,7 @@ export function ipvsRulesBackend(options: {scheduler?: string} = {}): RulesBacke
       return text;
     },
     format: (rules) => formatIpvsState(rules as IpvsState),
+    rulesWith: (rules, needle) => ipvsLinesWith(rules as IpvsState, needle),
     follow: async (host, family, rules, touched) => {
       const followed = await followIpvsChanges(host, family, rules as IpvsState, touched);
       for (const server of followed.virtualServers) server.servicePort ||= owners.get(family)?.get(virtualServerKey(server)) ?? '';
