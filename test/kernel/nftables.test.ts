@@ -21,6 +21,8 @@ import {
   parseNftablesScript,
   renderNftables,
   renderNftablesSync,
+  ruleComment,
+  ruleText,
   traceNftables,
   type NftablesState,
   type NftRuleset,
@@ -65,7 +67,7 @@ function assertSameTable(expected: NftRuleset, listed: NftRuleset, what: string)
         {
           hook: chain.hook,
           priority: chain.priority,
-          rules: chain.rules.map((rule) => (rule.comment ? `${rule.text} comment "${rule.comment}"` : rule.text)),
+          rules: chain.rules.map((rule) => (ruleComment(rule) ? `${ruleText(rule)} comment "${ruleComment(rule)}"` : ruleText(rule))),
         },
       ]),
     );

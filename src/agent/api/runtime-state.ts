@@ -2,7 +2,7 @@
 // models, the applied rules, the last sync and the drift check, and the work they have in common
 // (reading the kernel, the full diff, waiting for a sync).
 import {getHeapStatistics} from 'node:v8';
-import type {IPFamily, ProxyModel} from '../../core/model/index.ts';
+import {endpointKey, type IPFamily, type ProxyModel} from '../../core/model/index.ts';
 import type {DiffGroup, DiffResult, ProbeParams, ProbeResult, SyncEvent, SyncKind} from '../../protocol/methods.ts';
 import type {Host} from '../host/host.ts';
 import type {Logger} from '../log.ts';
@@ -326,7 +326,7 @@ export class RuntimeState {
     for (const model of models.values()) {
       for (const port of model.servicePorts) {
         services.add(`${port.namespace}/${port.serviceName}`);
-        for (const endpoint of port.endpoints) endpoints.add(endpoint.key);
+        for (const endpoint of port.endpoints) endpoints.add(endpointKey(endpoint));
       }
     }
     this.counts = {key, services: services.size, endpoints: endpoints.size};

@@ -1,6 +1,7 @@
 // Chain names of the iptables backend: kube-proxy's fixed chains and its hashed per-service and
 // per-endpoint chain names, computed exactly as kube-proxy computes them so that rules written by
 // kube-proxy and by proxyctl name the same chains.
+import {endpointKey} from '../model/endpoint.ts';
 import type {Endpoint, Protocol, ServicePort} from '../model/types.ts';
 import {sha256Base32} from '../name-hash.ts';
 
@@ -100,7 +101,7 @@ export function serviceFirewallChainName(port: ServicePortName): string {
  * endpointChainName: KUBE-SEP-*, one endpoint of one service port. The hash covers the service
  * port name, the lower-case protocol and the endpoint's "ip:port" ("[ip]:port" for IPv6).
  */
-export function endpointChainName(port: ServicePortName, endpoint: Pick<Endpoint, 'key'> | string): string {
-  const key = typeof endpoint === 'string' ? endpoint : endpoint.key;
+export function endpointChainName(port: ServicePortName, endpoint: Pick<Endpoint, 'ip' | 'port'> | string): string {
+  const key = typeof endpoint === 'string' ? endpoint : endpointKey(endpoint);
   return serviceChainPrefixes.endpoint + chainHash(port.key + port.protocol.toLowerCase() + key);
 }

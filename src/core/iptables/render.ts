@@ -2,6 +2,7 @@
 // iptables proxier (pkg/proxy/iptables/proxier.go) writes it: same chains, rule order, comments,
 // probabilities and hashed chain names, so that both can be compared line by line.
 import {portsWithIdentities, servicePortIdentity} from '../model/changes.ts';
+import {endpointKey} from '../model/endpoint.ts';
 import {cidrContains, parseCIDR, parseIP, type ParsedCIDR} from '../model/ip.ts';
 import type {Endpoint, LocalDetector, ProxyModel, ServicePort} from '../model/types.ts';
 import {
@@ -557,7 +558,7 @@ function declarePortChains(
     const names = chainNamesOf(port);
     const chains = writeFixedChainRules(port, discardLines, fixedFilter, countLocalhost, names);
     // Every endpoint chain name is hashed once, though the SVC, SVL and SEP rules all use it.
-    const endpointChains = new Map<string, string>();
+    const endpointChains = new Map<Endpoint, string>();
     const own = ownChains(port, names, chains, endpointChains);
     // Chains of a port left alone in a partial render are not declared (that would flush them),
     // but they are still in use, so not stale.
@@ -571,7 +572,7 @@ function declarePortChains(
 }
 
 /** ownChains: the nat chains of the port itself (EXT, FW, SVC, SVL, SEP), in the order they are declared. */
-function ownChains(port: ServicePort, names: ChainNames, chains: PortChains, endpointChains?: Map<string, string>): string[] {
+function ownChains(port: ServicePort, names: ChainNames, chains: PortChains, endpointChains?: Map<Endpoint, string>): string[] {
   const own: string[] = [];
   if (chains.usesExternalChain) own.push(names.externalChain);
   if (chains.usesFirewallChain) own.push(names.firewallChain);
@@ -579,7 +580,7 @@ function ownChains(port: ServicePort, names: ChainNames, chains: PortChains, end
   if (port.localEndpoints.length > 0 && port.usesLocalEndpoints) own.push(names.localChain);
   for (const endpoint of port.allReachableEndpoints) {
     const chain = endpointChainName(port, endpoint);
-    endpointChains?.set(endpoint.key, chain);
+    endpointChains?.set(endpoint, chain);
     own.push(chain);
   }
   return own;
@@ -686,7 +687,7 @@ function writePortChains(context: RenderContext, port: ServicePort, {names, chai
   const protocol = port.protocol.toLowerCase();
   const matchProtocol = `-m ${protocol} -p ${protocol}`;
   const {clusterChain, localChain, externalChain, firewallChain} = names;
-  const chainOf = (endpoint: Endpoint): string => endpointChains.get(endpoint.key) ?? endpointChainName(port, endpoint);
+  const chainOf = (endpoint: Endpoint): string => endpointChains.get(endpoint) ?? endpointChainName(port, endpoint);
 
   if (chains.hasInternalEndpoints) {
     const internal = chains.internalChain;
@@ -745,7 +746,7 @@ function writePortChains(context: RenderContext, port: ServicePort, {names, chai
     // A pod reaching itself through the service must not see its own address as source.
     nat.add(chain, `${head} -s ${endpoint.ip} -j ${MASQ}`);
     const affinity = port.sessionAffinity ? ` -m recent --name ${chain} --set` : '';
-    nat.add(chain, `${head}${affinity} ${matchProtocol} -j DNAT --to-destination ${endpoint.key}`);
+    nat.add(chain, `${head}${affinity} ${matchProtocol} -j DNAT --to-destination ${endpointKey(endpoint)}`);
   }
 }
 
@@ -761,7 +762,7 @@ function writeServiceToEndpointRules(
   const name = port.key;
   const endpointChains = endpoints.map(chainOf);
   const head = (endpoint: Endpoint): string =>
-    largeCluster ? `-A ${chain}` : `-A ${chain} -m comment --comment ${quote(`${name} -> ${endpoint.key}`)}`;
+    largeCluster ? `-A ${chain}` : `-A ${chain} -m comment --comment ${quote(`${name} -> ${endpointKey(endpoint)}`)}`;
   if (port.sessionAffinity) {
     const seconds = port.sessionAffinity.timeoutSeconds;
     endpoints.forEach((endpoint, index) => {
@@ -894,8 +895,8 @@ function writeFixedChainRules(
 interface WrittenPort {
   names: ChainNames;
   chains: PortChains;
-  /** Endpoint key -> its KUBE-SEP chain. */
-  endpointChains: Map<string, string>;
+  /** Each endpoint of the port -> its KUBE-SEP chain. */
+  endpointChains: Map<Endpoint, string>;
 }
 
 interface PortChains {

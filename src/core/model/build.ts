@@ -514,10 +514,10 @@ function endpointsForPort(definition: ServicePortDefinition, slices: SliceDefini
     for (const source of slice.endpoints) {
       const key = joinHostPort(source.ip, slicePort.port);
       if (byKey.has(key) && source.terminating) continue;
-      byKey.set(key, new EndpointObject(source, slicePort.port, key, nodeName !== '' && source.nodeName === nodeName));
+      byKey.set(key, new EndpointObject(source, slicePort.port, nodeName !== '' && source.nodeName === nodeName));
     }
   }
-  return [...byKey.values()].sort((a, b) => compareStrings(a.key, b.key));
+  return [...byKey.entries()].sort(([a], [b]) => compareStrings(a, b)).map(([, endpoint]) => endpoint);
 }
 
 /**
@@ -527,14 +527,13 @@ function endpointsForPort(definition: ServicePortDefinition, slices: SliceDefini
  * set only for some endpoints (nodeName, zone, hints, pod) would otherwise be added to a literal
  * afterwards and go to a separate array, more memory for every endpoint.
  */
-const EndpointObject = function (this: Endpoint, source: SliceEndpoint, port: number, key: string, isLocal: boolean) {
+const EndpointObject = function (this: Endpoint, source: SliceEndpoint, port: number, isLocal: boolean) {
   this.ip = source.ip;
   this.port = port;
   this.ready = source.ready;
   this.serving = source.serving;
   this.terminating = source.terminating;
   this.isLocal = isLocal;
-  this.key = key;
   if (source.nodeName !== undefined) this.nodeName = source.nodeName;
   if (source.zone !== undefined) this.zone = source.zone;
   if (source.zoneHints) this.zoneHints = [...source.zoneHints];
@@ -544,7 +543,6 @@ const EndpointObject = function (this: Endpoint, source: SliceEndpoint, port: nu
 } as unknown as new (
   source: SliceEndpoint,
   port: number,
-  key: string,
   isLocal: boolean,
 ) => Endpoint;
 EndpointObject.prototype = Object.prototype;

@@ -1,6 +1,7 @@
 // kube-proxy's CategorizeEndpoints (pkg/proxy/topology.go): which endpoints Cluster and Local
 // traffic policies may use on this node, with the ready -> serving-terminating fallback and
 // topology hints.
+import {endpointKey} from './endpoint.ts';
 import type {Endpoint, ServicePort} from './types.ts';
 
 export type TopologyMode = ServicePort['topologyMode'];
@@ -82,9 +83,9 @@ export function categorizeEndpoints(input: CategorizeInput): Categorized {
     return result;
   }
   const union = new Map<string, Endpoint>();
-  for (const endpoint of [...result.clusterEndpoints, ...result.localEndpoints]) union.set(endpoint.key, endpoint);
+  for (const endpoint of [...result.clusterEndpoints, ...result.localEndpoints]) union.set(endpointKey(endpoint), endpoint);
   // kube-proxy builds this union from a Go map (random order); sorting keeps our output stable.
-  result.allReachableEndpoints = [...union.values()].sort((a, b) => compareStrings(a.key, b.key));
+  result.allReachableEndpoints = [...union.entries()].sort(([a], [b]) => compareStrings(a, b)).map(([, endpoint]) => endpoint);
   return result;
 }
 

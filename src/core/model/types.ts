@@ -76,11 +76,6 @@ export interface Endpoint {
   /** The pod behind the endpoint (targetRef), for people reading traces. */
   podName?: string;
   podNamespace?: string;
-  /**
-   * "ip:port" ("[ip]:port" for IPv6, as Go's net.JoinHostPort writes it): the endpoint string
-   * kube-proxy hashes into endpoint chain names.
-   */
-  key: string;
 }
 
 /** ServicePort is kube-proxy's "service port": one (service, port) pair for one IP family. */

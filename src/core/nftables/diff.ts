@@ -4,7 +4,7 @@
 // the endpoints they can reach, not by their keys; elements clients add to affinity sets at run
 // time, emptied chains waiting for deletion, counter values, and the order of chains, sets and
 // elements are not differences (rules keep their order inside a chain: it decides).
-import type {NftChain, NftRuleset, NftSet} from './parse.ts';
+import {type NftChain, type NftRuleset, type NftSet, ruleComment, ruleText} from './parse.ts';
 
 /** DiffGroup: the changes of one service port (the protocol's DiffGroup has the same shape). */
 export interface DiffGroup {
@@ -94,8 +94,9 @@ function chainLines(ruleset: NftRuleset, chain: NftChain, other: NftRuleset): Li
   const lines: Line[] = [{servicePort: servicePort ?? '', text: `chain ${chain.name}${base}`}];
   chain.rules.forEach((rule, index) => {
     // A counter's values change with traffic; whether the rule counts is what is compared.
-    const counted = rule.text.replace(/\bcounter packets \d+ bytes \d+/g, 'counter');
-    const text = resolveEndpointChoice(ruleset, rule.comment !== undefined ? `${counted} comment "${rule.comment}"` : counted);
+    const counted = ruleText(rule).replace(/\bcounter packets \d+ bytes \d+/g, 'counter');
+    const comment = ruleComment(rule);
+    const text = resolveEndpointChoice(ruleset, comment !== undefined ? `${counted} comment "${comment}"` : counted);
     lines.push({servicePort: servicePort ?? '', text: `rule ${chain.name} #${index + 1}: ${text}`});
   });
   return lines;
@@ -202,7 +203,7 @@ function differingParts(
 }
 
 function pickedFromMap(part: NftChain | NftSet): boolean {
-  return 'rules' in part && part.rules.some((rule) => endpointMapRule.test(rule.text));
+  return 'rules' in part && part.rules.some((rule) => endpointMapRule.test(ruleText(rule)));
 }
 
 /**
@@ -219,7 +220,7 @@ export function shareSameParts(desired: NftRuleset, applied: NftRuleset, same: S
     const mine = desired.chains.get(name);
     if (!chain || !mine || mine === chain || same.get(mine) !== chain) continue;
     const identical = (rule: NftChain['rules'][number], index: number) =>
-      rule.text === mine.rules[index].text && rule.comment === mine.rules[index].comment;
+      ruleText(rule) === ruleText(mine.rules[index]) && ruleComment(rule) === ruleComment(mine.rules[index]);
     if (chain.rules.length !== mine.rules.length || !chain.rules.every(identical)) continue;
     applied.chains.set(name, mine);
     // knownSame finds a shared part by identity: its entry would only hold memory (a table of

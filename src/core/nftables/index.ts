@@ -18,6 +18,8 @@ export {
   listSpelling,
   exprText,
   statementText,
+  ruleComment,
+  ruleText,
   type NftChain,
   type NftRule,
   type NftRuleset,

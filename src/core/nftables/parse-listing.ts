@@ -7,8 +7,11 @@ import {
   type NftRuleset,
   type NftSet,
   type NftSetElement,
+  nftRule,
   parseElement,
   priorityValue,
+  ruleComment,
+  ruleText,
   splitComment,
   splitTopLevel,
 } from './parse.ts';
@@ -96,7 +99,7 @@ export function parseNftablesListing(text: string, tableName = 'kube-proxy'): Nf
         Object.assign(chain, {type: base[1], hook: base[2], priority: priorityValue(base[3]), policy: base[4] ?? 'accept'});
       } else if (!/^comment "(?:[^"\\]|\\.)*"$/.test(line)) {
         const {text: rule, comment} = splitComment(line);
-        chain.rules.push({text: rule, ...(comment !== undefined ? {comment} : {})});
+        chain.rules.push(nftRule(rule, comment));
       }
       continue;
     }
@@ -223,7 +226,7 @@ function setLinesWith(set: NftSet, needle: string, found: string[]): void {
 function chainLinesWith(chain: NftChain, needle: string, found: string[]): void {
   if (chain.name.includes(needle)) found.push(chainLine(chain));
   for (const rule of chain.rules)
-    if (rule.text.includes(needle) || rule.comment?.includes(needle)) {
+    if (ruleText(rule).includes(needle) || ruleComment(rule)?.includes(needle)) {
       const line = ruleLine(rule);
       // As for elements, the comment is quoted.
       if (line.includes(needle)) found.push(line);
@@ -243,5 +246,5 @@ function chainLine(chain: NftChain): string {
 }
 
 function ruleLine(rule: NftRule): string {
-  return `\t\t${rule.text}${commentText(rule.comment)}`;
+  return `\t\t${ruleText(rule)}${commentText(ruleComment(rule))}`;
 }

@@ -4,7 +4,7 @@
 // kube-proxy writes it, or a DNAT map as render writes it), masquerade marks, reject and drop.
 import {cidrContains, parseCIDR, parseIP} from '../model/ip.ts';
 import type {Packet, TraceBranch, TraceContext, TraceHop, TraceResult} from '../trace/types.ts';
-import type {NftChain, NftRule, NftRuleset, NftSet, NftSetElement} from './parse.ts';
+import {type NftChain, type NftRule, type NftRuleset, type NftSet, type NftSetElement, ruleComment, ruleText} from './parse.ts';
 
 type Hook = TraceHop['hook'];
 
@@ -62,14 +62,18 @@ function tokenize(text: string): string[] {
   return words;
 }
 
-// Many packets pass the same rules: split each rule into words once.
-const ruleWords = new WeakMap<NftRule, {text: string; words: string[]}>();
+// Many packets pass the same rules: split each rule into words once, kept by its chain's list of
+// rules and its position there (a rule is a string, no key of its own).
+const ruleWords = new WeakMap<readonly NftRule[], ({text: string; words: string[]} | undefined)[]>();
 
-function wordsOf(rule: NftRule): string[] {
-  const known = ruleWords.get(rule);
-  if (known && known.text === rule.text) return known.words;
-  const words = tokenize(rule.text);
-  ruleWords.set(rule, {text: rule.text, words});
+function wordsOf(rules: readonly NftRule[], position: number): string[] {
+  let known = ruleWords.get(rules);
+  if (!known) ruleWords.set(rules, (known = []));
+  const text = ruleText(rules[position]);
+  const memo = known[position];
+  if (memo && memo.text === text) return memo.words;
+  const words = tokenize(text);
+  known[position] = {text, words};
   return words;
 }
 
@@ -262,9 +266,9 @@ interface RuleEffect {
 }
 
 /** evaluateRule reads a rule left to right: every match must hold; the statements then apply. */
-function evaluateRule(walker: Walker, state: PathState, rule: NftRule): RuleEffect {
-  const text = rule.text;
-  const words = wordsOf(rule);
+function evaluateRule(walker: Walker, state: PathState, rules: readonly NftRule[], position: number): RuleEffect {
+  const text = ruleText(rules[position]);
+  const words = wordsOf(rules, position);
   const effect: RuleEffect = {matched: true, explanation: ''};
   const conditions: string[] = [];
   let index = 0;
@@ -412,15 +416,9 @@ function evaluateRule(walker: Walker, state: PathState, rule: NftRule): RuleEffe
   return effect;
 }
 
-function hopOf(
-  walker: Walker,
-  hook: Hook,
-  chain: string,
-  rule: {text: string; comment?: string},
-  target: string,
-  explanation: string,
-): TraceHop {
-  const text = rule.comment !== undefined ? `${rule.text} comment "${rule.comment}"` : rule.text;
+function hopOf(walker: Walker, hook: Hook, chain: string, rule: NftRule, target: string, explanation: string): TraceHop {
+  const comment = ruleComment(rule);
+  const text = comment !== undefined ? `${ruleText(rule)} comment "${comment}"` : ruleText(rule);
   return {hook, table: walker.tableLabel, chain, rule: text, target, explanation};
 }
 
@@ -449,7 +447,7 @@ function execChain(
   }
   for (let position = index; position < chain.rules.length; position++) {
     const rule = chain.rules[position];
-    const effect = evaluateRule(walker, state, rule);
+    const effect = evaluateRule(walker, state, chain.rules, position);
     if (!effect.matched) continue;
     if (effect.mark) {
       state.mark = effect.mark.op === '|' ? state.mark | effect.mark.value : state.mark ^ effect.mark.value;

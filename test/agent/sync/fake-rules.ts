@@ -4,7 +4,7 @@
 // iptables-save prints them, so what a write leaves is its own lines.
 import {createHash} from 'node:crypto';
 import {insertLine} from '../../../src/core/iptables/index.ts';
-import {portsWithIdentities, servicePortIdentity, type ProxyModel} from '../../../src/core/model/index.ts';
+import {endpointKey, portsWithIdentities, servicePortIdentity, type ProxyModel} from '../../../src/core/model/index.ts';
 import type {IptablesRuleSource, JumpRule, RenderedWrite, RenderOptions, WrittenTable} from '../../../src/agent/sync/iptables-rules.ts';
 
 export function serviceChain(identity: string): string {
@@ -34,7 +34,9 @@ export class FakeRules implements IptablesRuleSource {
       nat.push(`:${chain} - [0:0]`);
       const endpoint = port.clusterEndpoints[0];
       if (endpoint)
-        rules.push(`-A ${chain} -p ${protocol} -m comment --comment "${port.key}" -m ${protocol} -j DNAT --to-destination ${endpoint.key}`);
+        rules.push(
+          `-A ${chain} -p ${protocol} -m comment --comment "${port.key}" -m ${protocol} -j DNAT --to-destination ${endpointKey(endpoint)}`,
+        );
     }
     const existing = options.existingChains?.get('nat') ?? new Set<string>();
     const previous =

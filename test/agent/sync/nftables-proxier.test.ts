@@ -8,7 +8,7 @@ import {nftablesRulesBackend} from '../../../src/agent/api/rules/nftables.ts';
 import {CommandHost} from '../../../src/agent/host/command-host.ts';
 import {memoryLogger} from '../../../src/agent/log.ts';
 import {NftablesProxier} from '../../../src/agent/sync/nftables-proxier.ts';
-import {type NftRuleset, parseNftablesJson} from '../../../src/core/nftables/parse.ts';
+import {type NftRuleset, parseNftablesJson, ruleText} from '../../../src/core/nftables/parse.ts';
 import {createNetns, inNetns, isRoot} from '../netns.ts';
 import {MemoryObjects, service, slice} from './cluster.ts';
 import {everyListReceived, periodic, proxierOptions, requested} from './proxier-fixture.ts';
@@ -153,7 +153,7 @@ test("nftables proxier, kube-proxy's layout: a chain per endpoint, partial syncs
   const endpointChains = () =>
     [...table().chains.values()]
       .filter((chain) => chain.name.startsWith('endpoint-') && chain.rules.length > 0)
-      .map((chain) => chain.rules.find((rule) => rule.text.includes('dnat'))!.text)
+      .map((chain) => ruleText(chain.rules.find((rule) => ruleText(rule).includes('dnat'))!))
       .sort();
 
   const [first] = await proxier.syncRules(requested);
@@ -164,7 +164,7 @@ test("nftables proxier, kube-proxy's layout: a chain per endpoint, partial syncs
   assert.deepEqual(endpointChains(), ['meta l4proto tcp dnat to 10.244.2.5:8080', 'meta l4proto tcp dnat to 10.244.2.6:8080']);
   const serviceChain = [...listed.chains.values()].find((chain) => chain.name.startsWith('service-') && chain.name.includes('/'))!;
   assert.match(
-    serviceChain.rules.at(-1)!.text,
+    ruleText(serviceChain.rules.at(-1)!),
     /^numgen random mod 2 vmap \{ 0 : goto endpoint-\S+__10\.244\.2\.5\/8080, 1 : goto endpoint-\S+__10\.244\.2\.6\/8080 \}$/,
   );
 

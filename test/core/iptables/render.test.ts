@@ -102,7 +102,7 @@ describe('chain names', () => {
 
   it('hashes endpoints with the service port, lower-case protocol and ip:port', () => {
     assert.equal(endpointChainName({key: 'ns1/svc1:p80', protocol: 'TCP'}, '10.180.0.1:80'), 'KUBE-SEP-SXIVWICOYRO3J4NJ');
-    assert.equal(endpointChainName({key: 'ns5/svc5:p80', protocol: 'TCP'}, {key: '10.180.0.3:80'}), 'KUBE-SEP-I77PXRDZVX7PMWMN');
+    assert.equal(endpointChainName({key: 'ns5/svc5:p80', protocol: 'TCP'}, {ip: '10.180.0.3', port: 80}), 'KUBE-SEP-I77PXRDZVX7PMWMN');
   });
 
   it('gives each protocol of the same port its own chain', () => {

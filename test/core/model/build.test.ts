@@ -1,6 +1,7 @@
 // buildProxyModel: what each kind of Service, EndpointSlice and Node turns into, per IP family.
 import assert from 'node:assert/strict';
 import {test} from 'node:test';
+import {endpointKey} from '../../../src/core/model/endpoint.ts';
 import {buildProxyModel, type ModelObjects, type ModelOptions} from '../../../src/core/model/build.ts';
 import {defaultProxyConfig} from '../../../src/core/model/config.ts';
 import type {ServiceInput} from '../../../src/core/model/objects.ts';
@@ -220,11 +221,11 @@ test('dual-stack service: each family gets its own clusterIP, externalIPs and en
   assert.deepEqual(v4.externalIPs, ['192.0.2.1']);
   assert.deepEqual(v6.externalIPs, ['2001:db8::1']);
   assert.deepEqual(
-    v4.endpoints.map((e) => e.key),
+    v4.endpoints.map((e) => endpointKey(e)),
     ['10.244.1.5:8080'],
   );
   assert.deepEqual(
-    v6.endpoints.map((e) => e.key),
+    v6.endpoints.map((e) => endpointKey(e)),
     ['[fd00:10:244:1::5]:8080'],
   );
   assert.equal(v6.endpoints[0].isLocal, true);
@@ -262,11 +263,11 @@ test('several ports: targetPort comes from the slice port of the same name and p
   assert.deepEqual(keys(model), ['default/dns:dns/UDP', 'default/dns:dns-tcp/TCP', 'default/dns:metrics/TCP']);
   const byName = Object.fromEntries(model.servicePorts.map((port) => [port.portName, port]));
   assert.deepEqual(
-    byName.dns.endpoints.map((e) => e.key),
+    byName.dns.endpoints.map((e) => endpointKey(e)),
     ['10.244.1.3:5353'],
   );
   assert.deepEqual(
-    byName['dns-tcp'].endpoints.map((e) => e.key),
+    byName['dns-tcp'].endpoints.map((e) => endpointKey(e)),
     ['10.244.1.3:5354'],
   );
   assert.deepEqual(byName.metrics.endpoints, [], 'a slice port of another protocol does not match');
@@ -287,7 +288,7 @@ test('slices are merged, linked by service-name label within the namespace, and 
   });
   // Plain string order, as kube-proxy sorts: "10.244.1.10" before "10.244.1.2".
   assert.deepEqual(
-    only(model).endpoints.map((e) => e.key),
+    only(model).endpoints.map((e) => endpointKey(e)),
     ['10.244.1.10:8080', '10.244.1.2:8080', '10.244.2.10:8080'],
   );
 });
@@ -306,7 +307,7 @@ test('an endpoint in two slices appears once; a running copy beats a terminating
   });
   const endpoints = only(model).endpoints;
   assert.deepEqual(
-    endpoints.map((e) => [e.key, e.podName]),
+    endpoints.map((e) => [endpointKey(e), e.podName]),
     [
       ['10.244.1.5:8080', 'new'],
       ['10.244.1.6:8080', 'first'],
@@ -351,7 +352,6 @@ test('endpoint details: locality, zone, hints and pod are carried', () => {
     serving: true,
     terminating: false,
     isLocal: true,
-    key: '10.244.1.1:8080',
     nodeName: 'node-1',
     zone: 'zone-a',
     zoneHints: ['zone-a'],

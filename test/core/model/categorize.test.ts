@@ -3,6 +3,8 @@
 // Rows about feature gates that are now always on (hints, terminating endpoints) keep the "on" side.
 import assert from 'node:assert/strict';
 import {test} from 'node:test';
+import {endpointKey} from '../../../src/core/model/endpoint.ts';
+import type {Endpoint} from '../../../src/core/model/types.ts';
 import {buildProxyModel, type ModelOptions} from '../../../src/core/model/build.ts';
 import type {ServiceInput} from '../../../src/core/model/objects.ts';
 import {node, service, slice, type EndpointSpec} from './cluster-objects.ts';
@@ -373,7 +375,7 @@ function serviceFor(policies: Policies = {}): ServiceInput {
   );
 }
 
-const keysOf = (endpoints: Array<{key: string}>) => endpoints.map((endpoint) => endpoint.key).sort();
+const keysOf = (endpoints: Endpoint[]) => endpoints.map(endpointKey).sort();
 
 for (const row of rows) {
   test(`categorize: ${row.name}`, () => {

@@ -2,6 +2,7 @@
 import assert from 'node:assert/strict';
 import {readFileSync} from 'node:fs';
 import {test} from 'node:test';
+import {endpointKey} from '../../../src/core/model/endpoint.ts';
 import {buildProxyModel} from '../../../src/core/model/build.ts';
 import {parseManifests} from '../../../src/core/model/manifests.ts';
 
@@ -24,8 +25,8 @@ test('examples/cluster.yaml: node-1 sees demoapp, nginx (Local), dns (UDP+TCP) a
     port: `${port.key}/${port.protocol}`,
     vip: `${port.clusterIP}:${port.port}`,
     nodePort: port.nodePort,
-    endpoints: port.endpoints.map((e) => `${e.key}${e.isLocal ? ' local' : ''}`),
-    local: port.localEndpoints.map((e) => e.key),
+    endpoints: port.endpoints.map((e) => `${endpointKey(e)}${e.isLocal ? ' local' : ''}`),
+    local: port.localEndpoints.map((e) => endpointKey(e)),
     externalPolicyLocal: port.externalPolicyLocal,
   }));
   assert.deepEqual(summary, [

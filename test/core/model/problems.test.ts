@@ -2,6 +2,7 @@
 // and everything else still reaches the model.
 import assert from 'node:assert/strict';
 import {test} from 'node:test';
+import {endpointKey} from '../../../src/core/model/endpoint.ts';
 import {buildProxyModel} from '../../../src/core/model/build.ts';
 import type {Problem, ProxyModel} from '../../../src/core/model/types.ts';
 import {endpoint, node, service, slice} from './cluster-objects.ts';
@@ -246,7 +247,7 @@ const rows: Row[] = [
     message: /^endpointslice default\/good-2: endpoints\[0\]\.addresses\[0\]: "10\.244\.1\.300" is not an IP address; endpoint skipped$/,
     check: (model) =>
       assert.deepEqual(
-        model.servicePorts.find((p) => p.serviceName === 'good')?.endpoints.map((e) => e.key),
+        model.servicePorts.find((p) => p.serviceName === 'good')?.endpoints.map((e) => endpointKey(e)),
         ['10.244.1.20:8080', '10.244.2.20:8080'],
       ),
   },
@@ -364,7 +365,7 @@ for (const row of rows) {
     assert.deepEqual(keys, ['default/good:http', ...(row.alsoKept ?? [])].sort());
     const goodPort = model.servicePorts.find((port) => port.key === 'default/good:http');
     assert.ok(
-      goodPort?.endpoints.some((e) => e.key === '10.244.1.20:8080'),
+      goodPort?.endpoints.some((e) => endpointKey(e) === '10.244.1.20:8080'),
       'the good service keeps its endpoints',
     );
     row.check?.(model);

@@ -7,7 +7,7 @@ import {describe, it} from 'node:test';
 import {changedServicePorts, type ProxyModel} from '../../../src/core/model/index.ts';
 import {diffNftables} from '../../../src/core/nftables/diff.ts';
 import {parseNftablesListing} from '../../../src/core/nftables/parse-listing.ts';
-import {listSpelling, type NftRuleset, parseNftablesJson, parseNftablesScript} from '../../../src/core/nftables/parse.ts';
+import {listSpelling, type NftRuleset, parseNftablesJson, parseNftablesScript, ruleText} from '../../../src/core/nftables/parse.ts';
 import {deleteStaleChains, type NftablesState, renderNftables, renderNftablesSync} from '../../../src/core/nftables/render.ts';
 import {traceNftables} from '../../../src/core/nftables/trace.ts';
 import type {Packet} from '../../../src/core/trace/types.ts';
@@ -233,7 +233,7 @@ describe("kube-proxy's nftables layout: parse and diff", () => {
     const other = parseNftablesListing(ruleset, 'filter');
     assert.deepEqual([other.family, other.table, other.chains.get('input')?.policy], ['inet', 'filter', 'drop']);
     assert.deepEqual(
-      other.chains.get('input')?.rules.map((rule) => rule.text),
+      other.chains.get('input')?.rules.map((rule) => ruleText(rule)),
       ['ct state established,related accept', 'counter name "accepted"'],
     );
   });

@@ -4,7 +4,7 @@ import {describe, it} from 'node:test';
 import {buildProxyModel, changedServicePorts, type ProxyModel} from '../../../src/core/model/index.ts';
 import {endpointMapShard, endpointNameBase, servicePortNameBase} from '../../../src/core/nftables/names.ts';
 import {diffNftables} from '../../../src/core/nftables/diff.ts';
-import {parseNftablesScript} from '../../../src/core/nftables/parse.ts';
+import {parseNftablesScript, ruleComment, ruleText} from '../../../src/core/nftables/parse.ts';
 import {
   deleteStaleChains,
   endpointTargetsMap,
@@ -38,7 +38,7 @@ function rules(script: string, chainPrefix: string): string[] {
   const table = parseNftablesScript(script);
   return [...table.chains.values()]
     .filter((chain) => chain.name.startsWith(chainPrefix) && chain.name.includes('/'))
-    .flatMap((chain) => chain.rules.map((rule) => rule.text));
+    .flatMap((chain) => chain.rules.map((rule) => ruleText(rule)));
 }
 
 describe('nftables names', () => {
@@ -99,11 +99,11 @@ describe('renderNftables', () => {
       'NodePorts on the primary IP only',
     );
     assert.deepEqual(
-      table.chains.get('services')!.rules.map((rule) => rule.text),
+      table.chains.get('services')!.rules.map((rule) => ruleText(rule)),
       ['ip daddr . meta l4proto . th dport vmap @service-ips', 'ip daddr @nodeport-ips meta l4proto . th dport vmap @service-nodeports'],
     );
     assert.deepEqual(
-      table.chains.get('masquerading')!.rules.map((rule) => rule.text),
+      table.chains.get('masquerading')!.rules.map((rule) => ruleText(rule)),
       [
         'ct status dnat ip saddr . ip daddr @hairpin-endpoints jump mark-for-masquerade',
         'meta mark & 0x00004000 == 0x00000000 return',
@@ -120,7 +120,7 @@ describe('renderNftables', () => {
     assert.deepEqual(table.sets.get('service-ips')!.elements, [{key: '10.96.0.10 . tcp . 80', value: `goto ${chain}`}]);
     assert.deepEqual(table.sets.get('cluster-ips')!.elements, [{key: '10.96.0.10'}]);
     assert.deepEqual(
-      table.chains.get(chain)!.rules.map((rule) => rule.text),
+      table.chains.get(chain)!.rules.map((rule) => ruleText(rule)),
       [
         'ip daddr 10.96.0.10 tcp dport 80 ip saddr != 10.244.0.0/16 jump mark-for-masquerade',
         `meta l4proto tcp dnat ip to numgen random mod 2 map @${targetsOf(chain)}`,
@@ -161,7 +161,9 @@ describe('renderNftables', () => {
     const external = `external-${servicePortNameBase({namespace: 'default', serviceName: 'local', portName: 'http', protocol: 'TCP'})}`;
     const cluster = `service-${servicePortNameBase({namespace: 'default', serviceName: 'local', portName: 'http', protocol: 'TCP'})}`;
     assert.deepEqual(
-      table.chains.get(external)!.rules.map((rule) => (rule.comment ? `${rule.text} comment "${rule.comment}"` : rule.text)),
+      table.chains
+        .get(external)!
+        .rules.map((rule) => (ruleComment(rule) ? `${ruleText(rule)} comment "${ruleComment(rule)}"` : ruleText(rule))),
       [
         `ip saddr 10.244.0.0/16 goto ${cluster} comment "short-circuit pod traffic"`,
         'fib saddr type local jump mark-for-masquerade comment "masquerade local traffic"',
@@ -185,7 +187,7 @@ describe('renderNftables', () => {
     const firewall = `firewall-${servicePortNameBase({namespace: 'default', serviceName: 'lb', portName: 'http', protocol: 'TCP'})}`;
     assert.deepEqual(table.sets.get('firewall-ips')!.elements, [{key: '203.0.113.9 . tcp . 80', value: `goto ${firewall}`}]);
     assert.deepEqual(
-      table.chains.get(firewall)!.rules.map((rule) => rule.text),
+      table.chains.get(firewall)!.rules.map((rule) => ruleText(rule)),
       ['ip saddr != { 192.0.2.0/24, 198.51.100.7 } drop'],
     );
   });
@@ -213,7 +215,7 @@ describe('renderNftables', () => {
     const firewall = `firewall-${servicePortNameBase({namespace: 'default', serviceName: 'lb', portName: 'http', protocol: 'TCP'})}`;
     assert.deepEqual(table.sets.get('firewall-ips')!.elements, [{key: '203.0.113.9 . tcp . 80', value: `goto ${firewall}`}]);
     assert.deepEqual(
-      table.chains.get(firewall)!.rules.map((rule) => rule.text),
+      table.chains.get(firewall)!.rules.map((rule) => ruleText(rule)),
       ['drop'],
     );
     assert.equal(table.sets.get('service-nodeports')!.elements.length, 1);
@@ -252,12 +254,12 @@ describe('renderNftables', () => {
   it('drops unallocated addresses of the service CIDRs and rejects unknown ports of ClusterIPs', () => {
     const table = parseNftablesScript(renderNftables(model([web], [webSlice]), {serviceCIDRs: ['10.96.0.0/16', 'fd00::/108']}));
     assert.deepEqual(
-      table.chains.get('cluster-ips-check')!.rules.map((rule) => rule.text),
+      table.chains.get('cluster-ips-check')!.rules.map((rule) => ruleText(rule)),
       ['ip daddr @cluster-ips reject', 'ip daddr 10.96.0.0/16 drop'],
     );
     const without = parseNftablesScript(renderNftables(model([web], [webSlice])));
     assert.deepEqual(
-      without.chains.get('cluster-ips-check')!.rules.map((rule) => rule.text),
+      without.chains.get('cluster-ips-check')!.rules.map((rule) => ruleText(rule)),
       ['ip daddr @cluster-ips reject'],
     );
   });
@@ -266,7 +268,7 @@ describe('renderNftables', () => {
     const table = parseNftablesScript(renderNftables(model([web], [webSlice], {config: {nodePortAddresses: ['0.0.0.0/0']}})));
     assert.equal(table.sets.has('nodeport-ips'), false);
     assert.equal(
-      table.chains.get('services')!.rules[1].text,
+      ruleText(table.chains.get('services')!.rules[1]),
       'fib daddr type local ip daddr != 127.0.0.0/8 meta l4proto . th dport vmap @service-nodeports',
     );
   });
@@ -407,7 +409,7 @@ describe('local traffic detection', () => {
     );
     const chain = `service-${servicePortNameBase({namespace: 'default', serviceName: 'web', portName: 'http', protocol: 'TCP'})}`;
     assert.equal(
-      table.chains.get(chain)!.rules[0].text,
+      ruleText(table.chains.get(chain)!.rules[0]),
       'ip daddr 10.96.0.10 tcp dport 80 ip saddr != @local-cidrs jump mark-for-masquerade',
     );
   });
@@ -421,7 +423,7 @@ describe('local traffic detection with nested CIDRs', () => {
     assert.equal(table.sets.has('local-cidrs'), false);
     const chain = `service-${servicePortNameBase({namespace: 'default', serviceName: 'web', portName: 'http', protocol: 'TCP'})}`;
     assert.equal(
-      table.chains.get(chain)!.rules[0].text,
+      ruleText(table.chains.get(chain)!.rules[0]),
       'ip daddr 10.96.0.10 tcp dport 80 ip saddr != 10.128.0.0/9 jump mark-for-masquerade',
     );
   });

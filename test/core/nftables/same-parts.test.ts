@@ -18,7 +18,7 @@ test('a whole diff remembers what it found the same, skips it next time, and the
   const desired = table('');
   // As the kernel lists it: a counter with values, and an affinity set holding a client.
   const applied = table('add element ip kube-proxy affinity-BBBBBBBB-default/web/tcp/http__10.244.1.5/tcp/8080 { 10.244.2.9 }');
-  applied.chains.get('service-AAAAAAAA-default/web/tcp/http')!.rules[0].text = 'ip daddr 10.96.0.10 counter packets 4 bytes 240';
+  applied.chains.get('service-AAAAAAAA-default/web/tcp/http')!.rules[0] = 'ip daddr 10.96.0.10 counter packets 4 bytes 240';
   const same: SameParts = new WeakMap();
   assert.equal(diffNftables(desired, applied, {sameParts: same}).equal, true);
   assert.equal(same.get(desired.chains.get('services')!), applied.chains.get('services'));

@@ -3,7 +3,7 @@
 import assert from 'node:assert/strict';
 import {describe, it} from 'node:test';
 import {buildProxyModel} from '../../../src/core/model/index.ts';
-import {parseNftablesJson, parseNftablesScript} from '../../../src/core/nftables/parse.ts';
+import {parseNftablesJson, parseNftablesScript, ruleText} from '../../../src/core/nftables/parse.ts';
 import {renderNftables} from '../../../src/core/nftables/render.ts';
 import {traceNftables} from '../../../src/core/nftables/trace.ts';
 import type {Packet, TraceResult} from '../../../src/core/trace/types.ts';
@@ -442,7 +442,7 @@ describe('parseNftablesJson', () => {
       {key: '10.96.0.11 . udp . 53', value: 'drop', comment: 'default/dns:dns'},
     ]);
     assert.deepEqual(
-      table.chains.get('masquerading')!.rules.map((rule) => rule.text),
+      table.chains.get('masquerading')!.rules.map((rule) => ruleText(rule)),
       ['meta mark & 0x00004000 == 0x00000000 return', 'meta mark set meta mark ^ 0x00004000', 'masquerade fully-random'],
     );
     assert.deepEqual(table.chains.get('nat-prerouting')!.rules, [
