@@ -185,12 +185,16 @@ export function parseIpvsadmSaveSince(
   };
   for (let at = 0; at < text.length; ) {
     const next = text.indexOf('\n', at);
+    const lineEnd = next < 0 ? text.length : next;
     const end = next < 0 ? text.length : next + 1;
     const firstSpace = text.indexOf(' ', at);
-    const secondSpace = firstSpace < 0 || firstSpace >= end ? -1 : text.indexOf(' ', firstSpace + 1);
-    const thirdSpace = secondSpace < 0 || secondSpace >= end ? -1 : text.indexOf(' ', secondSpace + 1);
+    const secondSpace = firstSpace < 0 || firstSpace >= lineEnd ? -1 : text.indexOf(' ', firstSpace + 1);
+    const thirdSpace = secondSpace < 0 || secondSpace >= lineEnd ? -1 : text.indexOf(' ', secondSpace + 1);
     // A line without its server's words (a comment, an empty line, one parseIpvsadmSave refuses) is a block of its own.
-    const server = thirdSpace < 0 || thirdSpace >= end ? `line ${at}` : text.slice(firstSpace + 1, thirdSpace);
+    const server =
+      secondSpace < 0 || secondSpace >= lineEnd
+        ? `line ${at}`
+        : text.slice(firstSpace + 1, thirdSpace < 0 || thirdSpace >= lineEnd ? lineEnd : thirdSpace);
     if (server !== owner) {
       close(at);
       owner = server;

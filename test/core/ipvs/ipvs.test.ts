@@ -280,6 +280,9 @@ describe('ipvs state formats', () => {
       () => parseIpvsadmSaveSince('-a -t 10.96.0.9:80 -r 10.244.1.3:8080 -m -w 1\n', first.blocks, ipv4),
       /real server before its virtual server/,
     );
+    // A server line without options is its server's too.
+    const bare = '-A -t 10.96.0.9:80\n-a -t 10.96.0.9:80 -r 10.244.1.3:8080 -m -w 1\n';
+    assert.deepEqual(parseIpvsadmSaveSince(bare, undefined, ipv4).servers, parseIpvsadmSave(bare));
   });
 
   it('names the line it cannot read', () => {
