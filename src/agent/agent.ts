@@ -8,7 +8,7 @@ import {type AccessReviewer, kubernetesAccessReviewer} from './api/access.ts';
 import {iptablesBackend, iptablesRulesBackend} from './api/rules/iptables.ts';
 import type {RulesBackend} from './api/rules/backend.ts';
 import {earlyWatcher, unwatchedRulesetChanges, watchNftRuleset} from './applied/ruleset-changes.ts';
-import {watchIpvsState} from './applied/ipvs-changes.ts';
+import {type LatestIpvsLook, watchIpvsState} from './applied/ipvs-changes.ts';
 import {readNodeAddresses} from './api/node-addresses.ts';
 import {createAgentRuntime} from './api/runtime.ts';
 import {type AgentApi, isLoopbackHost, startAgentApi} from './api/server.ts';
@@ -278,6 +278,8 @@ async function startApiOrLog(
   if (address === undefined) return undefined;
   const {proxier} = parts;
   const appliedServiceCIDRs = () => (proxier instanceof NftablesProxier ? proxier.appliedServiceCIDRs : parts.serviceCIDRs());
+  // An observer's looks at the ipvs state hand the servers they printed to the follow of a change.
+  const latestLook: LatestIpvsLook = {servers: undefined};
   const backend =
     parts.backend ??
     (config.mode === 'nftables'
@@ -285,7 +287,7 @@ async function startApiOrLog(
         ? kubeProxyNftablesBackend({serviceCIDRs: appliedServiceCIDRs})
         : nftablesRulesBackend({serviceCIDRs: appliedServiceCIDRs})
       : config.mode === 'ipvs'
-        ? ipvsRulesBackend({scheduler: config.ipvs.scheduler})
+        ? ipvsRulesBackend({scheduler: config.ipvs.scheduler, latestLook})
         : parts.observe
           ? iptablesRulesBackend({keepDesired: true})
           : iptablesBackend);
@@ -310,7 +312,7 @@ async function startApiOrLog(
     config.mode !== 'ipvs'
       ? iptablesChanges
       : parts.observe && frontEnd === 'nf_tables'
-        ? await watchIpvsState({host, log, iptables: iptablesChanges})
+        ? await watchIpvsState({host, log, iptables: iptablesChanges, latest: latestLook})
         : unwatchedRulesetChanges();
   const runtime = createAgentRuntime({
     nodeName: parts.nodeName,

@@ -31,6 +31,16 @@ export const ipvsStateParts = {
 
 const families: IPFamily[] = ['IPv4', 'IPv6'];
 
+/**
+ * The virtual servers as the latest look printed them (`ipvsadm -Sn`), for the follow of the change
+ * it saw, in place of printing them again: a change after that look began is seen by a later look,
+ * which ends after the follow, so a reading made from this text is never vouched for past it.
+ * Undefined until a look succeeds, and after one fails.
+ */
+export interface LatestIpvsLook {
+  servers: string | undefined;
+}
+
 /** One look at the state: the texts compared with the previous look's. */
 export interface IpvsStateLook {
   servers: string;
@@ -99,8 +109,10 @@ export async function watchIpvsState(options: {
   iptables: RulesetChanges;
   pollMs?: number;
   look?: () => Promise<IpvsStateLook>;
+  /** Given each look's servers (ipvsRulesBackend's follow reads them). */
+  latest?: LatestIpvsLook;
 }): Promise<RulesetChanges> {
-  const {log, iptables} = options;
+  const {log, iptables, latest} = options;
   const pollMs = options.pollMs ?? 2000;
   const look = options.look ?? (() => lookAtIpvsState(options.host));
   let last: IpvsStateLook | undefined;
@@ -138,6 +150,7 @@ export async function watchIpvsState(options: {
           }
         }
         last = now;
+        if (latest) latest.servers = now.servers;
         failing = false;
         return true;
       } catch (error) {
@@ -147,6 +160,7 @@ export async function watchIpvsState(options: {
           });
         failing = true;
         watchingSince = undefined;
+        if (latest) latest.servers = undefined;
         return false;
       } finally {
         running = undefined;

@@ -65,12 +65,19 @@ export function setFamily(name: string): IPFamily {
 const blocksRead = new WeakMap<IpvsVirtualServer[], Map<string, IpvsadmBlock>>();
 
 /**
- * One family's virtual and real servers, `ipvsadm -Sn`. Given the servers of an earlier reading,
- * only the servers whose lines changed since are parsed; the others are that reading's objects.
+ * One family's virtual and real servers, `ipvsadm -Sn` (or its output as given, `printed`). Given
+ * the servers of an earlier reading, only the servers whose lines changed since are parsed; the
+ * others are that reading's objects.
  */
-export async function readVirtualServers(host: Host, family: IPFamily, since?: IpvsVirtualServer[]): Promise<IpvsVirtualServer[]> {
+export async function readVirtualServers(
+  host: Host,
+  family: IPFamily,
+  since?: IpvsVirtualServer[],
+  printed?: string,
+): Promise<IpvsVirtualServer[]> {
   const before = since && blocksRead.get(since);
-  const {servers, blocks} = parseIpvsadmSaveSince(await host.ipvsadm(['-Sn']), before, (server) => familyOf(server.address) === family);
+  const text = printed ?? (await host.ipvsadm(['-Sn']));
+  const {servers, blocks} = parseIpvsadmSaveSince(text, before, (server) => familyOf(server.address) === family);
   blocksRead.set(servers, blocks);
   return servers;
 }

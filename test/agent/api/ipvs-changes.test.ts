@@ -5,7 +5,14 @@
 import assert from 'node:assert/strict';
 import {test} from 'node:test';
 import {AppliedState} from '../../../src/agent/applied/applied-state.ts';
-import {changedParts, ipsetHeaders, ipvsStateParts, type IpvsStateLook, watchIpvsState} from '../../../src/agent/applied/ipvs-changes.ts';
+import {
+  changedParts,
+  ipsetHeaders,
+  ipvsStateParts,
+  type IpvsStateLook,
+  type LatestIpvsLook,
+  watchIpvsState,
+} from '../../../src/agent/applied/ipvs-changes.ts';
 import {formatIpvsState, ipvsLinesWith, ipvsRulesBackend, parseIpvsStateText} from '../../../src/agent/api/rules/ipvs.ts';
 import type {IpvsState} from '../../../src/core/ipvs/index.ts';
 import {memoryLogger} from '../../../src/agent/log.ts';
@@ -195,4 +202,34 @@ test("the state's lines that hold a name are its text's lines that do, found wit
     'nothing',
   ])
     assert.deepEqual([...ipvsLinesWith(state, needle)], linesOfText(needle), needle);
+});
+
+test('a change to the servers is followed from the servers the look printed, without running ipvsadm again', async () => {
+  const host = await seededNode();
+  const latest: LatestIpvsLook = {servers: undefined};
+  const backend = ipvsRulesBackend({latestLook: latest});
+  const changes = await watchIpvsState({host, log: memoryLogger(4), iptables: watchedChanges({time: 0}), pollMs: 3_600_000, latest});
+  const applied = new AppliedState({
+    read: (family) => backend.readApplied!(host, family),
+    parse: (text) => backend.parse(text),
+    follow: (family, rules, touched) => backend.follow!(host, family, rules, touched),
+    format: (rules) => backend.format!(rules),
+    changes,
+    now: Date.now,
+  });
+  try {
+    await applied.get('IPv4');
+    assert.equal(latest.servers, await host.ipvsadm(['-Sn']), "the look's servers are handed on");
+    await host.ipvsadm(['-R'], '-d -t 10.96.0.10:80 -r 10.244.1.3:8080\n');
+    const from = host.calls.length;
+    const rules = (await applied.get('IPv4')).rules as IpvsState;
+    assert.deepEqual(
+      host.calls.slice(from),
+      ['ipvsadm -Sn', 'ipset list -t', 'ip -br addr show dev kube-ipvs0'],
+      'one look, nothing read again',
+    );
+    assert.equal(formatIpvsState(rules), formatIpvsState(await host.applied()), "the followed servers are the kernel's");
+  } finally {
+    applied.close();
+  }
 });

@@ -20,7 +20,7 @@ import {
 import type {IPFamily, ProxyModel} from '../../../core/model/index.ts';
 import type {Host} from '../../host/host.ts';
 import {readBoundAddresses, readIptablesLayer, readIpvsKernelState, readSet, readSets, readVirtualServers} from '../../sync/ipvs-host.ts';
-import {ipvsStateParts} from '../../applied/ipvs-changes.ts';
+import {ipvsStateParts, type LatestIpvsLook} from '../../applied/ipvs-changes.ts';
 import type {TouchedObjects} from '../../applied/ruleset-changes.ts';
 import type {ParsedRules, RulesBackend} from './backend.ts';
 
@@ -110,8 +110,12 @@ function inService(group: IpvsDiffGroup, service: string): boolean {
   return group.servicePort === service || group.servicePort.startsWith(`${service}:`);
 }
 
-/** ipvsRulesBackend renders with the agent's scheduler, so the desired state is the one it writes. */
-export function ipvsRulesBackend(options: {scheduler?: string} = {}): RulesBackend {
+/**
+ * ipvsRulesBackend renders with the agent's scheduler, so the desired state is the one it writes.
+ * `latestLook`: the servers as watchIpvsState's latest look printed them, which a followed change
+ * reads instead of running `ipvsadm -Sn` again.
+ */
+export function ipvsRulesBackend(options: {scheduler?: string; latestLook?: LatestIpvsLook} = {}): RulesBackend {
   // The kernel does not know which service a virtual server belongs to; the last desired state does.
   const owners = new Map<IPFamily, Map<string, string>>();
   // The state readApplied read, per family, until its text comes back to parse: reading the text
@@ -156,7 +160,7 @@ export function ipvsRulesBackend(options: {scheduler?: string} = {}): RulesBacke
     format: (rules) => formatIpvsState(rules as IpvsState),
     rulesWith: (rules, needle) => ipvsLinesWith(rules as IpvsState, needle),
     follow: async (host, family, rules, touched) => {
-      const followed = await followIpvsChanges(host, family, rules as IpvsState, touched);
+      const followed = await followIpvsChanges(host, family, rules as IpvsState, touched, options.latestLook?.servers);
       for (const server of followed.virtualServers) server.servicePort ||= owners.get(family)?.get(virtualServerKey(server)) ?? '';
       return followed as ParsedRules;
     },
@@ -167,13 +171,15 @@ export function ipvsRulesBackend(options: {scheduler?: string} = {}): RulesBacke
 /**
  * The state brought up to date by reading again only the parts foreign changes touched
  * (watchIpvsState's report, the iptables layer's tables from nft monitor): `state` itself when
- * none was.
+ * none was. `serversText`: `ipvsadm -Sn` as the latest look printed it, read in place of
+ * running it again.
  */
 export async function followIpvsChanges(
   host: Host,
   family: IPFamily,
   state: IpvsState,
   touched: Map<string, TouchedObjects>,
+  serversText?: string,
 ): Promise<IpvsState> {
   const servers = touched.get(ipvsStateParts.servers);
   const sets = touched.get(ipvsStateParts.sets);
@@ -181,7 +187,7 @@ export async function followIpvsChanges(
   const iptablesLayer = touched.has('nat') || touched.has('filter');
   if (!servers && !sets && !addresses && !iptablesLayer) return state;
   const followed = {...state};
-  if (servers) followed.virtualServers = await readVirtualServers(host, family, state.virtualServers);
+  if (servers) followed.virtualServers = await readVirtualServers(host, family, state.virtualServers, serversText);
   if (sets?.whole) followed.sets = await readSets(host, family);
   else if (sets) {
     const byName = new Map(state.sets.map((set) => [set.name, set]));
