@@ -83,10 +83,10 @@ async function seededNode(): Promise<IpvsHost> {
   return host;
 }
 
-test('a change by hand to each part of the ipvs state is followed by reading that part alone', async () => {
-  const host = await seededNode();
-  const backend = ipvsRulesBackend();
-  const changes = await watchIpvsState({host, log: memoryLogger(4), iptables: watchedChanges({time: 0}), pollMs: 3_600_000});
+/** The applied rules of `host`, read through the ipvs backend and followed as watchIpvsState reports changes. */
+async function watchedNode(host: IpvsHost, latest?: LatestIpvsLook) {
+  const backend = ipvsRulesBackend({latestLook: latest});
+  const changes = await watchIpvsState({host, log: memoryLogger(4), iptables: watchedChanges({time: 0}), pollMs: 3_600_000, latest});
   const applied = new AppliedState({
     read: (family) => backend.readApplied!(host, family),
     parse: (text) => backend.parse(text),
@@ -95,6 +95,12 @@ test('a change by hand to each part of the ipvs state is followed by reading tha
     changes,
     now: Date.now,
   });
+  return {backend, changes, applied};
+}
+
+test('a change by hand to each part of the ipvs state is followed by reading that part alone', async () => {
+  const host = await seededNode();
+  const {backend, changes, applied} = await watchedNode(host);
   try {
     assert.equal(changes.watching(), true);
     const first = await applied.get('IPv4');
@@ -207,16 +213,7 @@ test("the state's lines that hold a name are its text's lines that do, found wit
 test('a change to the servers is followed from the servers the look printed, without running ipvsadm again', async () => {
   const host = await seededNode();
   const latest: LatestIpvsLook = {servers: undefined};
-  const backend = ipvsRulesBackend({latestLook: latest});
-  const changes = await watchIpvsState({host, log: memoryLogger(4), iptables: watchedChanges({time: 0}), pollMs: 3_600_000, latest});
-  const applied = new AppliedState({
-    read: (family) => backend.readApplied!(host, family),
-    parse: (text) => backend.parse(text),
-    follow: (family, rules, touched) => backend.follow!(host, family, rules, touched),
-    format: (rules) => backend.format!(rules),
-    changes,
-    now: Date.now,
-  });
+  const {applied} = await watchedNode(host, latest);
   try {
     await applied.get('IPv4');
     assert.equal(latest.servers, await host.ipvsadm(['-Sn']), "the look's servers are handed on");
