@@ -155,3 +155,29 @@ test('a command that cannot start is no exit status, spooled or not', async () =
     assert.match(result.stderr, /ENOENT/);
   }
 });
+
+test('the dumps and the small reads repeated every few seconds are spooled; writes and restores are not', async () => {
+  const ran: string[] = [];
+  const host = new CommandHost({
+    runner: async (command, options = {}) => {
+      ran.push(`${options.spool ? 'spooled' : 'piped'}: ${command.join(' ')}`);
+      return {exitCode: 0, stdout: '', stderr: ''};
+    },
+  });
+  await host.ipvsadm(['-Sn']);
+  await host.ipset(['list', '-t']);
+  await host.ip(['-br', 'addr', 'show', 'dev', 'kube-ipvs0']);
+  await host.nfacct(['list']);
+  await host.ip(['link', 'add', 'kube-ipvs0', 'type', 'dummy']);
+  await host.ip(['-batch', '-'], 'addr add 10.96.0.10/32 dev kube-ipvs0\n');
+  await host.nfacct(['add', 'localhost_nps_accepted_pkts']);
+  assert.deepEqual(ran, [
+    'spooled: ipvsadm -Sn',
+    'spooled: ipset list -t',
+    'spooled: ip -br addr show dev kube-ipvs0',
+    'spooled: nfacct list',
+    'piped: ip link add kube-ipvs0 type dummy',
+    'piped: ip -batch -',
+    'piped: nfacct add localhost_nps_accepted_pkts',
+  ]);
+});
