@@ -364,9 +364,13 @@ async function useApi(client: AgentClient, model: ProxyModel): Promise<{traces: 
 
 interface ChangeFigures {
   command: string;
-  /** Per change: the deleting command's own time, its exit to the metrics counting the drift, the observer's CPU and its children's. */
-  /** windowMs: how long the CPU was counted, from just before the change until the observer was idle (or the wait for it ended). */
-  rounds: Array<{commandMs: number; noticedMs: number; cpuMs: number; childCpuMs: number; windowMs: number}>;
+  /**
+   * Per change: the deleting command's own time, its exit to the metrics counting the drift, the
+   * observer's CPU and its children's; windowMs: how long the CPU was counted, from just before
+   * the change until the observer was idle (or the wait for it ended); wholeReadings: the whole
+   * readings of the rules it logged meanwhile.
+   */
+  rounds: Array<{commandMs: number; noticedMs: number; cpuMs: number; childCpuMs: number; windowMs: number; wholeReadings: number}>;
   /** The observer's CPU while idle, per second, measured before the first change. */
   idleCpuMsPerSecond: number;
 }
@@ -393,6 +397,7 @@ async function foreignChangesMeasured(
     await untilIdle(observer.pid, idleTimeoutMs(layout));
     const before = await cpuTimes(observer.pid);
     const countedFrom = performance.now();
+    const logFrom = observer.lines.length;
     await profile?.profiler.start();
     const deleting = await timed(() => runInAsync(namespace, command));
     const deleted = performance.now();
@@ -413,6 +418,7 @@ async function foreignChangesMeasured(
       cpuMs: after.own - before.own,
       childCpuMs: after.children - before.children,
       windowMs: after.at - countedFrom,
+      wholeReadings: observer.lines.slice(logFrom).filter((line) => line.includes('agent api: rules read whole')).length,
     });
   }
   return {command: command.length > 7 ? `${command.slice(0, 7).join(' ')} ...` : command.join(' '), rounds, idleCpuMsPerSecond};
@@ -441,6 +447,7 @@ function printChanges(changes: ChangeFigures, layout: ObservedLayout): void {
       `its dumps' CPU ${list(changes.rounds.map((round) => round.childCpuMs))} ms; idle ${changes.idleCpuMsPerSecond.toFixed(0)} ms/s; ` +
       `less the idle rate over each count (${list(changes.rounds.map((round) => round.windowMs / 1000))} s): ` +
       `${list(changes.rounds.map((round) => round.cpuMs - (changes.idleCpuMsPerSecond * round.windowMs) / 1000))} ms; ` +
+      `whole readings of the rules in each count ${list(changes.rounds.map((round) => round.wholeReadings))}; ` +
       `goal <= 1 s ${cpu.at(-1)! <= 1000 ? 'met' : 'NOT met'}${idleNote()}` +
       (cpuProfileDir ? `; profiled (${cpuProfileDir}), the profiler's sampling included` : ''),
   });
