@@ -3,8 +3,9 @@
 // Pure: never throws on bad objects; each one is skipped with a Problem and the rest is used.
 import {categorizeEndpoints, compareStrings} from './categorize.ts';
 import {resolveProxyConfig} from './config.ts';
+import {endpointKey} from './endpoint.ts';
 import {readEndpointSlice, type SliceDefinition, type SliceEndpoint} from './endpoint-slice.ts';
-import {joinHostPort, parseIP} from './ip.ts';
+import {parseIP} from './ip.ts';
 import {readNode, type NodeDefinition} from './node.ts';
 import {describe, ObjectProblems} from './object-reader.ts';
 import {readService, type ServiceDefinition, type ServicePortDefinition} from './service.ts';
@@ -512,7 +513,7 @@ function endpointsForPort(definition: ServicePortDefinition, slices: SliceDefini
     const slicePort = slice.ports.find((port) => port.name === definition.portName && port.protocol === definition.protocol);
     if (!slicePort) continue;
     for (const source of slice.endpoints) {
-      const key = joinHostPort(source.ip, slicePort.port);
+      const key = endpointKey({ip: source.ip, port: slicePort.port});
       if (byKey.has(key) && source.terminating) continue;
       byKey.set(key, new EndpointObject(source, slicePort.port, nodeName !== '' && source.nodeName === nodeName));
     }

@@ -13,7 +13,8 @@
 // `hairpin-endpoints`. Services with session affinity keep kube-proxy's endpoint chains and
 // per-endpoint affinity sets. The packets see the same behaviour either way.
 import {servicePortIdentity} from '../model/changes.ts';
-import {cidrContains, joinHostPort, parseCIDR, parseIP} from '../model/ip.ts';
+import {cidrContains, parseCIDR, parseIP} from '../model/ip.ts';
+import {endpointKey} from '../model/endpoint.ts';
 import type {Endpoint, ProxyModel, ServicePort} from '../model/types.ts';
 import {jumpRule, kubeProxyBaseChainsBefore134, kubeProxyJumpsBefore134, kubeProxySet, renderKubeProxySetup} from './kube-proxy-layout.ts';
 import {endpointMapShard, endpointNameBase, namePrefixes, servicePortNameBase, tableName} from './names.ts';
@@ -578,7 +579,7 @@ function footprintOf(model: ProxyModel, port: ServicePort, words: FamilyWords, b
     const rules = chain(endpointChain(endpoint));
     rules.push(`${words.ipX} saddr ${endpoint.ip} jump ${mark}`);
     if (affinity) rules.push(`update @${affinitySet(endpoint)} { ${words.ipX} saddr }`);
-    rules.push(`meta l4proto ${protocol} dnat to ${joinHostPort(endpoint.ip, endpoint.port)}`);
+    rules.push(`meta l4proto ${protocol} dnat to ${endpointKey(endpoint)}`);
   }
   for (const [name, rules] of chainRules) footprint.chains.push({name, rules: rules.join('\n')});
   return footprint;
