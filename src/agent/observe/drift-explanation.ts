@@ -4,7 +4,7 @@
 // node". It reads the rule lines the backends' diff gives (any mode: the addresses in them) and
 // searches the applied rules' text, so it needs nothing of a backend beyond what diff already
 // answers and the text, searched as the rules allow.
-import type {ProxyModel, ServicePort} from '../../core/model/index.ts';
+import {joinHostPort, type ProxyModel, type ServicePort} from '../../core/model/index.ts';
 import type {DiffGroup, DriftExplanation} from '../../protocol/methods.ts';
 import type {EndpointHistory} from './observing-proxier.ts';
 
@@ -246,7 +246,7 @@ function namesOf(port: ServicePort): PortName[] {
   ];
   // An ipvs virtual server, "ip:port".
   if (port.clusterIP !== '' && port.clusterIP !== 'None') {
-    const address = port.clusterIP.includes(':') ? `[${port.clusterIP}]:${port.port}` : `${port.clusterIP}:${port.port}`;
+    const address = joinHostPort(port.clusterIP, port.port);
     names.push({name: address, needle: address, fits: (before, after) => !/[\d.]/.test(before) && !/\d/.test(after)});
   }
   return names;
