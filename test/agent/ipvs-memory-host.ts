@@ -4,7 +4,8 @@ import {ipvsRulesBackend, parseIpvsStateText} from '../../src/agent/api/rules/ip
 import {formatIpvsadmRestore, type Ipset, type IpvsVirtualServer, parseIpvsadmSave, virtualServerKey} from '../../src/core/ipvs/index.ts';
 import {joinHostPort} from '../../src/core/model/index.ts';
 import {HostCommandError, restoreInputText} from '../../src/agent/host/host.ts';
-import {RecordingHost} from './recording-host.ts';
+import {ipvsTableHeader, RecordingHost} from './recording-host.ts';
+import {isIPv6} from 'node:net';
 
 /** A node's ipvs state in memory, driven by the same commands the kernel tools take. */
 export class IpvsHost extends RecordingHost {
@@ -27,6 +28,24 @@ export class IpvsHost extends RecordingHost {
     }
     return '';
   }
+
+  /** The servers as the kernel's /proc/net/ip_vs spells them: addresses and ports in hex, with connection counts. */
+  override async ipvsTable(): Promise<string> {
+    this.calls.push('read /proc/net/ip_vs');
+    const hexPort = (port: number) => port.toString(16).toUpperCase().padStart(4, '0');
+    const lines = [...this.servers.values()].flatMap((server) => [
+      `${server.protocol}  ${tableAddress(server.address)}:${hexPort(server.port)} ${server.scheduler} ` +
+        (server.persistenceTimeout === undefined ? ' ' : ` persistent ${server.persistenceTimeout * 250} FFFFFFFF`),
+      ...server.realServers.map(
+        (real) =>
+          `  -> ${tableAddress(real.address)}:${hexPort(real.port)}      Masq    ${real.weight}      ${this.activeConnections}          0         `,
+      ),
+    ]);
+    return ipvsTableHeader + lines.map((line) => `${line}\n`).join('');
+  }
+
+  /** Each real server's ActiveConn in ipvsTable: traffic changes it, not the servers. */
+  activeConnections = 0;
 
   #ipvsLine(line: string): void {
     const words = line.split(/\s+/);
@@ -148,4 +167,18 @@ export class IpvsHost extends RecordingHost {
   async applied() {
     return parseIpvsStateText(await ipvsRulesBackend().readApplied!(this, 'IPv4'));
   }
+}
+
+/** An address as /proc/net/ip_vs spells it: IPv4 as 8 hex digits, IPv6 in brackets as 8 groups of 4. */
+function tableAddress(address: string): string {
+  if (!isIPv6(address))
+    return address
+      .split('.')
+      .map((octet) => Number(octet).toString(16).toUpperCase().padStart(2, '0'))
+      .join('');
+  const [head, tail = ''] = address.split('::');
+  const groups = (part: string) => (part === '' ? [] : part.split(':'));
+  const missing = 8 - groups(head).length - groups(tail).length;
+  const all = address.includes('::') ? [...groups(head), ...Array(missing).fill('0'), ...groups(tail)] : groups(head);
+  return `[${all.map((group) => group.padStart(4, '0')).join(':')}]`;
 }

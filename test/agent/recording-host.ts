@@ -20,6 +20,10 @@ const builtinChains: Record<IptablesTable, string[]> = {
   raw: ['PREROUTING', 'OUTPUT'],
 };
 
+/** What /proc/net/ip_vs begins with, before its virtual servers. */
+export const ipvsTableHeader =
+  'IP Virtual Server version 1.2.1 (size=4096)\nProt LocalAddress:Port Scheduler Flags\n  -> RemoteAddress:Port Forward Weight ActiveConn InActConn\n';
+
 /** One table: chain -> rules (the text after "-A CHAIN "), in insertion order. */
 type Table = Map<string, string[]>;
 
@@ -151,6 +155,12 @@ export class RecordingHost implements Host {
   async ipvsadm(args: string[]): Promise<string> {
     this.calls.push(`ipvsadm ${args.join(' ')}`);
     return '';
+  }
+
+  /** The table of no virtual server, as ipvsadm's '' above. */
+  async ipvsTable(): Promise<string> {
+    this.calls.push('read /proc/net/ip_vs');
+    return ipvsTableHeader;
   }
 
   async ip(args: string[]): Promise<string> {

@@ -33,7 +33,7 @@ ipvs:
 `;
 /** The observer's commands (its --v 4 "run" lines) that only read. */
 const readCommand =
-  /command="(ip netns exec \S+ )?(iptables(-nft|-legacy)?-save( -t \w+)?|ip6?tables(-nft|-legacy)? --version|ip6?tables(-nft|-legacy)? -w 5 -W 100000 -t \w+ -S \S+|nft (-[jt] )?list .*|nfacct (get|list)\b.*|sysctl -n .*|ip (-j |-br )?(link|addr) show.*|ipvsadm -[LS].*|ipset (save|list).*)"/;
+  /command="(ip netns exec \S+ )?(iptables(-nft|-legacy)?-save( -t \w+)?|ip6?tables(-nft|-legacy)? --version|ip6?tables(-nft|-legacy)? -w 5 -W 100000 -t \w+ -S \S+|nft (-[jt] )?list .*|nfacct (get|list)\b.*|sysctl -n .*|ip (-j |-br )?(link|addr) show.*|ipvsadm -[LS].*|cat \/proc\/net\/ip_vs|ipset (save|list).*)"/;
 
 let cluster: LiveCluster | undefined;
 let observer: AgentChild | undefined;

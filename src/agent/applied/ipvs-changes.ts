@@ -2,8 +2,13 @@
 // unseen by nft monitor, and nothing else announces them: IPVS's and ipset's netlink families have
 // no multicast group, and neither keeps a generation number. So they are looked at on a timer,
 // each as cheaply as it can be told to have changed:
-// - virtual and real servers: `ipvsadm -Sn`, compared as text (it prints no counters, so its
-//   text changes only when a server does);
+// - virtual and real servers: the kernel's own table of them, /proc/net/ip_vs, read as a file (no
+//   command, no netlink dump of each server's real servers) and compared as text without its
+//   connection counts. Only when it changed is `ipvsadm -Sn` run (the text the follow parses), and
+//   its text is what is compared, so a table that changed in what -Sn does not print reports
+//   nothing. Where the table cannot be read, every look runs -Sn. What the table does not show
+//   (thresholds, scheduler flags) and a change undone within one look are seen at the next
+//   periodic drift check, which reads everything;
 // - sets: `ipset list -t`, each KUBE- set's header (type, entry count, memory size), not its
 //   entries: adding or deleting an entry changes the count and size, and only that set is read
 //   again. A delete and an add in the same set between two looks leave its header as it was:
@@ -43,10 +48,24 @@ export interface LatestIpvsLook {
 
 /** One look at the state: the texts compared with the previous look's. */
 export interface IpvsStateLook {
+  /** `ipvsadm -Sn`, printed again only when serverTable changed (or could not be read). */
   servers: string;
+  /** serverTableShape of /proc/net/ip_vs, read before servers were printed; undefined when it could not be read. */
+  serverTable?: string;
   /** Each KUBE- set's header in `ipset list -t`, by name. */
   sets: Map<string, string>;
   addresses: string;
+  /** How long telling whether anything changed took, without printing the servers when they had: what the next look costs if nothing changes. */
+  tellingMs?: number;
+}
+
+/**
+ * The kernel's table of virtual and real servers (/proc/net/ip_vs) without each real server's
+ * connection counts (ActiveConn, InActConn), which traffic changes: what is left changes only when
+ * a server does.
+ */
+export function serverTableShape(table: string): string {
+  return table.replace(/^( {2}-> \S+ +\S+ +\S+) +\d+ +\d+ *$/gm, '$1');
 }
 
 /** The KUBE- sets' headers in `ipset list -t` output (blocks that begin "Name: ..."), by name. */
@@ -72,14 +91,23 @@ export function changedParts(before: IpvsStateLook, after: IpvsStateLook): Touch
   return touched;
 }
 
-/** Takes one look at the node's ipvs state. */
-export async function lookAtIpvsState(host: Host): Promise<IpvsStateLook> {
-  const [servers, sets, addresses] = await Promise.all([
-    host.ipvsadm(['-Sn']),
+/**
+ * Takes one look at the node's ipvs state; given the previous look, it prints the servers only
+ * when the kernel's table of them changed since.
+ */
+export async function lookAtIpvsState(host: Host, previous?: IpvsStateLook): Promise<IpvsStateLook> {
+  const startedAt = Date.now();
+  const [serverTable, sets, addresses] = await Promise.all([
+    host.ipvsTable().then(serverTableShape, () => undefined),
     host.ipset(['list', '-t']),
     host.ip(['-br', 'addr', 'show', 'dev', dummyDevice]).catch(() => ''),
   ]);
-  return {servers, sets: ipsetHeaders(sets), addresses};
+  const toldAt = Date.now();
+  if (previous && serverTable !== undefined && serverTable === previous.serverTable)
+    return {servers: previous.servers, serverTable, sets: ipsetHeaders(sets), addresses, tellingMs: toldAt - startedAt};
+  const servers = await host.ipvsadm(['-Sn']);
+  const tellingMs = serverTable === undefined ? Date.now() - startedAt : toldAt - startedAt;
+  return {servers, serverTable, sets: ipsetHeaders(sets), addresses, tellingMs};
 }
 
 /** Changes kept for foreignObjectsSince; older ones make it answer undefined (read everything). */
@@ -108,13 +136,13 @@ export async function watchIpvsState(options: {
   log: Logger;
   iptables: RulesetChanges;
   pollMs?: number;
-  look?: () => Promise<IpvsStateLook>;
+  look?: (previous: IpvsStateLook | undefined) => Promise<IpvsStateLook>;
   /** Given each look's servers (ipvsRulesBackend's follow reads them). */
   latest?: LatestIpvsLook;
 }): Promise<RulesetChanges> {
   const {log, iptables, latest} = options;
   const pollMs = options.pollMs ?? 2000;
-  const look = options.look ?? (() => lookAtIpvsState(options.host));
+  const look = options.look ?? ((previous) => lookAtIpvsState(options.host, previous));
   let last: IpvsStateLook | undefined;
   /** When the looks were last (re)started from a first look: changes before are not known. */
   let watchingSince: number | undefined;
@@ -132,9 +160,9 @@ export async function watchIpvsState(options: {
     const startedAt = Date.now();
     const done = (async () => {
       try {
-        const now = await look();
+        const now = await look(last);
         const at = Date.now();
-        lastLookMs = at - startedAt;
+        lastLookMs = now.tellingMs ?? at - startedAt;
         if (watchingSince === undefined || !last) {
           // The first look, or the first since looking failed: changes before it are not known.
           if (watchingSince === undefined)
@@ -160,6 +188,8 @@ export async function watchIpvsState(options: {
           });
         failing = true;
         watchingSince = undefined;
+        // The next look prints everything again: what this one could not see is not known.
+        last = undefined;
         if (latest) latest.servers = undefined;
         return false;
       } finally {

@@ -3,6 +3,7 @@
 import {execa} from 'execa';
 import {spawn} from 'node:child_process';
 import {close, fstat, openSync, read, unlinkSync} from 'node:fs';
+import {readFile} from 'node:fs/promises';
 import {promisify} from 'node:util';
 import {tmpdir} from 'node:os';
 import {join} from 'node:path';
@@ -157,6 +158,9 @@ async function writeInput(stdin: Writable, input: RestoreInput, inputTaken: (() 
  */
 const xtablesWait = ['-w', '5', '-W', '100000'];
 
+/** The kernel's table of virtual and real servers (Host.ipvsTable). */
+const ipvsTablePath = '/proc/net/ip_vs';
+
 export interface CommandHostOptions {
   netns?: string;
   runner?: CommandRunner;
@@ -251,6 +255,12 @@ export class CommandHost implements Host {
 
   async ipvsadm(args: string[], input?: string): Promise<string> {
     return (await this.run(['ipvsadm', ...args], {input, spool: /^-[SL]/.test(args[0] ?? '') || args.includes('--save')})).stdout;
+  }
+
+  async ipvsTable(): Promise<string> {
+    // /proc/net is the reading process's namespace: another namespace's is read by a command run there.
+    if (this.netns === undefined) return readFile(ipvsTablePath, 'latin1');
+    return (await this.run(['cat', ipvsTablePath], {spool: true})).stdout;
   }
 
   async ip(args: string[], input?: string): Promise<string> {

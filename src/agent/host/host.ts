@@ -70,6 +70,13 @@ export interface Host {
   ipset(args: string[], input?: string): Promise<string>;
   /** ipvsadm ARGS, with an optional input on stdin (`ipvsadm -R`). */
   ipvsadm(args: string[], input?: string): Promise<string>;
+  /**
+   * The namespace's /proc/net/ip_vs: the kernel's own table of virtual and real servers (addresses
+   * in hex, with connection counts), read as a file in the agent's own namespace. It costs no
+   * netlink dump of each server's real servers, so it is the cheap way to tell whether they changed;
+   * `ipvsadm -Sn` stays the reading. Fails where IP_VS is not loaded.
+   */
+  ipvsTable(): Promise<string>;
   /** ip ARGS (iproute2), e.g. link add kube-ipvs0 type dummy, addr add, -j addr show. */
   ip(args: string[], input?: string): Promise<string>;
   /** conntrack -D with the filter; returns how many entries were deleted (0 when none matched). */

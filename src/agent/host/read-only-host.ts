@@ -1,5 +1,5 @@
 // ReadOnlyHost: the Host of an observing agent (--observe). It passes on the commands that only
-// read the node (iptables-save, iptables -S, nft list, ipset list/save, ipvsadm -L/-S, ip ... show,
+// read the node (iptables-save, iptables -S, nft list, ipset list/save, ipvsadm -L/-S, /proc/net/ip_vs, ip ... show,
 // nfacct get/list, sysctl -n, ss -l) and refuses every other one before it runs, naming it. The rule
 // is an allow-list: a command the list does not know is a write, so a bug elsewhere (a proxier's
 // path reached by mistake, a new command added later) fails loudly instead of changing a node
@@ -175,6 +175,10 @@ export class ReadOnlyHost implements Host {
 
   async ipvsadm(args: string[], input?: string): Promise<string> {
     return this.#read('ipvsadm', args, input);
+  }
+
+  ipvsTable(): Promise<string> {
+    return this.#inner.ipvsTable();
   }
 
   async ip(args: string[], input?: string): Promise<string> {
