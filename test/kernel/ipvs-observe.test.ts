@@ -17,7 +17,16 @@ import {freeLoopbackPorts} from '../../src/lab/agent-process.ts';
 import {AgentClient} from '../../src/plugin/lib/agent-client.ts';
 import {hostHasIpvs} from '../../scripts/qemu/guest.ts';
 import {itRunsInGuest} from './in-guest.ts';
-import {AgentChild, kernelUnavailable, type LiveCluster, serviceObject, startLiveCluster, until} from '../agent/live/live-cluster.ts';
+import {
+  AgentChild,
+  kernelUnavailable,
+  type LiveCluster,
+  probe,
+  repliedPods,
+  serviceObject,
+  startLiveCluster,
+  until,
+} from '../agent/live/live-cluster.ts';
 
 const inGuest = process.env.PROXYCTL_IN_GUEST === '1';
 const runHere = !kernelUnavailable && (inGuest || hostHasIpvs());
@@ -94,6 +103,22 @@ describe('observing agent in ipvs mode on a kernel with IP_VS', {concurrency: fa
     assert.match(status.observe!.summary, /ipvs virtual servers with kube-ipvs0/);
     const diff = await client!.call('diff', {});
     assert.equal(diff.equal, true, diff.text);
+  });
+
+  it("traffic through a virtual server changes only the kernel's connection counts: the looks print no servers for it", async (t) => {
+    const c = live(t);
+    if (!c) return;
+    const clusterIP = (c.server.store.get('services', 'default', 'web') as unknown as {spec: {clusterIP: string}}).spec.clusterIP;
+    repliedPods(await probe(c.pod('pod-0-0').namespace, {protocol: 'tcp', host: clusterIP, port: 80, timeoutMs: 4000}, 4), 'web');
+    const table = (await execInNamespace(c.node(0).namespace, ['cat', '/proc/net/ip_vs'])).stdout;
+    const counts = [...table.matchAll(/^ {2}-> \S+ +\S+ +\d+ +(\d+) +(\d+)/gm)].map((match) => Number(match[1]) + Number(match[2]));
+    assert.ok(
+      counts.some((count) => count > 0),
+      `the probes are counted in /proc/net/ip_vs:\n${table}`,
+    );
+    const from = observer!.lines.length;
+    await until('two looks at the table', () => observer!.logged(/ run command=.*cat \/proc\/net\/ip_vs/, from).length >= 2, 60_000);
+    assert.deepEqual(observer!.logged(/ run command=.*ipvsadm -Sn/, from), []);
   });
 
   it('a real server deleted by hand: diff names the service port', async (t) => {
