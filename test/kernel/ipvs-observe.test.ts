@@ -1,8 +1,9 @@
 // The observing agent in ipvs mode against a kernel with IP_VS: a proxyctl-agent in ipvs mode
 // stands in for kube-proxy on a namespace node, and a proxyctl-agent --observe beside it finds
-// ipvs mode on its own (virtual servers with kube-ipvs0), reports no drift, names the service port
-// whose real server was deleted by hand, notices by itself (its drift checks 10 minutes apart) a
-// set entry and an address deleted by hand, and runs only commands that read.
+// ipvs mode on its own (virtual servers with kube-ipvs0), reports no drift, looks past the
+// connection counts traffic changes, names the service port whose real server was deleted by hand
+// (spelling it from /proc/net/ip_vs, with no ipvsadm -Sn), notices by itself (its drift checks 10
+// minutes apart) a set entry and an address deleted by hand, and runs only commands that read.
 //
 // This machine's kernel has no IP_VS: on such a host the file boots a qemu guest with Debian's
 // stock kernel (scripts/qemu/guest.ts) and runs its cases there.
@@ -129,8 +130,10 @@ describe('observing agent in ipvs mode on a kernel with IP_VS', {concurrency: fa
     const web = servers.find((server) => server.address === clusterIP && server.port === 80);
     assert.ok(web && web.realServers.length === 2, `web's virtual server with two real servers: ${JSON.stringify(servers)}`);
     const real = `${web.realServers[0].address}:${web.realServers[0].port}`;
+    const from = observer!.lines.length;
     await execInNamespace(c.node(0).namespace, ['ipvsadm', '-d', '-t', `${clusterIP}:80`, '-r', real]);
     await until('the observer to see it', async () => !(await client!.call('diff', {})).equal, 20_000);
+    assert.deepEqual(observer!.logged(/ run command=.*ipvsadm -Sn/, from), [], 'the changed server is spelled from the kernel table');
     const diff = await client!.call('diff', {});
     const group = diff.groups.find((candidate) => candidate.servicePort === 'default/web:http');
     assert.ok(group, `diff names default/web:http: ${diff.text}`);

@@ -4,11 +4,13 @@
 // each as cheaply as it can be told to have changed:
 // - virtual and real servers: the kernel's own table of them, /proc/net/ip_vs, read as a file (no
 //   command, no netlink dump of each server's real servers) and compared as text without its
-//   connection counts. Only when it changed is `ipvsadm -Sn` run (the text the follow parses), and
-//   its text is what is compared, so a table that changed in what -Sn does not print reports
-//   nothing. Where the table cannot be read, every look runs -Sn. What the table does not show
-//   (thresholds, scheduler flags) and a change undone within one look are seen at the next
-//   periodic drift check, which reads everything;
+//   connection counts. When it changed, the servers whose lines changed are spelled from it as
+//   `ipvsadm -Sn` prints them, into the text the previous look had (core/ipvs/kernel-table.ts);
+//   where the table cannot say one as -Sn does (a persistence timeout, in the kernel's ticks),
+//   -Sn runs. That text is what is compared and what the follow parses. Where the table cannot
+//   be read, every look runs -Sn. What the table does not show (thresholds, scheduler flags) and
+//   a change undone within one look are seen at the next periodic drift check, which reads
+//   everything;
 // - sets: `ipset list -t`, each KUBE- set's header (type, entry count, memory size), not its
 //   entries: adding or deleting an entry changes the count and size, and only that set is read
 //   again. A delete and an add in the same set between two looks leave its header as it was:
@@ -17,7 +19,7 @@
 // The iptables layer is nft monitor's (watchNftRuleset), merged in. A change is reported with
 // what it touched, under the names ipvsStateParts gives, for the ipvs backend's follow.
 import type {IPFamily} from '../../core/model/index.ts';
-import {dummyDevice} from '../../core/ipvs/index.ts';
+import {dummyDevice, savedTextSince, serverTableShape} from '../../core/ipvs/index.ts';
 import {errorText} from '../../core/error-text.ts';
 import type {Host} from '../host/host.ts';
 import type {Logger} from '../log.ts';
@@ -48,24 +50,15 @@ export interface LatestIpvsLook {
 
 /** One look at the state: the texts compared with the previous look's. */
 export interface IpvsStateLook {
-  /** `ipvsadm -Sn`, printed again only when serverTable changed (or could not be read). */
+  /** The servers as `ipvsadm -Sn` prints them: printed, or spelled from serverTable where it changed (lookAtIpvsState). */
   servers: string;
   /** serverTableShape of /proc/net/ip_vs, read before servers were printed; undefined when it could not be read. */
   serverTable?: string;
   /** Each KUBE- set's header in `ipset list -t`, by name. */
   sets: Map<string, string>;
   addresses: string;
-  /** How long telling whether anything changed took, without printing the servers when they had: what the next look costs if nothing changes. */
+  /** How long telling whether anything changed took, without running `ipvsadm -Sn` when they had: what the next look costs if nothing changes. */
   tellingMs?: number;
-}
-
-/**
- * The kernel's table of virtual and real servers (/proc/net/ip_vs) without each real server's
- * connection counts (ActiveConn, InActConn), which traffic changes: what is left changes only when
- * a server does.
- */
-export function serverTableShape(table: string): string {
-  return table.replace(/^( {2}-> \S+ +\S+ +\S+) +\d+ +\d+ *$/gm, '$1');
 }
 
 /** The KUBE- sets' headers in `ipset list -t` output (blocks that begin "Name: ..."), by name. */
@@ -92,22 +85,26 @@ export function changedParts(before: IpvsStateLook, after: IpvsStateLook): Touch
 }
 
 /**
- * Takes one look at the node's ipvs state; given the previous look, it prints the servers only
- * when the kernel's table of them changed since.
+ * Takes one look at the node's ipvs state. Given the previous look, the servers are printed only
+ * when the kernel's table of them changed since, and then only the changed ones are spelled from
+ * the table where it can (savedTextSince); else `ipvsadm -Sn` prints them all.
  */
 export async function lookAtIpvsState(host: Host, previous?: IpvsStateLook): Promise<IpvsStateLook> {
   const startedAt = Date.now();
-  const [serverTable, sets, addresses] = await Promise.all([
+  const [serverTable, terse, addresses] = await Promise.all([
     host.ipvsTable().then(serverTableShape, () => undefined),
     host.ipset(['list', '-t']),
     host.ip(['-br', 'addr', 'show', 'dev', dummyDevice]).catch(() => ''),
   ]);
-  const toldAt = Date.now();
-  if (previous && serverTable !== undefined && serverTable === previous.serverTable)
-    return {servers: previous.servers, serverTable, sets: ipsetHeaders(sets), addresses, tellingMs: toldAt - startedAt};
+  const sets = ipsetHeaders(terse);
+  const tellingMs = Date.now() - startedAt;
+  if (previous?.serverTable !== undefined && serverTable !== undefined) {
+    const servers =
+      serverTable === previous.serverTable ? previous.servers : savedTextSince(previous.servers, previous.serverTable, serverTable);
+    if (servers !== undefined) return {servers, serverTable, sets, addresses, tellingMs};
+  }
   const servers = await host.ipvsadm(['-Sn']);
-  const tellingMs = serverTable === undefined ? Date.now() - startedAt : toldAt - startedAt;
-  return {servers, serverTable, sets: ipsetHeaders(sets), addresses, tellingMs};
+  return {servers, serverTable, sets, addresses, tellingMs: serverTable === undefined ? Date.now() - startedAt : tellingMs};
 }
 
 /** Changes kept for foreignObjectsSince; older ones make it answer undefined (read everything). */

@@ -46,7 +46,8 @@ export interface IpvsState {
   iptables: string;
 }
 
-const protocolFlags: Record<Protocol, string> = {TCP: '-t', UDP: '-u', SCTP: '--sctp-service'};
+/** How ipvsadm names a virtual server's protocol: -t 10.96.0.10:80. */
+export const protocolFlags: Record<Protocol, string> = {TCP: '-t', UDP: '-u', SCTP: '--sctp-service'};
 
 /** virtualServerKey names a virtual server the way ipvsadm lists it: "TCP 10.96.0.10:80". */
 export function virtualServerKey(server: Pick<IpvsVirtualServer, 'protocol' | 'address' | 'port'>): string {
@@ -157,6 +158,41 @@ export function parseIpvsadmSave(text: string): IpvsVirtualServer[] {
   return sortServers([...servers.values()]);
 }
 
+/**
+ * Each server's lines in `ipvsadm -Sn` output by its words after the verb ("-t 10.96.0.10:80"),
+ * in the order printed: ipvsadm prints a server's real servers right after it, so a server's
+ * lines are a run. A line without a server's words (a comment, an empty line, one
+ * parseIpvsadmSave refuses) is a run of its own.
+ */
+export function ipvsadmRuns(text: string): Map<string, string> {
+  const runs = new Map<string, string>();
+  let start = 0;
+  let owner: string | undefined;
+  const close = (end: number) => {
+    if (owner !== undefined) runs.set(owner, (runs.get(owner) ?? '') + text.slice(start, end));
+  };
+  for (let at = 0; at < text.length; ) {
+    const next = text.indexOf('\n', at);
+    const lineEnd = next < 0 ? text.length : next;
+    const end = next < 0 ? text.length : next + 1;
+    const firstSpace = text.indexOf(' ', at);
+    const secondSpace = firstSpace < 0 || firstSpace >= lineEnd ? -1 : text.indexOf(' ', firstSpace + 1);
+    const thirdSpace = secondSpace < 0 || secondSpace >= lineEnd ? -1 : text.indexOf(' ', secondSpace + 1);
+    const server =
+      secondSpace < 0 || secondSpace >= lineEnd
+        ? `line ${at}`
+        : text.slice(firstSpace + 1, thirdSpace < 0 || thirdSpace >= lineEnd ? lineEnd : thirdSpace);
+    if (server !== owner) {
+      close(at);
+      owner = server;
+      start = at;
+    }
+    at = end;
+  }
+  close(text.length);
+  return runs;
+}
+
 /** A virtual server's lines in `ipvsadm -Sn` output, and the server read from them. */
 export interface IpvsadmBlock {
   lines: string;
@@ -175,34 +211,7 @@ export function parseIpvsadmSaveSince(
   before: ReadonlyMap<string, IpvsadmBlock> | undefined,
   kept: (server: IpvsVirtualServer) => boolean,
 ): {servers: IpvsVirtualServer[]; blocks: Map<string, IpvsadmBlock>} {
-  // Each server's lines by "-t 10.96.0.10:80", the words after the verb: ipvsadm prints a
-  // server's real servers right after it, so a block is a run of lines.
-  const runs = new Map<string, string>();
-  let start = 0;
-  let owner: string | undefined;
-  const close = (end: number) => {
-    if (owner !== undefined) runs.set(owner, (runs.get(owner) ?? '') + text.slice(start, end));
-  };
-  for (let at = 0; at < text.length; ) {
-    const next = text.indexOf('\n', at);
-    const lineEnd = next < 0 ? text.length : next;
-    const end = next < 0 ? text.length : next + 1;
-    const firstSpace = text.indexOf(' ', at);
-    const secondSpace = firstSpace < 0 || firstSpace >= lineEnd ? -1 : text.indexOf(' ', firstSpace + 1);
-    const thirdSpace = secondSpace < 0 || secondSpace >= lineEnd ? -1 : text.indexOf(' ', secondSpace + 1);
-    // A line without its server's words (a comment, an empty line, one parseIpvsadmSave refuses) is a block of its own.
-    const server =
-      secondSpace < 0 || secondSpace >= lineEnd
-        ? `line ${at}`
-        : text.slice(firstSpace + 1, thirdSpace < 0 || thirdSpace >= lineEnd ? lineEnd : thirdSpace);
-    if (server !== owner) {
-      close(at);
-      owner = server;
-      start = at;
-    }
-    at = end;
-  }
-  close(text.length);
+  const runs = ipvsadmRuns(text);
   const blocks = new Map<string, IpvsadmBlock>();
   const servers: {key: string; server: IpvsVirtualServer}[] = [];
   for (const [owner, lines] of runs) {

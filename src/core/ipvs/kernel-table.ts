@@ -1,0 +1,109 @@
+// The kernel's own table of virtual and real servers, /proc/net/ip_vs: addresses and ports in hex,
+// each real server's connection counts, a persistence timeout in the kernel's ticks. Reading it
+// makes no netlink dump of each server's real servers, as `ipvsadm -Sn` does, so ipvs mode's
+// looks read it to tell whether the servers changed, and which, and spell the changed ones as -Sn
+// would where the table says all that -Sn prints.
+import {joinHostPort, parseIP} from '../model/index.ts';
+import {ipvsadmRuns, protocolFlags} from './state.ts';
+
+/**
+ * The table without each real server's connection counts (ActiveConn, InActConn), which traffic
+ * changes: what is left changes only when a server does.
+ */
+export function serverTableShape(table: string): string {
+  return table.replace(/^( {2}-> \S+ +\S+ +\S+) +\d+ +\d+ *$/gm, '$1');
+}
+
+const serverLine = /^(?:TCP|UDP|SCTP|FWM) /;
+
+/**
+ * Each virtual server's lines in the table (its own and its real servers'), by its protocol and
+ * hex address, "TCP 0A60000A:0050". The header's lines are no server's.
+ */
+export function serverTableBlocks(table: string): Map<string, string> {
+  const blocks = new Map<string, string>();
+  let key: string | undefined;
+  let start = 0;
+  const close = (end: number) => {
+    if (key !== undefined) blocks.set(key, table.slice(start, end));
+  };
+  for (let at = 0; at < table.length; ) {
+    const next = table.indexOf('\n', at);
+    const end = next < 0 ? table.length : next + 1;
+    if (serverLine.test(table.slice(at, at + 5))) {
+      close(at);
+      const words = table.slice(at, end).trim().split(/\s+/);
+      key = `${words[0]} ${words[1]}`;
+      start = at;
+    }
+    at = end;
+  }
+  close(table.length);
+  return blocks;
+}
+
+/** "0A60000A" (IPv4) or "[fd00:0010:...:0001]" (IPv6) and a hex port, as ipvsadm -n prints them; undefined when not an address. */
+function tableHostPort(hexAddress: string, hexPort: string): string | undefined {
+  const text = hexAddress.startsWith('[')
+    ? hexAddress.slice(1, -1)
+    : /^[0-9A-F]{8}$/.test(hexAddress)
+      ? [0, 2, 4, 6].map((at) => parseInt(hexAddress.slice(at, at + 2), 16)).join('.')
+      : undefined;
+  const ip = text === undefined ? undefined : parseIP(text);
+  return ip && /^[0-9A-F]{4}$/.test(hexPort) ? joinHostPort(ip.text, parseInt(hexPort, 16)) : undefined;
+}
+
+/** The words ipvsadm names a block's virtual server by ("-t 10.96.0.10:80"); undefined for a fwmark service. */
+function serverWords(block: string): string | undefined {
+  const match = /^(TCP|UDP|SCTP) {2}(\S+):(\S+) /.exec(block);
+  const hostPort = match && tableHostPort(match[2], match[3]);
+  return hostPort ? `${protocolFlags[match[1] as keyof typeof protocolFlags]} ${hostPort}` : undefined;
+}
+
+/**
+ * A block's lines as `ipvsadm -Sn` prints them; undefined where the table does not say all that
+ * -Sn prints as -Sn does: persistence (its timeout in the kernel's ticks), one-packet scheduling,
+ * a real server that is not masqueraded, a fwmark service.
+ */
+function savedLines(block: string): string | undefined {
+  const [head, ...reals] = block.trimEnd().split('\n');
+  const server = /^(?:TCP|UDP|SCTP) {2}\S+ (\S+) *$/.exec(head);
+  const words = serverWords(block);
+  if (!server || !words) return undefined;
+  let lines = `-A ${words} -s ${server[1]}\n`;
+  for (const line of reals) {
+    const real = /^ {2}-> (\S+):(\S+) +Masq +(\d+)$/.exec(line);
+    const hostPort = real && tableHostPort(real[1], real[2]);
+    if (!hostPort) return undefined;
+    lines += `-a ${words} -r ${hostPort} -m -w ${real[3]}\n`;
+  }
+  return lines;
+}
+
+/**
+ * `ipvsadm -Sn` as it would print now, made from what it printed before (`printed`, read after
+ * the table's shape `before`) and the table's shape `now`: each server whose block changed is
+ * spelled from the table, every other one kept as printed. A server that changed after `before`
+ * was read and before `printed` was has changed in `now` too, so it is spelled again. Undefined
+ * when a changed server cannot be spelled from the table: run -Sn.
+ */
+export function savedTextSince(printed: string, before: string, now: string): string | undefined {
+  const blocksBefore = serverTableBlocks(before);
+  const blocksNow = serverTableBlocks(now);
+  const runs = ipvsadmRuns(printed);
+  for (const [key, block] of blocksBefore) {
+    if (blocksNow.get(key) === block) continue;
+    const words = serverWords(block);
+    if (!words) return undefined;
+    runs.delete(words);
+  }
+  for (const [key, block] of blocksNow) {
+    if (blocksBefore.get(key) === block) continue;
+    const words = serverWords(block);
+    const lines = savedLines(block);
+    if (!words || lines === undefined) return undefined;
+    runs.delete(words);
+    runs.set(words, lines);
+  }
+  return [...runs.values()].join('');
+}
