@@ -114,9 +114,9 @@ const changesKept = 64;
 const longestLookIntervalMs = 10_000;
 
 /**
- * How long between looks: pollMs, or ten times the last look's duration when that is longer, so
- * that looking at a large state (ipvsadm -Sn of 100,000 real servers) takes at most a tenth of
- * the time, up to longestLookIntervalMs.
+ * How long between looks: pollMs, or ten times what the last look took to tell whether anything
+ * changed (IpvsStateLook.tellingMs) when that is longer, so that looking at a large state (the
+ * table of 100,000 real servers) takes at most a tenth of the time, up to longestLookIntervalMs.
  */
 function lookInterval(pollMs: number, lastLookMs: number): number {
   return Math.max(pollMs, Math.min(10 * lastLookMs, longestLookIntervalMs));
