@@ -81,6 +81,8 @@ describe("the kernel's table of virtual and real servers", () => {
       const spelled = savedTextSince(printed, before, table);
       assert.ok(spelled !== undefined, what);
       assert.equal(servers(spelled), servers(expected), what);
+      const serverLines = spelled.split('\n').filter((line) => line.startsWith('-A '));
+      assert.equal(new Set(serverLines).size, serverLines.length, `${what}: each server once, its printed lines replaced`);
       assert.ok(
         spelled.includes('-A -u 10.96.0.11:53 -s rr -p 10800\n-a -u 10.96.0.11:53 -r 10.244.1.4:53 -m -w 1\n'),
         `${what}: the rest as printed`,
