@@ -508,9 +508,15 @@ export interface GuestTestRun extends GuestRunResult {
 export function nodeDiedInGuest(result: GuestRunResult): boolean {
   if (result.exitCode === 0 || result.exitCode === undefined) return false;
   const testStarted = /^\s*(▶|✔) /m.test(result.stdout);
+  return !testStarted || nodeCrashedInGuest(result);
+}
+
+/** True when a Node process in the guest stopped on a V8 fatal check or a fault signal (the emulator's doing: nodeDiedInGuest). */
+export function nodeCrashedInGuest(result: GuestRunResult): boolean {
+  if (result.exitCode === 0 || result.exitCode === undefined) return false;
   const v8Fatal = /# Fatal error in [^\n]*\n(\s*#[^\n]*\n){0,3}\s*# Check failed:/;
   const faultSignal = /\b(SIGSEGV|SIGBUS|SIGILL)\b|Segmentation fault/;
-  return !testStarted || [v8Fatal, faultSignal].some((crash) => crash.test(result.stdout) || crash.test(result.stderr));
+  return [v8Fatal, faultSignal].some((crash) => crash.test(result.stdout) || crash.test(result.stderr));
 }
 
 /**

@@ -9,6 +9,7 @@ import {describe, it} from 'node:test';
 import {
   guestUnavailableReason,
   hostHasIpvs,
+  nodeCrashedInGuest,
   nodeDiedInGuest,
   pathsUnderGuestMounts,
   repoRoot,
@@ -79,6 +80,13 @@ describe("a guest run in which Node died is the emulator's fault, not a test's",
   });
   it('a runner that ended before any test started', () => {
     assert.equal(nodeDiedInGuest(run(134, '')), true);
+  });
+  it('a bench run (no tests) crashed only when Node says it was killed by a fault or a fatal check', () => {
+    const bench = '== observe (kube-proxy ipvs): first full read, memory, drift\n';
+    assert.equal(nodeCrashedInGuest(run(139, bench, 'Segmentation fault\n')), true);
+    assert.equal(nodeCrashedInGuest(run(1, bench, v8Fatal)), true);
+    assert.equal(nodeCrashedInGuest(run(1, bench, 'Error: ipvsadm-restore: exit 1\n')), false);
+    assert.equal(nodeCrashedInGuest(run(0, bench, 'Segmentation fault\n')), false);
   });
   it('not a test that failed on its own, a passing run or a guest that never reported', () => {
     assert.equal(nodeDiedInGuest(run(1, "▶ ipvs agent\n  ✖ a case (10ms)\n  AssertionError: 'Check failed: x' !== 'y'\n")), false);
