@@ -1,7 +1,8 @@
 // The observing agent in ipvs mode against a kernel with IP_VS: a proxyctl-agent in ipvs mode
 // stands in for kube-proxy on a namespace node, and a proxyctl-agent --observe beside it finds
 // ipvs mode on its own (virtual servers with kube-ipvs0), reports no drift, looks past the
-// connection counts traffic changes, names the service port whose real server was deleted by hand
+// connection counts traffic changes (the table read as a file where the agent runs in the node's
+// namespace, as the DaemonSet does, and by cat with --netns), names the service port whose real server was deleted by hand
 // (spelling it from /proc/net/ip_vs, with no ipvsadm -Sn), notices by itself (its drift checks 10
 // minutes apart) a set entry and an address deleted by hand, and runs only commands that read.
 //
@@ -12,7 +13,7 @@ import {mkdtemp, rm, writeFile} from 'node:fs/promises';
 import {tmpdir} from 'node:os';
 import {join} from 'node:path';
 import {after, before, describe, it, type TestContext} from 'node:test';
-import {parseIpvsadmSave} from '../../src/core/ipvs/index.ts';
+import {parseIpvsadmSave, serverTableBlocks, serverTableShape} from '../../src/core/ipvs/index.ts';
 import {execInNamespace} from '../../src/lab/netns/index.ts';
 import {freeLoopbackPorts} from '../../src/lab/agent-process.ts';
 import {AgentClient} from '../../src/plugin/lib/agent-client.ts';
@@ -120,6 +121,23 @@ describe('observing agent in ipvs mode on a kernel with IP_VS', {concurrency: fa
     const from = observer!.lines.length;
     await until('two looks at the table', () => observer!.logged(/ run command=.*cat \/proc\/net\/ip_vs/, from).length >= 2, 60_000);
     assert.deepEqual(observer!.logged(/ run command=.*ipvsadm -Sn/, from), []);
+  });
+
+  it("in the agent's own namespace (the DaemonSet's) the table is read as a file, and holds what cat prints there", async (t) => {
+    const c = live(t);
+    if (!c) return;
+    // A Node process inside the node's namespace, as the DaemonSet's agent is in the host's, reads it through CommandHost without --netns.
+    const hostModule = new URL('../../src/agent/host/command-host.ts', import.meta.url).href;
+    const program = `import {CommandHost} from ${JSON.stringify(hostModule)}; process.stdout.write(await new CommandHost().ipvsTable());`;
+    const [read, printed] = await Promise.all([
+      execInNamespace(c.node(0).namespace, [process.execPath, '--input-type=module', '-e', program], {timeoutMs: 120_000}),
+      execInNamespace(c.node(0).namespace, ['cat', '/proc/net/ip_vs']),
+    ]);
+    assert.equal(serverTableShape(read.stdout), serverTableShape(printed.stdout));
+    assert.equal(
+      serverTableBlocks(read.stdout).size,
+      parseIpvsadmSave((await execInNamespace(c.node(0).namespace, ['ipvsadm', '-Sn'])).stdout).length,
+    );
   });
 
   it('a real server deleted by hand: diff names the service port', async (t) => {
