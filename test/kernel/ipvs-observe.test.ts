@@ -2,7 +2,8 @@
 // stands in for kube-proxy on a namespace node, and a proxyctl-agent --observe beside it finds
 // ipvs mode on its own (virtual servers with kube-ipvs0), reports no drift, looks past the
 // connection counts traffic changes (the table read as a file where the agent runs in the node's
-// namespace, as the DaemonSet does, and by cat with --netns), names the service port whose real server was deleted by hand
+// namespace, as the DaemonSet does, and through a process kept in the node's namespace with --netns),
+// names the service port whose real server was deleted by hand
 // (spelling it from /proc/net/ip_vs, with no ipvsadm -Sn), notices by itself (its drift checks 10
 // minutes apart) a set entry and an address deleted by hand, and runs only commands that read.
 //
@@ -44,7 +45,7 @@ ipvs:
 `;
 /** The observer's commands (its --v 4 "run" lines) that only read. */
 const readCommand =
-  /command="(ip netns exec \S+ )?(iptables(-nft|-legacy)?-save( -t \w+)?|ip6?tables(-nft|-legacy)? --version|ip6?tables(-nft|-legacy)? -w 5 -W 100000 -t \w+ -S \S+|nft (-[jt] )?list .*|nfacct (get|list)\b.*|sysctl -n .*|ip (-j |-br )?(link|addr) show.*|ipvsadm -[LS].*|cat \/proc\/net\/ip_vs|ipset (save|list).*)"/;
+  /command="(ip netns exec \S+ )?(iptables(-nft|-legacy)?-save( -t \w+)?|ip6?tables(-nft|-legacy)? --version|ip6?tables(-nft|-legacy)? -w 5 -W 100000 -t \w+ -S \S+|nft (-[jt] )?list .*|nfacct (get|list)\b.*|sysctl -n .*|ip (-j |-br )?(link|addr) show.*|ipvsadm -[LS].*|cat( \/proc\/net\/ip_vs)?|ipset (save|list).*)"/;
 
 let cluster: LiveCluster | undefined;
 let observer: AgentChild | undefined;
@@ -119,8 +120,11 @@ describe('observing agent in ipvs mode on a kernel with IP_VS', {concurrency: fa
       `the probes are counted in /proc/net/ip_vs:\n${table}`,
     );
     const from = observer!.lines.length;
-    await until('two looks at the table', () => observer!.logged(/ run command=.*cat \/proc\/net\/ip_vs/, from).length >= 2, 60_000);
+    await until('two looks', () => observer!.logged(/ run command=.*ipset list -t/, from).length >= 2, 60_000);
     assert.deepEqual(observer!.logged(/ run command=.*ipvsadm -Sn/, from), []);
+    // The table is read through the process the observer keeps in the node's namespace, with no command.
+    assert.deepEqual(observer!.logged(/ run command=.*cat \/proc\/net\/ip_vs/, from), []);
+    assert.equal(observer!.logged(/ run command="ip netns exec \S+ cat"/).length, 1, 'one anchor, started once');
   });
 
   it("in the agent's own namespace (the DaemonSet's) the table is read as a file, and holds what cat prints there", async (t) => {

@@ -11,6 +11,7 @@ import type {IPFamily} from '../../core/model/index.ts';
 import type {Writable} from 'node:stream';
 import type {IptablesTable} from '../../core/iptables/chains.ts';
 import {type ConntrackFilter, type Host, HostCommandError, type IptablesFrontEnd, type RestoreInput, type RestoreOptions} from './host.ts';
+import {NamespaceAnchor} from './namespace-anchor.ts';
 
 export interface CommandResult {
   exitCode: number | undefined;
@@ -158,8 +159,8 @@ async function writeInput(stdin: Writable, input: RestoreInput, inputTaken: (() 
  */
 const xtablesWait = ['-w', '5', '-W', '100000'];
 
-/** The kernel's table of virtual and real servers (Host.ipvsTable). */
-const ipvsTablePath = '/proc/net/ip_vs';
+/** The kernel's table of virtual and real servers (Host.ipvsTable), in /proc/net. */
+const ipvsTableName = 'ip_vs';
 
 export interface CommandHostOptions {
   netns?: string;
@@ -183,6 +184,8 @@ export class CommandHost implements Host {
   readonly #onCommand: ((command: string[]) => void) | undefined;
   readonly #spawnListeners = new Set<(pid: number, command: string[]) => void>();
   readonly #variant: IptablesVariant;
+  /** With a netns: the process through which its /proc/net is read, started at the first such read. */
+  #anchor: NamespaceAnchor | undefined;
 
   constructor(options: CommandHostOptions = {}) {
     this.netns = options.netns;
@@ -258,9 +261,18 @@ export class CommandHost implements Host {
   }
 
   async ipvsTable(): Promise<string> {
-    // /proc/net is the reading process's namespace: another namespace's is read by a command run there.
-    if (this.netns === undefined) return readFile(ipvsTablePath, 'latin1');
-    return (await this.run(['cat', ipvsTablePath], {spool: true})).stdout;
+    // /proc/net is the reading process's namespace: another namespace's is read through a process
+    // kept there, or, until one is, by a command run there.
+    if (this.netns === undefined) return readFile(`/proc/net/${ipvsTableName}`, 'latin1');
+    this.#anchor ??= new NamespaceAnchor(this.netns, this.#onCommand);
+    const read = await this.#anchor.readProcNet(ipvsTableName);
+    if (read !== undefined) return read;
+    return (await this.run(['cat', `/proc/net/${ipvsTableName}`], {spool: true})).stdout;
+  }
+
+  /** Ends what the host keeps running (the namespace's anchor); it ends with the agent anyway. */
+  close(): void {
+    this.#anchor?.close();
   }
 
   async ip(args: string[], input?: string): Promise<string> {

@@ -72,7 +72,8 @@ export interface Host {
   ipvsadm(args: string[], input?: string): Promise<string>;
   /**
    * The namespace's /proc/net/ip_vs: the kernel's own table of virtual and real servers (addresses
-   * in hex, with connection counts), read as a file in the agent's own namespace. It costs no
+   * in hex, with connection counts), read as a file in the agent's own namespace and, with a
+   * netns, through a process kept in that one (CommandHost's NamespaceAnchor). It costs no
    * netlink dump of each server's real servers, so it is the cheap way to tell whether they changed;
    * `ipvsadm -Sn` stays the reading. Fails where IP_VS is not loaded.
    */

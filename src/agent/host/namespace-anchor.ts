@@ -1,0 +1,96 @@
+// NamespaceAnchor: a process kept inside a named network namespace, so that the agent, which runs
+// outside it (--netns), can read that namespace's /proc/net files as files, through the anchor's
+// /proc/PID/net, instead of running a command there for each read. ipvs mode's looks read
+// /proc/net/ip_vs every few seconds: a `cat` through `ip netns exec` for each costs a fork and two
+// execs, which in the qemu guest took as long as the rest of the look (docs/observe.md).
+//
+// The anchor is `cat` reading a pipe the agent never writes: it ends when the agent does, however
+// the agent ends, since the pipe then closes. What is read through it is checked afterwards to
+// come from the namespace (its /proc/PID/ns/net is the namespace's own file, /run/netns/NAME), so
+// that an anchor not yet inside, or gone and its process id taken by another process, is never
+// mistaken for it: the caller then reads by a command, as without an anchor.
+import {spawn, type ChildProcess} from 'node:child_process';
+import {readFile, stat} from 'node:fs/promises';
+
+/** Where `ip netns add` mounts each namespace it names. */
+const namedNamespaces = '/run/netns';
+
+/** An anchor that ended is started again at most this often, so that one that cannot start costs no spawn per read. */
+const restartAfterMs = 30_000;
+
+export class NamespaceAnchor {
+  readonly #netns: string;
+  readonly #onCommand: ((command: string[]) => void) | undefined;
+  #process: ChildProcess | undefined;
+  #startedAt = -Infinity;
+  /** The anchor was seen inside the namespace. */
+  #entered = false;
+
+  constructor(netns: string, onCommand?: (command: string[]) => void) {
+    this.#netns = netns;
+    this.#onCommand = onCommand;
+  }
+
+  /**
+   * The namespace's /proc/net/NAME read as a file through the anchor; undefined when no anchor is
+   * inside the namespace yet (it was just started) or can be kept there. Rejects as readFile does
+   * when the file is not there (for ip_vs: IP_VS not loaded).
+   */
+  async readProcNet(name: string): Promise<string | undefined> {
+    const anchor = await this.#inside();
+    if (!anchor) return undefined;
+    const alive = () => anchor.exitCode === null && anchor.signalCode === null;
+    let text: string;
+    try {
+      text = await readFile(`/proc/${anchor.pid}/net/${name}`, 'latin1');
+    } catch (error) {
+      // Not there in the namespace (for ip_vs: IP_VS not loaded), or the anchor ended meanwhile.
+      if (alive()) throw error;
+      return undefined;
+    }
+    // Not reaped yet, the process id was still the anchor's: the text is the namespace's.
+    return alive() ? text : undefined;
+  }
+
+  /** Ends the anchor (it also ends by itself when the agent does). */
+  close(): void {
+    this.#process?.kill();
+    this.#process = undefined;
+  }
+
+  /** The anchor, once it is inside the namespace (started when there is none); undefined until then. */
+  async #inside(): Promise<ChildProcess | undefined> {
+    const anchor = this.#process;
+    if (anchor && anchor.exitCode === null && anchor.signalCode === null) {
+      if (this.#entered) return anchor;
+      // `ip netns exec` enters the namespace and then becomes cat: once inside, it stays.
+      if (!(await inNamespace(anchor.pid!, this.#netns)) || this.#process !== anchor) return undefined;
+      this.#entered = true;
+      return anchor;
+    }
+    if (performance.now() - this.#startedAt >= restartAfterMs) this.#start();
+    return undefined;
+  }
+
+  #start(): void {
+    this.#startedAt = performance.now();
+    this.#entered = false;
+    const command = ['ip', 'netns', 'exec', this.#netns, 'cat'];
+    this.#onCommand?.(command);
+    const child = spawn(command[0], command.slice(1), {stdio: ['pipe', 'ignore', 'ignore']});
+    child.once('error', () => {});
+    // Neither the anchor nor its pipe keeps the agent running.
+    child.unref();
+    (child.stdin as unknown as {unref?: () => void} | null)?.unref?.();
+    this.#process = child;
+  }
+}
+
+/** True when the process is in the named namespace: its namespace file is the one `ip netns` mounted. */
+async function inNamespace(pid: number, netns: string): Promise<boolean> {
+  const [namespace, its] = await Promise.all([
+    stat(`${namedNamespaces}/${netns}`).catch(() => undefined),
+    stat(`/proc/${pid}/ns/net`).catch(() => undefined),
+  ]);
+  return namespace !== undefined && its !== undefined && namespace.dev === its.dev && namespace.ino === its.ino;
+}
