@@ -9,12 +9,12 @@
 //   where the table cannot say one as -Sn does (a persistence timeout, in the kernel's ticks),
 //   -Sn runs. That text is what is compared and what the follow parses. Where the table cannot
 //   be read, every look runs -Sn. What the table does not show (thresholds, scheduler flags) and
-//   a change undone within one look are seen at the next periodic drift check, which reads
-//   everything;
+//   a change undone within one look are seen when the state is next read whole, which it is every
+//   10 minutes (wholeReadingEveryMs);
 // - sets: `ipset list -t`, each KUBE- set's header (type, entry count, memory size), not its
 //   entries: adding or deleting an entry changes the count and size, and only that set is read
 //   again. A delete and an add in the same set between two looks leave its header as it was:
-//   that change is seen at the next periodic drift check;
+//   that change is seen when the state is next read whole;
 // - addresses: `ip -br addr show dev kube-ipvs0`, compared as text.
 // The iptables layer is nft monitor's (watchNftRuleset), merged in. A change is reported with
 // what it touched, under the names ipvsStateParts gives, for the ipvs backend's follow.
@@ -114,6 +114,13 @@ const changesKept = 64;
 const longestLookIntervalMs = 10_000;
 
 /**
+ * How often the state is read whole again, whatever the looks saw: what they cannot see (an entry
+ * deleted and another added to one set between two looks, thresholds, a change made and undone
+ * while a look printed the servers) is then seen within this time.
+ */
+const wholeReadingEveryMs = 10 * 60_000;
+
+/**
  * How long between looks: pollMs, or ten times what the last look took to tell whether anything
  * changed (IpvsStateLook.tellingMs) when that is longer, so that looking at a large state (the
  * table of 100,000 real servers) takes at most a tenth of the time, up to longestLookIntervalMs.
@@ -136,6 +143,8 @@ export async function watchIpvsState(options: {
   look?: (previous: IpvsStateLook | undefined) => Promise<IpvsStateLook>;
   /** Given each look's servers (ipvsRulesBackend's follow reads them). */
   latest?: LatestIpvsLook;
+  /** How often the state is read whole again (default 10 minutes). */
+  wholeReadingEveryMs?: number;
 }): Promise<RulesetChanges> {
   const {log, iptables, latest} = options;
   const pollMs = options.pollMs ?? 2000;
@@ -152,6 +161,9 @@ export async function watchIpvsState(options: {
   let running: {startedAt: number; done: Promise<boolean>} | undefined;
   /** The last look failed (said once in the log until one succeeds). */
   let failing = false;
+  const wholeEveryMs = options.wholeReadingEveryMs ?? wholeReadingEveryMs;
+  /** When readings were last made to read the state whole (or the looks began). */
+  let wholeSince = 0;
 
   const lookOnce = (): Promise<boolean> => {
     const startedAt = Date.now();
@@ -165,6 +177,13 @@ export async function watchIpvsState(options: {
           if (watchingSince === undefined)
             log.detail(2, 'agent api: watching the ipvs state; readings are trusted until it changes', {seconds: lastLookMs / 1000});
           watchingSince = at;
+          wholeSince = at;
+        } else if (at - wholeSince >= wholeEveryMs) {
+          // As after a change of unknown extent: a reading from before now is read whole again.
+          wholeSince = lastChangeAt = keptSince = at;
+          log.detail(3, 'agent api: the ipvs state is read whole again: looks do not see every change', {
+            minutes: wholeEveryMs / 60_000,
+          });
         } else {
           const touched = changedParts(last, now);
           if (touched.size > 0) {

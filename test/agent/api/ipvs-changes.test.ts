@@ -182,15 +182,19 @@ test('a change by hand to each part of the ipvs state is followed by reading tha
   }
 });
 
+/** watchIpvsState over the given looks, with no timed ones (each is asked for by settled). */
+function watchLooks(
+  log: ReturnType<typeof memoryLogger>,
+  options: Pick<Parameters<typeof watchIpvsState>[0], 'look' | 'wholeReadingEveryMs'>,
+) {
+  return watchIpvsState({host: new IpvsHost(), log, iptables: watchedChanges({time: 0}), pollMs: 3_600_000, ...options});
+}
+
 test('a look that fails vouches for nothing until one succeeds, and readings from before it are not trusted', async () => {
   let failing = false;
   let looks = 0;
   const log = memoryLogger(4);
-  const changes = await watchIpvsState({
-    host: new IpvsHost(),
-    log,
-    iptables: watchedChanges({time: 0}),
-    pollMs: 3_600_000,
+  const changes = await watchLooks(log, {
     look: async () => {
       looks++;
       if (failing) throw new Error("ipvsadm: Can't initialize ipvs: Protocol not available");
@@ -259,5 +263,27 @@ test('a change to the servers is followed from the servers the look printed, wit
     assert.equal(formatIpvsState(rules), formatIpvsState(await host.applied()), "the followed servers are the kernel's");
   } finally {
     applied.close();
+  }
+});
+
+test('every wholeReadingEveryMs a look makes readings from before it read the state whole, though nothing it sees changed', async () => {
+  const log = memoryLogger(4);
+  const changes = await watchLooks(log, {
+    wholeReadingEveryMs: 20,
+    look: async () => ({servers: '', sets: new Map(), addresses: ''}),
+  });
+  try {
+    const readAt = Date.now();
+    await new Promise((resolve) => setTimeout(resolve, 5));
+    assert.equal(await changes.settled(1000), true);
+    assert.deepEqual(changes.foreignObjectsSince(readAt), new Map(), 'a look that saw nothing vouches for the reading');
+    await new Promise((resolve) => setTimeout(resolve, 25));
+    assert.equal(await changes.settled(1000), true);
+    assert.equal(changes.foreignObjectsSince(readAt), undefined, 'the reading is read whole again');
+    assert.ok(changes.lastForeignChangeAt() > readAt, 'the drift check that follows a change starts');
+    assert.equal(log.lines.filter((line) => line.includes('read whole again')).length, 1);
+    assert.deepEqual(changes.foreignObjectsSince(Date.now()), new Map(), 'a reading after it is vouched for again');
+  } finally {
+    changes.close();
   }
 });
