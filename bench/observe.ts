@@ -173,7 +173,7 @@ const ipvsLayout: ObservedLayout = {
     return ['ipvsadm', '-d', '-t', `${ip}:80`, '-r', real];
   },
   changeSignal:
-    'the observer looks at the ipvs state every 2 s, or ten times a look when that is longer, up to 10 s (/proc/net/ip_vs, ipset list -t, ip -br addr show dev kube-ipvs0; the servers that changed spelled from the table, or ipvsadm -Sn)',
+    'the observer looks at the ipvs state every 2 s, or ten times a look when that is longer, up to 10 s (/proc/net/ip_vs, read through a process kept in the node namespace, ipset list -t, ip -br addr show dev kube-ipvs0; the servers that changed spelled from the table, or ipvsadm -Sn)',
 };
 
 export async function benchObserve(

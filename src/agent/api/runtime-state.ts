@@ -143,7 +143,10 @@ export class RuntimeState {
 
   // Prepares what the next trace or diff needs (desired rules, a fresh reading of the kernel, the
   // drift check), so that the plugin does not wait seconds for it on a large node: after a sync
-  // (recordSync says which), and when status finds the last check out of date.
+  // (recordSync says which), when status finds the last check out of date, and in an observer
+  // when the change monitor reports a foreign change. It reads the rules as the changes reported
+  // so far leave them, not waiting for the monitor to settle: in ipvs mode that is a look begun
+  // after the call, which would add a whole look to every change's drift; a request settles.
   warmUp(): void {
     if (this.warming) {
       this.warmAgain = true;
@@ -151,7 +154,7 @@ export class RuntimeState {
     }
     this.warming = (async () => {
       await new Promise((resolve) => setImmediate(resolve));
-      await this.currentDrift();
+      await this.currentDrift({settle: false});
     })()
       .catch((error: Error) => this.log.detail(2, 'agent api: preparing rules after a sync failed', {reason: error.message}))
       .finally(() => {
@@ -182,8 +185,8 @@ export class RuntimeState {
     return this.backend.desired?.(model) ?? this.backend.parse(this.backend.render(model));
   }
 
-  readApplied(family: IPFamily): Promise<AppliedRules> {
-    return this.applied.get(family).catch((error: Error) => {
+  readApplied(family: IPFamily, options?: {settle?: boolean}): Promise<AppliedRules> {
+    return this.applied.get(family, options).catch((error: Error) => {
       throw new Error(`cannot read the rules on node ${this.nodeName}: ${error.message}`);
     });
   }
@@ -233,7 +236,7 @@ export class RuntimeState {
   }
 
   /** Each family's applied rules read and compared with its model's desired ones. */
-  private async compareWithKernel(models: [IPFamily, ProxyModel][], service: string | undefined) {
+  private async compareWithKernel(models: [IPFamily, ProxyModel][], service: string | undefined, reading?: {settle?: boolean}) {
     const writes = this.writesStarted();
     const groups: DiffGroup[] = [];
     const texts: {family: IPFamily; text: string}[] = [];
@@ -243,9 +246,9 @@ export class RuntimeState {
     for (const [family, model] of models) {
       const first = service ? undefined : this.firstReadings.get(family);
       if (!service) this.firstReadings.delete(family);
-      const reading = first ?? this.readApplied(family);
-      if (!service && this.backend.desired) await this.desiredWhileReading(model, reading);
-      const current = await reading;
+      const applied = first ?? this.readApplied(family, reading);
+      if (!service && this.backend.desired) await this.desiredWhileReading(model, applied);
+      const current = await applied;
       readings.push(current);
       const result = service ? this.backend.diff(this.desiredFor(model), current.rules, service) : this.fullDiff(model, current);
       equal &&= result.equal;
@@ -280,12 +283,13 @@ export class RuntimeState {
     return this.families.map((family) => this.applied.writesStarted(family)).join(':');
   }
 
-  async diffAll(service?: string): Promise<DiffResult> {
-    let compared = await this.compareWithKernel(this.models(), service);
+  /** `reading.settle: false`: the rules as the changes reported so far leave them (AppliedState.get). */
+  async diffAll(service?: string, reading?: {settle?: boolean}): Promise<DiffResult> {
+    let compared = await this.compareWithKernel(this.models(), service, reading);
     // A sync that wrote while the kernel was read (a reading waits for a write in progress) can be
     // in the reading and not in the models compared with it: compared again, with the models it left.
     for (let attempt = 1; attempt < modelChangesFollowed && !compared.settled; attempt++)
-      compared = await this.compareWithKernel(this.models(), service);
+      compared = await this.compareWithKernel(this.models(), service, reading);
     let {groups} = compared;
     const {equal, texts, readAt, readings} = compared;
     if (this.observe) {
@@ -348,14 +352,16 @@ export class RuntimeState {
     );
   }
 
-  async currentDrift(): Promise<DriftCheck | undefined> {
+  /** `reading.settle: false`: as the changes reported so far leave the rules (AppliedState.get); the check is then not confirmed. */
+  async currentDrift(reading: {settle?: boolean} = {}): Promise<DriftCheck | undefined> {
     if (this.driftCurrent(this.drift)) {
+      if (reading.settle === false) return this.drift;
       // Confirms the readings (waits for the change monitor) before trusting the check.
-      for (const reading of this.drift.readings) await this.readApplied(reading.family);
+      for (const current of this.drift.readings) await this.readApplied(current.family);
       if (this.driftCurrent(this.drift)) return this.drift;
     }
     try {
-      await this.diffAll();
+      await this.diffAll(undefined, reading);
     } catch (error) {
       this.log.detail(2, 'agent api: drift check failed', {reason: (error as Error).message});
     }

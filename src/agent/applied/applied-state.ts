@@ -163,13 +163,19 @@ export class AppliedState implements RulesWriteListener {
     return {rules: applied.rules, readAt: applied.readAt};
   }
 
-  /** The rules as the kernel holds them now: cached when only the agent's own writes changed them since they were read. */
-  async get(family: IPFamily): Promise<AppliedRules> {
+  /**
+   * The rules as the kernel holds them now: cached when only the agent's own writes changed them
+   * since they were read. `settle: false` takes them as the changes reported so far leave them,
+   * without waiting for the change monitor to report what the kernel committed before the call
+   * (in ipvs mode a look begun after it): for work in the background, started by a change the
+   * monitor reported, which is in what it has.
+   */
+  async get(family: IPFamily, {settle = true}: {settle?: boolean} = {}): Promise<AppliedRules> {
     const {changes} = this.#options;
     const running = this.#familyWrites(family).running;
     if (running)
       await Promise.race([running.done, new Promise((resolve) => setTimeout(resolve, this.#options.writeWaitMs ?? 60_000).unref())]);
-    const settled = changes.watching() && (await changes.settled(this.#options.settleWaitMs ?? 5000));
+    const settled = changes.watching() && (!settle || (await changes.settled(this.#options.settleWaitMs ?? 5000)));
     const writes = this.#familyWrites(family);
     const foreignAt = changes.lastForeignChangeAt();
     const cached = this.#current.get(family);

@@ -287,3 +287,29 @@ test('every wholeReadingEveryMs a look makes readings from before it read the st
     changes.close();
   }
 });
+
+test('work started by a reported change reads the rules as the looks left them, where a request looks once more', async () => {
+  const host = await seededNode();
+  const latest: LatestIpvsLook = {servers: undefined};
+  const {changes, applied} = await watchedNode(host, latest);
+  try {
+    await applied.get('IPv4');
+    await host.ipvsadm(['-R'], '-d -t 10.96.0.10:80 -r 10.244.1.3:8080\n');
+    const before = changes.lastForeignChangeAt();
+    assert.equal(await changes.settled(1000), true, 'a look sees the change');
+    assert.ok(changes.lastForeignChangeAt() > before, 'and reports it');
+    const from = host.calls.length;
+    const reported = (await applied.get('IPv4', {settle: false})).rules as IpvsState;
+    assert.deepEqual(host.calls.slice(from), [], 'no look, and nothing read: the look printed the servers');
+    assert.equal(formatIpvsState(reported), formatIpvsState(await host.applied()), "what the look saw is the kernel's");
+    const requestFrom = host.calls.length;
+    await applied.get('IPv4');
+    assert.deepEqual(
+      host.calls.slice(requestFrom),
+      ['read /proc/net/ip_vs', 'ipset list -t', 'ip -br addr show dev kube-ipvs0'],
+      'a request looks again',
+    );
+  } finally {
+    applied.close();
+  }
+});
