@@ -209,6 +209,7 @@ export async function startAgent(given: CheckedConfig, dependencies: AgentDepend
     await running.api?.stop();
     await watch.stop();
     await proxier.stop();
+    host.close?.();
     await serviceHealth?.close();
     await running.healthz?.close();
     await running.metricsServer?.close();

@@ -270,7 +270,6 @@ export class CommandHost implements Host {
     return (await this.run(['cat', `/proc/net/${ipvsTableName}`], {spool: true})).stdout;
   }
 
-  /** Ends what the host keeps running (the namespace's anchor); it ends with the agent anyway. */
   close(): void {
     this.#anchor?.close();
   }

@@ -90,6 +90,8 @@ export interface Host {
    * (with the process behind each where ss can name it). Only reads.
    */
   listeningSockets(): Promise<string>;
+  /** Ends what the host keeps running for its reads (CommandHost's namespace anchor); they end with the agent anyway. */
+  close?(): void;
   /**
    * Calls `listener` with the process id of every command as it starts (nft monitor names the
    * process behind each ruleset change: the agent API tells its own writes from others' by it).

@@ -2,13 +2,14 @@
 // outside it (--netns), can read that namespace's /proc/net files as files, through the anchor's
 // /proc/PID/net, instead of running a command there for each read. ipvs mode's looks read
 // /proc/net/ip_vs every few seconds: a `cat` through `ip netns exec` for each costs a fork and two
-// execs, which in the qemu guest took as long as the rest of the look (docs/observe.md).
+// execs, in the qemu guest the longest of a look's three parts (docs/observe.md).
 //
 // The anchor is `cat` reading a pipe the agent never writes: it ends when the agent does, however
-// the agent ends, since the pipe then closes. What is read through it is checked afterwards to
-// come from the namespace (its /proc/PID/ns/net is the namespace's own file, /run/netns/NAME), so
-// that an anchor not yet inside, or gone and its process id taken by another process, is never
-// mistaken for it: the caller then reads by a command, as without an anchor.
+// the agent ends, since the pipe then closes. It is read through only once it is seen inside the
+// namespace (its /proc/PID/ns/net is the namespace's own file, /run/netns/NAME: `ip netns exec`
+// enters it before it becomes cat), and a read counts only if the anchor had not ended by its end
+// (not reaped, so its process id was not another process's). Until then, and after, the caller
+// reads by a command, as without an anchor.
 import {spawn, type ChildProcess} from 'node:child_process';
 import {readFile, stat} from 'node:fs/promises';
 
@@ -25,6 +26,7 @@ export class NamespaceAnchor {
   #startedAt = -Infinity;
   /** The anchor was seen inside the namespace. */
   #entered = false;
+  #closed = false;
 
   constructor(netns: string, onCommand?: (command: string[]) => void) {
     this.#netns = netns;
@@ -52,8 +54,9 @@ export class NamespaceAnchor {
     return alive() ? text : undefined;
   }
 
-  /** Ends the anchor (it also ends by itself when the agent does). */
+  /** Ends the anchor for good (it also ends by itself when the agent does): reads then answer nothing. */
   close(): void {
+    this.#closed = true;
     this.#process?.kill();
     this.#process = undefined;
   }
@@ -68,7 +71,7 @@ export class NamespaceAnchor {
       this.#entered = true;
       return anchor;
     }
-    if (performance.now() - this.#startedAt >= restartAfterMs) this.#start();
+    if (!this.#closed && performance.now() - this.#startedAt >= restartAfterMs) this.#start();
     return undefined;
   }
 

@@ -204,6 +204,10 @@ export class ReadOnlyHost implements Host {
   onSpawn(listener: (pid: number, command: string[]) => void): () => void {
     return this.#inner.onSpawn?.(listener) ?? (() => {});
   }
+
+  close(): void {
+    this.#inner.close?.();
+  }
 }
 
 function iptables(family: IPFamily): string {
