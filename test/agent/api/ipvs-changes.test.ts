@@ -113,9 +113,16 @@ async function seededNode(): Promise<IpvsHost> {
 }
 
 /** The applied rules of `host`, read through the ipvs backend and followed as watchIpvsState reports changes. */
-async function watchedNode(host: IpvsHost, latest?: LatestIpvsLook) {
+async function watchedNode(host: IpvsHost, latest?: LatestIpvsLook, wholeReadingEveryMs?: number) {
   const backend = ipvsRulesBackend({latestLook: latest});
-  const changes = await watchIpvsState({host, log: memoryLogger(4), iptables: watchedChanges({time: 0}), pollMs: 3_600_000, latest});
+  const changes = await watchIpvsState({
+    host,
+    log: memoryLogger(4),
+    iptables: watchedChanges({time: 0}),
+    pollMs: 3_600_000,
+    latest,
+    wholeReadingEveryMs,
+  });
   const applied = new AppliedState({
     read: (family) => backend.readApplied!(host, family),
     parse: (text) => backend.parse(text),
@@ -309,6 +316,30 @@ test('work started by a reported change reads the rules as the looks left them, 
       ['read /proc/net/ip_vs', 'ipset list -t', 'ip -br addr show dev kube-ipvs0'],
       'a request looks again',
     );
+  } finally {
+    applied.close();
+  }
+});
+
+test('once wholeReadingEveryMs has passed, the next reading is a whole one, and catches what the looks could not see', async () => {
+  const host = await seededNode();
+  const {applied} = await watchedNode(host, undefined, 300);
+  try {
+    await applied.get('IPv4');
+    // An entry deleted and another added to the same set: its header (count, size) stays as it was.
+    const sets = await host.ipset(['save']);
+    const entry = /^add (KUBE-CLUSTER-IP) (\S+)$/m.exec(sets);
+    assert.ok(entry, sets);
+    await host.ipset(['restore'], `del ${entry[1]} ${entry[2]}\nadd ${entry[1]} 10.96.9.9,tcp:80\n`);
+    const from = host.calls.length;
+    const looked = (await applied.get('IPv4')).rules as IpvsState;
+    assert.ok(!host.calls.slice(from).includes('ipset save'), 'a look cannot tell that change');
+    assert.notEqual(formatIpvsState(looked), formatIpvsState(await host.applied()));
+    await new Promise((resolve) => setTimeout(resolve, 300));
+    const wholeFrom = host.calls.length;
+    const whole = (await applied.get('IPv4')).rules as IpvsState;
+    assert.ok(host.calls.slice(wholeFrom).includes('ipset save'), `read whole: ${host.calls.slice(wholeFrom).join('; ')}`);
+    assert.equal(formatIpvsState(whole), formatIpvsState(await host.applied()), "the whole reading is the kernel's");
   } finally {
     applied.close();
   }
