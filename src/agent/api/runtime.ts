@@ -57,8 +57,12 @@ export interface AgentRuntimeOptions {
   serviceCIDRs?: () => string[];
 }
 
-/** How often an observer looks whether the ruleset monitor saw a change (a number read, nothing more). */
-const observeChangePollMs = 1000;
+/**
+ * How often an observer looks whether the ruleset monitor saw a change (two numbers read, nothing
+ * more): a change waits up to this long before its drift check starts, on top of the monitor's
+ * (in ipvs mode, the looks') own delay.
+ */
+const observeChangePollMs = 250;
 
 export interface AgentRuntime extends AgentApiHandlers {
   close(): void;
