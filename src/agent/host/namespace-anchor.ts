@@ -64,10 +64,11 @@ export class NamespaceAnchor {
   /** The anchor, once it is inside the namespace (started when there is none); undefined until then. */
   async #inside(): Promise<ChildProcess | undefined> {
     const anchor = this.#process;
-    if (anchor && anchor.exitCode === null && anchor.signalCode === null) {
+    // No process id: it could not be started (no `ip`), and is started again in time like one that ended.
+    if (anchor?.pid !== undefined && anchor.exitCode === null && anchor.signalCode === null) {
       if (this.#entered) return anchor;
       // `ip netns exec` enters the namespace and then becomes cat: once inside, it stays.
-      if (!(await inNamespace(anchor.pid!, this.#netns)) || this.#process !== anchor) return undefined;
+      if (!(await inNamespace(anchor.pid, this.#netns)) || this.#process !== anchor) return undefined;
       this.#entered = true;
       return anchor;
     }

@@ -93,3 +93,15 @@ test('the anchor ends with the agent, whatever ends it', async (t) => {
     await new Promise((resolve) => setTimeout(resolve, 50));
   }
 });
+
+test('an anchor that cannot get into its namespace answers nothing, and is not started again at once', async (t) => {
+  if (!isRoot) return t.skip(needsRoot);
+  const commands: string[][] = [];
+  const anchor = new NamespaceAnchor(`pxa-missing-${process.pid}`, (command) => commands.push(command));
+  t.after(() => anchor.close());
+  for (let i = 0; i < 10; i++) {
+    assert.equal(await anchor.readProcNet('dev'), undefined);
+    await new Promise((resolve) => setTimeout(resolve, 20));
+  }
+  assert.equal(commands.length, 1);
+});
