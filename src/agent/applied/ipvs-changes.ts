@@ -110,8 +110,12 @@ export async function lookAtIpvsState(host: Host, previous?: IpvsStateLook): Pro
 /** Changes kept for foreignObjectsSince; older ones make it answer undefined (read everything). */
 const changesKept = 64;
 
-/** The longest time between looks, however long a look takes: how late a change may be seen. */
-const longestLookIntervalMs = 10_000;
+/**
+ * How long a change may wait to be seen, from when it is made until the end of the look that sees
+ * it, where looks are quick enough to allow it: with the drift check that follows (under a
+ * second), drift is then counted within 5 s of a foreign change.
+ */
+const changeSeenWithinMs = 4000;
 
 /**
  * How often the state is read whole again, whatever the looks saw: what they cannot see (an entry
@@ -121,16 +125,19 @@ const longestLookIntervalMs = 10_000;
 const wholeReadingEveryMs = 10 * 60_000;
 
 /**
- * How long between looks: pollMs, or ten times what the last look took to tell whether anything
- * changed (IpvsStateLook.tellingMs) when that is longer, so that looking at a large state (the
- * table of 100,000 real servers) takes at most a tenth of the time, up to longestLookIntervalMs.
+ * How long from one look's start to the next's: pollMs while looks are quick. A look that takes
+ * longer to tell whether anything changed (IpvsStateLook.tellingMs) spaces them to ten times its
+ * length, so that looking at a large state (the table of 100,000 real servers) takes a tenth of
+ * the time, but no further apart than lets a change be seen within changeSeenWithinMs; and
+ * never less than twice its length, so that looking takes at most half the time, whatever the
+ * wait for a change then comes to.
  */
-function lookInterval(pollMs: number, lastLookMs: number): number {
-  return Math.max(pollMs, Math.min(10 * lastLookMs, longestLookIntervalMs));
+export function lookPeriod(pollMs: number, tellingMs: number): number {
+  return Math.max(pollMs, 2 * tellingMs, Math.min(10 * tellingMs, changeSeenWithinMs - tellingMs));
 }
 
 /**
- * watchIpvsState looks at the node's ipvs state every pollMs (default 2 s) and reports each change
+ * watchIpvsState looks at the node's ipvs state every pollMs (default 2 s; lookPeriod) and reports each change
  * as foreign, merged with `iptables` (nft monitor for the iptables layer, or no signal). It looks
  * once before it resolves: a reading that starts after that is vouched for. `look` stands in for
  * lookAtIpvsState in tests.
@@ -158,6 +165,7 @@ export async function watchIpvsState(options: {
   let closed = false;
   let timer: NodeJS.Timeout | undefined;
   let lastLookMs = 0;
+  let lastLookStartedAt = 0;
   let running: {startedAt: number; done: Promise<boolean>} | undefined;
   /** The last look failed (said once in the log until one succeeds). */
   let failing = false;
@@ -166,7 +174,7 @@ export async function watchIpvsState(options: {
   let wholeSince = 0;
 
   const lookOnce = (): Promise<boolean> => {
-    const startedAt = Date.now();
+    const startedAt = (lastLookStartedAt = Date.now());
     const done = (async () => {
       try {
         const now = await look(last);
@@ -225,14 +233,16 @@ export async function watchIpvsState(options: {
     }
   };
 
+  /** The next look starts a period after the last one started, counted from its start so that its length does not add to the wait. */
   const schedule = () => {
     if (closed) return;
+    const sinceLastStart = Date.now() - lastLookStartedAt;
     timer = setTimeout(
       async () => {
         await (running?.done ?? lookOnce());
         schedule();
       },
-      lookInterval(pollMs, lastLookMs),
+      Math.max(0, lookPeriod(pollMs, lastLookMs) - sinceLastStart),
     );
     timer.unref();
   };

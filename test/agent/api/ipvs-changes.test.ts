@@ -12,6 +12,7 @@ import {
   type IpvsStateLook,
   type LatestIpvsLook,
   lookAtIpvsState,
+  lookPeriod,
   watchIpvsState,
 } from '../../../src/agent/applied/ipvs-changes.ts';
 import {formatIpvsState, ipvsLinesWith, ipvsRulesBackend, parseIpvsStateText} from '../../../src/agent/api/rules/ipvs.ts';
@@ -196,6 +197,39 @@ function watchLooks(
 ) {
   return watchIpvsState({host: new IpvsHost(), log, iptables: watchedChanges({time: 0}), pollMs: 3_600_000, ...options});
 }
+
+test('looks come every pollMs while quick; a slower look spaces them, but a change is still seen within 4 s while it can be', () => {
+  assert.equal(lookPeriod(2000, 50), 2000, 'a quick look: every pollMs');
+  assert.equal(lookPeriod(2000, 300), 3000, 'ten times the look');
+  // From a change just after a look started to the end of the look that sees it: the period and one look.
+  for (const tellingMs of [400, 800, 1200, 1333]) assert.ok(lookPeriod(2000, tellingMs) + tellingMs <= 4000, `${tellingMs} ms`);
+  assert.equal(lookPeriod(2000, 1200), 2800);
+  assert.equal(lookPeriod(2000, 3000), 6000, 'a look of 3 s: looking takes half the time, and a change waits longer');
+});
+
+test("the next look starts a period after the last one's start, so a long look does not add to the wait", async () => {
+  const starts: number[] = [];
+  const changes = await watchIpvsState({
+    host: new IpvsHost(),
+    log: memoryLogger(4),
+    iptables: watchedChanges({time: 0}),
+    pollMs: 400,
+    // Each look takes 300 ms of waiting on commands, but told its answer in 1 ms.
+    look: async () => {
+      starts.push(performance.now());
+      await new Promise((resolve) => setTimeout(resolve, 300));
+      return {servers: '', sets: new Map(), addresses: '', tellingMs: 1};
+    },
+  });
+  try {
+    while (starts.length < 4) await new Promise((resolve) => setTimeout(resolve, 50));
+  } finally {
+    changes.close();
+  }
+  const gaps = starts.slice(1).map((start, i) => start - starts[i]);
+  // Counted from each look's end, they would start 700 ms apart.
+  for (const gap of gaps) assert.ok(gap >= 395 && gap < 650, `looks started ${gaps.map((ms) => ms.toFixed(0)).join(', ')} ms apart`);
+});
 
 test('a look that fails vouches for nothing until one succeeds, and readings from before it are not trusted', async () => {
   let failing = false;
