@@ -80,6 +80,36 @@ function savedLines(block: string): string | undefined {
   return lines;
 }
 
+/** Whether a server's block begins at `at`: a line that names a virtual server. */
+function blockStartsAt(table: string, at: number): boolean {
+  return (at === 0 || table.charCodeAt(at - 1) === 10) && serverLine.test(table.slice(at, at + 5));
+}
+
+/**
+ * The blocks of two tables around where they differ: each table cut to whole blocks from where
+ * the two stop being the same text, from either end. A change touches a server or two of
+ * thousands, so this compares characters instead of splitting both tables into every block.
+ * Outside the cut the tables are the same text, so no server there changed.
+ */
+function differingBlocks(before: string, now: string): {blocksBefore: Map<string, string>; blocksNow: Map<string, string>} {
+  const shorter = Math.min(before.length, now.length);
+  let head = 0;
+  while (head < shorter && before.charCodeAt(head) === now.charCodeAt(head)) head++;
+  let tail = 0;
+  while (tail < shorter - head && before.charCodeAt(before.length - 1 - tail) === now.charCodeAt(now.length - 1 - tail)) tail++;
+  // The cut begins at a block that begins, with its first word, before the first difference: the
+  // same place in both. Before the first server line is the header, which is no block.
+  let start = head <= 5 ? 0 : before.lastIndexOf('\n', head - 6) + 1;
+  while (start > 0 && !blockStartsAt(before, start)) start = before.lastIndexOf('\n', start - 2) + 1;
+  // It ends where a block begins after the last difference, in the text both end with.
+  const end = (table: string) => {
+    let at = table.indexOf('\n', table.length - tail);
+    while (at >= 0 && !blockStartsAt(table, at + 1)) at = table.indexOf('\n', at + 1);
+    return at < 0 ? table.length : at + 1;
+  };
+  return {blocksBefore: serverTableBlocks(before.slice(start, end(before))), blocksNow: serverTableBlocks(now.slice(start, end(now)))};
+}
+
 /**
  * `ipvsadm -Sn` as it would print now, made from what it printed before (`printed`, read after
  * the table's shape `before`) and the table's shape `now`: each server whose block changed is
@@ -88,8 +118,7 @@ function savedLines(block: string): string | undefined {
  * when a changed server cannot be spelled from the table: run -Sn.
  */
 export function savedTextSince(printed: string, before: string, now: string): string | undefined {
-  const blocksBefore = serverTableBlocks(before);
-  const blocksNow = serverTableBlocks(now);
+  const {blocksBefore, blocksNow} = differingBlocks(before, now);
   const runs = ipvsadmRuns(printed);
   for (const [key, block] of blocksBefore) {
     if (blocksNow.get(key) === block) continue;

@@ -96,6 +96,34 @@ describe("the kernel's table of virtual and real servers", () => {
     assert.equal(servers(savedTextSince(deleted, before.replace(/(0AF40103:1F90 +Masq +)0/, '$11'), before)!), servers(printed));
   });
 
+  it('finds the changed servers of a large table wherever they are, and only those', () => {
+    // 40 servers 10.96.0.1-40:80, each with real servers 10.244.0.N:8080 for N in 1..3 (hex).
+    const hex = (n: number) => n.toString(16).toUpperCase().padStart(2, '0');
+    const block = (s: number, reals = [1, 2, 3]) =>
+      `TCP  0A6000${hex(s)}:0050 rr  \n${reals.map((r) => `  -> 0AF400${hex(r)}:1F90      Masq    1\n`).join('')}`;
+    const header = kernelTable.split('\n').slice(0, 3).join('\n') + '\n';
+    const table = (blocks: string[]) => header + blocks.join('');
+    const all = Array.from({length: 40}, (_, i) => block(i + 1));
+    const large = table(all);
+    // Spelled whole: every server is new since an empty table.
+    const whole = (text: string) => savedTextSince('', header, text)!;
+    const edits: {what: string; blocks: string[]}[] = [
+      {what: 'a real server of the first server deleted', blocks: all.with(0, block(1, [1, 3]))},
+      {what: 'a real server of the second server deleted', blocks: all.with(1, block(2, [2, 3]))},
+      {what: 'the last real server of a middle server deleted', blocks: all.with(19, block(20, [1, 2]))},
+      {what: 'a real server of the last server added', blocks: all.with(39, block(40, [1, 2, 3, 4]))},
+      {what: 'the first server deleted', blocks: all.slice(1)},
+      {what: 'the last server deleted', blocks: all.slice(0, -1)},
+      {what: 'a server added at the end', blocks: [...all, block(41)]},
+      {what: 'a server added in the middle', blocks: [...all.slice(0, 20), block(41), ...all.slice(20)]},
+      {what: 'two servers far apart changed', blocks: all.with(2, block(3, [1])).with(37, block(38, [3]))},
+    ];
+    for (const {what, blocks} of edits) {
+      const now = table(blocks);
+      assert.equal(servers(savedTextSince(whole(large), large, now)!), servers(whole(now)), what);
+    }
+  });
+
   it('leaves to ipvsadm -Sn what the table cannot say as it does', () => {
     assert.equal(
       savedTextSince(printed, before, before.replace('persistent 2700000', 'persistent 3600000')),
