@@ -63,7 +63,7 @@ const benches: Record<string, {about: string; run: () => Promise<void>}> = {
   },
   observe: {
     about:
-      'proxyctl-agent --observe beside kube-proxy iptables, nftables and ipvs layouts at 1,000 and 10,000 services x 10 endpoints: first full read vs the dump tool (goal <= 1.5x), RSS after 10 traces and a diff (goal < 250 MiB), a foreign change to drift in metrics (goal <= 5 s) and CPU per change (goal <= 1 s); ipvs in the qemu guest when this kernel has no IP_VS',
+      'proxyctl-agent --observe beside kube-proxy iptables, nftables and ipvs layouts at 1,000 and 10,000 services x 10 endpoints: first full read vs the dump tool (goal <= 1.5x), RSS after 10 traces and a diff (goal < 250 MiB), a foreign change to its drift logged and counted (goal <= 5 s) and CPU per change (goal <= 1 s); ipvs in the qemu guest when this kernel has no IP_VS',
     run: async () => (await import('./observe.ts')).benchObserve(),
   },
   latency: {
