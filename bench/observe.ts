@@ -428,8 +428,8 @@ async function foreignChangesMeasured(
     const logged = await observer.waitForLine(new RegExp(`service port drifted .*servicePort=bench/svc-${s}:`), 600_000, logFrom);
     const noticedMs = logged.at - deleted;
     await waitForMetric(observer, round, 10_000);
-    // An observer that looks on a timer is counted for a fixed while after the drift is in its
-    // metrics; one that waits for events, until it is idle. A profile needs the fixed while:
+    // An observer that looks on a timer is counted for a fixed while after the drift is logged;
+    // one that waits for events, until it is idle. A profile needs the fixed while:
     // sampling keeps the CPU time moving.
     if (quiet || profile) await sleep(countedAfterNoticeMs);
     if (profile) await profile.profiler.stopInto(`${profile.prefix}-change-${round}.cpuprofile`);
