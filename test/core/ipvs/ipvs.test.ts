@@ -322,6 +322,41 @@ describe('diffIpvs', () => {
   });
 });
 
+describe('diffIpvs: whose missing set entries and addresses', () => {
+  it('gives each to the one service port that claims it, and to none where several do', () => {
+    // web and twin share a local endpoint; np's endpoint and NodePort are its own.
+    const desired = render(
+      [
+        service('web', {clusterIP: '10.96.0.10'}),
+        service('twin', {clusterIP: '10.96.0.20'}),
+        service('np', {
+          type: 'NodePort',
+          clusterIP: '10.96.0.13',
+          ports: [{name: 'http', protocol: 'TCP', port: 80, targetPort: 8080, nodePort: 30080}],
+        }),
+      ],
+      [
+        slice('web', [{ip: '10.244.1.2', node: 'node-a'}]),
+        slice('twin', [{ip: '10.244.1.2', node: 'node-a'}]),
+        slice('np', [{ip: '10.244.1.7', node: 'node-a'}]),
+      ],
+    );
+    const applied: IpvsState = {
+      ...desired,
+      iptables: withJumpRules(desired.iptables),
+      virtualServers: parseIpvsadmSave(formatIpvsadmRestore(desired.virtualServers)),
+      sets: desired.sets.map((set) => ({...set, entries: []})),
+      boundAddresses: [],
+    };
+    const owner = new Map(diffIpvs(desired, applied).groups.flatMap((group) => group.added.map((line) => [line, group.servicePort])));
+    assert.equal(owner.get('add KUBE-LOOP-BACK 10.244.1.2,tcp:8080,10.244.1.2'), '', 'an endpoint of two services');
+    assert.equal(owner.get('add KUBE-LOOP-BACK 10.244.1.7,tcp:8080,10.244.1.7'), 'default/np:http');
+    assert.equal(owner.get('add KUBE-NODE-PORT-TCP 30080'), 'default/np:http');
+    assert.equal(owner.get('address 10.96.0.20 dev kube-ipvs0'), 'default/twin:http');
+    assert.equal(owner.get('add KUBE-CLUSTER-IP 10.96.0.10,tcp:80'), 'default/web:http');
+  });
+});
+
 describe('traceIpvs', () => {
   const context = {localAddresses: [nodeIP, '127.0.0.1']};
 
