@@ -2,7 +2,15 @@
 // can read (ipvsadm-restore, ipset restore and iptables-save spelling), grouped by service port.
 import {diffIptables} from '../iptables/diff.ts';
 import {joinHostPort} from '../model/ip.ts';
-import {dummyDevice, type Ipset, type IpvsState, type IpvsVirtualServer, virtualServerKey, virtualServerLines} from './state.ts';
+import {
+  dummyDevice,
+  type Ipset,
+  type IpvsState,
+  type IpvsVirtualServer,
+  sameVirtualServer,
+  virtualServerKey,
+  virtualServerLines,
+} from './state.ts';
 import {ipvsJumpRules} from './render.ts';
 
 export interface IpvsDiffGroup {
@@ -165,9 +173,8 @@ export function diffIpvs(desired: IpvsState, applied: IpvsState, options: DiffIp
   ) => {
     for (const server of mine.virtualServers) {
       const other = others.servers.get(virtualServerKey(server));
-      const lines = virtualServerLines(server);
-      if (!other) lines.forEach(to(ownerOf(server)));
-      else if (!sameLines(lines, virtualServerLines(other))) missingFrom(lines, virtualServerLines(other), to(ownerOf(server)));
+      if (!other) virtualServerLines(server).forEach(to(ownerOf(server)));
+      else if (!sameVirtualServer(server, other)) missingFrom(virtualServerLines(server), virtualServerLines(other), to(ownerOf(server)));
     }
     for (const set of mine.sets) {
       const other = others.sets.get(set.name);

@@ -322,6 +322,37 @@ describe('diffIpvs', () => {
   });
 });
 
+describe('diffIpvs: a virtual server that changed in place', () => {
+  it("shows each setting and real server that differs, as the server's lines", () => {
+    const desired = cluster();
+    const copy = () => parseIpvsadmSave(formatIpvsadmRestore(desired.virtualServers));
+    const changedWeb = (change: (server: IpvsState['virtualServers'][number]) => void) => {
+      const servers = copy();
+      change(servers.find((server) => server.address === '10.96.0.10')!);
+      const diff = diffIpvs(desired, {...desired, iptables: withJumpRules(desired.iptables), virtualServers: servers});
+      return diff.groups.find((group) => group.servicePort === 'default/web:http');
+    };
+    assert.deepEqual(
+      changedWeb((server) => (server.realServers[0].weight = 0)),
+      {
+        servicePort: 'default/web:http',
+        added: ['-a -t 10.96.0.10:80 -r 10.244.1.2:8080 -m -w 1'],
+        removed: ['-a -t 10.96.0.10:80 -r 10.244.1.2:8080 -m -w 0'],
+      },
+    );
+    assert.deepEqual(changedWeb((server) => (server.scheduler = 'wrr'))?.removed, ['-A -t 10.96.0.10:80 -s wrr']);
+    assert.deepEqual(changedWeb((server) => (server.persistenceTimeout = 60))?.removed, ['-A -t 10.96.0.10:80 -s rr -p 60']);
+    assert.deepEqual(changedWeb((server) => (server.realServers[1].port = 9090))?.removed, [
+      '-a -t 10.96.0.10:80 -r 10.244.2.2:9090 -m -w 1',
+    ]);
+    assert.equal(
+      changedWeb(() => {}),
+      undefined,
+      'unchanged',
+    );
+  });
+});
+
 describe('diffIpvs: whose missing set entries and addresses', () => {
   it('gives each to the one service port that claims it, and to none where several do', () => {
     // web and twin share a local endpoint; np's endpoint and NodePort are its own.
