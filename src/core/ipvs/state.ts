@@ -60,24 +60,28 @@ export function virtualServerKey(server: Pick<IpvsVirtualServer, 'protocol' | 'a
  */
 export function formatIpvsadmRestore(servers: IpvsVirtualServer[]): string {
   const lines: string[] = [];
-  for (const server of servers) addServerLines(server, lines);
+  for (const server of servers) {
+    const service = `${protocolFlags[server.protocol]} ${joinHostPort(server.address, server.port)}`;
+    lines.push(`-A ${service} -s ${server.scheduler}${server.persistenceTimeout !== undefined ? ` -p ${server.persistenceTimeout}` : ''}`);
+    for (const real of server.realServers) {
+      lines.push(`-a ${service} -r ${joinHostPort(real.address, real.port)} -m -w ${real.weight}`);
+    }
+  }
   return lines.length ? `${lines.join('\n')}\n` : '';
 }
 
-function addServerLines(server: IpvsVirtualServer, lines: string[]): void {
-  const service = `${protocolFlags[server.protocol]} ${joinHostPort(server.address, server.port)}`;
-  lines.push(`-A ${service} -s ${server.scheduler}${server.persistenceTimeout !== undefined ? ` -p ${server.persistenceTimeout}` : ''}`);
-  for (const real of server.realServers) lines.push(`-a ${service} -r ${joinHostPort(real.address, real.port)} -m -w ${real.weight}`);
-}
+/** A virtual server's lines as ipvsadm-restore spells them, once per server object (a reading's untouched servers are the same objects). */
+const serverLines = new WeakMap<IpvsVirtualServer, string[]>();
 
 /**
- * formatIpvsadmRestore's lines for one server, made when asked for and not kept: kept for every
- * server of the desired state and of the reading, they held 20 MB at 10,000 services x 10
- * endpoints, and a diff compares servers without them (sameVirtualServer).
+ * formatIpvsadmRestore's lines for one server, made once per server object: the state's text and
+ * the searches of the drift explanations read them again and again. A diff compares servers
+ * without them (sameVirtualServer), so a desired state's servers are spelled only where searched.
  */
 export function virtualServerLines(server: IpvsVirtualServer): readonly string[] {
-  const lines: string[] = [];
-  addServerLines(server, lines);
+  let lines = serverLines.get(server);
+  // Split from one text, the lines are slices of it: kept, that is smaller than each line built on its own.
+  if (!lines) serverLines.set(server, (lines = formatIpvsadmRestore([server]).trim().split('\n')));
   return lines;
 }
 
