@@ -227,8 +227,9 @@ test("the next look starts a period after the last one's start, so a long look d
     changes.close();
   }
   const gaps = starts.slice(1).map((start, i) => start - starts[i]);
-  // Counted from each look's end, they would start 700 ms apart.
-  for (const gap of gaps) assert.ok(gap >= 395 && gap < 650, `looks started ${gaps.map((ms) => ms.toFixed(0)).join(', ')} ms apart`);
+  // Counted from each look's end, they would start at least 700 ms apart; below that, a loaded
+  // machine's late timers are allowed for.
+  for (const gap of gaps) assert.ok(gap >= 395 && gap < 690, `looks started ${gaps.map((ms) => ms.toFixed(0)).join(', ')} ms apart`);
 });
 
 test('a look that fails vouches for nothing until one succeeds, and readings from before it are not trusted', async () => {
