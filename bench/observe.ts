@@ -37,6 +37,7 @@
 // the ipvs layout in the guest longer. PXBENCH_CPU_PROFILE_DIR=DIR writes a CPU profile of each
 // foreign change there (bench/cpu-profile.ts); the CPU figures then hold the profiler's own cost.
 import {mkdtemp, readFile, rm} from 'node:fs/promises';
+import {setTimeout as sleep} from 'node:timers/promises';
 import {loadavg, tmpdir} from 'node:os';
 import {join} from 'node:path';
 import {buildProxyModel, type EndpointSliceInput, type ProxyModel, type ServiceInput} from '../src/core/model/index.ts';
@@ -391,8 +392,6 @@ interface ChangeFigures {
   }>;
   /** The observer's CPU while idle, per second, measured before the first change. */
   idleCpuMsPerSecond: number;
-  /** The counts are less the observer's quiet CPU (it looks on a timer). */
-  lessQuiet: boolean;
 }
 
 /** Deletes one piece of a different service's rules per round and measures how the observer notices it. */
@@ -450,12 +449,7 @@ async function foreignChangesMeasured(
       wholeReadings: observer.lines.slice(logFrom).filter((line) => line.includes('agent api: rules read whole')).length,
     });
   }
-  return {
-    command: command.length > 7 ? `${command.slice(0, 7).join(' ')} ...` : command.join(' '),
-    rounds,
-    idleCpuMsPerSecond,
-    lessQuiet: layout.changeSignal !== undefined,
-  };
+  return {command: command.length > 7 ? `${command.slice(0, 7).join(' ')} ...` : command.join(' '), rounds, idleCpuMsPerSecond};
 }
 
 function printChanges(changes: ChangeFigures, layout: ObservedLayout): void {
@@ -473,7 +467,8 @@ function printChanges(changes: ChangeFigures, layout: ObservedLayout): void {
       `(itself ${each((round) => round.commandMs)} ms); goal <= 5 s ${noticed.at(-1)! <= 5000 ? 'met' : 'NOT met'}` +
       (layout.changeSignal ? `; ${layout.changeSignal}` : ''),
   });
-  const counted = changes.lessQuiet
+  // An observer that looks on a timer (changeSignal) was counted less its quiet CPU.
+  const counted = layout.changeSignal
     ? `counted from just before the change until ${countedAfterNoticeMs / 1000} s after the drift was logged ` +
       `(${each((round) => round.windowMs / 1000)} s: ${each((round) => round.countedCpuMs)} ms), less the observer's CPU ` +
       `over as long a time just before, with nothing changed (${each((round) => round.quietCpuMs)} ms; ` +
@@ -492,8 +487,6 @@ function printChanges(changes: ChangeFigures, layout: ObservedLayout): void {
       (cpuProfileDir ? `; profiled (${cpuProfileDir}), the profiler's sampling included` : ''),
   });
 }
-
-const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
 
 /** The observer's own CPU per second over quietMeasuredMs, with nothing changed. */
 async function quietRate(pid: number): Promise<{ownMsPerSecond: number}> {
@@ -535,7 +528,7 @@ async function untilIdle(pid: number, timeoutMs: number): Promise<{own: number; 
   const deadline = performance.now() + timeoutMs;
   let last = {...(await cpuTimes(pid)), at: performance.now()};
   for (;;) {
-    await new Promise((resolve) => setTimeout(resolve, pollMs));
+    await sleep(pollMs);
     const now = {...(await cpuTimes(pid)), at: performance.now()};
     if (now.own !== last.own || now.children !== last.children) last = now;
     else if (now.at - last.at >= idleWindowMs) return last;
@@ -564,7 +557,7 @@ async function waitForMetric(observer: AgentRun, count: number, timeoutMs: numbe
     if (value >= count) return;
     if (performance.now() > deadline)
       throw new Error(`the observer's metrics did not count ${count} drifted service ports within ${timeoutMs / 1000} s (at ${value})`);
-    await new Promise((resolve) => setTimeout(resolve, pollMs));
+    await sleep(pollMs);
   }
 }
 
@@ -579,7 +572,7 @@ async function waitForStatus(
     const status = await client.call('status', {});
     if (done(status)) return status;
     if (performance.now() > deadline) throw new Error(`the observer did not finish ${what} within ${timeoutMs / 1000} s`);
-    await new Promise((resolve) => setTimeout(resolve, pollMs));
+    await sleep(pollMs);
   }
 }
 
