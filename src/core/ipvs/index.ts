@@ -13,6 +13,7 @@ export {
   parseIpvsadmSaveSince,
   virtualServerKey,
   virtualServerLines,
+  virtualServerText,
   type IpvsadmBlock,
   IpvsParseError,
   type Ipset,

@@ -5,7 +5,7 @@
 import {cidrContains, parseCIDR, parseIP} from '../model/ip.ts';
 import type {Endpoint, LocalDetector, ProxyModel, ServicePort} from '../model/types.ts';
 import {masqueradeMark} from '../iptables/render.ts';
-import {compare, sortServers, type Ipset, type IpvsState, type IpvsVirtualServer} from './state.ts';
+import {compare, sortServers, virtualServer, type Ipset, type IpvsState, type IpvsVirtualServer} from './state.ts';
 
 /** kube-proxy's ipset names (IPv6 sets carry a "6-" after "KUBE-"). */
 export const ipsetNames = {
@@ -101,15 +101,15 @@ export function renderIpvs(model: ProxyModel, options: RenderIpvsOptions = {}): 
   const nodeAddresses = nodePortAddresses(model);
 
   const addServer = (port: ServicePort, address: string, portNumber: number, endpoints: Endpoint[]) => {
-    const server: IpvsVirtualServer = {
+    const server = virtualServer(
       address,
-      port: portNumber,
-      protocol: port.protocol,
+      portNumber,
+      port.protocol,
       scheduler,
-      ...(port.sessionAffinity ? {persistenceTimeout: port.sessionAffinity.timeoutSeconds} : {}),
-      realServers: endpoints.map((endpoint) => ({address: endpoint.ip, port: endpoint.port, weight: 1})),
-      servicePort: port.key,
-    };
+      port.sessionAffinity?.timeoutSeconds,
+      port.key,
+      endpoints.map((endpoint) => ({address: endpoint.ip, port: endpoint.port, weight: 1})),
+    );
     servers.set(`${port.protocol} ${address} ${portNumber}`, server);
   };
 

@@ -46,6 +46,25 @@ export interface IpvsState {
   iptables: string;
 }
 
+/**
+ * A virtual server object, spelled as one literal of either shape: a property added after the
+ * literal (a spread of the optional persistence) is kept outside the object, which costs a
+ * node's hundred thousand servers megabytes.
+ */
+export function virtualServer(
+  address: string,
+  port: number,
+  protocol: Protocol,
+  scheduler: string,
+  persistenceTimeout: number | string | undefined,
+  servicePort: string,
+  realServers: IpvsRealServer[] = [],
+): IpvsVirtualServer {
+  return persistenceTimeout === undefined
+    ? {address, port, protocol, scheduler, realServers, servicePort}
+    : {address, port, protocol, scheduler, persistenceTimeout: Number(persistenceTimeout), realServers, servicePort};
+}
+
 /** How ipvsadm names a virtual server's protocol: -t 10.96.0.10:80. */
 export const protocolFlags: Record<Protocol, string> = {TCP: '-t', UDP: '-u', SCTP: '--sctp-service'};
 
@@ -54,35 +73,56 @@ export function virtualServerKey(server: Pick<IpvsVirtualServer, 'protocol' | 'a
   return `${server.protocol} ${joinHostPort(server.address, server.port)}`;
 }
 
+/** One server's lines as `ipvsadm -R` reads them: its "-A" line, then a "-a" line per real server. */
+function serverRestoreLines(server: IpvsVirtualServer): string[] {
+  const service = `${protocolFlags[server.protocol]} ${joinHostPort(server.address, server.port)}`;
+  const lines = [
+    `-A ${service} -s ${server.scheduler}${server.persistenceTimeout !== undefined ? ` -p ${server.persistenceTimeout}` : ''}`,
+  ];
+  for (const real of server.realServers) lines.push(`-a ${service} -r ${joinHostPort(real.address, real.port)} -m -w ${real.weight}`);
+  return lines;
+}
+
 /**
  * formatIpvsadmRestore writes the virtual and real servers as `ipvsadm -R` reads them (and
  * `ipvsadm -Sn` prints them). Debian's ipvsadm-restore runs `ipvsadm -C` first: a full load.
  */
 export function formatIpvsadmRestore(servers: IpvsVirtualServer[]): string {
-  const lines: string[] = [];
-  for (const server of servers) {
-    const service = `${protocolFlags[server.protocol]} ${joinHostPort(server.address, server.port)}`;
-    lines.push(`-A ${service} -s ${server.scheduler}${server.persistenceTimeout !== undefined ? ` -p ${server.persistenceTimeout}` : ''}`);
-    for (const real of server.realServers) {
-      lines.push(`-a ${service} -r ${joinHostPort(real.address, real.port)} -m -w ${real.weight}`);
-    }
-  }
+  const lines = servers.flatMap(serverRestoreLines);
   return lines.length ? `${lines.join('\n')}\n` : '';
 }
 
-/** A virtual server's lines as ipvsadm-restore spells them, once per server object (a reading's untouched servers are the same objects). */
-const serverLines = new WeakMap<IpvsVirtualServer, string[]>();
+/**
+ * Each server's lines as one text (without the last newline), once per server object: the state's
+ * text and the drift explanations' searches read them again and again, and a reading's untouched
+ * servers are the same objects. A server read from `ipvsadm -Sn` that ipvsadm spelled the same
+ * way keeps the slice of the output it was read from (spelledAsRead), which its reading keeps anyway.
+ */
+const serverTexts = new WeakMap<IpvsVirtualServer, string>();
+
+/** A server's lines as formatIpvsadmRestore spells them, as one text without the last newline. */
+export function virtualServerText(server: IpvsVirtualServer): string {
+  let text = serverTexts.get(server);
+  if (text === undefined) serverTexts.set(server, (text = serverRestoreLines(server).join('\n')));
+  return text;
+}
 
 /**
- * formatIpvsadmRestore's lines for one server, made once per server object: the state's text and
- * the searches of the drift explanations read them again and again. A diff compares servers
- * without them (sameVirtualServer), so a desired state's servers are spelled only where searched.
+ * A server's lines, split from its text when asked for: a diff compares servers without them
+ * (sameVirtualServer), and a search splits only the servers whose text holds what it looks for.
  */
-export function virtualServerLines(server: IpvsVirtualServer): readonly string[] {
-  let lines = serverLines.get(server);
-  // Split from one text, the lines are slices of it: kept, that is smaller than each line built on its own.
-  if (!lines) serverLines.set(server, (lines = formatIpvsadmRestore([server]).trim().split('\n')));
-  return lines;
+export function virtualServerLines(server: IpvsVirtualServer): string[] {
+  return virtualServerText(server).split('\n');
+}
+
+/**
+ * Records `printed`, the lines `server` was read from, as its text when they spell it as
+ * formatIpvsadmRestore would; otherwise its text is spelled on its own.
+ */
+function spelledAsRead(server: IpvsVirtualServer, printed: string): void {
+  const body = printed.endsWith('\n') ? printed.slice(0, -1) : printed;
+  const spelled = serverTexts.get(server) ?? serverRestoreLines(server).join('\n');
+  serverTexts.set(server, spelled === body ? body : spelled);
 }
 
 /** Whether two servers hold the same settings and real servers, in the same order: what their lines say. */
@@ -158,15 +198,7 @@ export function parseIpvsadmSave(text: string): IpvsVirtualServer[] {
     const key = virtualServerKey({protocol, address, port});
     if (op === '-A') {
       const persistence = option('-p');
-      servers.set(key, {
-        address,
-        port,
-        protocol,
-        scheduler: option('-s') ?? 'wlc',
-        ...(persistence !== undefined ? {persistenceTimeout: Number(persistence)} : {}),
-        realServers: [],
-        servicePort: '',
-      });
+      servers.set(key, virtualServer(address, port, protocol, option('-s') ?? 'wlc', persistence, ''));
     } else {
       const server = servers.get(key);
       if (!server) throw new IpvsParseError(`ipvsadm: real server before its virtual server ${key}: ${line}`);
@@ -175,7 +207,8 @@ export function parseIpvsadmSave(text: string): IpvsVirtualServer[] {
       const weight = Number(option('-w') ?? '1');
       if (!Number.isInteger(weight) || weight < 0)
         throw new IpvsParseError(`ipvsadm: weight "${option('-w')}" is no whole number: ${line}`);
-      server.realServers.push({...splitHostPort(real, line), weight});
+      const target = splitHostPort(real, line);
+      server.realServers.push({address: target.address, port: target.port, weight});
     }
   }
   return sortServers([...servers.values()]);
@@ -241,6 +274,9 @@ export function parseIpvsadmSaveSince(
     const known = before?.get(owner);
     const server = known?.lines === lines ? known.server : parseIpvsadmSave(lines)[0];
     if (!server) continue;
+    // A server kept from the reading before takes its text from this reading, so that the one
+    // before, whose lines it would hold, can go.
+    spelledAsRead(server, lines);
     blocks.set(owner, {lines, server});
     if (kept(server)) servers.push({key: virtualServerKey(server), server});
   }

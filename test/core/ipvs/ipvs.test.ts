@@ -13,6 +13,8 @@ import {
   planIpvsSync,
   renderIpvs,
   traceIpvs,
+  virtualServerLines,
+  virtualServerText,
   withJumpRules,
   type IpvsState,
 } from '../../../src/core/ipvs/index.ts';
@@ -283,6 +285,22 @@ describe('ipvs state formats', () => {
     // A server line without options is its server's too.
     const bare = '-A -t 10.96.0.9:80\n-a -t 10.96.0.9:80 -r 10.244.1.3:8080 -m -w 1\n';
     assert.deepEqual(parseIpvsadmSaveSince(bare, undefined, ipv4).servers, parseIpvsadmSave(bare));
+  });
+
+  it("spells each server read from ipvsadm -Sn as formatIpvsadmRestore does, whatever ipvsadm's spelling", () => {
+    const printed = ['-A -t 10.96.0.10:80 -s rr', '-a -t 10.96.0.10:80 -r 10.244.1.4:8080 -m -w 1', ''].join('\n');
+    // The same kind of server as another ipvsadm could print it: its options in another order.
+    const spelledOtherwise = ['-A -t 10.96.0.11:80 -p 600 -s rr', '-a -t 10.96.0.11:80 -r 10.244.1.4:8080 -w 1 -m', ''].join('\n');
+    for (const text of [printed, spelledOtherwise, printed.trimEnd()]) {
+      const [server] = parseIpvsadmSaveSince(text, undefined, () => true).servers;
+      assert.equal(virtualServerText(server), formatIpvsadmRestore([server]).trimEnd(), JSON.stringify(text));
+      assert.deepEqual(virtualServerLines(server), formatIpvsadmRestore([server]).trimEnd().split('\n'));
+    }
+    // Kept from one reading to the next, a server still spells itself so.
+    const first = parseIpvsadmSaveSince(spelledOtherwise, undefined, () => true);
+    const second = parseIpvsadmSaveSince(spelledOtherwise, first.blocks, () => true);
+    assert.equal(second.servers[0], first.servers[0]);
+    assert.equal(virtualServerText(second.servers[0]), '-A -t 10.96.0.11:80 -s rr -p 600\n-a -t 10.96.0.11:80 -r 10.244.1.4:8080 -m -w 1');
   });
 
   it('names the line it cannot read', () => {

@@ -15,7 +15,7 @@ import {
   renderIpvs,
   traceIpvs,
   virtualServerKey,
-  virtualServerLines,
+  virtualServerText,
 } from '../../../core/ipvs/index.ts';
 import type {IPFamily, ProxyModel} from '../../../core/model/index.ts';
 import type {Host} from '../../host/host.ts';
@@ -34,12 +34,13 @@ const sections = {
 /**
  * The state's text as runs of lines, each line a run's `prefix` and one of its items: a set's
  * entries are one run ("add NAME " and each entry), so a search need not spell every entry's line.
+ * A virtual server is one item of several lines (virtualServerText), with no prefix.
  */
 function* stateRuns(state: IpvsState): Iterable<{prefix: string; items: readonly string[]}> {
   yield {prefix: '', items: [`#### ipvs mode, ${state.family}`, sections.ipvsadm]};
   for (const server of state.virtualServers) {
     if (server.servicePort) yield {prefix: '# service ', items: [server.servicePort]};
-    yield {prefix: '', items: virtualServerLines(server)};
+    yield {prefix: '', items: [virtualServerText(server)]};
   }
   yield {prefix: '', items: [sections.ipset]};
   for (const set of state.sets) {
@@ -63,8 +64,12 @@ export function* ipvsLinesWith(state: IpvsState, needle: string): Iterable<strin
   const spaced = needle.includes(' ');
   for (const {prefix, items} of stateRuns(state)) {
     const inPrefix = prefix !== '' && prefix.includes(needle);
-    for (const item of items)
-      if (inPrefix || item.includes(needle) || (spaced && prefix !== '' && (prefix + item).includes(needle))) yield prefix + item;
+    for (const item of items) {
+      if (!(inPrefix || item.includes(needle) || (spaced && prefix !== '' && (prefix + item).includes(needle)))) continue;
+      if (prefix === '' && item.includes('\n')) {
+        for (const line of item.split('\n')) if (line.includes(needle)) yield line;
+      } else yield prefix + item;
+    }
   }
 }
 
@@ -123,13 +128,14 @@ export function ipvsRulesBackend(options: {scheduler?: string; latestLook?: Late
   const justRead = new Map<IPFamily, {text: string; state: IpvsState}>();
   // Each model's desired state, made once while the model lives: every drift check and trace asks for it.
   const desiredOf = new WeakMap<ProxyModel, ParsedRules>();
+  const rendered = (model: ProxyModel): IpvsState => {
+    const state = renderIpvs(model, {scheduler: options.scheduler});
+    owners.set(state.family, new Map(state.virtualServers.map((server) => [virtualServerKey(server), server.servicePort])));
+    return state;
+  };
   const backend: RulesBackend = {
     mode: 'ipvs',
-    render: (model) => {
-      const state = renderIpvs(model, {scheduler: options.scheduler});
-      owners.set(state.family, new Map(state.virtualServers.map((server) => [virtualServerKey(server), server.servicePort])));
-      return formatIpvsState(state);
-    },
+    render: (model) => formatIpvsState(rendered(model)),
     parse: (text) => {
       const family: IPFamily = text.startsWith('#### ipvs mode, IPv6') ? 'IPv6' : 'IPv4';
       const read = justRead.get(family);
@@ -139,9 +145,11 @@ export function ipvsRulesBackend(options: {scheduler?: string; latestLook?: Late
       for (const server of state.virtualServers) server.servicePort ||= known?.get(virtualServerKey(server)) ?? '';
       return state as ParsedRules;
     },
+    // The rendered state itself, which its text would read back to: parsed from that text, each
+    // address and entry would be a slice holding the whole text (megabytes at 10,000 services).
     desired: (model) => {
       let desired = desiredOf.get(model);
-      if (!desired) desiredOf.set(model, (desired = backend.parse(backend.render(model))));
+      if (!desired) desiredOf.set(model, (desired = rendered(model) as ParsedRules));
       return desired;
     },
     diff: (desired, applied, service) => {
