@@ -46,9 +46,9 @@ function familyOf(address: string): IPFamily {
  * and the agent's own work meanwhile (an observer makes the desired state as it reads) does not
  * hold back the next tool's start.
  */
-export async function readIpvsKernelState(host: Host, family: IPFamily): Promise<IpvsState> {
+export async function readIpvsKernelState(host: Host, family: IPFamily, lookedAt?: string): Promise<IpvsState> {
   const [virtualServers, sets, boundAddresses, iptables] = await Promise.all([
-    readVirtualServers(host, family),
+    readVirtualServers(host, family, undefined, undefined, lookedAt),
     readSets(host, family),
     readBoundAddresses(host, family),
     readIptablesLayer(host, family),
@@ -67,16 +67,20 @@ const blocksRead = new WeakMap<IpvsVirtualServer[], Map<string, IpvsadmBlock>>()
 /**
  * One family's virtual and real servers, `ipvsadm -Sn` (or its output as given, `printed`). Given
  * the servers of an earlier reading, only the servers whose lines changed since are parsed; the
- * others are that reading's objects.
+ * others are that reading's objects. `lookedAt`: the servers as a look at the state printed them
+ * (LatestIpvsLook), which the look keeps: output that reads the same is parsed from that text, so
+ * that the servers' lines (virtualServerText) and the look share one copy.
  */
 export async function readVirtualServers(
   host: Host,
   family: IPFamily,
   since?: IpvsVirtualServer[],
   printed?: string,
+  lookedAt?: string,
 ): Promise<IpvsVirtualServer[]> {
   const before = since && blocksRead.get(since);
-  const text = printed ?? (await host.ipvsadm(['-Sn']));
+  let text = printed ?? (await host.ipvsadm(['-Sn']));
+  if (lookedAt !== undefined && text === lookedAt) text = lookedAt;
   const {servers, blocks} = parseIpvsadmSaveSince(text, before, (server) => familyOf(server.address) === family);
   blocksRead.set(servers, blocks);
   return servers;

@@ -16,7 +16,8 @@ import {
   watchIpvsState,
 } from '../../../src/agent/applied/ipvs-changes.ts';
 import {formatIpvsState, ipvsLinesWith, ipvsRulesBackend, parseIpvsStateText} from '../../../src/agent/api/rules/ipvs.ts';
-import {type IpvsState, parseIpvsadmSave} from '../../../src/core/ipvs/index.ts';
+import {type IpvsState, parseIpvsadmSave, virtualServerText} from '../../../src/core/ipvs/index.ts';
+import {readIpvsKernelState} from '../../../src/agent/sync/ipvs-host.ts';
 import {memoryLogger} from '../../../src/agent/log.ts';
 import {IpvsHost} from '../ipvs-memory-host.ts';
 import {watchedChanges} from './watched-changes.ts';
@@ -306,6 +307,17 @@ test('a change to the servers is followed from the servers the look printed, wit
   } finally {
     applied.close();
   }
+});
+
+test("a whole reading takes the look's text for its servers only when ipvsadm printed the same", async () => {
+  const host = await seededNode();
+  const printed = await host.ipvsadm(['-Sn']);
+  const whole = await readIpvsKernelState(host, 'IPv4');
+  assert.deepEqual(await readIpvsKernelState(host, 'IPv4', printed), whole);
+  // A look from before a change: the reading is the kernel's, not the look's.
+  const looked = printed.replace('-a -t 10.96.0.11:53 -r 10.244.1.4:53 -m -w 1\n', '');
+  assert.deepEqual(await readIpvsKernelState(host, 'IPv4', looked), whole);
+  assert.equal(virtualServerText(whole.virtualServers[1]), '-A -t 10.96.0.11:53 -s rr\n-a -t 10.96.0.11:53 -r 10.244.1.4:53 -m -w 1');
 });
 
 test('every wholeReadingEveryMs a look makes readings from before it read the state whole, though nothing it sees changed', async () => {

@@ -160,12 +160,14 @@ export function ipvsRulesBackend(options: {scheduler?: string; latestLook?: Late
     },
     trace: (rules, packet, context) => traceIpvs(rules as IpvsState, packet, context),
     readApplied: async (host: Host, family: IPFamily) => {
-      const state = await readIpvsKernelState(host, family);
+      const state = await readIpvsKernelState(host, family, options.latestLook?.servers);
       const text = formatIpvsState(state);
       justRead.set(family, {text, state});
       return text;
     },
     format: (rules) => formatIpvsState(rules as IpvsState),
+    // The state holds all its text says: printed again when asked for, not kept deflated beside it.
+    textOf: (rules) => () => formatIpvsState(rules as IpvsState),
     rulesWith: (rules, needle) => ipvsLinesWith(rules as IpvsState, needle),
     follow: async (host, family, rules, touched) => {
       const followed = await followIpvsChanges(host, family, rules as IpvsState, touched, options.latestLook?.servers);
