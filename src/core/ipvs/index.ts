@@ -3,6 +3,7 @@
 export {renderIpvs, ipsetName, ipsetNames, nodePortAddresses, ipvsIptablesChains, ipvsJumpRules, type RenderIpvsOptions} from './render.ts';
 export {
   compare as compareIpvsNames,
+  sortedIncludes,
   dummyDevice,
   formatIpsetRestore,
   formatIpvsadmRestore,

@@ -294,6 +294,18 @@ export function compare(a: string, b: string): number {
   return a < b ? -1 : a > b ? 1 : 0;
 }
 
+/** Whether `sorted`, in compare's order, holds `value`: found by halving, without a copy. */
+export function sortedIncludes(sorted: readonly string[], value: string): boolean {
+  let low = 0;
+  let high = sorted.length;
+  while (low < high) {
+    const middle = (low + high) >>> 1;
+    if (sorted[middle] < value) low = middle + 1;
+    else high = middle;
+  }
+  return low < sorted.length && sorted[low] === value;
+}
+
 /**
  * parseIpsetSave reads `ipset save` output into sets, sorted by name with sorted entries. Only
  * sets whose name starts with `prefix` are kept (the node may hold other programs' sets).

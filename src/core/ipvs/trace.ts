@@ -6,11 +6,16 @@
 import {cidrContains, joinHostPort, parseCIDR, parseIP} from '../model/ip.ts';
 import type {Packet, TraceBranch, TraceContext, TraceHop, TraceResult} from '../trace/types.ts';
 import {accessFilterVerdict} from './access-filter.ts';
-import {formatIpvsadmRestore, type IpvsState} from './state.ts';
+import {formatIpvsadmRestore, sortedIncludes, type IpvsState} from './state.ts';
 
-function setNamed(state: IpvsState, base: string): Set<string> {
+/**
+ * A set's entries, and whether it holds one, found by halving their sorted order (IpvsState keeps
+ * it): a trace copies no set, which on a large node holds a hundred thousand entries.
+ */
+function setNamed(state: IpvsState, base: string): {entries: readonly string[]; has(entry: string): boolean} {
   const name = state.family === 'IPv6' ? base.replace(/^KUBE-/, 'KUBE-6-') : base;
-  return new Set(state.sets.find((set) => set.name === name)?.entries ?? []);
+  const entries = state.sets.find((set) => set.name === name)?.entries ?? [];
+  return {entries, has: (entry) => sortedIncludes(entries, entry)};
 }
 
 function contains(cidrText: string, ipText: string): boolean {
@@ -106,8 +111,8 @@ export function traceIpvs(state: IpvsState, packet: Packet, context: TraceContex
   // never reach INPUT: ipvs takes them as they leave (LOCAL_OUT) and sends them to the real server,
   // and kube-proxy's firewall chain is not jumped to from OUTPUT in ipvs mode.
   if (packet.origin !== 'local' && setNamed(state, 'KUBE-LOAD-BALANCER-FW').has(ipPort)) {
-    const allowed = [...setNamed(state, 'KUBE-LOAD-BALANCER-SOURCE-CIDR')]
-      .filter((entry) => entry.startsWith(`${ipPort},`))
+    const allowed = setNamed(state, 'KUBE-LOAD-BALANCER-SOURCE-CIDR')
+      .entries.filter((entry) => entry.startsWith(`${ipPort},`))
       .map((entry) => entry.slice(ipPort.length + 1));
     if (!allowed.some((range) => contains(range, packet.srcIP))) {
       hops.push({

@@ -12,6 +12,7 @@ import {
   parseIpvsadmSaveSince,
   planIpvsSync,
   renderIpvs,
+  sortedIncludes,
   traceIpvs,
   virtualServerLines,
   virtualServerText,
@@ -403,6 +404,16 @@ describe('diffIpvs: whose missing set entries and addresses', () => {
     assert.equal(owner.get('add KUBE-NODE-PORT-TCP 30080'), 'default/np:http');
     assert.equal(owner.get('address 10.96.0.20 dev kube-ipvs0'), 'default/twin:http');
     assert.equal(owner.get('add KUBE-CLUSTER-IP 10.96.0.10,tcp:80'), 'default/web:http');
+  });
+});
+
+describe('sortedIncludes', () => {
+  it('finds what includes() finds in a sorted list, at either end, between entries and past them', () => {
+    for (const size of [0, 1, 2, 3, 8, 33]) {
+      const sorted = Array.from({length: size}, (_, index) => `10.96.${index}.1,tcp:80`).sort();
+      const probes = [...sorted, '', '0', '10.96.0.1,tcp:8', '10.96.0.1,tcp:800', 'zzz'];
+      for (const probe of probes) assert.equal(sortedIncludes(sorted, probe), sorted.includes(probe), `${size}: ${probe}`);
+    }
   });
 });
 
