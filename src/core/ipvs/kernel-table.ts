@@ -4,7 +4,7 @@
 // looks read it to tell whether the servers changed, and which, and spell the changed ones as -Sn
 // would where the table says all that -Sn prints.
 import {joinHostPort, parseIP} from '../model/index.ts';
-import {ipvsadmRuns, protocolFlags} from './state.ts';
+import {protocolFlags} from './state.ts';
 
 /**
  * The table without each real server's connection counts (ActiveConn, InActConn), which traffic
@@ -119,20 +119,53 @@ function differingBlocks(before: string, now: string): {blocksBefore: Map<string
  */
 export function savedTextSince(printed: string, before: string, now: string): string | undefined {
   const {blocksBefore, blocksNow} = differingBlocks(before, now);
-  const runs = ipvsadmRuns(printed);
+  const changed = new Set<string>();
   for (const [key, block] of blocksBefore) {
     if (blocksNow.get(key) === block) continue;
     const words = serverWords(block);
     if (!words) return undefined;
-    runs.delete(words);
+    changed.add(words);
   }
+  let spelled = '';
   for (const [key, block] of blocksNow) {
     if (blocksBefore.get(key) === block) continue;
     const words = serverWords(block);
     const lines = savedLines(block);
     if (!words || lines === undefined) return undefined;
-    runs.delete(words);
-    runs.set(words, lines);
+    changed.add(words);
+    spelled += lines;
   }
-  return [...runs.values()].join('');
+  const kept = withoutServers(printed, changed);
+  return kept === '' || kept.endsWith('\n') || spelled === '' ? kept + spelled : `${kept}\n${spelled}`;
+}
+
+/**
+ * `ipvsadm -Sn` output without the lines of the servers named by `words` ("-t 10.96.0.10:80"):
+ * each line whose first word is followed by one of them (ipvsadmRuns' owner), found by searching
+ * for the words rather than splitting all of a large node's 110,000 lines into runs.
+ */
+function withoutServers(printed: string, words: ReadonlySet<string>): string {
+  const dropped: [number, number][] = [];
+  for (const server of words) {
+    const needle = ` ${server}`;
+    for (let at = printed.indexOf(needle); at >= 0; at = printed.indexOf(needle, at + 1)) {
+      const lineStart = printed.lastIndexOf('\n', at) + 1;
+      const after = printed.charCodeAt(at + needle.length);
+      const firstWordOnly = printed.indexOf(' ', lineStart) === at;
+      // Followed by a space, the line's end or the text's: "-t 10.96.0.1:80" is not "-t 10.96.0.1:8080".
+      if (!firstWordOnly || !(Number.isNaN(after) || after === 32 || after === 10)) continue;
+      const next = printed.indexOf('\n', at);
+      dropped.push([lineStart, next < 0 ? printed.length : next + 1]);
+    }
+  }
+  if (dropped.length === 0) return printed;
+  dropped.sort((a, b) => a[0] - b[0]);
+  const pieces: string[] = [];
+  let from = 0;
+  for (const [start, end] of dropped) {
+    if (start >= from) pieces.push(printed.slice(from, start));
+    from = Math.max(from, end);
+  }
+  pieces.push(printed.slice(from));
+  return pieces.join('');
 }

@@ -90,6 +90,17 @@ describe("the kernel's table of virtual and real servers", () => {
     }
   });
 
+  it("replaces a changed server's lines only, not those of a server whose address or port begins the same", () => {
+    const alike = '-A -t 10.96.0.10:8080 -s rr\n-a -t 10.96.0.10:8080 -r 10.244.1.2:8080 -m -w 1\n-A -t 10.96.0.100:80 -s rr\n';
+    const tableAlike = 'TCP  0A60000A:1F90 rr  \n  -> 0AF40102:1F90      Masq    1\nTCP  0A600064:0050 rr  \n';
+    const printedBoth = printed + alike;
+    const tableBefore = `${before}${tableAlike}`;
+    const tableNow = tableBefore.replace(/(0AF40103:1F90 +Masq +)0/, '$11');
+    const spelled = savedTextSince(printedBoth, tableBefore, tableNow)!;
+    assert.equal(servers(spelled), servers(printedBoth.replace('10.244.1.3:8080 -m -w 0', '10.244.1.3:8080 -m -w 1')));
+    assert.ok(spelled.includes(alike), 'the servers that only look alike stay as printed');
+  });
+
   it('spells again a server that changed between the reading of the table and the printing', () => {
     const deleted = printed.replace('-a -t 10.96.0.10:80 -r 10.244.1.3:8080 -m -w 0\n', '');
     // Printed after the real server was deleted, the table read before; now it is back.
