@@ -30,7 +30,7 @@ export class IpvsHost extends RecordingHost {
   }
 
   /** The servers as the kernel's /proc/net/ip_vs spells them: addresses and ports in hex, with connection counts. */
-  override async ipvsTable(): Promise<string> {
+  override async ipvsTable(): Promise<Buffer> {
     this.calls.push('read /proc/net/ip_vs');
     const hexPort = (port: number) => port.toString(16).toUpperCase().padStart(4, '0');
     const lines = [...this.servers.values()].flatMap((server) => [
@@ -41,7 +41,7 @@ export class IpvsHost extends RecordingHost {
           `  -> ${tableAddress(real.address)}:${hexPort(real.port)}      Masq    ${real.weight}      ${this.activeConnections}          0         `,
       ),
     ]);
-    return ipvsTableHeader + lines.map((line) => `${line}\n`).join('');
+    return Buffer.from(ipvsTableHeader + lines.map((line) => `${line}\n`).join(''), 'latin1');
   }
 
   /** Each real server's ActiveConn in ipvsTable: traffic changes it, not the servers. */

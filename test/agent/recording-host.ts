@@ -158,9 +158,9 @@ export class RecordingHost implements Host {
   }
 
   /** The table of no virtual server, as ipvsadm's '' above. */
-  async ipvsTable(): Promise<string> {
+  async ipvsTable(): Promise<Buffer> {
     this.calls.push('read /proc/net/ip_vs');
-    return ipvsTableHeader;
+    return Buffer.from(ipvsTableHeader, 'latin1');
   }
 
   async ip(args: string[]): Promise<string> {

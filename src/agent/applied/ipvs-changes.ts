@@ -19,7 +19,7 @@
 // The iptables layer is nft monitor's (watchNftRuleset), merged in. A change is reported with
 // what it touched, under the names ipvsStateParts gives, for the ipvs backend's follow.
 import type {IPFamily} from '../../core/model/index.ts';
-import {dummyDevice, savedTextSince, serverTableShape} from '../../core/ipvs/index.ts';
+import {dummyDevice, savedTextSince, serverTableShapeBytes} from '../../core/ipvs/index.ts';
 import {errorText} from '../../core/error-text.ts';
 import type {Host} from '../host/host.ts';
 import type {Logger} from '../log.ts';
@@ -53,7 +53,7 @@ export interface IpvsStateLook {
   /** The servers as `ipvsadm -Sn` prints them: printed, or spelled from serverTable where it changed (lookAtIpvsState). */
   servers: string;
   /** serverTableShape of /proc/net/ip_vs, read before servers were printed; undefined when it could not be read. */
-  serverTable?: string;
+  serverTable?: Buffer;
   /** Each KUBE- set's header in `ipset list -t`, by name. */
   sets: Map<string, string>;
   addresses: string;
@@ -92,15 +92,17 @@ export function changedParts(before: IpvsStateLook, after: IpvsStateLook): Touch
 export async function lookAtIpvsState(host: Host, previous?: IpvsStateLook): Promise<IpvsStateLook> {
   const startedAt = Date.now();
   const [serverTable, terse, addresses] = await Promise.all([
-    host.ipvsTable().then(serverTableShape, () => undefined),
+    host.ipvsTable().then(serverTableShapeBytes, () => undefined),
     host.ipset(['list', '-t']),
     host.ip(['-br', 'addr', 'show', 'dev', dummyDevice]).catch(() => ''),
   ]);
   const sets = ipsetHeaders(terse);
   const tellingMs = Date.now() - startedAt;
   if (previous?.serverTable !== undefined && serverTable !== undefined) {
-    const servers =
-      serverTable === previous.serverTable ? previous.servers : savedTextSince(previous.servers, previous.serverTable, serverTable);
+    // Unchanged, the previous look's table is kept and this one let go.
+    if (serverTable.equals(previous.serverTable))
+      return {servers: previous.servers, serverTable: previous.serverTable, sets, addresses, tellingMs};
+    const servers = savedTextSince(previous.servers, previous.serverTable.toString('latin1'), serverTable.toString('latin1'));
     if (servers !== undefined) return {servers, serverTable, sets, addresses, tellingMs};
   }
   const servers = await host.ipvsadm(['-Sn']);

@@ -260,14 +260,14 @@ export class CommandHost implements Host {
     return (await this.run(['ipvsadm', ...args], {input, spool: /^-[SL]/.test(args[0] ?? '') || args.includes('--save')})).stdout;
   }
 
-  async ipvsTable(): Promise<string> {
+  async ipvsTable(): Promise<Buffer> {
     // /proc/net is the reading process's namespace: another namespace's is read through a process
     // kept there, or, until one is, by a command run there.
-    if (this.netns === undefined) return readFile(`/proc/net/${ipvsTableName}`, 'latin1');
+    if (this.netns === undefined) return readFile(`/proc/net/${ipvsTableName}`);
     this.#anchor ??= new NamespaceAnchor(this.netns, this.#onCommand);
     const read = await this.#anchor.readProcNet(ipvsTableName);
     if (read !== undefined) return read;
-    return (await this.run(['cat', `/proc/net/${ipvsTableName}`], {spool: true})).stdout;
+    return Buffer.from((await this.run(['cat', `/proc/net/${ipvsTableName}`], {spool: true})).stdout, 'latin1');
   }
 
   close(): void {

@@ -75,9 +75,11 @@ export interface Host {
    * in hex, with connection counts), read as a file in the agent's own namespace and, with a
    * netns, through a process kept in that one (CommandHost's NamespaceAnchor). It costs no
    * netlink dump of each server's real servers, so it is the cheap way to tell whether they changed;
-   * `ipvsadm -Sn` stays the reading. Fails where IP_VS is not loaded.
+   * `ipvsadm -Sn` stays the reading. Fails where IP_VS is not loaded. Its bytes, not a string:
+   * a look every few seconds compares megabytes of it, and a string that size would wait in V8's
+   * heap for the next full collection, where a buffer is let go as soon as its holder is.
    */
-  ipvsTable(): Promise<string>;
+  ipvsTable(): Promise<Buffer>;
   /** ip ARGS (iproute2), e.g. link add kube-ipvs0 type dummy, addr add, -j addr show. */
   ip(args: string[], input?: string): Promise<string>;
   /** conntrack -D with the filter; returns how many entries were deleted (0 when none matched). */

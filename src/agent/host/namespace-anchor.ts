@@ -38,13 +38,13 @@ export class NamespaceAnchor {
    * inside the namespace yet (it was just started) or can be kept there. Rejects as readFile does
    * when the file is not there (for ip_vs: IP_VS not loaded).
    */
-  async readProcNet(name: string): Promise<string | undefined> {
+  async readProcNet(name: string): Promise<Buffer | undefined> {
     const anchor = await this.#inside();
     if (!anchor) return undefined;
     const alive = () => anchor.exitCode === null && anchor.signalCode === null;
-    let text: string;
+    let text: Buffer;
     try {
-      text = await readFile(`/proc/${anchor.pid}/net/${name}`, 'latin1');
+      text = await readFile(`/proc/${anchor.pid}/net/${name}`);
     } catch (error) {
       // Not there in the namespace (for ip_vs: IP_VS not loaded), or the anchor ended meanwhile.
       if (alive()) throw error;

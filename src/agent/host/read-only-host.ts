@@ -177,7 +177,7 @@ export class ReadOnlyHost implements Host {
     return this.#read('ipvsadm', args, input);
   }
 
-  ipvsTable(): Promise<string> {
+  ipvsTable(): Promise<Buffer> {
     return this.#inner.ipvsTable();
   }
 

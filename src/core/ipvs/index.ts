@@ -22,7 +22,7 @@ export {
   type IpvsState,
   type IpvsVirtualServer,
 } from './state.ts';
-export {savedTextSince, serverTableBlocks, serverTableShape} from './kernel-table.ts';
+export {savedTextSince, serverTableBlocks, serverTableShape, serverTableShapeBytes} from './kernel-table.ts';
 export {diffIpvs, ipvsDiffText, withJumpRules, type DiffIpvsOptions, type IpvsDiff, type IpvsDiffGroup} from './diff.ts';
 export {traceIpvs} from './trace.ts';
 export {accessFilterVerdict, tableSection, type AccessFilterVerdict} from './access-filter.ts';

@@ -8,10 +8,63 @@ import {protocolFlags} from './state.ts';
 
 /**
  * The table without each real server's connection counts (ActiveConn, InActConn), which traffic
- * changes: what is left changes only when a server does.
+ * changes: what is left changes only when a server does. A real server's line, "  -> ADDRESS
+ * FORWARD WEIGHT ACTIVE INACTIVE", keeps its first three words; every other line is kept whole.
  */
 export function serverTableShape(table: string): string {
-  return table.replace(/^( {2}-> \S+ +\S+ +\S+) +\d+ +\d+ *$/gm, '$1');
+  return serverTableShapeBytes(Buffer.from(table, 'latin1')).toString('latin1');
+}
+
+/** serverTableShape of the table's bytes, as the looks read it (Host.ipvsTable), without making it a string. */
+export function serverTableShapeBytes(table: Uint8Array): Buffer {
+  const shape = Buffer.allocUnsafe(table.length);
+  let length = 0;
+  for (let start = 0; start < table.length; ) {
+    const newline = table.indexOf(10, start);
+    const end = newline < 0 ? table.length : newline;
+    const kept = realServerWordsEnd(table, start, end);
+    shape.set(table.subarray(start, kept), length);
+    length += kept - start;
+    if (newline >= 0) shape[length++] = 10;
+    start = end + 1;
+  }
+  // A copy of its own length: the shape is kept until the next look, the table's length is not.
+  return Buffer.from(shape.subarray(0, length));
+}
+
+const space = 32;
+const isDigit = (byte: number) => byte >= 48 && byte <= 57;
+
+/**
+ * Where a real server's line ends without its counts: after its third word, when the line is
+ * "  -> " and five words, the last two digits, then spaces; else the line's end.
+ */
+function realServerWordsEnd(table: Uint8Array, start: number, end: number): number {
+  // "  -> "
+  if (
+    end - start < 5 ||
+    table[start] !== space ||
+    table[start + 1] !== space ||
+    table[start + 2] !== 45 ||
+    table[start + 3] !== 62 ||
+    table[start + 4] !== space
+  )
+    return end;
+  if (start + 5 === end || table[start + 5] === space) return end;
+  let words = 0;
+  let thirdEnd = end;
+  for (let at = start + 5; at < end; ) {
+    while (at < end && table[at] === space) at++;
+    if (at === end) break;
+    words++;
+    // The fourth and fifth words are the counts: digits only.
+    while (at < end && table[at] !== space) {
+      if (words > 3 && !isDigit(table[at])) return end;
+      at++;
+    }
+    if (words === 3) thirdEnd = at;
+  }
+  return words === 5 ? thirdEnd : end;
 }
 
 const serverLine = /^(?:TCP|UDP|SCTP|FWM) /;

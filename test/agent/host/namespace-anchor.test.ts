@@ -33,7 +33,7 @@ async function readOnceInside(anchor: NamespaceAnchor, name: string): Promise<st
   const deadline = performance.now() + 10_000;
   for (;;) {
     const text = await anchor.readProcNet(name);
-    if (text !== undefined) return text;
+    if (text !== undefined) return text.toString('latin1');
     assert.ok(performance.now() < deadline, 'the anchor never answered from inside the namespace');
     await new Promise((resolve) => setTimeout(resolve, 50));
   }
@@ -47,7 +47,7 @@ test("the namespace's /proc/net, read through its anchor, is the namespace's and
   assert.doesNotMatch(readFileSync('/proc/net/dev', 'latin1'), new RegExp(`^\\s*${device}:`, 'm'));
   assert.deepEqual(deviceNames(devices), deviceNames(inNetns(netns, ['cat', '/proc/net/dev'])));
   // Every later read goes through the same process: one command started, however many reads.
-  for (let i = 0; i < 5; i++) assert.match((await anchor.readProcNet('dev'))!, new RegExp(device));
+  for (let i = 0; i < 5; i++) assert.match((await anchor.readProcNet('dev'))!.toString('latin1'), new RegExp(device));
   assert.deepEqual(commands, [['ip', 'netns', 'exec', netns, 'cat']]);
 });
 

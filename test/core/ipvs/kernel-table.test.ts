@@ -35,6 +35,33 @@ const before = serverTableShape(kernelTable);
 const servers = (text: string) => JSON.stringify(parseIpvsadmSave(text));
 
 describe("the kernel's table of virtual and real servers", () => {
+  it('drops the connection counts of real server lines, and nothing else, whatever the spacing', () => {
+    const lines = [
+      'IP Virtual Server version 1.2.1 (size=4096)',
+      '  -> RemoteAddress:Port Forward Weight ActiveConn InActConn',
+      'TCP  0A60000A:0050 rr  ',
+      '  -> 0AF40103:1F90      Masq    0      0          41        ',
+      '  -> 0AF40103:1F90 Masq 0 7 0',
+      '  -> 0AF40103:1F90      Masq    1',
+      '  -> 0AF40103:1F90      Masq    1      7x         0         ',
+      '  -> 0AF40103:1F90      Masq    1      7          0          9',
+      '   -> 0AF40103:1F90      Masq    1      7          0         ',
+      '  ->',
+      '  -> ',
+      '',
+    ];
+    const expected = [
+      'IP Virtual Server version 1.2.1 (size=4096)',
+      '  -> RemoteAddress:Port Forward Weight ActiveConn InActConn',
+      'TCP  0A60000A:0050 rr  ',
+      '  -> 0AF40103:1F90      Masq    0',
+      '  -> 0AF40103:1F90 Masq 0',
+      ...lines.slice(5),
+    ];
+    assert.equal(serverTableShape(lines.join('\n')), expected.join('\n'));
+    assert.equal(serverTableShape(`${lines.join('\n')}\n`), `${expected.join('\n')}\n`);
+  });
+
   it('is compared without its connection counts, and with every weight', () => {
     assert.equal(before, serverTableShape(kernelTable.replace(/ {6}12 {9}3 {9}/, '      0          0         ')));
     assert.match(before, /^ {2}-> 0AF40103:1F90 +Masq +0$/m);
