@@ -34,26 +34,20 @@ export function serverTableShapeBytes(table: Uint8Array): Buffer {
 
 const space = 32;
 const isDigit = (byte: number) => byte >= 48 && byte <= 57;
+/** How a real server's line begins, its first word right after. */
+const realServerPrefix = Buffer.from('  -> ', 'latin1');
 
 /**
  * Where a real server's line ends without its counts: after its third word, when the line is
  * "  -> " and five words, the last two digits, then spaces; else the line's end.
  */
 function realServerWordsEnd(table: Uint8Array, start: number, end: number): number {
-  // "  -> "
-  if (
-    end - start < 5 ||
-    table[start] !== space ||
-    table[start + 1] !== space ||
-    table[start + 2] !== 45 ||
-    table[start + 3] !== 62 ||
-    table[start + 4] !== space
-  )
-    return end;
-  if (start + 5 === end || table[start + 5] === space) return end;
+  const first = start + realServerPrefix.length;
+  if (first >= end || table[first] === space) return end;
+  for (let at = start; at < first; at++) if (table[at] !== realServerPrefix[at - start]) return end;
   let words = 0;
   let thirdEnd = end;
-  for (let at = start + 5; at < end; ) {
+  for (let at = first; at < end; ) {
     while (at < end && table[at] === space) at++;
     if (at === end) break;
     words++;
