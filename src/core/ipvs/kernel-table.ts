@@ -15,21 +15,24 @@ export function serverTableShape(table: string): string {
   return serverTableShapeBytes(Buffer.from(table, 'latin1')).toString('latin1');
 }
 
-/** serverTableShape of the table's bytes, as the looks read it (Host.ipvsTable), without making it a string. */
+/**
+ * serverTableShape of the table's bytes, as the looks read it (Host.ipvsTable), without making it
+ * a string. The shape is written over `table` itself, from its start (it is never longer), so
+ * that a look allocates no second table.
+ */
 export function serverTableShapeBytes(table: Uint8Array): Buffer {
-  const shape = Buffer.allocUnsafe(table.length);
   let length = 0;
   for (let start = 0; start < table.length; ) {
     const newline = table.indexOf(10, start);
     const end = newline < 0 ? table.length : newline;
     const kept = realServerWordsEnd(table, start, end);
-    shape.set(table.subarray(start, kept), length);
+    table.copyWithin(length, start, kept);
     length += kept - start;
-    if (newline >= 0) shape[length++] = 10;
+    if (newline >= 0) table[length++] = 10;
     start = end + 1;
   }
   // A copy of its own length: the shape is kept until the next look, the table's length is not.
-  return Buffer.from(shape.subarray(0, length));
+  return Buffer.from(table.subarray(0, length));
 }
 
 const space = 32;
