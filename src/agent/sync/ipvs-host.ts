@@ -48,7 +48,7 @@ function familyOf(address: string): IPFamily {
  */
 export async function readIpvsKernelState(host: Host, family: IPFamily, lookedAt?: string): Promise<IpvsState> {
   const [virtualServers, sets, boundAddresses, iptables] = await Promise.all([
-    readVirtualServers(host, family, undefined, undefined, lookedAt),
+    readVirtualServers(host, family, {lookedAt}),
     readSets(host, family),
     readBoundAddresses(host, family),
     readIptablesLayer(host, family),
@@ -66,17 +66,15 @@ const blocksRead = new WeakMap<IpvsVirtualServer[], Map<string, IpvsadmBlock>>()
 
 /**
  * One family's virtual and real servers, `ipvsadm -Sn` (or its output as given, `printed`). Given
- * the servers of an earlier reading, only the servers whose lines changed since are parsed; the
- * others are that reading's objects. `lookedAt`: the servers as a look at the state printed them
- * (LatestIpvsLook), which the look keeps: output that reads the same is parsed from that text, so
- * that the servers' lines (virtualServerText) and the look share one copy.
+ * the servers of an earlier reading (`since`), only the servers whose lines changed since are
+ * parsed; the others are that reading's objects. `lookedAt`: the servers as a look at the state
+ * printed them (LatestIpvsLook), which the look keeps: output that reads the same is parsed from
+ * that text, so that the servers' lines (virtualServerText) and the look share one copy.
  */
 export async function readVirtualServers(
   host: Host,
   family: IPFamily,
-  since?: IpvsVirtualServer[],
-  printed?: string,
-  lookedAt?: string,
+  {since, printed, lookedAt}: {since?: IpvsVirtualServer[]; printed?: string; lookedAt?: string} = {},
 ): Promise<IpvsVirtualServer[]> {
   const before = since && blocksRead.get(since);
   let text = printed ?? (await host.ipvsadm(['-Sn']));

@@ -23,12 +23,12 @@ export function serverTableShape(table: string): string {
 export function serverTableShapeBytes(table: Uint8Array): Buffer {
   let length = 0;
   for (let start = 0; start < table.length; ) {
-    const newline = table.indexOf(10, start);
-    const end = newline < 0 ? table.length : newline;
+    const lineEnd = table.indexOf(newline, start);
+    const end = lineEnd < 0 ? table.length : lineEnd;
     const kept = realServerWordsEnd(table, start, end);
     table.copyWithin(length, start, kept);
     length += kept - start;
-    if (newline >= 0) table[length++] = 10;
+    if (lineEnd >= 0) table[length++] = newline;
     start = end + 1;
   }
   // A copy of its own length: the shape is kept until the next look, the table's length is not.
@@ -36,6 +36,7 @@ export function serverTableShapeBytes(table: Uint8Array): Buffer {
 }
 
 const space = 32;
+const newline = 10;
 const isDigit = (byte: number) => byte >= 48 && byte <= 57;
 /** How a real server's line begins, its first word right after. */
 const realServerPrefix = Buffer.from('  -> ', 'latin1');
@@ -203,7 +204,7 @@ function withoutServers(printed: string, words: ReadonlySet<string>): string {
       const after = printed.charCodeAt(at + needle.length);
       const firstWordOnly = printed.indexOf(' ', lineStart) === at;
       // Followed by a space, the line's end or the text's: "-t 10.96.0.1:80" is not "-t 10.96.0.1:8080".
-      if (!firstWordOnly || !(Number.isNaN(after) || after === 32 || after === 10)) continue;
+      if (!firstWordOnly || !(Number.isNaN(after) || after === space || after === newline)) continue;
       const next = printed.indexOf('\n', at);
       dropped.push([lineStart, next < 0 ? printed.length : next + 1]);
     }

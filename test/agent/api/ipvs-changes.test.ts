@@ -309,7 +309,7 @@ test('a change to the servers is followed from the servers the look printed, wit
   }
 });
 
-test("a whole reading takes the look's text for its servers only when ipvsadm printed the same", async () => {
+test("a whole reading given the latest look's output reads the kernel's servers, whether the look is current or stale", async () => {
   const host = await seededNode();
   const printed = await host.ipvsadm(['-Sn']);
   const whole = await readIpvsKernelState(host, 'IPv4');
