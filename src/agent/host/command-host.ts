@@ -3,7 +3,6 @@
 import {execa} from 'execa';
 import {spawn} from 'node:child_process';
 import {close, fstat, openSync, read, unlinkSync} from 'node:fs';
-import {readFile} from 'node:fs/promises';
 import {promisify} from 'node:util';
 import {tmpdir} from 'node:os';
 import {join} from 'node:path';
@@ -12,6 +11,7 @@ import type {Writable} from 'node:stream';
 import type {IptablesTable} from '../../core/iptables/chains.ts';
 import {type ConntrackFilter, type Host, HostCommandError, type IptablesFrontEnd, type RestoreInput, type RestoreOptions} from './host.ts';
 import {NamespaceAnchor} from './namespace-anchor.ts';
+import {readProcFile} from './proc-file.ts';
 
 export interface CommandResult {
   exitCode: number | undefined;
@@ -263,7 +263,7 @@ export class CommandHost implements Host {
   async ipvsTable(): Promise<Buffer> {
     // /proc/net is the reading process's namespace: another namespace's is read through a process
     // kept there, or, until one is, by a command run there.
-    if (this.netns === undefined) return readFile(`/proc/net/${ipvsTableName}`);
+    if (this.netns === undefined) return readProcFile(`/proc/net/${ipvsTableName}`);
     this.#anchor ??= new NamespaceAnchor(this.netns, this.#onCommand);
     const read = await this.#anchor.readProcNet(ipvsTableName);
     if (read !== undefined) return read;

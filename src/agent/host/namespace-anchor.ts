@@ -11,7 +11,8 @@
 // (not reaped, so its process id was not another process's). Until then, and after, the caller
 // reads by a command, as without an anchor.
 import {spawn, type ChildProcess} from 'node:child_process';
-import {readFile, stat} from 'node:fs/promises';
+import {stat} from 'node:fs/promises';
+import {readProcFile} from './proc-file.ts';
 
 /** Where `ip netns add` mounts each namespace it names. */
 const namedNamespaces = '/run/netns';
@@ -35,7 +36,7 @@ export class NamespaceAnchor {
 
   /**
    * The namespace's /proc/net/NAME read as a file through the anchor; undefined when no anchor is
-   * inside the namespace yet (it was just started) or can be kept there. Rejects as readFile does
+   * inside the namespace yet (it was just started) or can be kept there. Rejects as reading it does
    * when the file is not there (for ip_vs: IP_VS not loaded).
    */
   async readProcNet(name: string): Promise<Buffer | undefined> {
@@ -44,7 +45,7 @@ export class NamespaceAnchor {
     const alive = () => anchor.exitCode === null && anchor.signalCode === null;
     let text: Buffer;
     try {
-      text = await readFile(`/proc/${anchor.pid}/net/${name}`);
+      text = await readProcFile(`/proc/${anchor.pid}/net/${name}`);
     } catch (error) {
       // Not there in the namespace (for ip_vs: IP_VS not loaded), or the anchor ended meanwhile.
       if (alive()) throw error;

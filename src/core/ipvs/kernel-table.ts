@@ -23,12 +23,13 @@ export function serverTableShape(table: string): string {
 export function serverTableShapeBytes(table: Uint8Array): Buffer {
   let length = 0;
   for (let start = 0; start < table.length; ) {
-    const lineEnd = table.indexOf(newline, start);
-    const end = lineEnd < 0 ? table.length : lineEnd;
+    let end = start;
+    while (end < table.length && table[end] !== newline) end++;
     const kept = realServerWordsEnd(table, start, end);
-    table.copyWithin(length, start, kept);
-    length += kept - start;
-    if (lineEnd >= 0) table[length++] = newline;
+    // Byte by byte, not indexOf and copyWithin: in the qemu guest, two calls into the runtime per
+    // line (110,000 lines at 10,000 services) cost more than the loop over the line's bytes.
+    for (let at = start; at < kept; at++) table[length++] = table[at];
+    if (end < table.length) table[length++] = newline;
     start = end + 1;
   }
   // A copy of its own length: the shape is kept until the next look, the table's length is not.

@@ -1,0 +1,50 @@
+// readProcFile: a /proc file the kernel spells as it is read (a seq_file, such as /proc/net/ip_vs),
+// read whole into one buffer. Such a file says its size is 0, and each read() of it gives at most
+// a page, whatever the buffer: /proc/net/ip_vs at 10,000 services x 10 endpoints takes about 1,500
+// reads, and ipvs mode's looks read it every few seconds. readFile does each read on libuv's
+// thread pool, a round trip between threads per page, into a new 64 KiB buffer per page (100 MB
+// outside V8's heap per look). Here the reads are made on this thread, in bursts of a few
+// milliseconds with the event loop free between them, into one buffer that doubles when it is
+// nearly full. In the qemu guest this took the agent's CPU for one read of that table from about
+// 3 s (readFile) to about 1 s, near `dd`'s; the figures are in docs/observe.md.
+import {readSync} from 'node:fs';
+import {open} from 'node:fs/promises';
+import {setImmediate as eventLoopTurn} from 'node:timers/promises';
+
+/** The first buffer's size; most /proc files fit, and a large one takes few doublings from it. */
+const firstBufferBytes = 64 * 1024;
+
+/** Room left below which the buffer doubles before the next read(): a page or two, as the kernel gives. */
+const roomBeforeDoubling = 8 * 1024;
+
+/** How long one burst of reads may hold the event loop: what an API request may wait behind it. */
+const defaultBurstMs = 10;
+
+/**
+ * The file's bytes, read from its start to its end. The result may share its memory with a larger
+ * buffer (at most twice its length): a caller that keeps it long copies it. `burstMs` is how long
+ * one burst of reads may hold the event loop (default 10 ms).
+ */
+export async function readProcFile(path: string, {burstMs = defaultBurstMs}: {burstMs?: number} = {}): Promise<Buffer> {
+  const handle = await open(path);
+  try {
+    let buffer = Buffer.allocUnsafeSlow(firstBufferBytes);
+    let length = 0;
+    for (;;) {
+      const burstEnds = performance.now() + burstMs;
+      do {
+        if (buffer.length - length < roomBeforeDoubling) {
+          const larger = Buffer.allocUnsafeSlow(buffer.length * 2);
+          buffer.copy(larger, 0, 0, length);
+          buffer = larger;
+        }
+        const bytesRead = readSync(handle.fd, buffer, length, buffer.length - length, null);
+        if (bytesRead === 0) return buffer.subarray(0, length);
+        length += bytesRead;
+      } while (performance.now() < burstEnds);
+      await eventLoopTurn();
+    }
+  } finally {
+    await handle.close();
+  }
+}
