@@ -102,7 +102,7 @@ export async function lookAtIpvsState(host: Host, previous?: IpvsStateLook): Pro
     // Unchanged, the previous look's table is kept and this one let go.
     if (serverTable.equals(previous.serverTable))
       return {servers: previous.servers, serverTable: previous.serverTable, sets, addresses, tellingMs};
-    const servers = savedTextSince(previous.servers, previous.serverTable.toString('latin1'), serverTable.toString('latin1'));
+    const servers = savedTextSince(previous.servers, previous.serverTable, serverTable);
     if (servers !== undefined) return {servers, serverTable, sets, addresses, tellingMs};
   }
   const servers = await host.ipvsadm(['-Sn']);

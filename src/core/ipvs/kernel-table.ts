@@ -133,43 +133,69 @@ function savedLines(block: string): string | undefined {
 }
 
 /** Whether a server's block begins at `at`: a line that names a virtual server. */
-function blockStartsAt(table: string, at: number): boolean {
-  return (at === 0 || table.charCodeAt(at - 1) === 10) && serverLine.test(table.slice(at, at + 5));
+function blockStartsAt(table: Buffer, at: number): boolean {
+  return (at === 0 || table[at - 1] === newline) && serverLine.test(table.toString('latin1', at, at + 5));
+}
+
+/** How many bytes of two tables are compared at once, by the runtime, before byte by byte. */
+const comparedAtOnce = 4096;
+
+/** How many bytes two tables begin with alike. */
+function commonHead(a: Buffer, b: Buffer): number {
+  const shorter = Math.min(a.length, b.length);
+  let head = 0;
+  while (head + comparedAtOnce <= shorter && a.compare(b, head, head + comparedAtOnce, head, head + comparedAtOnce) === 0)
+    head += comparedAtOnce;
+  while (head < shorter && a[head] === b[head]) head++;
+  return head;
+}
+
+/** How many bytes two tables end with alike, within the `limit` bytes after their common head. */
+function commonTail(a: Buffer, b: Buffer, limit: number): number {
+  let tail = 0;
+  while (
+    tail + comparedAtOnce <= limit &&
+    a.compare(b, b.length - tail - comparedAtOnce, b.length - tail, a.length - tail - comparedAtOnce, a.length - tail) === 0
+  )
+    tail += comparedAtOnce;
+  while (tail < limit && a[a.length - 1 - tail] === b[b.length - 1 - tail]) tail++;
+  return tail;
 }
 
 /**
  * The blocks of two tables around where they differ: each table cut to whole blocks from where
- * the two stop being the same text, from either end. A change touches a server or two of
- * thousands, so this compares characters instead of splitting both tables into every block.
- * Outside the cut the tables are the same text, so no server there changed.
+ * the two stop being the same bytes, from either end. A change touches a server or two of
+ * thousands, so this compares bytes (most of them in the runtime, a page at a time) instead of
+ * making strings of both tables and splitting them into every block. Outside the cut the tables
+ * are the same, so no server there changed.
  */
-function differingBlocks(before: string, now: string): {blocksBefore: Map<string, string>; blocksNow: Map<string, string>} {
-  const shorter = Math.min(before.length, now.length);
-  let head = 0;
-  while (head < shorter && before.charCodeAt(head) === now.charCodeAt(head)) head++;
-  let tail = 0;
-  while (tail < shorter - head && before.charCodeAt(before.length - 1 - tail) === now.charCodeAt(now.length - 1 - tail)) tail++;
+function differingBlocks(before: Buffer, now: Buffer): {blocksBefore: Map<string, string>; blocksNow: Map<string, string>} {
+  const head = commonHead(before, now);
+  const tail = commonTail(before, now, Math.min(before.length, now.length) - head);
   // The cut begins at a block that begins, with its first word, before the first difference: the
   // same place in both. Before the first server line is the header, which is no block.
-  let start = head <= 5 ? 0 : before.lastIndexOf('\n', head - 6) + 1;
-  while (start > 0 && !blockStartsAt(before, start)) start = before.lastIndexOf('\n', start - 2) + 1;
-  // It ends where a block begins after the last difference, in the text both end with.
-  const end = (table: string) => {
-    let at = table.indexOf('\n', table.length - tail);
-    while (at >= 0 && !blockStartsAt(table, at + 1)) at = table.indexOf('\n', at + 1);
+  let start = head <= 5 ? 0 : before.lastIndexOf(newline, head - 6) + 1;
+  while (start > 0 && !blockStartsAt(before, start)) start = before.lastIndexOf(newline, start - 2) + 1;
+  // It ends where a block begins after the last difference, in the bytes both end with.
+  const end = (table: Buffer) => {
+    let at = table.indexOf(newline, table.length - tail);
+    while (at >= 0 && !blockStartsAt(table, at + 1)) at = table.indexOf(newline, at + 1);
     return at < 0 ? table.length : at + 1;
   };
-  return {blocksBefore: serverTableBlocks(before.slice(start, end(before))), blocksNow: serverTableBlocks(now.slice(start, end(now)))};
+  return {
+    blocksBefore: serverTableBlocks(before.toString('latin1', start, end(before))),
+    blocksNow: serverTableBlocks(now.toString('latin1', start, end(now))),
+  };
 }
 
 /**
  * `ipvsadm -Sn` as it would print now, made from what it printed before (`printed`, read after
- * the table's shape `before`) and the table's shape `now`: each server whose block changed is
+ * the table's shape `before`) and the table's shape `now` (serverTableShapeBytes): each server whose block changed is
  * spelled from the table, every other one kept as printed. A server that changed after `before`
  * was read and before `printed` was has changed in `now` too, so it is spelled again. Undefined
  * when a changed server cannot be spelled from the table: run -Sn.
  */
-export function savedTextSince(printed: string, before: string, now: string): string | undefined {
+export function savedTextSince(printed: string, before: Buffer, now: Buffer): string | undefined {
   const {blocksBefore, blocksNow} = differingBlocks(before, now);
   const changed = new Set<string>();
   for (const [key, block] of blocksBefore) {

@@ -5,6 +5,10 @@ import assert from 'node:assert/strict';
 import {describe, it} from 'node:test';
 import {parseIpvsadmSave, savedTextSince, serverTableBlocks, serverTableShape} from '../../../src/core/ipvs/index.ts';
 
+/** savedTextSince of tables given as text, as serverTableShapeBytes gives them as bytes. */
+const since = (printed: string, before: string, now: string) =>
+  savedTextSince(printed, Buffer.from(before, 'latin1'), Buffer.from(now, 'latin1'));
+
 // What /proc/net/ip_vs held in Debian's 6.1 kernel for an IPv4 UDP server with affinity, a TCP one
 // with two real servers (one of weight 0) and an IPv6 one; connection counts made up.
 const kernelTable = `IP Virtual Server version 1.2.1 (size=4096)
@@ -105,7 +109,7 @@ describe("the kernel's table of virtual and real servers", () => {
       },
     ];
     for (const {what, table, expected} of cases) {
-      const spelled = savedTextSince(printed, before, table);
+      const spelled = since(printed, before, table);
       assert.ok(spelled !== undefined, what);
       assert.equal(servers(spelled), servers(expected), what);
       const serverLines = spelled.split('\n').filter((line) => line.startsWith('-A '));
@@ -123,7 +127,7 @@ describe("the kernel's table of virtual and real servers", () => {
     const printedBoth = printed + alike;
     const tableBefore = `${before}${tableAlike}`;
     const tableNow = tableBefore.replace(/(0AF40103:1F90 +Masq +)0/, '$11');
-    const spelled = savedTextSince(printedBoth, tableBefore, tableNow)!;
+    const spelled = since(printedBoth, tableBefore, tableNow)!;
     assert.equal(servers(spelled), servers(printedBoth.replace('10.244.1.3:8080 -m -w 0', '10.244.1.3:8080 -m -w 1')));
     assert.ok(spelled.includes(alike), 'the servers that only look alike stay as printed');
   });
@@ -131,49 +135,95 @@ describe("the kernel's table of virtual and real servers", () => {
   it('spells again a server that changed between the reading of the table and the printing', () => {
     const deleted = printed.replace('-a -t 10.96.0.10:80 -r 10.244.1.3:8080 -m -w 0\n', '');
     // Printed after the real server was deleted, the table read before; now it is back.
-    assert.equal(servers(savedTextSince(deleted, before.replace(/(0AF40103:1F90 +Masq +)0/, '$11'), before)!), servers(printed));
+    assert.equal(servers(since(deleted, before.replace(/(0AF40103:1F90 +Masq +)0/, '$11'), before)!), servers(printed));
   });
 
   it('finds the changed servers of a large table wherever they are, and only those', () => {
-    // 40 servers 10.96.0.1-40:80, each with real servers 10.244.0.N:8080 for N in 1..3 (hex).
-    const hex = (n: number) => n.toString(16).toUpperCase().padStart(2, '0');
+    // N servers 10.96.S.S:80, each with real servers 10.244.0.R:8080 for R in 1..3 (hex): 40 servers
+    // fit in a few pages, 1,200 take dozens, compared a page at a time before byte by byte.
+    const hex = (n: number, width = 2) => n.toString(16).toUpperCase().padStart(width, '0');
     const block = (s: number, reals = [1, 2, 3]) =>
-      `TCP  0A6000${hex(s)}:0050 rr  \n${reals.map((r) => `  -> 0AF400${hex(r)}:1F90      Masq    1\n`).join('')}`;
+      `TCP  0A60${hex(s, 4)}:0050 rr  \n${reals.map((r) => `  -> 0AF400${hex(r)}:1F90      Masq    1\n`).join('')}`;
     const header = kernelTable.split('\n').slice(0, 3).join('\n') + '\n';
     const table = (blocks: string[]) => header + blocks.join('');
-    const all = Array.from({length: 40}, (_, i) => block(i + 1));
-    const large = table(all);
     // Spelled whole: every server is new since an empty table.
-    const whole = (text: string) => savedTextSince('', header, text)!;
-    const edits: {what: string; blocks: string[]}[] = [
-      {what: 'a real server of the first server deleted', blocks: all.with(0, block(1, [1, 3]))},
-      {what: 'a real server of the second server deleted', blocks: all.with(1, block(2, [2, 3]))},
-      {what: 'the last real server of a middle server deleted', blocks: all.with(19, block(20, [1, 2]))},
-      {what: 'a real server of the last server added', blocks: all.with(39, block(40, [1, 2, 3, 4]))},
-      {what: 'the first server deleted', blocks: all.slice(1)},
-      {what: 'the last server deleted', blocks: all.slice(0, -1)},
-      {what: 'a server added at the end', blocks: [...all, block(41)]},
-      {what: 'a server added in the middle', blocks: [...all.slice(0, 20), block(41), ...all.slice(20)]},
-      {what: 'two servers far apart changed', blocks: all.with(2, block(3, [1])).with(37, block(38, [3]))},
-    ];
-    for (const {what, blocks} of edits) {
-      const now = table(blocks);
-      assert.equal(servers(savedTextSince(whole(large), large, now)!), servers(whole(now)), what);
+    const whole = (text: string) => since('', header, text)!;
+    for (const count of [40, 1200]) {
+      const all = Array.from({length: count}, (_, i) => block(i + 1));
+      const large = table(all);
+      const middle = count / 2;
+      const edits: {what: string; blocks: string[]}[] = [
+        {what: 'a real server of the first server deleted', blocks: all.with(0, block(1, [1, 3]))},
+        {what: 'a real server of the second server deleted', blocks: all.with(1, block(2, [2, 3]))},
+        {what: 'the last real server of a middle server deleted', blocks: all.with(middle, block(middle + 1, [1, 2]))},
+        {what: 'a real server of the last server added', blocks: all.with(count - 1, block(count, [1, 2, 3, 4]))},
+        {what: 'the first server deleted', blocks: all.slice(1)},
+        {what: 'the last server deleted', blocks: all.slice(0, -1)},
+        {what: 'a server added at the end', blocks: [...all, block(count + 1)]},
+        {what: 'a server added in the middle', blocks: [...all.slice(0, middle), block(count + 1), ...all.slice(middle)]},
+        {what: 'two servers far apart changed', blocks: all.with(2, block(3, [1])).with(count - 3, block(count - 2, [3]))},
+      ];
+      // Every 97th server's weight changed, one at a time.
+      for (let s = 0; s < count; s += 97)
+        edits.push({what: `the weight of server ${s + 1} changed`, blocks: all.with(s, block(s + 1).replace('Masq    1', 'Masq    2'))});
+      const tables = edits.map(({what, blocks}) => ({what, now: table(blocks)}));
+      const printed = whole(large);
+      for (const {what, now} of tables)
+        assert.equal(servers(since(printed, large, now)!), servers(whole(now)), `${count} servers: ${what}`);
     }
   });
 
+  it('finds a change on either side of a page boundary, counted from either end', () => {
+    // The tables are compared a page (4,096 bytes) at a time from each end, then byte by byte. A
+    // real server's hex digit is moved onto a boundary, or a byte either side, by spaces at the
+    // end of the header (counted from the start) or of the last server's line (from the end).
+    const hex = (n: number, width: number) => n.toString(16).toUpperCase().padStart(width, '0');
+    const blocks = Array.from(
+      {length: 1200},
+      (_, s) =>
+        `TCP  0A60${hex(s + 1, 4)}:0050 rr  \n${[1, 2, 3].map((r) => `  -> 0AF4${hex(s * 4 + r, 4)}:1F90      Masq    1\n`).join('')}`,
+    );
+    const [first, ...rest] = kernelTable.split('\n').slice(0, 3);
+    const tableWith = (headPad: number, tailPad: number) =>
+      [first + ' '.repeat(headPad), ...rest].join('\n') +
+      '\n' +
+      blocks.slice(0, -1).join('') +
+      blocks.at(-1)!.replace(' rr  \n', ` rr  ${' '.repeat(tailPad)}\n`);
+    // A digit of a real server's hex address or port: after "-> ", before the line's next space.
+    const isRealServerDigit = (table: string, at: number) => {
+      const arrow = table.lastIndexOf('-> ', at);
+      return /[0-9A-F]/.test(table[at]) && arrow > table.lastIndexOf('\n', at) && !table.slice(arrow + 3, at).includes(' ');
+    };
+    const flipped = (table: string, at: number) => table.slice(0, at) + (table[at] === 'A' ? 'B' : 'A') + table.slice(at + 1);
+    const whole = (text: string) => since('', '', text)!;
+    const cases: {what: string; before: string; now: string}[] = [];
+    for (const page of [1, 2, 3, 20])
+      for (const offset of [-1, 0, 1]) {
+        const at = page * 4096 + offset;
+        const padded = tableWith(64, 64);
+        let digit = at;
+        while (!isRealServerDigit(padded, digit)) digit++;
+        const fromHead = tableWith(64 - (digit - at), 64);
+        cases.push({what: `byte ${at} from the start`, before: fromHead, now: flipped(fromHead, at)});
+        // From the end: the digit `at` bytes before the last byte.
+        let back = padded.length - 1 - at;
+        while (!isRealServerDigit(padded, back)) back--;
+        const fromTail = tableWith(64, 64 - (padded.length - 1 - at - back));
+        // With a change near the start too, so that the one from the end is found by the tail alone.
+        const nearStart = fromTail.indexOf('-> ') + 3;
+        cases.push({
+          what: `byte ${at} from the end`,
+          before: fromTail,
+          now: flipped(flipped(fromTail, fromTail.length - 1 - at), nearStart),
+        });
+      }
+    for (const {what, before, now} of cases) assert.equal(servers(since(whole(before), before, now)!), servers(whole(now)), what);
+  });
+
   it('leaves to ipvsadm -Sn what the table cannot say as it does', () => {
-    assert.equal(
-      savedTextSince(printed, before, before.replace('persistent 2700000', 'persistent 3600000')),
-      undefined,
-      'persistence, in ticks',
-    );
-    assert.equal(savedTextSince(printed, before, `${before}FWM  00000001 rr  \n`), undefined, 'a fwmark service');
-    assert.equal(savedTextSince(printed, before, before.replace(/(0AF40102:1F90 +)Masq/, '$1Route')), undefined, 'direct routing');
-    assert.equal(
-      savedTextSince(printed, before, before.replace('0A60000A:0050 rr  ', '0A60000A:0050 rr ops ')),
-      undefined,
-      'one-packet scheduling',
-    );
+    assert.equal(since(printed, before, before.replace('persistent 2700000', 'persistent 3600000')), undefined, 'persistence, in ticks');
+    assert.equal(since(printed, before, `${before}FWM  00000001 rr  \n`), undefined, 'a fwmark service');
+    assert.equal(since(printed, before, before.replace(/(0AF40102:1F90 +)Masq/, '$1Route')), undefined, 'direct routing');
+    assert.equal(since(printed, before, before.replace('0A60000A:0050 rr  ', '0A60000A:0050 rr ops ')), undefined, 'one-packet scheduling');
   });
 });
