@@ -4,6 +4,8 @@ export {renderIpvs, ipsetName, ipsetNames, nodePortAddresses, ipvsIptablesChains
 export {
   compare as compareIpvsNames,
   sortedIncludes,
+  sortedIndex,
+  protocolFlags,
   dummyDevice,
   formatIpsetRestore,
   formatIpvsadmRestore,

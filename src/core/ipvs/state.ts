@@ -296,14 +296,24 @@ export function compare(a: string, b: string): number {
 
 /** Whether `sorted`, in compare's order, holds `value`: found by halving, without a copy. */
 export function sortedIncludes(sorted: readonly string[], value: string): boolean {
+  const at = sortedIndex(sorted, value);
+  return at < sorted.length && sorted[at] === value;
+}
+
+/**
+ * Where `value` is or would go in `sorted` (compare's order, by `keyOf` of each item): the first
+ * item not before it, found by halving. The items that begin with a prefix follow one another
+ * from the prefix's index.
+ */
+export function sortedIndex<T>(sorted: readonly T[], value: string, keyOf: (item: T) => string = String): number {
   let low = 0;
   let high = sorted.length;
   while (low < high) {
     const middle = (low + high) >>> 1;
-    if (sorted[middle] < value) low = middle + 1;
+    if (keyOf(sorted[middle]) < value) low = middle + 1;
     else high = middle;
   }
-  return low < sorted.length && sorted[low] === value;
+  return low;
 }
 
 /**

@@ -15,7 +15,7 @@ import {
   lookPeriod,
   watchIpvsState,
 } from '../../../src/agent/applied/ipvs-changes.ts';
-import {formatIpvsState, ipvsLinesWith, ipvsRulesBackend, parseIpvsStateText} from '../../../src/agent/api/rules/ipvs.ts';
+import {formatIpvsState, ipvsLinesNear, ipvsLinesWith, ipvsRulesBackend, parseIpvsStateText} from '../../../src/agent/api/rules/ipvs.ts';
 import {type IpvsState, parseIpvsadmSave, virtualServerText} from '../../../src/core/ipvs/index.ts';
 import {readIpvsKernelState} from '../../../src/agent/sync/ipvs-host.ts';
 import {memoryLogger} from '../../../src/agent/log.ts';
@@ -286,6 +286,28 @@ test("the state's lines that hold a name are its text's lines that do, found wit
     'nothing',
   ])
     assert.deepEqual([...ipvsLinesWith(state, needle)], linesOfText(needle), needle);
+});
+
+test("the state's lines near a drifted service's lines are those, of its text's lines that hold the name, in the pieces they name", async () => {
+  const host = await seededNode();
+  // Beside the seeded state: a look-alike real server (10.244.1.23) with its KUBE-LOOP-BACK entry, and another service's server.
+  await host.ipvsadm(['-R'], '-A -t 10.96.0.12:80 -s rr\n-a -t 10.96.0.12:80 -r 10.244.1.23:8080 -m -w 1\n');
+  await host.ipset(['restore'], 'add KUBE-LOOP-BACK 10.244.1.23,tcp:8080,10.244.1.23\nadd KUBE-CLUSTER-IP 10.96.0.12,tcp:80\n');
+  const state = await host.applied();
+  const textLines = formatIpvsState(state).split('\n');
+  // A real server of 10.96.0.10:80 that the kernel lacks, as a diff gives it: the server, its
+  // addresses' set entries and kube-ipvs0's address are near; 10.96.0.12:80 and 10.244.1.23 are not.
+  const near = ['-a -t 10.96.0.10:80 -r 10.244.1.9:8080 -m -w 1', 'add KUBE-LOOP-BACK 10.244.1.2,tcp:8080,10.244.1.2'];
+  const inNearPieces = (line: string) =>
+    /^-[Aa] -t 10\.96\.0\.10:80 /.test(line) || /^add \S+ (10\.96\.0\.10|10\.244\.1\.9|10\.244\.1\.2),/.test(line) || line === '10.96.0.10';
+  for (const needle of ['10.244.1.2', '10.96.0.10', '10.96.0.10:80', 'KUBE-LOOP-BACK', 'tcp:8080', '10.96.0.12', 'nothing']) {
+    const found = [...ipvsLinesNear(state, needle, near)];
+    const expected = textLines.filter((line) => line.includes(needle) && inNearPieces(line));
+    assert.deepEqual(found.toSorted(), expected.toSorted(), needle);
+  }
+  assert.ok([...ipvsLinesNear(state, '10.244.1.2', near)].includes('add KUBE-LOOP-BACK 10.244.1.2,tcp:8080,10.244.1.2'));
+  assert.ok(![...ipvsLinesNear(state, '10.244.1.2', near)].some((line) => line.includes('10.244.1.23')), 'not the look-alike address');
+  assert.deepEqual([...ipvsLinesNear(state, '10.96.0.10', [])], [], 'nothing is near no lines');
 });
 
 test('a change to the servers is followed from the servers the look printed, without running ipvsadm again', async () => {

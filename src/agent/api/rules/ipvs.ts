@@ -10,14 +10,17 @@ import {
   dummyDevice,
   type IpvsDiffGroup,
   type IpvsState,
+  type IpvsVirtualServer,
   parseIpsetSave,
   parseIpvsadmSave,
+  protocolFlags,
   renderIpvs,
+  sortedIndex,
   traceIpvs,
   virtualServerKey,
   virtualServerText,
 } from '../../../core/ipvs/index.ts';
-import type {IPFamily, ProxyModel} from '../../../core/model/index.ts';
+import {joinHostPort, type IPFamily, type ProxyModel} from '../../../core/model/index.ts';
 import type {Host} from '../../host/host.ts';
 import {readBoundAddresses, readIptablesLayer, readIpvsKernelState, readSet, readSets, readVirtualServers} from '../../sync/ipvs-host.ts';
 import {ipvsStateParts, type LatestIpvsLook} from '../../applied/ipvs-changes.ts';
@@ -70,6 +73,49 @@ export function* ipvsLinesWith(state: IpvsState, needle: string): Iterable<strin
         for (const line of item.split('\n')) if (line.includes(needle)) yield line;
       } else yield prefix + item;
     }
+  }
+}
+
+/** The protocol of each ipvsadm service flag ("-t": TCP). */
+const flagProtocols = new Map(Object.entries(protocolFlags).map(([protocol, flag]) => [flag, protocol as IpvsVirtualServer['protocol']]));
+
+/**
+ * The lines of formatIpvsState's text that hold `needle` in the pieces the lines `near` name
+ * (AppliedText.linesNear): the virtual servers they name ("-A -t 10.96.0.10:80 ..."), and the set
+ * entries and kube-ipvs0 addresses that begin with an address they name, a virtual or a real
+ * server's, a set entry's or a bound one. Each is found by halving a sorted list, where a search
+ * of the whole state reads every server and entry: a drifted service's other state is mostly
+ * there, such as the KUBE-LOOP-BACK entry of a real server that is missing.
+ */
+export function* ipvsLinesNear(state: IpvsState, needle: string, near: readonly string[]): Iterable<string> {
+  const serverKeys = new Set<string>();
+  const addresses = new Set<string>();
+  for (const line of near) {
+    for (const [, flag, host, port] of line.matchAll(/(?:^| )(-[tur]|--sctp-service) \[?([^\]\s]*?)\]?:(\d+)(?= |$)/g)) {
+      addresses.add(host);
+      const protocol = flagProtocols.get(flag);
+      if (protocol) serverKeys.add(virtualServerKey({protocol, address: host, port: Number(port)}));
+    }
+    const named = /^add \S+ \[?([0-9a-fA-F.:]+?)\]?(?:,|$)/.exec(line) ?? /^([0-9a-fA-F.:]+)$/.exec(line);
+    if (named) addresses.add(named[1]);
+    const bound = /^address (\S+) dev /.exec(line);
+    if (bound) addresses.add(bound[1]);
+  }
+  for (const key of serverKeys) {
+    const server = state.virtualServers[sortedIndex(state.virtualServers, key, virtualServerKey)];
+    if (server && virtualServerKey(server) === key)
+      for (const line of virtualServerText(server).split('\n')) if (line.includes(needle)) yield line;
+  }
+  for (const address of addresses) {
+    for (const set of state.sets)
+      for (const prefix of [address, `[${address}]`])
+        for (let at = sortedIndex(set.entries, prefix); set.entries[at]?.startsWith(prefix); at++) {
+          const after = set.entries[at][prefix.length];
+          const line = `add ${set.name} ${set.entries[at]}`;
+          if ((after === undefined || after === ',') && line.includes(needle)) yield line;
+        }
+    const bound = state.boundAddresses[sortedIndex(state.boundAddresses, address)];
+    if (bound === address && bound.includes(needle)) yield bound;
   }
 }
 
@@ -169,6 +215,7 @@ export function ipvsRulesBackend(options: {scheduler?: string; latestLook?: Late
     // The state holds all its text says: printed again when asked for, not kept deflated beside it.
     textOf: (rules) => () => formatIpvsState(rules as IpvsState),
     rulesWith: (rules, needle) => ipvsLinesWith(rules as IpvsState, needle),
+    rulesNear: (rules, needle, near) => ipvsLinesNear(rules as IpvsState, needle, near),
     follow: async (host, family, rules, touched) => {
       const followed = await followIpvsChanges(host, family, rules as IpvsState, touched, options.latestLook?.servers);
       for (const server of followed.virtualServers) server.servicePort ||= owners.get(family)?.get(virtualServerKey(server)) ?? '';
