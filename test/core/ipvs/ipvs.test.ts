@@ -341,6 +341,42 @@ describe('diffIpvs', () => {
   });
 });
 
+describe('diffIpvs: checks after checks, as an observer makes them', () => {
+  it('finds each change of a followed reading, which keeps the objects of what did not change, whatever earlier checks found', () => {
+    const desired = cluster();
+    const first: IpvsState = {
+      ...desired,
+      iptables: withJumpRules(desired.iptables),
+      virtualServers: parseIpvsadmSave(formatIpvsadmRestore(desired.virtualServers)),
+      sets: desired.sets.map((set) => ({...set, entries: [...set.entries]})),
+      boundAddresses: [...desired.boundAddresses],
+    };
+    assert.equal(diffIpvs(desired, first).equal, true, diffIpvs(desired, first).text);
+    // One real server gone, in a new object for its server; every other server, set and address list as they were.
+    const web = first.virtualServers.find((server) => server.address === '10.96.0.10')!;
+    const lessWeb = {...web, realServers: web.realServers.slice(1)};
+    const second: IpvsState = {...first, virtualServers: first.virtualServers.map((server) => (server === web ? lessWeb : server))};
+    assert.deepEqual(
+      diffIpvs(desired, second).groups.map((group) => [group.servicePort, group.added, group.removed]),
+      [['default/web:http', ['-a -t 10.96.0.10:80 -r 10.244.1.2:8080 -m -w 1'], []]],
+    );
+    // Then a set entry gone, in a new entry list; the server back, in yet another object.
+    const loopBack = first.sets.find((set) => set.entries.length > 0)!;
+    const third: IpvsState = {
+      ...second,
+      virtualServers: first.virtualServers.map((server) => (server === web ? {...web, realServers: [...web.realServers]} : server)),
+      sets: first.sets.map((set) => (set === loopBack ? {...set, entries: set.entries.slice(1)} : set)),
+    };
+    const diff = diffIpvs(desired, third);
+    assert.deepEqual(
+      diff.groups.flatMap((group) => [...group.added, ...group.removed]),
+      [`add ${loopBack.name} ${loopBack.entries[0]}`],
+    );
+    // And the first reading, unchanged, still matches.
+    assert.equal(diffIpvs(desired, first).equal, true);
+  });
+});
+
 describe('diffIpvs: a virtual server that changed in place', () => {
   it("shows each setting and real server that differs, as the server's lines", () => {
     const desired = cluster();
