@@ -310,14 +310,21 @@ describe('ipvs state formats', () => {
   });
 });
 
+/** The state as the node's tools would read it back: objects of its own, the iptables layer with its jumps. */
+function readBack(desired: IpvsState): IpvsState {
+  return {
+    ...desired,
+    iptables: withJumpRules(desired.iptables),
+    virtualServers: parseIpvsadmSave(formatIpvsadmRestore(desired.virtualServers)),
+    sets: desired.sets.map((set) => ({...set, entries: [...set.entries]})),
+    boundAddresses: [...desired.boundAddresses],
+  };
+}
+
 describe('diffIpvs', () => {
   it('is equal for the same state and groups changes by service port', () => {
     const desired = cluster();
-    const applied: IpvsState = {
-      ...desired,
-      iptables: withJumpRules(desired.iptables),
-      virtualServers: parseIpvsadmSave(formatIpvsadmRestore(desired.virtualServers)),
-    };
+    const applied = readBack(desired);
     assert.equal(diffIpvs(desired, applied).equal, true, diffIpvs(desired, applied).text);
 
     const drifted: IpvsState = {
@@ -344,13 +351,7 @@ describe('diffIpvs', () => {
 describe('diffIpvs: checks after checks, as an observer makes them', () => {
   it('finds each change of a followed reading, which keeps the objects of what did not change, whatever earlier checks found', () => {
     const desired = cluster();
-    const first: IpvsState = {
-      ...desired,
-      iptables: withJumpRules(desired.iptables),
-      virtualServers: parseIpvsadmSave(formatIpvsadmRestore(desired.virtualServers)),
-      sets: desired.sets.map((set) => ({...set, entries: [...set.entries]})),
-      boundAddresses: [...desired.boundAddresses],
-    };
+    const first = readBack(desired);
     assert.equal(diffIpvs(desired, first).equal, true, diffIpvs(desired, first).text);
     // One real server gone, in a new object for its server; every other server, set and address list as they were.
     const web = first.virtualServers.find((server) => server.address === '10.96.0.10')!;
