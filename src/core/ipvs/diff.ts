@@ -110,6 +110,8 @@ interface DesiredIndex {
   /** virtualServerKey -> service port. */
   owners: Map<string, string>;
   entryOwners: SetEntryOwners;
+  servers: Map<string, IpvsVirtualServer>;
+  sets: Map<string, Ipset>;
 }
 
 const desiredIndexes = new WeakMap<IpvsState, DesiredIndex>();
@@ -117,14 +119,42 @@ const desiredIndexes = new WeakMap<IpvsState, DesiredIndex>();
 function desiredIndex(desired: IpvsState, nodePorts: Map<string, string> | undefined): DesiredIndex {
   const known = desiredIndexes.get(desired);
   if (known && known.nodePorts === nodePorts) return known;
-  const owners = new Map(desired.virtualServers.map((server) => [virtualServerKey(server), server.servicePort]));
-  const index = {nodePorts, owners, entryOwners: new SetEntryOwners(owners, desired.virtualServers, nodePorts ?? new Map())};
+  const owners = new Map(desired.virtualServers.map((server) => [keyOf(server), server.servicePort]));
+  const index = {
+    nodePorts,
+    owners,
+    entryOwners: new SetEntryOwners(owners, desired.virtualServers, nodePorts ?? new Map()),
+    servers: new Map(desired.virtualServers.map((server) => [keyOf(server), server])),
+    sets: new Map(desired.sets.map((set) => [set.name, set])),
+  };
   desiredIndexes.set(desired, index);
   return index;
 }
 
+// An observer checks for drift after every change it sees, and a followed reading keeps the
+// objects of every server and set that did not change (parseIpvsadmSaveSince, followIpvsChanges),
+// as the desired state keeps its own for its model's life. What a check found of such an object
+// is remembered with it: its key, and the other side's object it was found the same as. At
+// 10,000 services a check then spells no key and compares no line of what did not change.
+const keys = new WeakMap<IpvsVirtualServer, string>();
+const foundSame = new WeakMap<object, object>();
+
+function keyOf(server: IpvsVirtualServer): string {
+  let key = keys.get(server);
+  if (key === undefined) keys.set(server, (key = virtualServerKey(server)));
+  return key;
+}
+
+/** `same` of the two, remembered when true (for the same two objects, `same` always answers alike). */
+function sameRemembered<T extends object>(a: T, b: T, same: (a: T, b: T) => boolean): boolean {
+  if (a === b || foundSame.get(a) === b) return true;
+  if (!same(a, b)) return false;
+  foundSame.set(a, b);
+  return true;
+}
+
 function sameLines(a: readonly string[], b: readonly string[]): boolean {
-  return a === b || (a.length === b.length && a.every((line, index) => line === b[index]));
+  return sameRemembered(a, b, (a, b) => a.length === b.length && a.every((line, index) => line === b[index]));
 }
 
 /** Each line of `lines` that `other` lacks, to `into`. */
@@ -145,7 +175,8 @@ export interface DiffIpvsOptions {
  * `applied.iptables` is the node's iptables-save text; only the proxy's chains and jumps count.
  */
 export function diffIpvs(desired: IpvsState, applied: IpvsState, options: DiffIpvsOptions = {}): IpvsDiff {
-  const {owners, entryOwners} = desiredIndex(desired, options.nodePorts);
+  const index = desiredIndex(desired, options.nodePorts);
+  const {owners, entryOwners} = index;
   const groups = new Map<string, IpvsDiffGroup>();
   const group = (servicePort: string) => {
     let found = groups.get(servicePort);
@@ -155,12 +186,12 @@ export function diffIpvs(desired: IpvsState, applied: IpvsState, options: DiffIp
   // Desired lines missing from the kernel, in the desired state's order; then the kernel's extra lines, in its order.
   const added = (owner: string) => (line: string) => group(owner).added.push(line);
   const removed = (owner: string) => (line: string) => group(owner).removed.push(line);
-  const ownerOf = (server: IpvsVirtualServer) => server.servicePort || owners.get(virtualServerKey(server)) || '';
+  const ownerOf = (server: IpvsVirtualServer) => server.servicePort || owners.get(keyOf(server)) || '';
 
-  const appliedServers = new Map(applied.virtualServers.map((server) => [virtualServerKey(server), server]));
-  const desiredServers = new Map(desired.virtualServers.map((server) => [virtualServerKey(server), server]));
+  const appliedServers = new Map(applied.virtualServers.map((server) => [keyOf(server), server]));
+  const desiredServers = index.servers;
   const appliedSets = new Map(applied.sets.map((set) => [set.name, set]));
-  const desiredSets = new Map(desired.sets.map((set) => [set.name, set]));
+  const desiredSets = index.sets;
   // An empty set matches nothing: whether it exists changes no packet (kube-proxy creates sets it
   // never fills), and a set one side lacks shows as its entries. Types count where both hold entries.
   const typed = (name: string) => (desiredSets.get(name)?.entries.length ?? 0) > 0 && (appliedSets.get(name)?.entries.length ?? 0) > 0;
@@ -172,9 +203,10 @@ export function diffIpvs(desired: IpvsState, applied: IpvsState, options: DiffIp
     to: typeof added,
   ) => {
     for (const server of mine.virtualServers) {
-      const other = others.servers.get(virtualServerKey(server));
+      const other = others.servers.get(keyOf(server));
       if (!other) virtualServerLines(server).forEach(to(ownerOf(server)));
-      else if (!sameVirtualServer(server, other)) missingFrom(virtualServerLines(server), virtualServerLines(other), to(ownerOf(server)));
+      else if (!sameRemembered(server, other, sameVirtualServer))
+        missingFrom(virtualServerLines(server), virtualServerLines(other), to(ownerOf(server)));
     }
     for (const set of mine.sets) {
       const other = others.sets.get(set.name);
