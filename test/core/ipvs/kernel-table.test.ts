@@ -220,6 +220,12 @@ describe("the kernel's table of virtual and real servers", () => {
     for (const {what, before, now} of cases) assert.equal(servers(since(whole(before), before, now)!), servers(whole(now)), what);
   });
 
+  it('finds a change after one in the header of a table that begins with an empty line', () => {
+    const table = `\n${before}`;
+    const now = table.replace('version 1.2.1', 'version 1.2.2').replace(/(0AF40103:1F90 +Masq +)0/, '$11');
+    assert.equal(servers(since(printed, table, now)!), servers(printed.replace('10.244.1.3:8080 -m -w 0', '10.244.1.3:8080 -m -w 1')));
+  });
+
   it('leaves to ipvsadm -Sn what the table cannot say as it does', () => {
     assert.equal(since(printed, before, before.replace('persistent 2700000', 'persistent 3600000')), undefined, 'persistence, in ticks');
     assert.equal(since(printed, before, `${before}FWM  00000001 rr  \n`), undefined, 'a fwmark service');

@@ -20,7 +20,7 @@ import {
   virtualServerKey,
   virtualServerText,
 } from '../../../core/ipvs/index.ts';
-import {joinHostPort, type IPFamily, type ProxyModel} from '../../../core/model/index.ts';
+import type {IPFamily, ProxyModel} from '../../../core/model/index.ts';
 import type {Host} from '../../host/host.ts';
 import {readBoundAddresses, readIptablesLayer, readIpvsKernelState, readSet, readSets, readVirtualServers} from '../../sync/ipvs-host.ts';
 import {ipvsStateParts, type LatestIpvsLook} from '../../applied/ipvs-changes.ts';
@@ -96,8 +96,8 @@ export function* ipvsLinesNear(state: IpvsState, needle: string, near: readonly 
       const protocol = flagProtocols.get(flag);
       if (protocol) serverKeys.add(virtualServerKey({protocol, address: host, port: Number(port)}));
     }
-    const named = /^add \S+ \[?([0-9a-fA-F.:]+?)\]?(?:,|$)/.exec(line) ?? /^([0-9a-fA-F.:]+)$/.exec(line);
-    if (named) addresses.add(named[1]);
+    const entry = /^add \S+ \[?([0-9a-fA-F.:]+?)\]?(?:,|$)/.exec(line);
+    if (entry) addresses.add(entry[1]);
     const bound = /^address (\S+) dev /.exec(line);
     if (bound) addresses.add(bound[1]);
   }
