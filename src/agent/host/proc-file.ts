@@ -2,11 +2,11 @@
 // read whole into one buffer. Such a file says its size is 0, and each read() of it gives at most
 // a page, whatever the buffer: /proc/net/ip_vs at 10,000 services x 10 endpoints takes about 1,500
 // reads, and ipvs mode's looks read it every few seconds. readFile does each read on libuv's
-// thread pool, a round trip between threads per page, into a new 64 KiB buffer per page (100 MB
-// outside V8's heap per look). Here the reads are made on this thread, in bursts of a few
+// thread pool, a round trip between threads per page, into a new 64 KiB buffer per page, all of
+// it garbage outside V8's heap. Here the reads are made on this thread, in bursts of a few
 // milliseconds with the event loop free between them, into one buffer that doubles when it is
-// nearly full. In the qemu guest this took the agent's CPU for one read of that table from about
-// 3 s (readFile) to about 1 s, near `dd`'s; the figures are in docs/observe.md.
+// nearly full: the reading costs the agent little more than the kernel's spelling of the file
+// (docs/observe.md has the figures, timed in the qemu guest and on a development machine).
 import {readSync} from 'node:fs';
 import {open} from 'node:fs/promises';
 import {setImmediate as eventLoopTurn} from 'node:timers/promises';
