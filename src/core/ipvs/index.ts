@@ -5,7 +5,7 @@ export {
   compare as compareIpvsNames,
   sortedIncludes,
   sortedIndex,
-  protocolFlags,
+  flagProtocol,
   dummyDevice,
   formatIpsetRestore,
   formatIpvsadmRestore,

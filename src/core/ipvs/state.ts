@@ -68,6 +68,10 @@ export function virtualServer(
 /** How ipvsadm names a virtual server's protocol: -t 10.96.0.10:80. */
 export const protocolFlags: Record<Protocol, string> = {TCP: '-t', UDP: '-u', SCTP: '--sctp-service'};
 
+/** The protocol an ipvsadm service flag names ("-t": TCP); undefined for any other word. */
+export const flagProtocol = (flag: string): Protocol | undefined =>
+  (Object.keys(protocolFlags) as Protocol[]).find((protocol) => protocolFlags[protocol] === flag);
+
 /** virtualServerKey names a virtual server the way ipvsadm lists it: "TCP 10.96.0.10:80". */
 export function virtualServerKey(server: Pick<IpvsVirtualServer, 'protocol' | 'address' | 'port'>): string {
   return `${server.protocol} ${joinHostPort(server.address, server.port)}`;
@@ -187,8 +191,7 @@ export function parseIpvsadmSave(text: string): IpvsVirtualServer[] {
     if (!line || line.startsWith('#')) continue;
     const words = line.split(/\s+/);
     const op = words[0];
-    const protocol: Protocol | undefined =
-      words[1] === '-t' ? 'TCP' : words[1] === '-u' ? 'UDP' : words[1] === '--sctp-service' ? 'SCTP' : undefined;
+    const protocol = flagProtocol(words[1]);
     if ((op !== '-A' && op !== '-a') || !protocol || words.length < 3) throw new IpvsParseError(`ipvsadm: cannot read line: ${line}`);
     const {address, port} = splitHostPort(words[2], line);
     const option = (flag: string) => {

@@ -10,10 +10,9 @@ import {
   dummyDevice,
   type IpvsDiffGroup,
   type IpvsState,
-  type IpvsVirtualServer,
   parseIpsetSave,
   parseIpvsadmSave,
-  protocolFlags,
+  flagProtocol,
   renderIpvs,
   sortedIndex,
   traceIpvs,
@@ -76,9 +75,6 @@ export function* ipvsLinesWith(state: IpvsState, needle: string): Iterable<strin
   }
 }
 
-/** The protocol of each ipvsadm service flag ("-t": TCP). */
-const flagProtocols = new Map(Object.entries(protocolFlags).map(([protocol, flag]) => [flag, protocol as IpvsVirtualServer['protocol']]));
-
 /**
  * The lines of formatIpvsState's text that hold `needle` in the pieces the lines `near` name
  * (AppliedText.linesNear): the virtual servers they name ("-A -t 10.96.0.10:80 ..."), and the set
@@ -93,7 +89,7 @@ export function* ipvsLinesNear(state: IpvsState, needle: string, near: readonly 
   for (const line of near) {
     for (const [, flag, host, port] of line.matchAll(/(?:^| )(-[tur]|--sctp-service) \[?([^\]\s]*?)\]?:(\d+)(?= |$)/g)) {
       addresses.add(host);
-      const protocol = flagProtocols.get(flag);
+      const protocol = flagProtocol(flag);
       if (protocol) serverKeys.add(virtualServerKey({protocol, address: host, port: Number(port)}));
     }
     const entry = /^add \S+ \[?([0-9a-fA-F.:]+?)\]?(?:,|$)/.exec(line);
