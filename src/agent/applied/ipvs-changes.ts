@@ -7,7 +7,8 @@
 //   connection counts. When it changed, the servers whose lines changed are spelled from it as
 //   `ipvsadm -Sn` prints them, into the text the previous look had (core/ipvs/kernel-table.ts);
 //   where the table cannot say one as -Sn does (a persistence timeout, in the kernel's ticks),
-//   -Sn runs. That text is what is compared and what the follow parses. Where the table cannot
+//   -Sn runs. That text is what is compared and what the follow reads: the servers spelled are
+//   named in the change report, and only their lines are read again. Where the table cannot
 //   be read, every look runs -Sn. What the table does not show (thresholds, scheduler flags) and
 //   a change undone within one look are seen when the state is next read whole, which it is every
 //   10 minutes (wholeReadingEveryMs);
@@ -54,6 +55,12 @@ export interface IpvsStateLook {
   servers: string;
   /** serverTableShape of /proc/net/ip_vs, read before servers were printed; undefined when it could not be read. */
   serverTable?: Buffer;
+  /**
+   * The servers whose lines differ from the previous look's, by ipvsadm's words for them
+   * ("-t 10.96.0.10:80"), where they were spelled from the table; undefined when `ipvsadm -Sn`
+   * printed them all.
+   */
+  changedServers?: ReadonlySet<string>;
   /** Each KUBE- set's header in `ipset list -t`, by name. */
   sets: Map<string, string>;
   addresses: string;
@@ -71,13 +78,23 @@ export function ipsetHeaders(terse: string): Map<string, string> {
   return headers;
 }
 
-/** What changed between two looks, by family and part; empty when nothing did. */
+/** The family of a virtual server named as ipvsadm names it: "-t [fd00::1]:80" is IPv6's. */
+function serverFamily(words: string): IPFamily {
+  return words.includes('[') ? 'IPv6' : 'IPv4';
+}
+
+/**
+ * What changed between two looks, by family and part; empty when nothing did. The servers are
+ * named where the look that saw them change could name them.
+ */
 export function changedParts(before: IpvsStateLook, after: IpvsStateLook): TouchedTables {
   const touched: TouchedTables = new Map();
   const whole = (part: string) => {
     for (const family of families) touchedIn(touched, family, part).whole = true;
   };
-  if (before.servers !== after.servers) whole(ipvsStateParts.servers);
+  if (before.servers !== after.servers && after.changedServers)
+    for (const server of after.changedServers) touchedIn(touched, serverFamily(server), ipvsStateParts.servers).servers.add(server);
+  else if (before.servers !== after.servers) whole(ipvsStateParts.servers);
   if (before.addresses !== after.addresses) whole(ipvsStateParts.addresses);
   for (const name of new Set([...before.sets.keys(), ...after.sets.keys()]))
     if (before.sets.get(name) !== after.sets.get(name)) touchedIn(touched, setFamily(name), ipvsStateParts.sets).sets.add(name);
@@ -102,8 +119,9 @@ export async function lookAtIpvsState(host: Host, previous?: IpvsStateLook): Pro
     // Unchanged, the previous look's table is kept and this one let go.
     if (serverTable.equals(previous.serverTable))
       return {servers: previous.servers, serverTable: previous.serverTable, sets, addresses, tellingMs};
-    const servers = savedTextSince(previous.servers, previous.serverTable, serverTable);
-    if (servers !== undefined) return {servers, serverTable, sets, addresses, tellingMs};
+    const spelled = savedTextSince(previous.servers, previous.serverTable, serverTable);
+    if (spelled !== undefined)
+      return {servers: spelled.text, serverTable, changedServers: spelled.changedServers, sets, addresses, tellingMs};
   }
   const servers = await host.ipvsadm(['-Sn']);
   return {servers, serverTable, sets, addresses, tellingMs: serverTable === undefined ? Date.now() - startedAt : tellingMs};

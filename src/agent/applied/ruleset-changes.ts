@@ -18,6 +18,8 @@ import type {Logger} from '../log.ts';
 export interface TouchedObjects {
   chains: Set<string>;
   sets: Set<string>;
+  /** ipvs mode's virtual servers (ipvsStateParts.servers), by the words ipvsadm names them with ("-t 10.96.0.10:80"). */
+  servers: Set<string>;
   whole: boolean;
 }
 
@@ -150,7 +152,7 @@ export function touchedIn(touched: TouchedTables, family: IPFamily, table: strin
   let tables = touched.get(family);
   if (!tables) touched.set(family, (tables = new Map()));
   let objects = tables.get(table);
-  if (!objects) tables.set(table, (objects = {chains: new Set(), sets: new Set(), whole: false}));
+  if (!objects) tables.set(table, (objects = {chains: new Set(), sets: new Set(), servers: new Set(), whole: false}));
   return objects;
 }
 
@@ -160,7 +162,7 @@ function addTouched(touched: TouchedTables, event: Exclude<MonitorEvent, 'none'>
   if (objects.whole) return;
   if (event.object) (event.object.kind === 'chain' ? objects.chains : objects.sets).add(event.object.name);
   if (!event.object || objects.chains.size + objects.sets.size > objectsPerTableKept)
-    Object.assign(objects, {whole: true, chains: new Set(), sets: new Set()});
+    Object.assign(objects, {whole: true, chains: new Set(), sets: new Set(), servers: new Set()});
 }
 
 /** Adds the objects of `more` to `touched`. */
@@ -171,6 +173,7 @@ export function mergeTouched(touched: TouchedTables, more: TouchedTables): void 
       into.whole ||= objects.whole;
       for (const chain of objects.chains) into.chains.add(chain);
       for (const set of objects.sets) into.sets.add(set);
+      for (const server of objects.servers) into.servers.add(server);
     }
 }
 

@@ -10,6 +10,7 @@ import {
   parseIpsetSave,
   parseIpvsadmSave,
   parseIpvsadmSaveSince,
+  patchedServers,
   tableSection,
   type IpvsadmBlock,
   type Ipset,
@@ -67,19 +68,30 @@ const blocksRead = new WeakMap<IpvsVirtualServer[], Map<string, IpvsadmBlock>>()
 /**
  * One family's virtual and real servers, `ipvsadm -Sn` (or its output as given, `printed`). Given
  * the servers of an earlier reading (`since`), only the servers whose lines changed since are
- * parsed; the others are that reading's objects. `lookedAt`: the servers as a look at the state
- * printed them (LatestIpvsLook), which the look keeps: output that reads the same is parsed from
- * that text, so that the servers' lines (virtualServerText) and the look share one copy.
+ * parsed; the others are that reading's objects. With `changed`, the servers that may have
+ * changed since by ipvsadm's words for them (a look's report), only their lines are looked for in
+ * `printed`: the rest of it is not read. `lookedAt`: the servers as a look at the state printed
+ * them (LatestIpvsLook), which the look keeps: output that reads the same is parsed from that
+ * text, so that the servers' lines (virtualServerText) and the look share one copy.
  */
 export async function readVirtualServers(
   host: Host,
   family: IPFamily,
-  {since, printed, lookedAt}: {since?: IpvsVirtualServer[]; printed?: string; lookedAt?: string} = {},
+  {
+    since,
+    printed,
+    lookedAt,
+    changed,
+  }: {since?: IpvsVirtualServer[]; printed?: string; lookedAt?: string; changed?: ReadonlySet<string>} = {},
 ): Promise<IpvsVirtualServer[]> {
+  const ofFamily = (server: Pick<IpvsVirtualServer, 'address'>) => familyOf(server.address) === family;
+  // The servers so read keep no blocks for a later reading of all of printed: that one parses every server.
+  const patched = since && printed !== undefined && changed ? patchedServers(since, printed, changed, ofFamily) : undefined;
+  if (patched) return patched;
   const before = since && blocksRead.get(since);
   let text = printed ?? (await host.ipvsadm(['-Sn']));
   if (lookedAt !== undefined && text === lookedAt) text = lookedAt;
-  const {servers, blocks} = parseIpvsadmSaveSince(text, before, (server) => familyOf(server.address) === family);
+  const {servers, blocks} = parseIpvsadmSaveSince(text, before, ofFamily);
   blocksRead.set(servers, blocks);
   return servers;
 }

@@ -14,6 +14,7 @@ export {
   parseIpsetSave,
   parseIpvsadmSave,
   parseIpvsadmSaveSince,
+  patchedServers,
   virtualServerKey,
   virtualServerLines,
   virtualServerText,
@@ -24,7 +25,7 @@ export {
   type IpvsState,
   type IpvsVirtualServer,
 } from './state.ts';
-export {savedTextSince, serverTableBlocks, serverTableShape, serverTableShapeBytes} from './kernel-table.ts';
+export {savedTextSince, type SpelledSince, serverTableBlocks, serverTableShape, serverTableShapeBytes} from './kernel-table.ts';
 export {diffIpvs, ipvsDiffText, withJumpRules, type DiffIpvsOptions, type IpvsDiff, type IpvsDiffGroup} from './diff.ts';
 export {traceIpvs} from './trace.ts';
 export {accessFilterVerdict, tableSection, type AccessFilterVerdict} from './access-filter.ts';

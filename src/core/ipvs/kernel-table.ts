@@ -4,7 +4,7 @@
 // looks read it to tell whether the servers changed, and which, and spell the changed ones as -Sn
 // would where the table says all that -Sn prints.
 import {joinHostPort, parseIP} from '../model/index.ts';
-import {protocolFlags} from './state.ts';
+import {protocolFlags, serverLineRanges} from './state.ts';
 
 /**
  * The table without each real server's connection counts (ActiveConn, InActConn), which traffic
@@ -189,6 +189,13 @@ function differingBlocks(before: Buffer, now: Buffer): {blocksBefore: Map<string
   };
 }
 
+/** `ipvsadm -Sn` as it would print now, and which servers' lines differ from what it printed before. */
+export interface SpelledSince {
+  text: string;
+  /** The words ipvsadm names each changed server by ("-t 10.96.0.10:80"): added, removed or changed. */
+  changedServers: Set<string>;
+}
+
 /**
  * `ipvsadm -Sn` as it would print now, made from what it printed before (`printed`, read after
  * the table's shape `before`) and the table's shape `now` (serverTableShapeBytes): each server whose block changed is
@@ -196,14 +203,14 @@ function differingBlocks(before: Buffer, now: Buffer): {blocksBefore: Map<string
  * was read and before `printed` was has changed in `now` too, so it is spelled again. Undefined
  * when a changed server cannot be spelled from the table: run -Sn.
  */
-export function savedTextSince(printed: string, before: Buffer, now: Buffer): string | undefined {
+export function savedTextSince(printed: string, before: Buffer, now: Buffer): SpelledSince | undefined {
   const {blocksBefore, blocksNow} = differingBlocks(before, now);
-  const changed = new Set<string>();
+  const changedServers = new Set<string>();
   for (const [key, block] of blocksBefore) {
     if (blocksNow.get(key) === block) continue;
     const words = serverWords(block);
     if (!words) return undefined;
-    changed.add(words);
+    changedServers.add(words);
   }
   let spelled = '';
   for (const [key, block] of blocksNow) {
@@ -211,34 +218,17 @@ export function savedTextSince(printed: string, before: Buffer, now: Buffer): st
     const words = serverWords(block);
     const lines = savedLines(block);
     if (!words || lines === undefined) return undefined;
-    changed.add(words);
+    changedServers.add(words);
     spelled += lines;
   }
-  const kept = withoutServers(printed, changed);
-  return kept === '' || kept.endsWith('\n') || spelled === '' ? kept + spelled : `${kept}\n${spelled}`;
+  const kept = withoutServers(printed, changedServers);
+  return {text: kept === '' || kept.endsWith('\n') || spelled === '' ? kept + spelled : `${kept}\n${spelled}`, changedServers};
 }
 
-/**
- * `ipvsadm -Sn` output without the lines of the servers named by `words` ("-t 10.96.0.10:80"):
- * each line whose first word is followed by one of them (ipvsadmRuns' owner), found by searching
- * for the words rather than splitting all of a large node's 110,000 lines into runs.
- */
+/** `ipvsadm -Sn` output without the lines of the servers named by `words` ("-t 10.96.0.10:80"). */
 function withoutServers(printed: string, words: ReadonlySet<string>): string {
-  const dropped: [number, number][] = [];
-  for (const server of words) {
-    const needle = ` ${server}`;
-    for (let at = printed.indexOf(needle); at >= 0; at = printed.indexOf(needle, at + 1)) {
-      const lineStart = printed.lastIndexOf('\n', at) + 1;
-      const after = printed.charCodeAt(at + needle.length);
-      const firstWordOnly = printed.indexOf(' ', lineStart) === at;
-      // Followed by a space, the line's end or the text's: "-t 10.96.0.1:80" is not "-t 10.96.0.1:8080".
-      if (!firstWordOnly || !(Number.isNaN(after) || after === space || after === newline)) continue;
-      const next = printed.indexOf('\n', at);
-      dropped.push([lineStart, next < 0 ? printed.length : next + 1]);
-    }
-  }
+  const dropped = [...serverLineRanges(printed, words).values()].flat().sort((a, b) => a[0] - b[0]);
   if (dropped.length === 0) return printed;
-  dropped.sort((a, b) => a[0] - b[0]);
   const pieces: string[] = [];
   let from = 0;
   for (const [start, end] of dropped) {

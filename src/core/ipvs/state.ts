@@ -234,13 +234,7 @@ export function ipvsadmRuns(text: string): Map<string, string> {
     const next = text.indexOf('\n', at);
     const lineEnd = next < 0 ? text.length : next;
     const end = next < 0 ? text.length : next + 1;
-    const firstSpace = text.indexOf(' ', at);
-    const secondSpace = firstSpace < 0 || firstSpace >= lineEnd ? -1 : text.indexOf(' ', firstSpace + 1);
-    const thirdSpace = secondSpace < 0 || secondSpace >= lineEnd ? -1 : text.indexOf(' ', secondSpace + 1);
-    const server =
-      secondSpace < 0 || secondSpace >= lineEnd
-        ? `line ${at}`
-        : text.slice(firstSpace + 1, thirdSpace < 0 || thirdSpace >= lineEnd ? lineEnd : thirdSpace);
+    const server = lineOwner(text, at, lineEnd) ?? `line ${at}`;
     if (server !== owner) {
       close(at);
       owner = server;
@@ -250,6 +244,54 @@ export function ipvsadmRuns(text: string): Map<string, string> {
   }
   close(text.length);
   return runs;
+}
+
+/**
+ * Beyond this many servers, their lines are found in one walk over every line of the output, not
+ * by a search of the whole output for each server's words.
+ */
+const serversSearchedFor = 16;
+
+/**
+ * Where the lines of each server named by `words` ("-t 10.96.0.10:80") are in `ipvsadm -Sn`
+ * output: each line whose first word is followed by those words (ipvsadmRuns' owner), as
+ * [start, end) with its newline, in order; a server without lines has none. A few servers are
+ * searched for rather than splitting all of a large node's 110,000 lines into runs.
+ */
+export function serverLineRanges(printed: string, words: ReadonlySet<string>): Map<string, [number, number][]> {
+  const ranges = new Map<string, [number, number][]>([...words].map((server) => [server, []]));
+  if (words.size > serversSearchedFor) {
+    for (let at = 0; at < printed.length; ) {
+      const next = printed.indexOf('\n', at);
+      const end = next < 0 ? printed.length : next + 1;
+      const owner = lineOwner(printed, at, next < 0 ? printed.length : next);
+      if (owner !== undefined) ranges.get(owner)?.push([at, end]);
+      at = end;
+    }
+    return ranges;
+  }
+  for (const server of words) {
+    const needle = ` ${server}`;
+    for (let at = printed.indexOf(needle); at >= 0; at = printed.indexOf(needle, at + 1)) {
+      const lineStart = printed.lastIndexOf('\n', at) + 1;
+      const after = printed.charCodeAt(at + needle.length);
+      const firstWordOnly = printed.indexOf(' ', lineStart) === at;
+      // Followed by a space, the line's end or the text's: "-t 10.96.0.1:80" is not "-t 10.96.0.1:8080".
+      if (!firstWordOnly || !(Number.isNaN(after) || after === 32 || after === 10)) continue;
+      const next = printed.indexOf('\n', at);
+      ranges.get(server)!.push([lineStart, next < 0 ? printed.length : next + 1]);
+    }
+  }
+  return ranges;
+}
+
+/** The words after a line's first word, up to its third ("-t 10.96.0.10:80"); undefined for a line of fewer than three words. */
+function lineOwner(text: string, lineStart: number, lineEnd: number): string | undefined {
+  const firstSpace = text.indexOf(' ', lineStart);
+  const secondSpace = firstSpace < 0 || firstSpace >= lineEnd ? -1 : text.indexOf(' ', firstSpace + 1);
+  if (secondSpace < 0 || secondSpace >= lineEnd) return undefined;
+  const thirdSpace = text.indexOf(' ', secondSpace + 1);
+  return text.slice(firstSpace + 1, thirdSpace < 0 || thirdSpace >= lineEnd ? lineEnd : thirdSpace);
 }
 
 /** A virtual server's lines in `ipvsadm -Sn` output, and the server read from them. */
@@ -284,6 +326,43 @@ export function parseIpvsadmSaveSince(
     if (kept(server)) servers.push({key: virtualServerKey(server), server});
   }
   return {servers: servers.sort((a, b) => compare(a.key, b.key)).map(({server}) => server), blocks};
+}
+
+/**
+ * A reading's servers (`servers`, sorted by key) brought up to `printed`, newer `ipvsadm -Sn`
+ * output in which only the servers named by `words` ("-t 10.96.0.10:80") may differ from the
+ * reading: each of those is read again from its lines in `printed`, or is gone when it has none;
+ * every other one stays the reading's object, so a diff knows it unchanged. `kept` chooses the
+ * servers to keep (one family's). Undefined when a word names no server ipvsadm could print.
+ * The kept servers' texts stay slices of the output they were read from (spelledAsRead), which
+ * therefore lives beside `printed` until the state is next read whole: one more copy of the
+ * servers' text, where reading all of `printed` again would cost a parse of every line per change.
+ */
+export function patchedServers(
+  servers: readonly IpvsVirtualServer[],
+  printed: string,
+  words: ReadonlySet<string>,
+  kept: (server: Pick<IpvsVirtualServer, 'address'>) => boolean,
+): IpvsVirtualServer[] | undefined {
+  const patched = servers.slice();
+  for (const [server, ranges] of serverLineRanges(printed, words)) {
+    const [flag, hostPort = ''] = server.split(' ');
+    const protocol = flagProtocol(flag);
+    const target = /^\[?([^\]]*?)\]?:(\d+)$/.exec(hostPort);
+    if (!protocol || !target || !parseIP(target[1])) return undefined;
+    const address = target[1];
+    if (!kept({address})) continue;
+    const key = virtualServerKey({protocol, address, port: Number(target[2])});
+    // A copy of the lines, not slices of `printed`: a slice would keep all of it alive with the server.
+    const lines = Buffer.from(ranges.map(([start, end]) => printed.slice(start, end)).join('')).toString();
+    const [read] = lines === '' ? [] : parseIpvsadmSave(lines);
+    if (read) spelledAsRead(read, lines);
+    const at = sortedIndex(patched, key, virtualServerKey);
+    const present = at < patched.length && virtualServerKey(patched[at]) === key;
+    if (read) patched.splice(at, present ? 1 : 0, read);
+    else if (present) patched.splice(at, 1);
+  }
+  return patched;
 }
 
 export function sortServers(servers: IpvsVirtualServer[]): IpvsVirtualServer[] {

@@ -60,7 +60,12 @@ function cacheOver(changes: RulesetChanges, clock = {time: 1000}) {
   return {cache, reads, chainReads, setKernel: (text: string) => (kernel = text)};
 }
 
-const objects = (chains: string[], sets: string[] = [], whole = false) => ({chains: new Set(chains), sets: new Set(sets), whole});
+const objects = (chains: string[], sets: string[] = [], whole = false) => ({
+  chains: new Set(chains),
+  sets: new Set(sets),
+  servers: new Set<string>(),
+  whole,
+});
 const touchedIn = (family: IPFamily, table: string, touched: ReturnType<typeof objects>): TouchedTables =>
   new Map([[family, new Map([[table, touched]])]]);
 const nat = (...chains: string[]): TouchedTables => touchedIn('IPv4', 'nat', objects(chains));

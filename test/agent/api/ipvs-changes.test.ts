@@ -81,13 +81,21 @@ test('a look prints the servers only when their table changed, spelling them fro
   const third = await lookAtIpvsState(host, second);
   assert.equal(host.calls.slice(changedFrom).includes('ipvsadm -Sn'), false, 'spelled from the table');
   assert.deepEqual(parseIpvsadmSave(third.servers), parseIpvsadmSave(await host.ipvsadm(['-Sn'])));
-  assert.equal(changedParts(second, third).get('IPv4')?.get(ipvsStateParts.servers)?.whole, true);
+  const spelledChange = changedParts(second, third);
+  assert.deepEqual(spelledChange.get('IPv4')?.get(ipvsStateParts.servers), {
+    chains: new Set(),
+    sets: new Set(),
+    servers: new Set(['-t 10.96.0.11:53']),
+    whole: false,
+  });
+  assert.equal(spelledChange.has('IPv6'), false, 'an IPv4 server touches no IPv6 state');
   // With session affinity the table's timeout is in the kernel's ticks: ipvsadm -Sn prints it.
   await host.ipvsadm(['-R'], '-E -t 10.96.0.11:53 -s rr -p 10800\n');
   const affinityFrom = host.calls.length;
   const affinity = await lookAtIpvsState(host, third);
   assert.deepEqual(host.calls.slice(affinityFrom).at(-1), 'ipvsadm -Sn');
   assert.match(affinity.servers, /-p 10800/);
+  assert.equal(changedParts(third, affinity).get('IPv4')?.get(ipvsStateParts.servers)?.whole, true, 'printed whole: not named');
 
   host.ipvsTable = () => Promise.reject(new Error('/proc/net/ip_vs: no such file'));
   const unread = await lookAtIpvsState(host, affinity);
@@ -326,6 +334,31 @@ test('a change to the servers is followed from the servers the look printed, wit
       'one look, which spelled the changed server from the table, and nothing read again',
     );
     assert.equal(formatIpvsState(rules), formatIpvsState(await host.applied()), "the followed servers are the kernel's");
+
+    // The look names the servers it spelled, and the follow reads those alone from its text: the
+    // others stay the objects the reading had.
+    const dns = rules.virtualServers.find((server) => server.address === '10.96.0.11')!;
+    const changes = [
+      // "TCP 10.96.0.105:80" sorts before "TCP 10.96.0.10:80" (':' after '5').
+      {
+        what: 'a server added, sorted among the others',
+        input: '-A -t 10.96.0.105:80 -s rr\n-a -t 10.96.0.105:80 -r 10.244.1.9:80 -m -w 1\n',
+      },
+      {what: 'a server deleted', input: '-D -t 10.96.0.10:80\n'},
+      {
+        what: "an IPv6 server added: not the IPv4 state's",
+        input: '-A -t [fd00:10:96::1]:443 -s rr\n-a -t [fd00:10:96::1]:443 -r [fd00:10:244::5]:6443 -m -w 1\n',
+      },
+      {what: 'a real server added to a server', input: '-a -t 10.96.0.105:80 -r 10.244.1.8:80 -m -w 1\n'},
+    ];
+    for (const {what, input} of changes) {
+      await host.ipvsadm(['-R'], input);
+      const changeFrom = host.calls.length;
+      const followed = (await applied.get('IPv4')).rules as IpvsState;
+      assert.deepEqual(host.calls.slice(changeFrom), ['read /proc/net/ip_vs', 'ipset list -t', 'ip -br addr show dev kube-ipvs0'], what);
+      assert.equal(formatIpvsState(followed), formatIpvsState(await host.applied()), `${what}: the kernel's servers`);
+      assert.ok(followed.virtualServers.includes(dns), `${what}: the untouched server is the reading's object`);
+    }
   } finally {
     applied.close();
   }
@@ -373,7 +406,11 @@ test('work started by a reported change reads the rules as the looks left them, 
     const changedAt = Date.now();
     await host.ipvsadm(['-R'], '-d -t 10.96.0.10:80 -r 10.244.1.3:8080\n');
     assert.equal(await changes.settled(1000), true, 'a look sees the change');
-    assert.equal(changes.foreignObjectsSince(changedAt)?.get('IPv4')?.get(ipvsStateParts.servers)?.whole, true, 'and reports it');
+    assert.deepEqual(
+      [...(changes.foreignObjectsSince(changedAt)?.get('IPv4')?.get(ipvsStateParts.servers)?.servers ?? [])],
+      ['-t 10.96.0.10:80'],
+      'and reports the server it changed',
+    );
     const from = host.calls.length;
     const reported = (await applied.get('IPv4', {settle: false})).rules as IpvsState;
     assert.deepEqual(host.calls.slice(from), [], 'no look, and nothing read: the look printed the servers');

@@ -251,8 +251,8 @@ test('ruleset changes: a transaction that touches many objects of one table coun
   execFileSync('ip', ['netns', 'exec', netns, 'nft', '-f', '-'], {input: `${script.join('\n')}\n`});
   await until('the monitor to report it', async () => (await changes.settled(1000)) && changes.lastForeignChangeAt() >= since);
   const touched = changes.foreignObjectsSince(since)?.get('IPv4');
-  assert.deepEqual(touched?.get('big'), {chains: new Set(), sets: new Set(), whole: true});
-  assert.deepEqual(touched?.get('small'), {chains: new Set(['one']), sets: new Set(['blocked']), whole: false});
+  assert.deepEqual(touched?.get('big'), {chains: new Set(), sets: new Set(), servers: new Set(), whole: true});
+  assert.deepEqual(touched?.get('small'), {chains: new Set(['one']), sets: new Set(['blocked']), servers: new Set(), whole: false});
 });
 
 /** A fresh network namespace for xtables-monitor and nft monitor, a way to change its ruleset, and a log; undefined when skipped. */

@@ -1,7 +1,7 @@
 // A ruleset monitor for tests of the applied rules: it always watches, and reports a foreign
 // change when the test makes one, at the time of the test's clock, with the objects it touched when
 // the test names them (as nft monitor names iptables' chains and nftables' chains and sets).
-import type {RulesetChanges, TouchedTables} from '../../../src/agent/applied/ruleset-changes.ts';
+import {mergeTouched, type RulesetChanges, type TouchedTables} from '../../../src/agent/applied/ruleset-changes.ts';
 
 export function watchedChanges(clock: {time: number}): RulesetChanges & {foreignChange(touched?: TouchedTables): void} {
   let foreignAt = 0;
@@ -16,16 +16,7 @@ export function watchedChanges(clock: {time: number}): RulesetChanges & {foreign
       for (const {at, touched} of changes) {
         if (at < since) continue;
         if (!touched) return undefined;
-        for (const [family, tables] of touched)
-          for (const [table, objects] of tables) {
-            if (!all.has(family)) all.set(family, new Map());
-            const kept = all.get(family)!.get(table) ?? {chains: new Set<string>(), sets: new Set<string>(), whole: false};
-            all.get(family)!.set(table, {
-              chains: new Set([...kept.chains, ...objects.chains]),
-              sets: new Set([...kept.sets, ...objects.sets]),
-              whole: kept.whole || objects.whole,
-            });
-          }
+        mergeTouched(all, touched);
       }
       return all;
     },

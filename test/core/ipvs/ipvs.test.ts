@@ -10,6 +10,7 @@ import {
   parseIpsetSave,
   parseIpvsadmSave,
   parseIpvsadmSaveSince,
+  patchedServers,
   planIpvsSync,
   renderIpvs,
   sortedIncludes,
@@ -286,6 +287,44 @@ describe('ipvs state formats', () => {
     // A server line without options is its server's too.
     const bare = '-A -t 10.96.0.9:80\n-a -t 10.96.0.9:80 -r 10.244.1.3:8080 -m -w 1\n';
     assert.deepEqual(parseIpvsadmSaveSince(bare, undefined, ipv4).servers, parseIpvsadmSave(bare));
+  });
+
+  it('a reading patched with the servers a look named reads those alone, and keeps the others as the reading had them', () => {
+    const text = [
+      '-A -t 10.96.0.12:80 -s rr',
+      '-a -t 10.96.0.12:80 -r 10.244.1.3:8080 -m -w 1',
+      '-A -t [fd00::10]:80 -s rr',
+      '-A -t 10.96.0.10:80 -s rr',
+      '-a -t 10.96.0.10:80 -r 10.244.1.5:8080 -m -w 1',
+      '',
+    ].join('\n');
+    const ipv4 = (server: {address: string}) => !server.address.includes(':');
+    const reading = parseIpvsadmSave(text).filter(ipv4);
+    const now = text
+      .replace('-a -t 10.96.0.12:80 -r 10.244.1.3:8080 -m -w 1\n', '-a -t 10.96.0.12:80 -r 10.244.1.3:8080 -m -w 0\n')
+      .replace('-a -t 10.96.0.10:80 -r 10.244.1.5:8080 -m -w 1\n', '')
+      .concat('-A -u 10.96.0.105:53 -s rr\n-a -u 10.96.0.105:53 -r 10.244.1.7:53 -m -w 1\n-A -t [fd00::11]:80 -s rr\n');
+    const words = new Set(['-t 10.96.0.12:80', '-u 10.96.0.105:53', '-t [fd00::11]:80', '-t 10.96.0.99:80']);
+    const patched = patchedServers(reading, now, words, ipv4)!;
+    // 10.96.0.10:80 changed too, but no look named it: the reading's object, as it was.
+    assert.equal(
+      patched.find((server) => server.address === '10.96.0.10'),
+      reading[0],
+    );
+    assert.equal(patched.find((server) => server.address === '10.96.0.10')!.realServers.length, 1);
+    assert.deepEqual(
+      patched.map((server) => virtualServerText(server)),
+      [
+        '-A -t 10.96.0.10:80 -s rr\n-a -t 10.96.0.10:80 -r 10.244.1.5:8080 -m -w 1',
+        '-A -t 10.96.0.12:80 -s rr\n-a -t 10.96.0.12:80 -r 10.244.1.3:8080 -m -w 0',
+        '-A -u 10.96.0.105:53 -s rr\n-a -u 10.96.0.105:53 -r 10.244.1.7:53 -m -w 1',
+      ],
+      'named ones read again or added, in key order; a named one without lines is none; the other family left out',
+    );
+    assert.deepEqual(reading, parseIpvsadmSave(text).filter(ipv4), 'the reading itself is not changed');
+    assert.deepEqual(patchedServers(reading, now, new Set(['-t 10.96.0.12:80']), ipv4)!.length, 2);
+    assert.equal(patchedServers(reading, '', new Set(['-t 10.96.0.12:80']), ipv4)!.length, 1, 'gone when it has no lines');
+    assert.equal(patchedServers(reading, now, new Set(['-t nowhere:80']), ipv4), undefined, 'a name that is no server');
   });
 
   it("spells each server read from ipvsadm -Sn as formatIpvsadmRestore does, whatever ipvsadm's spelling", () => {

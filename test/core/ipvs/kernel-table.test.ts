@@ -6,8 +6,13 @@ import {describe, it} from 'node:test';
 import {parseIpvsadmSave, savedTextSince, serverTableBlocks, serverTableShape} from '../../../src/core/ipvs/index.ts';
 
 /** savedTextSince of tables given as text, as serverTableShapeBytes gives them as bytes. */
-const since = (printed: string, before: string, now: string) =>
+const spelledSince = (printed: string, before: string, now: string) =>
   savedTextSince(printed, Buffer.from(before, 'latin1'), Buffer.from(now, 'latin1'));
+/** The text savedTextSince spells. */
+const since = (printed: string, before: string, now: string) => spelledSince(printed, before, now)?.text;
+/** The servers it names as changed, sorted. */
+const changedSince = (printed: string, before: string, now: string) =>
+  [...(spelledSince(printed, before, now)?.changedServers ?? [])].sort();
 
 // What /proc/net/ip_vs held in Debian's 6.1 kernel for an IPv4 UDP server with affinity, a TCP one
 // with two real servers (one of weight 0) and an IPv6 one; connection counts made up.
@@ -37,6 +42,16 @@ const before = serverTableShape(kernelTable);
 
 /** The servers `text` holds, as parsed, for comparing a spelled text with a printed one. */
 const servers = (text: string) => JSON.stringify(parseIpvsadmSave(text));
+/** The TCP servers, as ipvsadm names them, that one text has and the other has not the same, sorted. */
+const serversChanged = (a: string, b: string) => {
+  const spelled = (text: string) => new Set(parseIpvsadmSave(text).map((server) => JSON.stringify(server)));
+  const [inA, inB] = [spelled(a), spelled(b)];
+  const differing = [...inA].filter((server) => !inB.has(server)).concat([...inB].filter((server) => !inA.has(server)));
+  const named = differing
+    .map((server) => JSON.parse(server) as {address: string; port: number})
+    .map(({address, port}) => `-t ${address}:${port}`);
+  return [...new Set(named)].sort();
+};
 
 describe("the kernel's table of virtual and real servers", () => {
   it('drops the connection counts of real server lines, and nothing else, whatever the spacing', () => {
@@ -81,36 +96,42 @@ describe("the kernel's table of virtual and real servers", () => {
   });
 
   it('spells the servers that changed as ipvsadm -Sn prints them, and keeps the printed text of the rest', () => {
-    const cases: {what: string; table: string; expected: string}[] = [
+    const cases: {what: string; table: string; expected: string; changed: string[]}[] = [
       {
         what: 'a real server deleted',
         table: before.replace(/^ {2}-> 0AF40103:1F90 .*\n/m, ''),
         expected: printed.replace('-a -t 10.96.0.10:80 -r 10.244.1.3:8080 -m -w 0\n', ''),
+        changed: ['-t 10.96.0.10:80'],
       },
       {
         what: 'a weight changed',
         table: before.replace(/(0AF40103:1F90 +Masq +)0/, '$11'),
         expected: printed.replace('10.244.1.3:8080 -m -w 0', '10.244.1.3:8080 -m -w 1'),
+        changed: ['-t 10.96.0.10:80'],
       },
       {
         what: 'an IPv6 real server added',
         table: before.replace(/(:192B +Masq +1\n)/, '$1  -> [fd00:0010:0244:0000:0000:0000:0000:0a06]:192B      Masq    1\n'),
         expected: `${printed}-a -t [fd00:10:96::1]:443 -r [fd00:10:244::a06]:6443 -m -w 1\n`,
+        changed: ['-t [fd00:10:96::1]:443'],
       },
       {
         what: 'a server added, with its real server',
         table: `${before}SCTP  0A600014:0BB8 wrr  \n  -> 0AF40109:0BB8      Masq    3\n`,
         expected: `${printed}-A --sctp-service 10.96.0.20:3000 -s wrr\n-a --sctp-service 10.96.0.20:3000 -r 10.244.1.9:3000 -m -w 3\n`,
+        changed: ['--sctp-service 10.96.0.20:3000'],
       },
       {
         what: 'a server deleted',
         table: before.replace(/^TCP {2}0A60000A:0050 .*\n(?: {2}->.*\n)*/m, ''),
         expected: printed.replace(/^-[Aa] -t 10\.96\.0\.10:80 .*\n/gm, ''),
+        changed: ['-t 10.96.0.10:80'],
       },
     ];
-    for (const {what, table, expected} of cases) {
+    for (const {what, table, expected, changed} of cases) {
       const spelled = since(printed, before, table);
       assert.ok(spelled !== undefined, what);
+      assert.deepEqual(changedSince(printed, before, table), changed, `${what}: the server named as changed`);
       assert.equal(servers(spelled), servers(expected), what);
       const serverLines = spelled.split('\n').filter((line) => line.startsWith('-A '));
       assert.equal(new Set(serverLines).size, serverLines.length, `${what}: each server once, its printed lines replaced`);
@@ -162,14 +183,22 @@ describe("the kernel's table of virtual and real servers", () => {
         {what: 'a server added at the end', blocks: [...all, block(count + 1)]},
         {what: 'a server added in the middle', blocks: [...all.slice(0, middle), block(count + 1), ...all.slice(middle)]},
         {what: 'two servers far apart changed', blocks: all.with(2, block(3, [1])).with(count - 3, block(count - 2, [3]))},
+        // Beyond 16 servers, their lines are found in one walk over the printed text.
+        {what: 'every 50th server changed at once', blocks: all.map((lines, s) => (s % 50 === 0 ? block(s + 1, [2]) : lines))},
       ];
       // Every 97th server's weight changed, one at a time.
       for (let s = 0; s < count; s += 97)
         edits.push({what: `the weight of server ${s + 1} changed`, blocks: all.with(s, block(s + 1).replace('Masq    1', 'Masq    2'))});
       const tables = edits.map(({what, blocks}) => ({what, now: table(blocks)}));
       const printed = whole(large);
-      for (const {what, now} of tables)
+      for (const {what, now} of tables) {
         assert.equal(servers(since(printed, large, now)!), servers(whole(now)), `${count} servers: ${what}`);
+        assert.deepEqual(
+          changedSince(printed, large, now),
+          serversChanged(printed, whole(now)),
+          `${count} servers: ${what}: named as changed`,
+        );
+      }
     }
   });
 

@@ -240,7 +240,12 @@ export async function followIpvsChanges(
   const iptablesLayer = touched.has('nat') || touched.has('filter');
   if (!servers && !sets && !addresses && !iptablesLayer) return state;
   const followed = {...state};
-  if (servers) followed.virtualServers = await readVirtualServers(host, family, {since: state.virtualServers, printed: serversText});
+  if (servers)
+    followed.virtualServers = await readVirtualServers(host, family, {
+      since: state.virtualServers,
+      printed: serversText,
+      changed: servers.whole ? undefined : servers.servers,
+    });
   if (sets?.whole) followed.sets = await readSets(host, family);
   else if (sets) {
     const byName = new Map(state.sets.map((set) => [set.name, set]));
