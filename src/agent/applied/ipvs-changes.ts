@@ -299,10 +299,11 @@ export async function watchIpvsState(options: {
   };
 }
 
-/** "IPv4 ipvs sets KUBE-LOOP-BACK; IPv4 ipvs virtual servers" for the log. */
+/** "IPv4 ipvs sets KUBE-LOOP-BACK; IPv4 ipvs virtual servers -t 10.96.0.10:80" for the log. */
 function describe(touched: TouchedTables): string {
   const parts: string[] = [];
   for (const [family, tables] of touched)
-    for (const [part, objects] of tables) parts.push(`${family} ${part}${objects.whole ? '' : ` ${[...objects.sets].join(' ')}`}`);
+    for (const [part, objects] of tables)
+      parts.push(`${family} ${part}${objects.whole ? '' : ` ${[...objects.sets, ...objects.servers].join(', ')}`}`);
   return parts.join('; ');
 }

@@ -125,9 +125,10 @@ async function seededNode(): Promise<IpvsHost> {
 /** The applied rules of `host`, read through the ipvs backend and followed as watchIpvsState reports changes. */
 async function watchedNode(host: IpvsHost, latest?: LatestIpvsLook, wholeReadingEveryMs?: number) {
   const backend = ipvsRulesBackend({latestLook: latest});
+  const log = memoryLogger(4);
   const changes = await watchIpvsState({
     host,
-    log: memoryLogger(4),
+    log,
     iptables: watchedChanges({time: 0}),
     pollMs: 3_600_000,
     latest,
@@ -141,7 +142,7 @@ async function watchedNode(host: IpvsHost, latest?: LatestIpvsLook, wholeReading
     changes,
     now: Date.now,
   });
-  return {backend, changes, applied};
+  return {backend, changes, applied, log};
 }
 
 test('a change by hand to each part of the ipvs state is followed by reading that part alone', async () => {
@@ -400,7 +401,7 @@ test('every wholeReadingEveryMs a look makes readings from before it read the st
 test('work started by a reported change reads the rules as the looks left them, where a request looks once more', async () => {
   const host = await seededNode();
   const latest: LatestIpvsLook = {servers: undefined};
-  const {changes, applied} = await watchedNode(host, latest);
+  const {changes, applied, log} = await watchedNode(host, latest);
   try {
     await applied.get('IPv4');
     const changedAt = Date.now();
@@ -410,6 +411,10 @@ test('work started by a reported change reads the rules as the looks left them, 
       [...(changes.foreignObjectsSince(changedAt)?.get('IPv4')?.get(ipvsStateParts.servers)?.servers ?? [])],
       ['-t 10.96.0.10:80'],
       'and reports the server it changed',
+    );
+    assert.ok(
+      log.lines.some((line) => line.includes('ipvs state changed') && line.includes('IPv4 ipvs virtual servers -t 10.96.0.10:80')),
+      'and logs it by name',
     );
     const from = host.calls.length;
     const reported = (await applied.get('IPv4', {settle: false})).rules as IpvsState;
