@@ -19,7 +19,7 @@
 // PXBENCH_AGENT_SIGNAL (e.g. SIGUSR2 with --heapsnapshot-signal=SIGUSR2 in the options above) is
 // sent to the agent once its first sync is done and measured, to take a heap snapshot there.
 // PXBENCH_AGENT_LOG=FILE appends the agent's log to FILE, each line after the milliseconds since
-// the agent started, with PXBENCH_AGENT_VERBOSITY (default 2) as its --v.
+// the agent started, with PXBENCH_AGENT_VERBOSITY (default 2) as its --v, or more where a figure needs it.
 import {type ChildProcess, spawn} from 'node:child_process';
 import {appendFileSync, writeFileSync} from 'node:fs';
 import {mkdtemp, readFile, rm} from 'node:fs/promises';
@@ -491,6 +491,8 @@ export async function startAgentRun(
   mode: 'iptables' | 'nftables' | undefined,
   extraFlags: string[] = [],
   nodeOptions = process.env.PXBENCH_AGENT_NODE_OPTIONS,
+  /** The least --v a figure needs the log lines of; PXBENCH_AGENT_VERBOSITY (default 2) when higher. */
+  leastVerbosity = 0,
 ): Promise<AgentRun> {
   const [healthzPort, metricsPort, apiPort] = await freeLoopbackPorts(3);
   const args = [
@@ -507,7 +509,7 @@ export async function startAgentRun(
     `--api-bind-address=127.0.0.1:${apiPort}`,
     ...(mode ? ['--proxy-mode', mode] : []),
     '--v',
-    process.env.PXBENCH_AGENT_VERBOSITY ?? '2',
+    String(Math.max(leastVerbosity, Number(process.env.PXBENCH_AGENT_VERBOSITY ?? '2'))),
     ...extraFlags,
   ];
   const logFile = process.env.PXBENCH_AGENT_LOG;
