@@ -177,10 +177,16 @@ export function formatIpsetRestore(sets: Ipset[], family: IPFamily): string {
 
 export class IpvsParseError extends Error {}
 
-function splitHostPort(text: string, line: string): {address: string; port: number} {
+/** "10.96.0.10:80" or "[fd00::10]:80" as ipvsadm prints it; undefined when it is not an address and port. */
+function hostPort(text: string): {address: string; port: number} | undefined {
   const match = /^\[?([^\]]*?)\]?:(\d+)$/.exec(text);
-  if (!match || !parseIP(match[1])) throw new IpvsParseError(`ipvsadm: cannot read address "${text}" in line: ${line}`);
-  return {address: match[1], port: Number(match[2])};
+  return match && parseIP(match[1]) ? {address: match[1], port: Number(match[2])} : undefined;
+}
+
+function splitHostPort(text: string, line: string): {address: string; port: number} {
+  const found = hostPort(text);
+  if (!found) throw new IpvsParseError(`ipvsadm: cannot read address "${text}" in line: ${line}`);
+  return found;
 }
 
 /** parseIpvsadmSave reads `ipvsadm -Sn` output (or ipvsadm-restore input) into virtual servers, sorted by key. */
@@ -346,13 +352,12 @@ export function patchedServers(
 ): IpvsVirtualServer[] | undefined {
   const patched = servers.slice();
   for (const [server, ranges] of serverLineRanges(printed, words)) {
-    const [flag, hostPort = ''] = server.split(' ');
+    const [flag, target = ''] = server.split(' ');
     const protocol = flagProtocol(flag);
-    const target = /^\[?([^\]]*?)\]?:(\d+)$/.exec(hostPort);
-    if (!protocol || !target || !parseIP(target[1])) return undefined;
-    const address = target[1];
-    if (!kept({address})) continue;
-    const key = virtualServerKey({protocol, address, port: Number(target[2])});
+    const named = hostPort(target);
+    if (!protocol || !named) return undefined;
+    if (!kept(named)) continue;
+    const key = virtualServerKey({protocol, ...named});
     // A copy of the lines, not slices of `printed`: a slice would keep all of it alive with the server.
     const lines = Buffer.from(ranges.map(([start, end]) => printed.slice(start, end)).join('')).toString();
     const [read] = lines === '' ? [] : parseIpvsadmSave(lines);
