@@ -99,6 +99,11 @@ interface ObservedLayout {
    * that line to the drift's is the change's own work, apart from the looks it makes anyway.
    */
   changeSeen?: RegExp;
+  /**
+   * Where the observer looks on a timer: the file each look reads whole in the node's namespace,
+   * whose reading by dd (its own time: the kernel spelling the file) is the least a look can take.
+   */
+  lookReads?: string;
 }
 
 const iptablesLayout: ObservedLayout = {
@@ -188,6 +193,7 @@ const ipvsLayout: ObservedLayout = {
   changeSignal:
     "the observer looks at the ipvs state every 2 s from one look's start to the next, further apart for a slow look but so as to see a change within 4 s while a look takes under 1.3 s (lookPeriod) (/proc/net/ip_vs, read through a process kept in the node namespace, ipset list -t, ip -br addr show dev kube-ipvs0; the servers that changed spelled from the table, or ipvsadm -Sn)",
   changeSeen: /agent api: ipvs state changed/,
+  lookReads: '/proc/net/ip_vs',
 };
 
 export async function benchObserve(
@@ -251,6 +257,14 @@ async function benchLayout(serviceCount: number, endpointsPerService: number, la
     const loadNote = rules.load.map(({command}) => command.join(' ')).join('; ');
     figure({name: `kube-proxy's rules loaded (${rules.size})`, value: loaded.ms, unit: 'ms', note: loadNote});
     const dumpBefore = await dumped(namespace, layout);
+    const lookFloor = layout.lookReads === undefined ? undefined : lookFloorMeasured(namespace, layout.lookReads);
+    if (lookFloor)
+      figure({
+        name: `  one read of ${layout.lookReads} (dd)`,
+        value: lookFloor.ms,
+        unit: 'ms',
+        note: `the least a look can take: dd's own time, the median of ${lookFloor.each.length} (${lookFloor.each.map((ms) => ms.toFixed(0)).join(', ')} ms)`,
+      });
 
     const kubeconfig = join(dir, 'kubeconfig');
     await server.writeKubeconfig(kubeconfig);
@@ -314,7 +328,11 @@ async function benchLayout(serviceCount: number, endpointsPerService: number, la
         ? {profiler: await connectProfiler(observer), prefix: join(cpuProfileDir, `observe-${layout.name}-${serviceCount}`)}
         : undefined;
       try {
-        printChanges(await foreignChangesMeasured(observer, client, namespace, layout, rules.text, serviceCount, profile), layout);
+        printChanges(
+          await foreignChangesMeasured(observer, client, namespace, layout, rules.text, serviceCount, profile),
+          layout,
+          lookFloor,
+        );
       } finally {
         profile?.profiler.close();
       }
@@ -347,6 +365,27 @@ async function dumped(namespace: string, layout: ObservedLayout): Promise<{ms: n
   for (const command of layout.dump) each.push({command: command.join(' '), ms: (await timed(() => runIn(namespace, command))).ms});
   const ms = each.reduce((sum, one) => sum + one.ms, 0);
   return {ms, note: each.length > 1 ? ` (${each.map((one) => `${one.command} ${one.ms.toFixed(0)} ms`).join(', ')})` : ''};
+}
+
+/** How many times the look's file is read by dd for its floor. */
+const lookFloorReads = 3;
+
+/** dd's own time to read `file` in the namespace (its "copied, N s"), the median of lookFloorReads, and each. */
+function lookFloorMeasured(namespace: string, file: string): {ms: number; each: number[]} {
+  const each: number[] = [];
+  for (let read = 0; read < lookFloorReads; read++) {
+    const report = runIn(namespace, ['sh', '-c', `dd if=${file} of=/dev/null bs=64k 2>&1`]);
+    const seconds = /copied, ([\d.e+-]+) s/.exec(report)?.[1];
+    if (seconds === undefined) throw new Error(`dd of ${file} did not say how long it took: ${report.trim()}`);
+    each.push(Number(seconds) * 1000);
+  }
+  return {
+    ms: percentile(
+      [...each].sort((a, b) => a - b),
+      50,
+    ),
+    each,
+  };
 }
 
 /**
@@ -464,7 +503,7 @@ async function foreignChangesMeasured(
   return {command: command.length > 7 ? `${command.slice(0, 7).join(' ')} ...` : command.join(' '), rounds, idleCpuMsPerSecond};
 }
 
-function printChanges(changes: ChangeFigures, layout: ObservedLayout): void {
+function printChanges(changes: ChangeFigures, layout: ObservedLayout, lookFloor?: {ms: number}): void {
   const sorted = (pick: (round: ChangeFigures['rounds'][number]) => number) => changes.rounds.map(pick).sort((a, b) => a - b);
   const noticed = sorted((round) => round.noticedMs);
   const cpu = sorted((round) => round.cpuMs);
@@ -474,9 +513,15 @@ function printChanges(changes: ChangeFigures, layout: ObservedLayout): void {
     name: `foreign change -> drift logged and counted (p50 of ${changes.rounds.length})`,
     value: percentile(noticed, 50),
     unit: 'ms',
+    ...(lookFloor && {floor: {name: `one read of ${layout.lookReads}`, value: lookFloor.ms}}),
     note:
       `each ${each((round) => round.noticedMs)} ms, from the exit of "${changes.command}" ` +
       `(itself ${each((round) => round.commandMs)} ms); goal <= 5 s ${noticed.at(-1)! <= 5000 ? 'met' : 'NOT met'}` +
+      (lookFloor
+        ? `; the largest ${(noticed.at(-1)! / lookFloor.ms).toFixed(2)}x the read: a change waits for the next look to start ` +
+          `(looks are spaced to twice their length, so that looking takes at most half the time) and for that look to read ` +
+          `the table, up to three reads of it, then for the comparison`
+        : '') +
       (layout.changeSignal ? `; ${layout.changeSignal}` : ''),
   });
   // An observer that looks on a timer (changeSignal) was counted less its quiet CPU.
