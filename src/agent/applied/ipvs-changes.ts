@@ -109,15 +109,23 @@ export function changedParts(before: IpvsStateLook, after: IpvsStateLook): Touch
 export async function lookAtIpvsState(host: Host, previous?: IpvsStateLook): Promise<IpvsStateLook> {
   const startedAt = Date.now();
   const [serverTable, terse, addresses] = await Promise.all([
-    host.ipvsTable().then(serverTableShapeBytes, () => undefined),
+    host.ipvsTable().then(
+      (table) => {
+        const shape = serverTableShapeBytes(table);
+        // The table's buffer is the host's, read into again by the next look: the shape is kept as
+        // a copy, made only when it changed (the previous look's otherwise), so that a look that
+        // sees no change leaves the collector nothing of the table's megabytes.
+        return previous?.serverTable?.equals(shape) ? previous.serverTable : Buffer.from(shape);
+      },
+      () => undefined,
+    ),
     host.ipset(['list', '-t']),
     host.ip(['-br', 'addr', 'show', 'dev', dummyDevice]).catch(() => ''),
   ]);
   const sets = ipsetHeaders(terse);
   const tellingMs = Date.now() - startedAt;
   if (previous?.serverTable !== undefined && serverTable !== undefined) {
-    // Unchanged, the previous look's table is kept and this one let go.
-    if (serverTable.equals(previous.serverTable))
+    if (serverTable === previous.serverTable)
       return {servers: previous.servers, serverTable: previous.serverTable, sets, addresses, tellingMs};
     const spelled = savedTextSince(previous.servers, previous.serverTable, serverTable);
     if (spelled !== undefined)

@@ -11,7 +11,7 @@ import type {Writable} from 'node:stream';
 import type {IptablesTable} from '../../core/iptables/chains.ts';
 import {type ConntrackFilter, type Host, HostCommandError, type IptablesFrontEnd, type RestoreInput, type RestoreOptions} from './host.ts';
 import {NamespaceAnchor} from './namespace-anchor.ts';
-import {readProcFile} from './proc-file.ts';
+import {ReadBuffer, readProcFile} from './proc-file.ts';
 
 export interface CommandResult {
   exitCode: number | undefined;
@@ -186,6 +186,8 @@ export class CommandHost implements Host {
   readonly #variant: IptablesVariant;
   /** With a netns: the process through which its /proc/net is read, started at the first such read. */
   #anchor: NamespaceAnchor | undefined;
+  /** What ipvsTable reads into, kept from look to look: the table is megabytes at 10,000 services. */
+  readonly #ipvsTableBuffer = new ReadBuffer();
 
   constructor(options: CommandHostOptions = {}) {
     this.netns = options.netns;
@@ -263,9 +265,10 @@ export class CommandHost implements Host {
   async ipvsTable(): Promise<Buffer> {
     // /proc/net is the reading process's namespace: another namespace's is read through a process
     // kept there, or, until one is, by a command run there.
-    if (this.netns === undefined) return readProcFile(`/proc/net/${ipvsTableName}`);
+    const into = this.#ipvsTableBuffer;
+    if (this.netns === undefined) return readProcFile(`/proc/net/${ipvsTableName}`, {into});
     this.#anchor ??= new NamespaceAnchor(this.netns, this.#onCommand);
-    const read = await this.#anchor.readProcNet(ipvsTableName);
+    const read = await this.#anchor.readProcNet(ipvsTableName, into);
     if (read !== undefined) return read;
     return Buffer.from((await this.run(['cat', `/proc/net/${ipvsTableName}`], {spool: true})).stdout, 'latin1');
   }

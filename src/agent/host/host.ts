@@ -77,7 +77,9 @@ export interface Host {
    * netlink dump of each server's real servers, so it is the cheap way to tell whether they changed;
    * `ipvsadm -Sn` stays the reading. Fails where IP_VS is not loaded. Its bytes, not a string:
    * a look every few seconds compares megabytes of it, and a string that size would wait in V8's
-   * heap for the next full collection, where a buffer is let go as soon as its holder is.
+   * heap for the next full collection, where a buffer is let go as soon as its holder is. The
+   * bytes may be a buffer the host reads the next table into: valid until the next call, so a
+   * caller that keeps them copies them.
    */
   ipvsTable(): Promise<Buffer>;
   /** ip ARGS (iproute2), e.g. link add kube-ipvs0 type dummy, addr add, -j addr show. */

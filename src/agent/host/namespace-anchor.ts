@@ -12,7 +12,7 @@
 // reads by a command, as without an anchor.
 import {spawn, type ChildProcess} from 'node:child_process';
 import {stat} from 'node:fs/promises';
-import {readProcFile} from './proc-file.ts';
+import {type ReadBuffer, readProcFile} from './proc-file.ts';
 
 /** Where `ip netns add` mounts each namespace it names. */
 const namedNamespaces = '/run/netns';
@@ -37,15 +37,15 @@ export class NamespaceAnchor {
   /**
    * The namespace's /proc/net/NAME read as a file through the anchor; undefined when no anchor is
    * inside the namespace yet (it was just started) or can be kept there. Rejects as reading it does
-   * when the file is not there (for ip_vs: IP_VS not loaded).
+   * when the file is not there (for ip_vs: IP_VS not loaded). `into`: as readProcFile's.
    */
-  async readProcNet(name: string): Promise<Buffer | undefined> {
+  async readProcNet(name: string, into?: ReadBuffer): Promise<Buffer | undefined> {
     const anchor = await this.#inside();
     if (!anchor) return undefined;
     const alive = () => anchor.exitCode === null && anchor.signalCode === null;
     let text: Buffer;
     try {
-      text = await readProcFile(`/proc/${anchor.pid}/net/${name}`);
+      text = await readProcFile(`/proc/${anchor.pid}/net/${name}`, {into});
     } catch (error) {
       // Not there in the namespace (for ip_vs: IP_VS not loaded), or the anchor ended meanwhile.
       if (alive()) throw error;

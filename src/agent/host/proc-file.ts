@@ -6,7 +6,9 @@
 // it garbage outside V8's heap. Here the reads are made on this thread, in bursts of a few
 // milliseconds with the event loop free between them, into one buffer that doubles when it is
 // nearly full: the reading costs the agent little more than the kernel's spelling of the file
-// (docs/observe.md has the figures, timed in the qemu guest and on a development machine).
+// (docs/observe.md has the figures, timed in the qemu guest and on a development machine). A file
+// read again and again can be read into a ReadBuffer kept between reads: once it is large enough,
+// a read allocates nothing, where each look would leave megabytes for the collector.
 import {readSync} from 'node:fs';
 import {open} from 'node:fs/promises';
 import {setImmediate as eventLoopTurn} from 'node:timers/promises';
@@ -20,15 +22,37 @@ const roomBeforeDoubling = 8 * 1024;
 /** How long one burst of reads may hold the event loop: what an API request may wait behind it. */
 const defaultBurstMs = 10;
 
+/** A buffer that reads of one file share, one read at a time: what a read returns is valid until the next. */
+export class ReadBuffer {
+  bytes = Buffer.allocUnsafeSlow(firstBufferBytes);
+  /** A read is filling it: another read meanwhile takes a buffer of its own. */
+  inUse = false;
+}
+
 /**
  * The file's bytes, read from its start to its end. The result may share its memory with a larger
  * buffer (at most twice its length): a caller that keeps it long copies it. `burstMs` is how long
- * one burst of reads may hold the event loop (default 10 ms).
+ * one burst of reads may hold the event loop (default 10 ms). `into`: a buffer kept from read to
+ * read, which the result then is (a view of), until the next read into it.
  */
-export async function readProcFile(path: string, {burstMs = defaultBurstMs}: {burstMs?: number} = {}): Promise<Buffer> {
+export async function readProcFile(
+  path: string,
+  {burstMs = defaultBurstMs, into}: {burstMs?: number; into?: ReadBuffer} = {},
+): Promise<Buffer> {
+  const shared = into !== undefined && !into.inUse ? into : undefined;
+  if (shared) shared.inUse = true;
+  try {
+    return await readWhole(path, burstMs, shared);
+  } finally {
+    // Only once the file is closed and the bytes are the caller's: a read that began meanwhile took a buffer of its own.
+    if (shared) shared.inUse = false;
+  }
+}
+
+async function readWhole(path: string, burstMs: number, shared: ReadBuffer | undefined): Promise<Buffer> {
   const handle = await open(path);
   try {
-    let buffer = Buffer.allocUnsafeSlow(firstBufferBytes);
+    let buffer = shared?.bytes ?? Buffer.allocUnsafeSlow(firstBufferBytes);
     let length = 0;
     for (;;) {
       const burstEnds = performance.now() + burstMs;
@@ -37,6 +61,7 @@ export async function readProcFile(path: string, {burstMs = defaultBurstMs}: {bu
           const larger = Buffer.allocUnsafeSlow(buffer.length * 2);
           buffer.copy(larger, 0, 0, length);
           buffer = larger;
+          if (shared) shared.bytes = larger;
         }
         const bytesRead = readSync(handle.fd, buffer, length, buffer.length - length, null);
         if (bytesRead === 0) return buffer.subarray(0, length);

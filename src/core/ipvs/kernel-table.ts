@@ -17,8 +17,8 @@ export function serverTableShape(table: string): string {
 
 /**
  * serverTableShape of the table's bytes, as the looks read it (Host.ipvsTable), without making it
- * a string. The shape is written over `table` itself, from its start (it is never longer), so
- * that a look allocates no second table.
+ * a string. The shape is written over `table` itself, from its start (it is never longer), and
+ * is a view of it: a look allocates no second table, and copies the shape only to keep it.
  */
 export function serverTableShapeBytes(table: Uint8Array): Buffer {
   let length = 0;
@@ -32,8 +32,7 @@ export function serverTableShapeBytes(table: Uint8Array): Buffer {
     if (end < table.length) table[length++] = newline;
     start = end + 1;
   }
-  // A copy of its own length: the shape is kept until the next look, the table's length is not.
-  return Buffer.from(table.subarray(0, length));
+  return Buffer.from(table.buffer, table.byteOffset, length);
 }
 
 const space = 32;

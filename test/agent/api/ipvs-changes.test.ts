@@ -105,6 +105,31 @@ test('a look prints the servers only when their table changed, spelling them fro
   assert.deepEqual(host.calls.slice(before), ['ipset list -t', 'ip -br addr show dev kube-ipvs0', 'ipvsadm -Sn']);
 });
 
+test("a look keeps the table's shape as a copy, only when it changed: the host reads each table into the same buffer", async () => {
+  const host = await seededNode();
+  // As CommandHost does: every table read into one buffer, written over by the next read.
+  const shared = Buffer.alloc(64 * 1024);
+  const readTable = host.ipvsTable.bind(host);
+  host.ipvsTable = async () => {
+    const table = await readTable();
+    return shared.subarray(0, table.copy(shared));
+  };
+  const first = await lookAtIpvsState(host);
+  assert.notEqual(first.serverTable!.buffer, shared.buffer, 'the first shape is a copy');
+  const unchanged = await lookAtIpvsState(host, first);
+  assert.equal(unchanged.serverTable, first.serverTable, 'a look that saw no change keeps the shape it was given');
+  await host.ipvsadm(['-R'], '-a -t 10.96.0.11:53 -r 10.244.1.5:53 -m -w 1\n');
+  const changed = await lookAtIpvsState(host, unchanged);
+  assert.notEqual(changed.serverTable, first.serverTable);
+  assert.deepEqual([...(changedParts(unchanged, changed).get('IPv4')?.get(ipvsStateParts.servers)?.servers ?? [])], ['-t 10.96.0.11:53']);
+  const kept = changed.serverTable!.toString('latin1');
+  await host.ipvsadm(['-R'], '-d -t 10.96.0.11:53 -r 10.244.1.5:53\n');
+  const undone = await lookAtIpvsState(host, changed);
+  assert.equal(changed.serverTable!.toString('latin1'), kept, 'the next read did not write over a kept shape');
+  assert.equal(undone.serverTable!.toString('latin1'), first.serverTable!.toString('latin1'));
+  assert.deepEqual(parseIpvsadmSave(undone.servers), parseIpvsadmSave(await host.ipvsadm(['-Sn'])));
+});
+
 /** A node holding one service's ipvs state: two real servers, its set entries and its address. */
 async function seededNode(): Promise<IpvsHost> {
   const host = new IpvsHost();

@@ -1,12 +1,12 @@
 // readProcFile against the kernel's own seq files: a file spelled a page per read(), far larger
 // than the first buffer, comes whole and in order, as readFileSync gives it; a missing file
-// rejects as opening it does.
+// rejects as opening it does; reads into a kept buffer allocate none once it is large enough.
 import assert from 'node:assert/strict';
 import {readFileSync, writeFileSync, mkdtempSync, rmSync} from 'node:fs';
 import {tmpdir} from 'node:os';
 import {join} from 'node:path';
 import test from 'node:test';
-import {readProcFile} from '../../../src/agent/host/proc-file.ts';
+import {ReadBuffer, readProcFile} from '../../../src/agent/host/proc-file.ts';
 
 test('a seq file of megabytes, spelled a page per read, is read whole and in order', async () => {
   // /proc/kallsyms: a seq_file of several MB that any user may read, and that does not change while no module loads.
@@ -54,4 +54,20 @@ test('the event loop turns between bursts of reads, so that other work waits onl
   assert.ok(tookMs > 5 * burstMs, `the read took ${tookMs.toFixed(1)} ms, too short to show bursts of ${burstMs} ms`);
   assert.ok(turns >= 3, `the event loop turned ${turns} times in a read of ${tookMs.toFixed(1)} ms`);
   assert.ok(longestGapMs < tookMs / 2, `the event loop waited ${longestGapMs.toFixed(1)} ms at once in a read of ${tookMs.toFixed(1)} ms`);
+});
+
+test('reads into a ReadBuffer reuse its memory once it is large enough; a read begun meanwhile takes a buffer of its own', async () => {
+  const kallsyms = readFileSync('/proc/kallsyms');
+  const into = new ReadBuffer();
+  assert.ok((await readProcFile('/proc/kallsyms', {into})).equals(kallsyms));
+  const grown = into.bytes;
+  assert.ok(grown.length >= kallsyms.length, 'the kept buffer grew to hold the file');
+  const again = await readProcFile('/proc/kallsyms', {into});
+  assert.ok(again.equals(kallsyms));
+  assert.equal(again.buffer, grown.buffer, 'the second read allocated no buffer');
+  const [both, version] = await Promise.all([readProcFile('/proc/kallsyms', {into}), readProcFile('/proc/version', {into})]);
+  assert.ok(both.equals(kallsyms), 'the first read was not written over by the one begun meanwhile');
+  assert.equal(version.toString('latin1'), readFileSync('/proc/version', 'latin1'));
+  assert.notEqual(version.buffer, both.buffer);
+  assert.equal(into.inUse, false);
 });
