@@ -15,6 +15,7 @@ export {
   parseIpvsadmSave,
   parseIpvsadmSaveSince,
   patchedServers,
+  serverNamed,
   virtualServerKey,
   virtualServerLines,
   virtualServerText,

@@ -334,6 +334,14 @@ export function parseIpvsadmSaveSince(
   return {servers: servers.sort((a, b) => compare(a.key, b.key)).map(({server}) => server), blocks};
 }
 
+/** The virtual server ipvsadm's words name ("-t 10.96.0.10:80"); undefined for words that name none. */
+export function serverNamed(words: string): Pick<IpvsVirtualServer, 'protocol' | 'address' | 'port'> | undefined {
+  const [flag, target = ''] = words.split(' ');
+  const protocol = flagProtocol(flag);
+  const named = hostPort(target);
+  return protocol && named ? {protocol, ...named} : undefined;
+}
+
 /**
  * A reading's servers (`servers`, sorted by key) brought up to `printed`, newer `ipvsadm -Sn`
  * output in which only the servers named by `words` ("-t 10.96.0.10:80") may differ from the
@@ -352,12 +360,10 @@ export function patchedServers(
 ): IpvsVirtualServer[] | undefined {
   const patched = servers.slice();
   for (const [server, ranges] of serverLineRanges(printed, words)) {
-    const [flag, target = ''] = server.split(' ');
-    const protocol = flagProtocol(flag);
-    const named = hostPort(target);
-    if (!protocol || !named) return undefined;
+    const named = serverNamed(server);
+    if (!named) return undefined;
     if (!kept(named)) continue;
-    const key = virtualServerKey({protocol, ...named});
+    const key = virtualServerKey(named);
     // A copy of the lines, not slices of `printed`: a slice would keep all of it alive with the server.
     const lines = Buffer.from(ranges.map(([start, end]) => printed.slice(start, end)).join('')).toString();
     const [read] = lines === '' ? [] : parseIpvsadmSave(lines);

@@ -21,6 +21,7 @@ import {readIpvsKernelState} from '../../../src/agent/sync/ipvs-host.ts';
 import {memoryLogger} from '../../../src/agent/log.ts';
 import {IpvsHost} from '../ipvs-memory-host.ts';
 import {watchedChanges} from './watched-changes.ts';
+import type {ParsedRules} from '../../../src/agent/api/rules/backend.ts';
 
 // What `ipset list -t` printed for two of ipvs mode's sets and one of another program's.
 const terseListing = `Name: KUBE-CLUSTER-IP
@@ -385,6 +386,38 @@ test('a change to the servers is followed from the servers the look printed, wit
       assert.equal(formatIpvsState(followed), formatIpvsState(await host.applied()), `${what}: the kernel's servers`);
       assert.ok(followed.virtualServers.includes(dns), `${what}: the untouched server is the reading's object`);
     }
+  } finally {
+    applied.close();
+  }
+});
+
+test('a diff of a followed reading finds what a whole diff finds: the servers the changes named, and those that differed before', async () => {
+  const host = await seededNode();
+  const latest: LatestIpvsLook = {servers: undefined};
+  const {backend, applied} = await watchedNode(host, latest);
+  try {
+    // The desired state: the kernel's as it was seeded, in objects of its own (this node has no iptables layer).
+    const desired = {...(await host.applied()), iptables: ''} as ParsedRules;
+    const diffOf = async () => {
+      const followed = (await applied.get('IPv4')).rules;
+      const whole = backend.diff(desired, parseIpvsStateText(formatIpvsState(followed as IpvsState)) as ParsedRules);
+      return {followed: backend.diff(desired, followed), whole};
+    };
+    const start = await diffOf();
+    assert.equal(start.followed.equal, true, start.followed.text);
+    await host.ipvsadm(['-R'], '-d -t 10.96.0.10:80 -r 10.244.1.3:8080\n');
+    const first = await diffOf();
+    assert.deepEqual(first.followed.groups, first.whole.groups);
+    assert.match(first.followed.text, /^--a -t 10\.96\.0\.10:80 -r 10\.244\.1\.3:8080/m);
+    // Another server changes; the first one's drift, found by the diff before, is still found.
+    await host.ipvsadm(['-R'], '-a -t 10.96.0.11:53 -r 10.244.1.6:53 -m -w 1\n');
+    const second = await diffOf();
+    assert.deepEqual(second.followed.groups, second.whole.groups);
+    assert.match(second.followed.text, /^--a -t 10\.96\.0\.10:80 -r 10\.244\.1\.3:8080/m);
+    assert.match(second.followed.text, /^\+-a -t 10\.96\.0\.11:53 -r 10\.244\.1\.6:53/m);
+    // Both undone: no drift left.
+    await host.ipvsadm(['-R'], '-a -t 10.96.0.10:80 -r 10.244.1.3:8080 -m -w 1\n-d -t 10.96.0.11:53 -r 10.244.1.6:53\n');
+    assert.equal((await diffOf()).followed.equal, true);
   } finally {
     applied.close();
   }

@@ -19,6 +19,7 @@ import {
   virtualServerText,
   withJumpRules,
   type IpvsState,
+  virtualServerKey,
 } from '../../../src/core/ipvs/index.ts';
 import {buildProxyModel, type EndpointSliceInput, type ServiceInput} from '../../../src/core/model/index.ts';
 import type {Packet} from '../../../src/core/trace/types.ts';
@@ -414,6 +415,41 @@ describe('diffIpvs: checks after checks, as an observer makes them', () => {
     );
     // And the first reading, unchanged, still matches.
     assert.equal(diffIpvs(desired, first).equal, true);
+  });
+});
+
+describe('diffIpvs: the servers that may differ, compared alone', () => {
+  it('names the servers whose lines differ, and given those, finds among them what a whole diff finds', () => {
+    const desired = cluster();
+    const read = readBack(desired);
+    const servers = read.virtualServers.filter((server) => server.port === 80);
+    assert.ok(servers.length >= 2, 'two servers to change');
+    const [lessOne, extraOne] = servers;
+    const drifted: IpvsState = {
+      ...read,
+      virtualServers: read.virtualServers
+        .map((server) => (server === lessOne ? {...server, realServers: server.realServers.slice(1)} : server))
+        .map((server) =>
+          server === extraOne ? {...server, realServers: [...server.realServers, {address: '10.244.9.9', port: 8080, weight: 1}]} : server,
+        ),
+    };
+    const whole = diffIpvs(desired, drifted);
+    const keys = [lessOne, extraOne].map(virtualServerKey);
+    assert.deepEqual([...whole.differingServers].sort(), [...keys].sort());
+    const named = diffIpvs(desired, drifted, {comparedServers: new Set(keys)});
+    assert.deepEqual(named.groups, whole.groups);
+    assert.equal(named.text, whole.text);
+    // A server left out was vouched for by the caller: not compared, whatever it holds.
+    const onlyFirst = diffIpvs(desired, drifted, {comparedServers: new Set([keys[0]])});
+    assert.deepEqual(
+      onlyFirst.groups.flatMap((group) => group.added),
+      whole.groups.flatMap((group) => group.added),
+    );
+    assert.deepEqual([...onlyFirst.differingServers], [keys[0]]);
+    // A server one side lacks is found by its key on the other.
+    const gone: IpvsState = {...read, virtualServers: read.virtualServers.filter((server) => server !== lessOne)};
+    assert.deepEqual(diffIpvs(desired, gone, {comparedServers: new Set([keys[0]])}).groups, diffIpvs(desired, gone).groups);
+    assert.equal(diffIpvs(desired, read, {comparedServers: new Set(keys)}).equal, true);
   });
 });
 

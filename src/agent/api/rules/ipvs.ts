@@ -14,6 +14,7 @@ import {
   parseIpvsadmSave,
   flagProtocol,
   renderIpvs,
+  serverNamed,
   sortedIndex,
   traceIpvs,
   virtualServerKey,
@@ -158,6 +159,34 @@ function inService(group: IpvsDiffGroup, service: string): boolean {
 }
 
 /**
+ * Per applied state: the virtual servers (by virtualServerKey) that may differ from a desired
+ * state (held weakly: a new model's lets the old one go), every other server known to be the
+ * same. A diff leaves the servers it found differing; a foreign change followed by the servers
+ * it named adds those. The next diff against the same desired state compares them alone.
+ */
+const serversMayDiffer = new WeakMap<IpvsState, {desired: WeakRef<IpvsState>; servers: ReadonlySet<string>}>();
+
+/** What may differ of the followed state: what did of the state it followed, and the servers the change named. */
+function carryServersMayDiffer(before: IpvsState, followed: IpvsState, touched: Map<string, TouchedObjects>): void {
+  const known = serversMayDiffer.get(before);
+  if (!known) return;
+  if (followed.virtualServers === before.virtualServers) {
+    serversMayDiffer.set(followed, known);
+    return;
+  }
+  const servers = touched.get(ipvsStateParts.servers);
+  if (!servers || servers.whole) return;
+  const keys = new Set(known.servers);
+  for (const words of servers.servers) {
+    const named = serverNamed(words);
+    // Words that name no server: what changed is not known, and every server is compared.
+    if (!named) return;
+    keys.add(virtualServerKey(named));
+  }
+  serversMayDiffer.set(followed, {desired: known.desired, servers: keys});
+}
+
+/**
  * ipvsRulesBackend renders with the agent's scheduler, so the desired state is the one it writes.
  * `latestLook`: the servers as watchIpvsState's latest look printed them, which a followed change
  * reads instead of running `ipvsadm -Sn` again.
@@ -195,7 +224,11 @@ export function ipvsRulesBackend(options: {scheduler?: string; latestLook?: Late
       return desired;
     },
     diff: (desired, applied, service) => {
-      const result = diffIpvs(desired as IpvsState, applied as IpvsState);
+      const [mine, theirs] = [desired as IpvsState, applied as IpvsState];
+      const known = serversMayDiffer.get(theirs);
+      const result = diffIpvs(mine, theirs, {comparedServers: known?.desired.deref() === mine ? known.servers : undefined});
+      // Filtered to a service or not, the diff compared the whole state.
+      serversMayDiffer.set(theirs, {desired: new WeakRef(mine), servers: result.differingServers});
       if (!service) return {equal: result.equal, groups: result.groups, text: result.text};
       const groups = result.groups.filter((group) => inService(group, service));
       return {equal: groups.length === 0, groups, text: ipvsDiffText(groups)};
@@ -214,6 +247,7 @@ export function ipvsRulesBackend(options: {scheduler?: string; latestLook?: Late
     rulesNear: (rules, needle, near) => ipvsLinesNear(rules as IpvsState, needle, near),
     follow: async (host, family, rules, touched) => {
       const followed = await followIpvsChanges(host, family, rules as IpvsState, touched, options.latestLook?.servers);
+      carryServersMayDiffer(rules as IpvsState, followed, touched);
       for (const server of followed.virtualServers) server.servicePort ||= owners.get(family)?.get(virtualServerKey(server)) ?? '';
       return followed as ParsedRules;
     },
