@@ -220,14 +220,17 @@ export function savedTextSince(printed: string, before: Buffer, now: Buffer): Sp
     changedServers.add(words);
     spelled += lines;
   }
-  const kept = withoutServers(printed, changedServers);
-  return {text: kept === '' || kept.endsWith('\n') || spelled === '' ? kept + spelled : `${kept}\n${spelled}`, changedServers};
+  return {text: withoutServers(printed, changedServers, spelled), changedServers};
 }
 
-/** `ipvsadm -Sn` output without the lines of the servers named by `words` ("-t 10.96.0.10:80"). */
-function withoutServers(printed: string, words: ReadonlySet<string>): string {
+/**
+ * `ipvsadm -Sn` output without the lines of the servers named by `words` ("-t 10.96.0.10:80"),
+ * with `appended` after it, as one flat string: the follow searches this text, and a string
+ * made by `+` would be copied whole (flattened) by its first search, megabytes at 10,000 services.
+ */
+function withoutServers(printed: string, words: ReadonlySet<string>, appended: string): string {
   const dropped = [...serverLineRanges(printed, words).values()].flat().sort((a, b) => a[0] - b[0]);
-  if (dropped.length === 0) return printed;
+  if (dropped.length === 0 && appended === '') return printed;
   const pieces: string[] = [];
   let from = 0;
   for (const [start, end] of dropped) {
@@ -235,5 +238,8 @@ function withoutServers(printed: string, words: ReadonlySet<string>): string {
     from = Math.max(from, end);
   }
   pieces.push(printed.slice(from));
+  const kept = pieces.at(-1)!;
+  if (appended !== '' && kept !== '' && !kept.endsWith('\n')) pieces.push('\n');
+  pieces.push(appended);
   return pieces.join('');
 }
