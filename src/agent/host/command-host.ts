@@ -186,8 +186,8 @@ export class CommandHost implements Host {
   readonly #variant: IptablesVariant;
   /** With a netns: the process through which its /proc/net is read, started at the first such read. */
   #anchor: NamespaceAnchor | undefined;
-  /** What ipvsTable reads into, kept from look to look: the table is megabytes at 10,000 services. */
-  readonly #ipvsTableBuffer = new ReadBuffer();
+  /** What ipvsTable reads into, kept from look to look (the table is megabytes at 10,000 services); made at the first read. */
+  #ipvsTableBuffer: ReadBuffer | undefined;
 
   constructor(options: CommandHostOptions = {}) {
     this.netns = options.netns;
@@ -265,7 +265,7 @@ export class CommandHost implements Host {
   async ipvsTable(): Promise<Buffer> {
     // /proc/net is the reading process's namespace: another namespace's is read through a process
     // kept there, or, until one is, by a command run there.
-    const into = this.#ipvsTableBuffer;
+    const into = (this.#ipvsTableBuffer ??= new ReadBuffer());
     if (this.netns === undefined) return readProcFile(`/proc/net/${ipvsTableName}`, {into});
     this.#anchor ??= new NamespaceAnchor(this.netns, this.#onCommand);
     const read = await this.#anchor.readProcNet(ipvsTableName, into);

@@ -174,7 +174,8 @@ export interface DiffIpvsOptions {
    * The virtual servers, by virtualServerKey, that may differ: the caller knows every other one
    * to be the same on both sides (an earlier diff found it so, and nothing touched it since), and
    * they are not compared. At 10,000 services a diff after a change to one server then looks at
-   * that one, not at 20,000. Undefined: every server is compared.
+   * that one, not at 20,000. Undefined: every server is compared. Both states' servers are then
+   * found by halving: in key order, as readings and renderings keep them (sortServers).
    */
   comparedServers?: ReadonlySet<string>;
 }

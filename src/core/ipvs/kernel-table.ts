@@ -238,8 +238,9 @@ function withoutServers(printed: string, words: ReadonlySet<string>, appended: s
     from = Math.max(from, end);
   }
   pieces.push(printed.slice(from));
-  const kept = pieces.at(-1)!;
-  if (appended !== '' && kept !== '' && !kept.endsWith('\n')) pieces.push('\n');
+  // Dropped lines end with their newline: only a last line without one needs one before `appended`.
+  const lastPiece = pieces.at(-1)!;
+  if (appended !== '' && lastPiece !== '' && !lastPiece.endsWith('\n')) pieces.push('\n');
   pieces.push(appended);
   return pieces.join('');
 }
