@@ -29,8 +29,13 @@ export class IpvsHost extends RecordingHost {
     return '';
   }
 
+  /** How many bytes of the table each read gives ipvsTable's onRead, as the kernel gives a page per read(). */
+  tableReadBytes = 256;
+  /** Called after each read of the table but the last, as it is read. */
+  onTableRead?: (bytesRead: number) => void;
+
   /** The servers as the kernel's /proc/net/ip_vs spells them: addresses and ports in hex, with connection counts. */
-  override async ipvsTable(): Promise<Buffer> {
+  override async ipvsTable(onRead?: (read: Buffer) => void): Promise<Buffer> {
     this.calls.push('read /proc/net/ip_vs');
     const hexPort = (port: number) => port.toString(16).toUpperCase().padStart(4, '0');
     const lines = [...this.servers.values()].flatMap((server) => [
@@ -41,7 +46,12 @@ export class IpvsHost extends RecordingHost {
           `  -> ${tableAddress(real.address)}:${hexPort(real.port)}      Masq    ${real.weight}      ${this.activeConnections}          0         `,
       ),
     ]);
-    return Buffer.from(ipvsTableHeader + lines.map((line) => `${line}\n`).join(''), 'latin1');
+    const table = Buffer.from(ipvsTableHeader + lines.map((line) => `${line}\n`).join(''), 'latin1');
+    for (let read = this.tableReadBytes; read < table.length; read += this.tableReadBytes) {
+      onRead?.(table.subarray(0, read));
+      this.onTableRead?.(read);
+    }
+    return table;
   }
 
   /** Each real server's ActiveConn in ipvsTable: traffic changes it, not the servers. */

@@ -20,7 +20,7 @@
 // The iptables layer is nft monitor's (watchNftRuleset), merged in. A change is reported with
 // what it touched, under the names ipvsStateParts gives, for the ipvs backend's follow.
 import type {IPFamily} from '../../core/model/index.ts';
-import {dummyDevice, savedTextSince, serverTableShapeBytes} from '../../core/ipvs/index.ts';
+import {dummyDevice, savedTextSince, ServerTableComparison, ServerTableShaper, type SpelledSince} from '../../core/ipvs/index.ts';
 import {errorText} from '../../core/error-text.ts';
 import type {Host} from '../host/host.ts';
 import type {Logger} from '../log.ts';
@@ -57,8 +57,8 @@ export interface IpvsStateLook {
   serverTable?: Buffer;
   /**
    * The servers whose lines differ from the previous look's, by ipvsadm's words for them
-   * ("-t 10.96.0.10:80"), where they were spelled from the table; undefined when `ipvsadm -Sn`
-   * printed them all.
+   * ("-t 10.96.0.10:80"), where they were spelled from the table, but the one the look reported
+   * while it read (lookAtIpvsState's `onServerChanged`); undefined when `ipvsadm -Sn` printed them all.
    */
   changedServers?: ReadonlySet<string>;
   /** Each KUBE- set's header in `ipset list -t`, by name. */
@@ -83,6 +83,12 @@ function serverFamily(words: string): IPFamily {
   return words.includes('[') ? 'IPv6' : 'IPv4';
 }
 
+/** `touched` with the servers named by ipvsadm's words for them ("-t 10.96.0.10:80"), each in its family. */
+function serversTouched(touched: TouchedTables, servers: Iterable<string>): TouchedTables {
+  for (const server of servers) touchedIn(touched, serverFamily(server), ipvsStateParts.servers).servers.add(server);
+  return touched;
+}
+
 /**
  * What changed between two looks, by family and part; empty when nothing did. The servers are
  * named where the look that saw them change could name them.
@@ -92,8 +98,7 @@ export function changedParts(before: IpvsStateLook, after: IpvsStateLook): Touch
   const whole = (part: string) => {
     for (const family of families) touchedIn(touched, family, part).whole = true;
   };
-  if (before.servers !== after.servers && after.changedServers)
-    for (const server of after.changedServers) touchedIn(touched, serverFamily(server), ipvsStateParts.servers).servers.add(server);
+  if (before.servers !== after.servers && after.changedServers) serversTouched(touched, after.changedServers);
   else if (before.servers !== after.servers) whole(ipvsStateParts.servers);
   if (before.addresses !== after.addresses) whole(ipvsStateParts.addresses);
   for (const name of new Set([...before.sets.keys(), ...after.sets.keys()]))
@@ -104,32 +109,52 @@ export function changedParts(before: IpvsStateLook, after: IpvsStateLook): Touch
 /**
  * Takes one look at the node's ipvs state. Given the previous look, the servers are printed only
  * when the kernel's table of them changed since, and then only the changed ones are spelled from
- * the table where it can (savedTextSince); else `ipvsadm -Sn` prints them all.
+ * the table where it can (savedTextSince); else `ipvsadm -Sn` prints them all. The table is
+ * compared as it is read (ServerTableComparison): `onServerChanged` is given the first server
+ * found changed in place, with `ipvsadm -Sn` as it would print with that change, as soon as the
+ * read passes it; the look's result then names only the servers that changed besides.
  */
-export async function lookAtIpvsState(host: Host, previous?: IpvsStateLook): Promise<IpvsStateLook> {
+export async function lookAtIpvsState(
+  host: Host,
+  previous?: IpvsStateLook,
+  onServerChanged?: (change: SpelledSince) => void,
+): Promise<IpvsStateLook> {
   const startedAt = Date.now();
-  const [serverTable, terse, addresses] = await Promise.all([
-    host.ipvsTable().then(
-      (table) => {
-        const shape = serverTableShapeBytes(table);
-        // The table's buffer is the host's, read into again by the next look: the shape is kept as
-        // a copy, made only when it changed (the previous look's otherwise), so that a look that
-        // sees no change leaves the collector nothing of the table's megabytes.
-        return previous?.serverTable?.equals(shape) ? previous.serverTable : Buffer.from(shape);
-      },
+  const shaper = new ServerTableShaper();
+  const comparison =
+    previous?.serverTable && onServerChanged ? new ServerTableComparison(previous.serverTable, previous.servers) : undefined;
+  let reported: SpelledSince | undefined;
+  const onRead =
+    comparison &&
+    ((read: Buffer) => {
+      const changed = comparison.more(shaper.more(read));
+      if (changed) onServerChanged!((reported = changed));
+    });
+  const [shape, terse, addresses] = await Promise.all([
+    host.ipvsTable(onRead).then(
+      (table) => shaper.end(table),
       () => undefined,
     ),
     host.ipset(['list', '-t']),
     host.ip(['-br', 'addr', 'show', 'dev', dummyDevice]).catch(() => ''),
   ]);
+  // The table's buffer is the host's, read into again by the next look: the shape is kept as a
+  // copy, made only when it changed (the previous look's otherwise), so that a look that sees no
+  // change leaves the collector nothing of the table's megabytes.
+  const serverTable = shape && previous?.serverTable?.equals(shape) ? previous.serverTable : shape && Buffer.from(shape);
   const sets = ipsetHeaders(terse);
   const tellingMs = Date.now() - startedAt;
   if (previous?.serverTable !== undefined && serverTable !== undefined) {
     if (serverTable === previous.serverTable)
       return {servers: previous.servers, serverTable: previous.serverTable, sets, addresses, tellingMs};
+    if (reported && comparison!.differsOnlyInSpelled(serverTable))
+      return {servers: reported.text, serverTable, changedServers: new Set(), sets, addresses, tellingMs};
     const spelled = savedTextSince(previous.servers, previous.serverTable, serverTable);
-    if (spelled !== undefined)
+    if (spelled !== undefined) {
+      // The server reported is spelled again from the same read: its lines are those reported.
+      for (const server of reported?.changedServers ?? []) spelled.changedServers.delete(server);
       return {servers: spelled.text, serverTable, changedServers: spelled.changedServers, sets, addresses, tellingMs};
+    }
   }
   const servers = await host.ipvsadm(['-Sn']);
   return {servers, serverTable, sets, addresses, tellingMs: serverTable === undefined ? Date.now() - startedAt : tellingMs};
@@ -175,7 +200,7 @@ export async function watchIpvsState(options: {
   log: Logger;
   iptables: RulesetChanges;
   pollMs?: number;
-  look?: (previous: IpvsStateLook | undefined) => Promise<IpvsStateLook>;
+  look?: (previous: IpvsStateLook | undefined, onServerChanged: (change: SpelledSince) => void) => Promise<IpvsStateLook>;
   /** Given each look's servers (ipvsRulesBackend's follow reads them). */
   latest?: LatestIpvsLook;
   /** How often the state is read whole again (default 10 minutes). */
@@ -183,7 +208,7 @@ export async function watchIpvsState(options: {
 }): Promise<RulesetChanges> {
   const {log, iptables, latest} = options;
   const pollMs = options.pollMs ?? 2000;
-  const look = options.look ?? ((previous) => lookAtIpvsState(options.host, previous));
+  const look = options.look ?? ((previous, onServerChanged) => lookAtIpvsState(options.host, previous, onServerChanged));
   let last: IpvsStateLook | undefined;
   /** When the looks were last (re)started from a first look: changes before are not known. */
   let watchingSince: number | undefined;
@@ -201,11 +226,29 @@ export async function watchIpvsState(options: {
   /** When readings were last made to read the state whole (or the looks began). */
   let wholeSince = 0;
 
+  /** A change reported at `at`: readings from before it follow it. */
+  const changed = (at: number, touched: TouchedTables) => {
+    lastChangeAt = at;
+    changes.push({at, touched});
+    if (changes.length > changesKept) keptSince = changes.shift()!.at + 1;
+    log.detail(3, 'agent api: ipvs state changed', {parts: describe(touched)});
+  };
+
+  /**
+   * A server the running look found changed as it read the table, reported then, not once the look
+   * ends: with the servers as they print with it, for the follow. The look's result leaves it out.
+   */
+  const serverChangedWhileLooking = (change: SpelledSince) => {
+    if (watchingSince === undefined || !last) return;
+    if (latest) latest.servers = change.text;
+    changed(Date.now(), serversTouched(new Map(), change.changedServers));
+  };
+
   const lookOnce = (): Promise<boolean> => {
     const startedAt = (lastLookStartedAt = Date.now());
     const done = (async () => {
       try {
-        const now = await look(last);
+        const now = await look(last, serverChangedWhileLooking);
         const at = Date.now();
         lastLookMs = now.tellingMs ?? at - startedAt;
         if (watchingSince === undefined || !last) {
@@ -222,12 +265,7 @@ export async function watchIpvsState(options: {
           });
         } else {
           const touched = changedParts(last, now);
-          if (touched.size > 0) {
-            lastChangeAt = at;
-            changes.push({at, touched});
-            if (changes.length > changesKept) keptSince = changes.shift()!.at + 1;
-            log.detail(3, 'agent api: ipvs state changed', {parts: describe(touched)});
-          }
+          if (touched.size > 0) changed(at, touched);
         }
         last = now;
         if (latest) latest.servers = now.servers;

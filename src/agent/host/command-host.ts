@@ -262,13 +262,13 @@ export class CommandHost implements Host {
     return (await this.run(['ipvsadm', ...args], {input, spool: /^-[SL]/.test(args[0] ?? '') || args.includes('--save')})).stdout;
   }
 
-  async ipvsTable(): Promise<Buffer> {
+  async ipvsTable(onRead?: (read: Buffer) => void): Promise<Buffer> {
     // /proc/net is the reading process's namespace: another namespace's is read through a process
     // kept there, or, until one is, by a command run there.
     const into = (this.#ipvsTableBuffer ??= new ReadBuffer());
-    if (this.netns === undefined) return readProcFile(`/proc/net/${ipvsTableName}`, {into});
+    if (this.netns === undefined) return readProcFile(`/proc/net/${ipvsTableName}`, {into, onRead});
     this.#anchor ??= new NamespaceAnchor(this.netns, this.#onCommand);
-    const read = await this.#anchor.readProcNet(ipvsTableName, into);
+    const read = await this.#anchor.readProcNet(ipvsTableName, into, onRead);
     if (read !== undefined) return read;
     return Buffer.from((await this.run(['cat', `/proc/net/${ipvsTableName}`], {spool: true})).stdout, 'latin1');
   }

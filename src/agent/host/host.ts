@@ -79,9 +79,11 @@ export interface Host {
    * a look every few seconds compares megabytes of it, and a string that size would wait in V8's
    * heap for the next full collection, where a buffer is let go as soon as its holder is. The
    * bytes may be a buffer the host reads the next table into: valid until the next call, so a
-   * caller that keeps them copies them.
+   * caller that keeps them copies them. `onRead`: given the bytes read so far as the reading goes
+   * (the table is spelled by the kernel a page per read()), each a view of what the result holds,
+   * so that a look can compare them while the rest is read; it may write over the bytes given.
    */
-  ipvsTable(): Promise<Buffer>;
+  ipvsTable(onRead?: (read: Buffer) => void): Promise<Buffer>;
   /** ip ARGS (iproute2), e.g. link add kube-ipvs0 type dummy, addr add, -j addr show. */
   ip(args: string[], input?: string): Promise<string>;
   /** conntrack -D with the filter; returns how many entries were deleted (0 when none matched). */

@@ -37,15 +37,19 @@ export class NamespaceAnchor {
   /**
    * The namespace's /proc/net/NAME read as a file through the anchor; undefined when no anchor is
    * inside the namespace yet (it was just started) or can be kept there. Rejects as reading it does
-   * when the file is not there (for ip_vs: IP_VS not loaded). `into`: as readProcFile's.
+   * when the file is not there (for ip_vs: IP_VS not loaded). `into` and `onRead`: as readProcFile's.
    */
-  async readProcNet(name: string, into?: ReadBuffer): Promise<Buffer | undefined> {
+  async readProcNet(name: string, into?: ReadBuffer, onRead?: (read: Buffer) => void): Promise<Buffer | undefined> {
     const anchor = await this.#inside();
     if (!anchor) return undefined;
     const alive = () => anchor.exitCode === null && anchor.signalCode === null;
     let text: Buffer;
     try {
-      text = await readProcFile(`/proc/${anchor.pid}/net/${name}`, {into});
+      text = await readProcFile(`/proc/${anchor.pid}/net/${name}`, {
+        into,
+        // The anchor is reaped between bursts, if at all: bytes given while it lives are the namespace's.
+        onRead: onRead && ((read) => alive() && onRead(read)),
+      });
     } catch (error) {
       // Not there in the namespace (for ip_vs: IP_VS not loaded), or the anchor ended meanwhile.
       if (alive()) throw error;

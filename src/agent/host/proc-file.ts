@@ -33,23 +33,30 @@ export class ReadBuffer {
  * The file's bytes, read from its start to its end. The result may share its memory with a larger
  * buffer (at most twice its length): a caller that keeps it long copies it. `burstMs` is how long
  * one burst of reads may hold the event loop (default 10 ms). `into`: a buffer kept from read to
- * read, which the result then is (a view of), until the next read into it.
+ * read, which the result then is (a view of), until the next read into it. `onRead`: given the
+ * bytes read so far after each burst, a view of what the result holds, so that a caller can begin
+ * on them while the kernel spells the rest; it may write over the bytes it was given.
  */
 export async function readProcFile(
   path: string,
-  {burstMs = defaultBurstMs, into}: {burstMs?: number; into?: ReadBuffer} = {},
+  {burstMs = defaultBurstMs, into, onRead}: {burstMs?: number; into?: ReadBuffer; onRead?: (read: Buffer) => void} = {},
 ): Promise<Buffer> {
   const shared = into !== undefined && !into.inUse ? into : undefined;
   if (shared) shared.inUse = true;
   try {
-    return await readWhole(path, burstMs, shared);
+    return await readWhole(path, burstMs, shared, onRead);
   } finally {
     // Only once the file is closed and the bytes are the caller's: a read that began meanwhile took a buffer of its own.
     if (shared) shared.inUse = false;
   }
 }
 
-async function readWhole(path: string, burstMs: number, shared: ReadBuffer | undefined): Promise<Buffer> {
+async function readWhole(
+  path: string,
+  burstMs: number,
+  shared: ReadBuffer | undefined,
+  onRead: ((read: Buffer) => void) | undefined,
+): Promise<Buffer> {
   const handle = await open(path);
   try {
     let buffer = shared?.bytes ?? Buffer.allocUnsafeSlow(firstBufferBytes);
@@ -67,6 +74,7 @@ async function readWhole(path: string, burstMs: number, shared: ReadBuffer | und
         if (bytesRead === 0) return buffer.subarray(0, length);
         length += bytesRead;
       } while (performance.now() < burstEnds);
+      onRead?.(buffer.subarray(0, length));
       await eventLoopTurn();
     }
   } finally {

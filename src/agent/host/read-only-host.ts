@@ -177,8 +177,8 @@ export class ReadOnlyHost implements Host {
     return this.#read('ipvsadm', args, input);
   }
 
-  ipvsTable(): Promise<Buffer> {
-    return this.#inner.ipvsTable();
+  ipvsTable(onRead?: (read: Buffer) => void): Promise<Buffer> {
+    return this.#inner.ipvsTable(onRead);
   }
 
   async ip(args: string[], input?: string): Promise<string> {

@@ -26,7 +26,15 @@ export {
   type IpvsState,
   type IpvsVirtualServer,
 } from './state.ts';
-export {savedTextSince, type SpelledSince, serverTableBlocks, serverTableShape, serverTableShapeBytes} from './kernel-table.ts';
+export {
+  savedTextSince,
+  ServerTableComparison,
+  ServerTableShaper,
+  type SpelledSince,
+  serverTableBlocks,
+  serverTableShape,
+  serverTableShapeBytes,
+} from './kernel-table.ts';
 export {diffIpvs, ipvsDiffText, withJumpRules, type DiffIpvsOptions, type IpvsDiff, type IpvsDiffGroup} from './diff.ts';
 export {traceIpvs} from './trace.ts';
 export {accessFilterVerdict, tableSection, type AccessFilterVerdict} from './access-filter.ts';

@@ -21,18 +21,49 @@ export function serverTableShape(table: string): string {
  * is a view of it: a look allocates no second table, and copies the shape only to keep it.
  */
 export function serverTableShapeBytes(table: Uint8Array): Buffer {
-  let length = 0;
-  for (let start = 0; start < table.length; ) {
-    let end = start;
-    while (end < table.length && table[end] !== newline) end++;
-    const kept = realServerWordsEnd(table, start, end);
-    // Byte by byte, not indexOf and copyWithin: in the qemu guest, two calls into the runtime per
-    // line (110,000 lines at 10,000 services) cost more than the loop over the line's bytes.
-    for (let at = start; at < kept; at++) table[length++] = table[at];
-    if (end < table.length) table[length++] = newline;
-    start = end + 1;
+  return new ServerTableShaper().end(table);
+}
+
+/**
+ * serverTableShapeBytes made as the table is read: each call shapes the lines read whole since the
+ * last one, over the table from its start, so that a look can compare the shape with the one
+ * before while the kernel is still spelling the rest (ServerTableComparison).
+ */
+export class ServerTableShaper {
+  /** How many bytes of the table are shaped. */
+  #shaped = 0;
+  /** How long the shape is: it is written over the table from its start. */
+  #length = 0;
+
+  /** The shape of the whole lines of `read`, the table so far, whose bytes before the last call's end are as that call left them: a view of it. */
+  more(read: Uint8Array): Buffer {
+    return this.#shape(read, false);
   }
-  return Buffer.from(table.buffer, table.byteOffset, length);
+
+  /** The shape of the whole table, whose last line may have no newline: a view of it. */
+  end(table: Uint8Array): Buffer {
+    return this.#shape(table, true);
+  }
+
+  #shape(table: Uint8Array, whole: boolean): Buffer {
+    let start = this.#shaped;
+    let length = this.#length;
+    while (start < table.length) {
+      let end = start;
+      while (end < table.length && table[end] !== newline) end++;
+      // A line still being read is shaped once it is read whole.
+      if (end === table.length && !whole) break;
+      const kept = realServerWordsEnd(table, start, end);
+      // Byte by byte, not indexOf and copyWithin: in the qemu guest, two calls into the runtime per
+      // line (110,000 lines at 10,000 services) cost more than the loop over the line's bytes.
+      for (let at = start; at < kept; at++) table[length++] = table[at];
+      if (end < table.length) table[length++] = newline;
+      start = end + 1;
+    }
+    this.#shaped = Math.min(start, table.length);
+    this.#length = length;
+    return Buffer.from(table.buffer, table.byteOffset, length);
+  }
 }
 
 const space = 32;
@@ -141,12 +172,19 @@ const comparedAtOnce = 4096;
 
 /** How many bytes two tables begin with alike. */
 function commonHead(a: Buffer, b: Buffer): number {
-  const shorter = Math.min(a.length, b.length);
-  let head = 0;
-  while (head + comparedAtOnce <= shorter && a.compare(b, head, head + comparedAtOnce, head, head + comparedAtOnce) === 0)
-    head += comparedAtOnce;
-  while (head < shorter && a[head] === b[head]) head++;
-  return head;
+  return sameLength(a, 0, b, 0, Math.min(a.length, b.length));
+}
+
+/** How many bytes from `aFrom` in `a` and `bFrom` in `b` are alike, up to `limit`. */
+function sameLength(a: Buffer, aFrom: number, b: Buffer, bFrom: number, limit: number): number {
+  let same = 0;
+  while (
+    same + comparedAtOnce <= limit &&
+    a.compare(b, bFrom + same, bFrom + same + comparedAtOnce, aFrom + same, aFrom + same + comparedAtOnce) === 0
+  )
+    same += comparedAtOnce;
+  while (same < limit && a[aFrom + same] === b[bFrom + same]) same++;
+  return same;
 }
 
 /** How many bytes two tables end with alike, within the `limit` bytes after their common head. */
@@ -243,4 +281,133 @@ function withoutServers(printed: string, words: ReadonlySet<string>, appended: s
   if (appended !== '' && lastPiece !== '' && !lastPiece.endsWith('\n')) pieces.push('\n');
   pieces.push(appended);
   return pieces.join('');
+}
+
+/** Where the line that holds `at` begins. */
+function lineStart(table: Buffer, at: number): number {
+  // (A Buffer's lastIndexOf counts a negative offset from the end: at 0 there is nothing before.)
+  return at === 0 ? 0 : table.lastIndexOf(newline, at - 1) + 1;
+}
+
+/** Where the block after the one that begins at `start` begins; undefined when no line after it begins one. */
+function nextBlockStart(table: Buffer, start: number): number | undefined {
+  for (let at = table.indexOf(newline, start); at >= 0 && at + 1 < table.length; at = table.indexOf(newline, at + 1))
+    if (blockStartsAt(table, at + 1)) return at + 1;
+  return undefined;
+}
+
+/** Where a block's first line stops naming its server: after its second word ("TCP  0A60000A:0050"). */
+function serverNameEnd(table: Buffer, start: number): number {
+  let at = start;
+  while (at < table.length && table[at] !== space) at++;
+  while (at < table.length && table[at] === space) at++;
+  while (at < table.length && table[at] !== space && table[at] !== newline) at++;
+  return at;
+}
+
+/**
+ * Compares a table's shape as it is read (ServerTableShaper) with the shape of the table read
+ * before it, so that a look names a changed server as soon as its read passes it, not once the
+ * kernel has spelled the whole table: at 10,000 services in the qemu guest the whole read takes
+ * seconds, and a change would wait for all of it. Where the two shapes first differ, a server is
+ * sure to have changed when both hold its block there and the blocks differ (a real server added,
+ * removed or weighted): each table holds a server's block once. A server added or removed there
+ * is not sure until the whole table is read (a server deleted and added again moves to its hash
+ * bucket's head, so a block missing here may be further on), and is left to savedTextSince once
+ * the table is read. One server is spelled per look: each costs a copy of the printed text, and
+ * a look that sees more changes reports them when it ends.
+ */
+export class ServerTableComparison {
+  readonly #before: Buffer;
+  readonly #printed: string;
+  /** Where the shapes are compared from: in the shape being read, and the same place in `before`. */
+  #at = 0;
+  #atBefore = 0;
+  /** Until the first difference; then whether it was a server changed in place, spelled, or anything else. */
+  #state: 'comparing' | 'spelled' | 'differs' = 'comparing';
+
+  /** `before`: the shape of the table read before (serverTableShapeBytes); `printed`: `ipvsadm -Sn` as it printed after it. */
+  constructor(before: Buffer, printed: string) {
+    this.#before = before;
+    this.#printed = printed;
+  }
+
+  /** Given the shape read so far (whole lines), the changed server spelled as savedTextSince spells it, the first time one is sure. */
+  more(shape: Buffer): SpelledSince | undefined {
+    return this.#compare(shape, false);
+  }
+
+  /** Whether the whole table's shape differs from the one before only in the server `more` spelled. */
+  differsOnlyInSpelled(shape: Buffer): boolean {
+    if (this.#state !== 'spelled') return false;
+    this.#compare(shape, true);
+    return this.#state === 'spelled';
+  }
+
+  #compare(shape: Buffer, whole: boolean): SpelledSince | undefined {
+    const before = this.#before;
+    let spelled: SpelledSince | undefined;
+    while (this.#state !== 'differs') {
+      const comparable = Math.min(shape.length - this.#at, before.length - this.#atBefore);
+      const same = sameLength(shape, this.#at, before, this.#atBefore, comparable);
+      this.#at += same;
+      this.#atBefore += same;
+      if (same === comparable) {
+        // All read so far is alike; a table that ends, or goes on, where the other does not differs from it there.
+        if (this.#at === shape.length && (!whole || this.#atBefore === before.length)) return spelled;
+        this.#state = 'differs';
+      } else if (this.#state === 'spelled') this.#state = 'differs';
+      else {
+        const changed = this.#changedInPlace(shape, whole);
+        if (changed === 'unread') return spelled;
+        if (changed === undefined) this.#state = 'differs';
+        else {
+          spelled = changed;
+          this.#state = 'spelled';
+        }
+      }
+    }
+    return spelled;
+  }
+
+  /**
+   * The server whose block holds the first difference, spelled, where both shapes hold its block
+   * there; 'unread' while its block is not read whole. Past it, the shapes are compared from the
+   * block after it in each.
+   */
+  #changedInPlace(shape: Buffer, whole: boolean): SpelledSince | 'unread' | undefined {
+    const before = this.#before;
+    const at = this.#at;
+    const offset = this.#atBefore - at;
+    // The shapes are alike up to the difference: the block that holds it begins at the same place
+    // in both. A difference at a line's start where either begins a block is at the end of the
+    // block before (a real server's line added or removed there), unless both begin one: a server
+    // added or removed.
+    const atLineStart = at === 0 || shape[at - 1] === newline;
+    const blockInShape = atLineStart && blockStartsAt(shape, at);
+    const blockBefore = atLineStart && blockStartsAt(before, at + offset);
+    if (blockInShape && blockBefore) return undefined;
+    if (at === 0 && (blockInShape || blockBefore)) return undefined;
+    let start = lineStart(shape, blockInShape || blockBefore ? at - 1 : at);
+    while (start > 0 && !blockStartsAt(shape, start)) start = lineStart(shape, start - 1);
+    if (!blockStartsAt(shape, start)) return undefined;
+    const startBefore = start + offset;
+    const end = nextBlockStart(shape, start) ?? (whole ? shape.length : undefined);
+    if (end === undefined) return 'unread';
+    const endBefore = nextBlockStart(before, startBefore) ?? before.length;
+    const nameEnd = serverNameEnd(shape, start);
+    if (
+      nameEnd - start !== serverNameEnd(before, startBefore) - startBefore ||
+      shape.compare(before, startBefore, startBefore + nameEnd - start, start, nameEnd) !== 0
+    )
+      return undefined;
+    const block = shape.toString('latin1', start, end);
+    const words = serverWords(block);
+    const lines = savedLines(block);
+    if (!words || lines === undefined) return undefined;
+    this.#at = end;
+    this.#atBefore = endBefore;
+    const changedServers = new Set([words]);
+    return {text: withoutServers(this.#printed, changedServers, lines), changedServers};
+  }
 }

@@ -16,7 +16,7 @@ import {
   watchIpvsState,
 } from '../../../src/agent/applied/ipvs-changes.ts';
 import {formatIpvsState, ipvsLinesNear, ipvsLinesWith, ipvsRulesBackend, parseIpvsStateText} from '../../../src/agent/api/rules/ipvs.ts';
-import {type IpvsState, parseIpvsadmSave, virtualServerText} from '../../../src/core/ipvs/index.ts';
+import {type IpvsState, parseIpvsadmSave, type SpelledSince, virtualServerText} from '../../../src/core/ipvs/index.ts';
 import {readIpvsKernelState} from '../../../src/agent/sync/ipvs-host.ts';
 import {memoryLogger} from '../../../src/agent/log.ts';
 import {IpvsHost} from '../ipvs-memory-host.ts';
@@ -129,6 +129,71 @@ test("a look keeps the table's shape as a copy, only when it changed: the host r
   assert.equal(changed.serverTable!.toString('latin1'), kept, 'the next read did not write over a kept shape');
   assert.equal(undone.serverTable!.toString('latin1'), first.serverTable!.toString('latin1'));
   assert.deepEqual(parseIpvsadmSave(undone.servers), parseIpvsadmSave(await host.ipvsadm(['-Sn'])));
+});
+
+test('a look names a server changed in place as its read passes it, and its result names only what changed besides', async () => {
+  const host = await seededNode();
+  // Servers after the first one's block, so that the table is read in many pieces after it.
+  const more = Array.from(
+    {length: 20},
+    (_, index) => `-A -t 10.96.1.${index}:80 -s rr\n-a -t 10.96.1.${index}:80 -r 10.244.2.${index}:80 -m -w 1\n`,
+  );
+  await host.ipvsadm(['-R'], more.join(''));
+  const first = await lookAtIpvsState(host);
+  let bytesRead = 0;
+  host.onTableRead = (read) => (bytesRead = read);
+  const reports: {servers: string[]; text: string; bytesRead: number}[] = [];
+  const report = (change: SpelledSince) => reports.push({servers: [...change.changedServers], text: change.text, bytesRead});
+
+  await host.ipvsadm(['-R'], '-d -t 10.96.0.10:80 -r 10.244.1.3:8080\n');
+  const second = await lookAtIpvsState(host, first, report);
+  const tableBytes = second.serverTable!.length;
+  assert.equal(reports.length, 1);
+  assert.deepEqual(reports[0].servers, ['-t 10.96.0.10:80']);
+  assert.ok(reports[0].bytesRead < tableBytes / 4, `reported after ${reports[0].bytesRead} bytes of a shape of ${tableBytes}`);
+  assert.deepEqual(parseIpvsadmSave(reports[0].text), parseIpvsadmSave(await host.ipvsadm(['-Sn'])));
+  assert.equal(second.servers, reports[0].text, "the look's servers are those reported");
+  assert.equal(changedParts(first, second).size, 0, 'the look names nothing more: it was reported');
+
+  // Two servers changed: the first is reported as the read passes it, the other when the look ends.
+  await host.ipvsadm(['-R'], '-a -t 10.96.0.10:80 -r 10.244.1.3:8080 -m -w 1\n-d -t 10.96.1.19:80 -r 10.244.2.19:80\n');
+  bytesRead = 0;
+  const third = await lookAtIpvsState(host, second, report);
+  assert.deepEqual(reports[1].servers, ['-t 10.96.0.10:80']);
+  assert.deepEqual([...(changedParts(second, third).get('IPv4')?.get(ipvsStateParts.servers)?.servers ?? [])], ['-t 10.96.1.19:80']);
+  assert.deepEqual(parseIpvsadmSave(third.servers), parseIpvsadmSave(await host.ipvsadm(['-Sn'])));
+
+  // A server added is sure only once the table is read whole: the look names it when it ends.
+  await host.ipvsadm(['-R'], '-A -t 10.96.2.1:80 -s rr\n');
+  const fourth = await lookAtIpvsState(host, third, report);
+  assert.equal(reports.length, 2);
+  assert.deepEqual([...(changedParts(third, fourth).get('IPv4')?.get(ipvsStateParts.servers)?.servers ?? [])], ['-t 10.96.2.1:80']);
+});
+
+test('watchIpvsState counts a server the look reported as it read as changed then, and the follow reads it from what was reported', async () => {
+  const host = await seededNode();
+  await host.ipvsadm(['-R'], Array.from({length: 20}, (_, index) => `-A -t 10.96.1.${index}:80 -s rr\n`).join(''));
+  const latest: LatestIpvsLook = {servers: undefined};
+  const {backend, changes, applied, log} = await watchedNode(host, latest);
+  try {
+    const readAt = Date.now();
+    await applied.get('IPv4');
+    await new Promise((resolve) => setTimeout(resolve, 2));
+    await host.ipvsadm(['-R'], '-d -t 10.96.0.10:80 -r 10.244.1.3:8080\n');
+    let changeCountedWhileReading: number | undefined;
+    host.onTableRead = () => (changeCountedWhileReading ??= changes.lastForeignChangeAt() > readAt ? log.lines.length : undefined);
+    assert.equal(await changes.settled(1000), true);
+    host.onTableRead = undefined;
+    assert.ok(changeCountedWhileReading !== undefined, 'the change was counted before the look ended');
+    assert.equal(log.lines.filter((line) => line.includes('ipvs state changed')).length, 1, 'and not again when it ended');
+    assert.deepEqual(changes.foreignObjectsSince(readAt)?.get('IPv4')?.get(ipvsStateParts.servers)?.servers, new Set(['-t 10.96.0.10:80']));
+    const from = host.calls.length;
+    const followed = (await applied.get('IPv4')).rules as IpvsState;
+    assert.equal(host.calls.slice(from).includes('ipvsadm -Sn'), false, "read from the look's text");
+    assert.equal(formatIpvsState(followed), formatIpvsState(parseIpvsStateText(await backend.readApplied!(host, 'IPv4'))));
+  } finally {
+    applied.close();
+  }
 });
 
 /** A node holding one service's ipvs state: two real servers, its set entries and its address. */

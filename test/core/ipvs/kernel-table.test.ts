@@ -3,7 +3,15 @@
 // `ipvsadm -Sn` prints them, checked against what -Sn printed for the same state.
 import assert from 'node:assert/strict';
 import {describe, it} from 'node:test';
-import {parseIpvsadmSave, savedTextSince, serverTableBlocks, serverTableShape} from '../../../src/core/ipvs/index.ts';
+import {
+  parseIpvsadmSave,
+  savedTextSince,
+  ServerTableComparison,
+  ServerTableShaper,
+  serverTableBlocks,
+  serverTableShape,
+  serverTableShapeBytes,
+} from '../../../src/core/ipvs/index.ts';
 
 /** savedTextSince of tables given as text, as serverTableShapeBytes gives them as bytes. */
 const spelledSince = (printed: string, before: string, now: string) =>
@@ -260,5 +268,162 @@ describe("the kernel's table of virtual and real servers", () => {
     assert.equal(since(printed, before, `${before}FWM  00000001 rr  \n`), undefined, 'a fwmark service');
     assert.equal(since(printed, before, before.replace(/(0AF40102:1F90 +)Masq/, '$1Route')), undefined, 'direct routing');
     assert.equal(since(printed, before, before.replace('0A60000A:0050 rr  ', '0A60000A:0050 rr ops ')), undefined, 'one-packet scheduling');
+  });
+});
+
+describe('the table compared as it is read', () => {
+  /** The table read `chunk` bytes at a time into one buffer, as readProcFile gives it: the shape after each read, and at the end. */
+  const readInChunks = (table: string, chunk: number, onShape: (shape: Buffer) => void = () => {}) => {
+    const bytes = Buffer.from(table, 'latin1');
+    const shaper = new ServerTableShaper();
+    for (let read = chunk; read < bytes.length; read += chunk) onShape(shaper.more(bytes.subarray(0, read)));
+    return shaper.end(bytes);
+  };
+
+  it('shapes the lines read whole as it goes, to the shape of the table read at once', () => {
+    for (const table of [kernelTable, kernelTable.trimEnd(), `\n${kernelTable}`])
+      for (const chunk of [1, 2, 7, 64, 100, table.length])
+        assert.equal(
+          readInChunks(table, chunk).toString('latin1'),
+          serverTableShapeBytes(Buffer.from(table, 'latin1')).toString('latin1'),
+          `${chunk}`,
+        );
+  });
+
+  /** ServerTableComparison of `now` with `before` as it is read: what it spelled, after how many bytes, and whether that was the only difference. */
+  const compared = (now: string, chunk = 16) => {
+    const comparison = new ServerTableComparison(Buffer.from(before, 'latin1'), printed);
+    let spelled: {text: string; servers: string[]; after: number} | undefined;
+    const shape = readInChunks(now, chunk, (soFar) => {
+      const changed = comparison.more(soFar);
+      if (changed) {
+        assert.equal(spelled, undefined, 'one server spelled');
+        spelled = {text: changed.text, servers: [...changed.changedServers], after: soFar.length};
+      }
+    });
+    return {spelled, only: comparison.differsOnlyInSpelled(shape), shape};
+  };
+
+  it('names a server changed in place once its block is read, before the rest of the table, as savedTextSince spells it', () => {
+    const now = serverTableShape(kernelTable.replace(/(0AF40103:1F90 +Masq +)0/, '$11'));
+    const {spelled, only, shape} = compared(now);
+    assert.deepEqual(spelled?.servers, ['-t 10.96.0.10:80']);
+    assert.ok(spelled.after <= now.indexOf('  -> [fd00'), `named after ${spelled.after} bytes, before the IPv6 server's real server`);
+    assert.equal(servers(spelled.text), servers(since(printed, before, now)!));
+    assert.equal(only, true);
+    assert.equal(shape.toString('latin1'), now);
+  });
+
+  it('names a real server removed, and a changed server that is the last, once the table ends', () => {
+    const removed = compared(serverTableShape(kernelTable.replace(/ {2}-> 0AF40102:1F90 .*\n/, '')));
+    assert.deepEqual(removed.spelled?.servers, ['-t 10.96.0.10:80']);
+    assert.equal(servers(removed.spelled.text), servers(printed.replace('-a -t 10.96.0.10:80 -r 10.244.1.2:8080 -m -w 1\n', '')));
+    assert.equal(removed.only, true);
+    // The last server's block ends with the table: it is not sure until the read ends, and left to savedTextSince.
+    const last = compared(serverTableShape(kernelTable.replace(/(0000:0005\]:192B +Masq +)1/, '$12')));
+    assert.equal(last.spelled, undefined);
+    assert.equal(last.only, false);
+  });
+
+  it('names no server where one is added or removed, and says when more than the one named changed', () => {
+    const added = serverTableShape(
+      kernelTable.replace(
+        'TCP  0A60000A:0050',
+        'TCP  0A60000C:0050 rr  \n  -> 0AF40109:1F90      Masq    1      0          0         \nTCP  0A60000A:0050',
+      ),
+    );
+    assert.deepEqual(compared(added), {spelled: undefined, only: false, shape: Buffer.from(added, 'latin1')});
+    const removed = serverTableShape(kernelTable.replace(/TCP {2}0A60000A:0050[^]*?(?=TCP)/, ''));
+    assert.equal(compared(removed).spelled, undefined);
+    const both = compared(
+      serverTableShape(kernelTable.replace(/(0AF40103:1F90 +Masq +)0/, '$11').replace(/(0000:0005\]:192B +Masq +)1/, '$12')),
+    );
+    assert.deepEqual(both.spelled?.servers, ['-t 10.96.0.10:80']);
+    assert.equal(both.only, false);
+    // A table that goes on past the one before differs there.
+    assert.equal(
+      compared(serverTableShape(kernelTable.replace(/(0AF40103:1F90 +Masq +)0/, '$11')) + 'TCP  0A60000C:0050 rr  \n').only,
+      false,
+    );
+  });
+
+  it('leaves to the end what it cannot spell', () => {
+    const persistence = compared(serverTableShape(kernelTable.replace(/(0AF40104:0035 +Masq +)1/, '$12')));
+    assert.equal(persistence.spelled, undefined, 'a server with persistence: its timeout is in ticks');
+    assert.equal(persistence.only, false);
+  });
+
+  it('names only a server that changed, and says it was the only one only when it was, whatever changed and moved', () => {
+    let seed = 7;
+    const random = (below: number) => ((seed = (seed * 1103515245 + 12345) % 2 ** 31), seed % below);
+    const hex = (value: number, digits: number) => value.toString(16).toUpperCase().padStart(digits, '0');
+    const block = (server: number, reals: number[]) =>
+      `TCP  0A60${hex(server, 4)}:0050 rr  \n${reals.map((real) => `  -> 0AF4${hex(real, 4)}:1F90      Masq    1\n`).join('')}`;
+    const header = 'IP Virtual Server version 1.2.1 (size=4096)\nProt LocalAddress:Port Scheduler Flags\n';
+    const tableOf = (table: Array<[number, number[]]>) => header + table.map(([server, reals]) => block(server, reals)).join('');
+    const printedOf = (table: Array<[number, number[]]>) =>
+      table
+        .map(([server, reals]) => {
+          const words = `-t 10.96.${server >> 8}.${server & 255}:80`;
+          return `-A ${words} -s rr\n${reals.map((real) => `-a ${words} -r 10.244.${real >> 8}.${real & 255}:8080 -m -w 1\n`).join('')}`;
+        })
+        .join('');
+    for (let round = 0; round < 400; round++) {
+      const serversBefore: Array<[number, number[]]> = Array.from({length: 1 + random(6)}, (_, index) => [
+        index + 1,
+        Array.from({length: random(4)}, (_, real) => 10 * index + real),
+      ]);
+      const now = serversBefore.map(([server, reals]): [number, number[]] => [server, [...reals]]);
+      for (let edits = 1 + random(3); edits > 0; edits--) {
+        const which = random(now.length + 1);
+        switch (random(5)) {
+          case 0: // a real server added or removed in place
+            if (which < now.length) {
+              if (now[which][1].length > 0 && random(2) === 0) now[which][1].splice(random(now[which][1].length), 1);
+              else now[which][1].push(100 + random(50));
+            }
+            break;
+          case 1: // a server removed
+            if (which < now.length && now.length > 1) now.splice(which, 1);
+            break;
+          case 2: // a server added
+            now.splice(which, 0, [50 + random(20), [200 + random(50)]]);
+            break;
+          default: // a server deleted and added again elsewhere, maybe with other real servers
+            if (which < now.length) {
+              const [moved] = now.splice(which, 1);
+              if (random(2) === 0) moved[1].push(300 + random(50));
+              now.splice(random(now.length + 1), 0, moved);
+            }
+        }
+      }
+      // One table holds a server once.
+      const seen = new Set<number>();
+      const unique = now.filter(([server]) => !seen.has(server) && seen.add(server));
+      const [beforeTable, nowTable, printedBefore] = [tableOf(serversBefore), tableOf(unique), printedOf(serversBefore)];
+      const comparison = new ServerTableComparison(Buffer.from(beforeTable, 'latin1'), printedBefore);
+      const shaper = new ServerTableShaper();
+      const bytes = Buffer.from(nowTable, 'latin1');
+      const chunk = 1 + random(40);
+      let spelled: ReturnType<ServerTableComparison['more']>;
+      for (let read = chunk; read < bytes.length; read += chunk) spelled ??= comparison.more(shaper.more(bytes.subarray(0, read)));
+      const shape = shaper.end(bytes);
+      const whole = savedTextSince(printedBefore, Buffer.from(beforeTable, 'latin1'), shape)!;
+      const what = `round ${round}: ${JSON.stringify(serversBefore)} -> ${JSON.stringify(unique)}, read ${chunk} bytes at a time`;
+      if (spelled) {
+        assert.equal(spelled.changedServers.size, 1, what);
+        const [named] = spelled.changedServers;
+        assert.ok(whole.changedServers.has(named), `${what}: ${named} did not change`);
+        const linesOf = (text: string) =>
+          text
+            .split('\n')
+            .filter((line) => line.includes(`${named} `) || line.endsWith(named))
+            .sort();
+        assert.deepEqual(linesOf(spelled.text), linesOf(whole.text), what);
+      }
+      const only = comparison.differsOnlyInSpelled(Buffer.from(shape));
+      assert.equal(only, spelled !== undefined && whole.changedServers.size === 1, what);
+      if (only) assert.equal(servers(spelled!.text), servers(whole.text), what);
+    }
   });
 });
