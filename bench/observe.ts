@@ -518,9 +518,9 @@ function printChanges(changes: ChangeFigures, layout: ObservedLayout, lookFloor?
       `each ${each((round) => round.noticedMs)} ms, from the exit of "${changes.command}" ` +
       `(itself ${each((round) => round.commandMs)} ms); goal <= 5 s ${noticed.at(-1)! <= 5000 ? 'met' : 'NOT met'}` +
       (lookFloor
-        ? `; the largest ${(noticed.at(-1)! / lookFloor.ms).toFixed(2)}x the read: a change waits for the next look to start ` +
-          `(looks are spaced to twice their length, so that looking takes at most half the time) and for that look to read ` +
-          `the table, up to three reads of it, then for the comparison`
+        ? `; the largest ${(noticed.at(-1)! / lookFloor.ms).toFixed(2)}x the read: a change waits for a look's read to pass ` +
+          `the changed server (looks are spaced to twice their length, so that looking takes at most half the time), up to ` +
+          `two reads of the table, then for the comparison`
         : '') +
       (layout.changeSignal ? `; ${layout.changeSignal}` : ''),
   });
