@@ -9,9 +9,9 @@
 //   where the table cannot say one as -Sn does (a persistence timeout, in the kernel's ticks),
 //   -Sn runs. That text is what is compared and what the follow reads: the servers spelled are
 //   named in the change report, and only their lines are read again. The table is compared as
-//   it is read: the first server changed in place is reported as soon as the read passes it, a
-//   change then waits for no more than the read to reach it, not for the rest of the table. Where the table cannot
-//   be read, every look runs -Sn. What the table does not show (thresholds, scheduler flags) and
+//   it is read: the first server changed in place is reported as soon as the read passes it, so
+//   that a change waits for the read to reach it, not for the rest of the table. Where the table
+//   cannot be read, every look runs -Sn. What the table does not show (thresholds, scheduler flags) and
 //   a change undone within one look are seen when the state is next read whole, which it is every
 //   10 minutes (wholeReadingEveryMs);
 // - sets: `ipset list -t`, each KUBE- set's header (type, entry count, memory size), not its

@@ -268,8 +268,11 @@ export class CommandHost implements Host {
     const into = (this.#ipvsTableBuffer ??= new ReadBuffer());
     if (this.netns === undefined) return readProcFile(`/proc/net/${ipvsTableName}`, {into, onRead});
     this.#anchor ??= new NamespaceAnchor(this.netns, this.#onCommand);
-    const read = await this.#anchor.readProcNet(ipvsTableName, into, onRead);
+    let given = false;
+    const read = await this.#anchor.readProcNet(ipvsTableName, into, onRead && ((bytes) => ((given = true), onRead(bytes))));
     if (read !== undefined) return read;
+    // The bytes given to onRead are not the ones cat would print: the caller would finish a table it never began.
+    if (given) throw new Error(`the process kept in netns ${this.netns} ended while /proc/net/${ipvsTableName} was read`);
     return Buffer.from((await this.run(['cat', `/proc/net/${ipvsTableName}`], {spool: true})).stdout, 'latin1');
   }
 

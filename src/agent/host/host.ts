@@ -82,6 +82,8 @@ export interface Host {
    * caller that keeps them copies them. `onRead`: given the bytes read so far as the reading goes
    * (the table is spelled by the kernel a page per read()), each a view of what the result holds,
    * so that a look can compare them while the rest is read; it may write over the bytes given.
+   * The result holds those bytes as onRead left them: a host that cannot end the read it began
+   * rejects rather than read the table again.
    */
   ipvsTable(onRead?: (read: Buffer) => void): Promise<Buffer>;
   /** ip ARGS (iproute2), e.g. link add kube-ipvs0 type dummy, addr add, -j addr show. */

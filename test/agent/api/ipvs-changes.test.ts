@@ -163,6 +163,19 @@ test('a look names a server changed in place as its read passes it, and its resu
   assert.deepEqual([...(changedParts(second, third).get('IPv4')?.get(ipvsStateParts.servers)?.servers ?? [])], ['-t 10.96.1.19:80']);
   assert.deepEqual(parseIpvsadmSave(third.servers), parseIpvsadmSave(await host.ipvsadm(['-Sn'])));
 
+  // A read that gave bytes to the comparison and then failed: the servers are printed, and named whole.
+  const readTable = host.ipvsTable.bind(host);
+  host.ipvsTable = async (onRead) => {
+    const table = await readTable();
+    onRead?.(table.subarray(0, 300));
+    throw new Error('the process kept in the namespace ended');
+  };
+  const failed = await lookAtIpvsState(host, third, report);
+  assert.equal(failed.serverTable, undefined);
+  assert.equal(failed.servers, await host.ipvsadm(['-Sn']));
+  assert.equal(reports.length, 2, 'nothing changed');
+  host.ipvsTable = readTable;
+
   // A server added is sure only once the table is read whole: the look names it when it ends.
   await host.ipvsadm(['-R'], '-A -t 10.96.2.1:80 -s rr\n');
   const fourth = await lookAtIpvsState(host, third, report);
