@@ -211,9 +211,8 @@ function differingBlocks(before: Buffer, now: Buffer): {blocksBefore: Map<string
   const tail = commonTail(before, now, Math.min(before.length, now.length) - head);
   // The cut begins at a block that begins, with its first word, before the first difference: the
   // same place in both. Before the first server line is the header, which is no block.
-  // (A Buffer's lastIndexOf counts a negative offset from the end: the offsets here stay at 0 or above.)
-  let start = head <= 5 ? 0 : before.lastIndexOf(newline, head - 6) + 1;
-  while (start > 0 && !blockStartsAt(before, start)) start = start < 2 ? 0 : before.lastIndexOf(newline, start - 2) + 1;
+  let start = lineStart(before, Math.max(0, head - 5));
+  while (start > 0 && !blockStartsAt(before, start)) start = lineStart(before, start - 1);
   // It ends where a block begins after the last difference, in the bytes both end with.
   const end = (table: Buffer) => {
     let at = table.indexOf(newline, table.length - tail);
