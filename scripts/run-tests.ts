@@ -12,7 +12,7 @@
 import {spawn} from 'node:child_process';
 import {globSync, readFileSync} from 'node:fs';
 import {join} from 'node:path';
-import {repoRoot} from './qemu/guest.ts';
+import {nodeCompileCacheDir, repoRoot} from './qemu/guest.ts';
 
 const bootsGuest = (file: string) => /from '\.\/in-guest\.ts'|\brunInGuest\(/.test(readFileSync(join(repoRoot, file), 'utf8'));
 
@@ -27,6 +27,8 @@ function lane(files: string[], output: (chunk: Buffer) => void): Promise<number>
   return new Promise((resolve) => child.on('close', (code, signal) => resolve(code ?? (signal ? 1 : 0))));
 }
 
+// Every Node process of both lanes shares the compile cache the guest reads (nodeCompileCacheDir).
+process.env.NODE_COMPILE_CACHE = nodeCompileCacheDir;
 const files = globSync('test/**/*.test.ts', {cwd: repoRoot}).sort();
 const guestFiles = files.filter(bootsGuest);
 const hostFiles = files.filter((file) => !bootsGuest(file));

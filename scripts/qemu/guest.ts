@@ -30,6 +30,13 @@ export const repoRoot = resolve(dirname(fileURLToPath(import.meta.url)), '..', '
 
 /** Downloaded kernel packages and the guest images built from them (gitignored). */
 export const guestCacheDir = join(repoRoot, '.cache', 'qemu-guest');
+/**
+ * Node's compile cache (type-stripped sources and V8 code) for the tests' processes, on the host
+ * (scripts/run-tests.ts) and in the guest, which sees this checkout: there, under emulation, a Node
+ * process spends seconds stripping types and compiling before it runs, and finds most of that done
+ * by the host's processes. What the guest adds stays in its own memory.
+ */
+export const nodeCompileCacheDir = join(repoRoot, '.cache', 'node-compile-cache');
 
 /** Commands the harness needs on the host -> the Debian package that provides each. */
 const hostTools: Record<string, string> = {
@@ -59,7 +66,7 @@ export interface GuestImage {
 export interface GuestRunOptions {
   /** Working directory inside the guest (a host path; default: the checkout). */
   cwd?: string;
-  /** Environment for the command (default: PATH, HOME, LANG from this process, PROXYCTL_IN_GUEST=1, and NODE_OPTIONS loading guest-node-flags.mjs). */
+  /** Environment for the command (default: PATH, HOME, LANG from this process, PROXYCTL_IN_GUEST=1, NODE_OPTIONS loading guest-node-flags.mjs, and NODE_COMPILE_CACHE at nodeCompileCacheDir). */
   env?: Record<string, string>;
   /** Give up and kill the guest after this long (default 600 s). */
   timeoutMs?: number;
@@ -360,6 +367,7 @@ export async function runInGuest(command: string[] | string, options: GuestRunOp
     LANG: process.env.LANG ?? 'C.UTF-8',
     PROXYCTL_IN_GUEST: '1',
     NODE_OPTIONS: `--import=${pathToFileURL(join(repoRoot, 'scripts', 'qemu', 'guest-node-flags.mjs')).href}`,
+    NODE_COMPILE_CACHE: nodeCompileCacheDir,
   };
   const commandLine = typeof command === 'string' ? command : command.map(shellQuote).join(' ');
   const script = [

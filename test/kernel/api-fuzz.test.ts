@@ -13,7 +13,6 @@ import {
   AgentChild,
   kernelUnavailable,
   type LiveCluster,
-  probe,
   repliedPods,
   serviceObject,
   startLiveCluster,
@@ -62,10 +61,11 @@ describe('fuzzed API objects beside live agents', {concurrency: false, timeout: 
     if (!c) return;
     const web = (c.server.store.get('services', 'default', 'web').spec as {clusterIP: string}).clusterIP;
     const reachWeb = async (from: string) =>
-      repliedPods(await probe(c.pod(from).namespace, {protocol: 'tcp', host: web, port: 80, timeoutMs: 3000}, 4), `web from ${from}`);
+      repliedPods(await c.probe(c.pod(from).namespace, {protocol: 'tcp', host: web, port: 80, timeoutMs: 3000}, 4), `web from ${from}`);
     await until(
       'web answers on both nodes',
-      async () => (await probe(c.pod('pod-0-0').namespace, {protocol: 'tcp', host: web, port: 80, timeoutMs: 1000}))[0].outcome === 'reply',
+      async () =>
+        (await c.probe(c.pod('pod-0-0').namespace, {protocol: 'tcp', host: web, port: 80, timeoutMs: 1000}))[0].outcome === 'reply',
       20_000,
     );
 

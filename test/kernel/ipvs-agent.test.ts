@@ -20,7 +20,6 @@ import {
   AgentChild,
   kernelUnavailable,
   type LiveCluster,
-  probe,
   repliedPods,
   serviceObject,
   startLiveCluster,
@@ -156,7 +155,7 @@ describe('agent in ipvs mode on a kernel with IP_VS', {concurrency: false, timeo
     const clusterSet = parseIpsetSave(await inNode(['ipset', 'save'])).find((set) => set.name === 'KUBE-CLUSTER-IP')!;
     assert.ok(clusterSet.entries.includes(`${vip},tcp:80`), clusterSet.entries.join(' '));
     const pods = repliedPods(
-      await probe(c.pod('pod-0-0').namespace, {protocol: 'tcp', host: vip, port: 80, timeoutMs: 4000}, 6),
+      await c.probe(c.pod('pod-0-0').namespace, {protocol: 'tcp', host: vip, port: 80, timeoutMs: 4000}, 6),
       'web from pod-0-0',
     );
     assert.deepEqual([...new Set(pods)].sort(), ['pod-0-1', 'pod-0-2'], 'rr spreads over both endpoints');
@@ -214,7 +213,7 @@ describe('agent in ipvs mode on a kernel with IP_VS', {concurrency: false, timeo
     });
     // Draining: new connections go to the other endpoint only, while the real server stays.
     const others = repliedPods(
-      await probe(c.pod('pod-0-0').namespace, {protocol: 'tcp', host: vip, port: 80, timeoutMs: 4000}, 4),
+      await c.probe(c.pod('pod-0-0').namespace, {protocol: 'tcp', host: vip, port: 80, timeoutMs: 4000}, 4),
       'web while draining',
     );
     assert.deepEqual([...new Set(others)], [heldPod === 'pod-0-1' ? 'pod-0-2' : 'pod-0-1']);

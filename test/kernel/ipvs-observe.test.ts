@@ -24,7 +24,6 @@ import {
   AgentChild,
   kernelUnavailable,
   type LiveCluster,
-  probe,
   repliedPods,
   serviceObject,
   startLiveCluster,
@@ -112,7 +111,7 @@ describe('observing agent in ipvs mode on a kernel with IP_VS', {concurrency: fa
     const c = live(t);
     if (!c) return;
     const clusterIP = (c.server.store.get('services', 'default', 'web') as unknown as {spec: {clusterIP: string}}).spec.clusterIP;
-    repliedPods(await probe(c.pod('pod-0-0').namespace, {protocol: 'tcp', host: clusterIP, port: 80, timeoutMs: 4000}, 4), 'web');
+    repliedPods(await c.probe(c.pod('pod-0-0').namespace, {protocol: 'tcp', host: clusterIP, port: 80, timeoutMs: 4000}, 4), 'web');
     const table = (await execInNamespace(c.node(0).namespace, ['cat', '/proc/net/ip_vs'])).stdout;
     const counts = [...table.matchAll(/^ {2}-> \S+ +\S+ +\d+ +(\d+) +(\d+)/gm)].map((match) => Number(match[1]) + Number(match[2]));
     assert.ok(

@@ -11,7 +11,7 @@ import {cleanupIpvsMode} from '../../src/agent/sync/ipvs-host.ts';
 import {hostHasIpvs} from '../../scripts/qemu/guest.ts';
 import {itRunsInGuest} from './in-guest.ts';
 import {applyIpvsState, readIpvsState} from './ipvs-state.ts';
-import {iptablesMode, type ModeAdapter, nftablesMode, registerModeSwitch} from './mode-switch.ts';
+import {iptablesMode, type KnownChange, type ModeAdapter, nftablesMode, registerModeSwitches} from './mode-switch.ts';
 import {kernelUnavailable} from './namespace-lab.ts';
 import {ServiceScenario} from './service-scenario.ts';
 
@@ -37,18 +37,17 @@ if (!runHere && !kernelUnavailable) {
   // The emulated guest is slower: a probe that gets through may take seconds.
   const probeTimeoutMs = inGuest ? 4000 : 1500;
   const concurrency = 8;
-  // NodePorts answer on 127.0.0.1 in iptables mode only.
-  registerModeSwitch(new ServiceScenario(unavailable), ipvsMode, iptablesMode, {
-    known: ['node-port-loopback'],
-    probeTimeoutMs,
-    concurrency,
-  });
-  registerModeSwitch(new ServiceScenario(unavailable), ipvsMode, nftablesMode, {known: [], probeTimeoutMs, concurrency});
-  // And into ipvs mode, from either.
-  registerModeSwitch(new ServiceScenario(unavailable), iptablesMode, ipvsMode, {
-    known: ['node-port-loopback'],
-    probeTimeoutMs,
-    concurrency,
-  });
-  registerModeSwitch(new ServiceScenario(unavailable), nftablesMode, ipvsMode, {known: [], probeTimeoutMs, concurrency});
+  // One cluster for the four switches into and out of ipvs mode. NodePorts answer on 127.0.0.1 in
+  // iptables mode only.
+  const loopback: KnownChange[] = ['node-port-loopback'];
+  registerModeSwitches(
+    new ServiceScenario(unavailable),
+    [
+      {from: iptablesMode, to: ipvsMode, known: loopback},
+      {from: ipvsMode, to: nftablesMode, known: []},
+      {from: nftablesMode, to: ipvsMode, known: []},
+      {from: ipvsMode, to: iptablesMode, known: loopback},
+    ],
+    {probeTimeoutMs, concurrency},
+  );
 }

@@ -13,7 +13,7 @@
 // checked only as far as they show. Not sent: UDP classes, and segments conntrack marks INVALID
 // (no namespace of the lab can make one on purpose).
 import assert from 'node:assert/strict';
-import {after, before, describe, it} from 'node:test';
+import {after, before, describe, it, type TestContext} from 'node:test';
 import {
   behaviourSide,
   diffBehaviour,
@@ -30,7 +30,7 @@ import {nftablesCleanupScript, parseNftablesJson, renderNftables} from '../../sr
 import {cleanupRestoreInput, readOwnedRules} from '../../src/agent/sync/owned-rules.ts';
 import {execInNamespace, type NodeDescription} from '../../src/lab/netns/index.ts';
 import type {ProbeResult} from '../../src/lab/workload/demoapp-client.ts';
-import {type NamespaceProber, openProber} from '../../src/lab/workload/launch.ts';
+import {NamespaceProbers} from '../../src/lab/workload/launch.ts';
 import {demoPorts, kernelUnavailable, nodeAddresses, restoreIptables, saveIptables} from './namespace-lab.ts';
 import {type ServiceScenario, serviceCIDR, type Sender} from './service-scenario.ts';
 
@@ -114,38 +114,23 @@ interface Sighting {
   sender: Sender;
 }
 
-async function sendAll(
-  classes: PacketClass[],
-  senderOf: (packetClass: PacketClass) => Sender,
-  probeTimeoutMs: number,
-  concurrency: number,
-): Promise<Sighting[]> {
-  const sightings: Sighting[] = [];
-  // One demo client per sending namespace for all its probes: a Node process per probe takes
-  // seconds to start in the qemu guest.
-  const probers = new Map<string, NamespaceProber>();
-  const proberIn = (namespace: string) => {
-    let prober = probers.get(namespace);
-    if (!prober) probers.set(namespace, (prober = openProber(namespace)));
-    return prober;
-  };
-  try {
-    for (let start = 0; start < classes.length; start += concurrency) {
-      const batch = classes.slice(start, start + concurrency);
-      sightings.push(
-        ...(await Promise.all(
-          batch.map(async (packetClass) => {
-            const sender = senderOf(packetClass);
-            const {dstIP, dstPort} = packetClass.packet;
-            const result = await proberIn(sender.namespace).probe({protocol: 'tcp', host: dstIP, port: dstPort, timeoutMs: probeTimeoutMs});
-            return {result, sender};
-          }),
-        )),
-      );
+/**
+ * sendAll sends one probe per class and returns the sightings in the classes' order. The probes go
+ * through a pool of `concurrency` at once, so a probe that waits out its timeout holds up one slot,
+ * not a batch.
+ */
+async function sendAll(plan: ProbePlan, probers: NamespaceProbers, probeTimeoutMs: number, concurrency: number): Promise<Sighting[]> {
+  const sightings: Sighting[] = new Array(plan.classes.length);
+  let next = 0;
+  const worker = async () => {
+    for (let index = next++; index < plan.classes.length; index = next++) {
+      const sender = plan.senderOf(plan.classes[index]);
+      const {dstIP, dstPort} = plan.classes[index].packet;
+      const result = await probers.in(sender.namespace).probe({protocol: 'tcp', host: dstIP, port: dstPort, timeoutMs: probeTimeoutMs});
+      sightings[index] = {result, sender};
     }
-  } finally {
-    await Promise.all([...probers.values()].map((prober) => prober.close()));
-  }
+  };
+  await Promise.all(Array.from({length: Math.min(concurrency, plan.classes.length)}, worker));
   return sightings;
 }
 
@@ -169,114 +154,167 @@ function assertAgrees(packetClass: PacketClass, outcome: Outcome, sighting: Sigh
 /** A difference the two modes are known for, which the wire must show. */
 export type KnownChange = 'node-port-loopback' | 'node-port-not-primary';
 
+/** One switch of a node from one mode to another, and the differences the wire must show for it. */
+export interface ModeSwitch {
+  from: ModeAdapter;
+  to: ModeAdapter;
+  known: KnownChange[];
+}
+
+/** What was sent, and where from: every TCP class of node-0 that a namespace of the lab can send. */
+interface ProbePlan {
+  entry: NodeDescription;
+  addresses: string[];
+  classes: PacketClass[];
+  senderOf(packetClass: PacketClass): Sender;
+}
+
+function probePlan(scenario: ServiceScenario, model: ProxyModel, addresses: string[]): ProbePlan {
+  const entry = scenario.node(0);
+  const podHere = scenario.pod('pod-0-0');
+  const podElsewhere = {...scenario.pod('pod-1-2'), inInterface: entry.interface};
+  const clients = scenario.lab!.topology.externalClients;
+  assert.equal(clients[0].gateway, entry.ip, 'the clients enter the cluster through node-0');
+  const [allowed, other] = [scenario.client(0), scenario.client(1)];
+  const clientRoutes = [scenario.lab!.topology.nodeCIDR, ...clients[0].routes].map((text) => parseCIDR(text)!);
+  const asNode: Sender = {name: entry.name, namespace: entry.namespace, ip: entry.ip, inInterface: ''};
+  const classes = packetClasses(model, {
+    nodeAddresses: addresses,
+    serviceCIDRs: [serviceCIDR],
+    sources: {podHere, podElsewhere, external: other},
+  }).filter(
+    (packetClass) =>
+      packetClass.packet.protocol === 'TCP' &&
+      packetClass.entry !== 'conntrack-invalid' &&
+      // The clients route only the node network, the service CIDR and the external addresses to node-0.
+      (!packetClass.source.startsWith('external') || clientRoutes.some((cidr) => cidrContains(cidr, parseIP(packetClass.packet.dstIP)!))),
+  );
+  assert.ok(classes.some((packetClass) => packetClass.source === 'external-allowed' && packetClass.packet.srcIP === allowed.ip));
+  const senders: Record<PacketClass['source'], Sender> = {
+    'pod-here': podHere,
+    'pod-elsewhere': podElsewhere,
+    node: asNode,
+    external: other,
+    'external-denied': other,
+    'external-allowed': allowed,
+  };
+  return {entry, addresses, classes, senderOf: (packetClass) => senders[packetClass.source]};
+}
+
+/** A mode loaded on every node, as the tracer reads it back on node-0 and as the packets showed it. */
+interface ModeSeen {
+  mode: ModeAdapter;
+  side: BehaviourSide;
+  sightings: Sighting[];
+}
+
 /**
- * registerModeSwitch: the case for one switch, over the scenario's cluster (started and closed here).
+ * registerModeSwitches: one case per switch, in order, over one cluster of the scenario (started and
+ * closed here). Each switch starts from the mode the one before it left on the nodes, so a chain
+ * A -> B -> A sends every class three times, not four; a switch whose `from` is not what the nodes
+ * hold (the first, or one after a failed switch) loads it first.
  * `probeTimeoutMs`: how long a probe that gets through may take (the qemu guest is slower).
  */
-export function registerModeSwitch(
+export function registerModeSwitches(
   scenario: ServiceScenario,
-  from: ModeAdapter,
-  to: ModeAdapter,
-  options: {known: KnownChange[]; probeTimeoutMs?: number; concurrency?: number},
+  switches: ModeSwitch[],
+  options: {probeTimeoutMs?: number; concurrency?: number} = {},
 ): void {
   const probeTimeoutMs = options.probeTimeoutMs ?? 1500;
   // Probes at once, through one demo client per sending namespace.
   const concurrency = options.concurrency ?? 8;
-  describe(`switching ${from.mode} -> ${to.mode}: the packets change as the behaviour diff says`, {
+  const chain = [switches[0].from, ...switches.map((step) => step.to)].map((adapter) => adapter.mode).join(' -> ');
+  describe(`switching ${chain}: the packets change as the behaviour diff says`, {
     concurrency: false,
-    // In the qemu guest, beside the host's tests in CI, a case took 140 s.
-    timeout: process.env.PROXYCTL_IN_GUEST === '1' ? 900_000 : 300_000,
+    timeout: (process.env.PROXYCTL_IN_GUEST === '1' ? 300_000 : 120_000) * switches.length,
   }, () => {
     const models = new Map<string, ProxyModel>();
+    let plan: ProbePlan | undefined;
+    // The mode the nodes hold once a switch has loaded it; `seen` only once its probes are in.
+    let loaded: ModeAdapter | undefined;
+    let seen: ModeSeen | undefined;
+    // One demo client per sending namespace for every look: a Node process per probe takes seconds
+    // to start in the qemu guest.
+    const probers = new NamespaceProbers();
     before(async () => {
       if (kernelUnavailable) return;
       const lab = await scenario.start();
       for (const entry of lab.topology.nodes) models.set(entry.name, scenario.modelFor(entry));
-    });
-    after(() => scenario.close());
-
-    it('every class behaves as predicted before and after, and the changes are the predicted ones', async (t) => {
-      if (!scenario.skipUnlessLab(t)) return;
       const entry = scenario.node(0);
-      const addresses = await nodeAddresses(entry);
-      const model = models.get(entry.name)!;
-      const podHere = scenario.pod('pod-0-0');
-      const podElsewhere = {...scenario.pod('pod-1-2'), inInterface: entry.interface};
-      const clients = scenario.lab!.topology.externalClients;
-      assert.equal(clients[0].gateway, entry.ip, 'the clients enter the cluster through node-0');
-      const [allowed, other] = [scenario.client(0), scenario.client(1)];
-      const clientRoutes = [scenario.lab!.topology.nodeCIDR, ...clients[0].routes].map((text) => parseCIDR(text)!);
-      const asNode: Sender = {name: entry.name, namespace: entry.namespace, ip: entry.ip, inInterface: ''};
-      const classes = packetClasses(model, {
-        nodeAddresses: addresses,
-        serviceCIDRs: [serviceCIDR],
-        sources: {podHere, podElsewhere, external: other},
-      }).filter(
-        (packetClass) =>
-          packetClass.packet.protocol === 'TCP' &&
-          packetClass.entry !== 'conntrack-invalid' &&
-          // The clients route only the node network, the service CIDR and the external addresses to node-0.
-          (!packetClass.source.startsWith('external') ||
-            clientRoutes.some((cidr) => cidrContains(cidr, parseIP(packetClass.packet.dstIP)!))),
-      );
-      const senderOf = (packetClass: PacketClass): Sender =>
-        ({
-          'pod-here': podHere,
-          'pod-elsewhere': podElsewhere,
-          node: asNode,
-          external: other,
-          'external-denied': other,
-          'external-allowed': allowed,
-        })[packetClass.source];
-      assert.ok(classes.some((packetClass) => packetClass.source === 'external-allowed' && packetClass.packet.srcIP === allowed.ip));
-
-      await switchTo(scenario, undefined, from, models);
-      const before = await from.applied(entry, addresses);
-      const seenBefore = await sendAll(classes, senderOf, probeTimeoutMs, concurrency);
-      await switchTo(scenario, from, to, models);
-      const after = await to.applied(entry, addresses);
-      const seenAfter = await sendAll(classes, senderOf, probeTimeoutMs, concurrency);
-
-      const diff = diffBehaviour(classes, before, after);
-      const predicted = new Set(diff.groups.flatMap((group) => group.changes.map((change) => change.class)));
-      const outcome = (side: BehaviourSide, packetClass: PacketClass) =>
-        outcomeOf(side.trace(packetClass.packet), (address) => side.localAddresses.includes(address) || address.startsWith('127.'));
-      let shown = 0;
-      classes.forEach((packetClass, index) => {
-        const was = outcome(before, packetClass);
-        const will = outcome(after, packetClass);
-        assertAgrees(packetClass, was, seenBefore[index], from.mode);
-        assertAgrees(packetClass, will, seenAfter[index], to.mode);
-        const changedOnTheWire = seenBefore[index].result.outcome !== seenAfter[index].result.outcome;
-        if (changedOnTheWire) {
-          shown++;
-          assert.ok(predicted.has(packetClass), `${describeClass(packetClass)} changed on the wire but was not predicted`);
-        }
-        // A predicted change whose two outcomes cannot look alike must show.
-        const alike = expectedSightings(was).some((seen) => expectedSightings(will).includes(seen));
-        if (predicted.has(packetClass) && !alike)
-          assert.ok(
-            changedOnTheWire,
-            `${describeClass(packetClass)}: predicted ${outcomeKey(was)} -> ${outcomeKey(will)}, the wire showed no change`,
-          );
-      });
-      // The known differences are among what the wire showed.
-      const wireChanged = (packetClass: PacketClass) => {
-        const index = classes.indexOf(packetClass);
-        return seenBefore[index].result.outcome !== seenAfter[index].result.outcome;
-      };
-      const knownClasses: Record<KnownChange, PacketClass[]> = {
-        'node-port-loopback': classes.filter((packetClass) => packetClass.entry === 'node-port-loopback'),
-        'node-port-not-primary': classes.filter(
-          (packetClass) =>
-            packetClass.entry === 'node-port' && packetClass.packet.dstIP === entry.podGateway && packetClass.source === 'pod-here',
-        ),
-      };
-      for (const known of options.known) {
-        assert.ok(knownClasses[known].length > 0, `no class for ${known}`);
-        for (const packetClass of knownClasses[known]) assert.ok(wireChanged(packetClass), `${describeClass(packetClass)} did not change`);
-      }
-      t.diagnostic(`${classes.length} classes sent; ${predicted.size} predicted to change; ${shown} changed on the wire`);
+      plan = probePlan(scenario, models.get(entry.name)!, await nodeAddresses(entry));
     });
+    after(async () => {
+      await probers.closeAll();
+      await scenario.close();
+    });
+
+    const look = async (mode: ModeAdapter): Promise<ModeSeen> => ({
+      mode,
+      side: await mode.applied(plan!.entry, plan!.addresses),
+      sightings: await sendAll(plan!, probers, probeTimeoutMs, concurrency),
+    });
+
+    for (const step of switches)
+      it(`${step.from.mode} -> ${step.to.mode}: every class behaves as predicted before and after, and the changes are the predicted ones`, async (t) => {
+        if (!scenario.skipUnlessLab(t)) return;
+        if (seen?.mode !== step.from) {
+          seen = undefined;
+          await switchTo(scenario, loaded, step.from, models);
+          loaded = step.from;
+          seen = await look(step.from);
+        }
+        const before = seen;
+        seen = undefined;
+        await switchTo(scenario, step.from, step.to, models);
+        loaded = step.to;
+        const after = await look(step.to);
+        seen = after;
+        assertSwitchAsPredicted(t, plan!, before, after, step.known);
+      });
   });
+}
+
+/**
+ * assertSwitchAsPredicted: every sighting agrees with its side's outcome, every change the wire shows
+ * was predicted, every predicted change that cannot look alike on the wire shows, and the known
+ * differences are among what it showed.
+ */
+function assertSwitchAsPredicted(t: TestContext, plan: ProbePlan, before: ModeSeen, after: ModeSeen, known: KnownChange[]): void {
+  const {classes, entry} = plan;
+  const diff = diffBehaviour(classes, before.side, after.side);
+  const predicted = new Set(diff.groups.flatMap((group) => group.changes.map((change) => change.class)));
+  const outcome = (side: BehaviourSide, packetClass: PacketClass) =>
+    outcomeOf(side.trace(packetClass.packet), (address) => side.localAddresses.includes(address) || address.startsWith('127.'));
+  const wireChanged = (index: number) => before.sightings[index].result.outcome !== after.sightings[index].result.outcome;
+  let shown = 0;
+  classes.forEach((packetClass, index) => {
+    const was = outcome(before.side, packetClass);
+    const will = outcome(after.side, packetClass);
+    assertAgrees(packetClass, was, before.sightings[index], before.mode.mode);
+    assertAgrees(packetClass, will, after.sightings[index], after.mode.mode);
+    if (wireChanged(index)) {
+      shown++;
+      assert.ok(predicted.has(packetClass), `${describeClass(packetClass)} changed on the wire but was not predicted`);
+    }
+    // A predicted change whose two outcomes cannot look alike must show.
+    const alike = expectedSightings(was).some((sighting) => expectedSightings(will).includes(sighting));
+    if (predicted.has(packetClass) && !alike)
+      assert.ok(
+        wireChanged(index),
+        `${describeClass(packetClass)}: predicted ${outcomeKey(was)} -> ${outcomeKey(will)}, the wire showed no change`,
+      );
+  });
+  const knownClasses: Record<KnownChange, PacketClass[]> = {
+    'node-port-loopback': classes.filter((packetClass) => packetClass.entry === 'node-port-loopback'),
+    'node-port-not-primary': classes.filter(
+      (packetClass) =>
+        packetClass.entry === 'node-port' && packetClass.packet.dstIP === entry.podGateway && packetClass.source === 'pod-here',
+    ),
+  };
+  for (const change of known) {
+    assert.ok(knownClasses[change].length > 0, `no class for ${change}`);
+    for (const packetClass of knownClasses[change])
+      assert.ok(wireChanged(classes.indexOf(packetClass)), `${describeClass(packetClass)} did not change`);
+  }
+  t.diagnostic(`${classes.length} classes sent; ${predicted.size} predicted to change; ${shown} changed on the wire`);
 }

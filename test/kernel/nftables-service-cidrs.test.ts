@@ -8,7 +8,7 @@ import assert from 'node:assert/strict';
 import {describe, it} from 'node:test';
 import {execInNamespace} from '../../src/lab/netns/index.ts';
 import type {ProbeResult} from '../../src/lab/workload/demoapp-client.ts';
-import {type LiveCluster, liveClusterSuite, probe, repliedPods, serviceObject, until} from '../agent/live/live-cluster.ts';
+import {type LiveCluster, liveClusterSuite, repliedPods, serviceObject, until} from '../agent/live/live-cluster.ts';
 
 /** Outside the API server's service range (10.96.0.0/12): only the agent's flag names it. */
 const flagCIDR = '172.31.0.0/16';
@@ -39,7 +39,7 @@ async function waitForDrop(c: LiveCluster, expected: string[]): Promise<void> {
 
 /** What a new TCP connection from pod-0-0 to address:80 meets. */
 async function connect(c: LiveCluster, address: string, port = 80): Promise<ProbeResult['outcome']> {
-  const [result] = await probe(c.pod('pod-0-0').namespace, {protocol: 'tcp', host: address, port, timeoutMs: 1500});
+  const [result] = await c.probe(c.pod('pod-0-0').namespace, {protocol: 'tcp', host: address, port, timeoutMs: 1500});
   return result.outcome;
 }
 
@@ -63,9 +63,10 @@ describe('nftables mode drops traffic to unused addresses of the service CIDRs',
     await waitForDrop(c, ['10.96.0.0/12']);
     const web = c.clusterIPOf('web');
     await until('web answers', async () => (await connect(c, web)) === 'reply', 20_000);
-    assert.deepEqual(repliedPods(await probe(c.pod('pod-0-0').namespace, {protocol: 'tcp', host: web, port: 80, timeoutMs: 3000}), 'web'), [
-      'pod-0-1',
-    ]);
+    assert.deepEqual(
+      repliedPods(await c.probe(c.pod('pod-0-0').namespace, {protocol: 'tcp', host: web, port: 80, timeoutMs: 3000}), 'web'),
+      ['pod-0-1'],
+    );
     assert.equal(await connect(c, unusedServiceIP), 'timeout', `${unusedServiceIP} is in 10.96.0.0/12 and no ClusterIP`);
     assert.equal(await connect(c, web, 81), 'refused', 'a ClusterIP port no service defines is rejected');
     // While ServiceCIDR objects exist, the flag's range is not used: the upstream refuses.

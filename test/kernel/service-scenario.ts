@@ -13,8 +13,8 @@ import {buildProxyModel, type EndpointSliceInput, type ProxyModel, type ServiceI
 import type {TraceResult} from '../../src/core/trace/types.ts';
 import type {NodeDescription} from '../../src/lab/netns/index.ts';
 import type {ProbeResult} from '../../src/lab/workload/demoapp-client.ts';
-import {probeFromNamespace} from '../../src/lab/workload/launch.ts';
-import {demoPorts, findPod, kernelUnavailable, type KernelLab, nodeObject, nodeStartTimeoutMs, startKernelLab} from './namespace-lab.ts';
+import {NamespaceProbers} from '../../src/lab/workload/launch.ts';
+import {demoPorts, findPod, kernelUnavailable, type KernelLab, nodeObject, startKernelLab} from './namespace-lab.ts';
 
 export const servers = ['pod-0-1', 'pod-0-2', 'pod-0-3', 'pod-1-0'];
 export const loadBalancerIP = '10.250.0.30';
@@ -98,6 +98,9 @@ export class ServiceScenario {
   /** Each node's own addresses, as the tracer needs them to tell local from forwarded traffic. */
   readonly localAddresses = new Map<string, string[]>();
   readonly #unavailable: () => string;
+  // One demo client per sending namespace for the scenario's life: a Node process per probe takes
+  // seconds to start in the qemu guest.
+  readonly #probers = new NamespaceProbers();
 
   /** `unavailable` says why this file's cases cannot run in this process (the skip reason). */
   constructor(unavailable: () => string = () => `needs root: ${kernelUnavailable}`) {
@@ -166,6 +169,7 @@ export class ServiceScenario {
   }
 
   async close(): Promise<void> {
+    await this.#probers.closeAll();
     await this.lab?.close();
   }
 
@@ -196,9 +200,7 @@ export class ServiceScenario {
   }
 
   async send(sender: Sender, target: Target, count = 1, timeoutMs = 2000): Promise<ProbeResult[]> {
-    return probeFromNamespace(sender.namespace, {protocol: target.protocol, host: target.ip, port: target.port, timeoutMs}, count, {
-      startTimeoutMs: nodeStartTimeoutMs,
-    });
+    return this.#probers.probe(sender.namespace, {protocol: target.protocol, host: target.ip, port: target.port, timeoutMs}, count);
   }
 }
 

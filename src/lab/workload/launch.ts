@@ -201,3 +201,31 @@ export function openProber(namespace: string): NamespaceProber {
     },
   };
 }
+
+/**
+ * NamespaceProbers: one demo client (openProber) per namespace sent from, kept until closeAll, for
+ * callers that send many probes over a cluster's life.
+ */
+export class NamespaceProbers {
+  readonly #probers = new Map<string, NamespaceProber>();
+
+  in(namespace: string): NamespaceProber {
+    let prober = this.#probers.get(namespace);
+    if (!prober) this.#probers.set(namespace, (prober = openProber(namespace)));
+    return prober;
+  }
+
+  /** probe makes `count` requests from the namespace, one after the other, as probeFromNamespace does. */
+  async probe(namespace: string, target: ProbeTarget, count = 1): Promise<ProbeResult[]> {
+    const prober = this.in(namespace);
+    const results: ProbeResult[] = [];
+    for (let i = 0; i < count; i++) results.push(await prober.probe(target));
+    return results;
+  }
+
+  async closeAll(): Promise<void> {
+    const probers = [...this.#probers.values()];
+    this.#probers.clear();
+    await Promise.all(probers.map((prober) => prober.close()));
+  }
+}

@@ -15,7 +15,6 @@ import {
   type LiveCluster,
   liveClusterSuite,
   metricValue,
-  probe,
   repliedPods,
   savedRules,
   serviceChainOf,
@@ -179,7 +178,7 @@ describe('live agent: faults and churn', {concurrency: false, timeout: 420_000},
     const results: ProbeResult[] = [];
     let streaming = true;
     const stream = (async () => {
-      while (streaming) results.push(...(await probe(client, target, 25)));
+      while (streaming) results.push(...(await c.probe(client, target, 25)));
     })();
     await until('the stream to flow', () => results.length >= 25, 10_000);
     await agent.kill('SIGKILL');
@@ -313,7 +312,7 @@ describe('live agent: faults and churn', {concurrency: false, timeout: 420_000},
       agent.logged(/watch cannot resume from our resourceVersion .*; listing again resource=endpointslices/, mark).length >= 1,
       'so did the endpointslices watch',
     );
-    repliedPods(await probe(client, {protocol: 'tcp', host: c.clusterIPOf('web'), port: 80, timeoutMs: 1000}, 5), 'web throughout');
+    repliedPods(await c.probe(client, {protocol: 'tcp', host: c.clusterIPOf('web'), port: 80, timeoutMs: 1000}, 5), 'web throughout');
     c.relabel('pod-0-2', {app: 'spare'});
   });
 

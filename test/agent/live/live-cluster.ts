@@ -18,8 +18,8 @@ import type {KubeObject} from '../../../src/lab/apiserver/object-log.ts';
 import {nodeObject, podStatus} from '../../../src/lab/lab-objects.ts';
 import {execInNamespace, type NodeDescription, type PodDescription} from '../../../src/lab/netns/index.ts';
 import type {ProbeResult, ProbeTarget} from '../../../src/lab/workload/demoapp-client.ts';
-import {probeFromNamespace} from '../../../src/lab/workload/launch.ts';
-import {demoPorts, findPod, type KernelLab, kernelUnavailable, nodeStartTimeoutMs, startKernelLab} from '../../kernel/namespace-lab.ts';
+import {NamespaceProbers} from '../../../src/lab/workload/launch.ts';
+import {demoPorts, findPod, type KernelLab, kernelUnavailable, startKernelLab} from '../../kernel/namespace-lab.ts';
 
 export {demoPorts, findPod, kernelUnavailable} from '../../kernel/namespace-lab.ts';
 
@@ -310,6 +310,12 @@ export interface LiveCluster {
   clusterIPOf(service: string): string;
   /** relabel gives a pod new labels; the EndpointSlice controller follows. */
   relabel(pod: string, labels: Record<string, string>): void;
+  /**
+   * probe makes `count` requests from the namespace, one after the other, through one demo client
+   * per namespace kept for the cluster's life (a Node process per probe takes seconds to start in
+   * the qemu guest).
+   */
+  probe(namespace: string, target: ProbeTarget, count?: number): Promise<ProbeResult[]>;
   /** What one TCP request from a namespace to host:port meets (1 s timeout). */
   outcome(namespace: string, host: string, port?: number): Promise<ProbeResult['outcome']>;
   answers(namespace: string, host: string, port?: number): Promise<boolean>;
@@ -393,6 +399,9 @@ export async function startLiveCluster(options: LiveClusterOptions): Promise<Liv
     }
     for (const agent of agents) await agent.waitSynced();
 
+    const probers = new NamespaceProbers();
+    cleanups.push(() => probers.closeAll());
+    const probe = (namespace: string, target: ProbeTarget, count = 1) => probers.probe(namespace, target, count);
     const outcome = async (namespace: string, host: string, port = 80) =>
       (await probe(namespace, {protocol: 'tcp', host, port, timeoutMs: 1000}))[0].outcome;
     return {
@@ -408,6 +417,7 @@ export async function startLiveCluster(options: LiveClusterOptions): Promise<Liv
           object.metadata.labels = labels;
         });
       },
+      probe,
       outcome,
       answers: async (namespace, host, port) => (await outcome(namespace, host, port)) === 'reply',
       close,
@@ -471,10 +481,6 @@ export async function serviceChainOf(node: NodeDescription, servicePort: string)
     .split('\n')
     .find((line) => line.startsWith('-A KUBE-SVC-') && line.includes(servicePort))
     ?.split(' ')[1];
-}
-
-export function probe(namespace: string, target: ProbeTarget, count = 1): Promise<ProbeResult[]> {
-  return probeFromNamespace(namespace, target, count, {startTimeoutMs: nodeStartTimeoutMs});
 }
 
 /** The pods that answered, or a failure naming the first result that was not a reply. */

@@ -13,7 +13,6 @@ import {
   type LiveCluster,
   liveClusterSuite,
   metricValue,
-  probe,
   repliedPods,
   savedRules,
   serviceObject,
@@ -85,7 +84,7 @@ describe('live agent: kube-proxy nfacct counters and their metrics', {concurrenc
     );
     const before = await sample(c, localhostMetric);
     repliedPods(
-      await probe(c.node(0).namespace, {protocol: 'tcp', host: '127.0.0.1', port: nodePort, timeoutMs: 2000}),
+      await c.probe(c.node(0).namespace, {protocol: 'tcp', host: '127.0.0.1', port: nodePort, timeoutMs: 2000}),
       'node -> 127.0.0.1 NodePort',
     );
     // Only a connection's first packet passes the nat table.
@@ -93,7 +92,7 @@ describe('live agent: kube-proxy nfacct counters and their metrics', {concurrenc
     assert.equal(await sample(c, localhostMetric), before + 1);
     // The same NodePort on the node's own address is not counted.
     repliedPods(
-      await probe(c.node(0).namespace, {protocol: 'tcp', host: c.node(0).ip, port: nodePort, timeoutMs: 2000}),
+      await c.probe(c.node(0).namespace, {protocol: 'tcp', host: c.node(0).ip, port: nodePort, timeoutMs: 2000}),
       'node -> node IP NodePort',
     );
     assert.equal(await sample(c, localhostMetric), before + 1);
@@ -109,7 +108,7 @@ describe('live agent: kube-proxy nfacct counters and their metrics', {concurrenc
     await until('the INVALID packet counted', async () => (await nfacctPackets(c, 'ct_state_invalid_dropped_pkts')) === before + 1, 5000);
     assert.equal(await sample(c, invalidMetric), before + 1);
     // Ordinary traffic between the same pods is not.
-    repliedPods(await probe(client.namespace, {protocol: 'tcp', host: server.ip, port: demoPorts.http, timeoutMs: 2000}), 'pod -> pod');
+    repliedPods(await c.probe(client.namespace, {protocol: 'tcp', host: server.ip, port: demoPorts.http, timeoutMs: 2000}), 'pod -> pod');
     assert.equal(await sample(c, invalidMetric), before + 1);
   });
 

@@ -14,7 +14,6 @@ import {
   demoPorts,
   endpointSliceObject,
   liveClusterSuite,
-  probe,
   repliedPods,
   serviceObject,
   sleep,
@@ -57,13 +56,13 @@ describe('live agent: traffic through services it programs', {concurrency: false
     assert.ok(reachableAfter <= programmingBudgetMs, `reachable from everywhere after ${reachableAfter} ms`);
     // Both endpoints, from both nodes.
     const pods = new Set([
-      ...repliedPods(await probe(c.pod('pod-1-0').namespace, http, 30), 'pod-1-0 -> web'),
-      ...repliedPods(await probe(c.pod('pod-0-0').namespace, http, 30), 'pod-0-0 -> web'),
+      ...repliedPods(await c.probe(c.pod('pod-1-0').namespace, http, 30), 'pod-1-0 -> web'),
+      ...repliedPods(await c.probe(c.pod('pod-0-0').namespace, http, 30), 'pod-0-0 -> web'),
     ]);
     assert.deepEqual([...pods].sort(), ['pod-0-1', 'pod-1-1']);
     // The NodePort of node-1 too, reached from the external client across the node network.
     repliedPods(
-      await probe(c.lab.topology.externalClients[0].namespace, {...external, host: c.node(1).ip}, 3),
+      await c.probe(c.lab.topology.externalClients[0].namespace, {...external, host: c.node(1).ip}, 3),
       'external -> node-1 NodePort',
     );
 
@@ -80,7 +79,7 @@ describe('live agent: traffic through services it programs', {concurrency: false
       async () => (await c.outcome(c.lab.topology.externalClients[0].namespace, external.host, nodePort)) === 'refused',
       programmingBudgetMs,
     );
-    const refused = await probe(c.pod('pod-0-0').namespace, http, 3);
+    const refused = await c.probe(c.pod('pod-0-0').namespace, http, 3);
     for (const result of refused) assert.equal(result.outcome, 'refused', `no endpoints: ${JSON.stringify(result)}`);
 
     c.relabel('pod-0-1', {app: 'web', dns: 'yes'});
@@ -101,7 +100,7 @@ describe('live agent: traffic through services it programs', {concurrency: false
     const client = c.pod('pod-0-0').namespace;
     const both = ['pod-0-2', 'pod-1-2'];
     const answering = async () =>
-      new Set((await probe(client, http, 20)).flatMap((result) => (result.outcome === 'reply' ? [result.reply.pod] : [])));
+      new Set((await c.probe(client, http, 20)).flatMap((result) => (result.outcome === 'reply' ? [result.reply.pod] : [])));
     await until('grace reaches both pods', async () => (await answering()).size === 2, programmingBudgetMs);
 
     // A graceful delete: the pod keeps serving while it terminates (the demo server still runs).
@@ -114,7 +113,7 @@ describe('live agent: traffic through services it programs', {concurrency: false
     );
     await until('node-1 too', async () => !(await dnatDestinations(c.node(1), 'default/grace:http')).includes(gone), programmingBudgetMs);
     assert.deepEqual(
-      new Set(repliedPods(await probe(client, http, 20), 'one ready, one terminating')),
+      new Set(repliedPods(await c.probe(client, http, 20), 'one ready, one terminating')),
       new Set(['pod-1-2']),
       'a ready endpoint exists: the terminating one gets nothing',
     );
@@ -126,7 +125,7 @@ describe('live agent: traffic through services it programs', {concurrency: false
       async () => (await dnatDestinations(c.node(0), 'default/grace:http')).length === 2,
       programmingBudgetMs,
     );
-    assert.deepEqual(new Set(repliedPods(await probe(client, http, 30), 'only terminating endpoints')), new Set(both));
+    assert.deepEqual(new Set(repliedPods(await c.probe(client, http, 30), 'only terminating endpoints')), new Set(both));
 
     // Gone for good: no endpoint left in the rules, and the service refuses. (A pod's server stops
     // as it is deleted, so a refusal alone can come before the rules change.)
@@ -173,8 +172,8 @@ describe('live agent: traffic through services it programs', {concurrency: false
 
     const http = {protocol: 'tcp' as const, port: 80, host: c.clusterIPOf('manual'), timeoutMs: 1000};
     await until('manual answers from its good endpoint', () => c.answers(c.pod('pod-0-0').namespace, http.host), programmingBudgetMs);
-    assert.deepEqual(new Set(repliedPods(await probe(c.pod('pod-0-0').namespace, http, 10), 'manual')), new Set(['pod-1-1']));
-    repliedPods(await probe(c.pod('pod-1-0').namespace, {...http, host: c.clusterIPOf('web')}, 5), 'web next to the bad objects');
+    assert.deepEqual(new Set(repliedPods(await c.probe(c.pod('pod-0-0').namespace, http, 10), 'manual')), new Set(['pod-1-1']));
+    repliedPods(await c.probe(c.pod('pod-1-0').namespace, {...http, host: c.clusterIPOf('web')}, 5), 'web next to the bad objects');
 
     for (const [index, agent] of c.agents.entries()) {
       const service = await agent.waitForLog(/warn object skipped object="Service default\/broken"/, {from: marks[index]});
@@ -208,7 +207,7 @@ describe('live agent: traffic through services it programs', {concurrency: false
     const client = c.pod('pod-0-0');
     await until(
       'dns answers',
-      async () => (await probe(client.namespace, {protocol: 'udp', host: vip, port: 53, timeoutMs: 500}))[0].outcome === 'reply',
+      async () => (await c.probe(client.namespace, {protocol: 'udp', host: vip, port: 53, timeoutMs: 500}))[0].outcome === 'reply',
       programmingBudgetMs,
     );
     const deletedBefore = await c.agents[0].metric('kubeproxy_conntrack_reconciler_deleted_entries_total', {ip_family: 'IPv4'});
