@@ -92,5 +92,8 @@ describe("a guest run in which Node died is the emulator's fault, not a test's",
     assert.equal(nodeDiedInGuest(run(1, "▶ ipvs agent\n  ✖ a case (10ms)\n  AssertionError: 'Check failed: x' !== 'y'\n")), false);
     assert.equal(nodeDiedInGuest(run(0, `▶ ipvs agent\n${v8Fatal}`)), false);
     assert.equal(nodeDiedInGuest(run(undefined, v8Fatal)), false);
+    const notLoaded =
+      "SyntaxError: The requested module './live-cluster.ts' does not provide an export named 'probe'\n✖ test/kernel/ipvs-observe.test.ts (40636ms)\nℹ fail 1\n";
+    assert.equal(nodeDiedInGuest(run(1, notLoaded)), false, 'a file that failed to load');
   });
 });
