@@ -98,6 +98,15 @@ function driftedServices(groups: DiffGroup[]): string[] {
 /** How many times a whole-node diff is taken again when syncs keep changing the models while it reads. */
 const modelChangesFollowed = 3;
 
+/**
+ * After a drift check failed (the kernel's rules could not be read), status does not start another
+ * for this long, doubled per failure in a row up to driftRetryMaxMs: a plugin that polls status on
+ * such a node would otherwise keep the agent reading the kernel back to back. A sync, a foreign
+ * change or a request that needs the rules still checks at once.
+ */
+const driftRetryFirstMs = 1000;
+const driftRetryMaxMs = 60_000;
+
 /** Heap a whole-node diff may leave (garbage included) before the agent collects it at once (bytes). */
 const diffGarbageCollected = 32 * 1024 * 1024;
 
@@ -118,6 +127,8 @@ export class RuntimeState {
   private counts: {key: string; services: number; endpoints: number} | undefined;
   private warming: Promise<void> | undefined;
   private warmAgain = false;
+  private driftFailures = 0;
+  private driftRetryAt = 0;
   // At 10,000 services a diff takes seconds, filtered to one service or not: compute the whole
   // diff once per (reading of the kernel, model) and answer trace's drift question from it.
   private readonly fullDiffs = new WeakMap<AppliedRules, {model: ProxyModel; result: RulesDiff}>();
@@ -362,10 +373,18 @@ export class RuntimeState {
     }
     try {
       await this.diffAll(undefined, reading);
+      this.driftFailures = 0;
     } catch (error) {
-      this.log.detail(2, 'agent api: drift check failed', {reason: (error as Error).message});
+      this.driftFailures++;
+      this.driftRetryAt = this.now() + Math.min(driftRetryMaxMs, driftRetryFirstMs * 2 ** (this.driftFailures - 1));
+      this.log.detail(2, 'agent api: drift check failed', {reason: (error as Error).message, failuresInARow: this.driftFailures});
     }
     return this.drift;
+  }
+
+  /** Whether status may start a drift check: not while the wait after failed ones lasts (driftRetryFirstMs). */
+  driftRetryDue(): boolean {
+    return this.driftFailures === 0 || this.now() >= this.driftRetryAt;
   }
 
   async localAddresses(): Promise<string[]> {

@@ -1,7 +1,8 @@
 // The agent API's answers as syncs change the models. A whole-node diff asked for while a sync
 // writes: its reading waits for the write and holds it, so it must be compared with the model that
 // sync left, not the one before (otherwise every diff, and the drift check after each sync, that
-// meets a write names the changed service as drifted). Status's counts follow the models.
+// meets a write names the changed service as drifted). Status's counts follow the models, and
+// status polled on a node whose rules cannot be read does not keep the agent reading them.
 import assert from 'node:assert/strict';
 import {test} from 'node:test';
 import {createAgentRuntime} from '../../../src/agent/api/runtime.ts';
@@ -27,7 +28,13 @@ function modelWith(endpoint: string): ProxyModel {
  */
 function runtimeOver(
   t: {after(fn: () => void): void},
-  parts: {model(): ProxyModel; kernel(): string; listeners?: Set<RulesWriteListener>; log?: ReturnType<typeof memoryLogger>},
+  parts: {
+    model(): ProxyModel;
+    kernel(): string;
+    listeners?: Set<RulesWriteListener>;
+    log?: ReturnType<typeof memoryLogger>;
+    now?: () => number;
+  },
 ) {
   const runtime = createAgentRuntime({
     nodeName: 'node-1',
@@ -45,6 +52,7 @@ function runtimeOver(
     backend: nftablesBackend,
     changes: watchedChanges({time: 1000}),
     log: parts.log ?? memoryLogger(),
+    now: parts.now,
   });
   t.after(() => runtime.close());
   return runtime;
@@ -89,4 +97,48 @@ test("agent API: status counts the models' services and endpoints, again once a 
     {family: 'IPv4', nodeName: 'node-1'},
   );
   assert.deepEqual(await counts(), [2, 3], 'counted again for the new model');
+});
+
+test('agent API: status polled while the rules cannot be read starts a check only once each wait after a failure is over', async (t) => {
+  const model = modelWith('10.244.2.5');
+  let clock = 1_000_000;
+  let reads = 0;
+  let readable = false;
+  const runtime = runtimeOver(t, {
+    model: () => model,
+    kernel: () => {
+      reads++;
+      if (!readable) throw new Error('nft list table ip kube-proxy: exit 1');
+      return renderNftables(model);
+    },
+    now: () => clock,
+  });
+  // status answers at once and checks in the background.
+  const poll = async (times = 1) => {
+    for (let i = 0; i < times; i++) {
+      await runtime.status({});
+      await new Promise((resolve) => setTimeout(resolve, 5));
+    }
+  };
+  await poll();
+  assert.equal(reads, 1, 'the first status starts a check');
+  await poll(20);
+  assert.equal(reads, 1, 'none while the first wait (1 s) lasts');
+  await assert.rejects(runtime.diff({}), /cannot read the rules on node node-1: nft list table/);
+  assert.equal(reads, 2, 'a diff asked for reads at once all the same');
+  clock += 1000;
+  await poll(5);
+  assert.equal(reads, 3, 'one once the wait is over');
+  clock += 1999;
+  await poll(5);
+  assert.equal(reads, 3, 'the second wait is twice as long');
+  clock += 1;
+  readable = true;
+  await poll();
+  assert.equal(reads, 4);
+  const status = await runtime.status({});
+  assert.notEqual(status.drift.checkedAt, null, 'the check that could read the rules is the status');
+  assert.deepEqual(status.drift.services, []);
+  await poll(5);
+  assert.equal(reads, 4, 'a current check is not redone');
 });

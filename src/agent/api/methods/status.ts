@@ -7,9 +7,10 @@ export async function answerStatus(state: RuntimeState): Promise<StatusResult> {
   const byFamily = proxier.appliedModels();
   const {services, endpoints} = state.modelCounts(byFamily);
   // status answers at once with the last drift check (checkedAt says when); a stale one is
-  // redone in the background, since on a large node a check reads the kernel for seconds.
+  // redone in the background, since on a large node a check reads the kernel for seconds; after a
+  // failed one, only once the wait after it is over.
   const check = state.drift;
-  if (byFamily.size > 0 && !state.driftCurrent(state.drift)) state.warmUp();
+  if (byFamily.size > 0 && !state.driftCurrent(state.drift) && state.driftRetryDue()) state.warmUp();
   const readings = families.map((family) => applied.last(family)?.readAt).filter((at): at is number => at !== undefined);
   return {
     node: state.nodeName,
