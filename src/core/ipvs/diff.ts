@@ -119,11 +119,23 @@ interface DesiredIndex {
 }
 
 const desiredIndexes = new WeakMap<IpvsState, DesiredIndex>();
+const serverOwnersOf = new WeakMap<IpvsState, Map<string, string>>();
+
+/**
+ * desiredServerOwners: the service port of each of a desired state's virtual servers, by
+ * virtualServerKey, made once while the state lives. The kernel does not know whose a virtual
+ * server is: the diff names its groups by this, and the agent's reader names the servers it reads.
+ */
+export function desiredServerOwners(desired: IpvsState): Map<string, string> {
+  let owners = serverOwnersOf.get(desired);
+  if (!owners) serverOwnersOf.set(desired, (owners = new Map(desired.virtualServers.map((server) => [keyOf(server), server.servicePort]))));
+  return owners;
+}
 
 function desiredIndex(desired: IpvsState, nodePorts: Map<string, string> | undefined): DesiredIndex {
   const known = desiredIndexes.get(desired);
   if (known && known.nodePorts === nodePorts) return known;
-  const owners = new Map(desired.virtualServers.map((server) => [keyOf(server), server.servicePort]));
+  const owners = desiredServerOwners(desired);
   const index = {
     nodePorts,
     owners,

@@ -35,7 +35,15 @@ export {
   serverTableShape,
   serverTableShapeBytes,
 } from './kernel-table.ts';
-export {diffIpvs, ipvsDiffText, withJumpRules, type DiffIpvsOptions, type IpvsDiff, type IpvsDiffGroup} from './diff.ts';
+export {
+  desiredServerOwners,
+  diffIpvs,
+  ipvsDiffText,
+  withJumpRules,
+  type DiffIpvsOptions,
+  type IpvsDiff,
+  type IpvsDiffGroup,
+} from './diff.ts';
 export {traceIpvs} from './trace.ts';
 export {accessFilterVerdict, tableSection, type AccessFilterVerdict} from './access-filter.ts';
 export {planIpvsSync, realServerKey, type IpvsSyncOptions, type IpvsSyncPlan} from './sync.ts';

@@ -5,11 +5,13 @@
 // iptables-save report in the node's namespace.
 import {
   compareIpvsNames,
+  desiredServerOwners,
   diffIpvs,
   ipvsDiffText,
   dummyDevice,
   type IpvsDiffGroup,
   type IpvsState,
+  type IpvsVirtualServer,
   parseIpsetSave,
   parseIpvsadmSave,
   flagProtocol,
@@ -192,8 +194,13 @@ function carryServersMayDiffer(before: IpvsState, followed: IpvsState, touched: 
  * reads instead of running `ipvsadm -Sn` again.
  */
 export function ipvsRulesBackend(options: {scheduler?: string; latestLook?: LatestIpvsLook} = {}): RulesBackend {
-  // The kernel does not know which service a virtual server belongs to; the last desired state does.
-  const owners = new Map<IPFamily, Map<string, string>>();
+  // The kernel does not know which service a virtual server belongs to; the last desired state
+  // rendered for each family does (desiredServerOwners).
+  const lastDesired = new Map<IPFamily, IpvsState>();
+  const ownerOf = (family: IPFamily, server: IpvsVirtualServer) => {
+    const desired = lastDesired.get(family);
+    return desired ? (desiredServerOwners(desired).get(virtualServerKey(server)) ?? '') : '';
+  };
   // The state readApplied read, per family, until its text comes back to parse: reading the text
   // again would parse the whole state a second time (at 10,000 services as long as the reading's own parse).
   const justRead = new Map<IPFamily, {text: string; state: IpvsState}>();
@@ -201,7 +208,7 @@ export function ipvsRulesBackend(options: {scheduler?: string; latestLook?: Late
   const desiredOf = new WeakMap<ProxyModel, ParsedRules>();
   const rendered = (model: ProxyModel): IpvsState => {
     const state = renderIpvs(model, {scheduler: options.scheduler});
-    owners.set(state.family, new Map(state.virtualServers.map((server) => [virtualServerKey(server), server.servicePort])));
+    lastDesired.set(state.family, state);
     return state;
   };
   const backend: RulesBackend = {
@@ -212,8 +219,7 @@ export function ipvsRulesBackend(options: {scheduler?: string; latestLook?: Late
       const read = justRead.get(family);
       justRead.delete(family);
       const state = read?.text === text ? read.state : parseIpvsStateText(text);
-      const known = owners.get(state.family);
-      for (const server of state.virtualServers) server.servicePort ||= known?.get(virtualServerKey(server)) ?? '';
+      for (const server of state.virtualServers) server.servicePort ||= ownerOf(state.family, server);
       return state as ParsedRules;
     },
     // The rendered state itself, which its text would read back to: parsed from that text, each
@@ -248,7 +254,7 @@ export function ipvsRulesBackend(options: {scheduler?: string; latestLook?: Late
     follow: async (host, family, rules, touched) => {
       const followed = await followIpvsChanges(host, family, rules as IpvsState, touched, options.latestLook?.servers);
       carryServersMayDiffer(rules as IpvsState, followed, touched);
-      for (const server of followed.virtualServers) server.servicePort ||= owners.get(family)?.get(virtualServerKey(server)) ?? '';
+      for (const server of followed.virtualServers) server.servicePort ||= ownerOf(family, server);
       return followed as ParsedRules;
     },
   };
