@@ -41,8 +41,6 @@ function lane(files: string[], output: (chunk: Buffer) => void): Promise<number>
   return new Promise((resolve) => child.on('close', (code, signal) => resolve(code ?? (signal ? 1 : 0))));
 }
 
-// Every Node process of both lanes shares the compile cache the guest reads (nodeCompileCacheDir).
-process.env.NODE_COMPILE_CACHE = nodeCompileCacheDir;
 /**
  * guestLane: the files that boot a guest themselves run as any other; those of itRunsInGuest run in
  * one guest, one after the other (runTestFilesInGuest), where a guest boot per file would spend its
@@ -70,6 +68,8 @@ async function guestLane(output: (chunk: Buffer) => void): Promise<number> {
   return code;
 }
 
+// Every Node process of both lanes shares the compile cache the guest reads (nodeCompileCacheDir).
+process.env.NODE_COMPILE_CACHE = nodeCompileCacheDir;
 const files = globSync('test/**/*.test.ts', {cwd: repoRoot}).sort();
 const guestFiles = files.filter(bootsGuest);
 const hostFiles = files.filter((file) => !bootsGuest(file));

@@ -30,7 +30,6 @@ import {nftablesCleanupScript, parseNftablesJson, renderNftables} from '../../sr
 import {cleanupRestoreInput, readOwnedRules} from '../../src/agent/sync/owned-rules.ts';
 import {execInNamespace, type NodeDescription} from '../../src/lab/netns/index.ts';
 import type {ProbeResult} from '../../src/lab/workload/demoapp-client.ts';
-import {NamespaceProbers} from '../../src/lab/workload/launch.ts';
 import {demoPorts, kernelUnavailable, nodeAddresses, restoreIptables, saveIptables} from './namespace-lab.ts';
 import {type ServiceScenario, serviceCIDR, type Sender} from './service-scenario.ts';
 
@@ -117,16 +116,16 @@ interface Sighting {
 /**
  * sendAll sends one probe per class and returns the sightings in the classes' order. The probes go
  * through a pool of `concurrency` at once, so a probe that waits out its timeout holds up one slot,
- * not a batch.
+ * not a batch, and each from the scenario's demo client in its sender's namespace.
  */
-async function sendAll(plan: ProbePlan, probers: NamespaceProbers, probeTimeoutMs: number, concurrency: number): Promise<Sighting[]> {
+async function sendAll(scenario: ServiceScenario, plan: ProbePlan, probeTimeoutMs: number, concurrency: number): Promise<Sighting[]> {
   const sightings: Sighting[] = new Array(plan.classes.length);
   let next = 0;
   const worker = async () => {
     for (let index = next++; index < plan.classes.length; index = next++) {
       const sender = plan.senderOf(plan.classes[index]);
       const {dstIP, dstPort} = plan.classes[index].packet;
-      const result = await probers.in(sender.namespace).probe({protocol: 'tcp', host: dstIP, port: dstPort, timeoutMs: probeTimeoutMs});
+      const [result] = await scenario.send(sender, {protocol: 'tcp', ip: dstIP, port: dstPort}, 1, probeTimeoutMs);
       sightings[index] = {result, sender};
     }
   };
@@ -233,9 +232,6 @@ export function registerModeSwitches(
     // The mode the nodes hold once a switch has loaded it; `seen` only once its probes are in.
     let loaded: ModeAdapter | undefined;
     let seen: ModeSeen | undefined;
-    // One demo client per sending namespace for every look: a Node process per probe takes seconds
-    // to start in the qemu guest.
-    const probers = new NamespaceProbers();
     before(async () => {
       if (kernelUnavailable) return;
       const lab = await scenario.start();
@@ -243,15 +239,12 @@ export function registerModeSwitches(
       const entry = scenario.node(0);
       plan = probePlan(scenario, models.get(entry.name)!, await nodeAddresses(entry));
     });
-    after(async () => {
-      await probers.closeAll();
-      await scenario.close();
-    });
+    after(() => scenario.close());
 
     const look = async (mode: ModeAdapter): Promise<ModeSeen> => ({
       mode,
       side: await mode.applied(plan!.entry, plan!.addresses),
-      sightings: await sendAll(plan!, probers, probeTimeoutMs, concurrency),
+      sightings: await sendAll(scenario, plan!, probeTimeoutMs, concurrency),
     });
 
     for (const step of switches)
