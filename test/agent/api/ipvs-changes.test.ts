@@ -515,7 +515,8 @@ test("a whole reading given the latest look's output reads the kernel's servers,
 test('every wholeReadingEveryMs a look makes readings from before it read the state whole, though nothing it sees changed', async () => {
   const log = memoryLogger(4);
   const changes = await watchLooks(log, {
-    wholeReadingEveryMs: 20,
+    // Long enough that the first look, on a loaded machine, still comes before it is due.
+    wholeReadingEveryMs: 300,
     look: async () => ({servers: '', sets: new Map(), addresses: ''}),
   });
   try {
@@ -523,7 +524,7 @@ test('every wholeReadingEveryMs a look makes readings from before it read the st
     await new Promise((resolve) => setTimeout(resolve, 5));
     assert.equal(await changes.settled(1000), true);
     assert.deepEqual(changes.foreignObjectsSince(readAt), new Map(), 'a look that saw nothing vouches for the reading');
-    await new Promise((resolve) => setTimeout(resolve, 25));
+    await new Promise((resolve) => setTimeout(resolve, 320));
     assert.equal(await changes.settled(1000), true);
     assert.equal(changes.foreignObjectsSince(readAt), undefined, 'the reading is read whole again');
     assert.ok(changes.lastForeignChangeAt() > readAt, 'the drift check that follows a change starts');

@@ -195,25 +195,27 @@ function carryServersMayDiffer(before: IpvsState, followed: IpvsState, touched: 
  */
 export function ipvsRulesBackend(options: {scheduler?: string; latestLook?: LatestIpvsLook} = {}): RulesBackend {
   // The kernel does not know which service a virtual server belongs to; the last desired state
-  // rendered for each family does (desiredServerOwners).
-  const lastDesired = new Map<IPFamily, IpvsState>();
-  const ownerOf = (family: IPFamily, server: IpvsVirtualServer) => {
-    const desired = lastDesired.get(family);
-    return desired ? (desiredServerOwners(desired).get(virtualServerKey(server)) ?? '') : '';
-  };
+  // made for each family does. Only its owners map is kept (desiredServerOwners, the one the
+  // diff's index reads): the state itself goes with its model.
+  const lastOwners = new Map<IPFamily, Map<string, string>>();
+  const ownerOf = (family: IPFamily, server: IpvsVirtualServer) => lastOwners.get(family)?.get(virtualServerKey(server)) ?? '';
   // The state readApplied read, per family, until its text comes back to parse: reading the text
   // again would parse the whole state a second time (at 10,000 services as long as the reading's own parse).
   const justRead = new Map<IPFamily, {text: string; state: IpvsState}>();
-  // Each model's desired state, made once while the model lives: every drift check and trace asks for it.
-  const desiredOf = new WeakMap<ProxyModel, ParsedRules>();
-  const rendered = (model: ProxyModel): IpvsState => {
-    const state = renderIpvs(model, {scheduler: options.scheduler});
-    lastDesired.set(state.family, state);
+  // Each model's desired state, made once while the model lives: every drift check, trace and
+  // rules.desired asks for it.
+  const desiredOf = new WeakMap<ProxyModel, IpvsState>();
+  const desiredState = (model: ProxyModel): IpvsState => {
+    let state = desiredOf.get(model);
+    if (!state) {
+      desiredOf.set(model, (state = renderIpvs(model, {scheduler: options.scheduler})));
+      lastOwners.set(state.family, desiredServerOwners(state));
+    }
     return state;
   };
   const backend: RulesBackend = {
     mode: 'ipvs',
-    render: (model) => formatIpvsState(rendered(model)),
+    render: (model) => formatIpvsState(desiredState(model)),
     parse: (text) => {
       const family: IPFamily = text.startsWith('#### ipvs mode, IPv6') ? 'IPv6' : 'IPv4';
       const read = justRead.get(family);
@@ -224,11 +226,7 @@ export function ipvsRulesBackend(options: {scheduler?: string; latestLook?: Late
     },
     // The rendered state itself, which its text would read back to: parsed from that text, each
     // address and entry would be a slice holding the whole text (megabytes at 10,000 services).
-    desired: (model) => {
-      let desired = desiredOf.get(model);
-      if (!desired) desiredOf.set(model, (desired = rendered(model) as ParsedRules));
-      return desired;
-    },
+    desired: (model) => desiredState(model) as ParsedRules,
     diff: (desired, applied, service) => {
       const [mine, theirs] = [desired as IpvsState, applied as IpvsState];
       const known = serversMayDiffer.get(theirs);
