@@ -511,8 +511,9 @@ export interface GuestTestRun extends GuestRunResult {
  * the runner ended before it reported any test or file (a file that failed to load is reported as a
  * failed test named after the file, and is the file's fault), or a Node process in the guest
  * stopped on a V8 fatal check or was killed by a fault signal (JavaScript cannot make Node
- * segfault; qemu's emulation of the CPU has, now and then, in a long run). guest-node-flags.mjs keeps V8 off the path where the
- * fatal check was seen; should another show up, the run still says it was the emulator and not a test.
+ * segfault; qemu's emulation of the CPU has, now and then, in a long run). guest-node-flags.mjs
+ * keeps V8 off the path where the fatal check was seen; should another show up, the run still says
+ * it was the emulator and not a test.
  */
 export function nodeDiedInGuest(result: GuestRunResult): boolean {
   if (result.exitCode === 0 || result.exitCode === undefined) return false;

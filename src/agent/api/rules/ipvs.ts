@@ -194,8 +194,8 @@ function carryServersMayDiffer(before: IpvsState, followed: IpvsState, touched: 
  * reads instead of running `ipvsadm -Sn` again.
  */
 export function ipvsRulesBackend(options: {scheduler?: string; latestLook?: LatestIpvsLook} = {}): RulesBackend {
-  // The kernel does not know which service a virtual server belongs to; the last desired state
-  // made for each family does. Only its owners map is kept (desiredServerOwners, the one the
+  // The kernel does not know which service a virtual server belongs to; the desired state last
+  // asked for, per family, does. Only its owners map is kept (desiredServerOwners, the one the
   // diff's index reads): the state itself goes with its model.
   const lastOwners = new Map<IPFamily, Map<string, string>>();
   const ownerOf = (family: IPFamily, server: IpvsVirtualServer) => lastOwners.get(family)?.get(virtualServerKey(server)) ?? '';
@@ -207,10 +207,8 @@ export function ipvsRulesBackend(options: {scheduler?: string; latestLook?: Late
   const desiredOf = new WeakMap<ProxyModel, IpvsState>();
   const desiredState = (model: ProxyModel): IpvsState => {
     let state = desiredOf.get(model);
-    if (!state) {
-      desiredOf.set(model, (state = renderIpvs(model, {scheduler: options.scheduler})));
-      lastOwners.set(state.family, desiredServerOwners(state));
-    }
+    if (!state) desiredOf.set(model, (state = renderIpvs(model, {scheduler: options.scheduler})));
+    lastOwners.set(state.family, desiredServerOwners(state));
     return state;
   };
   const backend: RulesBackend = {
