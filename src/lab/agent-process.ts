@@ -11,8 +11,11 @@ import {siblingProgram} from './workload/launch.ts';
 export interface AgentProcessOptions {
   state: AgentState;
   kubeconfig: string;
-  clusterCIDR: string;
-  proxyMode: LabSpec['proxyMode'];
+  /**
+   * What the agent proxies with: flags, or a KubeProxyConfiguration file (--config), as kubeadm
+   * gives kube-proxy its ConfigMap.
+   */
+  settings: {clusterCIDR: string; proxyMode: LabSpec['proxyMode']} | {configFile: string};
   /** Flags after the lab's own (--observe for an observing agent). */
   extraArgs?: string[];
   /** Told whenever the process starts, syncs for the first time, or exits. */
@@ -46,6 +49,12 @@ function agentCommand(): string[] {
   const program = siblingProgram('../agent/main', import.meta.url);
   if (program.endsWith('.ts')) return [process.execPath, program];
   return [fileURLToPath(new URL('../../../bin/proxyctl-agent', import.meta.url))];
+}
+
+function settingsFlags(settings: AgentProcessOptions['settings']): string[] {
+  return 'configFile' in settings
+    ? ['--config', settings.configFile]
+    : ['--cluster-cidr', settings.clusterCIDR, '--proxy-mode', settings.proxyMode];
 }
 
 /** lastLines returns the end of a log file, for error messages. */
@@ -91,10 +100,7 @@ export class AgentProcess {
       state.node,
       '--kubeconfig',
       this.#options.kubeconfig,
-      '--cluster-cidr',
-      this.#options.clusterCIDR,
-      '--proxy-mode',
-      this.#options.proxyMode,
+      ...settingsFlags(this.#options.settings),
       '--healthz-bind-address',
       `127.0.0.1:${state.healthzPort}`,
       '--metrics-bind-address',

@@ -4,6 +4,7 @@ import {arch, release} from 'node:os';
 import {defaultAgentPort} from '../protocol/version.ts';
 import type {KubeObject} from './apiserver/object-log.ts';
 import type {NodeDescription, PodDescription} from './netns/index.ts';
+import type {LabSpec} from './lab-state.ts';
 
 /** Pods carry the network namespace they live in, so that a client can run probes from them. */
 export const netnsAnnotation = 'lab.proxyctl.dev/netns';
@@ -276,4 +277,32 @@ export function demoServiceObjects(): KubeObject[] {
       ports: [{name: 'http', protocol: 'TCP', port: 80, targetPort: demoPorts.http}],
     }),
   ];
+}
+
+/**
+ * The KubeProxyConfiguration of a lab's stand-ins for kube-proxy (`lab up --observe`): the mode
+ * and the cluster CIDR, everything else kube-proxy's default.
+ */
+export function standInConfiguration(mode: LabSpec['proxyMode'], clusterCIDR: string): string {
+  return [
+    'apiVersion: kubeproxy.config.k8s.io/v1alpha1',
+    'kind: KubeProxyConfiguration',
+    `mode: ${mode}`,
+    `clusterCIDR: ${clusterCIDR}`,
+    '',
+  ].join('\n');
+}
+
+/**
+ * The ConfigMap kubeadm gives kube-proxy, kube-system/kube-proxy with its KubeProxyConfiguration
+ * under config.conf: the stand-ins start from the same text (--config), and the observers read
+ * the ConfigMap as they read kube-proxy's on a kubeadm cluster.
+ */
+export function kubeProxyConfigMapObject(configuration: string): KubeObject {
+  return {
+    apiVersion: 'v1',
+    kind: 'ConfigMap',
+    metadata: {name: 'kube-proxy', namespace: 'kube-system', labels: {app: 'kube-proxy', ...partOfLabel}},
+    data: {'config.conf': configuration},
+  };
 }

@@ -3,6 +3,7 @@
 // state.json, and on SIGTERM (`lab down`) removes all of it. `lab up` starts it detached:
 //   node src/lab/supervisor.ts --spec '{"name":"proxyctl","nodes":2,...}'
 // and hears from it over the IPC channel: progress lines, then "ready" or "failed".
+import {writeFile} from 'node:fs/promises';
 import {parseArgs} from 'node:util';
 import {join} from 'node:path';
 import {type ApiServer, startApiServer} from './apiserver/server.ts';
@@ -16,7 +17,9 @@ import {
   demoPodObject,
   demoPodRoles,
   demoServiceObjects,
+  kubeProxyConfigMapObject,
   nodeObject,
+  standInConfiguration,
 } from './lab-objects.ts';
 import {PodLogs} from './kubelet/container-log.ts';
 import {LabKubelet} from './kubelet/kubelet.ts';
@@ -257,8 +260,7 @@ export class LabSupervisor {
       const agent = new AgentProcess({
         state: agentState,
         kubeconfig: this.state.kubeconfig,
-        clusterCIDR: clusterAddressing.clusterCIDR,
-        proxyMode: spec.proxyMode,
+        settings: {clusterCIDR: clusterAddressing.clusterCIDR, proxyMode: spec.proxyMode},
         ...(spec.observe && {extraArgs: ['--observe']}),
         onChange: (changed) => this.#agentChanged(node, changed),
       });
@@ -282,6 +284,10 @@ export class LabSupervisor {
    */
   async #startStandIns(nodes: NodeDescription[]): Promise<void> {
     const {spec} = this.state;
+    const configuration = standInConfiguration(spec.proxyMode, clusterAddressing.clusterCIDR);
+    const configFile = join(this.state.dir, 'kube-proxy-config.conf');
+    await writeFile(configFile, configuration);
+    this.#server!.store.create('configmaps', kubeProxyConfigMapObject(configuration), 'kube-system');
     const ports = await freeLoopbackPorts(nodes.length * 3);
     this.state.standIns = [];
     for (const [index, node] of nodes.entries()) {
@@ -300,8 +306,7 @@ export class LabSupervisor {
       const standIn = new AgentProcess({
         state,
         kubeconfig: this.state.kubeconfig,
-        clusterCIDR: clusterAddressing.clusterCIDR,
-        proxyMode: spec.proxyMode,
+        settings: {configFile},
         extraArgs: standInFlags(spec.proxyMode),
         onChange: () => void this.#save().catch(() => undefined),
       });

@@ -33,12 +33,15 @@ describe('lab up --observe: observers beside stand-ins for kube-proxy', {concurr
     await runPlugin(['lab', 'down', '--name', name]);
   });
 
-  it('status shows the observer, finding kube-proxy iptables mode; diff finds nothing', async () => {
+  it("status shows the observer, finding kube-proxy iptables mode and its settings in kube-proxy's ConfigMap; diff finds nothing", async () => {
     assert.equal(state.standIns?.length, 1);
     const status = await plugin('status');
     assert.equal(status.code, 0, describeRun(status));
     assert.match(status.stdout, /^node-0\s+observe: kube-proxy iptables\s+true\s/m);
     assert.match(status.stdout, /node-0: kube-proxy iptables \(KUBE-SERVICES in iptables-nft\); kube-proxy's settings:/);
+    // The lab gives kube-proxy's ConfigMap as kubeadm does; the observer reads its settings there.
+    assert.match(status.stdout, /^ {2}clusterCIDR: 10\.244\.0\.0\/16 {2}\(ConfigMap kube-system\/kube-proxy\)$/m);
+    assert.doesNotMatch(status.stdout, /cannot read it/);
     const diff = await plugin('diff', 'node-0');
     assert.equal(diff.code, 0, describeRun(diff));
   });
