@@ -2,6 +2,7 @@
 // read live from the lab's API server, plus the commands to try. `lab up` prints it once ready,
 // `lab status` on demand.
 import {servicePortChainName} from '../core/iptables/chains.ts';
+import {servicePortChains, tableName as nftablesTableName} from '../core/nftables/index.ts';
 import {existsSync} from 'node:fs';
 import {readFile} from 'node:fs/promises';
 import {delimiter, join} from 'node:path';
@@ -275,17 +276,24 @@ export function usageExamples(status: LabStatus): string[] {
 
 /**
  * observeExamples: with lab up --observe, tamper with the stand-in's rules as someone on the node
- * might (iptables mode: flush the demo service's chain) and let the observer name the service.
+ * might (flush the demo service's chain, in iptables or nftables mode) and let the observer name the service.
  */
 function observeExamples(status: LabStatus, node: string, exec: (target: string, command: string) => string): Array<[string, string?]> {
   const [clusterIP] = demoServices;
   const examples: Array<[string, string?]> = [];
-  if ((status.runningMode ?? status.proxyMode) === 'iptables') {
+  const tamper = `tamper with ${clusterIP.name}'s rules on ${node} (its stand-in for kube-proxy repairs them within 30 s)`;
+  const mode = status.runningMode ?? status.proxyMode;
+  if (mode === 'iptables') {
     const chain = servicePortChainName({key: `default/${clusterIP.name}:http`, protocol: clusterIP.protocol});
-    examples.push([
-      exec(node, `iptables -t nat -F ${chain}`),
-      `tamper with ${clusterIP.name}'s rules on ${node} (its stand-in for kube-proxy repairs them within 30 s)`,
-    ]);
+    examples.push([exec(node, `iptables -t nat -F ${chain}`), tamper]);
+  } else if (mode === 'nftables') {
+    const chain = servicePortChains({
+      namespace: 'default',
+      serviceName: clusterIP.name,
+      portName: 'http',
+      protocol: clusterIP.protocol,
+    }).cluster;
+    examples.push([exec(node, `nft flush chain ip ${nftablesTableName} ${chain}`), tamper]);
   }
   examples.push([
     `kubectl proxyctl diff ${node}`,

@@ -1,7 +1,7 @@
-// `lab up --observe`: each node's proxying agent stands in for kube-proxy and an observing agent
-// runs beside it; kubectl proxyctl status and diff go to the observers. The tampering `lab up`
-// suggests, run as written, makes diff name the service port and exit 1. Root only; the lab is
-// torn down on failure too.
+// `lab up --observe`, in iptables and nftables mode: each node's proxying agent stands in for
+// kube-proxy and an observing agent runs beside it; kubectl proxyctl status and diff go to the
+// observers. The tampering `lab up` suggests, run as written, makes diff name the service port and
+// exit 1. Root only; the lab is torn down on failure too.
 import assert from 'node:assert/strict';
 import {existsSync} from 'node:fs';
 import {readFile} from 'node:fs/promises';
@@ -16,47 +16,53 @@ const unavailable = await netnsUnavailableReason();
 const built = existsSync(join(root, 'dist/src/plugin/commands/lab/up.js'));
 const skip = unavailable ? `needs root: ${unavailable}` : built ? undefined : 'needs the build: run `npm run build` first';
 
-describe('lab up --observe: observers beside stand-ins for kube-proxy', {concurrency: false, skip}, () => {
-  const name = `pxobs-${process.pid}`;
-  let state: LabState;
-  let env: Record<string, string>;
-  const plugin = (...args: string[]): Promise<PluginRun> => runPlugin(args, env);
+const modes = [
+  {mode: 'iptables', found: 'KUBE-SERVICES in iptables-nft', tamper: ' -- iptables -t nat -F KUBE-SVC-'},
+  {mode: 'nftables', found: 'table ip kube-proxy', tamper: ' -- nft flush chain ip kube-proxy service-'},
+] as const;
 
-  before(async () => {
-    const up = await runPlugin(['lab', 'up', '--name', name, '--nodes', '1', '--pods-per-node', '2', '--observe']);
-    assert.equal(up.code, 0, describeRun(up));
-    assert.match(up.stdout, /observing agents beside stand-ins for kube-proxy in iptables mode/);
-    state = JSON.parse(await readFile(join(labDir(name), 'state.json'), 'utf8')) as LabState;
-    env = {KUBECONFIG: state.kubeconfig};
-  });
-  after(async () => {
-    await runPlugin(['lab', 'down', '--name', name]);
-  });
+for (const {mode, found, tamper: tamperCommand} of modes)
+  describe(`lab up --observe --proxy-mode ${mode}: observers beside stand-ins for kube-proxy`, {concurrency: false, skip}, () => {
+    const name = `pxobs-${mode.slice(0, 3)}-${process.pid}`;
+    let state: LabState;
+    let env: Record<string, string>;
+    const plugin = (...args: string[]): Promise<PluginRun> => runPlugin(args, env);
 
-  it("status shows the observer, finding kube-proxy iptables mode and its settings in kube-proxy's ConfigMap; diff finds nothing", async () => {
-    assert.equal(state.standIns?.length, 1);
-    const status = await plugin('status');
-    assert.equal(status.code, 0, describeRun(status));
-    assert.match(status.stdout, /^node-0\s+observe: kube-proxy iptables\s+true\s/m);
-    assert.match(status.stdout, /node-0: kube-proxy iptables \(KUBE-SERVICES in iptables-nft\); kube-proxy's settings:/);
-    // The lab gives kube-proxy's ConfigMap as kubeadm does; the observer reads its settings there.
-    assert.match(status.stdout, /^ {2}clusterCIDR: 10\.244\.0\.0\/16 {2}\(ConfigMap kube-system\/kube-proxy\)$/m);
-    assert.doesNotMatch(status.stdout, /cannot read it/);
-    const diff = await plugin('diff', 'node-0');
-    assert.equal(diff.code, 0, describeRun(diff));
-  });
+    before(async () => {
+      const up = await runPlugin(['lab', 'up', '--name', name, '--nodes', '1', '--pods-per-node', '2', '--observe', '--proxy-mode', mode]);
+      assert.equal(up.code, 0, describeRun(up));
+      assert.match(up.stdout, new RegExp(`observing agents beside stand-ins for kube-proxy in ${mode} mode`));
+      state = JSON.parse(await readFile(join(labDir(name), 'state.json'), 'utf8')) as LabState;
+      env = {KUBECONFIG: state.kubeconfig};
+    });
+    after(async () => {
+      await runPlugin(['lab', 'down', '--name', name]);
+    });
 
-  it('the tampering lab up suggests, run as written: diff names the service port and exits 1', async () => {
-    const examples = usageExamples(await readLabStatus(state)).map((line) => line.replace(/\s+#.*$/, ''));
-    const tamper = examples.find((line) => line.includes(' -- iptables -t nat -F KUBE-SVC-'));
-    assert.ok(tamper, `lab up suggests tampering: ${examples.join('\n')}`);
-    const argv = tamper.replace(/^kubectl proxyctl /, '').split(' ');
-    const ran = await plugin(...argv);
-    assert.equal(ran.code, 0, describeRun(ran));
-    const diff = await plugin('diff', 'node-0');
-    assert.equal(diff.code, 1, describeRun(diff));
-    assert.match(diff.stdout, /^node-0: default\/demoapp:http: /m);
-    const log = await readFile(state.agents[0].log, 'utf8');
-    assert.doesNotMatch(log, /refused/);
+    it(`status shows the observer, finding kube-proxy ${mode} mode and its settings in kube-proxy's ConfigMap; diff finds nothing`, async () => {
+      assert.equal(state.standIns?.length, 1);
+      const status = await plugin('status');
+      assert.equal(status.code, 0, describeRun(status));
+      assert.match(status.stdout, new RegExp(`^node-0\\s+observe: kube-proxy ${mode}\\s+true\\s`, 'm'));
+      assert.ok(status.stdout.includes(`node-0: kube-proxy ${mode} (${found}); kube-proxy's settings:`), status.stdout);
+      // The lab gives kube-proxy's ConfigMap as kubeadm does; the observer reads its settings there.
+      assert.match(status.stdout, /^ {2}clusterCIDR: 10\.244\.0\.0\/16 {2}\(ConfigMap kube-system\/kube-proxy\)$/m);
+      assert.doesNotMatch(status.stdout, /cannot read it/);
+      const diff = await plugin('diff', 'node-0');
+      assert.equal(diff.code, 0, describeRun(diff));
+    });
+
+    it('the tampering lab up suggests, run as written: diff names the service port and exits 1', async () => {
+      const examples = usageExamples(await readLabStatus(state)).map((line) => line.replace(/\s+#.*$/, ''));
+      const tamper = examples.find((line) => line.includes(tamperCommand));
+      assert.ok(tamper, `lab up suggests tampering: ${examples.join('\n')}`);
+      const argv = tamper.replace(/^kubectl proxyctl /, '').split(' ');
+      const ran = await plugin(...argv);
+      assert.equal(ran.code, 0, describeRun(ran));
+      const diff = await plugin('diff', 'node-0');
+      assert.equal(diff.code, 1, describeRun(diff));
+      assert.match(diff.stdout, /^node-0: default\/demoapp:http: /m);
+      const log = await readFile(state.agents[0].log, 'utf8');
+      assert.doesNotMatch(log, /refused/);
+    });
   });
-});

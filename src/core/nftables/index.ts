@@ -11,7 +11,7 @@ export {
   type NftablesState,
   type NftablesSync,
 } from './render.ts';
-export {isAffinitySetName, isServiceChainName, tableName} from './names.ts';
+export {isAffinitySetName, isServiceChainName, servicePortChains, type ServicePortChains, tableName} from './names.ts';
 export {
   parseNftablesJson,
   parseNftablesScript,

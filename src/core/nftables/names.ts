@@ -28,6 +28,24 @@ export function servicePortNameBase(port: Pick<ServicePort, 'namespace' | 'servi
   return hashAndTruncate(`${port.namespace}/${port.serviceName}/${port.protocol.toLowerCase()}/${port.portName}`);
 }
 
+/** The chains of a service port, one per traffic policy and entry point, named as kube-proxy names them. */
+export interface ServicePortChains {
+  cluster: string;
+  local: string;
+  external: string;
+  firewall: string;
+}
+
+export function servicePortChains(port: Pick<ServicePort, 'namespace' | 'serviceName' | 'portName' | 'protocol'>): ServicePortChains {
+  const base = servicePortNameBase(port);
+  return {
+    cluster: namePrefixes.clusterPolicy + base,
+    local: namePrefixes.localPolicy + base,
+    external: namePrefixes.external + base,
+    firewall: namePrefixes.firewall + base,
+  };
+}
+
 /** endpointNameBase: "HASH-ns/name/proto/port__ip/port" (IPv6 colons become dots). */
 export function endpointNameBase(
   port: Pick<ServicePort, 'namespace' | 'serviceName' | 'portName' | 'protocol'>,

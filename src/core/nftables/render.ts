@@ -17,7 +17,7 @@ import {cidrContains, parseCIDR, parseIP} from '../model/ip.ts';
 import {endpointKey} from '../model/endpoint.ts';
 import type {Endpoint, ProxyModel, ServicePort} from '../model/types.ts';
 import {jumpRule, kubeProxyBaseChainsBefore134, kubeProxyJumpsBefore134, kubeProxySet, renderKubeProxySetup} from './kube-proxy-layout.ts';
-import {endpointMapShard, endpointNameBase, namePrefixes, servicePortNameBase, tableName} from './names.ts';
+import {endpointMapShard, endpointNameBase, namePrefixes, servicePortChains, tableName} from './names.ts';
 
 export interface NftablesRenderOptions {
   /**
@@ -406,23 +406,6 @@ function renderSetup(model: ProxyModel, options: NftablesRenderOptions, words: F
 
   for (const name of refilledContainers)
     out.push(`flush ${name === nftNames.clusterIPs || name === nftNames.hairpinEndpoints ? 'set' : 'map'} ${t} ${name}`);
-}
-
-interface ServicePortChains {
-  cluster: string;
-  local: string;
-  external: string;
-  firewall: string;
-}
-
-function servicePortChains(port: ServicePort): ServicePortChains {
-  const base = servicePortNameBase(port);
-  return {
-    cluster: namePrefixes.clusterPolicy + base,
-    local: namePrefixes.localPolicy + base,
-    external: namePrefixes.external + base,
-    firewall: namePrefixes.firewall + base,
-  };
 }
 
 /**
