@@ -5,7 +5,17 @@ import assert from 'node:assert/strict';
 import {describe, it} from 'node:test';
 import {startApiServer} from '../../src/lab/apiserver/server.ts';
 import {checkLabSpec, resolveExecTarget} from '../../src/lab/lab-control.ts';
-import {agentPodObject, demoPodObject, demoPodRoles, demoServiceObjects, nodeObject} from '../../src/lab/lab-objects.ts';
+import {defaultAgentConfig} from '../../src/agent/config/agent-config.ts';
+import {learnKubeProxySettings} from '../../src/agent/observe/kube-proxy-settings.ts';
+import {
+  agentPodObject,
+  demoPodObject,
+  demoPodRoles,
+  demoServiceObjects,
+  kubeProxyConfigMapObject,
+  nodeObject,
+  standInConfiguration,
+} from '../../src/lab/lab-objects.ts';
 import {checkLabName, LabError, labNamespacePrefix, type AgentState, type LabState} from '../../src/lab/lab-state.ts';
 import {formatLabStatus, type LabStatus, usageExamples} from '../../src/lab/lab-status.ts';
 import {describeCluster} from '../../src/lab/netns/index.ts';
@@ -200,5 +210,18 @@ describe('lab status usage examples', () => {
     const fellBack = {...status('ipvs'), runningMode: 'iptables'};
     assert.match(formatLabStatus(fellBack), /agents in iptables mode \(asked for ipvs; see the agents' logs for why\)/);
     assert.ok(usageExamples(fellBack).some((line) => line.includes(' node-0 -- iptables-save -t nat ')));
+  });
+});
+
+describe("lab up --observe: kube-proxy's ConfigMap", () => {
+  it("is read by an observer as kubeadm's: the mode and cluster CIDR from it, no problem, the rest defaults", async () => {
+    const configMap = kubeProxyConfigMapObject(standInConfiguration('nftables', '10.244.0.0/16'));
+    assert.deepEqual([configMap.metadata.namespace, configMap.metadata.name], ['kube-system', 'kube-proxy']);
+    const learned = await learnKubeProxySettings(defaultAgentConfig(), new Map(), async () => configMap, 'nftables');
+    assert.deepEqual(learned.problems, []);
+    assert.equal(learned.configuredMode, 'nftables');
+    const sources = new Map(learned.settings.map((setting) => [setting.name, `${setting.value} (${setting.source})`]));
+    assert.equal(sources.get('clusterCIDR'), '10.244.0.0/16 (ConfigMap kube-system/kube-proxy)');
+    assert.equal(sources.get('nftables.masqueradeBit'), "14 (kube-proxy's default)");
   });
 });
