@@ -45,7 +45,7 @@ export async function freeLoopbackPorts(count: number): Promise<number[]> {
  * bin/proxyctl-agent, which runs dist/src/agent/main.js with the agent's Node flags (memory
  * settings, the tree-shaken client-node). From source (src/lab), Node runs src/agent/main.ts.
  */
-function agentCommand(): string[] {
+export function agentCommand(): string[] {
   const program = siblingProgram('../agent/main', import.meta.url);
   if (program.endsWith('.ts')) return [process.execPath, program];
   return [fileURLToPath(new URL('../../../bin/proxyctl-agent', import.meta.url))];
@@ -55,6 +55,20 @@ function settingsFlags(settings: AgentProcessOptions['settings']): string[] {
   return 'configFile' in settings
     ? ['--config', settings.configFile]
     : ['--cluster-cidr', settings.clusterCIDR, '--proxy-mode', settings.proxyMode];
+}
+
+/**
+ * agentHasSynced: whether the agent whose healthz server is on this loopback port has synced (or,
+ * observing, read the node) once: its /healthz has a lastUpdated. Its status code cannot say it:
+ * as kube-proxy's, it is 200 while the agent starts.
+ */
+export async function agentHasSynced(healthzPort: number): Promise<boolean> {
+  try {
+    const response = await fetch(`http://127.0.0.1:${healthzPort}/healthz`, {signal: AbortSignal.timeout(1000)});
+    return Boolean(((await response.json()) as {lastUpdated?: string}).lastUpdated);
+  } catch {
+    return false;
+  }
 }
 
 /** lastLines returns the end of a log file, for error messages. */
@@ -171,19 +185,15 @@ export class AgentProcess {
     clearTimeout(this.#poll);
     const child = this.#child;
     if (!child || this.#synced) return;
-    const url = `http://127.0.0.1:${this.state.healthzPort}/healthz`;
-    void fetch(url, {signal: AbortSignal.timeout(1000)})
-      .then(async (response) => ((await response.json()) as {lastUpdated?: string}).lastUpdated)
-      .catch(() => undefined)
-      .then((lastUpdated) => {
-        if (this.#child !== child) return;
-        if (lastUpdated) {
-          this.#synced = true;
-          this.#options.onChange(this);
-        } else {
-          this.#poll = setTimeout(() => this.#pollHealth(), 100);
-        }
-      });
+    void agentHasSynced(this.state.healthzPort).then((synced) => {
+      if (this.#child !== child) return;
+      if (synced) {
+        this.#synced = true;
+        this.#options.onChange(this);
+      } else {
+        this.#poll = setTimeout(() => this.#pollHealth(), 100);
+      }
+    });
   }
 
   #exited(child: ChildProcess, code: number | null, signal: NodeJS.Signals | null): void {

@@ -204,7 +204,12 @@ export function agentPodName(node: string): string {
   return `proxyctl-agent-${node}`;
 }
 
-export function agentPodObject(node: NodeDescription, agentUrl: string, now: string): KubeObject {
+/**
+ * The Pod of a lab node's own agent. Given the Node's uid, the Node owns it, as a node owns the
+ * mirror pod of its static pod: no controller adopts it (a DaemonSet selecting
+ * app.kubernetes.io/name=proxyctl-agent would), and it goes with its node.
+ */
+export function agentPodObject(node: NodeDescription, agentUrl: string, now: string, nodeUid?: string): KubeObject {
   return {
     apiVersion: 'v1',
     kind: 'Pod',
@@ -213,6 +218,7 @@ export function agentPodObject(node: NodeDescription, agentUrl: string, now: str
       namespace: agentNamespace,
       labels: {...agentLabel, ...partOfLabel},
       annotations: {[netnsAnnotation]: node.namespace, [agentUrlAnnotation]: agentUrl},
+      ...(nodeUid && {ownerReferences: [{apiVersion: 'v1', kind: 'Node', name: node.name, uid: nodeUid, controller: true}]}),
     },
     spec: {
       nodeName: node.name,

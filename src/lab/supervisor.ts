@@ -3,13 +3,20 @@
 // state.json, and on SIGTERM (`lab down`) removes all of it. `lab up` starts it detached:
 //   node src/lab/supervisor.ts --spec '{"name":"proxyctl","nodes":2,...}'
 // and hears from it over the IPC channel: progress lines, then "ready" or "failed".
-import {writeFile} from 'node:fs/promises';
+import {randomBytes} from 'node:crypto';
+import {readFileSync} from 'node:fs';
+import {mkdir, writeFile} from 'node:fs/promises';
+import {parseAllDocuments} from 'yaml';
 import {parseArgs} from 'node:util';
 import {join} from 'node:path';
+import type {KubeObject} from './apiserver/object-log.ts';
+import {resolveResourceName} from './apiserver/resources.ts';
+import {canonicalJson} from './apiserver/sorted-json.ts';
 import {type ApiServer, startApiServer} from './apiserver/server.ts';
-import {AgentProcess, freeLoopbackPorts} from './agent-process.ts';
+import {isPodReady} from './apiserver/replicaset-controller.ts';
+import type {AgentServerPorts} from './kubelet/agent-container.ts';
+import {AgentProcess, agentHasSynced, freeLoopbackPorts, lastLines} from './agent-process.ts';
 import {
-  agentLabel,
   agentNamespace,
   agentPodName,
   agentPodObject,
@@ -17,6 +24,7 @@ import {
   demoPodObject,
   demoPodRoles,
   demoServiceObjects,
+  agentUrlAnnotation,
   kubeProxyConfigMapObject,
   nodeObject,
   standInConfiguration,
@@ -40,6 +48,9 @@ import {errorText} from '../core/error-text.ts';
 export type SupervisorMessage = {type: 'progress'; text: string} | {type: 'ready'; state: LabState} | {type: 'failed'; message: string};
 
 const agentSyncTimeoutMs = 30_000;
+/** An observer's first readiness probe comes before it listens: Ready at the next, a period (10 s) later. */
+const observersReadyTimeoutMs = agentSyncTimeoutMs + 15_000;
+const observerComponentLabel = 'app.kubernetes.io/component';
 const demoPodsTimeoutMs = 30_000;
 
 /** How state.json names a pod: NAME in default, else NAMESPACE/NAME. */
@@ -62,6 +73,8 @@ export class LabSupervisor {
   #unsubscribeAgents: (() => void) | undefined;
   /** Agent pods being replaced after a delete through the API. */
   readonly #replacing = new Set<string>();
+  /** Kubeconfig paths of the service accounts whose pods run the agent, by "namespace/name". */
+  readonly #serviceAccountKubeconfigs = new Map<string, Promise<string>>();
 
   constructor(spec: LabSpec, report: (message: SupervisorMessage) => void) {
     this.#report = report;
@@ -149,7 +162,12 @@ export class LabSupervisor {
       port: 0,
       serviceCIDR: clusterAddressing.serviceCIDR,
       clusterName: labClusterName(spec.name),
-      resolvePodAddress: labPodResolver({prefix: this.state.prefix, agents: () => this.state.agents}),
+      resolvePodAddress: labPodResolver({
+        prefix: this.state.prefix,
+        agents: () => this.state.agents,
+        loopbackPort: (pod, port) =>
+          this.#kubelets.find((kubelet) => kubelet.nodeName === pod.spec?.nodeName)?.loopbackPort(pod.metadata.uid!, port),
+      }),
       podLogs: this.#logs,
     });
     this.#server = server;
@@ -181,7 +199,8 @@ export class LabSupervisor {
       this.#step(
         'agents',
         spec.observe
-          ? `${count(this.#agents.length, 'observing agent')} beside ${count(this.#standIns.length, 'stand-in')} for kube-proxy (${spec.proxyMode} mode)`
+          ? `${count(this.state.agents.length, 'observing agent')} (manifests/observe/) beside ` +
+              `${count(this.#standIns.length, 'stand-in')} for kube-proxy (${spec.proxyMode} mode)`
           : `${count(this.#agents.length, 'agent')} synced (${spec.proxyMode} mode)`,
       );
 
@@ -195,7 +214,6 @@ export class LabSupervisor {
   /** One kubelet per node runs every pod bound to it: first the lab's demo pods, whose servers `lab up` waits for. */
   async #startWorkloads(nodes: NodeDescription[]): Promise<void> {
     const server = this.#server!;
-    const agentKey = Object.keys(agentLabel)[0];
     for (const node of nodes) {
       const kubelet = new LabKubelet({
         store: server.store,
@@ -203,7 +221,11 @@ export class LabSupervisor {
         logs: this.#logs,
         node,
         prefix: this.state.prefix,
-        ignore: (pod) => pod.metadata.namespace === agentNamespace && pod.metadata.labels?.[agentKey] !== undefined,
+        // The lab's own agent Pods stand for processes the supervisor runs (#startAgents).
+        ignore: (pod) => pod.metadata.namespace === agentNamespace && pod.metadata.annotations?.[agentUrlAnnotation] !== undefined,
+        serviceAccountKubeconfig: (namespace, name) => this.#serviceAccountKubeconfig(namespace, name),
+        onAgent: (pod, agent) => this.#podAgentChanged(node, pod, agent),
+        agentLogFile: () => join(this.state.dir, `agent-${node.name}.log`),
         onProcess: (pod, pid) => {
           const key = podKey(pod.metadata.namespace!, pod.metadata.name);
           if (pid === undefined) delete this.state.workloads[key];
@@ -235,10 +257,36 @@ export class LabSupervisor {
     await this.#save();
   }
 
+  /**
+   * A kubeconfig with a token of the service account, as the kubelet mounts one into a pod: an
+   * agent run by a kubelet has only what RBAC grants its service account.
+   */
+  #serviceAccountKubeconfig(namespace: string, name: string): Promise<string> {
+    const key = `${namespace}/${name}`;
+    let path = this.#serviceAccountKubeconfigs.get(key);
+    if (!path) {
+      const server = this.#server!;
+      const user = `system:serviceaccount:${namespace}:${name}`;
+      const token = randomBytes(24).toString('base64url');
+      server.access.addUser({name: user, token, groups: ['system:serviceaccounts', `system:serviceaccounts:${namespace}`]});
+      const directory = join(this.state.dir, 'serviceaccounts');
+      const file = join(directory, `${namespace}.${name}.kubeconfig`);
+      path = mkdir(directory, {recursive: true, mode: 0o700})
+        .then(() => server.writeKubeconfig(file, {user, token, namespace}))
+        .then(() => file);
+      this.#serviceAccountKubeconfigs.set(key, path);
+    }
+    return path;
+  }
+
   async #startAgents(nodes: NodeDescription[]): Promise<void> {
     const server = this.#server!;
     const {spec} = this.state;
-    if (spec.observe) await this.#startStandIns(nodes);
+    if (spec.observe) {
+      await this.#startStandIns(nodes);
+      await this.#startObservers(nodes);
+      return;
+    }
     const ports = await freeLoopbackPorts(nodes.length * 3);
     if (this.#shutdown) return;
     for (const [index, node] of nodes.entries()) {
@@ -254,14 +302,18 @@ export class LabSupervisor {
         restarts: 0,
       };
       this.state.agents.push(agentState);
-      server.store.create('pods', agentPodObject(node, `ws://127.0.0.1:${apiPort}`, new Date().toISOString()), agentNamespace, {
-        keepStatus: true,
-      });
+      server.store.create(
+        'pods',
+        agentPodObject(node, `ws://127.0.0.1:${apiPort}`, new Date().toISOString(), this.#nodeUid(node)),
+        agentNamespace,
+        {
+          keepStatus: true,
+        },
+      );
       const agent = new AgentProcess({
         state: agentState,
         kubeconfig: this.state.kubeconfig,
         settings: {clusterCIDR: clusterAddressing.clusterCIDR, proxyMode: spec.proxyMode},
-        ...(spec.observe && {extraArgs: ['--observe']}),
         onChange: (changed) => this.#agentChanged(node, changed),
       });
       this.#agents.push(agent);
@@ -317,6 +369,71 @@ export class LabSupervisor {
   }
 
   /**
+   * With --observe, the observers are installed as a user installs them beside kube-proxy:
+   * manifests/observe/ applied (ServiceAccount, RBAC, the DaemonSet), its pods run by the nodes'
+   * kubelets as the real agent with only their service account's rights. Ready once each node's
+   * observer Pod is Ready (its readiness probe reads the agent's /healthz) and its agent has read
+   * the node once (which that probe cannot tell: /healthz is 200 while the agent starts).
+   */
+  async #startObservers(nodes: NodeDescription[]): Promise<void> {
+    const server = this.#server!;
+    for (const object of observeManifestObjects()) {
+      server.store.create(resolveResourceName(object.kind!).storageKey, object, object.metadata.namespace);
+    }
+    await server.settle();
+    await this.#save();
+    const deadline = Date.now() + observersReadyTimeoutMs;
+    for (;;) {
+      const observers = server.store.log
+        .list('pods', agentNamespace)
+        .filter((pod) => pod.metadata.labels?.[observerComponentLabel] === 'observer');
+      const ready = await Promise.all(
+        nodes.map(async (node) => {
+          const agent = this.state.agents.find((candidate) => candidate.node === node.name);
+          const podReady = observers.some((pod) => pod.metadata.name === agent?.pod && isPodReady(pod));
+          return podReady && (await agentHasSynced(agent!.healthzPort));
+        }),
+      );
+      const notReady = nodes.filter((_, index) => !ready[index]);
+      if (notReady.length === 0) return;
+      if (this.#shutdown) return;
+      if (Date.now() > deadline) {
+        const first = notReady[0].name;
+        throw new Error(
+          `the observers on ${notReady.map((node) => node.name).join(', ')} are not Ready, or have not read their node, ` +
+            `after ${observersReadyTimeoutMs / 1000} s ` +
+            `(kubectl -n ${agentNamespace} describe pods); the log on ${first} ends:\n${lastLines(join(this.state.dir, `agent-${first}.log`))}`,
+        );
+      }
+      await new Promise((resolve) => setTimeout(resolve, 200));
+    }
+  }
+
+  /** A kubelet's agent pod started (or stopped) its process: state.json's agent of that node follows it. */
+  #podAgentChanged(node: NodeDescription, pod: KubeObject, agent: {pid: number; servers: AgentServerPorts} | undefined): void {
+    const index = this.state.agents.findIndex((candidate) => candidate.node === node.name);
+    const known = index >= 0 ? this.state.agents[index] : undefined;
+    if (agent) {
+      const {healthz = 0, metrics = 0, api = 0} = agent.servers;
+      const entry = {
+        node: node.name,
+        namespace: node.namespace,
+        pod: pod.metadata.name,
+        healthzPort: healthz,
+        metricsPort: metrics,
+        apiPort: api,
+        log: join(this.state.dir, `agent-${node.name}.log`),
+        // A new pod starts counting again; the same pod's container started once more is a restart.
+        restarts: known?.pod === pod.metadata.name ? known.restarts + 1 : 0,
+        pid: agent.pid,
+      };
+      if (known) this.state.agents[index] = entry;
+      else this.state.agents.push(entry);
+    } else if (known) known.pid = undefined;
+    if (this.state.phase === 'ready') void this.#save().catch(() => undefined);
+  }
+
+  /**
    * An agent Pod deleted through the API is replaced as its DaemonSet would: the kubelet stops the
    * agent (SIGTERM: the rules stay), the Pod goes, a new one is made and the agent starts again.
    */
@@ -333,7 +450,7 @@ export class LabSupervisor {
         }
         server.store.create(
           'pods',
-          agentPodObject(node, `ws://127.0.0.1:${agent.state.apiPort}`, new Date().toISOString()),
+          agentPodObject(node, `ws://127.0.0.1:${agent.state.apiPort}`, new Date().toISOString(), this.#nodeUid(node)),
           agentNamespace,
           {keepStatus: true},
         );
@@ -342,6 +459,10 @@ export class LabSupervisor {
       this.#replacing.delete(name);
     }
     await this.#save().catch(() => undefined);
+  }
+
+  #nodeUid(node: NodeDescription): string | undefined {
+    return this.#server?.store.tryGet('nodes', undefined, node.name)?.metadata.uid;
   }
 
   #agentChanged(node: NodeDescription, agent: AgentProcess): void {
@@ -389,6 +510,26 @@ export class LabSupervisor {
     for (const agent of [...this.#agents, ...this.#standIns]) agent.killNow();
     for (const kubelet of this.#kubelets) kubelet.stop();
   }
+}
+
+/** manifests/observe/'s objects, RBAC first, as `kubectl apply -f manifests/observe/` makes them. */
+function observeManifestObjects(): KubeObject[] {
+  // From src/lab in the source tree, from dist/src/lab in the build: the package's manifests/.
+  const directory = new URL(import.meta.url.endsWith('.ts') ? '../../manifests/observe/' : '../../../manifests/observe/', import.meta.url);
+  const objects = ['rbac.yaml', 'daemonset.yaml'].flatMap((file) =>
+    parseAllDocuments(readFileSync(new URL(file, directory), 'utf8'))
+      .map((document) => document.toJS() as KubeObject | null)
+      .filter((object): object is KubeObject => object !== null),
+  );
+  // kubectl apply keeps what it applied on the object, so that applying the same files again
+  // finds nothing to change.
+  // (Go's JSON of the object as read, with `annotations: {}` when it has none, and a newline).
+  for (const object of objects) {
+    object.metadata.annotations ??= {};
+    const applied = `${canonicalJson(object)}\n`;
+    object.metadata.annotations['kubectl.kubernetes.io/last-applied-configuration'] = applied;
+  }
+  return objects;
 }
 
 /**

@@ -8,11 +8,13 @@ import {checkLabSpec, resolveExecTarget} from '../../src/lab/lab-control.ts';
 import {defaultAgentConfig} from '../../src/agent/config/agent-config.ts';
 import {learnKubeProxySettings} from '../../src/agent/observe/kube-proxy-settings.ts';
 import {
+  agentPodName,
   agentPodObject,
   demoPodObject,
   demoPodRoles,
   demoServiceObjects,
   kubeProxyConfigMapObject,
+  netnsAnnotation,
   nodeObject,
   standInConfiguration,
 } from '../../src/lab/lab-objects.ts';
@@ -68,6 +70,38 @@ describe('lab objects', () => {
       [...roles].filter(([, role]) => role === 'toolbox').map(([pod]) => pod),
       ['pod-1-1', 'pod-0-2', 'pod-1-2'],
     );
+  });
+
+  it("makes each node own its agent Pod, as a node owns a static pod's mirror: a DaemonSet of the agent's label adopts none", async () => {
+    const server = await startApiServer({port: 0});
+    try {
+      const now = new Date().toISOString();
+      const node = topology.nodes[0];
+      const stored = server.store.create('nodes', nodeObject(node, 0, now), undefined, {keepStatus: true});
+      server.store.create('pods', agentPodObject(node, 'ws://127.0.0.1:1', now, stored.metadata.uid), 'kube-system', {keepStatus: true});
+      server.store.create(
+        'daemonsets',
+        {
+          metadata: {name: 'proxyctl-agent', namespace: 'kube-system'},
+          spec: {
+            selector: {matchLabels: {'app.kubernetes.io/name': 'proxyctl-agent'}},
+            template: {
+              metadata: {labels: {'app.kubernetes.io/name': 'proxyctl-agent'}},
+              spec: {hostNetwork: true, containers: [{name: 'agent', image: 'proxyctl-agent:0.1.0'}]},
+            },
+          },
+        },
+        'kube-system',
+      );
+      await server.settle();
+      const pod = server.store.get('pods', 'kube-system', agentPodName(node.name));
+      assert.deepEqual(
+        (pod.metadata.ownerReferences ?? []).map((owner) => `${owner.kind}/${owner.name}`),
+        [`Node/${node.name}`],
+      );
+    } finally {
+      await server.stop();
+    }
   });
 
   it('registers nodes, pods and services the API server accepts; the demo services get their endpoints', async () => {
@@ -141,6 +175,26 @@ describe('lab port-forward targets', () => {
       /pod kube-system\/proxyctl-agent-node-1 serves no port 8080 \(api 10260, healthz 10256, metrics 10249\)/,
     );
     assert.throws(() => resolve(agentPodObject(topology.nodes[0], '', now), 10260), /no agent of this lab runs for it/);
+  });
+
+  it("sends a pod of the agent image to the loopback port its kubelet moved the server to, other ports into the node's namespace", async () => {
+    const observer = {
+      metadata: {
+        name: 'proxyctl-observer-x7k2p',
+        namespace: 'kube-system',
+        uid: 'u-7',
+        annotations: {[netnsAnnotation]: topology.nodes[1].namespace},
+      },
+      spec: {nodeName: 'node-1', hostNetwork: true},
+    };
+    const moved = labPodResolver({
+      prefix: topology.prefix,
+      agents: () => agents,
+      loopbackPort: (pod, port) => (pod.metadata.uid === 'u-7' && port === 10270 ? 41070 : undefined),
+    });
+    assert.deepEqual(await moved(observer, 10270), {host: '127.0.0.1', port: 41070});
+    const elsewhere = await moved(observer, 9000);
+    assert.equal(typeof (elsewhere as {connect?: unknown}).connect, 'function');
   });
 
   it("enters only this lab's namespaces for other pods", async () => {

@@ -1,12 +1,16 @@
 // `lab up --observe`, in iptables and nftables mode: each node's proxying agent stands in for
-// kube-proxy and an observing agent runs beside it; kubectl proxyctl status and diff go to the
-// observers. The tampering `lab up` suggests, run as written, makes diff name the service port and
-// exit 1. Root only; the lab is torn down on failure too.
+// kube-proxy and an observing agent runs beside it, installed from manifests/observe/ (its
+// DaemonSet's pod, run by the node's kubelet as the real agent with only its service account's
+// RBAC); kubectl proxyctl status and diff go to the observers. The tampering `lab up` suggests, run
+// as written, makes diff name the service port and exit 1. Root only; the lab is torn down on
+// failure too.
 import assert from 'node:assert/strict';
 import {existsSync} from 'node:fs';
 import {readFile} from 'node:fs/promises';
 import {join} from 'node:path';
 import {after, before, describe, it} from 'node:test';
+import {execa} from 'execa';
+import {currentKubectl} from '../../scripts/current-kubectl.ts';
 import {labDir, type LabState} from '../../src/lab/lab-state.ts';
 import {readLabStatus, usageExamples} from '../../src/lab/lab-status.ts';
 import {netnsUnavailableReason} from '../../src/lab/netns/index.ts';
@@ -37,6 +41,32 @@ for (const {mode, found, tamper: tamperCommand} of modes)
     });
     after(async () => {
       await runPlugin(['lab', 'down', '--name', name]);
+    });
+
+    it('the observer is the DaemonSet of manifests/observe/: kubectl sees it scheduled and ready, its agent denied nothing', async () => {
+      const kubectl = async (...args: string[]) => {
+        const result = await execa(currentKubectl(), ['--kubeconfig', state.kubeconfig, ...args], {reject: false});
+        assert.equal(result.exitCode, 0, `kubectl ${args.join(' ')}: ${result.stderr}`);
+        return String(result.stdout);
+      };
+      const daemonSet = JSON.parse(await kubectl('-n', 'kube-system', 'get', 'daemonset', 'proxyctl-observer', '-o', 'json'));
+      assert.equal(daemonSet.status.desiredNumberScheduled, 1);
+      assert.equal(daemonSet.status.numberReady, 1);
+      const pods = JSON.parse(
+        await kubectl('-n', 'kube-system', 'get', 'pods', '-l', 'app.kubernetes.io/component=observer', '-o', 'json'),
+      );
+      assert.equal(pods.items.length, 1);
+      const [pod] = pods.items;
+      assert.equal(pod.metadata.ownerReferences[0].kind, 'DaemonSet');
+      assert.equal(pod.spec.nodeName, 'node-0');
+      assert.equal(pod.spec.serviceAccountName, 'proxyctl-observer');
+      assert.equal(pod.status.podIP, '10.240.0.10', "hostNetwork: the pod has the node's address");
+      // The same applied again changes nothing: the lab installed exactly what the manifests say.
+      const again = await kubectl('apply', '-f', join(root, 'manifests/observe/'));
+      assert.match(again, /daemonset\.apps\/proxyctl-observer unchanged/);
+      const logs = await kubectl('-n', 'kube-system', 'logs', pod.metadata.name);
+      assert.match(logs, /observing kube-proxy/);
+      assert.doesNotMatch(logs, /forbidden|cannot (list|watch|get) resource/i);
     });
 
     it(`status shows the observer, finding kube-proxy ${mode} mode and its settings in kube-proxy's ConfigMap; diff finds nothing`, async () => {

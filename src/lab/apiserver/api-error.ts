@@ -192,7 +192,10 @@ export const fieldError = {
   }),
 };
 
-/** 422 Invalid: `Service "web" is invalid: spec.ports[0].nodePort: Invalid value: ...`. */
+/**
+ * 422 Invalid: `Service "web" is invalid: spec.ports[0].nodePort: Invalid value: ...`; a kind of a
+ * named group is qualified by it (`DaemonSet.apps "agent" is invalid: ...`), as kube-apiserver words it.
+ */
 export function invalid(kind: string, group: string, name: string, errors: FieldError[]): ApiError {
   const parts = errors.map((e) => `${e.field}: ${e.message}`);
   const summary = parts.length === 1 ? parts[0] : `[${parts.join(', ')}]`;
@@ -202,5 +205,5 @@ export function invalid(kind: string, group: string, name: string, errors: Field
     causes: errors.map((e) => ({reason: e.type, message: e.message, field: e.field})),
   };
   if (group) details.group = group;
-  return new ApiError(422, 'Invalid', `${kind} "${name}" is invalid: ${summary}`, details);
+  return new ApiError(422, 'Invalid', `${group ? `${kind}.${group}` : kind} "${name}" is invalid: ${summary}`, details);
 }

@@ -31,7 +31,8 @@ import {validateObjectMeta, type NameRule} from './name-rules.ts';
 import {checkFieldTypes} from './object-schema.ts';
 import {applyConfiguration, recordUpdate, type FieldManagerRequest} from './field-manager.ts';
 import {readyServiceCIDRStatus, validateServiceCIDR} from './servicecidr-rules.ts';
-import {defaultWorkload, validateWorkload} from './workload-rules.ts';
+import {canonicalJson} from './sorted-json.ts';
+import {defaultWorkload, emptyDaemonSetStatus, setTemplateGeneration, validateWorkload} from './workload-rules.ts';
 
 export interface WriteOptions {
   dryRun?: boolean;
@@ -127,18 +128,6 @@ function checkDeletePreconditions(type: ResourceType, stored: KubeObject, given:
 
 function nowRfc3339(clock: () => number): string {
   return new Date(Math.floor(clock() / 1000) * 1000).toISOString().replace('.000Z', 'Z');
-}
-
-function canonicalJson(v: unknown): string {
-  return JSON.stringify(v, (_k, value) =>
-    value && typeof value === 'object' && !Array.isArray(value)
-      ? Object.fromEntries(
-          Object.keys(value)
-            .sort()
-            .map((k) => [k, value[k]]),
-        )
-      : value,
-  );
 }
 
 function withoutResourceVersion(obj: KubeObject): string {
@@ -382,14 +371,18 @@ export class ClusterStore {
       } else if (old.status !== undefined) next.status = old.status;
       else delete next.status;
     }
-    if (old.metadata.generation !== undefined) {
-      next.metadata.generation =
-        canonicalJson(next.spec) !== canonicalJson(old.spec) ? old.metadata.generation + 1 : old.metadata.generation;
-    }
+    const specChanged = canonicalJson(next.spec) !== canonicalJson(old.spec);
     if (type.resource === 'services') defaultService(next, old, this.network);
     if (type.resource === 'pods') defaultPod(next);
     if (type.storageKey === 'discovery.k8s.io/endpointslices') defaultEndpointSlice(next);
     if (type.group === 'apps') defaultWorkload(next);
+    if (type.storageKey === 'apps/daemonsets') setTemplateGeneration(next, old);
+    if (old.metadata.generation !== undefined) {
+      // Workloads compare their specs defaulted, as kube-apiserver's strategies see them: an apply that
+      // leaves a defaulted field out changes nothing (and starts no rollout).
+      const changed = type.group === 'apps' ? canonicalJson(next.spec) !== canonicalJson(old.spec) : specChanged;
+      next.metadata.generation = changed ? old.metadata.generation + 1 : old.metadata.generation;
+    }
     const errors =
       options.subresource !== 'status'
         ? this.validate(type, next, old)
@@ -559,6 +552,11 @@ export class ClusterStore {
         defaultWorkload(obj);
         if (!options.keepStatus) obj.status = {};
         break;
+      case 'daemonsets':
+        defaultWorkload(obj);
+        setTemplateGeneration(obj, undefined);
+        if (!options.keepStatus) obj.status = emptyDaemonSetStatus();
+        break;
       case 'servicecidrs':
         // kube-apiserver's ServiceCIDR controller marks a new range Ready; here that happens at once.
         if (!options.keepStatus || !obj.status) obj.status = readyServiceCIDRStatus(nowRfc3339(this.clock));
@@ -578,6 +576,8 @@ export class ClusterStore {
         return validateServiceCIDR(obj, old);
       case 'apps/deployments':
       case 'apps/replicasets':
+      case 'apps/daemonsets':
+      case 'apps/controllerrevisions':
         return validateWorkload(obj, old);
       default:
         return validateObjectMeta(obj, nameRules[type.resource] ?? (type.group.startsWith('rbac') ? 'any' : 'dns1123-subdomain'));

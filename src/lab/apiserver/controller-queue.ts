@@ -2,7 +2,8 @@
 // collector): keys queued by watch events are synced once per turn of the event loop, never inside
 // the store's write that queued them, and a key may come back after a delay.
 import type {ClusterStore} from './cluster-store.ts';
-import type {EventRecorder} from './event-recorder.ts';
+import type {EventRecorder, EventSource} from './event-recorder.ts';
+import type {KubeObject} from './object-log.ts';
 
 export class ControllerQueue {
   readonly #name: string;
@@ -100,4 +101,14 @@ export abstract class QueuedController {
 
   /** sync brings the object the key names to what its spec asks for. */
   protected abstract sync(key: string): void;
+
+  /** createOwnedPod creates owner's pod and records SuccessfulCreate or FailedCreate on owner, as kube's controllers do. */
+  protected createOwnedPod(owner: KubeObject, pod: KubeObject, source: EventSource): void {
+    try {
+      const created = this.store.create('pods', pod, owner.metadata.namespace);
+      this.events.record(source, owner, 'Normal', 'SuccessfulCreate', `Created pod: ${created.metadata.name}`);
+    } catch (error) {
+      this.events.record(source, owner, 'Warning', 'FailedCreate', `Error creating: ${(error as Error).message}`);
+    }
+  }
 }

@@ -4,7 +4,7 @@
 // which lists every field Kubernetes defines; kinds without one are not checked.
 import type {ServerResponse} from 'node:http';
 import {ApiError, badRequest} from './api-error.ts';
-import {messageFields, protobufMessageName, specialMessages} from './protobuf-codec.ts';
+import {jsonFields, messageFields, protobufMessageName, specialMessages} from './protobuf-codec.ts';
 import type {ResourceType} from './resources.ts';
 
 export type FieldValidation = 'Strict' | 'Warn' | 'Ignore';
@@ -14,9 +14,8 @@ const isObject = (v: unknown): v is Record<string, unknown> => typeof v === 'obj
 /** Collects the unknown fields of `value` into `out`; with `drop`, also deletes them, as Go's decoder never sees them. */
 function walk(value: unknown, message: string, path: string, out: string[], drop = false): void {
   if (!isObject(value) || specialMessages[message]) return;
-  const fields = messageFields(message);
-  if (!fields) return;
-  const byName = new Map([...fields.values()].map((f) => [f.name, f]));
+  const byName = jsonFields(message);
+  if (!byName) return;
   for (const [key, child] of Object.entries(value)) {
     if (key.startsWith('$')) continue; // strategic merge patch directives
     const field = path ? `${path}.${key}` : key;

@@ -5,7 +5,7 @@
 // the fieldValidation parameter, which tells kubectl the server validates fields itself. The same schemas,
 // written the v2 way, are OpenAPI v2's definitions (openapi-v2.ts).
 import {createHash} from 'node:crypto';
-import {messageFields, protobufMessageName, specialMessages, type FieldSpec} from './protobuf-codec.ts';
+import {jsonFields, messageFields, protobufMessageName, specialMessages, type FieldSpec} from './protobuf-codec.ts';
 import {resourceSchema, type FieldType, type Struct} from './object-schema.ts';
 import {groupVersion, resourceTypes, type ResourceType} from './resources.ts';
 import {serverVersion} from './discovery.ts';
@@ -52,9 +52,8 @@ type ListSemantics = Map<string, Map<string, Schema>>;
 function collectListSemantics(message: string, struct: Struct, out: ListSemantics, seen = new Set<string>()): void {
   if (seen.has(message)) return;
   seen.add(message);
-  const fields = messageFields(message);
-  if (!fields) return;
-  const byName = new Map([...fields.values()].map((f) => [f.name, f]));
+  const byName = jsonFields(message);
+  if (!byName) return;
   for (const [name, type] of Object.entries(struct.fields)) {
     const spec = byName.get(name);
     if (!spec) continue;
@@ -92,7 +91,7 @@ function addSchemas(message: string, schemas: Record<string, Schema>, semantics:
     schemas[name] = style.specials[special];
     return;
   }
-  const fields = messageFields(message);
+  const fields = jsonFields(message);
   if (!fields) return;
   const properties: Record<string, Schema> = {};
   schemas[name] = {type: 'object', properties};

@@ -171,7 +171,7 @@ const mergeKeys: Record<string, Record<string, string>> = {
   ServiceAccount: {secrets: 'name', imagePullSecrets: 'name'},
 };
 
-// A Deployment's or ReplicaSet's pod template merges as a Pod does, under spec.template.
+// A Deployment's, ReplicaSet's or DaemonSet's pod template merges as a Pod does, under spec.template.
 const templateMergeKeys = Object.fromEntries(
   Object.entries(mergeKeys.Pod)
     .filter(([path]) => path.startsWith('spec.'))
@@ -179,6 +179,7 @@ const templateMergeKeys = Object.fromEntries(
 );
 mergeKeys.Deployment = {...templateMergeKeys, 'status.conditions': 'type'};
 mergeKeys.ReplicaSet = {...templateMergeKeys, 'status.conditions': 'type'};
+mergeKeys.DaemonSet = {...templateMergeKeys, 'status.conditions': 'type'};
 
 function mergeKeyFor(kind: string, path: string): string | undefined {
   return mergeKeys[kind]?.[path] ?? mergeKeys['*'][path];

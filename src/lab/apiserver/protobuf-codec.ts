@@ -40,7 +40,41 @@ export function messageFields(message: string): Map<number, FieldSpec> | undefin
 }
 
 /**
- * Pointer fields whose zero value means something (replicas: 0, ready: false). Every other zero is
+ * Embedded Go structs that JSON writes inline (`json:",inline"`), by the name protobuf gives the
+ * embedding and its message: a Probe's httpGet, a Volume's emptyDir, a ConfigMapKeySelector's name
+ * are fields of the outer object in JSON.
+ */
+const inlineEmbeddings: Record<string, string> = {
+  handler: 'k8s.io.api.core.v1.ProbeHandler',
+  volumeSource: 'k8s.io.api.core.v1.VolumeSource',
+  ephemeralContainerCommon: 'k8s.io.api.core.v1.EphemeralContainerCommon',
+  localObjectReference: 'k8s.io.api.core.v1.LocalObjectReference',
+};
+
+function isInline(spec: FieldSpec): boolean {
+  return inlineEmbeddings[spec.name] === spec.type && !spec.repeated && !spec.map;
+}
+
+const jsonParsed = new Map<string, Map<string, FieldSpec>>();
+
+/** The fields of a message as its JSON has them, by name: an inline embedding's fields stand for it. */
+export function jsonFields(message: string): Map<string, FieldSpec> | undefined {
+  const cached = jsonParsed.get(message);
+  if (cached) return cached;
+  const fields = messageFields(message);
+  if (!fields) return undefined;
+  const byName = new Map<string, FieldSpec>();
+  for (const spec of fields.values()) {
+    if (isInline(spec)) for (const [name, inner] of jsonFields(spec.type) ?? []) byName.set(name, inner);
+    else byName.set(spec.name, spec);
+  }
+  jsonParsed.set(message, byName);
+  return byName;
+}
+
+/**
+ * Fields whose zero value JSON keeps: pointers whose zero means something (replicas: 0, ready: false),
+ * and the few non-pointer fields without omitempty (DaemonSetStatus counts). Every other zero is
  * dropped: Go's generated code writes non-pointer fields even when empty, and their JSON leaves them out.
  */
 const meaningfulZeros = new Set([
@@ -48,6 +82,18 @@ const meaningfulZeros = new Set([
   'ReplicaSetSpec.replicas',
   'DeploymentSpec.revisionHistoryLimit',
   'DeploymentSpec.progressDeadlineSeconds',
+  'DaemonSetSpec.revisionHistoryLimit',
+  // Rolling-update bounds are pointers: `maxSurge: 0` is said, not left out (and so not defaulted).
+  'RollingUpdateDeployment.maxSurge',
+  'RollingUpdateDeployment.maxUnavailable',
+  'RollingUpdateDaemonSet.maxSurge',
+  'RollingUpdateDaemonSet.maxUnavailable',
+  // DaemonSetStatus counts without omitempty: Go's JSON writes them even when 0.
+  'DaemonSetStatus.currentNumberScheduled',
+  'DaemonSetStatus.numberMisscheduled',
+  'DaemonSetStatus.desiredNumberScheduled',
+  'DaemonSetStatus.numberReady',
+  'ControllerRevision.revision',
   'EndpointConditions.ready',
   'EndpointConditions.serving',
   'EndpointConditions.terminating',
@@ -158,7 +204,8 @@ function decodeMessage(message: string, body: Buffer): unknown {
   for (const field of wire) {
     const spec = specs.get(field.number);
     if (!spec) continue; // a field newer than this table: Go's decoder skips unknown fields too
-    if (spec.map) {
+    if (isInline(spec)) Object.assign(out, decodeMessage(spec.type, field.value as Buffer));
+    else if (spec.map) {
       const entry = readFields(field.value as Buffer);
       const key = entry.find((e) => e.number === 1);
       const value = entry.find((e) => e.number === 2);

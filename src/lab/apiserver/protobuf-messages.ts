@@ -32,6 +32,24 @@ const clusterRoleBindingFields =
   'roleRef=3:k8s.io.api.rbac.v1.RoleRef';
 
 export const protobufMessages: Record<string, string> = {
+  'k8s.io.api.apps.v1.ControllerRevision':
+    'metadata=1:k8s.io.apimachinery.pkg.apis.meta.v1.ObjectMeta data=2:k8s.io.apimachinery.pkg.runtime.RawExtension revision=3:int64',
+  'k8s.io.api.apps.v1.DaemonSet':
+    'metadata=1:k8s.io.apimachinery.pkg.apis.meta.v1.ObjectMeta spec=2:k8s.io.api.apps.v1.DaemonSetSpec ' +
+    'status=3:k8s.io.api.apps.v1.DaemonSetStatus',
+  'k8s.io.api.apps.v1.DaemonSetCondition':
+    'type=1 status=2 lastTransitionTime=3:k8s.io.apimachinery.pkg.apis.meta.v1.Time reason=4 message=5',
+  'k8s.io.api.apps.v1.DaemonSetSpec':
+    'selector=1:k8s.io.apimachinery.pkg.apis.meta.v1.LabelSelector ' +
+    'template=2:k8s.io.api.core.v1.PodTemplateSpec ' +
+    'updateStrategy=3:k8s.io.api.apps.v1.DaemonSetUpdateStrategy minReadySeconds=4:int32 ' +
+    'revisionHistoryLimit=6:int32',
+  'k8s.io.api.apps.v1.DaemonSetStatus':
+    'currentNumberScheduled=1:int32 numberMisscheduled=2:int32 desiredNumberScheduled=3:int32 ' +
+    'numberReady=4:int32 observedGeneration=5:int64 updatedNumberScheduled=6:int32 ' +
+    'numberAvailable=7:int32 numberUnavailable=8:int32 collisionCount=9:int32 ' +
+    'conditions=10:k8s.io.api.apps.v1.DaemonSetCondition*',
+  'k8s.io.api.apps.v1.DaemonSetUpdateStrategy': 'type=1 rollingUpdate=2:k8s.io.api.apps.v1.RollingUpdateDaemonSet',
   'k8s.io.api.apps.v1.Deployment':
     'metadata=1:k8s.io.apimachinery.pkg.apis.meta.v1.ObjectMeta spec=2:k8s.io.api.apps.v1.DeploymentSpec ' +
     'status=3:k8s.io.api.apps.v1.DeploymentStatus',
@@ -60,6 +78,8 @@ export const protobufMessages: Record<string, string> = {
     'replicas=1:int32 fullyLabeledReplicas=2:int32 readyReplicas=4:int32 availableReplicas=5:int32 ' +
     'terminatingReplicas=7:int32 observedGeneration=3:int64 ' +
     'conditions=6:k8s.io.api.apps.v1.ReplicaSetCondition*',
+  'k8s.io.api.apps.v1.RollingUpdateDaemonSet':
+    'maxUnavailable=1:k8s.io.apimachinery.pkg.util.intstr.IntOrString maxSurge=2:k8s.io.apimachinery.pkg.util.intstr.IntOrString',
   'k8s.io.api.apps.v1.RollingUpdateDeployment':
     'maxUnavailable=1:k8s.io.apimachinery.pkg.util.intstr.IntOrString maxSurge=2:k8s.io.apimachinery.pkg.util.intstr.IntOrString',
   'k8s.io.api.authentication.v1.ExtraValue': 'items=1*',
@@ -529,5 +549,6 @@ export const protobufMessages: Record<string, string> = {
   'k8s.io.apimachinery.pkg.apis.meta.v1.OwnerReference': 'apiVersion=5 kind=1 name=3 uid=4 controller=6:bool blockOwnerDeletion=7:bool',
   'k8s.io.apimachinery.pkg.apis.meta.v1.Preconditions': 'uid=1 resourceVersion=2',
   'k8s.io.apimachinery.pkg.apis.meta.v1.Time': 'seconds=1:int64 nanos=2:int32',
+  'k8s.io.apimachinery.pkg.runtime.RawExtension': 'raw=1:bytes',
   'k8s.io.apimachinery.pkg.util.intstr.IntOrString': 'type=1:int64 intVal=2:int32 strVal=3',
 };

@@ -25,6 +25,23 @@ export function ownerReference(owner: KubeObject): Record<string, any> {
   };
 }
 
+/** podFromTemplate: a new pod of owner's pod template, named after the owner, owned by it. */
+export function podFromTemplate(owner: KubeObject, template: any = owner.spec?.template): KubeObject {
+  const copy = structuredClone(template ?? {});
+  return {
+    apiVersion: 'v1',
+    kind: 'Pod',
+    metadata: {
+      ...(copy.metadata ?? {}),
+      name: '',
+      generateName: `${owner.metadata.name}-`,
+      namespace: owner.metadata.namespace,
+      ownerReferences: [ownerReference(owner)],
+    },
+    spec: copy.spec ?? {},
+  };
+}
+
 export function isPodActive(pod: KubeObject): boolean {
   return !pod.metadata.deletionTimestamp && pod.status?.phase !== 'Succeeded' && pod.status?.phase !== 'Failed';
 }
@@ -111,25 +128,7 @@ export class ReplicaSetController extends QueuedController {
   }
 
   #createPod(rs: KubeObject): void {
-    const template = structuredClone(rs.spec.template ?? {});
-    const pod: KubeObject = {
-      apiVersion: 'v1',
-      kind: 'Pod',
-      metadata: {
-        ...(template.metadata ?? {}),
-        name: '',
-        generateName: `${rs.metadata.name}-`,
-        namespace: rs.metadata.namespace,
-        ownerReferences: [ownerReference(rs)],
-      },
-      spec: template.spec ?? {},
-    };
-    try {
-      const created = this.store.create('pods', pod, rs.metadata.namespace);
-      this.events.record(source, rs, 'Normal', 'SuccessfulCreate', `Created pod: ${created.metadata.name}`);
-    } catch (error) {
-      this.events.record(source, rs, 'Warning', 'FailedCreate', `Error creating: ${(error as Error).message}`);
-    }
+    this.createOwnedPod(rs, podFromTemplate(rs), source);
   }
 
   #writeStatus(rs: KubeObject): void {

@@ -91,6 +91,14 @@ export const resourceTypes: ResourceType[] = [
     hasStatus: true,
     categories: ['all'],
   }),
+  stored('apps', 'v1', 'daemonsets', 'DaemonSet', true, {
+    shortNames: ['ds'],
+    subresources: ['status'],
+    hasStatus: true,
+    categories: ['all'],
+  }),
+  // The DaemonSet controller's template history (`kubectl rollout history|undo daemonset`).
+  stored('apps', 'v1', 'controllerrevisions', 'ControllerRevision', true),
   stored('discovery.k8s.io', 'v1', 'endpointslices', 'EndpointSlice', true),
   // kubectl 1.20 knows EndpointSlices only as v1beta1 (describe uses it); served from the same storage, converted.
   stored('discovery.k8s.io', 'v1beta1', 'endpointslices', 'EndpointSlice', true),

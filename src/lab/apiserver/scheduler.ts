@@ -1,9 +1,10 @@
 // The lab's scheduler: binds every Pending pod without a nodeName (and the default schedulerName)
 // to a lab node, as kube-scheduler's default plugins would for the lab's simple nodes: the node
-// must be Ready, schedulable, match the pod's nodeSelector and carry no NoSchedule taint the pod
-// does not tolerate; among those, the one with the fewest pods wins (spread). A pod no node fits
-// stays Pending with PodScheduled False and a FailedScheduling event, and is tried again when a
-// node changes.
+// must be Ready, schedulable, match the pod's nodeSelector and required node affinity (node labels,
+// and the node's name through matchFields, which is how a DaemonSet's pod names its node) and carry
+// no NoSchedule or NoExecute taint the pod does not tolerate; among those, the one with the fewest
+// pods wins (spread). A pod no node fits stays Pending with PodScheduled False and a
+// FailedScheduling event, and is tried again when a node changes.
 import type {ClusterStore} from './cluster-store.ts';
 import {ControllerQueue, namespacedKey, splitKey} from './controller-queue.ts';
 import type {EventRecorder} from './event-recorder.ts';
@@ -30,6 +31,59 @@ function tolerates(pod: KubeObject, taint: {key: string; value?: string; effect?
   );
 }
 
+/** One node selector requirement (a matchExpressions or matchFields item) against a value the node has, or undefined. */
+function meetsRequirement(requirement: any, value: string | undefined): boolean {
+  const values: string[] = requirement?.values ?? [];
+  switch (requirement?.operator) {
+    case 'In':
+      return value !== undefined && values.includes(value);
+    case 'NotIn':
+      return value === undefined || !values.includes(value);
+    case 'Exists':
+      return value !== undefined;
+    case 'DoesNotExist':
+      return value === undefined;
+    case 'Gt':
+    case 'Lt': {
+      const number = Number(value);
+      const bound = Number(values[0]);
+      if (value === undefined || !Number.isInteger(number) || !Number.isInteger(bound)) return false;
+      return requirement.operator === 'Gt' ? number > bound : number < bound;
+    }
+  }
+  return false;
+}
+
+/**
+ * A node selector term: every matchExpressions item (node labels) and matchFields item (only
+ * metadata.name) holds; a term with neither matches no node, as kube-scheduler reads it.
+ */
+function matchesTerm(term: any, node: KubeObject): boolean {
+  const expressions: any[] = term?.matchExpressions ?? [];
+  const fields: any[] = term?.matchFields ?? [];
+  if (expressions.length === 0 && fields.length === 0) return false;
+  const labels: Record<string, string> = node.metadata.labels ?? {};
+  return (
+    expressions.every((requirement) =>
+      meetsRequirement(requirement, Object.hasOwn(labels, requirement?.key) ? labels[requirement.key] : undefined),
+    ) && fields.every((requirement) => requirement?.key === 'metadata.name' && meetsRequirement(requirement, node.metadata.name))
+  );
+}
+
+/** matchesNodeSelection: the node has the pod's nodeSelector labels and meets one term of its required node affinity. */
+export function matchesNodeSelection(pod: KubeObject, node: KubeObject): boolean {
+  const labels = node.metadata.labels ?? {};
+  for (const [key, value] of Object.entries(pod.spec?.nodeSelector ?? {})) if (labels[key] !== value) return false;
+  const required = pod.spec?.affinity?.nodeAffinity?.requiredDuringSchedulingIgnoredDuringExecution;
+  if (!required) return true;
+  return (required.nodeSelectorTerms ?? []).some((term: any) => matchesTerm(term, node));
+}
+
+/** The first of the node's taints with one of `effects` that the pod does not tolerate. */
+export function untoleratedTaint(pod: KubeObject, node: KubeObject, effects: string[]): {key: string; value?: string} | undefined {
+  return (node.spec?.taints ?? []).find((taint: any) => effects.includes(taint.effect) && !tolerates(pod, taint));
+}
+
 /** unfitReason: why the pod cannot go to node (kube-scheduler's words), or undefined when it can. */
 export function unfitReason(pod: KubeObject, node: KubeObject): string | undefined {
   if (node.spec?.unschedulable && !tolerates(pod, {key: 'node.kubernetes.io/unschedulable', effect: 'NoSchedule'}))
@@ -37,13 +91,9 @@ export function unfitReason(pod: KubeObject, node: KubeObject): string | undefin
   const ready = (node.status?.conditions ?? []).find((condition: any) => condition.type === 'Ready');
   if (ready?.status !== 'True' && !tolerates(pod, {key: 'node.kubernetes.io/not-ready', effect: 'NoSchedule'}))
     return 'node(s) had untolerated taint {node.kubernetes.io/not-ready: }';
-  const labels = node.metadata.labels ?? {};
-  for (const [key, value] of Object.entries(pod.spec?.nodeSelector ?? {}))
-    if (labels[key] !== value) return "node(s) didn't match Pod's node affinity/selector";
-  for (const taint of node.spec?.taints ?? []) {
-    if ((taint.effect === 'NoSchedule' || taint.effect === 'NoExecute') && !tolerates(pod, taint))
-      return `node(s) had untolerated taint {${taint.key}: ${taint.value ?? ''}}`;
-  }
+  if (!matchesNodeSelection(pod, node)) return "node(s) didn't match Pod's node affinity/selector";
+  const taint = untoleratedTaint(pod, node, ['NoSchedule', 'NoExecute']);
+  if (taint) return `node(s) had untolerated taint {${taint.key}: ${taint.value ?? ''}}`;
   return undefined;
 }
 

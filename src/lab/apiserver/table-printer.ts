@@ -66,6 +66,12 @@ function selectorText(selector: Record<string, string> | undefined): string {
     .join(',');
 }
 
+/** Labels as kubectl formats them (labels.FormatLabels): k=v pairs sorted by key, or <none>. */
+function sortedLabelsText(labels: Record<string, string> | undefined): string {
+  const keys = Object.keys(labels ?? {}).sort();
+  return keys.length > 0 ? keys.map((key) => `${key}=${labels![key]}`).join(',') : '<none>';
+}
+
 function podReady(pod: KubeObject): string {
   const total = pod.spec?.containers?.length ?? 0;
   const ready = (pod.status?.containerStatuses ?? []).filter((c: any) => c.ready).length;
@@ -185,6 +191,28 @@ const columnsByKind: Record<string, Column[]> = {
     col('Ready', (o) => o.status?.readyReplicas ?? 0, 0, 'integer'),
     age,
     ...templateColumns(),
+  ],
+  DaemonSet: [
+    name,
+    col('Desired', (o) => o.status?.desiredNumberScheduled ?? 0, 0, 'integer'),
+    col('Current', (o) => o.status?.currentNumberScheduled ?? 0, 0, 'integer'),
+    col('Ready', (o) => o.status?.numberReady ?? 0, 0, 'integer'),
+    col('Up-to-date', (o) => o.status?.updatedNumberScheduled ?? 0, 0, 'integer'),
+    col('Available', (o) => o.status?.numberAvailable ?? 0, 0, 'integer'),
+    col('Node Selector', (o) => sortedLabelsText(o.spec?.template?.spec?.nodeSelector)),
+    age,
+    ...templateColumns(),
+  ],
+  ControllerRevision: [
+    name,
+    col('Controller', (o) => {
+      const owner = (o.metadata.ownerReferences ?? []).find((ref) => ref.controller === true);
+      if (!owner) return '<none>';
+      const group = String(owner.apiVersion ?? '').includes('/') ? `.${String(owner.apiVersion).split('/')[0]}` : '';
+      return `${String(owner.kind).toLowerCase()}${group}/${owner.name}`;
+    }),
+    col('Revision', (o) => o.revision ?? 0, 0, 'integer'),
+    age,
   ],
   ServiceCIDR: [name, col('CIDRs', (o) => (Array.isArray(o.spec?.cidrs) ? o.spec.cidrs.join(',') : '')), age],
   Namespace: [name, col('Status', (o) => o.status?.phase ?? 'Active'), age],

@@ -1,6 +1,7 @@
 // The control plane's workload side, run inside the lab's API server: the scheduler, the
-// ReplicaSet and Deployment controllers and the garbage collector, fed by the store's changes.
+// ReplicaSet, Deployment and DaemonSet controllers and the garbage collector, fed by the store's changes.
 import type {ClusterStore} from './cluster-store.ts';
+import {DaemonSetController} from './daemonset-controller.ts';
 import {DeploymentController} from './deployment-controller.ts';
 import type {EventRecorder} from './event-recorder.ts';
 import {GarbageCollector} from './garbage-collector.ts';
@@ -12,6 +13,7 @@ export class WorkloadControllers {
   readonly scheduler: Scheduler;
   readonly replicaSets: ReplicaSetController;
   readonly deployments: DeploymentController;
+  readonly daemonSets: DaemonSetController;
   readonly garbageCollector: GarbageCollector;
   readonly #store: ClusterStore;
   #unsubscribe: (() => void) | undefined;
@@ -21,6 +23,7 @@ export class WorkloadControllers {
     this.scheduler = new Scheduler(store, events);
     this.replicaSets = new ReplicaSetController(store, events);
     this.deployments = new DeploymentController(store, events);
+    this.daemonSets = new DaemonSetController(store, events);
     this.garbageCollector = new GarbageCollector(store);
   }
 
@@ -29,6 +32,7 @@ export class WorkloadControllers {
     this.#unsubscribe = this.#store.log.subscribeAll((event) => this.#onChange(event));
     for (const rs of this.#store.log.list('apps/replicasets')) this.replicaSets.onReplicaSet(rs);
     for (const deployment of this.#store.log.list('apps/deployments')) this.deployments.onDeployment(deployment);
+    for (const ds of this.#store.log.list('apps/daemonsets')) this.daemonSets.onDaemonSet(ds);
   }
 
   stop(): void {
@@ -46,7 +50,7 @@ export class WorkloadControllers {
   }
 
   #queues() {
-    return [this.scheduler.queue, this.replicaSets.queue, this.deployments.queue, this.garbageCollector.queue];
+    return [this.scheduler.queue, this.replicaSets.queue, this.deployments.queue, this.daemonSets.queue, this.garbageCollector.queue];
   }
 
   #onChange(event: StoredEvent): void {
@@ -55,6 +59,10 @@ export class WorkloadControllers {
     switch (event.storageKey) {
       case 'pods':
         this.replicaSets.onPod(obj);
+        this.daemonSets.onPod(obj);
+        break;
+      case 'nodes':
+        this.daemonSets.onNode();
         break;
       case 'apps/replicasets':
         this.replicaSets.onReplicaSet(obj);
@@ -62,6 +70,12 @@ export class WorkloadControllers {
         break;
       case 'apps/deployments':
         this.deployments.onDeployment(obj);
+        break;
+      case 'apps/daemonsets':
+        this.daemonSets.onDaemonSet(obj);
+        break;
+      case 'apps/controllerrevisions':
+        this.daemonSets.onControllerRevision(obj);
         break;
     }
   }

@@ -1,12 +1,14 @@
-// A lab node's kubelet: runs every pod the API server binds to its node, whatever the image (the
-// demo server, in a network namespace of its own with an address from the node's podCIDR), and
-// reports it as a kubelet does. It runs inside the lab supervisor and reads the store directly.
+// A lab node's kubelet: runs every pod the API server binds to its node (the demo server whatever
+// the image, in a network namespace of its own with an address from the node's podCIDR, or in the
+// node's for a hostNetwork pod; the real agent for the proxyctl-agent image, agent-container.ts),
+// and reports it as a kubelet does. It runs inside the lab supervisor and reads the store directly.
 import type {ClusterStore} from '../apiserver/cluster-store.ts';
 import type {EventRecorder} from '../apiserver/event-recorder.ts';
 import type {KubeObject, StoredEvent} from '../apiserver/object-log.ts';
 import {netnsAnnotation} from '../lab-objects.ts';
 import type {NodeDescription, PodDescription} from '../netns/index.ts';
 import type {PodLogs} from './container-log.ts';
+import type {AgentServerPorts} from './agent-container.ts';
 import {createSandbox, PodAddresses, type PodSandbox} from './pod-sandbox.ts';
 import {type NodeContext, PodWorker} from './pod-worker.ts';
 import {NodeProber} from './prober.ts';
@@ -24,6 +26,12 @@ export interface KubeletOptions {
   onProcess?: (pod: KubeObject, pid: number | undefined) => void;
   /** The network namespace the kubelet made for a pod, once made (a name) and once removed (undefined). */
   onSandbox?: (pod: {namespace: string; name: string}, netns: string | undefined) => void;
+  /** A kubeconfig path with a token of the service account (namespace, name), for pods that run the agent. */
+  serviceAccountKubeconfig?: (namespace: string, serviceAccount: string) => Promise<string>;
+  /** An agent pod's process started (pid and its servers' loopback ports) or stopped (undefined). */
+  onAgent?: (pod: KubeObject, agent: {pid: number; servers: AgentServerPorts} | undefined) => void;
+  /** Where an agent pod's log is kept as a file too, if anywhere. */
+  agentLogFile?: (pod: KubeObject) => string | undefined;
 }
 
 export class LabKubelet {
@@ -76,6 +84,11 @@ export class LabKubelet {
     this.#prober.stop();
   }
 
+  /** loopbackPort: where the agent of the pod (by uid) serves containerPort on the host's loopback, if it runs one here. */
+  loopbackPort(podUid: string, containerPort: number): number | undefined {
+    return this.#workers.get(podUid)?.loopbackPort(containerPort);
+  }
+
   #onPod(event: Pick<StoredEvent, 'type' | 'object'>): void {
     const pod = event.object;
     if (pod.spec?.nodeName !== this.#options.node.name || this.#options.ignore?.(pod)) return;
@@ -122,10 +135,24 @@ export class LabKubelet {
         for (const resolve of this.#readyWaiters.get(key) ?? []) resolve();
         this.#readyWaiters.delete(key);
       },
+      serviceAccountKubeconfig: (pod) => {
+        const serviceAccount = pod.spec?.serviceAccountName ?? 'default';
+        if (!this.#options.serviceAccountKubeconfig)
+          throw new Error(`no credentials for service account ${serviceAccount}: this kubelet has none to give`);
+        return this.#options.serviceAccountKubeconfig(pod.metadata.namespace!, serviceAccount);
+      },
+      agentChanged: (pod, agent) => this.#options.onAgent?.(pod, agent),
+      agentLogFile: (pod) => this.#options.agentLogFile?.(pod),
     };
   }
 
   async #sandbox(pod: KubeObject): Promise<PodSandbox> {
+    const {node} = this.#options;
+    if (pod.spec?.hostNetwork === true) {
+      // On the node's network, as a hostNetwork pod is: its address is the node's.
+      this.#annotate(pod, node.namespace);
+      return {namespace: node.namespace, ip: node.ip, hostInterface: '', owned: false, linksReady: Promise.resolve()};
+    }
     const prepared = this.#prepared.get(pod.metadata.name);
     if (prepared && pod.metadata.namespace === 'default' && pod.metadata.annotations?.[netnsAnnotation] === prepared.namespace) {
       // The lab's own demo pod: its sandbox was built with the lab, and stays until `lab down`.

@@ -2,6 +2,7 @@
 // kept while its status stays), addresses, and one status per container (all of a lab pod's
 // containers are its one demo server).
 import type {KubeObject} from '../apiserver/object-log.ts';
+import {runsAgentImage} from './agent-container.ts';
 
 export type ContainerState =
   | {state: 'waiting'; reason: string; message?: string}
@@ -55,6 +56,7 @@ export function kubeletPodStatus(pod: KubeObject, run: PodRun): Record<string, a
   const containersReady = running && run.ready;
   const pid = run.container.state === 'running' ? run.container.pid : undefined;
   const containers: any[] = pod.spec?.containers ?? [];
+  const program = runsAgentImage(pod) ? 'proxyctl-agent' : 'demoapp';
   return {
     phase: run.phase,
     conditions: [
@@ -72,7 +74,7 @@ export function kubeletPodStatus(pod: KubeObject, run: PodRun): Record<string, a
     containerStatuses: containers.map((container) => ({
       name: container.name,
       image: container.image,
-      imageID: `lab://demoapp@${container.image}`,
+      imageID: `lab://${program}@${container.image}`,
       ready: containersReady,
       started: running,
       restartCount: run.restartCount,
@@ -83,16 +85,20 @@ export function kubeletPodStatus(pod: KubeObject, run: PodRun): Record<string, a
   };
 }
 
-/** ignoredFeatures: what of the pod's spec the lab does not run, for an event on the pod. */
-export function ignoredFeatures(pod: KubeObject): string[] {
+/**
+ * ignoredFeatures: what of the pod's spec the lab does not run, for an event on the pod. The agent
+ * (runsAgent) gets its args and env; the demo server neither.
+ */
+export function ignoredFeatures(pod: KubeObject, runsAgent = false): string[] {
   const spec = pod.spec ?? {};
   const ignored: string[] = [];
   if (spec.volumes?.length) ignored.push(`volumes (${spec.volumes.map((v: any) => v.name).join(', ')})`);
   if (spec.initContainers?.length) ignored.push(`init containers (${spec.initContainers.map((c: any) => c.name).join(', ')})`);
   for (const container of spec.containers ?? []) {
     const what: string[] = [];
-    if (container.command || container.args) what.push('command/args');
-    if (container.env?.length || container.envFrom?.length) what.push('env');
+    if (!runsAgent && (container.command || container.args)) what.push('command/args');
+    if (!runsAgent && container.env?.length) what.push('env');
+    if (container.envFrom?.length) what.push('envFrom');
     if (container.volumeMounts?.length) what.push('volumeMounts');
     if (container.resources && Object.keys(container.resources).some((key) => Object.keys(container.resources[key] ?? {}).length > 0))
       what.push('resources');

@@ -1,11 +1,15 @@
-// One pod on a lab node, from bound to gone: its sandbox, its demo server (restarted when it dies
-// unasked), readiness, the status and events a kubelet reports, and graceful termination.
+// One pod on a lab node, from bound to gone: its sandbox, its container's process (the demo
+// server, or the real agent for the proxyctl-agent image; restarted when it dies unasked),
+// readiness, the status and events a kubelet reports, and graceful termination.
+import {createWriteStream} from 'node:fs';
 import {createInterface} from 'node:readline';
+import {execa} from 'execa';
 import type {ClusterStore} from '../apiserver/cluster-store.ts';
 import type {EventRecorder, EventSource, EventType} from '../apiserver/event-recorder.ts';
 import type {KubeObject} from '../apiserver/object-log.ts';
 import {type NodeDescription, spawnInNamespace} from '../netns/index.ts';
 import {siblingProgram} from '../workload/launch.ts';
+import {agentLaunch, type AgentServerPorts, runsAgentImage} from './agent-container.ts';
 import type {PodLogs, RunLog} from './container-log.ts';
 import {type PodSandbox, removeSandbox} from './pod-sandbox.ts';
 import {type ContainerState, ignoredFeatures, kubeletPodStatus, type PodRun, servedPorts} from './pod-status.ts';
@@ -32,6 +36,12 @@ export interface NodeContext {
   processChanged(pod: KubeObject, pid: number | undefined): void;
   /** The pod turned Ready for the first time, after boundMs. */
   firstReady(pod: KubeObject, boundMs: number): void;
+  /** A kubeconfig with the token of the pod's service account, for a container that talks to the API server. */
+  serviceAccountKubeconfig(pod: KubeObject): Promise<string>;
+  /** The agent a pod runs started (its pid, its servers' loopback ports) or stopped (undefined). */
+  agentChanged(pod: KubeObject, agent: {pid: number; servers: AgentServerPorts} | undefined): void;
+  /** A file that keeps the agent's log beyond the pod's (`kubectl logs` reads the pod's), if any. */
+  agentLogFile(pod: KubeObject): string | undefined;
 }
 
 type Child = ReturnType<typeof spawnInNamespace>;
@@ -57,6 +67,11 @@ export class PodWorker {
   /** The next run of each probe, by container index. */
   readonly #probeTimers = new Map<number, NodeJS.Timeout>();
   #restartTimer: NodeJS.Timeout | undefined;
+  /** Whether the container runs the agent (the proxyctl-agent image) rather than the demo server. */
+  readonly #runsAgent: boolean;
+  /** The agent's servers: container port -> the loopback port it really listens on. */
+  #loopbackPorts = new Map<number, number>();
+  #agentServers: AgentServerPorts = {};
 
   constructor(context: NodeContext, pod: KubeObject) {
     this.#context = context;
@@ -65,6 +80,7 @@ export class PodWorker {
     this.#name = pod.metadata.name;
     this.#uid = pod.metadata.uid!;
     this.#source = {component: 'kubelet', host: context.node.name};
+    this.#runsAgent = runsAgentImage(pod);
     const earlier = pod.status?.containerStatuses?.[0];
     this.#run = {
       hostIP: context.node.ip,
@@ -80,11 +96,18 @@ export class PodWorker {
     return this.#uid;
   }
 
+  /** loopbackPort: where the agent's server of containerPort listens on the host, if this pod runs one. */
+  loopbackPort(containerPort: number): number | undefined {
+    return this.#loopbackPorts.get(containerPort);
+  }
+
   /** start makes the sandbox and runs the demo server; a failure is reported on the pod. */
   async start(): Promise<void> {
-    const ignored = ignoredFeatures(this.#pod);
-    if (ignored.length > 0)
-      this.#event('Normal', 'IgnoredByLab', `The lab runs its demo server for every image and ignores: ${ignored.join('; ')}`);
+    const ignored = ignoredFeatures(this.#pod, this.#runsAgent);
+    if (ignored.length > 0) {
+      const runs = this.#runsAgent ? 'The lab runs proxyctl-agent for this image' : 'The lab runs its demo server for every image';
+      this.#event('Normal', 'IgnoredByLab', `${runs} and ignores: ${ignored.join('; ')}`);
+    }
     try {
       this.#sandbox = await this.#context.sandbox(this.#pod);
     } catch (error) {
@@ -100,7 +123,7 @@ export class PodWorker {
     this.#run.podIP = this.#sandbox.ip;
     // A new pod shows its address while its server starts; the lab's demo pods are Running already.
     if (this.#sandbox.owned) this.#report();
-    this.#startContainer();
+    void this.#startContainer();
   }
 
   /** update: the pod changed in the API; a deletionTimestamp starts termination. */
@@ -127,27 +150,65 @@ export class PodWorker {
     this.#child?.kill('SIGKILL');
   }
 
-  #startContainer(): void {
+  async #startContainer(): Promise<void> {
+    // A process handle is a promise of its end: it is handed over wrapped, so that awaiting the
+    // agent's preparation does not wait for the process to exit.
+    const started = this.#runsAgent ? await this.#startAgent() : {child: this.#startDemoServer()};
+    if (!started) return;
+    const {child} = started;
+    this.#child = child;
+    const log = this.#context.logs.newRun(this.#namespace, this.#name);
+    const logFile = this.#runsAgent ? this.#context.agentLogFile(this.#pod) : undefined;
+    const file = logFile ? createWriteStream(logFile, {flags: 'a'}).on('error', () => undefined) : undefined;
+    if (file) void child.finally(() => file.end());
+    const record = (line: string) => {
+      log.append(line);
+      file?.write(`${line}\n`);
+    };
+    const startedAt = rfc3339();
+    // The demo server says when it listens; the agent runs from its start, and its readiness
+    // probe (its /healthz) says when it has synced.
+    let listening = this.#runsAgent;
+    if (listening) this.#running(child, startedAt);
+    createInterface({input: child.stdout!}).on('line', (line) => {
+      record(line);
+      if (!listening && line.includes('"ready":true')) {
+        listening = true;
+        this.#running(child, startedAt);
+      }
+    });
+    createInterface({input: child.stderr!}).on('line', record);
+    void child.then((result) => this.#exited(child, log, startedAt, result.exitCode, result.signal));
+  }
+
+  #startDemoServer(): Child {
     const sandbox = this.#sandbox!;
     const ports = servedPorts(this.#pod);
     const command = [process.execPath, siblingProgram('../workload/demoapp', import.meta.url)];
     command.push('--name', this.#name, '--access-log', '--drain-ms', String(drainMs), '--wait-for-address', sandbox.ip);
     for (const port of ports.tcp) command.push('--http-port', String(port));
     for (const port of ports.udp) command.push('--udp-port', String(port));
-    const child = spawnInNamespace(sandbox.namespace, command);
-    this.#child = child;
-    const log = this.#context.logs.newRun(this.#namespace, this.#name);
-    const startedAt = rfc3339();
-    let listening = false;
-    createInterface({input: child.stdout!}).on('line', (line) => {
-      log.append(line);
-      if (!listening && line.includes('"ready":true')) {
-        listening = true;
-        this.#running(child, startedAt);
-      }
-    });
-    createInterface({input: child.stderr!}).on('line', (line) => log.append(line));
-    void child.then((result) => this.#exited(child, log, startedAt, result.exitCode, result.signal));
+    return spawnInNamespace(sandbox.namespace, command);
+  }
+
+  /** The agent runs in the host's namespace and works on the pod's (--netns); undefined when it cannot start. */
+  async #startAgent(): Promise<{child: Child} | undefined> {
+    const sandbox = this.#sandbox!;
+    let command: string[];
+    try {
+      const kubeconfig = await this.#context.serviceAccountKubeconfig(this.#pod);
+      const launch = await agentLaunch(this.#pod, {netns: sandbox.namespace, podIP: sandbox.ip, kubeconfig});
+      command = launch.command;
+      this.#loopbackPorts = launch.loopbackPorts;
+      this.#agentServers = launch.servers;
+    } catch (error) {
+      this.#event('Warning', 'Failed', `Error: ${(error as Error).message}`);
+      this.#run.container = {state: 'waiting', reason: 'CreateContainerConfigError', message: (error as Error).message};
+      this.#report();
+      return undefined;
+    }
+    if (this.#terminating || this.#gone) return undefined;
+    return {child: execa(command[0], command.slice(1), {reject: false, buffer: false, stdin: 'ignore' as 'ignore' | 'pipe'})};
   }
 
   #running(child: Child, startedAt: string): void {
@@ -158,6 +219,7 @@ export class PodWorker {
     this.#event('Normal', 'Pulled', `Container image "${image}" already present on machine`);
     this.#event('Normal', 'Started', `Started container ${this.#pod.spec?.containers?.map((c: any) => c.name).join(', ')}`);
     this.#context.processChanged(this.#pod, child.pid);
+    if (this.#runsAgent) this.#context.agentChanged(this.#pod, {pid: child.pid!, servers: this.#agentServers});
     const sandbox = this.#sandbox!;
     void sandbox.linksReady.then(
       () => {
@@ -178,6 +240,7 @@ export class PodWorker {
     this.#child = undefined;
     this.#stopTimers();
     this.#context.processChanged(this.#pod, undefined);
+    if (this.#runsAgent) this.#context.agentChanged(this.#pod, undefined);
     const signalNumber = signal === 'SIGKILL' ? 9 : signal === 'SIGTERM' ? 15 : undefined;
     const code = exitCode ?? 128 + (signalNumber ?? 0);
     const terminated: ContainerState = {
@@ -209,7 +272,7 @@ export class PodWorker {
     this.#event('Warning', 'BackOff', 'Back-off restarting failed container');
     this.#report();
     this.#restartTimer = setTimeout(() => {
-      if (!this.#terminating) this.#startContainer();
+      if (!this.#terminating) void this.#startContainer();
     }, delay);
   }
 
@@ -254,16 +317,18 @@ export class PodWorker {
     if (this.#child !== child || this.#gone) return undefined;
     const action = probe.httpGet ?? probe.tcpSocket;
     const port = this.#probePort(action.port);
+    const request = {
+      kind: probe.httpGet ? 'http' : 'tcp',
+      path: probe.httpGet?.path,
+      timeoutMs: (probe.timeoutSeconds ?? 1) * 1000,
+    } as const;
+    const loopbackPort = port === undefined ? undefined : this.#loopbackPorts.get(port);
     const answer =
       port === undefined
         ? {ok: false, message: `port ${JSON.stringify(action.port)} is not a container port of the pod`}
-        : await this.#context.prober.probe({
-            kind: probe.httpGet ? 'http' : 'tcp',
-            host: action.host ?? this.#sandbox!.ip,
-            port,
-            path: probe.httpGet?.path,
-            timeoutMs: (probe.timeoutSeconds ?? 1) * 1000,
-          });
+        : loopbackPort !== undefined
+          ? await this.#context.prober.probeOnHost({...request, host: '127.0.0.1', port: loopbackPort})
+          : await this.#context.prober.probe({...request, host: action.host ?? this.#sandbox!.ip, port});
     if (this.#child !== child || this.#gone) return undefined;
     if (!answer.ok) this.#event('Warning', 'Unhealthy', `Readiness probe failed: ${answer.message}`);
     return answer.ok;

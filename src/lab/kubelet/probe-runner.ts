@@ -54,6 +54,11 @@ function tcpProbe(probe: ProbeRequest): Promise<ProbeAnswer> {
   });
 }
 
+/** runProbe: one probe from this process's namespace (the host's, for servers the lab moved to loopback). */
+export function runProbe(probe: ProbeRequest): Promise<ProbeAnswer> {
+  return probe.kind === 'http' ? httpProbe(probe) : tcpProbe(probe);
+}
+
 if (import.meta.main) {
   const lines = createInterface({input: process.stdin});
   lines.on('line', (line) => {
@@ -63,7 +68,7 @@ if (import.meta.main) {
     } catch {
       return;
     }
-    void (probe.kind === 'http' ? httpProbe(probe) : tcpProbe(probe)).then((answer) => process.stdout.write(`${JSON.stringify(answer)}\n`));
+    void runProbe(probe).then((answer) => process.stdout.write(`${JSON.stringify(answer)}\n`));
   });
   lines.on('close', () => process.exit(0));
 }

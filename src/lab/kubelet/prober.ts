@@ -3,7 +3,7 @@
 import {createInterface} from 'node:readline';
 import {spawnInNamespace} from '../netns/index.ts';
 import {siblingProgram} from '../workload/launch.ts';
-import type {ProbeAnswer, ProbeRequest} from './probe-runner.ts';
+import {type ProbeAnswer, type ProbeRequest, runProbe} from './probe-runner.ts';
 
 export class NodeProber {
   readonly #namespace: string;
@@ -29,6 +29,11 @@ export class NodeProber {
       });
       child.stdin?.write(`${JSON.stringify({...request, id})}\n`);
     });
+  }
+
+  /** probeOnHost: a probe of a server that listens on the host's loopback (an agent's, see agent-container.ts). */
+  probeOnHost(request: Omit<ProbeRequest, 'id'>): Promise<ProbeAnswer> {
+    return runProbe({...request, id: 0});
   }
 
   stop(): void {
