@@ -36,7 +36,7 @@ import {errorText} from '../core/error-text.ts';
 import type {ObserveRuntime} from './api/runtime-state.ts';
 import {DriftTracker} from './observe/drift-tracker.ts';
 import {kubeProxyNftablesBackend} from './observe/kube-proxy-nftables.ts';
-import {followUnsettledMode, type ObserveReport, prepareObservation} from './observe/observation.ts';
+import {followKubeProxyMode, type Observation, type ObserveReport, prepareObservation} from './observe/observation.ts';
 import {ObservingProxier} from './observe/observing-proxier.ts';
 
 export interface AgentDependencies {
@@ -66,6 +66,11 @@ export interface RunningAgent {
   api?: AgentApi;
   /** Stops watching, syncing and serving. The rules stay in the kernel, so traffic keeps flowing. */
   stop(): Promise<void>;
+  /**
+   * Resolves, saying why, when the agent must start again to go on: an observer whose kube-proxy
+   * now runs another mode (as kube-proxy starts again when its configuration file changes).
+   */
+  restartNeeded?: Promise<string>;
 }
 
 export async function startAgent(given: CheckedConfig, dependencies: AgentDependencies): Promise<RunningAgent> {
@@ -165,11 +170,11 @@ export async function startAgent(given: CheckedConfig, dependencies: AgentDepend
   watch.start();
 
   const running: RunningAgent = {nodeName, families, proxier, watch, metrics, health, stop: async () => {}};
+  let observe: ObserveRuntime | undefined;
   try {
     // Switching modes: each mode removes the other's rules at start, as kube-proxy does.
     if (rules !== undefined) await removeNftablesTables(host, families, log);
-    const observe =
-      observation && observeRuntime({report: observation.report, proxier: proxier as ObservingProxier, nodeName, log, metrics});
+    observe = observation && observeRuntime({report: observation.report, proxier: proxier as ObservingProxier, nodeName, log, metrics});
     running.healthz = await listenOrLog('healthz', addresses.healthz, log, (host, port) =>
       startHealthServer({host, port, health, metrics}),
     );
@@ -203,7 +208,7 @@ export async function startAgent(given: CheckedConfig, dependencies: AgentDepend
     syncPeriodSeconds: syncPeriod / 1000,
   });
 
-  const stopFollowingMode = observation ? followUnsettledMode(observation, syncPeriod, log) : () => {};
+  const stopFollowingMode = followObservedMode(observation, observe, running, {mode: config.mode, syncPeriod, log});
   running.stop = async () => {
     stopFollowingMode();
     await running.api?.stop();
@@ -216,6 +221,26 @@ export async function startAgent(given: CheckedConfig, dependencies: AgentDepend
     log.info('agent stopped; rules left in place');
   };
   return running;
+}
+
+/**
+ * An observer follows kube-proxy's mode (observation.ts): found in another mode, alone, it asks
+ * through running.restartNeeded to start again and observe that one. Returns the stop function
+ * (nothing to stop for a proxying agent).
+ */
+function followObservedMode(
+  observation: Observation | undefined,
+  observe: ObserveRuntime | undefined,
+  running: RunningAgent,
+  settings: {mode: string; syncPeriod: number; log: Logger},
+): () => void {
+  if (!observation) return () => {};
+  let restartFor: (reason: string) => void = () => {};
+  running.restartNeeded = new Promise((resolve) => (restartFor = resolve));
+  return followKubeProxyMode(observation, settings.syncPeriod, settings.log, {
+    rulesGone: () => observe?.tracker.kubeProxyRulesGone ?? false,
+    onModeChanged: (mode) => restartFor(`kube-proxy now runs ${mode} mode; this observer compares as ${settings.mode} mode`),
+  });
 }
 
 /** What the API adds for an observer: its findings, the endpoints' history, and the drift tracker with its gauges. */

@@ -47,7 +47,7 @@ export async function main(argv: string[]): Promise<number> {
   }
   // The handlers stay until the process exits: with none, a second SIGTERM or Ctrl-C during the
   // stop would kill the process halfway through closing its servers.
-  const signal = await new Promise<string>((resolve) => {
+  const ended = await new Promise<{signal: string} | {restart: string}>((resolve) => {
     let received: string | undefined;
     const onSignal = (name: string) => {
       if (received) {
@@ -55,11 +55,17 @@ export async function main(argv: string[]): Promise<number> {
         return;
       }
       received = name;
-      resolve(name);
+      resolve({signal: name});
     };
     for (const name of ['SIGTERM', 'SIGINT'] as const) process.on(name, onSignal);
+    // Exit 0, for its pod's restartPolicy (or whoever runs it) to start it again.
+    void agent.restartNeeded?.then((reason) => {
+      received ??= 'restart';
+      resolve({restart: reason});
+    });
   });
-  log.info('stopping', {signal});
+  if ('signal' in ended) log.info('stopping', {signal: ended.signal});
+  else log.warn('stopping, to start again', {reason: ended.restart});
   await agent.stop();
   return 0;
 }

@@ -11,11 +11,8 @@ import {siblingProgram} from './workload/launch.ts';
 export interface AgentProcessOptions {
   state: AgentState;
   kubeconfig: string;
-  /**
-   * What the agent proxies with: flags, or a KubeProxyConfiguration file (--config), as kubeadm
-   * gives kube-proxy its ConfigMap.
-   */
-  settings: {clusterCIDR: string; proxyMode: LabSpec['proxyMode']} | {configFile: string};
+  /** What the agent proxies with. */
+  settings: {clusterCIDR: string; proxyMode: LabSpec['proxyMode']};
   /** Flags after the lab's own (--observe for an observing agent). */
   extraArgs?: string[];
   /** Told whenever the process starts, syncs for the first time, or exits. */
@@ -49,12 +46,6 @@ export function agentCommand(): string[] {
   const program = siblingProgram('../agent/main', import.meta.url);
   if (program.endsWith('.ts')) return [process.execPath, program];
   return [fileURLToPath(new URL('../../../bin/proxyctl-agent', import.meta.url))];
-}
-
-function settingsFlags(settings: AgentProcessOptions['settings']): string[] {
-  return 'configFile' in settings
-    ? ['--config', settings.configFile]
-    : ['--cluster-cidr', settings.clusterCIDR, '--proxy-mode', settings.proxyMode];
 }
 
 /**
@@ -114,7 +105,10 @@ export class AgentProcess {
       state.node,
       '--kubeconfig',
       this.#options.kubeconfig,
-      ...settingsFlags(this.#options.settings),
+      '--cluster-cidr',
+      this.#options.settings.clusterCIDR,
+      '--proxy-mode',
+      this.#options.settings.proxyMode,
       '--healthz-bind-address',
       `127.0.0.1:${state.healthzPort}`,
       '--metrics-bind-address',

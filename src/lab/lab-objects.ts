@@ -299,6 +299,79 @@ export function standInConfiguration(mode: LabSpec['proxyMode'], clusterCIDR: st
   ].join('\n');
 }
 
+/** The image of kube-proxy's DaemonSet; a lab kubelet runs the stand-in for it (kubelet/agent-container.ts). */
+export const kubeProxyImage = 'registry.k8s.io/kube-proxy:v1.34.0';
+export const kubeProxyLabel = {'k8s-app': 'kube-proxy'} as const;
+
+/**
+ * kube-proxy as kubeadm installs it: the ServiceAccount kube-proxy, bound to the ClusterRole
+ * system:node-proxier (which kube-apiserver keeps; the lab's makes it here), and the DaemonSet
+ * kube-system/kube-proxy, which reads its KubeProxyConfiguration from the ConfigMap kube-proxy,
+ * mounted at /var/lib/kube-proxy.
+ */
+export function kubeProxyObjects(): KubeObject[] {
+  const labels = {...kubeProxyLabel};
+  const serviceAccount = {apiVersion: 'v1', kind: 'ServiceAccount', metadata: {name: 'kube-proxy', namespace: 'kube-system'}};
+  const nodeProxier = {
+    apiVersion: 'rbac.authorization.k8s.io/v1',
+    kind: 'ClusterRole',
+    metadata: {name: 'system:node-proxier', labels: {'kubernetes.io/bootstrapping': 'rbac-defaults'}},
+    rules: [
+      {apiGroups: [''], resources: ['endpoints', 'services'], verbs: ['list', 'watch']},
+      {apiGroups: [''], resources: ['nodes'], verbs: ['get', 'list', 'watch']},
+      {apiGroups: ['', 'events.k8s.io'], resources: ['events'], verbs: ['create', 'patch', 'update']},
+      {apiGroups: ['discovery.k8s.io'], resources: ['endpointslices'], verbs: ['list', 'watch']},
+      {apiGroups: ['networking.k8s.io'], resources: ['servicecidrs'], verbs: ['list', 'watch']},
+    ],
+  };
+  const binding = {
+    apiVersion: 'rbac.authorization.k8s.io/v1',
+    kind: 'ClusterRoleBinding',
+    metadata: {name: 'kubeadm:node-proxier'},
+    roleRef: {apiGroup: 'rbac.authorization.k8s.io', kind: 'ClusterRole', name: 'system:node-proxier'},
+    subjects: [{kind: 'ServiceAccount', name: 'kube-proxy', namespace: 'kube-system'}],
+  };
+  const daemonSet = {
+    apiVersion: 'apps/v1',
+    kind: 'DaemonSet',
+    metadata: {name: 'kube-proxy', namespace: 'kube-system', labels},
+    spec: {
+      selector: {matchLabels: labels},
+      updateStrategy: {type: 'RollingUpdate'},
+      template: {
+        metadata: {labels},
+        spec: {
+          serviceAccountName: 'kube-proxy',
+          priorityClassName: 'system-node-critical',
+          hostNetwork: true,
+          nodeSelector: {'kubernetes.io/os': 'linux'},
+          tolerations: [{operator: 'Exists'}],
+          containers: [
+            {
+              name: 'kube-proxy',
+              image: kubeProxyImage,
+              command: ['/usr/local/bin/kube-proxy', '--config=/var/lib/kube-proxy/config.conf', '--hostname-override=$(NODE_NAME)'],
+              env: [{name: 'NODE_NAME', valueFrom: {fieldRef: {apiVersion: 'v1', fieldPath: 'spec.nodeName'}}}],
+              securityContext: {privileged: true},
+              volumeMounts: [
+                {name: 'kube-proxy', mountPath: '/var/lib/kube-proxy'},
+                {name: 'xtables-lock', mountPath: '/run/xtables.lock'},
+                {name: 'lib-modules', mountPath: '/lib/modules', readOnly: true},
+              ],
+            },
+          ],
+          volumes: [
+            {name: 'kube-proxy', configMap: {name: 'kube-proxy'}},
+            {name: 'xtables-lock', hostPath: {path: '/run/xtables.lock', type: 'FileOrCreate'}},
+            {name: 'lib-modules', hostPath: {path: '/lib/modules'}},
+          ],
+        },
+      },
+    },
+  };
+  return [serviceAccount, nodeProxier, binding, daemonSet] as KubeObject[];
+}
+
 /**
  * The ConfigMap kubeadm gives kube-proxy, kube-system/kube-proxy with its KubeProxyConfiguration
  * under config.conf: the stand-ins start from the same text (--config), and the observers read

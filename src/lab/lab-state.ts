@@ -114,7 +114,7 @@ export interface LabState {
   apiServer?: {url: string; port: number};
   topology?: ClusterTopology;
   agents: AgentState[];
-  /** With spec.observe: the proxying agents that stand in for kube-proxy, one per node (not registered as agent pods). */
+  /** With spec.observe: the proxying agents that stand in for kube-proxy, one per node (the pods of the DaemonSet kube-system/kube-proxy). */
   standIns?: AgentState[];
   /** Demo server processes, by pod ("NAME" in default, else "NAMESPACE/NAME"). */
   workloads: Record<string, number>;

@@ -5,7 +5,7 @@
 // and hears from it over the IPC channel: progress lines, then "ready" or "failed".
 import {randomBytes} from 'node:crypto';
 import {readFileSync} from 'node:fs';
-import {mkdir, writeFile} from 'node:fs/promises';
+import {mkdir} from 'node:fs/promises';
 import {parseAllDocuments} from 'yaml';
 import {parseArgs} from 'node:util';
 import {join} from 'node:path';
@@ -14,7 +14,7 @@ import {resolveResourceName} from './apiserver/resources.ts';
 import {canonicalJson} from './apiserver/sorted-json.ts';
 import {type ApiServer, startApiServer} from './apiserver/server.ts';
 import {isPodReady} from './apiserver/replicaset-controller.ts';
-import type {AgentServerPorts} from './kubelet/agent-container.ts';
+import {agentImage, type AgentServerPorts} from './kubelet/agent-container.ts';
 import {AgentProcess, agentHasSynced, freeLoopbackPorts, lastLines} from './agent-process.ts';
 import {
   agentNamespace,
@@ -26,12 +26,23 @@ import {
   demoServiceObjects,
   agentUrlAnnotation,
   kubeProxyConfigMapObject,
+  kubeProxyLabel,
+  kubeProxyObjects,
   nodeObject,
   standInConfiguration,
 } from './lab-objects.ts';
 import {PodLogs} from './kubelet/container-log.ts';
 import {LabKubelet} from './kubelet/kubelet.ts';
-import {type LabSpec, type LabState, labClusterName, labDir, labNamespacePrefix, removeLabDir, writeLabState} from './lab-state.ts';
+import {
+  type AgentState,
+  type LabSpec,
+  type LabState,
+  labClusterName,
+  labDir,
+  labNamespacePrefix,
+  removeLabDir,
+  writeLabState,
+} from './lab-state.ts';
 import {
   buildCluster,
   clusterAddressing,
@@ -48,9 +59,8 @@ import {errorText} from '../core/error-text.ts';
 export type SupervisorMessage = {type: 'progress'; text: string} | {type: 'ready'; state: LabState} | {type: 'failed'; message: string};
 
 const agentSyncTimeoutMs = 30_000;
-/** An observer's first readiness probe comes before it listens: Ready at the next, a period (10 s) later. */
-const observersReadyTimeoutMs = agentSyncTimeoutMs + 15_000;
-const observerComponentLabel = 'app.kubernetes.io/component';
+/** A daemon pod's first readiness probe may come before its agent listens: Ready at the next, a period (10 s) later. */
+const daemonPodsTimeoutMs = agentSyncTimeoutMs + 15_000;
 const demoPodsTimeoutMs = 30_000;
 
 /** How state.json names a pod: NAME in default, else NAMESPACE/NAME. */
@@ -64,8 +74,6 @@ export class LabSupervisor {
   readonly #logs = new PodLogs();
   readonly #kubelets: LabKubelet[] = [];
   readonly #agents: AgentProcess[] = [];
-  /** With spec.observe: the proxying agents standing in for kube-proxy (#agents are then the observers). */
-  readonly #standIns: AgentProcess[] = [];
   #server: ApiServer | undefined;
   #started = Date.now();
   #shutdown: Promise<void> | undefined;
@@ -200,7 +208,7 @@ export class LabSupervisor {
         'agents',
         spec.observe
           ? `${count(this.state.agents.length, 'observing agent')} (manifests/observe/) beside ` +
-              `${count(this.#standIns.length, 'stand-in')} for kube-proxy (${spec.proxyMode} mode)`
+              `${count(this.state.standIns?.length ?? 0, 'stand-in')} for kube-proxy (${spec.proxyMode} mode)`
           : `${count(this.#agents.length, 'agent')} synced (${spec.proxyMode} mode)`,
       );
 
@@ -225,7 +233,8 @@ export class LabSupervisor {
         ignore: (pod) => pod.metadata.namespace === agentNamespace && pod.metadata.annotations?.[agentUrlAnnotation] !== undefined,
         serviceAccountKubeconfig: (namespace, name) => this.#serviceAccountKubeconfig(namespace, name),
         onAgent: (pod, agent) => this.#podAgentChanged(node, pod, agent),
-        agentLogFile: () => join(this.state.dir, `agent-${node.name}.log`),
+        agentLogFile: (pod) => this.#agentLogFile(node, pod),
+        podsDirectory: join(this.state.dir, 'pods'),
         onProcess: (pod, pid) => {
           const key = podKey(pod.metadata.namespace!, pod.metadata.name);
           if (pid === undefined) delete this.state.workloads[key];
@@ -331,41 +340,19 @@ export class LabSupervisor {
   }
 
   /**
-   * With --observe, each node first gets a proxying agent that stands in for kube-proxy: it writes
-   * the node's rules, and is no agent Pod, so that the plugin's commands go to the observers.
+   * With --observe, kube-proxy first, as kubeadm installs it: its ConfigMap (the mode and the
+   * cluster CIDR), its ServiceAccount and RBAC, and the DaemonSet kube-system/kube-proxy, whose pods
+   * the nodes' kubelets run with the agent standing in for kube-proxy (kube-proxy's command line,
+   * its layout in every mode). Done once each node's kube-proxy has synced.
    */
   async #startStandIns(nodes: NodeDescription[]): Promise<void> {
-    const {spec} = this.state;
-    const configuration = standInConfiguration(spec.proxyMode, clusterAddressing.clusterCIDR);
-    const configFile = join(this.state.dir, 'kube-proxy-config.conf');
-    await writeFile(configFile, configuration);
-    this.#server!.store.create('configmaps', kubeProxyConfigMapObject(configuration), 'kube-system');
-    const ports = await freeLoopbackPorts(nodes.length * 3);
+    const server = this.#server!;
+    const configuration = standInConfiguration(this.state.spec.proxyMode, clusterAddressing.clusterCIDR);
+    server.store.create('configmaps', kubeProxyConfigMapObject(configuration), 'kube-system');
     this.state.standIns = [];
-    for (const [index, node] of nodes.entries()) {
-      const [healthzPort, metricsPort, apiPort] = ports.slice(index * 3, index * 3 + 3);
-      const state = {
-        node: node.name,
-        namespace: node.namespace,
-        pod: `kube-proxy-${node.name}`,
-        healthzPort,
-        metricsPort,
-        apiPort,
-        log: join(this.state.dir, `kube-proxy-${node.name}.log`),
-        restarts: 0,
-      };
-      this.state.standIns.push(state);
-      const standIn = new AgentProcess({
-        state,
-        kubeconfig: this.state.kubeconfig,
-        settings: {configFile},
-        extraArgs: standInFlags(spec.proxyMode),
-        onChange: () => void this.#save().catch(() => undefined),
-      });
-      this.#standIns.push(standIn);
-      standIn.start();
-    }
-    await Promise.all(this.#standIns.map((standIn) => standIn.waitSynced(agentSyncTimeoutMs)));
+    for (const object of kubeProxyObjects())
+      server.store.create(resolveResourceName(object.kind!).storageKey, object, object.metadata.namespace);
+    await this.#daemonPodsSynced(nodes, {labels: kubeProxyLabel, running: () => this.state.standIns ?? [], what: 'kube-proxy'});
   }
 
   /**
@@ -377,42 +364,59 @@ export class LabSupervisor {
    */
   async #startObservers(nodes: NodeDescription[]): Promise<void> {
     const server = this.#server!;
-    for (const object of observeManifestObjects()) {
-      server.store.create(resolveResourceName(object.kind!).storageKey, object, object.metadata.namespace);
-    }
+    const objects = observeManifestObjects();
+    for (const object of objects) server.store.create(resolveResourceName(object.kind!).storageKey, object, object.metadata.namespace);
+    const daemonSet = objects.find((object) => object.kind === 'DaemonSet')!;
+    await this.#daemonPodsSynced(nodes, {labels: daemonSet.spec.selector.matchLabels, running: () => this.state.agents, what: 'observer'});
+  }
+
+  /**
+   * Resolves once every node runs a Ready pod of the DaemonSet (by its pods' labels) whose agent has
+   * synced once, or read its node when observing (which the pod's readiness cannot tell: /healthz
+   * is 200 while the agent starts, as kube-proxy's).
+   */
+  async #daemonPodsSynced(
+    nodes: NodeDescription[],
+    daemon: {labels: Record<string, string>; running: () => AgentState[]; what: string},
+  ): Promise<void> {
+    const server = this.#server!;
     await server.settle();
     await this.#save();
-    const deadline = Date.now() + observersReadyTimeoutMs;
+    const deadline = Date.now() + daemonPodsTimeoutMs;
+    const selected = (pod: KubeObject) => Object.entries(daemon.labels).every(([key, value]) => pod.metadata.labels?.[key] === value);
     for (;;) {
-      const observers = server.store.log
-        .list('pods', agentNamespace)
-        .filter((pod) => pod.metadata.labels?.[observerComponentLabel] === 'observer');
-      const ready = await Promise.all(
+      const pods = server.store.log.list('pods', agentNamespace).filter(selected);
+      const synced = await Promise.all(
         nodes.map(async (node) => {
-          const agent = this.state.agents.find((candidate) => candidate.node === node.name);
-          const podReady = observers.some((pod) => pod.metadata.name === agent?.pod && isPodReady(pod));
+          const agent = daemon.running().find((candidate) => candidate.node === node.name);
+          const podReady = pods.some((pod) => pod.metadata.name === agent?.pod && isPodReady(pod));
           return podReady && (await agentHasSynced(agent!.healthzPort));
         }),
       );
-      const notReady = nodes.filter((_, index) => !ready[index]);
-      if (notReady.length === 0) return;
-      if (this.#shutdown) return;
+      const waiting = nodes.filter((_, index) => !synced[index]);
+      if (waiting.length === 0 || this.#shutdown) return;
       if (Date.now() > deadline) {
-        const first = notReady[0].name;
+        const log = daemon.running().find((agent) => agent.node === waiting[0].name)?.log;
         throw new Error(
-          `the observers on ${notReady.map((node) => node.name).join(', ')} are not Ready, or have not read their node, ` +
-            `after ${observersReadyTimeoutMs / 1000} s ` +
-            `(kubectl -n ${agentNamespace} describe pods); the log on ${first} ends:\n${lastLines(join(this.state.dir, `agent-${first}.log`))}`,
+          `the ${daemon.what} pods on ${waiting.map((node) => node.name).join(', ')} are not Ready, or have not synced, ` +
+            `after ${daemonPodsTimeoutMs / 1000} s (kubectl -n ${agentNamespace} describe pods)` +
+            (log ? `; ${log} ends:\n${lastLines(log)}` : ''),
         );
       }
       await new Promise((resolve) => setTimeout(resolve, 200));
     }
   }
 
+  /** Where a kubelet's agent pod's log is kept: kube-proxy-node-N.log for kube-proxy's stand-in, agent-node-N.log for the rest. */
+  #agentLogFile(node: NodeDescription, pod: KubeObject): string {
+    return join(this.state.dir, `${agentImage(pod) === 'kube-proxy' ? 'kube-proxy' : 'agent'}-${node.name}.log`);
+  }
+
   /** A kubelet's agent pod started (or stopped) its process: state.json's agent of that node follows it. */
   #podAgentChanged(node: NodeDescription, pod: KubeObject, agent: {pid: number; servers: AgentServerPorts} | undefined): void {
-    const index = this.state.agents.findIndex((candidate) => candidate.node === node.name);
-    const known = index >= 0 ? this.state.agents[index] : undefined;
+    const list = agentImage(pod) === 'kube-proxy' ? (this.state.standIns ??= []) : this.state.agents;
+    const index = list.findIndex((candidate) => candidate.node === node.name);
+    const known = index >= 0 ? list[index] : undefined;
     if (agent) {
       const {healthz = 0, metrics = 0, api = 0} = agent.servers;
       const entry = {
@@ -422,13 +426,13 @@ export class LabSupervisor {
         healthzPort: healthz,
         metricsPort: metrics,
         apiPort: api,
-        log: join(this.state.dir, `agent-${node.name}.log`),
+        log: this.#agentLogFile(node, pod),
         // A new pod starts counting again; the same pod's container started once more is a restart.
         restarts: known?.pod === pod.metadata.name ? known.restarts + 1 : 0,
         pid: agent.pid,
       };
-      if (known) this.state.agents[index] = entry;
-      else this.state.agents.push(entry);
+      if (known) list[index] = entry;
+      else list.push(entry);
     } else if (known) known.pid = undefined;
     if (this.state.phase === 'ready') void this.#save().catch(() => undefined);
   }
@@ -498,7 +502,7 @@ export class LabSupervisor {
       await this.#save().catch(() => undefined);
     }
     this.#unsubscribeAgents?.();
-    await Promise.allSettled([...this.#agents, ...this.#standIns].map((agent) => agent.stop()));
+    await Promise.allSettled(this.#agents.map((agent) => agent.stop()));
     for (const kubelet of this.#kubelets) kubelet.stop();
     await this.#server?.stop().catch(() => undefined);
     await deleteNamespacesWithPrefix(this.state.prefix).catch(() => undefined);
@@ -507,7 +511,7 @@ export class LabSupervisor {
 
   /** killNow: for a process exit that cannot wait; `lab down` finishes the job. */
   killNow(): void {
-    for (const agent of [...this.#agents, ...this.#standIns]) agent.killNow();
+    for (const agent of this.#agents) agent.killNow();
     for (const kubelet of this.#kubelets) kubelet.stop();
   }
 }
@@ -530,15 +534,6 @@ function observeManifestObjects(): KubeObject[] {
     object.metadata.annotations['kubectl.kubernetes.io/last-applied-configuration'] = applied;
   }
   return objects;
-}
-
-/**
- * The flags that make a lab node's proxying agent write kube-proxy's own layout for the mode, so
- * that it stands in for kube-proxy (lab up --observe). iptables and ipvs modes write kube-proxy's
- * layout already; nftables mode has it as a second layout.
- */
-function standInFlags(mode: LabSpec['proxyMode']): string[] {
-  return mode === 'nftables' ? ['--nftables-layout', 'kube-proxy'] : [];
 }
 
 async function main(): Promise<void> {

@@ -1,11 +1,18 @@
-// How a lab kubelet runs a pod of the proxyctl-agent image: which images it recognises, the
-// kubelet's $(VAR) expansion of args, and the command it starts: the pod's own args, then the
-// node's namespace, the service account's kubeconfig, and each server moved to a loopback port the
-// lab chose (the container ports stay the pod's, mapped to those).
+// How a lab kubelet runs a pod of the proxyctl-agent or kube-proxy image: which images it
+// recognises, the kubelet's $(VAR) expansion of args, its configMap volumes, and the command it
+// starts: the pod's own args (paths under a mount pointed into the volume), then the node's
+// namespace, the service account's kubeconfig, and each server moved to a loopback port the lab
+// chose (the container ports stay the pod's, mapped to those).
 import assert from 'node:assert/strict';
 import {describe, it} from 'node:test';
 import type {KubeObject} from '../../src/lab/apiserver/object-log.ts';
-import {agentLaunch, containerEnv, expandReferences, runsAgentImage} from '../../src/lab/kubelet/agent-container.ts';
+import {mkdtemp, readFile, rm} from 'node:fs/promises';
+import {tmpdir} from 'node:os';
+import {join} from 'node:path';
+import {startApiServer} from '../../src/lab/apiserver/server.ts';
+import {agentImage, agentLaunch, containerEnv, expandReferences} from '../../src/lab/kubelet/agent-container.ts';
+import {pointIntoVolumes, writeConfigMapVolumes} from '../../src/lab/kubelet/config-volumes.ts';
+import {kubeProxyConfigMapObject, kubeProxyObjects, standInConfiguration} from '../../src/lab/lab-objects.ts';
 
 function observerPod(args: string[], image = 'proxyctl-agent:0.1.0'): KubeObject {
   return {
@@ -30,16 +37,18 @@ function observerPod(args: string[], image = 'proxyctl-agent:0.1.0'): KubeObject
 }
 
 describe('lab kubelet: pods of the proxyctl-agent image', () => {
-  it('recognises the image by its repository name, whatever the registry, tag or digest', () => {
+  it("recognises proxyctl-agent's and kube-proxy's images by their repository name, whatever the registry, tag or digest", () => {
     for (const image of [
       'proxyctl-agent:0.1.0',
       'ghcr.io/acme/proxyctl-agent:v2',
       'registry:5000/x/proxyctl-agent@sha256:abc',
       'proxyctl-agent',
     ])
-      assert.equal(runsAgentImage(observerPod([], image)), true, image);
-    for (const image of ['nginx', 'proxyctl-agent-debug:1', 'acme/proxyctl:agent', 'registry.k8s.io/kube-proxy:v1.34.0'])
-      assert.equal(runsAgentImage(observerPod([], image)), false, image);
+      assert.equal(agentImage(observerPod([], image)), 'proxyctl-agent', image);
+    for (const image of ['registry.k8s.io/kube-proxy:v1.34.0', 'kube-proxy'])
+      assert.equal(agentImage(observerPod([], image)), 'kube-proxy', image);
+    for (const image of ['nginx', 'proxyctl-agent-debug:1', 'acme/proxyctl:agent', 'registry.k8s.io/kube-proxy-amd64x:1'])
+      assert.equal(agentImage(observerPod([], image)), undefined, image);
   });
 
   it('expands $(VAR) as the kubelet does: defined names replaced, others kept, $$ a literal $', () => {
@@ -87,5 +96,48 @@ describe('lab kubelet: pods of the proxyctl-agent image', () => {
     const launch = await agentLaunch(observerPod(['--no-such-flag']), {netns: 'ns', podIP: '10.240.0.11', kubeconfig: 'k'});
     assert.equal(launch.loopbackPorts.size, 0);
     assert.ok(launch.command.includes('--no-such-flag'));
+  });
+
+  it("gives kube-proxy's pod its ConfigMap at the mount path its command names, and the agent reads its ports there", async () => {
+    const server = await startApiServer({port: 0});
+    const podDirectory = await mkdtemp(join(tmpdir(), 'pxt-volumes-'));
+    try {
+      const configuration = standInConfiguration('nftables', '10.244.0.0/16');
+      server.store.create('configmaps', kubeProxyConfigMapObject(`${configuration}healthzBindAddress: 0.0.0.0:10266\n`), 'kube-system');
+      const daemonSet = kubeProxyObjects().find((object) => object.kind === 'DaemonSet')!;
+      const pod: KubeObject = {
+        metadata: {name: 'kube-proxy-x1', namespace: 'kube-system', uid: 'u-2'},
+        spec: {...structuredClone(daemonSet.spec.template.spec), nodeName: 'node-1'},
+      };
+      const mounts = await writeConfigMapVolumes(pod, pod.spec.containers[0], server.store, podDirectory);
+      assert.deepEqual(mounts, [{mountPath: '/var/lib/kube-proxy', directory: join(podDirectory, 'volumes/kube-proxy')}]);
+      assert.match(await readFile(join(podDirectory, 'volumes/kube-proxy/config.conf'), 'utf8'), /mode: nftables/);
+      const launch = await agentLaunch(pod, {netns: 'ns', podIP: '10.240.0.11', kubeconfig: 'k', mounts});
+      assert.ok(launch.command.includes(`--config=${join(podDirectory, 'volumes/kube-proxy/config.conf')}`), launch.command.join(' '));
+      assert.ok(launch.command.includes('--hostname-override=node-1'));
+      // kube-proxy's own layout in nftables mode; healthz where its config file puts it (10266), metrics at kube-proxy's default.
+      assert.deepEqual(launch.command.slice(launch.command.indexOf('--nftables-layout'), launch.command.indexOf('--nftables-layout') + 2), [
+        '--nftables-layout',
+        'kube-proxy',
+      ]);
+      assert.deepEqual([...launch.loopbackPorts.keys()].sort(), [10249, 10260, 10266]);
+      // A ConfigMap that is not there is the kubelet's FailedMount.
+      server.store.delete('configmaps', 'kube-system', 'kube-proxy');
+      await assert.rejects(
+        writeConfigMapVolumes(pod, pod.spec.containers[0], server.store, podDirectory),
+        /MountVolume.SetUp failed for volume "kube-proxy" : configmap "kube-proxy" not found/,
+      );
+    } finally {
+      await server.stop();
+      await rm(podDirectory, {recursive: true, force: true});
+    }
+  });
+
+  it('points only whole paths under a mount path into the volume', () => {
+    const mounts = [{mountPath: '/etc/agent', directory: '/run/lab/pods/u/volumes/config'}];
+    assert.equal(pointIntoVolumes('--config=/etc/agent/config.conf', mounts), '--config=/run/lab/pods/u/volumes/config/config.conf');
+    assert.equal(pointIntoVolumes('/etc/agent', mounts), '/run/lab/pods/u/volumes/config');
+    assert.equal(pointIntoVolumes('--config=/etc/agents/x', mounts), '--config=/etc/agents/x');
+    assert.equal(pointIntoVolumes('--x=/opt/etc/agent/y', mounts), '--x=/opt/etc/agent/y');
   });
 });

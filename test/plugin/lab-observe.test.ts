@@ -1,9 +1,10 @@
-// `lab up --observe`, in iptables and nftables mode: each node's proxying agent stands in for
-// kube-proxy and an observing agent runs beside it, installed from manifests/observe/ (its
-// DaemonSet's pod, run by the node's kubelet as the real agent with only its service account's
-// RBAC); kubectl proxyctl status and diff go to the observers. The tampering `lab up` suggests, run
-// as written, makes diff name the service port and exit 1. Root only; the lab is torn down on
-// failure too.
+// `lab up --observe`, in iptables and nftables mode: kube-proxy as kubeadm installs it (its
+// ConfigMap and DaemonSet, whose pods run the agent standing in for kube-proxy) and the observers
+// installed from manifests/observe/ (its DaemonSet's pods, run by the nodes' kubelets as the real
+// agent with only its service account's RBAC); kubectl proxyctl status and diff go to the
+// observers. The tampering `lab up` suggests, run as written, makes diff name the service port and
+// exit 1; kube-proxy switched to another mode as users switch it makes the observer start again in
+// that mode. Root only; the lab is torn down on failure too.
 import assert from 'node:assert/strict';
 import {existsSync} from 'node:fs';
 import {readFile} from 'node:fs/promises';
@@ -43,17 +44,23 @@ for (const {mode, found, tamper: tamperCommand} of modes)
       await runPlugin(['lab', 'down', '--name', name]);
     });
 
-    it('the observer is the DaemonSet of manifests/observe/: kubectl sees it scheduled and ready, its agent denied nothing', async () => {
-      const kubectl = async (...args: string[]) => {
-        const result = await execa(currentKubectl(), ['--kubeconfig', state.kubeconfig, ...args], {reject: false});
-        assert.equal(result.exitCode, 0, `kubectl ${args.join(' ')}: ${result.stderr}`);
-        return String(result.stdout);
-      };
-      const daemonSet = JSON.parse(await kubectl('-n', 'kube-system', 'get', 'daemonset', 'proxyctl-observer', '-o', 'json'));
+    const kubectl = async (args: string[], input?: string) => {
+      const result = await execa(currentKubectl(), ['--kubeconfig', state.kubeconfig, ...args], {reject: false, input});
+      assert.equal(result.exitCode, 0, `kubectl ${args.join(' ')}: ${result.stderr}`);
+      return String(result.stdout);
+    };
+
+    it('kube-proxy and the observer are DaemonSets as on a kubeadm cluster: kubectl sees them scheduled and ready', async () => {
+      const kubeProxy = JSON.parse(await kubectl(['-n', 'kube-system', 'get', 'daemonset', 'kube-proxy', '-o', 'json']));
+      assert.equal(kubeProxy.status.numberReady, 1);
+      assert.equal(kubeProxy.spec.template.spec.volumes[0].configMap.name, 'kube-proxy');
+      const kubeProxyLog = await kubectl(['-n', 'kube-system', 'logs', 'daemonset/kube-proxy']);
+      assert.match(kubeProxyLog, new RegExp(`agent started .*mode=${mode}`));
+      const daemonSet = JSON.parse(await kubectl(['-n', 'kube-system', 'get', 'daemonset', 'proxyctl-observer', '-o', 'json']));
       assert.equal(daemonSet.status.desiredNumberScheduled, 1);
       assert.equal(daemonSet.status.numberReady, 1);
       const pods = JSON.parse(
-        await kubectl('-n', 'kube-system', 'get', 'pods', '-l', 'app.kubernetes.io/component=observer', '-o', 'json'),
+        await kubectl(['-n', 'kube-system', 'get', 'pods', '-l', 'app.kubernetes.io/component=observer', '-o', 'json']),
       );
       assert.equal(pods.items.length, 1);
       const [pod] = pods.items;
@@ -62,9 +69,9 @@ for (const {mode, found, tamper: tamperCommand} of modes)
       assert.equal(pod.spec.serviceAccountName, 'proxyctl-observer');
       assert.equal(pod.status.podIP, '10.240.0.10', "hostNetwork: the pod has the node's address");
       // The same applied again changes nothing: the lab installed exactly what the manifests say.
-      const again = await kubectl('apply', '-f', join(root, 'manifests/observe/'));
+      const again = await kubectl(['apply', '-f', join(root, 'manifests/observe/')]);
       assert.match(again, /daemonset\.apps\/proxyctl-observer unchanged/);
-      const logs = await kubectl('-n', 'kube-system', 'logs', pod.metadata.name);
+      const logs = await kubectl(['-n', 'kube-system', 'logs', pod.metadata.name]);
       assert.match(logs, /observing kube-proxy/);
       assert.doesNotMatch(logs, /forbidden|cannot (list|watch|get) resource/i);
     });
@@ -95,4 +102,28 @@ for (const {mode, found, tamper: tamperCommand} of modes)
       const log = await readFile(state.agents[0].log, 'utf8');
       assert.doesNotMatch(log, /refused/);
     });
+
+    if (mode === 'iptables')
+      it('kube-proxy switched to nftables as users switch it (ConfigMap, rollout restart): the observer starts again in that mode', async () => {
+        const configMap = JSON.parse(await kubectl(['-n', 'kube-system', 'get', 'configmap', 'kube-proxy', '-o', 'json']));
+        configMap.data['config.conf'] = configMap.data['config.conf'].replace('mode: iptables', 'mode: nftables');
+        await kubectl(['replace', '-f', '-'], JSON.stringify(configMap));
+        await kubectl(['-n', 'kube-system', 'rollout', 'restart', 'daemonset/kube-proxy']);
+        await kubectl(['-n', 'kube-system', 'rollout', 'status', 'daemonset/kube-proxy', '--timeout=60s']);
+        // kube-proxy removed its iptables rules as it started; the observer looks again within a syncPeriod (30 s).
+        let status: PluginRun | undefined;
+        for (const deadline = Date.now() + 90_000; Date.now() < deadline; await new Promise((resolve) => setTimeout(resolve, 2000))) {
+          status = await plugin('status');
+          if (/^node-0\s+observe: kube-proxy nftables\s+true\s/m.test(status.stdout)) break;
+        }
+        assert.match(status!.stdout, /^node-0\s+observe: kube-proxy nftables\s+true\s/m, describeRun(status!));
+        const observer = JSON.parse(
+          await kubectl(['-n', 'kube-system', 'get', 'pods', '-l', 'app.kubernetes.io/component=observer', '-o', 'json']),
+        );
+        const [container] = observer.items[0].status.containerStatuses;
+        assert.equal(container.restartCount, 1, 'the observer started again once');
+        assert.equal(container.lastState.terminated.exitCode, 0);
+        const diff = await plugin('diff', 'node-0');
+        assert.equal(diff.code, 0, describeRun(diff));
+      });
   });

@@ -19,6 +19,7 @@ export class DriftTracker {
   readonly #options: DriftTrackerOptions;
   /** Service port (or "" for rules of no service) -> when the checks first found it drifted. */
   readonly #since = new Map<string, number>();
+  #rulesGone = false;
 
   constructor(options: DriftTrackerOptions) {
     this.#options = options;
@@ -32,6 +33,14 @@ export class DriftTracker {
     return oldest;
   }
 
+  /**
+   * Whether the last check found no kube-proxy rules at all on the node, of the mode observed:
+   * kube-proxy is gone, or runs another mode now (each mode removes the others' rules at start).
+   */
+  get kubeProxyRulesGone(): boolean {
+    return this.#rulesGone;
+  }
+
   /** When `servicePort` started to differ, if it does. */
   since(servicePort: string): number | undefined {
     return this.#since.get(servicePort);
@@ -42,6 +51,9 @@ export class DriftTracker {
     const {log, nodeName, now} = this.#options;
     const drifted = new Map<string, DiffGroup>();
     for (const group of groups) if (group.added.length > 0 || group.removed.length > 0) drifted.set(group.servicePort, group);
+    this.#rulesGone =
+      drifted.size > 0 &&
+      [...drifted.values()].every((group) => group.explanations?.some((explanation) => explanation.kind === 'no-kube-proxy-rules'));
     for (const [port, group] of drifted) {
       if (this.#since.has(port)) continue;
       this.#since.set(port, at);

@@ -90,40 +90,55 @@ export async function prepareObservation(checked: CheckedConfig, dependencies: O
   };
 }
 
+export interface ModeFollowing {
+  /** Whether the observer's last look found no kube-proxy rules at all (of the mode it observes). */
+  rulesGone?: () => boolean;
+  /** kube-proxy is found in another mode, alone: the observer must start again to observe it. */
+  onModeChanged?: (mode: string) => void;
+}
+
 /**
- * followUnsettledMode: while the observer found no kube-proxy mode, or several, it looks again
- * every `intervalMs` (kube-proxy may start after it, or finish its switch). The same mode found
- * alone settles it; another mode is said in status and the log, with what to do: the observer's
- * desired rules are of the mode it started with. Returns the stop function.
+ * followKubeProxyMode: while the observer found no kube-proxy mode, or several, or its last look
+ * found none of kube-proxy's rules any more, it looks again every `intervalMs` (kube-proxy may start
+ * after it, finish its switch, or have switched: each mode removes the others' rules at start). The
+ * same mode found alone settles it; another mode is said in status and the log, and handed to
+ * `onModeChanged` (the agent starts again to observe it): the observer's desired rules are of the
+ * mode it started with. Returns the stop function.
  */
-export function followUnsettledMode(observation: Observation, intervalMs: number, log: Logger): () => void {
+export function followKubeProxyMode(observation: Observation, intervalMs: number, log: Logger, following: ModeFollowing = {}): () => void {
   const {report} = observation;
   const unsettled = () => report.detection.finding === 'none found' || report.detection.finding === 'several found';
-  if (!unsettled()) return () => {};
+  const lookAgain = () => unsettled() || (following.rulesGone?.() ?? false);
   const observed = report.detection.mode;
   let busy = false;
   /** The other mode already said, so that it is said once. */
   let told: string | undefined;
   const timer = setInterval(() => {
-    if (busy || !unsettled()) return;
+    if (busy || !lookAgain()) return;
     busy = true;
     observation
       .detectAgain()
       .then((next) => {
         if (next.finding !== 'detected') return;
         if (next.mode === observed) {
+          if (!unsettled()) return;
           report.detection = next;
           log.info('observing kube-proxy: its rules are here now', {mode: next.mode, summary: next.summary});
           return;
         }
         if (told === next.mode) return;
         told = next.mode;
+        const restarting = following.onModeChanged !== undefined;
         report.detection = {
           ...report.detection,
           found: next.found,
-          summary: `${next.summary}, but this observer compares as ${observed} mode, as it found at start: restart it to observe ${next.mode} mode`,
+          summary:
+            `${next.summary}, but this observer compares as ${observed} mode, as it found at start: ` +
+            (restarting ? `it starts again to observe ${next.mode} mode` : `restart it to observe ${next.mode} mode`),
         };
-        log.warn('observing kube-proxy: its mode is not the one observed; restart the observer', {now: next.mode, observed});
+        if (restarting) log.warn('observing kube-proxy: its mode changed; starting again to observe it', {now: next.mode, observed});
+        else log.warn('observing kube-proxy: its mode is not the one observed; restart the observer', {now: next.mode, observed});
+        following.onModeChanged?.(next.mode);
       })
       .catch((error: unknown) => log.detail(1, 'observe mode: looking for kube-proxy mode again failed', {reason: errorText(error)}))
       .finally(() => (busy = false));

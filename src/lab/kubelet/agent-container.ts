@@ -1,24 +1,33 @@
 // A pod whose container runs the proxyctl-agent image (manifests/daemonset.yaml,
 // manifests/observe/daemonset.yaml) gets the real agent, not the demo server: its args as the
-// kubelet expands them ($(NODE_NAME) from the pod's env), its service account's credentials, and
-// the node's network namespace when the pod is hostNetwork. The agent is a process in the host's
-// namespace, as the lab's own agents are (supervisor.ts): it reaches the API server on loopback and
-// works on the node through --netns. Its servers cannot all take their container ports on the
-// shared loopback, so each gets a free loopback port; port-forward and readiness probes to the
-// container port are sent there.
+// kubelet expands them ($(NODE_NAME) from the pod's env), its service account's credentials, its
+// configMap volumes (config-volumes.ts), and the node's network namespace when the pod is
+// hostNetwork. A pod of kube-proxy's image gets the agent as a stand-in for kube-proxy: kube-proxy's
+// command line is the agent's, and the agent writes kube-proxy's own layout in every mode. The agent
+// is a process in the host's namespace, as the lab's own agents are (supervisor.ts): it reaches the
+// API server on loopback and works on the node through --netns. Its servers cannot all take their
+// container ports on the shared loopback, so each gets a free loopback port; port-forward and
+// readiness probes to the container port are sent there.
+import {readFileSync} from 'node:fs';
 import {loadAgentConfig} from '../../agent/config/load-config.ts';
 import type {KubeObject} from '../apiserver/object-log.ts';
 import {agentCommand, freeLoopbackPorts} from '../agent-process.ts';
+import {pointIntoVolumes, type VolumeMount} from './config-volumes.ts';
 
-/** The image's repository name, whatever registry and tag: `proxyctl-agent:0.1.0`, `ghcr.io/x/proxyctl-agent@sha256:...`. */
-const agentRepositoryName = 'proxyctl-agent';
+/** The programs a lab kubelet runs the agent for, by the image's repository name. */
+export type AgentImage = 'proxyctl-agent' | 'kube-proxy';
+const agentImages: readonly AgentImage[] = ['proxyctl-agent', 'kube-proxy'];
 
-export function runsAgentImage(pod: KubeObject): boolean {
+/**
+ * agentImage: whether the pod's image is proxyctl-agent's or kube-proxy's, by its repository name,
+ * whatever the registry, tag or digest (`ghcr.io/x/proxyctl-agent:v2`, `registry.k8s.io/kube-proxy:v1.34.0`).
+ */
+export function agentImage(pod: KubeObject): AgentImage | undefined {
   const image: unknown = pod.spec?.containers?.[0]?.image;
-  if (typeof image !== 'string') return false;
+  if (typeof image !== 'string') return undefined;
   const withoutDigest = image.split('@')[0];
-  const lastPart = withoutDigest.slice(withoutDigest.lastIndexOf('/') + 1);
-  return lastPart.split(':')[0] === agentRepositoryName;
+  const repository = withoutDigest.slice(withoutDigest.lastIndexOf('/') + 1).split(':')[0];
+  return agentImages.find((name) => name === repository);
 }
 
 /** The value a `fieldRef` env var takes, for the fields the kubelet offers (downward API). */
@@ -79,22 +88,28 @@ export interface AgentLaunch {
 
 /**
  * agentLaunch: the command that runs the pod's agent on `netns` (the node's namespace for a
- * hostNetwork pod, else the pod's own), with the kubeconfig of its service account. The agent reads
+ * hostNetwork pod, else the pod's own), with the kubeconfig of its service account and its args
+ * pointed into its configMap volumes (`mounts`). The agent reads
  * its own settings (loadAgentConfig) to learn which port each of its servers takes; the lab then
  * moves each to a free loopback port. Settings the agent refuses are left for it to report: it
  * exits, and its log says why, as in a real pod.
  */
-export async function agentLaunch(pod: KubeObject, options: {netns: string; podIP: string; kubeconfig: string}): Promise<AgentLaunch> {
+export async function agentLaunch(
+  pod: KubeObject,
+  options: {netns: string; podIP: string; kubeconfig: string; mounts?: readonly VolumeMount[]},
+): Promise<AgentLaunch> {
   const container = pod.spec.containers[0];
   const env = containerEnv(pod, container, options.podIP);
-  const args = [...(container.command ?? []).slice(1), ...(container.args ?? [])].map((arg: string) => expandReferences(String(arg), env));
+  const args = [...(container.command ?? []).slice(1), ...(container.args ?? [])].map((arg: string) =>
+    pointIntoVolumes(expandReferences(String(arg), env), options.mounts ?? []),
+  );
+  // kube-proxy's own layout: what iptables and ipvs modes write anyway, nftables mode's second layout.
+  if (agentImage(pod) === 'kube-proxy') args.push('--nftables-layout', 'kube-proxy');
   const loopbackPorts = new Map<number, number>();
   const moved: string[] = [];
   const listening: Array<[server: keyof AgentServerPorts, port: number]> = [];
   try {
-    const {addresses} = loadAgentConfig(args, () => {
-      throw new Error('the lab mounts no volumes');
-    });
+    const {addresses} = loadAgentConfig(args, (path) => readFileSync(path, 'utf8'));
     for (const server of ['healthz', 'metrics', 'api'] as const) {
       const port = addresses[server]?.port;
       if (port !== undefined) listening.push([server, port]);

@@ -2,6 +2,7 @@
 // the image, in a network namespace of its own with an address from the node's podCIDR, or in the
 // node's for a hostNetwork pod; the real agent for the proxyctl-agent image, agent-container.ts),
 // and reports it as a kubelet does. It runs inside the lab supervisor and reads the store directly.
+import {join} from 'node:path';
 import type {ClusterStore} from '../apiserver/cluster-store.ts';
 import type {EventRecorder} from '../apiserver/event-recorder.ts';
 import type {KubeObject, StoredEvent} from '../apiserver/object-log.ts';
@@ -32,6 +33,8 @@ export interface KubeletOptions {
   onAgent?: (pod: KubeObject, agent: {pid: number; servers: AgentServerPorts} | undefined) => void;
   /** Where an agent pod's log is kept as a file too, if anywhere. */
   agentLogFile?: (pod: KubeObject) => string | undefined;
+  /** A directory under which each pod the agent runs gets one (by uid) for its configMap volumes. */
+  podsDirectory?: string;
 }
 
 export class LabKubelet {
@@ -143,6 +146,7 @@ export class LabKubelet {
       },
       agentChanged: (pod, agent) => this.#options.onAgent?.(pod, agent),
       agentLogFile: (pod) => this.#options.agentLogFile?.(pod),
+      podDirectory: (pod) => (this.#options.podsDirectory ? join(this.#options.podsDirectory, pod.metadata.uid!) : undefined),
     };
   }
 

@@ -2,7 +2,7 @@
 // kept while its status stays), addresses, and one status per container (all of a lab pod's
 // containers are its one demo server).
 import type {KubeObject} from '../apiserver/object-log.ts';
-import {runsAgentImage} from './agent-container.ts';
+import {agentImage} from './agent-container.ts';
 
 export type ContainerState =
   | {state: 'waiting'; reason: string; message?: string}
@@ -56,7 +56,7 @@ export function kubeletPodStatus(pod: KubeObject, run: PodRun): Record<string, a
   const containersReady = running && run.ready;
   const pid = run.container.state === 'running' ? run.container.pid : undefined;
   const containers: any[] = pod.spec?.containers ?? [];
-  const program = runsAgentImage(pod) ? 'proxyctl-agent' : 'demoapp';
+  const program = agentImage(pod) ? 'proxyctl-agent' : 'demoapp';
   return {
     phase: run.phase,
     conditions: [
@@ -92,14 +92,17 @@ export function kubeletPodStatus(pod: KubeObject, run: PodRun): Record<string, a
 export function ignoredFeatures(pod: KubeObject, runsAgent = false): string[] {
   const spec = pod.spec ?? {};
   const ignored: string[] = [];
-  if (spec.volumes?.length) ignored.push(`volumes (${spec.volumes.map((v: any) => v.name).join(', ')})`);
+  // The agent gets its configMap volumes (kubelet/config-volumes.ts); nothing else is mounted.
+  const unmounted: any[] = (spec.volumes ?? []).filter((volume: any) => !(runsAgent && volume.configMap));
+  const isUnmounted = (name: string) => unmounted.some((volume) => volume.name === name);
+  if (unmounted.length) ignored.push(`volumes (${unmounted.map((v: any) => v.name).join(', ')})`);
   if (spec.initContainers?.length) ignored.push(`init containers (${spec.initContainers.map((c: any) => c.name).join(', ')})`);
   for (const container of spec.containers ?? []) {
     const what: string[] = [];
     if (!runsAgent && (container.command || container.args)) what.push('command/args');
     if (!runsAgent && container.env?.length) what.push('env');
     if (container.envFrom?.length) what.push('envFrom');
-    if (container.volumeMounts?.length) what.push('volumeMounts');
+    if ((container.volumeMounts ?? []).some((mount: any) => isUnmounted(mount.name))) what.push('volumeMounts');
     if (container.resources && Object.keys(container.resources).some((key) => Object.keys(container.resources[key] ?? {}).length > 0))
       what.push('resources');
     if (container.livenessProbe) what.push('livenessProbe');

@@ -2,6 +2,7 @@
 // server, or the real agent for the proxyctl-agent image; restarted when it dies unasked),
 // readiness, the status and events a kubelet reports, and graceful termination.
 import {createWriteStream} from 'node:fs';
+import {rm} from 'node:fs/promises';
 import {createInterface} from 'node:readline';
 import {execa} from 'execa';
 import type {ClusterStore} from '../apiserver/cluster-store.ts';
@@ -9,7 +10,8 @@ import type {EventRecorder, EventSource, EventType} from '../apiserver/event-rec
 import type {KubeObject} from '../apiserver/object-log.ts';
 import {type NodeDescription, spawnInNamespace} from '../netns/index.ts';
 import {siblingProgram} from '../workload/launch.ts';
-import {agentLaunch, type AgentServerPorts, runsAgentImage} from './agent-container.ts';
+import {type AgentImage, agentImage, agentLaunch, type AgentServerPorts} from './agent-container.ts';
+import {writeConfigMapVolumes} from './config-volumes.ts';
 import type {PodLogs, RunLog} from './container-log.ts';
 import {type PodSandbox, removeSandbox} from './pod-sandbox.ts';
 import {type ContainerState, ignoredFeatures, kubeletPodStatus, type PodRun, servedPorts} from './pod-status.ts';
@@ -42,6 +44,8 @@ export interface NodeContext {
   agentChanged(pod: KubeObject, agent: {pid: number; servers: AgentServerPorts} | undefined): void;
   /** A file that keeps the agent's log beyond the pod's (`kubectl logs` reads the pod's), if any. */
   agentLogFile(pod: KubeObject): string | undefined;
+  /** Where the pod's files (its configMap volumes) go, if anywhere; removed with the pod. */
+  podDirectory(pod: KubeObject): string | undefined;
 }
 
 type Child = ReturnType<typeof spawnInNamespace>;
@@ -67,7 +71,8 @@ export class PodWorker {
   /** The next run of each probe, by container index. */
   readonly #probeTimers = new Map<number, NodeJS.Timeout>();
   #restartTimer: NodeJS.Timeout | undefined;
-  /** Whether the container runs the agent (the proxyctl-agent image) rather than the demo server. */
+  /** The agent's image (proxyctl-agent's, or kube-proxy's for its stand-in), when the container runs the agent rather than the demo server. */
+  readonly #agentImage: AgentImage | undefined;
   readonly #runsAgent: boolean;
   /** The agent's servers: container port -> the loopback port it really listens on. */
   #loopbackPorts = new Map<number, number>();
@@ -80,7 +85,8 @@ export class PodWorker {
     this.#name = pod.metadata.name;
     this.#uid = pod.metadata.uid!;
     this.#source = {component: 'kubelet', host: context.node.name};
-    this.#runsAgent = runsAgentImage(pod);
+    this.#agentImage = agentImage(pod);
+    this.#runsAgent = this.#agentImage !== undefined;
     const earlier = pod.status?.containerStatuses?.[0];
     this.#run = {
       hostIP: context.node.ip,
@@ -105,7 +111,12 @@ export class PodWorker {
   async start(): Promise<void> {
     const ignored = ignoredFeatures(this.#pod, this.#runsAgent);
     if (ignored.length > 0) {
-      const runs = this.#runsAgent ? 'The lab runs proxyctl-agent for this image' : 'The lab runs its demo server for every image';
+      const runs =
+        this.#agentImage === 'kube-proxy'
+          ? 'The lab runs proxyctl-agent as a stand-in for kube-proxy'
+          : this.#agentImage
+            ? 'The lab runs proxyctl-agent for this image'
+            : 'The lab runs its demo server for every image';
       this.#event('Normal', 'IgnoredByLab', `${runs} and ignores: ${ignored.join('; ')}`);
     }
     try {
@@ -197,14 +208,24 @@ export class PodWorker {
     let command: string[];
     try {
       const kubeconfig = await this.#context.serviceAccountKubeconfig(this.#pod);
-      const launch = await agentLaunch(this.#pod, {netns: sandbox.namespace, podIP: sandbox.ip, kubeconfig});
+      const podDirectory = this.#context.podDirectory(this.#pod);
+      const mounts = podDirectory
+        ? await writeConfigMapVolumes(this.#pod, this.#pod.spec.containers[0], this.#context.store, podDirectory)
+        : [];
+      const launch = await agentLaunch(this.#pod, {netns: sandbox.namespace, podIP: sandbox.ip, kubeconfig, mounts});
       command = launch.command;
       this.#loopbackPorts = launch.loopbackPorts;
       this.#agentServers = launch.servers;
     } catch (error) {
-      this.#event('Warning', 'Failed', `Error: ${(error as Error).message}`);
-      this.#run.container = {state: 'waiting', reason: 'CreateContainerConfigError', message: (error as Error).message};
+      const message = (error as Error).message;
+      const mount = message.startsWith('MountVolume');
+      this.#event('Warning', mount ? 'FailedMount' : 'Failed', mount ? message : `Error: ${message}`);
+      this.#run.container = {state: 'waiting', reason: mount ? 'ContainerCreating' : 'CreateContainerConfigError', message};
       this.#report();
+      // As the kubelet, try again: the ConfigMap or the service account may come.
+      this.#restartTimer = setTimeout(() => {
+        if (!this.#terminating) void this.#startContainer();
+      }, maxBackoffMs);
       return undefined;
     }
     if (this.#terminating || this.#gone) return undefined;
@@ -376,6 +397,8 @@ export class PodWorker {
 
   async #teardown(): Promise<void> {
     this.#stopTimers();
+    const podDirectory = this.#runsAgent ? this.#context.podDirectory(this.#pod) : undefined;
+    if (podDirectory) await rm(podDirectory, {recursive: true, force: true}).catch(() => undefined);
     const sandbox = this.#sandbox;
     this.#sandbox = undefined;
     if (sandbox) {

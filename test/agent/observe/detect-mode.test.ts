@@ -207,21 +207,21 @@ test('mode detection in a network namespace: iptables-nft, iptables-legacy, nfta
 });
 
 test('an unsettled finding is looked at again: kube-proxy starting later settles it; another mode is said, with what to do', async () => {
-  const {followUnsettledMode} = await import('../../../src/agent/observe/observation.ts');
+  const {followKubeProxyMode} = await import('../../../src/agent/observe/observation.ts');
   const {memoryLogger} = await import('../../../src/agent/log.ts');
   const none = await detectKubeProxyMode(recordedHosts({tables: ''}), ['IPv4']);
   const later = (recorded: Recorded) => {
     const observation = {
       report: {detection: none, settings: [], problems: []},
       detectAgain: () => detectKubeProxyMode(recordedHosts(recorded), ['IPv4']),
-    } as unknown as Parameters<typeof followUnsettledMode>[0];
+    } as unknown as Parameters<typeof followKubeProxyMode>[0];
     return observation;
   };
   const wait = () => new Promise((resolve) => setTimeout(resolve, 60));
 
   const same = later({tables: '', nat: {nf_tables: iptablesModeNat}});
   const log = memoryLogger(0);
-  const stop = followUnsettledMode(same, 10, log);
+  const stop = followKubeProxyMode(same, 10, log);
   await wait();
   stop();
   assert.equal(same.report.detection.finding, 'detected');
@@ -229,7 +229,7 @@ test('an unsettled finding is looked at again: kube-proxy starting later settles
   assert.ok(log.lines.some((line) => line.includes('its rules are here now')));
 
   const other = later({tables: 'table ip kube-proxy\n'});
-  const stopOther = followUnsettledMode(other, 10, memoryLogger(0));
+  const stopOther = followKubeProxyMode(other, 10, memoryLogger(0));
   await wait();
   stopOther();
   assert.equal(other.report.detection.mode, 'iptables');
@@ -237,4 +237,32 @@ test('an unsettled finding is looked at again: kube-proxy starting later settles
     other.report.detection.summary,
     /nftables \(table ip kube-proxy\), but this observer compares as iptables mode.*restart it to observe nftables mode/,
   );
+});
+
+test('a settled observer whose kube-proxy rules are gone looks again: kube-proxy in another mode makes it start again', async () => {
+  const {followKubeProxyMode} = await import('../../../src/agent/observe/observation.ts');
+  const {memoryLogger} = await import('../../../src/agent/log.ts');
+  const iptablesFound = await detectKubeProxyMode(recordedHosts({tables: '', nat: {nf_tables: iptablesModeNat}}), ['IPv4']);
+  assert.equal(iptablesFound.finding, 'detected');
+  let looks = 0;
+  const observation = {
+    report: {detection: iptablesFound, settings: [], problems: []},
+    detectAgain: () => {
+      looks++;
+      return detectKubeProxyMode(recordedHosts({tables: 'table ip kube-proxy\n'}), ['IPv4']);
+    },
+  } as unknown as Parameters<typeof followKubeProxyMode>[0];
+  const wait = () => new Promise((resolve) => setTimeout(resolve, 60));
+  let rulesGone = false;
+  const changedTo: string[] = [];
+  const log = memoryLogger(0);
+  const stop = followKubeProxyMode(observation, 10, log, {rulesGone: () => rulesGone, onModeChanged: (mode) => changedTo.push(mode)});
+  await wait();
+  assert.equal(looks, 0, 'settled, with its rules there: the kernel is not asked again');
+  rulesGone = true;
+  await wait();
+  stop();
+  assert.deepEqual(changedTo, ['nftables'], 'told once');
+  assert.match(observation.report.detection.summary, /compares as iptables mode.*it starts again to observe nftables mode/);
+  assert.ok(log.lines.some((line) => line.includes('its mode changed; starting again to observe it')));
 });

@@ -188,6 +188,21 @@ test('drift tracker: one log line when a service port enters drift and one when 
   assert.match(log.lines[1], /service port no longer drifts .*servicePort=default\/web:http/);
 });
 
+test("drift tracker: kube-proxy's rules are gone when every drifted service port has none at all, not when one differs", () => {
+  const tracker = new DriftTracker({nodeName: 'node-1', log: memoryLogger(0), now: () => 0});
+  const none = {kind: 'no-kube-proxy-rules' as const, text: 'no kube-proxy rules at all on this node'};
+  const gone = (servicePort: string) => ({servicePort, added: ['x'], removed: [], explanations: [none]});
+  assert.equal(tracker.kubeProxyRulesGone, false);
+  tracker.checked([gone('default/web:http'), gone('default/db:sql'), {servicePort: 'default/ok:http', added: [], removed: []}], 1);
+  assert.equal(tracker.kubeProxyRulesGone, true);
+  const missing = {kind: 'not-programmed' as const, text: 'not programmed on this node'};
+  tracker.checked([gone('default/web:http'), {servicePort: 'default/db:sql', added: ['x'], removed: [], explanations: [missing]}], 2);
+  assert.equal(tracker.kubeProxyRulesGone, false);
+  tracker.checked([gone('default/web:http')], 3);
+  tracker.checked([], 4);
+  assert.equal(tracker.kubeProxyRulesGone, false, 'no drift: the rules are there');
+});
+
 test('explainDrift: an nftables table names its service ports in chain names; one element missing is no "not programmed"', () => {
   const history = new EndpointHistory();
   const current = model(['10.244.1.8']);
