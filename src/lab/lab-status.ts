@@ -300,6 +300,15 @@ function observeExamples(status: LabStatus, node: string, exec: (target: string,
     'the observer names each service port that differs from what kube-proxy should have, exit 1',
   ]);
   examples.push(['kubectl proxyctl status', 'MODE observe: kube-proxy ..., DRIFT and how long']);
+  examples.push(['kubectl -n kube-system get daemonsets,pods -o wide', 'kube-proxy, and the observers of manifests/observe/']);
+  // The switch users are asked to plan: checked first, then made as on a kubeadm cluster.
+  const target = mode === 'nftables' ? 'iptables' : 'nftables';
+  examples.push([`kubectl proxyctl migrate-check --to ${target}`, `what switching kube-proxy to ${target} would change, per service`]);
+  examples.push(['kubectl -n kube-system edit configmap kube-proxy', `to switch: mode: ${target} in config.conf, then`]);
+  examples.push([
+    'kubectl -n kube-system rollout restart daemonset/kube-proxy',
+    'kube-proxy starts in that mode; the observers follow within 30 s',
+  ]);
   return examples;
 }
 

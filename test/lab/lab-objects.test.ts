@@ -241,6 +241,24 @@ describe('lab status usage examples', () => {
     services: [],
   });
 
+  it('with --observe, shows checking a switch of kube-proxy to the other mode, then making it as on a kubeadm cluster', () => {
+    for (const [mode, target] of [
+      ['iptables', 'nftables'],
+      ['nftables', 'iptables'],
+    ]) {
+      const lines = usageExamples({...status(mode), observe: true});
+      const check = lines.findIndex((line) => line.startsWith(`kubectl proxyctl migrate-check --to ${target} `));
+      const edit = lines.findIndex((line) => line.startsWith('kubectl -n kube-system edit configmap kube-proxy '));
+      const restart = lines.findIndex((line) => line.startsWith('kubectl -n kube-system rollout restart daemonset/kube-proxy '));
+      assert.ok(check >= 0 && check < edit && edit < restart, `${mode}: ${lines.join('\n')}`);
+      assert.match(lines[edit], new RegExp(`mode: ${target} in config.conf`));
+    }
+    assert.ok(
+      !usageExamples(status('iptables')).some((line) => line.includes('migrate-check')),
+      'only an observe lab has kube-proxy to switch',
+    );
+  });
+
   it("shows the node's rules with the tool of the lab's proxy mode", () => {
     for (const [mode, command] of [
       ['iptables', 'iptables-save -t nat'],
