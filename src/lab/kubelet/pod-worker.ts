@@ -1,5 +1,5 @@
 // One pod on a lab node, from bound to gone: its sandbox, its container's process (the demo
-// server, or the real agent for the proxyctl-agent image; restarted when it dies unasked),
+// server, or the real agent for the proxyctl-agent and kube-proxy images; restarted when it dies unasked),
 // readiness, the status and events a kubelet reports, and graceful termination.
 import {createWriteStream} from 'node:fs';
 import {rm} from 'node:fs/promises';
@@ -107,7 +107,7 @@ export class PodWorker {
     return this.#loopbackPorts.get(containerPort);
   }
 
-  /** start makes the sandbox and runs the demo server; a failure is reported on the pod. */
+  /** start makes the sandbox and runs the container's process; a failure is reported on the pod. */
   async start(): Promise<void> {
     const ignored = ignoredFeatures(this.#pod, this.#runsAgent);
     if (ignored.length > 0) {
