@@ -305,10 +305,7 @@ function observeExamples(status: LabStatus, node: string, exec: (target: string,
   const target = mode === 'nftables' ? 'iptables' : 'nftables';
   examples.push([`kubectl proxyctl migrate-check --to ${target}`, `what switching kube-proxy to ${target} would change, per service`]);
   examples.push(['kubectl -n kube-system edit configmap kube-proxy', `to switch: mode: ${target} in config.conf, then`]);
-  examples.push([
-    'kubectl -n kube-system rollout restart daemonset/kube-proxy',
-    'kube-proxy starts in that mode; the observers follow within 30 s',
-  ]);
+  examples.push(['kubectl -n kube-system rollout restart daemonset/kube-proxy', 'kube-proxy starts in that mode; the observers follow it']);
   return examples;
 }
 

@@ -110,7 +110,7 @@ for (const {mode, found, tamper: tamperCommand} of modes)
         await kubectl(['replace', '-f', '-'], JSON.stringify(configMap));
         await kubectl(['-n', 'kube-system', 'rollout', 'restart', 'daemonset/kube-proxy']);
         await kubectl(['-n', 'kube-system', 'rollout', 'status', 'daemonset/kube-proxy', '--timeout=60s']);
-        // kube-proxy removed its iptables rules as it started; the observer looks again within a syncPeriod (30 s).
+        // kube-proxy removed its iptables rules as it started; the observer, finding none, looks for the mode again.
         let status: PluginRun | undefined;
         for (const deadline = Date.now() + 90_000; Date.now() < deadline; await new Promise((resolve) => setTimeout(resolve, 2000))) {
           status = await plugin('status');

@@ -90,6 +90,9 @@ export async function prepareObservation(checked: CheckedConfig, dependencies: O
   };
 }
 
+/** How often an observer whose kube-proxy rules are all gone looks for kube-proxy's mode. */
+const rulesGoneLookMs = 5000;
+
 export interface ModeFollowing {
   /** Whether the observer's last look found no kube-proxy rules at all (of the mode it observes). */
   rulesGone?: () => boolean;
@@ -98,9 +101,10 @@ export interface ModeFollowing {
 }
 
 /**
- * followKubeProxyMode: while the observer found no kube-proxy mode, or several, or its last look
- * found none of kube-proxy's rules any more, it looks again every `intervalMs` (kube-proxy may start
- * after it, finish its switch, or have switched: each mode removes the others' rules at start). The
+ * followKubeProxyMode: while the observer found no kube-proxy mode, or several, it looks again every
+ * `intervalMs`, and every 5 s while its last look found none of kube-proxy's rules any more
+ * (kube-proxy may start after it, finish its switch, or have switched: each mode removes the
+ * others' rules at start). The
  * same mode found alone settles it; another mode is said in status and the log, and handed to
  * `onModeChanged` (the agent starts again to observe it): the observer's desired rules are of the
  * mode it started with. Returns the stop function.
@@ -108,7 +112,11 @@ export interface ModeFollowing {
 export function followKubeProxyMode(observation: Observation, intervalMs: number, log: Logger, following: ModeFollowing = {}): () => void {
   const {report} = observation;
   const unsettled = () => report.detection.finding === 'none found' || report.detection.finding === 'several found';
-  const lookAgain = () => unsettled() || (following.rulesGone?.() ?? false);
+  // Rules gone is most likely kube-proxy switching modes right now: looked at sooner than the
+  // syncPeriod, which paces the looks while the finding is unsettled.
+  const tickMs = following.rulesGone ? Math.min(intervalMs, rulesGoneLookMs) : intervalMs;
+  let lastLook = Date.now();
+  const lookAgain = () => (unsettled() && Date.now() - lastLook >= intervalMs - tickMs / 2) || (following.rulesGone?.() ?? false);
   const observed = report.detection.mode;
   let busy = false;
   /** The other mode already said, so that it is said once. */
@@ -116,6 +124,7 @@ export function followKubeProxyMode(observation: Observation, intervalMs: number
   const timer = setInterval(() => {
     if (busy || !lookAgain()) return;
     busy = true;
+    lastLook = Date.now();
     observation
       .detectAgain()
       .then((next) => {
