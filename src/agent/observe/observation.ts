@@ -90,12 +90,11 @@ export async function prepareObservation(checked: CheckedConfig, dependencies: O
   };
 }
 
-/** How often an observer whose kube-proxy rules are all gone looks for kube-proxy's mode. */
-const rulesGoneLookMs = 5000;
-
 export interface ModeFollowing {
   /** Whether the observer's last look found no kube-proxy rules at all (of the mode it observes). */
   rulesGone?: () => boolean;
+  /** How often to look for kube-proxy's mode while its rules are gone; 5 s by default. */
+  rulesGoneLookMs?: number;
   /** kube-proxy is found in another mode, alone: the observer must start again to observe it. */
   onModeChanged?: (mode: string) => void;
 }
@@ -114,7 +113,7 @@ export function followKubeProxyMode(observation: Observation, intervalMs: number
   const unsettled = () => report.detection.finding === 'none found' || report.detection.finding === 'several found';
   // Rules gone is most likely kube-proxy switching modes right now: looked at sooner than the
   // syncPeriod, which paces the looks while the finding is unsettled.
-  const tickMs = following.rulesGone ? Math.min(intervalMs, rulesGoneLookMs) : intervalMs;
+  const tickMs = following.rulesGone ? Math.min(intervalMs, following.rulesGoneLookMs ?? 5000) : intervalMs;
   let lastLook = Date.now();
   const lookAgain = () => (unsettled() && Date.now() - lastLook >= intervalMs - tickMs / 2) || (following.rulesGone?.() ?? false);
   const observed = report.detection.mode;
@@ -151,7 +150,7 @@ export function followKubeProxyMode(observation: Observation, intervalMs: number
       })
       .catch((error: unknown) => log.detail(1, 'observe mode: looking for kube-proxy mode again failed', {reason: errorText(error)}))
       .finally(() => (busy = false));
-  }, intervalMs);
+  }, tickMs);
   timer.unref();
   return () => clearInterval(timer);
 }

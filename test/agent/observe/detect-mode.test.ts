@@ -256,7 +256,12 @@ test('a settled observer whose kube-proxy rules are gone looks again: kube-proxy
   let rulesGone = false;
   const changedTo: string[] = [];
   const log = memoryLogger(0);
-  const stop = followKubeProxyMode(observation, 10, log, {rulesGone: () => rulesGone, onModeChanged: (mode) => changedTo.push(mode)});
+  // A syncPeriod far longer than the test: only the quicker looks while the rules are gone can come.
+  const stop = followKubeProxyMode(observation, 60_000, log, {
+    rulesGone: () => rulesGone,
+    rulesGoneLookMs: 10,
+    onModeChanged: (mode) => changedTo.push(mode),
+  });
   await wait();
   assert.equal(looks, 0, 'settled, with its rules there: the kernel is not asked again');
   rulesGone = true;
