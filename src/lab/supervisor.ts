@@ -14,7 +14,7 @@ import {resolveResourceName} from './apiserver/resources.ts';
 import {canonicalJson} from './apiserver/sorted-json.ts';
 import {type ApiServer, startApiServer} from './apiserver/server.ts';
 import {isPodReady} from './apiserver/replicaset-controller.ts';
-import {agentImage, type AgentServerPorts} from './kubelet/agent-container.ts';
+import type {AgentImage, AgentServerPorts} from './kubelet/agent-container.ts';
 import {AgentProcess, agentHasSynced, freeLoopbackPorts, lastLines} from './agent-process.ts';
 import {
   agentNamespace,
@@ -232,8 +232,8 @@ export class LabSupervisor {
         // The lab's own agent Pods stand for processes the supervisor runs (#startAgents).
         ignore: (pod) => pod.metadata.namespace === agentNamespace && pod.metadata.annotations?.[agentUrlAnnotation] !== undefined,
         serviceAccountKubeconfig: (namespace, name) => this.#serviceAccountKubeconfig(namespace, name),
-        onAgent: (pod, agent) => this.#podAgentChanged(node, pod, agent),
-        agentLogFile: (pod) => this.#agentLogFile(node, pod),
+        onAgent: (pod, image, agent) => this.#podAgentChanged(node, pod, image, agent),
+        agentLogFile: (_pod, image) => this.#agentLogFile(node, image),
         podsDirectory: join(this.state.dir, 'pods'),
         onProcess: (pod, pid) => {
           const key = podKey(pod.metadata.namespace!, pod.metadata.name);
@@ -408,13 +408,18 @@ export class LabSupervisor {
   }
 
   /** Where a kubelet's agent pod's log is kept: kube-proxy-node-N.log for kube-proxy's stand-in, agent-node-N.log for the rest. */
-  #agentLogFile(node: NodeDescription, pod: KubeObject): string {
-    return join(this.state.dir, `${agentImage(pod) === 'kube-proxy' ? 'kube-proxy' : 'agent'}-${node.name}.log`);
+  #agentLogFile(node: NodeDescription, image: AgentImage): string {
+    return join(this.state.dir, `${image === 'kube-proxy' ? 'kube-proxy' : 'agent'}-${node.name}.log`);
   }
 
   /** A kubelet's agent pod started (or stopped) its process: state.json's agent of that node follows it. */
-  #podAgentChanged(node: NodeDescription, pod: KubeObject, agent: {pid: number; servers: AgentServerPorts} | undefined): void {
-    const list = agentImage(pod) === 'kube-proxy' ? (this.state.standIns ??= []) : this.state.agents;
+  #podAgentChanged(
+    node: NodeDescription,
+    pod: KubeObject,
+    image: AgentImage,
+    agent: {pid: number; servers: AgentServerPorts} | undefined,
+  ): void {
+    const list = image === 'kube-proxy' ? (this.state.standIns ??= []) : this.state.agents;
     const index = list.findIndex((candidate) => candidate.node === node.name);
     const known = index >= 0 ? list[index] : undefined;
     if (agent) {
@@ -426,7 +431,7 @@ export class LabSupervisor {
         healthzPort: healthz,
         metricsPort: metrics,
         apiPort: api,
-        log: this.#agentLogFile(node, pod),
+        log: this.#agentLogFile(node, image),
         // A new pod starts counting again; the same pod's container started once more is a restart.
         restarts: known?.pod === pod.metadata.name ? known.restarts + 1 : 0,
         pid: agent.pid,

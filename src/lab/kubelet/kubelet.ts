@@ -9,7 +9,7 @@ import type {KubeObject, StoredEvent} from '../apiserver/object-log.ts';
 import {netnsAnnotation} from '../lab-objects.ts';
 import type {NodeDescription, PodDescription} from '../netns/index.ts';
 import type {PodLogs} from './container-log.ts';
-import type {AgentServerPorts} from './agent-container.ts';
+import type {AgentImage, AgentServerPorts} from './agent-container.ts';
 import {createSandbox, PodAddresses, type PodSandbox} from './pod-sandbox.ts';
 import {type NodeContext, PodWorker} from './pod-worker.ts';
 import {NodeProber} from './prober.ts';
@@ -30,9 +30,9 @@ export interface KubeletOptions {
   /** A kubeconfig path with a token of the service account (namespace, name), for pods that run the agent. */
   serviceAccountKubeconfig?: (namespace: string, serviceAccount: string) => Promise<string>;
   /** An agent pod's process started (pid and its servers' loopback ports) or stopped (undefined). */
-  onAgent?: (pod: KubeObject, agent: {pid: number; servers: AgentServerPorts} | undefined) => void;
+  onAgent?: (pod: KubeObject, image: AgentImage, agent: {pid: number; servers: AgentServerPorts} | undefined) => void;
   /** Where an agent pod's log is kept as a file too, if anywhere. */
-  agentLogFile?: (pod: KubeObject) => string | undefined;
+  agentLogFile?: (pod: KubeObject, image: AgentImage) => string | undefined;
   /** A directory under which each pod the agent runs gets one (by uid) for its configMap volumes. */
   podsDirectory?: string;
 }
@@ -144,8 +144,8 @@ export class LabKubelet {
           throw new Error(`no credentials for service account ${serviceAccount}: this kubelet has none to give`);
         return this.#options.serviceAccountKubeconfig(pod.metadata.namespace!, serviceAccount);
       },
-      agentChanged: (pod, agent) => this.#options.onAgent?.(pod, agent),
-      agentLogFile: (pod) => this.#options.agentLogFile?.(pod),
+      agentChanged: (pod, image, agent) => this.#options.onAgent?.(pod, image, agent),
+      agentLogFile: (pod, image) => this.#options.agentLogFile?.(pod, image),
       podDirectory: (pod) => (this.#options.podsDirectory ? join(this.#options.podsDirectory, pod.metadata.uid!) : undefined),
     };
   }

@@ -40,10 +40,10 @@ export interface NodeContext {
   firstReady(pod: KubeObject, boundMs: number): void;
   /** A kubeconfig with the token of the pod's service account, for a container that talks to the API server. */
   serviceAccountKubeconfig(pod: KubeObject): Promise<string>;
-  /** The agent a pod runs started (its pid, its servers' loopback ports) or stopped (undefined). */
-  agentChanged(pod: KubeObject, agent: {pid: number; servers: AgentServerPorts} | undefined): void;
+  /** The agent a pod of `image` runs started (its pid, its servers' loopback ports) or stopped (undefined). */
+  agentChanged(pod: KubeObject, image: AgentImage, agent: {pid: number; servers: AgentServerPorts} | undefined): void;
   /** A file that keeps the agent's log beyond the pod's (`kubectl logs` reads the pod's), if any. */
-  agentLogFile(pod: KubeObject): string | undefined;
+  agentLogFile(pod: KubeObject, image: AgentImage): string | undefined;
   /** Where the pod's files (its configMap volumes) go, if anywhere; removed with the pod. */
   podDirectory(pod: KubeObject): string | undefined;
 }
@@ -73,7 +73,6 @@ export class PodWorker {
   #restartTimer: NodeJS.Timeout | undefined;
   /** The agent's image (proxyctl-agent's, or kube-proxy's for its stand-in), when the container runs the agent rather than the demo server. */
   readonly #agentImage: AgentImage | undefined;
-  readonly #runsAgent: boolean;
   /** The agent's servers: container port -> the loopback port it really listens on. */
   #loopbackPorts = new Map<number, number>();
   #agentServers: AgentServerPorts = {};
@@ -86,7 +85,6 @@ export class PodWorker {
     this.#uid = pod.metadata.uid!;
     this.#source = {component: 'kubelet', host: context.node.name};
     this.#agentImage = agentImage(pod);
-    this.#runsAgent = this.#agentImage !== undefined;
     const earlier = pod.status?.containerStatuses?.[0];
     this.#run = {
       hostIP: context.node.ip,
@@ -100,6 +98,10 @@ export class PodWorker {
 
   get uid(): string {
     return this.#uid;
+  }
+
+  get #runsAgent(): boolean {
+    return this.#agentImage !== undefined;
   }
 
   /** loopbackPort: where the agent's server of containerPort listens on the host, if this pod runs one. */
@@ -169,7 +171,7 @@ export class PodWorker {
     const {child} = started;
     this.#child = child;
     const log = this.#context.logs.newRun(this.#namespace, this.#name);
-    const logFile = this.#runsAgent ? this.#context.agentLogFile(this.#pod) : undefined;
+    const logFile = this.#agentImage ? this.#context.agentLogFile(this.#pod, this.#agentImage) : undefined;
     const file = logFile ? createWriteStream(logFile, {flags: 'a'}).on('error', () => undefined) : undefined;
     if (file) void child.finally(() => file.end());
     const record = (line: string) => {
@@ -240,7 +242,7 @@ export class PodWorker {
     this.#event('Normal', 'Pulled', `Container image "${image}" already present on machine`);
     this.#event('Normal', 'Started', `Started container ${this.#pod.spec?.containers?.map((c: any) => c.name).join(', ')}`);
     this.#context.processChanged(this.#pod, child.pid);
-    if (this.#runsAgent) this.#context.agentChanged(this.#pod, {pid: child.pid!, servers: this.#agentServers});
+    if (this.#agentImage) this.#context.agentChanged(this.#pod, this.#agentImage, {pid: child.pid!, servers: this.#agentServers});
     const sandbox = this.#sandbox!;
     void sandbox.linksReady.then(
       () => {
@@ -261,7 +263,7 @@ export class PodWorker {
     this.#child = undefined;
     this.#stopTimers();
     this.#context.processChanged(this.#pod, undefined);
-    if (this.#runsAgent) this.#context.agentChanged(this.#pod, undefined);
+    if (this.#agentImage) this.#context.agentChanged(this.#pod, this.#agentImage, undefined);
     const signalNumber = signal === 'SIGKILL' ? 9 : signal === 'SIGTERM' ? 15 : undefined;
     const code = exitCode ?? 128 + (signalNumber ?? 0);
     const terminated: ContainerState = {
